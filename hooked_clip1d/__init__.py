@@ -1,0 +1,32 @@
+"""hooked_clip1d: train, load, hook, dissect and visualise the tiny 1D CLIP models of
+"Left-Right Symmetry Breaking in CLIP-style Vision-Language Models" (arXiv 2601.12809).
+
+Example:
+    >>> from hooked_clip1d import load_model
+    >>> model = load_model("simplified-n20-p10")  # doctest: +SKIP
+    >>> out, cache = model.vision.run_with_cache(model.dataset.splits["val_unseen"].images[:4])  # doctest: +SKIP
+"""
+
+from hooked_clip1d.clip import CLIP1D, CLIPConfig, clip_loss
+from hooked_clip1d.config import EncoderConfig, TextConfig, VisionConfig, preset
+from hooked_clip1d.data import DataConfig, Dataset, Split, build_dataset
+from hooked_clip1d.encoders import HookedEncoder, HookedTextEncoder, HookedVisionEncoder
+from hooked_clip1d.vocab import Vocabulary
+
+__all__ = [
+    "CLIP1D",
+    "CLIPConfig",
+    "clip_loss",
+    "DataConfig",
+    "Dataset",
+    "EncoderConfig",
+    "HookedEncoder",
+    "HookedTextEncoder",
+    "HookedVisionEncoder",
+    "Split",
+    "TextConfig",
+    "VisionConfig",
+    "Vocabulary",
+    "build_dataset",
+    "preset",
+]

@@ -1,0 +1,145 @@
+"""Checkpoints: one safetensors file holding tensors plus JSON metadata, written atomically, loaded without code.
+
+A file holds the model's parameters under ``model.*``; a training checkpoint adds the AdamW state under
+``optim.*`` and the RNG states under ``rng.*``. The safetensors header metadata carries ``format`` (always
+``"hooked_clip1d/1"``), ``model_config`` and ``data_config`` (JSON) and, for training checkpoints, ``train_state``.
+Nothing is unpickled, so a foreign or malicious file can only fail to load, with a message naming the problem.
+
+Example:
+    >>> import tempfile, os
+    >>> from hooked_clip1d import CLIP1D, CLIPConfig
+    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0)
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+    >>> save_model(m, path)
+    >>> m2 = load_model_file(path)
+    >>> bool((m2.vision.W_E == m.vision.W_E).all())
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from hooked_clip1d.clip import CLIP1D, CLIPConfig
+from hooked_clip1d.data import DataConfig
+
+FORMAT = "hooked_clip1d/1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, truncated, corrupt, foreign or does not fit the model."""
+
+
+def atomic_write(path: str | os.PathLike, write: Any) -> None:
+    """Call ``write(tmp_path)`` then rename onto ``path``, so readers never see a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write a text file atomically."""
+
+    def w(tmp: str) -> None:
+        Path(tmp).write_text(text)
+
+    atomic_write(path, w)
+
+
+def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, Any]) -> None:
+    """Atomically save ``tensors`` with JSON-encoded ``metadata`` (plus ``format``)."""
+    meta = {"format": FORMAT, **{k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}}
+    flat = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    atomic_write(path, lambda tmp: save_file(flat, tmp, metadata=meta))
+
+
+def read_tensors(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Load tensors and decoded metadata; raise ``CheckpointError`` naming what is wrong with the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            raw_meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise CheckpointError(
+            f"{str(path)!r} is not a readable safetensors file (truncated or corrupt?): {e}"
+        ) from None
+    if raw_meta.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{str(path)!r} is a safetensors file but not a hooked_clip1d checkpoint "
+            f"(metadata 'format' is {raw_meta.get('format')!r}, expected {FORMAT!r})"
+        )
+    meta: dict[str, Any] = {}
+    for k, v in raw_meta.items():
+        try:
+            meta[k] = json.loads(v) if k != "format" else v
+        except json.JSONDecodeError:
+            raise CheckpointError(f"{str(path)!r}: metadata {k!r} is not valid JSON") from None
+    return tensors, meta
+
+
+def model_tensors(model: CLIP1D) -> dict[str, torch.Tensor]:
+    return {f"model.{k}": v for k, v in model.state_dict().items()}
+
+
+def save_model(
+    model: CLIP1D, path: str | os.PathLike, data_config: DataConfig | None = None, extra: dict | None = None
+) -> None:
+    """Save weights + configs (no optimizer state) atomically."""
+    dc = data_config or model.data_config
+    meta: dict[str, Any] = {"model_config": model.cfg.to_dict(), **(extra or {})}
+    if dc is not None:
+        meta["data_config"] = dc.to_dict()
+    save_tensors(path, model_tensors(model), meta)
+
+
+def build_model_from(tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str) -> CLIP1D:
+    """Rebuild a ``CLIP1D`` from ``read_tensors`` output, checking every key and shape."""
+    if "model_config" not in meta:
+        raise CheckpointError(f"{source}: metadata has no 'model_config'")
+    try:
+        cfg = CLIPConfig.from_dict(meta["model_config"])
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{source}: invalid model_config: {e}") from None
+    model = CLIP1D(cfg)
+    state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{source}: weights do not match the config: missing {missing}, unexpected {unexpected}")
+    for k, v in expected.items():
+        if state[k].shape != v.shape:
+            raise CheckpointError(f"{source}: {k} has shape {tuple(state[k].shape)}, config needs {tuple(v.shape)}")
+        if not torch.isfinite(state[k]).all():
+            raise CheckpointError(f"{source}: {k} contains NaN or inf")
+    model.load_state_dict(state)
+    if "data_config" in meta:
+        model.data_config = DataConfig.from_dict(meta["data_config"])
+    return model.eval()
+
+
+def load_model_file(path: str | os.PathLike) -> CLIP1D:
+    """Load a model saved by ``save_model`` or the trainer (eval mode, data config attached)."""
+    tensors, meta = read_tensors(path)
+    return build_model_from(tensors, meta, repr(str(path)))

@@ -1,0 +1,144 @@
+"""The ``hooked-clip1d`` command line: ``train``, ``eval``, ``demo``.
+
+Every command prints a human-readable table and, with ``--json``, a machine-readable JSON object instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hooked_clip1d.clip import CLIPConfig
+from hooked_clip1d.data import DataConfig
+from hooked_clip1d.training import TrainConfig
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--preset", default="simplified", help="preset of both towers: simplified | full")
+    g.add_argument("--vision-preset", default=None, help="preset of the vision tower (default: --preset)")
+    g.add_argument("--text-preset", default=None, help="preset of the text tower (default: --preset)")
+    g.add_argument("--vision-layers", type=int, default=None, help="override n_layers of the vision tower")
+    g.add_argument("--text-layers", type=int, default=None, help="override n_layers of the text tower")
+    g.add_argument("--vision-heads", type=int, default=None, help="override n_heads of the vision tower")
+    g.add_argument("--positional", default=None, choices=["learned", "rope", "none"], help="vision positional type")
+    g.add_argument("--dropout", type=float, default=0.1, help="dropout p (paper: 0.1)")
+
+
+def _add_data_args(p: argparse.ArgumentParser) -> None:
+    d = DataConfig()
+    g = p.add_argument_group("data")
+    g.add_argument("--n-labels", type=int, default=d.n_labels, help="Ntot (paper Fig. 4: 20)")
+    g.add_argument("--n-heldout", type=int, default=d.n_heldout, help="Nval held-out labels (paper: 5)")
+    g.add_argument("--n1", type=int, default=d.n1, help="single-object images per label (paper: 5)")
+    g.add_argument("--n2", type=int, default=d.n2, help="images per ordered training pair (paper Fig. 4: 10)")
+    g.add_argument("--n-val", type=int, default=d.n_val, help="validation images per label / pair (paper: 5)")
+    g.add_argument("--caption-mode", default=d.caption_mode, choices=["left", "left_right"])
+    g.add_argument("--data-seed", type=int, default=None, help="dataset seed (default: --seed)")
+
+
+def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
+    v_over: dict[str, Any] = {}
+    t_over: dict[str, Any] = {}
+    if a.vision_layers:
+        v_over["n_layers"] = a.vision_layers
+    if a.text_layers:
+        t_over["n_layers"] = a.text_layers
+    if a.vision_heads:
+        v_over["n_heads"] = a.vision_heads
+    if a.positional:
+        v_over["positional"] = a.positional
+    return CLIPConfig.from_preset(
+        a.vision_preset or a.preset,
+        a.text_preset or a.preset,
+        n_labels=a.n_labels,
+        dropout=a.dropout,
+        vision_overrides=v_over,
+        text_overrides=t_over,
+    )
+
+
+def _data_cfg(a: argparse.Namespace) -> DataConfig:
+    return DataConfig(
+        n_labels=a.n_labels,
+        n_heldout=a.n_heldout,
+        n1=a.n1,
+        n2=a.n2,
+        n_val=a.n_val,
+        caption_mode=a.caption_mode,
+        seed=a.seed if a.data_seed is None else a.data_seed,
+    )
+
+
+def cmd_train(a: argparse.Namespace) -> int:
+    from hooked_clip1d.evaluation import format_metrics
+    from hooked_clip1d.training import train
+
+    tc = TrainConfig(
+        lr=a.lr,
+        weight_decay=a.weight_decay,
+        epochs=a.epochs,
+        batch_size=a.batch_size,
+        seed=a.seed,
+        eval_every=a.eval_every,
+        checkpoint_every=a.checkpoint_every,
+        device=a.device,
+        threads=a.threads,
+    )
+    run = train(_model_cfg(a), _data_cfg(a), tc, a.out, resume=a.resume, progress=not a.no_progress)
+    res = {
+        "out_dir": str(run.out_dir),
+        "epochs": run.epoch,
+        "steps": run.step,
+        "seconds": round(run.seconds, 1),
+        "metrics": run.final_metrics,
+    }
+    if a.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print(f"trained {run.epoch} epochs ({run.step} steps) in {run.seconds:.0f} s -> {run.out_dir}")
+        print(format_metrics(run.final_metrics))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hooked-clip1d", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train one model with the paper's hyperparameters")
+    _add_model_args(t)
+    _add_data_args(t)
+    tc = TrainConfig()
+    g = t.add_argument_group("training")
+    g.add_argument("--out", required=True, help="run directory (metrics.jsonl, checkpoints, model.safetensors)")
+    g.add_argument("--epochs", type=int, default=tc.epochs, help="paper: 10000")
+    g.add_argument("--lr", type=float, default=tc.lr, help="paper: 1e-4")
+    g.add_argument("--weight-decay", type=float, default=tc.weight_decay, help="paper: 0.2")
+    g.add_argument("--batch-size", type=int, default=None, help="paper: 50 (left) / 100 (left_right)")
+    g.add_argument("--seed", type=int, default=tc.seed)
+    g.add_argument("--eval-every", type=int, default=tc.eval_every, help="epochs between metric lines")
+    g.add_argument("--checkpoint-every", type=int, default=tc.checkpoint_every, help="epochs between checkpoints")
+    g.add_argument("--device", default="cpu")
+    g.add_argument("--threads", type=int, default=None, help="torch threads")
+    g.add_argument("--resume", action="store_true", help="continue the run in --out")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--json", action="store_true", help="print JSON")
+    t.set_defaults(func=cmd_train)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    try:
+        return a.func(a)
+    except (ValueError, FileExistsError, FileNotFoundError, KeyError) as e:
+        print(f"hooked-clip1d {a.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

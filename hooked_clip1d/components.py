@@ -1,0 +1,265 @@
+"""Transformer components with TransformerLens hook names, weight names and per-head weight shapes.
+
+Each ``HookPoint`` sits on the module that produces its tensor, with the shape beside it, and the forward pass
+always uses the hook's return value (``x = self.hook_x(x)``), so any hook can edit any activation. Attention is
+computed explicitly (scores -> ``hook_attn_scores`` -> softmax -> ``hook_pattern`` -> ``hook_z``), never through a
+fused kernel that would hide the pattern.
+
+Weights use TL's right-multiplying, per-head layout: ``q[..., h, :] = x @ W_Q[h] + b_Q[h]`` with
+``W_Q[h, d_model, d_head]`` and ``W_O[h, d_head, d_model]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import einops
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from hooked_clip1d.config import EncoderConfig
+
+Resid = Float[torch.Tensor, "batch pos d_model"]
+
+
+def _normal(shape: tuple[int, ...], std: float, gen: torch.Generator | None, dtype: torch.dtype) -> nn.Parameter:
+    return nn.Parameter(torch.randn(shape, generator=gen, dtype=dtype) * std)
+
+
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype) -> nn.Parameter:
+    return nn.Parameter(torch.zeros(shape, dtype=dtype))
+
+
+class Embed(nn.Module):
+    """Token embedding ``W_E[d_vocab, d_model]``, initialised N(0, 1) like ``nn.Embedding``."""
+
+    def __init__(self, cfg: EncoderConfig, gen: torch.Generator | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.W_E = _normal((cfg.d_vocab, cfg.d_model), 1.0, gen, cfg.dtype)
+
+    def forward(self, tokens: Int[torch.Tensor, "batch pos"]) -> Resid:
+        return self.W_E[tokens]
+
+
+class PosEmbed(nn.Module):
+    """Learned absolute positional embedding ``W_pos[n_ctx, d_model]`` (N(0, 1) init), repeated over the batch."""
+
+    def __init__(self, cfg: EncoderConfig, gen: torch.Generator | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.W_pos = _normal((cfg.n_ctx, cfg.d_model), 1.0, gen, cfg.dtype)
+
+    def forward(self, tokens: Int[torch.Tensor, "batch pos"]) -> Resid:
+        b, p = tokens.shape
+        # repeat (a real copy, as TL does) so that hooks may edit it in place
+        return einops.repeat(self.W_pos[:p], "pos d_model -> batch pos d_model", batch=b)
+
+
+class LayerNorm(nn.Module):
+    """TL-style LayerNorm with ``hook_scale`` [batch, pos, 1] and ``hook_normalized`` [batch, pos, d_model].
+
+    Also accepts per-head input [batch, pos, head_index, d_model] (split q/k/v inputs).
+    """
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.eps = 1e-5
+        self.w = nn.Parameter(torch.ones(cfg.d_model, dtype=cfg.dtype))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model, dtype=cfg.dtype))
+        self.hook_scale = HookPoint()  # [batch, pos, 1]
+        self.hook_normalized = HookPoint()  # [batch, pos, d_model]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x - x.mean(-1, keepdim=True)
+        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized(x / scale * self.w + self.b)
+
+
+def rotary_sin_cos(cfg: EncoderConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """NeoX-style (halves) rotary tables [n_ctx, rotary_dim], as TL's ``rotary_adjacent_pairs=False``."""
+    rd = cfg.rotary_dim_
+    freq = cfg.rotary_base ** (-torch.arange(0, rd // 2, dtype=torch.float64) * 2 / rd)
+    angles = torch.arange(cfg.n_ctx, dtype=torch.float64)[:, None] * freq[None, :]  # [n_ctx, rd/2]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.sin().to(cfg.dtype), angles.cos().to(cfg.dtype)
+
+
+def apply_rotary(
+    x: Float[torch.Tensor, "batch pos head_index d_head"], sin: torch.Tensor, cos: torch.Tensor
+) -> Float[torch.Tensor, "batch pos head_index d_head"]:
+    """Rotate the first ``rotary_dim`` dims of each head by position (RoPE); the rest pass through."""
+    rd = sin.shape[-1]
+    p = x.shape[1]
+    x_rot, x_pass = x[..., :rd], x[..., rd:]
+    half = rd // 2
+    flipped = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
+    s, c = sin[:p, None, :], cos[:p, None, :]  # [pos, 1, rd]
+    return torch.cat([x_rot * c + flipped * s, x_pass], dim=-1)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with TL hooks and per-head weights.
+
+    Hooks: ``hook_q``, ``hook_k``, ``hook_v``, ``hook_z`` [batch, pos, head_index, d_head]; ``hook_rot_q``,
+    ``hook_rot_k`` (RoPE only); ``hook_attn_scores`` and ``hook_pattern`` [batch, head_index, query_pos, key_pos];
+    ``hook_result`` [batch, pos, head_index, d_model] (only when ``use_attn_result``; without ``b_O``).
+    Scores are divided by sqrt(d_head) before ``hook_attn_scores`` and, for causal attention, are -inf above the
+    diagonal there, exactly as in TL.
+    """
+
+    def __init__(self, cfg: EncoderConfig, gen: torch.Generator | None = None):
+        super().__init__()
+        self.cfg = cfg
+        h, dm, dh = cfg.n_heads, cfg.d_model, cfg.d_head
+        self.W_Q = _normal((h, dm, dh), 1 / math.sqrt(dm), gen, cfg.dtype)
+        self.W_K = _normal((h, dm, dh), 1 / math.sqrt(dm), gen, cfg.dtype)
+        self.W_V = _normal((h, dm, dh), 1 / math.sqrt(dm), gen, cfg.dtype)
+        self.W_O = _normal((h, dh, dm), 1 / math.sqrt(h * dh), gen, cfg.dtype)
+        self.b_Q = _zeros((h, dh), cfg.dtype)
+        self.b_K = _zeros((h, dh), cfg.dtype)
+        self.b_V = _zeros((h, dh), cfg.dtype)
+        self.b_O = _zeros((dm,), cfg.dtype)
+        self.register_buffer("mask", torch.tril(torch.ones(cfg.n_ctx, cfg.n_ctx, dtype=torch.bool)), persistent=False)
+        self.register_buffer("IGNORE", torch.tensor(-torch.inf, dtype=cfg.dtype), persistent=False)
+        if cfg.positional == "rope":
+            sin, cos = rotary_sin_cos(cfg)
+            self.register_buffer("rotary_sin", sin, persistent=False)
+            self.register_buffer("rotary_cos", cos, persistent=False)
+
+        self.hook_k = HookPoint()  # [batch, pos, head_index, d_head]
+        self.hook_q = HookPoint()  # [batch, pos, head_index, d_head]
+        self.hook_v = HookPoint()  # [batch, pos, head_index, d_head]
+        self.hook_z = HookPoint()  # [batch, pos, head_index, d_head]
+        self.hook_attn_scores = HookPoint()  # [batch, head_index, query_pos, key_pos]
+        self.hook_pattern = HookPoint()  # [batch, head_index, query_pos, key_pos]
+        self.hook_result = HookPoint()  # [batch, pos, head_index, d_model]
+        if cfg.positional == "rope":
+            self.hook_rot_k = HookPoint()  # [batch, pos, head_index, d_head]
+            self.hook_rot_q = HookPoint()  # [batch, pos, head_index, d_head]
+
+    @staticmethod
+    def _project(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if x.ndim == 4:  # per-head inputs [batch, pos, head_index, d_model]
+            return torch.einsum("bphm,hmd->bphd", x, W) + b
+        h, dm, dh = W.shape
+        # one [d_model, h*d_head] matmul is much faster than a batched matmul over heads for these sizes
+        return (x @ W.permute(1, 0, 2).reshape(dm, h * dh)).unflatten(-1, (h, dh)) + b
+
+    def _qkv(self, x: Float[torch.Tensor, "batch pos d_model"]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v from one shared input with a single fused matmul."""
+        h, dm, dh = self.W_Q.shape
+        W = torch.cat([self.W_Q, self.W_K, self.W_V], dim=0).permute(1, 0, 2).reshape(dm, 3 * h * dh)
+        qkv = (x @ W).unflatten(-1, (3, h, dh))
+        return qkv[..., 0, :, :] + self.b_Q, qkv[..., 1, :, :] + self.b_K, qkv[..., 2, :, :] + self.b_V
+
+    def forward(
+        self, query_input: torch.Tensor, key_input: torch.Tensor, value_input: torch.Tensor
+    ) -> Float[torch.Tensor, "batch pos d_model"]:
+        cfg = self.cfg
+        if query_input is key_input and key_input is value_input and query_input.ndim == 3:
+            q, k, v = self._qkv(query_input)
+        else:
+            q = self._project(query_input, self.W_Q, self.b_Q)
+            k = self._project(key_input, self.W_K, self.b_K)
+            v = self._project(value_input, self.W_V, self.b_V)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        if cfg.positional == "rope":
+            q = self.hook_rot_q(apply_rotary(q, self.rotary_sin, self.rotary_cos))
+            k = self.hook_rot_k(apply_rotary(k, self.rotary_sin, self.rotary_cos))
+        # [b, h, q, d] @ [b, h, d, k] -> [b, h, q, k]
+        scores = (q.transpose(1, 2) @ k.permute(0, 2, 3, 1)) / cfg.attn_scale
+        if cfg.attention_dir == "causal":
+            p = scores.shape[-1]
+            scores = torch.where(self.mask[:p, :p], scores, self.IGNORE)
+        scores = self.hook_attn_scores(scores)
+        pattern = F.softmax(scores, dim=-1)
+        pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+        pattern = self.hook_pattern(pattern)
+        z = self.hook_z((pattern @ v.transpose(1, 2)).transpose(1, 2))  # [b, q, h, d]
+        if cfg.use_attn_result:
+            result = self.hook_result(torch.einsum("bqhd,hdm->bqhm", z, self.W_O))
+            return result.sum(-2) + self.b_O
+        h, dh, dm = self.W_O.shape
+        return z.flatten(-2) @ self.W_O.reshape(h * dh, dm) + self.b_O
+
+
+class MLP(nn.Module):
+    """GeLU MLP: ``W_in[d_model, d_mlp]``, ``W_out[d_mlp, d_model]``; hooks ``hook_pre``/``hook_post`` [b, p, d_mlp]."""
+
+    def __init__(self, cfg: EncoderConfig, gen: torch.Generator | None = None):
+        super().__init__()
+        self.cfg = cfg
+        assert cfg.d_mlp is not None
+        self.W_in = _normal((cfg.d_model, cfg.d_mlp), 1 / math.sqrt(cfg.d_model), gen, cfg.dtype)
+        self.b_in = _zeros((cfg.d_mlp,), cfg.dtype)
+        self.W_out = _normal((cfg.d_mlp, cfg.d_model), 1 / math.sqrt(cfg.d_mlp), gen, cfg.dtype)
+        self.b_out = _zeros((cfg.d_model,), cfg.dtype)
+        self.hook_pre = HookPoint()  # [batch, pos, d_mlp]
+        self.hook_post = HookPoint()  # [batch, pos, d_mlp]
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Resid) -> Resid:
+        pre = self.hook_pre(x @ self.W_in + self.b_in)
+        post = self.hook_post(F.gelu(pre))
+        return self.dropout(post) @ self.W_out + self.b_out
+
+
+class TransformerBlock(nn.Module):
+    """Pre-LN block: ``resid_mid = resid_pre + attn(ln1(resid_pre))``, ``resid_post = resid_mid + mlp(ln2(.))``.
+
+    Without LayerNorm ``ln1``/``ln2`` are ``nn.Identity``; attention-only blocks have no MLP and no ``hook_resid_mid``.
+    Dropout (train mode only) is applied to each sublayer output before its hook, so ``hook_attn_out`` and
+    ``hook_mlp_out`` always hold exactly what is added to the residual stream.
+    """
+
+    def __init__(self, cfg: EncoderConfig, layer: int, gen: torch.Generator | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.layer = layer
+        ln = cfg.normalization_type == "LN"
+        self.ln1 = LayerNorm(cfg) if ln else nn.Identity()
+        self.attn = Attention(cfg, gen)
+        if not cfg.attn_only:
+            self.ln2 = LayerNorm(cfg) if ln else nn.Identity()
+            self.mlp = MLP(cfg, gen)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+        self.hook_attn_in = HookPoint()  # [batch, pos, head_index, d_model]
+        self.hook_q_input = HookPoint()  # [batch, pos, head_index, d_model]
+        self.hook_k_input = HookPoint()  # [batch, pos, head_index, d_model]
+        self.hook_v_input = HookPoint()  # [batch, pos, head_index, d_model]
+        self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
+        self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
+        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+        if not cfg.attn_only:
+            self.hook_mlp_in = HookPoint()  # [batch, pos, d_model]
+            self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
+            self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
+
+    def forward(self, resid_pre: Resid) -> Resid:
+        cfg = self.cfg
+        resid_pre = self.hook_resid_pre(resid_pre)
+        if cfg.use_attn_in or cfg.use_split_qkv_input:
+            per_head = einops.repeat(resid_pre, "b p d -> b p h d", h=cfg.n_heads)
+            if cfg.use_attn_in:
+                q_in = k_in = v_in = self.hook_attn_in(per_head.clone())
+            else:
+                q_in = self.hook_q_input(per_head.clone())
+                k_in = self.hook_k_input(per_head.clone())
+                v_in = self.hook_v_input(per_head.clone())
+            attn_out = self.attn(self.ln1(q_in), self.ln1(k_in), self.ln1(v_in))
+        else:
+            x = self.ln1(resid_pre)
+            attn_out = self.attn(x, x, x)
+        attn_out = self.hook_attn_out(self.dropout(attn_out))
+        if cfg.attn_only:
+            return self.hook_resid_post(resid_pre + attn_out)
+        resid_mid = self.hook_resid_mid(resid_pre + attn_out)
+        mlp_in = self.hook_mlp_in(resid_mid.clone()) if cfg.use_hook_mlp_in else resid_mid
+        mlp_out = self.hook_mlp_out(self.dropout(self.mlp(self.ln2(mlp_in))))
+        return self.hook_resid_post(resid_mid + mlp_out)

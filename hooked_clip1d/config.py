@@ -1,0 +1,211 @@
+"""Architecture configs: one frozen dataclass per encoder tower, the single source of truth for shapes.
+
+The field names follow TransformerLens's ``HookedTransformerConfig`` wherever a TL tool reads them
+(``ActivationCache`` reads ``n_layers, n_heads, d_model, d_mlp, attn_only, normalization_type``;
+``transformer_lens.patching`` reads ``n_layers, n_heads, device, n_key_value_heads``), so those tools run on our
+encoders unchanged. Paper names are given in the comments: MB x Mrep = ``n_layers``, Mh = ``n_heads``.
+
+Presets (``preset(...)``) give the paper's two architectures:
+
+- ``"full"``: MB = 2, Mrep = 2 (4 blocks), 4 heads, d_head 32, d_model 128, LayerNorm, GeLU MLP 512 (Fig. 3).
+- ``"simplified"``: 1 block, 4 heads, attention only, no LayerNorm (Sec. 4 onwards).
+
+Example:
+    >>> from hooked_clip1d.config import VisionConfig, preset
+    >>> cfg = preset("simplified", VisionConfig, n_labels=20)
+    >>> (cfg.n_layers, cfg.n_heads, cfg.d_head, cfg.attn_only, cfg.n_ctx, cfg.d_vocab)
+    (1, 4, 32, True, 11, 22)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from hooked_clip1d.vocab import Vocabulary
+
+Positional = Literal["learned", "rope", "none"]
+
+_TL_POSITIONAL = {"learned": "standard", "rope": "rotary", "none": "none"}
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Shapes and switches of one Transformer tower. Validated on construction.
+
+    ``VisionConfig`` and ``TextConfig`` only change the defaults that differ between the towers
+    (attention direction, context length, vocabulary size).
+    """
+
+    n_labels: int = 20  # Ntot: object categories 1..n_labels; sets d_vocab
+    n_layers: int = 1  # MB x Mrep Transformer blocks
+    n_heads: int = 4  # Mh attention heads per block
+    d_head: int = 32  # dimension of each head's query/key/value
+    d_model: int = 128  # residual stream width (token and positional embeddings too)
+    d_mlp: int | None = None  # MLP hidden width; None when attn_only
+    attn_only: bool = True  # no MLP sublayer (the paper's simplified model)
+    normalization_type: Literal["LN"] | None = None  # "LN": pre-LN blocks + final LN; None: no LayerNorm
+    positional: Positional = "learned"  # learned absolute embeddings (paper), rotary (App. I) or none
+    rotary_dim: int | None = None  # dims of each head rotated by RoPE; None = d_head
+    rotary_base: int = 10000  # RoPE frequency base
+    dropout: float = 0.1  # p, applied to each sublayer's output (and the MLP hidden) in train mode only
+    act_fn: Literal["gelu"] = "gelu"  # MLP nonlinearity (the paper's GeLU)
+    attention_dir: Literal["causal", "bidirectional"] = "bidirectional"  # vision: bidirectional; text: causal
+    n_ctx: int = 11  # sequence length: 1 CLS + d_image pixels (vision) or 4 caption tokens (text)
+    d_image: int = 10  # Dimage, pixels per 1D image (vision only; text ignores it)
+    init_seed: int | None = None  # seed for the weights; None = the torch global RNG
+    use_attn_result: bool = False  # fire blocks.{l}.attn.hook_result (per-head outputs) [TL]
+    use_split_qkv_input: bool = False  # fire blocks.{l}.hook_{q,k,v}_input per head [TL]
+    use_attn_in: bool = False  # fire blocks.{l}.hook_attn_in per head [TL]
+    use_hook_mlp_in: bool = False  # fire blocks.{l}.hook_mlp_in [TL]
+    device: str = "cpu"  # where parameters live (read by transformer_lens.patching)
+    dtype: torch.dtype = torch.float32  # parameter dtype
+    n_key_value_heads: int | None = None  # read by transformer_lens.patching; always None (no GQA)
+    final_rms: bool = False  # read by ActivationCache; always False
+
+    tower: str = dataclasses.field(default="vision", init=False)  # "vision" or "text"; set by subclass
+
+    def __post_init__(self) -> None:
+        def bad(field: str, why: str) -> ValueError:
+            return ValueError(f"{type(self).__name__}.{field}: {why}")
+
+        for name in ("n_labels", "n_layers", "n_heads", "d_head", "d_model", "n_ctx"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise bad(name, f"must be a positive int, got {v!r}")
+        if self.positional not in _TL_POSITIONAL:
+            raise bad("positional", f"must be one of {sorted(_TL_POSITIONAL)}, got {self.positional!r}")
+        if self.normalization_type not in (None, "LN"):
+            raise bad("normalization_type", f"must be 'LN' or None, got {self.normalization_type!r}")
+        if self.attention_dir not in ("causal", "bidirectional"):
+            raise bad("attention_dir", f"must be 'causal' or 'bidirectional', got {self.attention_dir!r}")
+        if self.attn_only:
+            if self.d_mlp is not None:
+                raise bad("d_mlp", "must be None when attn_only=True (an attention-only model has no MLP)")
+            if self.use_hook_mlp_in:
+                raise bad("use_hook_mlp_in", "an attention-only model has no MLP input")
+        elif not isinstance(self.d_mlp, int) or self.d_mlp < 1:
+            raise bad("d_mlp", f"must be a positive int when attn_only=False, got {self.d_mlp!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise bad("dropout", f"must be in [0, 1), got {self.dropout!r}")
+        if self.positional == "rope":
+            rd = self.rotary_dim if self.rotary_dim is not None else self.d_head
+            if rd % 2 or not 2 <= rd <= self.d_head:
+                raise bad("rotary_dim", f"must be even and in [2, d_head={self.d_head}], got {rd}")
+        if self.d_image < 2:
+            raise bad("d_image", f"must be >= 2 (two objects need two pixels), got {self.d_image}")
+
+    # ---- derived fields read by TransformerLens and by our modules -------------------------------------------------
+    @property
+    def vocab(self) -> Vocabulary:
+        """The token vocabulary of this tower's inputs."""
+        return Vocabulary(self.n_labels)
+
+    @property
+    def d_vocab(self) -> int:
+        """Number of input token ids (``W_E.shape[0]``)."""
+        raise NotImplementedError
+
+    @property
+    def positional_embedding_type(self) -> str:
+        """TransformerLens's name for ``positional``: 'standard' | 'rotary' | 'none'."""
+        return _TL_POSITIONAL[self.positional]
+
+    @property
+    def rotary_dim_(self) -> int:
+        return self.rotary_dim if self.rotary_dim is not None else self.d_head
+
+    @property
+    def attn_scale(self) -> float:
+        """Scores are divided by this (sqrt(d_head)) before ``hook_attn_scores``, as in TL."""
+        return self.d_head**0.5
+
+    @property
+    def use_attn_scale(self) -> bool:
+        return True
+
+    def replace(self, **changes: Any) -> EncoderConfig:
+        """A copy with some fields changed (the config is frozen)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict (dtype as its name); ``from_dict`` inverts it."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        d["dtype"] = str(self.dtype).removeprefix("torch.")
+        d["tower"] = self.tower
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> EncoderConfig:
+        """Rebuild a ``VisionConfig`` or ``TextConfig`` from ``to_dict`` output; unknown fields are an error."""
+        d = dict(d)
+        tower = d.pop("tower", None)
+        cls = {"vision": VisionConfig, "text": TextConfig}.get(tower)
+        if cls is None:
+            raise ValueError(f"encoder config has tower={tower!r}; expected 'vision' or 'text'")
+        known = {f.name for f in dataclasses.fields(cls) if f.init}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} fields {unknown}")
+        if "dtype" in d:
+            dt = getattr(torch, str(d["dtype"]), None)
+            if not isinstance(dt, torch.dtype):
+                raise ValueError(f"unknown dtype {d['dtype']!r}")
+            d["dtype"] = dt
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class VisionConfig(EncoderConfig):
+    """Vision tower: bidirectional, input ``[CLS] + d_image pixels``, readout at CLS (position 0)."""
+
+    tower: str = dataclasses.field(default="vision", init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_ctx != self.d_image + 1:
+            raise ValueError(
+                f"VisionConfig.n_ctx must be d_image + 1 = {self.d_image + 1} (CLS + pixels), got {self.n_ctx}"
+            )
+
+    @property
+    def d_vocab(self) -> int:
+        return self.vocab.image_vocab_size
+
+
+@dataclass(frozen=True)
+class TextConfig(EncoderConfig):
+    """Text tower: causal, input = a 4-token caption, readout at the (first) EOT token."""
+
+    attention_dir: Literal["causal", "bidirectional"] = "causal"
+    n_ctx: int = 4
+
+    tower: str = dataclasses.field(default="text", init=False)
+
+    @property
+    def d_vocab(self) -> int:
+        return self.vocab.text_vocab_size
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Fig. 3: MB=2, Mrep=2, Mh=4, d_head=32, d_MLP=512, d_model=128, LayerNorm, GeLU MLP.
+    "full": dict(n_layers=4, n_heads=4, d_head=32, d_model=128, d_mlp=512, attn_only=False, normalization_type="LN"),
+    # Sec. 4: one block, attention only, no LayerNorm.
+    "simplified": dict(n_layers=1, n_heads=4, d_head=32, d_model=128, d_mlp=None, attn_only=True,
+                       normalization_type=None),
+}
+
+
+def preset(name: str, cls: type[EncoderConfig] = VisionConfig, **overrides: Any) -> EncoderConfig:
+    """Build a tower config from a named preset (``"full"`` or ``"simplified"``) plus overrides.
+
+    Example:
+        >>> preset("full", TextConfig, n_labels=10).n_layers
+        4
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known presets: {sorted(PRESETS)}")
+    return cls(**{**PRESETS[name], **overrides})

@@ -1,0 +1,417 @@
+"""Hooked vision and text encoders: one TransformerLens ``HookedRootModule`` root per tower.
+
+``HookedVisionEncoder`` (bidirectional) reads an image ``[CLS] + pixels`` and returns the final residual at CLS
+(position 0); ``HookedTextEncoder`` (causal) reads a 4-token caption and returns the final residual at its first EOT.
+The input tensor is the first positional argument of ``forward`` and input length equals residual length, so
+``transformer_lens.patching`` sweeps every position, CLS included.
+
+Example:
+    >>> import torch
+    >>> from hooked_clip1d import HookedVisionEncoder, VisionConfig
+    >>> enc = HookedVisionEncoder(VisionConfig(n_labels=5, init_seed=0)).eval()
+    >>> img = enc.cfg.vocab.text_to_image("C . 3 . . 5 . . . . .")[None]
+    >>> out, cache = enc.run_with_cache(img)
+    >>> out.shape, cache["pattern", 0].shape
+    (torch.Size([1, 128]), torch.Size([1, 4, 11, 11]))
+    >>> def zero_head_2(z, hook):
+    ...     z[:, :, 2] = 0.0
+    ...     return z
+    >>> out2 = enc.run_with_hooks(img, fwd_hooks=[("blocks.0.attn.hook_z", zero_head_2)])
+    >>> bool((out2 - out).abs().max() > 0)
+    True
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import torch
+from jaxtyping import Float, Int
+from torch import nn
+from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from hooked_clip1d.components import Embed, LayerNorm, PosEmbed, TransformerBlock
+from hooked_clip1d.config import EncoderConfig, TextConfig, VisionConfig
+
+ReturnType = Literal["pooled", "resid", None]
+
+
+class HookedEncoder(HookedRootModule):
+    """Shared machinery of both towers (embeddings, blocks, readout, validation, TL conveniences)."""
+
+    cfg: EncoderConfig
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        self.cfg = cfg
+        gen = None
+        if cfg.init_seed is not None:
+            gen = torch.Generator().manual_seed(cfg.init_seed)
+        self.embed = Embed(cfg, gen)
+        self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        if cfg.positional == "learned":
+            self.pos_embed = PosEmbed(cfg, gen)
+            self.hook_pos_embed = HookPoint()  # [batch, pos, d_model]
+        self.blocks = nn.ModuleList([TransformerBlock(cfg, layer, gen) for layer in range(cfg.n_layers)])
+        if cfg.normalization_type == "LN":
+            self.ln_final = LayerNorm(cfg)
+        self.hook_pooled = HookPoint()  # [batch, d_model]: the readout (CLS or EOT) of the final residual
+        self.to(cfg.device)
+        self.setup()
+
+    # ---- input handling ---------------------------------------------------------------------------------------------
+    def readout_positions(self, tokens: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, "batch"]:
+        """Residual position read out as the representation of each input."""
+        raise NotImplementedError
+
+    def validate_tokens(self, tokens: Any) -> None:
+        """Raise ``ValueError``/``TypeError`` naming the problem if ``tokens`` is not a valid input batch."""
+        name = type(self).__name__
+        cfg = self.cfg
+        if not isinstance(tokens, torch.Tensor):
+            raise TypeError(f"{name} expects a torch.Tensor of token ids, got {type(tokens).__name__}")
+        if tokens.dtype in (torch.bool,) or tokens.is_floating_point() or tokens.is_complex():
+            raise TypeError(f"{name} expects integer token ids (torch.long), got dtype {tokens.dtype}")
+        if tokens.ndim != 2:
+            raise ValueError(f"{name} expects token ids shaped [batch, {cfg.n_ctx}], got shape {tuple(tokens.shape)}")
+        if tokens.shape[0] == 0:
+            raise ValueError(f"{name} got an empty batch (shape {tuple(tokens.shape)})")
+        if tokens.shape[1] != cfg.n_ctx:
+            raise ValueError(
+                f"{name} expects sequences of length n_ctx={cfg.n_ctx}, got length {tokens.shape[1]} "
+                f"(shape {tuple(tokens.shape)})"
+            )
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= cfg.d_vocab:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"{name}: token id {bad} is out of range; valid ids are 0..{cfg.d_vocab - 1}")
+
+    def to_tokens(self, x: Any) -> Int[torch.Tensor, "batch pos"]:
+        """Tokens from a tensor, a readable string or a list of strings (batched)."""
+        raise NotImplementedError
+
+    # ---- forward ----------------------------------------------------------------------------------------------------
+    def forward(
+        self,
+        tokens: Int[torch.Tensor, "batch pos"],
+        *,
+        return_type: ReturnType = "pooled",
+        stop_at_layer: int | None = None,
+        validate: bool = True,
+    ) -> torch.Tensor:
+        """Run the tower.
+
+        Args:
+            tokens: ids [batch, n_ctx] (the first positional argument, as ``transformer_lens.patching`` needs).
+            return_type: ``"pooled"`` -> [batch, d_model] at the readout position; ``"resid"`` -> the final
+                (normalised, if LN) residual [batch, pos, d_model]; ``None`` -> nothing (for caching only).
+            stop_at_layer: run only blocks ``0..stop_at_layer-1`` and return that residual [batch, pos, d_model].
+            validate: check ``tokens`` first (turn off only in trusted hot loops such as training).
+        """
+        if validate:
+            self.validate_tokens(tokens)
+        resid = self.hook_embed(self.embed(tokens))
+        if self.cfg.positional == "learned":
+            resid = resid + self.hook_pos_embed(self.pos_embed(tokens))
+        for block in self.blocks[:stop_at_layer]:
+            resid = block(resid)
+        if stop_at_layer is not None:
+            return resid
+        if self.cfg.normalization_type == "LN":
+            resid = self.ln_final(resid)
+        if return_type == "resid":
+            return resid
+        pooled = self.hook_pooled(resid[torch.arange(resid.shape[0], device=resid.device), self.readout_positions(tokens)])
+        return pooled if return_type == "pooled" else None
+
+    # ---- hook API ---------------------------------------------------------------------------------------------------
+    def hook_names(self) -> list[str]:
+        """All hook point names of this tower (including ones that fire only when a ``use_*`` flag is on)."""
+        return list(self.hook_dict)
+
+    def inactive_hook_names(self) -> set[str]:
+        """Hook points that exist but do not fire with the current config flags."""
+        cfg = self.cfg
+        out = set()
+        for name in self.hook_dict:
+            if name.endswith("attn.hook_result") and not cfg.use_attn_result:
+                out.add(name)
+            elif name.endswith(("hook_q_input", "hook_k_input", "hook_v_input")) and not cfg.use_split_qkv_input:
+                out.add(name)
+            elif name.endswith("hook_q_input") and cfg.use_attn_in:
+                out.add(name)
+            elif name.endswith("hook_attn_in") and not cfg.use_attn_in:
+                out.add(name)
+            elif name.endswith("hook_mlp_in") and not cfg.use_hook_mlp_in:
+                out.add(name)
+        if cfg.use_attn_in:  # attn_in replaces the split inputs
+            out.update(n for n in self.hook_dict if n.endswith(("hook_q_input", "hook_k_input", "hook_v_input")))
+        return out
+
+    def _check_hook_name(self, name: str) -> None:
+        if name not in self.hook_dict:
+            close = difflib.get_close_matches(name, list(self.hook_dict), n=3)
+            hint = f"; did you mean {close}?" if close else ""
+            raise KeyError(f"{type(self).__name__} has no hook point {name!r}{hint} (see .hook_names())")
+        if name in self.inactive_hook_names():
+            flag = {
+                "hook_result": "use_attn_result (model.set_use_attn_result(True))",
+                "hook_mlp_in": "use_hook_mlp_in (model.set_use_hook_mlp_in(True))",
+                "hook_attn_in": "use_attn_in (model.set_use_attn_in(True))",
+            }.get(name.rsplit(".", 1)[-1], "use_split_qkv_input (model.set_use_split_qkv_input(True))")
+            raise ValueError(f"hook point {name!r} does not fire unless {flag} is on, so a hook there would do nothing")
+
+    def _enable_hook_with_name(self, name: str, hook: Callable, dir: Literal["fwd", "bwd"]):  # noqa: A002
+        self._check_hook_name(name)
+        super()._enable_hook_with_name(name=name, hook=hook, dir=dir)
+
+    def check_hooks_to_add(self, hook_point, hook_point_name, hook, dir="fwd", is_permanent=False, prepend=False):  # noqa: A002
+        self._check_hook_name(hook_point_name)
+
+    def add_hook(self, name, hook, dir="fwd", is_permanent=False, level=None, prepend=False):  # noqa: A002
+        if isinstance(name, str) and name not in self.mod_dict:
+            self._check_hook_name(name)
+        return super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)
+
+    def run_with_cache(
+        self,
+        *model_args: Any,
+        return_cache_object: bool = True,
+        remove_batch_dim: bool = False,
+        names_filter: str | Sequence[str] | Callable[[str], bool] | None = None,
+        fwd_hooks: Sequence[tuple[str | Callable, Callable]] = (),
+        **kwargs: Any,
+    ) -> tuple[Any, ActivationCache | dict[str, torch.Tensor]]:
+        """Run and cache activations; returns ``(output, ActivationCache)``.
+
+        Beyond TL's arguments: ``fwd_hooks`` are applied during the cached run (so the cache shows the edited
+        activations), and hook points that cannot fire with the current flags are never cached.
+        """
+        if names_filter is None:
+            base: Callable[[str], bool] = lambda n: True  # noqa: E731
+        elif isinstance(names_filter, str):
+            base = lambda n, s=names_filter: n == s  # noqa: E731
+        elif callable(names_filter):
+            base = names_filter
+        else:
+            wanted = set(names_filter)
+            base = lambda n: n in wanted  # noqa: E731
+        inactive = self.inactive_hook_names()
+
+        def filt(n: str) -> bool:
+            return n not in inactive and base(n)
+
+        with self.hooks(fwd_hooks=list(fwd_hooks)):
+            out, cache_dict = super().run_with_cache(
+                *model_args, names_filter=filt, remove_batch_dim=remove_batch_dim, **kwargs
+            )
+        if return_cache_object:
+            return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+        return out, cache_dict
+
+    # ---- flags (TL's set_use_* API; the config is frozen, so each call swaps in a modified copy) -------------------
+    def _set_cfg(self, **changes: Any) -> None:
+        self.cfg = self.cfg.replace(**changes)
+        for m in self.modules():
+            if m is not self and hasattr(m, "cfg"):
+                m.cfg = self.cfg
+
+    def set_use_attn_result(self, use_attn_result: bool) -> None:
+        """Fire ``blocks.{l}.attn.hook_result`` (per-head outputs, without ``b_O``)."""
+        self._set_cfg(use_attn_result=use_attn_result)
+
+    def set_use_split_qkv_input(self, use_split_qkv_input: bool) -> None:
+        """Fire ``blocks.{l}.hook_{q,k,v}_input`` (separate per-head copies of the residual)."""
+        self._set_cfg(use_split_qkv_input=use_split_qkv_input)
+
+    def set_use_attn_in(self, use_attn_in: bool) -> None:
+        """Fire ``blocks.{l}.hook_attn_in`` (one per-head copy of the residual for q, k and v)."""
+        self._set_cfg(use_attn_in=use_attn_in)
+
+    def set_use_hook_mlp_in(self, use_hook_mlp_in: bool) -> None:
+        """Fire ``blocks.{l}.hook_mlp_in``."""
+        if self.cfg.attn_only:
+            raise ValueError("an attention-only model has no MLP input")
+        self._set_cfg(use_hook_mlp_in=use_hook_mlp_in)
+
+    # ---- weights, TL-style ------------------------------------------------------------------------------------------
+    @property
+    def W_E(self) -> Float[torch.Tensor, "d_vocab d_model"]:
+        return self.embed.W_E
+
+    @property
+    def W_pos(self) -> Float[torch.Tensor, "n_ctx d_model"]:
+        if self.cfg.positional != "learned":
+            raise AttributeError(f"W_pos exists only with positional='learned' (this tower: {self.cfg.positional!r})")
+        return self.pos_embed.W_pos
+
+    def _stack(self, path: str) -> torch.Tensor:
+        def get(block: nn.Module) -> torch.Tensor:
+            obj: Any = block
+            for part in path.split("."):
+                obj = getattr(obj, part)
+            return obj
+
+        return torch.stack([get(b) for b in self.blocks], dim=0)
+
+    @property
+    def W_Q(self) -> Float[torch.Tensor, "n_layers n_heads d_model d_head"]:
+        return self._stack("attn.W_Q")
+
+    @property
+    def W_K(self) -> Float[torch.Tensor, "n_layers n_heads d_model d_head"]:
+        return self._stack("attn.W_K")
+
+    @property
+    def W_V(self) -> Float[torch.Tensor, "n_layers n_heads d_model d_head"]:
+        return self._stack("attn.W_V")
+
+    @property
+    def W_O(self) -> Float[torch.Tensor, "n_layers n_heads d_head d_model"]:
+        return self._stack("attn.W_O")
+
+    @property
+    def b_Q(self) -> Float[torch.Tensor, "n_layers n_heads d_head"]:
+        return self._stack("attn.b_Q")
+
+    @property
+    def b_K(self) -> Float[torch.Tensor, "n_layers n_heads d_head"]:
+        return self._stack("attn.b_K")
+
+    @property
+    def b_V(self) -> Float[torch.Tensor, "n_layers n_heads d_head"]:
+        return self._stack("attn.b_V")
+
+    @property
+    def b_O(self) -> Float[torch.Tensor, "n_layers d_model"]:
+        return self._stack("attn.b_O")
+
+    def _mlp_stack(self, name: str) -> torch.Tensor:
+        if self.cfg.attn_only:
+            raise AttributeError(f"{name} does not exist in an attention-only model")
+        return self._stack(f"mlp.{name}")
+
+    @property
+    def W_in(self) -> Float[torch.Tensor, "n_layers d_model d_mlp"]:
+        return self._mlp_stack("W_in")
+
+    @property
+    def b_in(self) -> Float[torch.Tensor, "n_layers d_mlp"]:
+        return self._mlp_stack("b_in")
+
+    @property
+    def W_out(self) -> Float[torch.Tensor, "n_layers d_mlp d_model"]:
+        return self._mlp_stack("W_out")
+
+    @property
+    def b_out(self) -> Float[torch.Tensor, "n_layers d_model"]:
+        return self._mlp_stack("b_out")
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """``W_Q @ W_K^T`` per layer and head, a FactoredMatrix [n_layers, n_heads, d_model, d_model]."""
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """``W_V @ W_O`` per layer and head, a FactoredMatrix [n_layers, n_heads, d_model, d_model]."""
+        return FactoredMatrix(self.W_V, self.W_O)
+
+    def accumulated_bias(
+        self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True
+    ) -> Float[torch.Tensor, "d_model"]:
+        """Sum of the output biases (``b_O``, and ``b_out`` if wanted) added to the residual before ``layer``."""
+        total = torch.zeros(self.cfg.d_model, device=self.W_E.device, dtype=self.W_E.dtype)
+        for i in range(layer):
+            total = total + self.blocks[i].attn.b_O
+            if include_mlp_biases and not self.cfg.attn_only:
+                total = total + self.blocks[i].mlp.b_out
+        if mlp_input:
+            if not 0 <= layer < self.cfg.n_layers:
+                raise ValueError(f"mlp_input=True needs a layer in 0..{self.cfg.n_layers - 1}, got {layer}")
+            total = total + self.blocks[layer].attn.b_O
+        return total
+
+
+class HookedVisionEncoder(HookedEncoder):
+    """Bidirectional vision tower; input ``[CLS] + d_image`` pixel ids, readout at CLS (position 0)."""
+
+    cfg: VisionConfig
+
+    def __init__(self, cfg: VisionConfig):
+        if not isinstance(cfg, VisionConfig):
+            raise TypeError(f"HookedVisionEncoder needs a VisionConfig, got {type(cfg).__name__}")
+        super().__init__(cfg)
+
+    def readout_positions(self, tokens: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, "batch"]:
+        return torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
+
+    def validate_tokens(self, tokens: Any) -> None:
+        super().validate_tokens(tokens)
+        cls = self.cfg.vocab.cls
+        if not bool((tokens[:, 0] == cls).all()):
+            i = int((tokens[:, 0] != cls).nonzero()[0, 0])
+            raise ValueError(
+                f"HookedVisionEncoder: image {i} does not start with the CLS id {cls} at position 0 "
+                f"(got {int(tokens[i, 0])}); build images with Vocabulary.image(...) or take them from a Dataset"
+            )
+        if bool((tokens[:, 1:] == cls).any()):
+            i = int((tokens[:, 1:] == cls).any(-1).nonzero()[0, 0])
+            raise ValueError(f"HookedVisionEncoder: image {i} has the CLS id {cls} at a pixel position")
+
+    def to_tokens(self, x: Any) -> Int[torch.Tensor, "batch pos"]:
+        """``"C . 3 . . 5 . . . . ."`` or a list of such strings (or a tensor) -> ids [batch, n_ctx]."""
+        if isinstance(x, torch.Tensor):
+            t = x if x.ndim == 2 else x[None]
+        elif isinstance(x, str):
+            t = self.cfg.vocab.text_to_image(x)[None]
+        else:
+            t = torch.stack([self.cfg.vocab.text_to_image(s) for s in x])
+        self.validate_tokens(t)
+        return t.to(self.W_E.device)
+
+    def token_strs(self, tokens: Int[torch.Tensor, "pos"]) -> list[str]:
+        return self.cfg.vocab.image_tokens_str(tokens)
+
+
+class HookedTextEncoder(HookedEncoder):
+    """Causal text tower; input a 4-token caption, readout at the first EOT token."""
+
+    cfg: TextConfig
+
+    def __init__(self, cfg: TextConfig):
+        if not isinstance(cfg, TextConfig):
+            raise TypeError(f"HookedTextEncoder needs a TextConfig, got {type(cfg).__name__}")
+        super().__init__(cfg)
+
+    def readout_positions(self, tokens: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, "batch"]:
+        return (tokens == self.cfg.vocab.eot).int().argmax(-1)
+
+    def validate_tokens(self, tokens: Any) -> None:
+        super().validate_tokens(tokens)
+        has_eot = (tokens == self.cfg.vocab.eot).any(-1)
+        if not bool(has_eot.all()):
+            i = int((~has_eot).nonzero()[0, 0])
+            raise ValueError(
+                f"HookedTextEncoder: caption {i} has no EOT token (id {self.cfg.vocab.eot}); the text readout is at EOT"
+            )
+
+    def to_tokens(self, x: Any) -> Int[torch.Tensor, "batch pos"]:
+        """``"17 is on the left of 19"`` or a list of such strings (or a tensor) -> ids [batch, 4]."""
+        if isinstance(x, torch.Tensor):
+            t = x if x.ndim == 2 else x[None]
+        elif isinstance(x, str):
+            t = self.cfg.vocab.text_to_caption(x)[None]
+        else:
+            t = torch.stack([self.cfg.vocab.text_to_caption(s) for s in x])
+        self.validate_tokens(t)
+        return t.to(self.W_E.device)
+
+    def token_strs(self, tokens: Int[torch.Tensor, "pos"]) -> list[str]:
+        return self.cfg.vocab.caption_tokens_str(tokens)
+
+
+__all__ = ["HookedEncoder", "HookedVisionEncoder", "HookedTextEncoder", "LayerNorm"]

@@ -1,0 +1,143 @@
+"""Image-to-text retrieval accuracy per split, with hooks (Paper Sec. 2.3, Sec. 7, App. G, J).
+
+For each image the candidates are *all* captions of the training and validation sets (``Dataset.captions``).
+
+- ``acc``: a hit when the true caption is the most similar (``left`` mode); with two true captions
+  (``left_right``), when both are the top 2 (Sec. 7).
+- ``relaxed``: a hit when the most similar caption is any true caption (App. J).
+- ``label_set`` (two-object images only): the most similar caption is a two-object caption about the same two
+  labels, in either order or relation (XLY or YLX, and XRY or YRX in ``left_right`` mode) (App. G).
+
+Hooks passed as ``vision_hooks`` / ``text_hooks`` stay on while embedding, so ablations evaluate in one call.
+
+Example:
+    >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig, build_dataset
+    >>> ds = build_dataset(DataConfig(n_labels=8, n_heldout=3, n2=3))
+    >>> model = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=8), seed=0).eval()
+    >>> res = evaluate(model, ds)
+    >>> sorted(res)
+    ['train', 'val_seen', 'val_single', 'val_unseen']
+    >>> 0.0 <= res["val_unseen"]["acc"] <= 1.0
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from jaxtyping import Float
+
+from hooked_clip1d.clip import CLIP1D
+from hooked_clip1d.data import SPLITS, Dataset
+
+Hooks = Sequence[tuple[str | Callable, Callable]]
+
+
+@torch.no_grad()
+def embed_captions(model: CLIP1D, dataset: Dataset, text_hooks: Hooks = ()) -> Float[torch.Tensor, "n_captions d"]:
+    """Projected text representations of the caption table."""
+    caps = dataset.captions.to(model.W_proj.device)
+    with model.text.hooks(fwd_hooks=list(text_hooks)):
+        return model.encode_text(caps)
+
+
+@torch.no_grad()
+def similarity_matrix(
+    model: CLIP1D, dataset: Dataset, split: str, vision_hooks: Hooks = (), text_hooks: Hooks = ()
+) -> Float[torch.Tensor, "n_images n_captions"]:
+    """Cosine similarity of every image of ``split`` with every caption of the table (Fig. 3 right)."""
+    text_emb = embed_captions(model, dataset, text_hooks)
+    images = dataset.splits[split].images.to(model.W_proj.device)
+    with model.vision.hooks(fwd_hooks=list(vision_hooks)):
+        img_emb = model.encode_image(images)
+    return CLIP1D.cosine(img_emb, text_emb)
+
+
+def caption_label_sets(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each caption: (is a two-object caption, sorted label pair [n, 2])."""
+    v = dataset.vocab
+    caps = dataset.captions
+    is_pair = (caps[:, 1] == v.left_of) | (caps[:, 1] == v.right_of)
+    a = caps[:, 0]
+    b = torch.where(is_pair, caps[:, 2], torch.zeros_like(a))
+    return is_pair, torch.stack([torch.minimum(a, b), torch.maximum(a, b)], -1)
+
+
+def retrieval_metrics(
+    sim: Float[torch.Tensor, "n_images n_captions"], dataset: Dataset, split: str
+) -> dict[str, float | int | None]:
+    """Metrics of one split from its similarity matrix (see the module docstring)."""
+    s = dataset.splits[split]
+    targets = s.targets.to(sim.device)
+    n_true = (targets >= 0).sum(-1)  # 1 or 2
+    top2 = sim.topk(min(2, sim.shape[1]), dim=-1).indices  # [n, 2]
+    top1 = top2[:, 0]
+    t0, t1 = targets[:, 0], targets[:, 1]
+    relaxed = (top1 == t0) | (top1 == t1)
+    if top2.shape[1] == 2:
+        both = ((top2[:, 0] == t0) & (top2[:, 1] == t1)) | ((top2[:, 0] == t1) & (top2[:, 1] == t0))
+    else:
+        both = torch.zeros_like(relaxed)
+    hit = torch.where(n_true == 1, top1 == t0, both)
+    out: dict[str, float | int | None] = {
+        "n": len(s),
+        "acc": hit.float().mean().item(),
+        "relaxed": relaxed.float().mean().item(),
+    }
+    pair = s.is_pair.to(sim.device)
+    if pair.any():
+        cap_pair, cap_set = caption_label_sets(dataset)
+        cap_pair, cap_set = cap_pair.to(sim.device), cap_set.to(sim.device)
+        objs = s.objects.to(sim.device)
+        img_set = torch.stack([objs.min(-1).values, objs.max(-1).values], -1)
+        ok = cap_pair[top1] & (cap_set[top1] == img_set).all(-1)
+        out["label_set"] = ok[pair].float().mean().item()
+    else:
+        out["label_set"] = None
+    return out
+
+
+@torch.no_grad()
+def evaluate(
+    model: CLIP1D,
+    dataset: Dataset,
+    splits: Sequence[str] = SPLITS,
+    vision_hooks: Hooks = (),
+    text_hooks: Hooks = (),
+) -> dict[str, dict[str, float | int | None]]:
+    """Retrieval metrics per split (``acc``, ``relaxed``, ``label_set``, ``n``), with optional hooks.
+
+    The model should be in eval mode (dropout off); this is checked.
+    """
+    if model.training:
+        raise ValueError("evaluate() needs the model in eval mode (call model.eval()); dropout would add noise")
+    unknown = [s for s in splits if s not in dataset.splits]
+    if unknown:
+        raise ValueError(f"unknown splits {unknown}; known: {list(dataset.splits)}")
+    if dataset.config.n_labels != model.cfg.n_labels:
+        raise ValueError(
+            f"dataset has n_labels={dataset.config.n_labels} but the model was built for {model.cfg.n_labels}"
+        )
+    text_emb = embed_captions(model, dataset, text_hooks)
+    out = {}
+    for split in splits:
+        images = dataset.splits[split].images.to(model.W_proj.device)
+        with model.vision.hooks(fwd_hooks=list(vision_hooks)):
+            img_emb = model.encode_image(images)
+        out[split] = retrieval_metrics(CLIP1D.cosine(img_emb, text_emb), dataset, split)
+    return out
+
+
+def format_metrics(res: dict[str, dict[str, float | int | None]]) -> str:
+    """A small text table of ``evaluate`` output."""
+    from hooked_clip1d.data import SPLIT_TITLES
+
+    lines = [f"{'split':<28}{'n':>6}{'acc':>8}{'relaxed':>9}{'label-set':>11}"]
+    for k, m in res.items():
+        ls = m.get("label_set")
+        lines.append(
+            f"{SPLIT_TITLES.get(k, k):<28}{m['n']:>6}{m['acc']:>8.3f}{m['relaxed']:>9.3f}"
+            f"{(f'{ls:.3f}' if ls is not None else '-'):>11}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,338 @@
+"""Seeded contrastive training with the paper's defaults (Sec. 2.2, App. B, C), logged and resumable.
+
+``train(model_cfg, data_cfg, TrainConfig(...), out_dir)`` writes into ``out_dir``:
+
+- ``config.json``: model, data and training configs, the command, versions (provenance);
+- ``metrics.jsonl``: one line per evaluation (every ``eval_every`` epochs): epoch, step, mean training loss since the
+  previous line, seconds elapsed, and ``evaluate`` output per split (App. C dynamics);
+- ``checkpoint.safetensors``: the latest training state (weights, AdamW state, RNG states), written atomically
+  every ``checkpoint_every`` epochs; ``train(..., resume=True)`` continues the same run bit for bit;
+- ``model.safetensors`` + ``summary.json`` at the end.
+
+Example:
+    >>> import tempfile
+    >>> from hooked_clip1d import CLIPConfig, DataConfig
+    >>> run = train(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4),
+    ...             DataConfig(n_labels=6, n_heldout=2, n2=2),
+    ...             TrainConfig(epochs=2, eval_every=1), tempfile.mkdtemp(), progress=False)
+    >>> run.epoch, sorted(run.final_metrics)
+    (2, ['train', 'val_seen', 'val_single', 'val_unseen'])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from hooked_clip1d.checkpoint import (
+    CheckpointError,
+    atomic_write_text,
+    build_model_from,
+    model_tensors,
+    read_tensors,
+    save_model,
+    save_tensors,
+)
+from hooked_clip1d.clip import CLIP1D, CLIPConfig
+from hooked_clip1d.data import DataConfig, Dataset, build_dataset
+from hooked_clip1d.evaluation import evaluate
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings with the paper's defaults (Sec. 2.2)."""
+
+    lr: float = 1e-4  # AdamW learning rate
+    weight_decay: float = 0.2  # AdamW decoupled weight decay w (App. B varies it), applied to every parameter
+    epochs: int = 10_000  # Nepoch
+    batch_size: int | None = None  # bs; None = 50 for caption_mode "left", 100 for "left_right"
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas (torch defaults)
+    eps: float = 1e-8  # AdamW eps (torch default)
+    seed: int = 0  # seeds weights, data order and dropout
+    eval_every: int = 100  # epochs between metric lines (and progress-bar updates)
+    checkpoint_every: int = 500  # epochs between atomic training checkpoints
+    device: str = "cpu"  # "cpu" or "cuda"
+    threads: int | None = None  # torch.set_num_threads for training; None leaves torch's default
+
+    def __post_init__(self) -> None:
+        for f in ("epochs", "eval_every", "checkpoint_every"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"TrainConfig.{f} must be a positive int, got {v!r}")
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 2):
+            raise ValueError(f"TrainConfig.batch_size must be >= 2 for a contrastive loss, got {self.batch_size!r}")
+        if not self.lr > 0:
+            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr!r}")
+        if self.weight_decay < 0:
+            raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> TrainConfig:
+        d = dict(d)
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        known = {f.name for f in dataclasses.fields(TrainConfig)}
+        if set(d) - known:
+            raise ValueError(f"unknown TrainConfig fields {sorted(set(d) - known)}")
+        return TrainConfig(**d)
+
+
+@dataclass
+class TrainRun:
+    """What ``train`` returns: the trained model (eval mode) and where things are."""
+
+    model: CLIP1D
+    out_dir: Path
+    epoch: int
+    step: int
+    final_metrics: dict[str, dict[str, Any]]
+    seconds: float
+
+
+def _provenance() -> dict[str, Any]:
+    import hooked_clip1d
+
+    commit = None
+    try:
+        here = Path(hooked_clip1d.__file__).resolve().parent
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if r.returncode == 0:
+            commit = r.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "command": " ".join(sys.argv),
+        "hooked_clip1d": getattr(hooked_clip1d, "__version__", "?"),
+        "git_commit": commit,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+
+
+def make_optimizer(model: CLIP1D, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW over all parameters (weight decay on every one, as ``AdamW(model.parameters())`` does)."""
+    return torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps, fused=True
+    )
+
+
+def _optimizer_tensors(opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    out = {}
+    for idx, st in opt.state_dict()["state"].items():
+        for k, v in st.items():
+            out[f"optim.{idx}.{k}"] = v if isinstance(v, torch.Tensor) else torch.tensor(v)
+    return out
+
+
+def _load_optimizer(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) -> None:
+    sd = opt.state_dict()
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, v in tensors.items():
+        if key.startswith("optim."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = v
+    sd["state"] = state
+    opt.load_state_dict(sd)
+
+
+class Trainer:
+    """Owns one run: model, optimizer, data, RNGs, logging and checkpoints (see the module docstring)."""
+
+    def __init__(
+        self,
+        model_cfg: CLIPConfig,
+        data_cfg: DataConfig,
+        train_cfg: TrainConfig,
+        out_dir: str | Path,
+        resume: bool = False,
+        init_model: CLIP1D | None = None,
+    ):
+        if model_cfg.n_labels != data_cfg.n_labels:
+            raise ValueError(
+                f"model n_labels={model_cfg.n_labels} but data n_labels={data_cfg.n_labels}; they must match"
+            )
+        if model_cfg.vision.d_image != data_cfg.d_image:
+            raise ValueError(f"model d_image={model_cfg.vision.d_image} but data d_image={data_cfg.d_image}")
+        self.model_cfg, self.data_cfg, self.cfg = model_cfg, data_cfg, train_cfg
+        self.out_dir = Path(out_dir)
+        self.ckpt_path = self.out_dir / "checkpoint.safetensors"
+        self.metrics_path = self.out_dir / "metrics.jsonl"
+        self.device = torch.device(train_cfg.device)
+        self.batch_size = train_cfg.batch_size or data_cfg.batch_size
+
+        self.dataset: Dataset = build_dataset(data_cfg)
+        images, captions = self.dataset.training_pairs()
+        self.images, self.captions = images.to(self.device), captions.to(self.device)
+
+        torch.manual_seed(train_cfg.seed)
+        if init_model is not None:  # e.g. pruned-then-retrained models: start from given weights
+            self.model = init_model.to(self.device)
+        else:
+            self.model = CLIP1D(model_cfg, seed=train_cfg.seed).to(self.device)
+        self.model.data_config = data_cfg
+        self.opt = make_optimizer(self.model, train_cfg)
+        self.gen = torch.Generator().manual_seed(train_cfg.seed)
+        self.epoch = 0
+        self.step = 0
+        self.elapsed = 0.0
+
+        if resume:
+            self._resume()
+        elif self.ckpt_path.exists() or self.metrics_path.exists():
+            raise FileExistsError(
+                f"{str(self.out_dir)!r} already holds a run; resume it (resume=True / --resume) or use a new directory"
+            )
+
+    # ---- state ------------------------------------------------------------------------------------------------------
+    def _configs(self) -> dict[str, Any]:
+        return {
+            "model_config": self.model.cfg.to_dict(),
+            "data_config": self.data_cfg.to_dict(),
+            "train_config": self.cfg.to_dict(),
+        }
+
+    def save_checkpoint(self) -> None:
+        tensors = {**model_tensors(self.model), **_optimizer_tensors(self.opt)}
+        tensors["rng.torch"] = torch.get_rng_state()
+        tensors["rng.data"] = self.gen.get_state()
+        meta = {
+            **self._configs(),
+            "train_state": {"epoch": self.epoch, "step": self.step, "elapsed_s": self.elapsed},
+        }
+        save_tensors(self.ckpt_path, tensors, meta)
+
+    def _resume(self) -> None:
+        if not self.ckpt_path.exists():
+            raise FileNotFoundError(f"cannot resume: no checkpoint at {str(self.ckpt_path)!r}")
+        tensors, meta = read_tensors(self.ckpt_path)
+        saved = {k: meta.get(k) for k in ("model_config", "data_config", "train_config")}
+        now = self._configs()
+        for k in ("model_config", "data_config"):
+            if saved[k] != now[k]:
+                raise CheckpointError(f"cannot resume {str(self.ckpt_path)!r}: its {k} differs from this run's")
+        old_t, new_t = dict(saved["train_config"] or {}), dict(now["train_config"])
+        for k in ("epochs", "eval_every", "checkpoint_every", "threads", "device"):  # may change between sessions
+            old_t.pop(k, None)
+            new_t.pop(k, None)
+        if old_t != new_t:
+            raise CheckpointError(f"cannot resume {str(self.ckpt_path)!r}: its train_config differs: {old_t} vs {new_t}")
+        loaded = build_model_from(tensors, meta, repr(str(self.ckpt_path)))
+        self.model.load_state_dict(loaded.state_dict())
+        _load_optimizer(self.opt, tensors)
+        torch.set_rng_state(tensors["rng.torch"])
+        self.gen.set_state(tensors["rng.data"])
+        st = meta["train_state"]
+        self.epoch, self.step, self.elapsed = int(st["epoch"]), int(st["step"]), float(st["elapsed_s"])
+        # drop metric lines written after the checkpoint (they will be produced again)
+        if self.metrics_path.exists():
+            keep = [
+                ln for ln in self.metrics_path.read_text().splitlines() if ln and json.loads(ln)["epoch"] <= self.epoch
+            ]
+            atomic_write_text(self.metrics_path, "".join(ln + "\n" for ln in keep))
+
+    # ---- loop -------------------------------------------------------------------------------------------------------
+    def evaluate(self) -> dict[str, dict[str, Any]]:
+        self.model.eval()
+        try:
+            return evaluate(self.model, self.dataset)
+        finally:
+            self.model.train()
+
+    def run(self, progress: bool = True) -> TrainRun:
+        cfg = self.cfg
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if not (self.out_dir / "config.json").exists():
+            atomic_write_text(
+                self.out_dir / "config.json", json.dumps({**self._configs(), "provenance": _provenance()}, indent=2)
+            )
+        old_threads = torch.get_num_threads()
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        model, opt = self.model, self.opt
+        model.train()
+        m, bs = len(self.images), self.batch_size
+        loss_sum = torch.zeros((), device=self.device)
+        n_loss = 0
+        metrics: dict[str, dict[str, Any]] = {}
+        bar = tqdm(total=cfg.epochs, initial=self.epoch, desc="train", unit="epoch", disable=not progress)
+        t0 = time.perf_counter() - self.elapsed
+        try:
+            while self.epoch < cfg.epochs:
+                perm = torch.randperm(m, generator=self.gen).to(self.device)
+                for start in range(0, m, bs):
+                    idx = perm[start : start + bs]
+                    loss = model.loss(self.images[idx], self.captions[idx], validate=False)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    loss_sum += loss.detach()
+                    n_loss += 1
+                    self.step += 1
+                self.epoch += 1
+                bar.update(1)
+                last = self.epoch == cfg.epochs
+                if self.epoch % cfg.eval_every == 0 or last:
+                    metrics = self.evaluate()
+                    self.elapsed = time.perf_counter() - t0
+                    line = {
+                        "epoch": self.epoch,
+                        "step": self.step,
+                        "loss": (loss_sum / max(n_loss, 1)).item(),
+                        "elapsed_s": round(self.elapsed, 2),
+                        "eval": metrics,
+                    }
+                    loss_sum.zero_()
+                    n_loss = 0
+                    with open(self.metrics_path, "a") as f:
+                        f.write(json.dumps(line) + "\n")
+                    bar.set_postfix(
+                        loss=f"{line['loss']:.3f}", unseen=f"{metrics['val_unseen']['acc']:.2f}", refresh=False
+                    )
+                if self.epoch % cfg.checkpoint_every == 0 or last:
+                    self.elapsed = time.perf_counter() - t0
+                    self.save_checkpoint()
+        finally:
+            bar.close()
+            torch.set_num_threads(old_threads)
+        model.eval()
+        self.elapsed = time.perf_counter() - t0
+        if not metrics:
+            metrics = evaluate(model, self.dataset)
+        save_model(model, self.out_dir / "model.safetensors", self.data_cfg, extra={"train_config": cfg.to_dict()})
+        summary = {
+            "epochs": self.epoch,
+            "steps": self.step,
+            "train_seconds": round(self.elapsed, 1),
+            "steps_per_second": round(self.step / max(self.elapsed, 1e-9), 1),
+            "final_metrics": metrics,
+        }
+        atomic_write_text(self.out_dir / "summary.json", json.dumps(summary, indent=2))
+        return TrainRun(model, self.out_dir, self.epoch, self.step, metrics, self.elapsed)
+
+
+def train(
+    model_cfg: CLIPConfig,
+    data_cfg: DataConfig,
+    train_cfg: TrainConfig,
+    out_dir: str | Path,
+    resume: bool = False,
+    progress: bool = True,
+) -> TrainRun:
+    """Train one model (see the module docstring); ``resume=True`` continues the run saved in ``out_dir``."""
+    return Trainer(model_cfg, data_cfg, train_cfg, out_dir, resume=resume).run(progress=progress)
