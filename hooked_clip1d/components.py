@@ -42,7 +42,8 @@ class Embed(nn.Module):
         self.W_E = _normal((cfg.d_vocab, cfg.d_model), 1.0, gen, cfg.dtype)
 
     def forward(self, tokens: Int[torch.Tensor, "batch pos"]) -> Resid:
-        return self.W_E[tokens]
+        # F.embedding's backward is deterministic on CPU; W_E[tokens] (index_put) is not with >1 thread
+        return F.embedding(tokens, self.W_E)
 
 
 class PosEmbed(nn.Module):
