@@ -3,7 +3,7 @@
 
 Example:
     >>> from hooked_clip1d import load_model
-    >>> model = load_model("simplified-n20-p10")  # doctest: +SKIP
+    >>> model = load_model("simplified-ntot20-n2-10")  # doctest: +SKIP
     >>> out, cache = model.vision.run_with_cache(model.dataset.splits["val_unseen"].images[:4])  # doctest: +SKIP
 """
 
@@ -11,7 +11,12 @@ from hooked_clip1d.clip import CLIP1D, CLIPConfig, clip_loss
 from hooked_clip1d.config import EncoderConfig, TextConfig, VisionConfig, preset
 from hooked_clip1d.data import DataConfig, Dataset, Split, build_dataset
 from hooked_clip1d.encoders import HookedEncoder, HookedTextEncoder, HookedVisionEncoder
+from hooked_clip1d.evaluation import evaluate
+from hooked_clip1d.pretrained import list_pretrained, load_model
+from hooked_clip1d.training import TrainConfig, Trainer, train
 from hooked_clip1d.vocab import Vocabulary
+
+__version__ = "0.1.0"
 
 __all__ = [
     "CLIP1D",
@@ -24,9 +29,15 @@ __all__ = [
     "HookedTextEncoder",
     "HookedVisionEncoder",
     "Split",
+    "TrainConfig",
+    "Trainer",
     "TextConfig",
     "VisionConfig",
     "Vocabulary",
     "build_dataset",
+    "evaluate",
+    "list_pretrained",
+    "load_model",
     "preset",
+    "train",
 ]

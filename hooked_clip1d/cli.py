@@ -1,4 +1,4 @@
-"""The ``hooked-clip1d`` command line: ``train``, ``eval``, ``demo``.
+"""The ``hooked-clip1d`` command line: ``train``, ``eval``, ``demo``, ``list``, ``export``.
 
 Every command prints a human-readable table and, with ``--json``, a machine-readable JSON object instead.
 """
@@ -104,6 +104,63 @@ def cmd_train(a: argparse.Namespace) -> int:
     return 0
 
 
+def _load(spec: str):
+    """A pretrained name or a path to a .safetensors model / training run directory."""
+    from hooked_clip1d.checkpoint import load_model_file
+    from hooked_clip1d.pretrained import list_pretrained, load_model
+
+    p = Path(spec)
+    if p.is_dir():
+        p = p / "model.safetensors" if (p / "model.safetensors").exists() else p / "checkpoint.safetensors"
+    if p.suffix == ".safetensors" or p.exists():
+        return load_model_file(p)
+    if spec in list_pretrained():
+        return load_model(spec)
+    raise ValueError(f"{spec!r} is neither a file nor a pretrained model; known models: {list_pretrained()}")
+
+
+def cmd_eval(a: argparse.Namespace) -> int:
+    from hooked_clip1d.data import build_dataset
+    from hooked_clip1d.evaluation import evaluate, format_metrics
+
+    model = _load(a.model)
+    if model.data_config is None:
+        raise ValueError(f"{a.model} carries no data config")
+    res = evaluate(model, build_dataset(model.data_config))
+    print(json.dumps(res, indent=2) if a.json else format_metrics(res))
+    return 0
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    from hooked_clip1d.demo import format_demo, run_demo
+
+    model = _load(a.model)
+    res = run_demo(a.model, a.out, model=model)
+    print(json.dumps(res, indent=2) if a.json else format_demo(res))
+    return 0
+
+
+def cmd_list(a: argparse.Namespace) -> int:
+    from hooked_clip1d.pretrained import list_pretrained, manifest
+
+    rows = [manifest(n) for n in list_pretrained()]
+    if a.json:
+        print(json.dumps([{k: r[k] for k in ("name", "description", "epochs", "metrics")} for r in rows], indent=2))
+    else:
+        for r in rows:
+            u = r["metrics"]["val_unseen"]["acc"]
+            print(f"{r['name']:<32} {r['epochs']:>6} epochs  unseen-pair acc {u:.3f}  {r['description']}")
+    return 0
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    from hooked_clip1d.pretrained import export_run
+
+    target = export_run(a.run, a.name, a.description)
+    print(f"exported {a.run} -> {target}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hooked-clip1d", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -127,6 +184,29 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--json", action="store_true", help="print JSON")
     t.set_defaults(func=cmd_train)
+
+    from hooked_clip1d.pretrained import DEFAULT_MODEL
+
+    e = sub.add_parser("eval", help="retrieval accuracy of a model on its dataset splits")
+    e.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
+    e.add_argument("--json", action="store_true", help="print JSON")
+    e.set_defaults(func=cmd_eval)
+
+    d = sub.add_parser("demo", help="accuracies, per-head left/right bias and term ablations, with a PNG plot")
+    d.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
+    d.add_argument("--out", default="results/demo", help="where demo.png and demo.json go")
+    d.add_argument("--json", action="store_true", help="print JSON")
+    d.set_defaults(func=cmd_demo)
+
+    ls = sub.add_parser("list", help="list the shipped pretrained models")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(func=cmd_list)
+
+    x = sub.add_parser("export", help="ship a finished training run as a pretrained model (maintainers)")
+    x.add_argument("run", help="training run directory")
+    x.add_argument("--name", required=True)
+    x.add_argument("--description", required=True)
+    x.set_defaults(func=cmd_export)
     return p
 
 
@@ -136,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return a.func(a)
     except (ValueError, FileExistsError, FileNotFoundError, KeyError) as e:
-        print(f"hooked-clip1d {a.command}: error: {e}", file=sys.stderr)
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"hooked-clip1d {a.command}: error: {msg}", file=sys.stderr)
         return 2
 
 

@@ -194,8 +194,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Fig. 3: MB=2, Mrep=2, Mh=4, d_head=32, d_MLP=512, d_model=128, LayerNorm, GeLU MLP.
     "full": dict(n_layers=4, n_heads=4, d_head=32, d_model=128, d_mlp=512, attn_only=False, normalization_type="LN"),
     # Sec. 4: one block, attention only, no LayerNorm.
-    "simplified": dict(n_layers=1, n_heads=4, d_head=32, d_model=128, d_mlp=None, attn_only=True,
-                       normalization_type=None),
+    "simplified": dict(
+        n_layers=1, n_heads=4, d_head=32, d_model=128, d_mlp=None, attn_only=True, normalization_type=None
+    ),
 }
 
 

@@ -63,7 +63,7 @@ class HookedEncoder(HookedRootModule):
         self.setup()
 
     # ---- input handling ---------------------------------------------------------------------------------------------
-    def readout_positions(self, tokens: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, "batch"]:
+    def readout_positions(self, tokens: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, " batch"]:
         """Residual position read out as the representation of each input."""
         raise NotImplementedError
 
@@ -124,7 +124,9 @@ class HookedEncoder(HookedRootModule):
             resid = self.ln_final(resid)
         if return_type == "resid":
             return resid
-        pooled = self.hook_pooled(resid[torch.arange(resid.shape[0], device=resid.device), self.readout_positions(tokens)])
+        pooled = self.hook_pooled(
+            resid[torch.arange(resid.shape[0], device=resid.device), self.readout_positions(tokens)]
+        )
         return pooled if return_type == "pooled" else None
 
     # ---- hook API ---------------------------------------------------------------------------------------------------
@@ -322,7 +324,7 @@ class HookedEncoder(HookedRootModule):
 
     def accumulated_bias(
         self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True
-    ) -> Float[torch.Tensor, "d_model"]:
+    ) -> Float[torch.Tensor, " d_model"]:
         """Sum of the output biases (``b_O``, and ``b_out`` if wanted) added to the residual before ``layer``."""
         total = torch.zeros(self.cfg.d_model, device=self.W_E.device, dtype=self.W_E.dtype)
         for i in range(layer):
@@ -346,7 +348,7 @@ class HookedVisionEncoder(HookedEncoder):
             raise TypeError(f"HookedVisionEncoder needs a VisionConfig, got {type(cfg).__name__}")
         super().__init__(cfg)
 
-    def readout_positions(self, tokens: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, "batch"]:
+    def readout_positions(self, tokens: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, " batch"]:
         return torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
 
     def validate_tokens(self, tokens: Any) -> None:
@@ -373,7 +375,7 @@ class HookedVisionEncoder(HookedEncoder):
         self.validate_tokens(t)
         return t.to(self.W_E.device)
 
-    def token_strs(self, tokens: Int[torch.Tensor, "pos"]) -> list[str]:
+    def token_strs(self, tokens: Int[torch.Tensor, " pos"]) -> list[str]:
         return self.cfg.vocab.image_tokens_str(tokens)
 
 
@@ -387,7 +389,7 @@ class HookedTextEncoder(HookedEncoder):
             raise TypeError(f"HookedTextEncoder needs a TextConfig, got {type(cfg).__name__}")
         super().__init__(cfg)
 
-    def readout_positions(self, tokens: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, "batch"]:
+    def readout_positions(self, tokens: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, " batch"]:
         return (tokens == self.cfg.vocab.eot).int().argmax(-1)
 
     def validate_tokens(self, tokens: Any) -> None:
@@ -410,7 +412,7 @@ class HookedTextEncoder(HookedEncoder):
         self.validate_tokens(t)
         return t.to(self.W_E.device)
 
-    def token_strs(self, tokens: Int[torch.Tensor, "pos"]) -> list[str]:
+    def token_strs(self, tokens: Int[torch.Tensor, " pos"]) -> list[str]:
         return self.cfg.vocab.caption_tokens_str(tokens)
 
 

@@ -231,7 +231,9 @@ class Trainer:
             old_t.pop(k, None)
             new_t.pop(k, None)
         if old_t != new_t:
-            raise CheckpointError(f"cannot resume {str(self.ckpt_path)!r}: its train_config differs: {old_t} vs {new_t}")
+            raise CheckpointError(
+                f"cannot resume {str(self.ckpt_path)!r}: its train_config differs: {old_t} vs {new_t}"
+            )
         loaded = build_model_from(tensors, meta, repr(str(self.ckpt_path)))
         self.model.load_state_dict(loaded.state_dict())
         _load_optimizer(self.opt, tensors)

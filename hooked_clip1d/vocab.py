@@ -98,19 +98,19 @@ class Vocabulary:
         return x
 
     # ---- building ids ----------------------------------------------------------------------------------------------
-    def single_caption(self, x: int) -> Int[torch.Tensor, "4"]:
+    def single_caption(self, x: int) -> Int[torch.Tensor, " 4"]:
         """``[X] [is] [in the image] [EOT]``."""
         return torch.tensor([self._check_label(x), self.is_, self.in_the_image, self.eot])
 
-    def left_caption(self, x: int, y: int) -> Int[torch.Tensor, "4"]:
+    def left_caption(self, x: int, y: int) -> Int[torch.Tensor, " 4"]:
         """``[X] [is on the left of] [Y] [EOT]`` (X is the left object)."""
         return torch.tensor([self._check_label(x), self.left_of, self._check_label(y), self.eot])
 
-    def right_caption(self, x: int, y: int) -> Int[torch.Tensor, "4"]:
+    def right_caption(self, x: int, y: int) -> Int[torch.Tensor, " 4"]:
         """``[Y] [is on the right of] [X] [EOT]`` for the same scene as ``left_caption(x, y)``."""
         return torch.tensor([self._check_label(y), self.right_of, self._check_label(x), self.eot])
 
-    def image(self, objects: Mapping[int, int], d_image: int = 10) -> Int[torch.Tensor, "pos"]:
+    def image(self, objects: Mapping[int, int], d_image: int = 10) -> Int[torch.Tensor, " pos"]:
         """Vision input ``[CLS] + pixels`` with ``objects = {pixel_index: label}`` (pixel 0 is input position 1)."""
         img = torch.zeros(d_image + 1, dtype=torch.long)
         img[0] = self.cls
@@ -143,7 +143,7 @@ class Vocabulary:
             return str(t)
         raise ValueError(f"image token id {t} is outside 0..{self.image_vocab_size - 1}")
 
-    def caption_to_text(self, ids: Int[torch.Tensor, "pos"]) -> str:
+    def caption_to_text(self, ids: Int[torch.Tensor, " pos"]) -> str:
         """``"17 is on the left of 19"``: the caption up to (without) the first EOT."""
         out = []
         for t in ids.tolist():
@@ -152,20 +152,20 @@ class Vocabulary:
             out.append(self.text_token_str(t))
         return " ".join(out)
 
-    def image_to_text(self, ids: Int[torch.Tensor, "pos"]) -> str:
+    def image_to_text(self, ids: Int[torch.Tensor, " pos"]) -> str:
         """``"C . . 17 . . 19 . . . ."``."""
         return " ".join(self.image_token_str(t) for t in ids.tolist())
 
-    def caption_tokens_str(self, ids: Int[torch.Tensor, "pos"]) -> list[str]:
+    def caption_tokens_str(self, ids: Int[torch.Tensor, " pos"]) -> list[str]:
         """One string per caption token (for attention plots)."""
         return [self.text_token_str(t) for t in ids.tolist()]
 
-    def image_tokens_str(self, ids: Int[torch.Tensor, "pos"]) -> list[str]:
+    def image_tokens_str(self, ids: Int[torch.Tensor, " pos"]) -> list[str]:
         """One string per image token (for attention plots); CLS is ``"[CLS]"``, background ``"·"``."""
         return ["[CLS]" if t == self.cls else ("·" if t == 0 else str(t)) for t in ids.tolist()]
 
     # ---- text -> ids -----------------------------------------------------------------------------------------------
-    def text_to_caption(self, text: str) -> Int[torch.Tensor, "4"]:
+    def text_to_caption(self, text: str) -> Int[torch.Tensor, " 4"]:
         """Parse ``"X is in the image"``, ``"X is on the left of Y"`` or ``"Y is on the right of X"``."""
         s = " ".join(text.strip().rstrip(".").split())
         words = s.split(" ")
@@ -183,7 +183,7 @@ class Vocabulary:
             f"or 'Y is on the right of X' with labels in 1..{self.n_labels}"
         )
 
-    def text_to_image(self, text: str) -> Int[torch.Tensor, "pos"]:
+    def text_to_image(self, text: str) -> Int[torch.Tensor, " pos"]:
         """Parse ``"C . . 17 . . 19 . . . ."`` (the ``image_to_text`` format)."""
         toks = text.split()
         if not toks or toks[0] != "C":

@@ -1,0 +1,112 @@
+"""Pretrained registry: models trained by this package, shipped as package data, loaded offline.
+
+Each model is two files in ``hooked_clip1d/pretrained/weights/``: ``<name>.safetensors`` (weights + configs, see
+``hooked_clip1d.checkpoint``) and ``<name>.json``, its manifest: description, configs, the exact training command,
+seed, epochs, steps, training time, the accuracies measured on its dataset, the sha256 of the weights and
+provenance (git commit, versions). ``load_model`` checks the sha256 before loading.
+
+Example:
+    >>> from hooked_clip1d import list_pretrained, load_model
+    >>> "simplified-ntot20-n2-10" in list_pretrained()
+    True
+    >>> model = load_model("simplified-ntot20-n2-10")
+    >>> model.data_config.n_labels, model.training
+    (20, False)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from hooked_clip1d.checkpoint import CheckpointError, atomic_write_text, load_model_file
+from hooked_clip1d.clip import CLIP1D
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+DEFAULT_MODEL = "simplified-ntot20-n2-10"
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def list_pretrained() -> list[str]:
+    """Names of the shipped models."""
+    return sorted(p.stem for p in WEIGHTS_DIR.glob("*.json") if (WEIGHTS_DIR / f"{p.stem}.safetensors").exists())
+
+
+def manifest(name: str) -> dict[str, Any]:
+    """The manifest of a shipped model (see the module docstring)."""
+    known = list_pretrained()
+    if name not in known:
+        raise KeyError(f"unknown pretrained model {name!r}; known models: {known}")
+    return json.loads((WEIGHTS_DIR / f"{name}.json").read_text())
+
+
+def load_model(name: str = DEFAULT_MODEL, device: str = "cpu") -> CLIP1D:
+    """Load a shipped model in eval mode, offline, with ``.data_config`` and ``.manifest`` attached.
+
+    Raises ``KeyError`` listing the known names for an unknown name, and ``CheckpointError`` if the weights do
+    not match the manifest's sha256.
+    """
+    man = manifest(name)
+    path = WEIGHTS_DIR / f"{name}.safetensors"
+    digest = sha256_file(path)
+    if digest != man.get("sha256"):
+        raise CheckpointError(f"pretrained {name!r}: weights sha256 {digest} does not match the manifest")
+    model = load_model_file(path).to(device)
+    model.manifest = man
+    return model
+
+
+def export_run(run_dir: str | Path, name: str, description: str, dest: str | Path = WEIGHTS_DIR) -> Path:
+    """Ship a training run (``train`` output) as pretrained model ``name``: weights-only file plus manifest.
+
+    The manifest's accuracies are measured here, on the exported weights. A run that has not finished is shipped
+    from its latest ``checkpoint.safetensors``; the manifest then records the epochs actually trained.
+    """
+    from hooked_clip1d.checkpoint import read_tensors, save_model
+    from hooked_clip1d.data import build_dataset
+    from hooked_clip1d.evaluation import evaluate
+
+    run_dir, dest = Path(run_dir), Path(dest)
+    if not (run_dir / "config.json").exists():
+        raise FileNotFoundError(f"{run_dir / 'config.json'} is missing: is {run_dir} a training run directory?")
+    config = json.loads((run_dir / "config.json").read_text())
+    final = run_dir / "model.safetensors"
+    src = final if final.exists() else run_dir / "checkpoint.safetensors"
+    model = load_model_file(src)
+    if final.exists():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        epochs, steps, seconds = summary["epochs"], summary["steps"], summary["train_seconds"]
+    else:
+        st = read_tensors(src)[1]["train_state"]
+        epochs, steps, seconds = st["epoch"], st["step"], round(st["elapsed_s"], 1)
+    metrics = evaluate(model, build_dataset(model.data_config))
+    target = dest / f"{name}.safetensors"
+    save_model(model, target, extra={"train_config": config["train_config"]})
+    man = {
+        "name": name,
+        "description": description,
+        "model_config": config["model_config"],
+        "data_config": config["data_config"],
+        "train_config": config["train_config"],
+        "command": config["provenance"]["command"],
+        "seed": config["train_config"]["seed"],
+        "epochs": epochs,
+        "epochs_planned": config["train_config"]["epochs"],
+        "steps": steps,
+        "train_seconds": seconds,
+        "metrics": metrics,
+        "provenance": config["provenance"],
+        "sha256": sha256_file(target),
+        "bytes": target.stat().st_size,
+    }
+    atomic_write_text(dest / f"{name}.json", json.dumps(man, indent=2) + "\n")
+    return target

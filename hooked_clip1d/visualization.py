@@ -1,0 +1,73 @@
+"""Plots (matplotlib, Agg backend safe) and circuitsvis attention views.
+
+Example:
+    >>> import torch, tempfile, os
+    >>> fig = plot_head_bias({"left": torch.tensor([[0.9, 0.1]]), "right": torch.tensor([[0.1, 0.8]])})
+    >>> fig.savefig(os.path.join(tempfile.mkdtemp(), "bias.png"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from hooked_clip1d.data import SPLIT_TITLES  # noqa: E402
+
+
+def plot_head_bias(bias: Mapping[str, torch.Tensor], layer: int = 0, ax: plt.Axes | None = None) -> Figure:
+    """Bars of P(CLS attends most to the left / right object) per head (Fig. 4c)."""
+    fig = ax.figure if ax is not None else plt.figure(figsize=(4.5, 3.2))
+    ax = ax or fig.add_subplot()
+    left, right = bias["left"][layer].cpu(), bias["right"][layer].cpu()
+    x = torch.arange(len(left)).float()
+    ax.bar(x - 0.2, left, width=0.4, label="left object")
+    ax.bar(x + 0.2, right, width=0.4, label="right object")
+    ax.axhline(0.5, color="red", ls="--", lw=0.8)
+    ax.set_xticks(x.tolist(), [f"head {h}" for h in range(len(left))])
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("P(max CLS attention)")
+    ax.set_title(f"CLS→object bias, layer {layer}")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_ablation_accuracy(
+    results: Mapping[str, Mapping[str, Mapping[str, float | None]]],
+    split: str = "val_unseen",
+    metrics: tuple[str, ...] = ("acc", "label_set"),
+    ax: plt.Axes | None = None,
+) -> Figure:
+    """Grouped bars: accuracy of ``split`` per ablation condition (Fig. 5e, 16)."""
+    fig = ax.figure if ax is not None else plt.figure(figsize=(5.5, 3.2))
+    ax = ax or fig.add_subplot()
+    names = list(results)
+    x = torch.arange(len(names)).float()
+    w = 0.8 / len(metrics)
+    for i, m in enumerate(metrics):
+        vals = [results[n][split].get(m) or 0.0 for n in names]
+        ax.bar(x + (i - (len(metrics) - 1) / 2) * w, vals, width=w, label=m)
+    ax.axhline(0.5, color="red", ls="--", lw=0.8)
+    ax.set_xticks(x.tolist(), names, rotation=20)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("accuracy")
+    ax.set_title(f"term ablation: {SPLIT_TITLES.get(split, split)}")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_similarity(sim: torch.Tensor, title: str = "", ax: plt.Axes | None = None) -> Figure:
+    """Heat map of an image x caption cosine-similarity matrix (Fig. 3 right)."""
+    fig = ax.figure if ax is not None else plt.figure(figsize=(5, 4))
+    ax = ax or fig.add_subplot()
+    im = ax.imshow(sim.cpu(), aspect="auto", cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
+    ax.set_xlabel("caption")
+    ax.set_ylabel("image")
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax)
+    return fig

@@ -1,0 +1,104 @@
+"""The shipped model, the registry's error handling, the CLI commands and the example notebook."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import hooked_clip1d.pretrained as reg
+from hooked_clip1d import build_dataset, evaluate, list_pretrained, load_model
+from hooked_clip1d.checkpoint import CheckpointError
+from hooked_clip1d.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = reg.DEFAULT_MODEL
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_model(DEFAULT)
+
+
+def test_default_model_is_listed():
+    assert DEFAULT in list_pretrained()
+
+
+def test_unknown_name_lists_known_ones():
+    with pytest.raises(KeyError, match=DEFAULT):
+        load_model("no-such-model")
+
+
+def test_shipped_model_loads_in_eval_mode_with_manifest(shipped):
+    assert not shipped.training
+    man = shipped.manifest
+    for key in ("command", "seed", "epochs", "steps", "sha256", "metrics", "model_config", "data_config", "provenance"):
+        assert key in man, key
+    assert man["command"].split()[1] == "train"
+    assert shipped.data_config.n_labels == 20 and shipped.data_config.n2 == 10
+    assert shipped.cfg.vision.n_layers == 1 and shipped.cfg.vision.n_heads == 4 and shipped.cfg.vision.attn_only
+
+
+def test_shipped_accuracies_match_manifest(shipped):
+    res = evaluate(shipped, build_dataset(shipped.data_config))
+    for split, m in shipped.manifest["metrics"].items():
+        # accuracies are counts over n images; allow one image of slack for a different BLAS breaking a near-tie
+        assert abs(res[split]["acc"] - m["acc"]) <= 1.0 / m["n"] + 1e-9, split
+
+
+def test_tampered_weights_are_refused(tmp_path, monkeypatch):
+    for ext in ("json", "safetensors"):
+        shutil.copy(reg.WEIGHTS_DIR / f"{DEFAULT}.{ext}", tmp_path / f"{DEFAULT}.{ext}")
+    blob = bytearray((tmp_path / f"{DEFAULT}.safetensors").read_bytes())
+    blob[-1] ^= 0xFF
+    (tmp_path / f"{DEFAULT}.safetensors").write_bytes(bytes(blob))
+    monkeypatch.setattr(reg, "WEIGHTS_DIR", tmp_path)
+    with pytest.raises(CheckpointError, match="sha256"):
+        reg.load_model(DEFAULT)
+
+
+def test_cli_eval_json(capsys):
+    assert main(["eval", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res) == {"train", "val_single", "val_seen", "val_unseen"}
+    assert res["val_unseen"]["n"] == 100
+
+
+def test_cli_demo_writes_png_and_json(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    on_disk = json.loads((tmp_path / "demo.json").read_text())
+    assert on_disk["accuracy"] == res["accuracy"]
+    assert set(on_disk["ablation"]) == {"none", "EP", "PE", "PP", "BP", "VP"}
+    left, right = torch.tensor(res["head_bias_val_unseen"]["left"]), torch.tensor(res["head_bias_val_unseen"]["right"])
+    assert left.shape == (1, 4) and bool(((left + right) <= 1 + 1e-6).all())
+
+
+def test_cli_errors_are_clear(capsys):
+    assert main(["eval", "--model", "no-such-model"]) == 2
+    assert "known models" in capsys.readouterr().err
+    assert main(["train", "--out", "unused", "--n-labels", "6", "--n-heldout", "5"]) == 2
+    assert "n_pair" in capsys.readouterr().err
+
+
+def test_cli_train_then_resume(tmp_path, capsys):
+    args = ["train", "--out", str(tmp_path / "run"), "--n-labels", "6", "--n-heldout", "2", "--n2", "2",
+            "--eval-every", "1", "--no-progress", "--json"]  # fmt: skip
+    assert main([*args, "--epochs", "1"]) == 0
+    assert main([*args, "--epochs", "2", "--resume"]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["epochs"] == 2
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["epoch"] for x in lines] == [1, 2]
+
+
+def test_example_notebook_executes():
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(ROOT / "examples" / "quickstart.ipynb", as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "unseen-pair accuracy" in outputs
