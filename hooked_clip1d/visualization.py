@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
@@ -24,8 +25,8 @@ def plot_head_bias(bias: Mapping[str, torch.Tensor], layer: int = 0, ax: plt.Axe
     """Bars of P(CLS attends most to the left / right object) per head (Fig. 4c)."""
     fig = ax.figure if ax is not None else plt.figure(figsize=(4.5, 3.2))
     ax = ax or fig.add_subplot()
-    left, right = bias["left"][layer].cpu(), bias["right"][layer].cpu()
-    x = torch.arange(len(left)).float()
+    left, right = bias["left"][layer].tolist(), bias["right"][layer].tolist()
+    x = np.arange(len(left))
     ax.bar(x - 0.2, left, width=0.4, label="left object")
     ax.bar(x + 0.2, right, width=0.4, label="right object")
     ax.axhline(0.5, color="red", ls="--", lw=0.8)
@@ -47,7 +48,7 @@ def plot_ablation_accuracy(
     fig = ax.figure if ax is not None else plt.figure(figsize=(5.5, 3.2))
     ax = ax or fig.add_subplot()
     names = list(results)
-    x = torch.arange(len(names)).float()
+    x = np.arange(len(names))
     w = 0.8 / len(metrics)
     for i, m in enumerate(metrics):
         vals = [results[n][split].get(m) or 0.0 for n in names]
@@ -65,7 +66,7 @@ def plot_similarity(sim: torch.Tensor, title: str = "", ax: plt.Axes | None = No
     """Heat map of an image x caption cosine-similarity matrix (Fig. 3 right)."""
     fig = ax.figure if ax is not None else plt.figure(figsize=(5, 4))
     ax = ax or fig.add_subplot()
-    im = ax.imshow(sim.cpu(), aspect="auto", cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
+    im = ax.imshow(sim.detach().cpu().numpy(), aspect="auto", cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
     ax.set_xlabel("caption")
     ax.set_ylabel("image")
     ax.set_title(title)
