@@ -135,7 +135,10 @@ def build_model_from(tensors: dict[str, torch.Tensor], meta: dict[str, Any], sou
             raise CheckpointError(f"{source}: {k} contains NaN or inf")
     model.load_state_dict(state)
     if "data_config" in meta:
-        model.data_config = DataConfig.from_dict(meta["data_config"])
+        try:
+            model.data_config = DataConfig.from_dict(meta["data_config"])
+        except (ValueError, TypeError, AttributeError) as e:
+            raise CheckpointError(f"{source}: invalid data_config: {e}") from None
     return model.eval()
 
 

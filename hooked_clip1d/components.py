@@ -56,8 +56,9 @@ class PosEmbed(nn.Module):
 
     def forward(self, tokens: Int[torch.Tensor, "batch pos"]) -> Resid:
         b, p = tokens.shape
-        # repeat (a real copy, as TL does) so that hooks may edit it in place
-        return einops.repeat(self.W_pos[:p], "pos d_model -> batch pos d_model", batch=b)
+        # a real copy (einops.repeat would return an expand view), so hooks may edit it in place
+        # without touching W_pos
+        return self.W_pos[:p].unsqueeze(0).repeat(b, 1, 1)
 
 
 class LayerNorm(nn.Module):

@@ -87,10 +87,12 @@ class EncoderConfig:
                 raise bad("d_mlp", "must be None when attn_only=True (an attention-only model has no MLP)")
             if self.use_hook_mlp_in:
                 raise bad("use_hook_mlp_in", "an attention-only model has no MLP input")
-        elif not isinstance(self.d_mlp, int) or self.d_mlp < 1:
+        elif not isinstance(self.d_mlp, int) or isinstance(self.d_mlp, bool) or self.d_mlp < 1:
             raise bad("d_mlp", f"must be a positive int when attn_only=False, got {self.d_mlp!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise bad("dropout", f"must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.rotary_base, int | float) or isinstance(self.rotary_base, bool) or self.rotary_base <= 1:
+            raise bad("rotary_base", f"must be a number > 1, got {self.rotary_base!r}")
         if self.positional == "rope":
             rd = self.rotary_dim if self.rotary_dim is not None else self.d_head
             if rd % 2 or not 2 <= rd <= self.d_head:

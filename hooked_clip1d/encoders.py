@@ -93,6 +93,14 @@ class HookedEncoder(HookedRootModule):
         """Tokens from a tensor, a readable string or a list of strings (batched)."""
         raise NotImplementedError
 
+    def _stack_list(self, rows: list[torch.Tensor], kind: str) -> torch.Tensor:
+        if not rows:
+            raise ValueError(f"{type(self).__name__}.to_tokens got an empty list of {kind}s")
+        lengths = sorted({len(r) for r in rows})
+        if len(lengths) > 1:
+            raise ValueError(f"{type(self).__name__}.to_tokens: the {kind}s have different lengths {lengths}")
+        return torch.stack(rows)
+
     # ---- forward ----------------------------------------------------------------------------------------------------
     def forward(
         self,
@@ -101,7 +109,7 @@ class HookedEncoder(HookedRootModule):
         return_type: ReturnType = "pooled",
         stop_at_layer: int | None = None,
         validate: bool = True,
-    ) -> torch.Tensor:
+    ) -> torch.Tensor | None:
         """Run the tower.
 
         Args:
@@ -174,7 +182,7 @@ class HookedEncoder(HookedRootModule):
         self._check_hook_name(hook_point_name)
 
     def add_hook(self, name, hook, dir="fwd", is_permanent=False, level=None, prepend=False):  # noqa: A002
-        if isinstance(name, str) and name not in self.mod_dict:
+        if isinstance(name, str):
             self._check_hook_name(name)
         return super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)
 
@@ -371,7 +379,7 @@ class HookedVisionEncoder(HookedEncoder):
         elif isinstance(x, str):
             t = self.cfg.vocab.text_to_image(x)[None]
         else:
-            t = torch.stack([self.cfg.vocab.text_to_image(s) for s in x])
+            t = self._stack_list([self.cfg.vocab.text_to_image(s) for s in x], "image")
         self.validate_tokens(t)
         return t.to(self.W_E.device)
 
@@ -408,7 +416,7 @@ class HookedTextEncoder(HookedEncoder):
         elif isinstance(x, str):
             t = self.cfg.vocab.text_to_caption(x)[None]
         else:
-            t = torch.stack([self.cfg.vocab.text_to_caption(s) for s in x])
+            t = self._stack_list([self.cfg.vocab.text_to_caption(s) for s in x], "caption")
         self.validate_tokens(t)
         return t.to(self.W_E.device)
 

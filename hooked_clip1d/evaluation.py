@@ -110,8 +110,12 @@ def evaluate(
 
     The model should be in eval mode (dropout off); this is checked.
     """
-    if model.training:
-        raise ValueError("evaluate() needs the model in eval mode (call model.eval()); dropout would add noise")
+    in_train = [n or "model" for n, m in model.named_modules() if m.training]
+    if in_train:
+        raise ValueError(
+            f"evaluate() needs the model in eval mode (call model.eval()); in train mode: {in_train[:3]}"
+            " (dropout would add noise)"
+        )
     unknown = [s for s in splits if s not in dataset.splits]
     if unknown:
         raise ValueError(f"unknown splits {unknown}; known: {list(dataset.splits)}")
