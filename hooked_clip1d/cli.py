@@ -144,6 +144,11 @@ def cmd_list(a: argparse.Namespace) -> int:
     from hooked_clip1d.pretrained import list_pretrained, manifest
 
     rows = [manifest(n) for n in list_pretrained()]
+    if a.markdown:
+        from hooked_clip1d.pretrained import registry_table
+
+        print(registry_table())
+        return 0
     if a.json:
         print(json.dumps([{k: r[k] for k in ("name", "description", "epochs", "metrics")} for r in rows], indent=2))
     else:
@@ -200,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list the shipped pretrained models")
     ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.add_argument("--markdown", action="store_true", help="print the README's table")
     ls.set_defaults(func=cmd_list)
 
     x = sub.add_parser("export", help="ship a finished training run as a pretrained model (maintainers)")

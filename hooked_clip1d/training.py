@@ -116,7 +116,8 @@ def _provenance() -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         pass
     return {
-        "command": " ".join(sys.argv),
+        # the program's name, not its path on this machine (e.g. "hooked-clip1d train ...")
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "",
         "hooked_clip1d": getattr(hooked_clip1d, "__version__", "?"),
         "git_commit": commit,
         "torch": torch.__version__,

@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import matplotlib
 
@@ -39,7 +40,7 @@ def plot_head_bias(bias: Mapping[str, torch.Tensor], layer: int = 0, ax: plt.Axe
 
 
 def plot_ablation_accuracy(
-    results: Mapping[str, Mapping[str, Mapping[str, float | None]]],
+    results: Mapping[str, Mapping[str, Mapping[str, Any]]],
     split: str = "val_unseen",
     metrics: tuple[str, ...] = ("acc", "label_set"),
     ax: plt.Axes | None = None,

@@ -400,3 +400,28 @@ def test_dataset_of_the_data_config_rebuilds(saved):
     loaded = load_model_file(path)
     a, b = build_dataset(loaded.data_config), build_dataset(DATA)
     assert torch.equal(a.splits["val_unseen"].images, b.splits["val_unseen"].images)
+
+
+def test_atomic_write_uses_normal_file_permissions(tmp_path):
+    import os
+
+    from hooked_clip1d.checkpoint import atomic_write_text
+
+    atomic_write_text(tmp_path / "x.txt", "hi")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "x.txt").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_saved_models_use_normal_file_permissions(tmp_path):
+    import os
+
+    from hooked_clip1d import CLIP1D, CLIPConfig
+    from hooked_clip1d.checkpoint import save_model
+
+    save_model(
+        CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, d_model=8, d_head=2)), tmp_path / "m.safetensors"
+    )
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "m.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask

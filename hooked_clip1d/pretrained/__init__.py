@@ -110,3 +110,21 @@ def export_run(run_dir: str | Path, name: str, description: str, dest: str | Pat
     }
     atomic_write_text(dest / f"{name}.json", json.dumps(man, indent=2) + "\n")
     return target
+
+
+def registry_table() -> str:
+    """Markdown table of the shipped models and their measured accuracies (used in the README)."""
+    rows = [
+        "| name | description | epochs (planned) | train time "
+        "| single-object | seen-pair | unseen-pair | unseen label-set |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in list_pretrained():
+        m = manifest(name)
+        acc = m["metrics"]
+        rows.append(
+            f"| `{name}` | {m['description']} | {m['epochs']} ({m['epochs_planned']}) | "
+            f"{m['train_seconds'] / 60:.0f} min | {acc['val_single']['acc']:.3f} | {acc['val_seen']['acc']:.3f} | "
+            f"{acc['val_unseen']['acc']:.3f} | {acc['val_unseen']['label_set']:.3f} |"
+        )
+    return "\n".join(rows)
