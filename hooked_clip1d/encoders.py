@@ -248,6 +248,20 @@ class HookedEncoder(HookedRootModule):
         self._set_cfg(use_hook_mlp_in=use_hook_mlp_in)
 
     # ---- weights, TL-style ------------------------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        # A property that raises AttributeError falls through to nn.Module.__getattr__, which would replace our
+        # message with a bare "has no attribute"; say why the weight does not exist instead.
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            cfg = self.__dict__.get("cfg")
+            if cfg is not None and name == "W_pos" and cfg.positional != "learned":
+                msg = f"W_pos exists only with positional='learned' (this tower: {cfg.positional!r})"
+                raise AttributeError(msg) from None
+            if cfg is not None and name in ("W_in", "b_in", "W_out", "b_out") and cfg.attn_only:
+                raise AttributeError(f"{name} does not exist in an attention-only model (attn_only=True)") from None
+            raise
+
     @property
     def W_E(self) -> Float[torch.Tensor, "d_vocab d_model"]:
         return self.embed.W_E

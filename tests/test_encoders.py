@@ -1180,3 +1180,14 @@ def test_clip_config_validation():
         HookedVisionEncoder(TextConfig())
     with pytest.raises(TypeError, match="TextConfig"):
         HookedTextEncoder(VisionConfig())
+
+
+def test_missing_weights_explain_why():
+    from hooked_clip1d import HookedVisionEncoder, VisionConfig
+
+    rope = HookedVisionEncoder(VisionConfig(n_labels=5, d_model=8, d_head=2, n_heads=2, positional="rope"))
+    with pytest.raises(AttributeError, match="positional='learned'"):
+        _ = rope.W_pos
+    with pytest.raises(AttributeError, match="attention-only"):
+        _ = rope.W_in
+    assert not hasattr(rope, "W_pos")  # hasattr still works
