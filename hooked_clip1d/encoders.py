@@ -89,17 +89,30 @@ class HookedEncoder(HookedRootModule):
             bad = lo if lo < 0 else hi
             raise ValueError(f"{name}: token id {bad} is out of range; valid ids are 0..{cfg.d_vocab - 1}")
 
-    def to_tokens(self, x: Any) -> Int[torch.Tensor, "batch pos"]:
-        """Tokens from a tensor, a readable string or a list of strings (batched)."""
+    input_kind = "input"  # "image" or "caption", for messages
+
+    def parse(self, text: str) -> Int[torch.Tensor, " pos"]:
+        """One readable input string -> ids (the tower's ``Vocabulary`` format)."""
         raise NotImplementedError
 
-    def _stack_list(self, rows: list[torch.Tensor], kind: str) -> torch.Tensor:
-        if not rows:
-            raise ValueError(f"{type(self).__name__}.to_tokens got an empty list of {kind}s")
-        lengths = sorted({len(r) for r in rows})
-        if len(lengths) > 1:
-            raise ValueError(f"{type(self).__name__}.to_tokens: the {kind}s have different lengths {lengths}")
-        return torch.stack(rows)
+    def to_tokens(self, x: Any) -> Int[torch.Tensor, "batch pos"]:
+        """Validated ids [batch, n_ctx] from a tensor, a readable string or a list of strings."""
+        if isinstance(x, torch.Tensor):
+            t = x if x.ndim == 2 else x[None]
+        elif isinstance(x, str):
+            t = self.parse(x)[None]
+        else:
+            rows = [self.parse(s) for s in x]
+            if not rows:
+                raise ValueError(f"{type(self).__name__}.to_tokens got an empty list of {self.input_kind}s")
+            lengths = sorted({len(r) for r in rows})
+            if len(lengths) > 1:
+                raise ValueError(
+                    f"{type(self).__name__}.to_tokens: the {self.input_kind}s have different lengths {lengths}"
+                )
+            t = torch.stack(rows)
+        self.validate_tokens(t)
+        return t.to(self.W_E.device)
 
     # ---- forward ----------------------------------------------------------------------------------------------------
     def forward(
@@ -386,16 +399,11 @@ class HookedVisionEncoder(HookedEncoder):
             i = int((tokens[:, 1:] == cls).any(-1).nonzero()[0, 0])
             raise ValueError(f"HookedVisionEncoder: image {i} has the CLS id {cls} at a pixel position")
 
-    def to_tokens(self, x: Any) -> Int[torch.Tensor, "batch pos"]:
-        """``"C . 3 . . 5 . . . . ."`` or a list of such strings (or a tensor) -> ids [batch, n_ctx]."""
-        if isinstance(x, torch.Tensor):
-            t = x if x.ndim == 2 else x[None]
-        elif isinstance(x, str):
-            t = self.cfg.vocab.text_to_image(x)[None]
-        else:
-            t = self._stack_list([self.cfg.vocab.text_to_image(s) for s in x], "image")
-        self.validate_tokens(t)
-        return t.to(self.W_E.device)
+    input_kind = "image"
+
+    def parse(self, text: str) -> Int[torch.Tensor, " pos"]:
+        """``"C . 3 . . 5 . . . . ."`` -> ids."""
+        return self.cfg.vocab.text_to_image(text)
 
     def token_strs(self, tokens: Int[torch.Tensor, " pos"]) -> list[str]:
         return self.cfg.vocab.image_tokens_str(tokens)
@@ -423,16 +431,11 @@ class HookedTextEncoder(HookedEncoder):
                 f"HookedTextEncoder: caption {i} has no EOT token (id {self.cfg.vocab.eot}); the text readout is at EOT"
             )
 
-    def to_tokens(self, x: Any) -> Int[torch.Tensor, "batch pos"]:
-        """``"17 is on the left of 19"`` or a list of such strings (or a tensor) -> ids [batch, 4]."""
-        if isinstance(x, torch.Tensor):
-            t = x if x.ndim == 2 else x[None]
-        elif isinstance(x, str):
-            t = self.cfg.vocab.text_to_caption(x)[None]
-        else:
-            t = self._stack_list([self.cfg.vocab.text_to_caption(s) for s in x], "caption")
-        self.validate_tokens(t)
-        return t.to(self.W_E.device)
+    input_kind = "caption"
+
+    def parse(self, text: str) -> Int[torch.Tensor, " pos"]:
+        """``"17 is on the left of 19"`` -> ids."""
+        return self.cfg.vocab.text_to_caption(text)
 
     def token_strs(self, tokens: Int[torch.Tensor, " pos"]) -> list[str]:
         return self.cfg.vocab.caption_tokens_str(tokens)
