@@ -41,4 +41,4 @@ def cls_object_bias(
     top = cls_rows.argmax(-1)  # [L, b, h]
     left = (top == pos[None, :, 0, None]).float().mean(1)
     right = (top == pos[None, :, 1, None]).float().mean(1)
-    return {"left": left, "right": right, "other": 1 - left - right}
+    return {"left": left, "right": right, "other": (1 - left - right).clamp(min=0.0)}
