@@ -158,21 +158,16 @@ class HookedEncoder(HookedRootModule):
     def inactive_hook_names(self) -> set[str]:
         """Hook points that exist but do not fire with the current config flags."""
         cfg = self.cfg
-        out = set()
-        for name in self.hook_dict:
-            if name.endswith("attn.hook_result") and not cfg.use_attn_result:
-                out.add(name)
-            elif name.endswith(("hook_q_input", "hook_k_input", "hook_v_input")) and not cfg.use_split_qkv_input:
-                out.add(name)
-            elif name.endswith("hook_q_input") and cfg.use_attn_in:
-                out.add(name)
-            elif name.endswith("hook_attn_in") and not cfg.use_attn_in:
-                out.add(name)
-            elif name.endswith("hook_mlp_in") and not cfg.use_hook_mlp_in:
-                out.add(name)
-        if cfg.use_attn_in:  # attn_in replaces the split inputs
-            out.update(n for n in self.hook_dict if n.endswith(("hook_q_input", "hook_k_input", "hook_v_input")))
-        return out
+        split_on = cfg.use_split_qkv_input and not cfg.use_attn_in  # attn_in replaces the split inputs
+        off = {
+            "attn.hook_result": not cfg.use_attn_result,
+            "hook_q_input": not split_on,
+            "hook_k_input": not split_on,
+            "hook_v_input": not split_on,
+            "hook_attn_in": not cfg.use_attn_in,
+            "hook_mlp_in": not cfg.use_hook_mlp_in,
+        }
+        return {n for n in self.hook_dict if any(n.endswith(suffix) and is_off for suffix, is_off in off.items())}
 
     def _check_hook_name(self, name: str) -> None:
         if name not in self.hook_dict:
@@ -191,10 +186,9 @@ class HookedEncoder(HookedRootModule):
         self._check_hook_name(name)
         super()._enable_hook_with_name(name=name, hook=hook, dir=dir)
 
-    def check_hooks_to_add(self, hook_point, hook_point_name, hook, dir="fwd", is_permanent=False, prepend=False):  # noqa: A002
-        self._check_hook_name(hook_point_name)
-
     def add_hook(self, name, hook, dir="fwd", is_permanent=False, level=None, prepend=False):  # noqa: A002
+        # string names are checked (unknown or inactive -> clear error); a predicate, as in hooks(), simply
+        # also matches points that cannot fire, where its hook never runs
         if isinstance(name, str):
             self._check_hook_name(name)
         return super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)

@@ -1191,3 +1191,30 @@ def test_missing_weights_explain_why():
     with pytest.raises(AttributeError, match="attention-only"):
         _ = rope.W_in
     assert not hasattr(rope, "W_pos")  # hasattr still works
+
+
+@pytest.mark.parametrize(
+    ("flags", "fires", "silent"),
+    [
+        ({}, [], ["hook_attn_in", "hook_q_input", "attn.hook_result"]),
+        ({"use_split_qkv_input": True}, ["hook_q_input", "hook_k_input", "hook_v_input"], ["hook_attn_in"]),
+        ({"use_attn_in": True}, ["hook_attn_in"], ["hook_q_input"]),
+        ({"use_attn_in": True, "use_split_qkv_input": True}, ["hook_attn_in"], ["hook_v_input"]),
+        ({"use_attn_result": True}, ["attn.hook_result"], ["hook_attn_in"]),
+    ],
+)
+def test_flags_decide_which_hooks_fire(flags, fires, silent):
+    from hooked_clip1d import HookedVisionEncoder, VisionConfig
+
+    enc = HookedVisionEncoder(VisionConfig(n_labels=5, d_model=8, d_head=2, n_heads=2, **flags)).eval()
+    img = enc.to_tokens("C 1 . . 2 . . . . . .")
+    _, cache = enc.run_with_cache(img)
+    inactive = enc.inactive_hook_names()
+    for suffix in fires:
+        assert f"blocks.0.{suffix}" in cache and f"blocks.0.{suffix}" not in inactive
+    for suffix in silent:
+        assert f"blocks.0.{suffix}" not in cache and f"blocks.0.{suffix}" in inactive
+        with pytest.raises(ValueError, match="does not fire"):
+            enc.add_hook(f"blocks.0.{suffix}", lambda x, hook: x)
+    enc.add_hook(lambda n: True, lambda x, hook: x)  # a predicate may match silent points; no error
+    enc.reset_hooks()
