@@ -94,7 +94,7 @@ class EncoderConfig:
         if not isinstance(self.rotary_base, int | float) or isinstance(self.rotary_base, bool) or self.rotary_base <= 1:
             raise bad("rotary_base", f"must be a number > 1, got {self.rotary_base!r}")
         if self.positional == "rope":
-            rd = self.rotary_dim if self.rotary_dim is not None else self.d_head
+            rd = self.rotary_dim_
             if rd % 2 or not 2 <= rd <= self.d_head:
                 raise bad("rotary_dim", f"must be even and in [2, d_head={self.d_head}], got {rd}")
         if self.d_image < 2:
@@ -118,6 +118,7 @@ class EncoderConfig:
 
     @property
     def rotary_dim_(self) -> int:
+        """The number of dims each head rotates: ``rotary_dim``, or ``d_head`` when it is None."""
         return self.rotary_dim if self.rotary_dim is not None else self.d_head
 
     @property

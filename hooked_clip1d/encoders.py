@@ -255,18 +255,26 @@ class HookedEncoder(HookedRootModule):
         self._set_cfg(use_hook_mlp_in=use_hook_mlp_in)
 
     # ---- weights, TL-style ------------------------------------------------------------------------------------------
+    def _why_missing(self, name: str) -> str | None:
+        """Why weight ``name`` does not exist in this tower, or None if it should."""
+        cfg = self.__dict__.get("cfg")
+        if cfg is None:
+            return None
+        if name == "W_pos" and cfg.positional != "learned":
+            return f"W_pos exists only with positional='learned' (this tower: {cfg.positional!r})"
+        if name in ("W_in", "b_in", "W_out", "b_out") and cfg.attn_only:
+            return f"{name} does not exist in an attention-only model (attn_only=True)"
+        return None
+
     def __getattr__(self, name: str) -> Any:
-        # A property that raises AttributeError falls through to nn.Module.__getattr__, which would replace our
+        # A property that raises AttributeError falls through to nn.Module.__getattr__, which would replace the
         # message with a bare "has no attribute"; say why the weight does not exist instead.
         try:
             return super().__getattr__(name)
         except AttributeError:
-            cfg = self.__dict__.get("cfg")
-            if cfg is not None and name == "W_pos" and cfg.positional != "learned":
-                msg = f"W_pos exists only with positional='learned' (this tower: {cfg.positional!r})"
-                raise AttributeError(msg) from None
-            if cfg is not None and name in ("W_in", "b_in", "W_out", "b_out") and cfg.attn_only:
-                raise AttributeError(f"{name} does not exist in an attention-only model (attn_only=True)") from None
+            why = self._why_missing(name)
+            if why is not None:
+                raise AttributeError(why) from None
             raise
 
     @property
@@ -275,8 +283,8 @@ class HookedEncoder(HookedRootModule):
 
     @property
     def W_pos(self) -> Float[torch.Tensor, "n_ctx d_model"]:
-        if self.cfg.positional != "learned":
-            raise AttributeError(f"W_pos exists only with positional='learned' (this tower: {self.cfg.positional!r})")
+        if why := self._why_missing("W_pos"):
+            raise AttributeError(why)
         return self.pos_embed.W_pos
 
     def _stack(self, path: str) -> torch.Tensor:
@@ -321,8 +329,8 @@ class HookedEncoder(HookedRootModule):
         return self._stack("attn.b_O")
 
     def _mlp_stack(self, name: str) -> torch.Tensor:
-        if self.cfg.attn_only:
-            raise AttributeError(f"{name} does not exist in an attention-only model")
+        if why := self._why_missing(name):
+            raise AttributeError(why)
         return self._stack(f"mlp.{name}")
 
     @property

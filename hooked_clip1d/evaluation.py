@@ -43,15 +43,22 @@ def embed_captions(model: CLIP1D, dataset: Dataset, text_hooks: Hooks = ()) -> F
 
 
 @torch.no_grad()
+def embed_images(
+    model: CLIP1D, dataset: Dataset, split: str, vision_hooks: Hooks = ()
+) -> Float[torch.Tensor, "n_images d"]:
+    """Image representations of one split, with ``vision_hooks`` on."""
+    images = dataset.splits[split].images.to(model.W_proj.device)
+    with model.vision.hooks(fwd_hooks=list(vision_hooks)):
+        return model.encode_image(images)
+
+
+@torch.no_grad()
 def similarity_matrix(
     model: CLIP1D, dataset: Dataset, split: str, vision_hooks: Hooks = (), text_hooks: Hooks = ()
 ) -> Float[torch.Tensor, "n_images n_captions"]:
     """Cosine similarity of every image of ``split`` with every caption of the table (Fig. 3 right)."""
     text_emb = embed_captions(model, dataset, text_hooks)
-    images = dataset.splits[split].images.to(model.W_proj.device)
-    with model.vision.hooks(fwd_hooks=list(vision_hooks)):
-        img_emb = model.encode_image(images)
-    return CLIP1D.cosine(img_emb, text_emb)
+    return CLIP1D.cosine(embed_images(model, dataset, split, vision_hooks), text_emb)
 
 
 def caption_label_sets(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,9 +133,7 @@ def evaluate(
     text_emb = embed_captions(model, dataset, text_hooks)
     out = {}
     for split in splits:
-        images = dataset.splits[split].images.to(model.W_proj.device)
-        with model.vision.hooks(fwd_hooks=list(vision_hooks)):
-            img_emb = model.encode_image(images)
+        img_emb = embed_images(model, dataset, split, vision_hooks)
         out[split] = retrieval_metrics(CLIP1D.cosine(img_emb, text_emb), dataset, split)
     return out
 

@@ -65,6 +65,13 @@ def _check_supported(model: HookedEncoder, layer: int) -> None:
         raise ValueError("the E/P/B score terms assume additive positional embeddings; this tower uses RoPE")
 
 
+def _head_mask(heads: Sequence[int], n_heads: int, like: torch.Tensor) -> torch.Tensor:
+    """1.0 for the chosen heads, 0.0 elsewhere, [n_heads]."""
+    mask = torch.zeros(n_heads, dtype=like.dtype, device=like.device)
+    mask[list(heads)] = 1
+    return mask
+
+
 def _score_terms(
     model: HookedEncoder, E: torch.Tensor, P: torch.Tensor, layer: int, heads: Sequence[int] | None = None
 ) -> dict[str, Scores]:
@@ -83,9 +90,7 @@ def _score_terms(
     for name in SCORE_TERMS:
         t = parts_q[name[0]] @ parts_k[name[1]].transpose(-1, -2) / scale
         if heads is not None:
-            mask = torch.zeros(t.shape[1], dtype=t.dtype, device=t.device)
-            mask[list(heads)] = 1
-            t = t * mask[None, :, None, None]
+            t = t * _head_mask(heads, t.shape[1], t)[None, :, None, None]
         out[name] = t
     return out
 
@@ -143,9 +148,7 @@ def ablate_terms(
             return v
         vp = torch.einsum("bpm,hmd->bphd", P, model.blocks[layer].attn.W_V)
         if heads is not None:
-            mask = torch.zeros(v.shape[2], dtype=v.dtype, device=v.device)
-            mask[list(heads)] = 1
-            vp = vp * mask[None, None, :, None]
+            vp = vp * _head_mask(heads, v.shape[2], v)[None, None, :, None]
         return v - vp
 
     hooks: list[tuple[str, Callable]] = [("hook_embed", save_embed)]
