@@ -1,0 +1,9 @@
+"""Figures for every analysis (matplotlib, Agg-backend safe) and circuitsvis attention views.
+
+One module per family: ``plots`` (head bias, ablation bars, similarity matrices) and, beside it, one module per
+analysis family of ``hooked_clip1d.analysis``.
+"""
+
+from hooked_clip1d.visualization.plots import plot_ablation_accuracy, plot_head_bias, plot_similarity
+
+__all__ = ["plot_ablation_accuracy", "plot_head_bias", "plot_similarity"]
