@@ -34,12 +34,12 @@ def _zeros(shape: tuple[int, ...], dtype: torch.dtype) -> nn.Parameter:
 
 
 class Embed(nn.Module):
-    """Token embedding ``W_E[d_vocab, d_model]``, initialised N(0, 1) like ``nn.Embedding``."""
+    """Token embedding ``W_E[d_vocab, d_model]``, initialised N(0, ``init_std``) (default 1, like ``nn.Embedding``)."""
 
     def __init__(self, cfg: EncoderConfig, gen: torch.Generator | None = None):
         super().__init__()
         self.cfg = cfg
-        self.W_E = _normal((cfg.d_vocab, cfg.d_model), 1.0, gen, cfg.dtype)
+        self.W_E = _normal((cfg.d_vocab, cfg.d_model), cfg.init_std, gen, cfg.dtype)
 
     def forward(self, tokens: Int[torch.Tensor, "batch pos"]) -> Resid:
         # F.embedding's backward is deterministic on CPU; W_E[tokens] (index_put) is not with >1 thread
@@ -47,12 +47,12 @@ class Embed(nn.Module):
 
 
 class PosEmbed(nn.Module):
-    """Learned absolute positional embedding ``W_pos[n_ctx, d_model]`` (N(0, 1) init), repeated over the batch."""
+    """Learned absolute positional embedding ``W_pos[n_ctx, d_model]`` (N(0, ``init_std``)), repeated over the batch."""
 
     def __init__(self, cfg: EncoderConfig, gen: torch.Generator | None = None):
         super().__init__()
         self.cfg = cfg
-        self.W_pos = _normal((cfg.n_ctx, cfg.d_model), 1.0, gen, cfg.dtype)
+        self.W_pos = _normal((cfg.n_ctx, cfg.d_model), cfg.init_std, gen, cfg.dtype)
 
     def forward(self, tokens: Int[torch.Tensor, "batch pos"]) -> Resid:
         b, p = tokens.shape
@@ -114,10 +114,14 @@ class Attention(nn.Module):
     diagonal there, exactly as in TL.
     """
 
-    def __init__(self, cfg: EncoderConfig, gen: torch.Generator | None = None):
+    def __init__(self, cfg: EncoderConfig, gen: torch.Generator | None = None, layer: int = 0):
         super().__init__()
         self.cfg = cfg
         h, dm, dh = cfg.n_heads, cfg.d_model, cfg.d_head
+        kept = cfg.heads_kept(layer)
+        # pruned heads (App. K): z is multiplied by this [head_index] mask before hook_z; None when nothing is pruned
+        self.head_mask: torch.Tensor | None
+        self.register_buffer("head_mask", None if all(kept) else torch.tensor(kept, dtype=cfg.dtype), persistent=False)
         self.W_Q = _normal((h, dm, dh), 1 / math.sqrt(dm), gen, cfg.dtype)
         self.W_K = _normal((h, dm, dh), 1 / math.sqrt(dm), gen, cfg.dtype)
         self.W_V = _normal((h, dm, dh), 1 / math.sqrt(dm), gen, cfg.dtype)
@@ -182,7 +186,10 @@ class Attention(nn.Module):
         pattern = F.softmax(scores, dim=-1)
         pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
         pattern = self.hook_pattern(pattern)
-        z = self.hook_z((pattern @ v.transpose(1, 2)).transpose(1, 2))  # [b, q, h, d]
+        z = (pattern @ v.transpose(1, 2)).transpose(1, 2)  # [b, q, h, d]
+        if self.head_mask is not None:
+            z = z * self.head_mask[:, None]
+        z = self.hook_z(z)
         if cfg.use_attn_result:
             result = self.hook_result(torch.einsum("bqhd,hdm->bqhm", z, self.W_O))
             return result.sum(-2) + self.b_O
@@ -225,7 +232,7 @@ class TransformerBlock(nn.Module):
         self.layer = layer
         ln = cfg.normalization_type == "LN"
         self.ln1 = LayerNorm(cfg) if ln else nn.Identity()
-        self.attn = Attention(cfg, gen)
+        self.attn = Attention(cfg, gen, layer=layer)
         if not cfg.attn_only:
             self.ln2 = LayerNorm(cfg) if ln else nn.Identity()
             self.mlp = MLP(cfg, gen)

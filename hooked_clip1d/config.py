@@ -57,6 +57,9 @@ class EncoderConfig:
     n_ctx: int = 11  # sequence length: 1 CLS + d_image pixels (vision) or 4 caption tokens (text)
     d_image: int = 10  # Dimage, pixels per 1D image (vision only; text ignores it)
     init_seed: int | None = None  # seed for the weights; None = the torch global RNG
+    init_std: float = 1.0  # std of the N(0, std) init of W_E and W_pos (1.0 = nn.Embedding's default; the
+    # paper does not say; 0.02 is GPT-2/HF CLIP's)
+    pruned_heads: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs whose output z is zeroed (App. K pruning)
     use_attn_result: bool = False  # fire blocks.{l}.attn.hook_result (per-head outputs) [TL]
     use_split_qkv_input: bool = False  # fire blocks.{l}.hook_{q,k,v}_input per head [TL]
     use_attn_in: bool = False  # fire blocks.{l}.hook_attn_in per head [TL]
@@ -99,6 +102,22 @@ class EncoderConfig:
                 raise bad("rotary_dim", f"must be even and in [2, d_head={self.d_head}], got {rd}")
         if self.d_image < 2:
             raise bad("d_image", f"must be >= 2 (two objects need two pixels), got {self.d_image}")
+        if not isinstance(self.init_std, int | float) or isinstance(self.init_std, bool) or not self.init_std > 0:
+            raise bad("init_std", f"must be a positive number, got {self.init_std!r}")
+        try:
+            pruned = tuple(sorted({(int(lh[0]), int(lh[1])) for lh in self.pruned_heads if len(lh) == 2}))
+            ok = len(pruned) == len(self.pruned_heads)  # no duplicates, every entry a pair
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise bad("pruned_heads", f"must be distinct (layer, head) pairs, got {self.pruned_heads!r}")
+        out = [lh for lh in pruned if not (0 <= lh[0] < self.n_layers and 0 <= lh[1] < self.n_heads)]
+        if out:
+            raise bad(
+                "pruned_heads",
+                f"{out} out of range: layers 0..{self.n_layers - 1}, heads 0..{self.n_heads - 1}",
+            )
+        object.__setattr__(self, "pruned_heads", pruned)  # canonical: sorted tuple of int pairs
 
     # ---- derived fields read by TransformerLens and by our modules -------------------------------------------------
     @property
@@ -130,6 +149,10 @@ class EncoderConfig:
     def use_attn_scale(self) -> bool:
         return True
 
+    def heads_kept(self, layer: int) -> list[bool]:
+        """For each head of ``layer``, False when it is in ``pruned_heads``."""
+        return [(layer, h) not in self.pruned_heads for h in range(self.n_heads)]
+
     def replace(self, **changes: Any) -> EncoderConfig:
         """A copy with some fields changed (the config is frozen)."""
         return dataclasses.replace(self, **changes)
@@ -138,6 +161,7 @@ class EncoderConfig:
         """JSON-able dict (dtype as its name); ``from_dict`` inverts it."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         d["dtype"] = str(self.dtype).removeprefix("torch.")
+        d["pruned_heads"] = [list(lh) for lh in self.pruned_heads]
         d["tower"] = self.tower
         return d
 
@@ -158,6 +182,8 @@ class EncoderConfig:
             if not isinstance(dt, torch.dtype):
                 raise ValueError(f"unknown dtype {d['dtype']!r}")
             d["dtype"] = dt
+        if "pruned_heads" in d:
+            d["pruned_heads"] = tuple(tuple(lh) for lh in d["pruned_heads"])
         return cls(**d)
 
 
