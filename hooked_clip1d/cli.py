@@ -25,6 +25,16 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--text-layers", type=int, default=None, help="override n_layers of the text tower")
     g.add_argument("--vision-heads", type=int, default=None, help="override n_heads of the vision tower")
     g.add_argument("--positional", default=None, choices=["learned", "rope", "none"], help="vision positional type")
+    g.add_argument("--text-positional", default=None, choices=["learned", "rope", "none"], help="text positional type")
+    g.add_argument(
+        "--init-std", type=float, default=None, help="std of the W_E / W_pos init (default 1.0, nn.Embedding's)"
+    )
+    g.add_argument(
+        "--prune-vision-heads",
+        default=None,
+        metavar="L:H,...",
+        help="vision heads to prune (zeroed output), e.g. 0:1,0:3 keeps heads 0 and 2 of layer 0 (App. K)",
+    )
     g.add_argument("--dropout", type=float, default=0.1, help="dropout p (paper: 0.1)")
 
 
@@ -40,6 +50,22 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data-seed", type=int, default=None, help="dataset seed (default: --seed)")
 
 
+def parse_heads(spec: str) -> tuple[tuple[int, int], ...]:
+    """``"0:1,0:3"`` -> ``((0, 1), (0, 3))``: (layer, head) pairs.
+
+    Example:
+        >>> parse_heads("0:1, 1:3")
+        ((0, 1), (1, 3))
+    """
+    out = []
+    for item in spec.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 2 or not all(x.strip().isdigit() for x in parts):
+            raise ValueError(f"bad head {item!r} in {spec!r}: expected LAYER:HEAD, e.g. 0:1,0:3")
+        out.append((int(parts[0]), int(parts[1])))
+    return tuple(out)
+
+
 def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
     v_over: dict[str, Any] = {}
     t_over: dict[str, Any] = {}
@@ -51,11 +77,17 @@ def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
         v_over["n_heads"] = a.vision_heads
     if a.positional:
         v_over["positional"] = a.positional
+    if a.text_positional:
+        t_over["positional"] = a.text_positional
+    if a.prune_vision_heads:
+        v_over["pruned_heads"] = parse_heads(a.prune_vision_heads)
+    shared: dict[str, Any] = {} if a.init_std is None else {"init_std": a.init_std}
     return CLIPConfig.from_preset(
         a.vision_preset or a.preset,
         a.text_preset or a.preset,
         n_labels=a.n_labels,
         dropout=a.dropout,
+        **shared,
         vision_overrides=v_over,
         text_overrides=t_over,
     )

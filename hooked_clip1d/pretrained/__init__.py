@@ -65,6 +65,44 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "cpu") -> CLIP1D:
     return model
 
 
+HISTORY_KEYS = ("epoch", "step", "loss", "single", "seen", "unseen", "unseen_label_set")
+
+
+def read_history(metrics_path: str | Path, max_epoch: int | None = None) -> dict[str, list[float | None]]:
+    """The training curve of a run's ``metrics.jsonl`` as columns ``HISTORY_KEYS`` (for Fig. 11-style plots).
+
+    Lines past ``max_epoch`` (written before a resume rewound the run) are dropped; a later line for the same
+    epoch replaces an earlier one.
+
+    Example:
+        >>> h = manifest("simplified-ntot20-n2-10")["history"]
+        >>> h["epoch"][-1], len(h["epoch"]) == len(h["unseen"])
+        (10000, True)
+    """
+    rows: dict[int, dict[str, float | None]] = {}
+    path = Path(metrics_path)
+    if not path.exists():
+        return {k: [] for k in HISTORY_KEYS}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        if max_epoch is not None and r["epoch"] > max_epoch:
+            continue
+        ev = r.get("eval", {})
+        rows[r["epoch"]] = {
+            "epoch": r["epoch"],
+            "step": r["step"],
+            "loss": r.get("loss"),
+            "single": ev.get("val_single", {}).get("acc"),
+            "seen": ev.get("val_seen", {}).get("acc"),
+            "unseen": ev.get("val_unseen", {}).get("acc"),
+            "unseen_label_set": ev.get("val_unseen", {}).get("label_set"),
+        }
+    ordered = [rows[e] for e in sorted(rows)]
+    return {k: [r[k] for r in ordered] for k in HISTORY_KEYS}
+
+
 def export_run(run_dir: str | Path, name: str, description: str, dest: str | Path = WEIGHTS_DIR) -> Path:
     """Ship a training run (``train`` output) as pretrained model ``name``: weights-only file plus manifest.
 
@@ -89,6 +127,7 @@ def export_run(run_dir: str | Path, name: str, description: str, dest: str | Pat
         st = read_tensors(src)[1]["train_state"]
         epochs, steps, seconds = st["epoch"], st["step"], round(st["elapsed_s"], 1)
     metrics = evaluate(model, build_dataset(model.data_config))
+    history = read_history(run_dir / "metrics.jsonl", max_epoch=epochs)
     target = dest / f"{name}.safetensors"
     save_model(model, target, extra={"train_config": config["train_config"]})
     man = {
@@ -105,6 +144,7 @@ def export_run(run_dir: str | Path, name: str, description: str, dest: str | Pat
         "train_seconds": seconds,
         "metrics": metrics,
         "provenance": config["provenance"],
+        "history": history,
         "sha256": sha256_file(target),
         "bytes": target.stat().st_size,
     }
