@@ -62,7 +62,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write a text file atomically."""
 
     def w(tmp: str) -> None:
-        Path(tmp).write_text(text)
+        Path(tmp).write_text(text, encoding="utf-8")
 
     atomic_write(path, w)
 

@@ -27,7 +27,11 @@ ABLATIONS = ("EP", "PE", "PP", "BP", "VP")
 
 def run_demo(name: str = DEFAULT_MODEL, out_dir: str | Path = "results/demo", model: CLIP1D | None = None) -> dict:
     """Evaluate ``name``; measure the Fig. 4c head bias and the Fig. 5e/16/17 term ablations; write PNG + JSON."""
-    model = model if model is not None else load_model(name)
+    if model is None:
+        model = load_model(name)
+    else:  # a model passed in is named by its manifest (if any), not by the default name
+        man = getattr(model, "manifest", None)
+        name = man["name"] if isinstance(man, dict) and "name" in man else "custom model"
     if model.data_config is None:
         raise ValueError("the model has no data_config attached; load it with load_model or load_model_file")
     ds = build_dataset(model.data_config)
@@ -48,13 +52,15 @@ def run_demo(name: str = DEFAULT_MODEL, out_dir: str | Path = "results/demo", mo
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    plot_head_bias(bias, layer=0, ax=axes[0])
-    ok = {k: v for k, v in ablations.items() if "error" not in v}
-    plot_ablation_accuracy(ok, split="val_unseen", ax=axes[1])
-    fig.suptitle(f"{name}: Fig. 4c head bias and Fig. 5e/16 term ablations (unseen pairs)")
-    fig.tight_layout()
-    atomic_write(out / "demo.png", lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
-    plt.close(fig)
+    try:
+        plot_head_bias(bias, layer=0, ax=axes[0])
+        ok = {k: v for k, v in ablations.items() if "error" not in v}
+        plot_ablation_accuracy(ok, split="val_unseen", ax=axes[1])
+        fig.suptitle(f"{name}: Fig. 4c head bias and Fig. 5e/16 term ablations (unseen pairs)")
+        fig.tight_layout()
+        atomic_write(out / "demo.png", lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    finally:
+        plt.close(fig)
     atomic_write_text(out / "demo.json", json.dumps(result, indent=2))
     result["files"] = [str(out / "demo.png"), str(out / "demo.json")]
     return result

@@ -102,3 +102,15 @@ def test_example_notebook_executes():
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "unseen-pair accuracy" in outputs
+
+
+def test_run_demo_names_a_custom_model_by_itself(tmp_path):
+    # regression: a model passed in was reported under the default pretrained name
+    from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
+    from hooked_clip1d.demo import run_demo
+
+    m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6), seed=0).eval()
+    m.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)
+    res = run_demo(out_dir=tmp_path, model=m)
+    assert res["model"] == "custom model"
+    assert (tmp_path / "demo.png").exists()

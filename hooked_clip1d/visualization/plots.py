@@ -1,4 +1,4 @@
-"""Plots (matplotlib, Agg backend safe) and circuitsvis attention views.
+"""Basic plots (matplotlib): head bias bars, ablation bars, similarity matrices.
 
 Example:
     >>> import torch, tempfile, os
@@ -11,15 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from hooked_clip1d.data import SPLIT_TITLES  # noqa: E402
+from hooked_clip1d.data import SPLIT_TITLES
 
 
 def plot_head_bias(bias: Mapping[str, torch.Tensor], layer: int = 0, ax: plt.Axes | None = None) -> Figure:
@@ -52,10 +49,14 @@ def plot_ablation_accuracy(
     x = np.arange(len(names))
     w = 0.8 / len(metrics)
     for i, m in enumerate(metrics):
-        vals = [results[n][split].get(m) or 0.0 for n in names]
-        ax.bar(x + (i - (len(metrics) - 1) / 2) * w, vals, width=w, label=m)
+        vals = [results[n][split].get(m) for n in names]
+        xs = x + (i - (len(metrics) - 1) / 2) * w
+        ax.bar(xs, [np.nan if v is None else v for v in vals], width=w, label=m)
+        for xi, v in zip(xs, vals, strict=True):
+            if v is None:  # a missing metric is marked, not drawn as a zero bar
+                ax.text(xi, 0.02, "n/a", ha="center", fontsize=7, rotation=90)
     ax.axhline(0.5, color="red", ls="--", lw=0.8)
-    ax.set_xticks(x.tolist(), names, rotation=20)
+    ax.set_xticks(x.tolist(), names, rotation=20, ha="right")
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("accuracy")
     ax.set_title(f"term ablation: {SPLIT_TITLES.get(split, split)}")
