@@ -72,7 +72,7 @@ def verdict_of(checks: list[tuple[str, bool]]) -> str:
     return "reproduced" if held == len(checks) else "partly" if held else "not reproduced"
 
 
-# ---- figures ----------------------------------------------------------------------------------------------------------
+# ---- figures -------------------------------------------------------------------------------------------------------
 def _fig11(models: dict[str, CLIP1D]) -> Outcome:
     h = models[FLAGSHIP].manifest["history"]
     epochs = h["epoch"]
@@ -95,7 +95,7 @@ def _fig11(models: dict[str, CLIP1D]) -> Outcome:
         ("single-object positional accuracy reaches 0.95", t_single is not None),
         ("seen-pair accuracy reaches 0.95", t_seen is not None),
         ("unseen-pair accuracy reaches 0.8", t_unseen is not None),
-        ("the three are reached in the paper's order (single, seen, unseen)", len(order) == 3 and order == sorted(order)),
+        ("they are reached in the paper's order (single, seen, unseen)", len(order) == 3 and order == sorted(order)),
     ]
     summary = (
         f"single-object >= 0.95 at epoch {t_single}, seen-pair >= 0.95 at epoch {t_seen}, unseen-pair >= 0.8 at "
