@@ -1,4 +1,5 @@
-"""The ``hooked-clip1d`` command line: ``train``, ``eval``, ``demo``, ``list``, ``export``.
+"""The ``hooked-clip1d`` command line: ``train``, ``eval``, ``demo``, ``list``, ``export``, ``reproduce``,
+``results-page`` (and, from their modules, ``analyze`` and ``sweep``).
 
 Every command prints a human-readable table and, with ``--json``, a machine-readable JSON object instead.
 """
@@ -198,6 +199,39 @@ def cmd_export(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reproduce(a: argparse.Namespace) -> int:
+    from hooked_clip1d.reproduce import FIGURES, reproduce
+
+    figures = sorted(FIGURES) if a.figure == "all" else [a.figure]
+    records = []
+    for fig in _progress(figures, desc="reproduce", disable=len(figures) == 1):
+        records.append(reproduce(fig, out_dir=a.out))
+    if a.json:
+        print(json.dumps(records, indent=2, default=float))
+    else:
+        for r in records:
+            print(f"{r['figure']:<8} {r['verdict']:<15} {r['title']}")
+            print(f"         {r['summary']}")
+            for c in r["checks"]:
+                print(f"         [{'x' if c['holds'] else ' '}] {c['check']}")
+        print(f"wrote {a.out}/<figure>/ (JSON + PNG); `hooked-clip1d results-page` builds docs/results.md")
+    return 0
+
+
+def cmd_results_page(a: argparse.Namespace) -> int:
+    from hooked_clip1d.results_page import build_results_page
+
+    path = build_results_page(a.results, a.out)
+    print(json.dumps({"page": str(path)}) if a.json else f"wrote {path}")
+    return 0
+
+
+def _progress(items: list[str], desc: str, disable: bool = False):
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, disable=disable)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hooked-clip1d", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -239,6 +273,20 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.add_argument("--markdown", action="store_true", help="print the README's table")
     ls.set_defaults(func=cmd_list)
+
+    from hooked_clip1d.reproduce import FIGURES
+
+    r = sub.add_parser("reproduce", help="rerun one of the paper's figures on the shipped models (PNG + JSON)")
+    r.add_argument("figure", choices=[*sorted(FIGURES), "all"], help="figure key, or all")
+    r.add_argument("--out", default="results", help="results folder (one subfolder per figure)")
+    r.add_argument("--json", action="store_true", help="print JSON")
+    r.set_defaults(func=cmd_reproduce)
+
+    rp = sub.add_parser("results-page", help="generate docs/results.md from the reproduce records")
+    rp.add_argument("--results", default="results", help="folder that reproduce wrote")
+    rp.add_argument("--out", default="docs/results.md")
+    rp.add_argument("--json", action="store_true", help="print JSON")
+    rp.set_defaults(func=cmd_results_page)
 
     x = sub.add_parser("export", help="ship a finished training run as a pretrained model (maintainers)")
     x.add_argument("run", help="training run directory")

@@ -1,0 +1,55 @@
+"""reproduce records, verdicts from computed checks, and the generated results page."""
+
+import json
+
+import pytest
+
+from hooked_clip1d import reproduce as rp
+from hooked_clip1d.cli import main
+from hooked_clip1d.results_page import build_results_page, load_records
+
+
+@pytest.mark.parametrize(
+    ("checks", "verdict"),
+    [([("a", True)], "reproduced"), ([("a", True), ("b", False)], "partly"), ([("a", False)], "not reproduced")],
+)
+def test_verdict_follows_checks(checks, verdict):
+    assert rp.verdict_of(checks) == verdict
+
+
+def test_verdict_needs_a_check():
+    with pytest.raises(ValueError, match="at least one check"):
+        rp.verdict_of([])
+
+
+def test_unknown_figure_lists_known():
+    with pytest.raises(ValueError, match="fig4c"):
+        rp.reproduce("fig99")
+
+
+def test_figure_with_missing_model_is_not_run(tmp_path, monkeypatch):
+    spec = rp.FigureSpec("figx", "t", "claim", ("no-such-model",), lambda models: None)
+    monkeypatch.setitem(rp.FIGURES, "figx", spec)
+    rec = rp.reproduce("figx", tmp_path)
+    assert rec["verdict"] == "not run" and "no-such-model" in rec["summary"]
+    assert json.loads((tmp_path / "figx" / "figx.json").read_text())["verdict"] == "not run"
+
+
+def test_cli_reproduce_and_results_page(tmp_path, capsys):
+    assert main(["reproduce", "fig4c", "--out", str(tmp_path / "res"), "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)[0]
+    # the record's numbers are the measured biases, and the verdict is the one its checks give
+    assert len(rec["numbers"]["left"]) == 4
+    assert rec["verdict"] == rp.verdict_of([(c["check"], c["holds"]) for c in rec["checks"]])
+    png = tmp_path / "res" / "fig4c" / "fig4c_bias.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert main(["results-page", "--results", str(tmp_path / "res"), "--out", str(tmp_path / "docs" / "r.md")]) == 0
+    page = (tmp_path / "docs" / "r.md").read_text()
+    assert "fig4c" in page and rec["summary"] in page and "figures/fig4c_bias.png" in page
+    assert (tmp_path / "docs" / "figures" / "fig4c_bias.png").exists()
+    assert [r["figure"] for r in load_records(tmp_path / "res")] == ["fig4c"]
+
+
+def test_results_page_without_records_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="reproduce"):
+        build_results_page(tmp_path, tmp_path / "r.md")
