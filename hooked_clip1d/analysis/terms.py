@@ -1,4 +1,4 @@
-"""Decomposition of layer-0 attention scores into token / positional / bias terms, and their ablation as hooks.
+"""Token / positional / bias terms of attention scores, and their ablation as hooks (Paper Sec. 5, App. D, H).
 
 At layer 0 of a model without LayerNorm the residual is exactly ``X = E + P`` (token plus positional embedding),
 so with ``q = X W_Q + b_Q`` and ``k = X W_K + b_K`` each head's pre-softmax score ``q k^T / sqrt(d_head)`` splits
@@ -18,8 +18,20 @@ PB     P W_Q b_K^T                 part of X W_Q^T B_K (constant along a row)
 BB     b_Q b_K^T                   B_Q^T B_K (constant)
 =====  ==========================  ======================================================
 
-``VP`` (App. H) is the positional part ``P W_V`` of the values. RoPE models have no P; with positional "none"
-every P term is zero.
+``VP`` (App. H) is the positional part ``P W_V`` of the values.
+
+**Beyond layer 0 without LN** (see ``hooked_clip1d.analysis.decompose``), a fourth part R ("rest") holds
+everything else in the attention input: earlier layers' outputs and, with LayerNorm, the LN bias ``ln1.b``. This
+adds the terms ER, RE, PR, RP, BR, RB, RR, and E / P mean the *direct* path of the embeddings:
+
+- **Later layers** (``layer > 0``): ``R = resid_pre - E - P`` from the live forward pass. Ablating the P terms
+  there removes only the direct positional path; position information carried by earlier layers stays in R.
+- **LayerNorm** (``ln_scale="live"``, opt-in): LN is linear once its scale is fixed, so each part becomes
+  ``(part - mean) / s * w`` with ``s`` the live ``ln1.hook_scale`` of the same forward pass (TL's
+  ``apply_ln_to_stack`` convention); the scale itself is not recomputed after the ablation. Without the opt-in a
+  LayerNorm tower is refused, because "the EP term" is only defined up to that convention.
+- **RoPE**: every part is rotated by its position before the product, so E / B / R terms can be ablated; there
+  is no additive P, so P terms and VP are refused. With ``positional="none"`` P is zero and P terms are no-ops.
 
 Example:
     >>> import torch
@@ -43,26 +55,51 @@ from jaxtyping import Float
 from transformer_lens import ActivationCache
 from transformer_lens.hook_points import HookPoint
 
+from hooked_clip1d.analysis.decompose import (
+    REST_TERMS,
+    SCORE_TERMS,
+    TOKEN_POSITION_TERMS,
+    _check_layer,
+    bias_parts,
+    decompose_attention_scores,
+    project_components,
+    rotate,
+)
 from hooked_clip1d.encoders import HookedEncoder
 
-SCORE_TERMS = ("EE", "EP", "PE", "PP", "BE", "BP", "EB", "PB", "BB")
+__all__ = [
+    "ABLATABLE_TERMS",
+    "POSITIONAL_TERMS",
+    "REST_TERMS",
+    "SCORE_TERMS",
+    "VALUE_TERMS",
+    "ablate_terms",
+    "attention_terms",
+]
+
 VALUE_TERMS = ("VP",)
+#: every term name ``ablate_terms`` accepts
+ABLATABLE_TERMS = TOKEN_POSITION_TERMS + VALUE_TERMS
+#: the position-dependent terms of Fig. 17 ("all position-dependent terms from attention and value")
+POSITIONAL_TERMS = ("EP", "PE", "PP", "BP", "PB", "VP")
 
 Scores = Float[torch.Tensor, "batch head_index query_pos key_pos"]
 
 
-def _check_supported(model: HookedEncoder, layer: int) -> None:
-    if layer != 0:
-        raise ValueError(
-            f"term decomposition is implemented for layer 0 (where the residual is E + P); got layer={layer}"
-        )
-    if model.cfg.normalization_type is not None:
-        raise ValueError(
-            "term decomposition needs a model without LayerNorm (LN mixes E and P non-linearly); "
-            f"this tower has normalization_type={model.cfg.normalization_type!r}"
-        )
-    if model.cfg.positional == "rope":
-        raise ValueError("the E/P/B score terms assume additive positional embeddings; this tower uses RoPE")
+def attention_terms(
+    model: HookedEncoder, cache: ActivationCache, layer: int = 0
+) -> dict[str, Float[torch.Tensor, "*batch head_index query_pos key_pos"]]:
+    """The token / position / bias score terms of ``layer`` from a cache; they sum to ``cache["attn_scores", layer]``
+    (before the causal mask of the text tower).
+
+    At layer 0 without LayerNorm and with learned positions: the nine ``SCORE_TERMS``. Otherwise the generalisation
+    of ``decompose.ScoreDecomposition.token_position_terms`` (R terms; no P terms with RoPE or no positions).
+    Needs ``hook_embed`` (and ``hook_pos_embed`` for learned positions) in the cache, plus what
+    ``decompose_attention_scores`` needs at later layers / with LN. A cache without batch dim gives terms without one.
+    """
+    single = not cache.has_batch_dim
+    terms = decompose_attention_scores(model, cache, layer).token_position_terms()
+    return {k: v[0] for k, v in terms.items()} if single else terms
 
 
 def _head_mask(heads: Sequence[int], n_heads: int, like: torch.Tensor) -> torch.Tensor:
@@ -72,89 +109,126 @@ def _head_mask(heads: Sequence[int], n_heads: int, like: torch.Tensor) -> torch.
     return mask
 
 
-def _score_terms(
-    model: HookedEncoder, E: torch.Tensor, P: torch.Tensor, layer: int, heads: Sequence[int] | None = None
-) -> dict[str, Scores]:
-    attn = model.blocks[layer].attn
-    W_Q, W_K, b_Q, b_K = attn.W_Q, attn.W_K, attn.b_Q, attn.b_K
-    scale = model.cfg.attn_scale
-    qE = torch.einsum("bpm,hmd->bhpd", E, W_Q)
-    qP = torch.einsum("bpm,hmd->bhpd", P, W_Q)
-    kE = torch.einsum("bpm,hmd->bhpd", E, W_K)
-    kP = torch.einsum("bpm,hmd->bhpd", P, W_K)
-    qB = b_Q[None, :, None, :].expand_as(qE)
-    kB = b_K[None, :, None, :].expand_as(kE)
-    parts_q = {"E": qE, "P": qP, "B": qB}
-    parts_k = {"E": kE, "P": kP, "B": kB}
-    out = {}
-    for name in SCORE_TERMS:
-        t = parts_q[name[0]] @ parts_k[name[1]].transpose(-1, -2) / scale
-        if heads is not None:
-            t = t * _head_mask(heads, t.shape[1], t)[None, :, None, None]
-        out[name] = t
-    return out
-
-
-def attention_terms(model: HookedEncoder, cache: ActivationCache, layer: int = 0) -> dict[str, Scores]:
-    """The nine score terms of ``layer`` from a cache; they sum to ``cache["attn_scores", layer]`` (before masking).
-
-    Needs ``hook_embed`` (and ``hook_pos_embed`` for learned positions) in the cache.
-    """
-    _check_supported(model, layer)
-    E = cache["hook_embed"]
-    P = cache["hook_pos_embed"] if "hook_pos_embed" in cache else torch.zeros_like(E)
-    if E.ndim == 2:  # cache without batch dim
-        E, P = E[None], P[None]
-        return {k: v[0] for k, v in _score_terms(model, E, P, layer).items()}
-    return _score_terms(model, E, P, layer)
+def _validate(
+    model: HookedEncoder, terms: Sequence[str], layer: int, heads: Sequence[int] | None, ln_scale: str | None
+) -> list[str]:
+    _check_layer(model, layer)
+    cfg = model.cfg
+    if isinstance(terms, str):
+        raise TypeError(f"terms must be a list of term names, e.g. [{terms!r}], not a string")
+    terms = list(dict.fromkeys(terms))
+    bad = [t for t in terms if t not in ABLATABLE_TERMS]
+    if bad:
+        raise ValueError(f"unknown terms {bad}; known: {list(ABLATABLE_TERMS)}")
+    if ln_scale not in (None, "live"):
+        raise ValueError(f"ln_scale must be None or 'live', got {ln_scale!r}")
+    if cfg.normalization_type is not None and ln_scale != "live":
+        raise ValueError(
+            f"this tower has LayerNorm (normalization_type={cfg.normalization_type!r}): LN mixes E and P "
+            "non-linearly, so a term is only defined with a fixed LN scale; pass ln_scale='live' to use the live "
+            "scale of each forward pass (TL's apply_ln_to_stack convention)"
+        )
+    if cfg.positional == "rope":
+        with_p = [t for t in terms if "P" in t]
+        if with_p:
+            raise ValueError(
+                f"terms {with_p} need an additive positional embedding P; this tower uses RoPE (position enters "
+                "by rotating q and k), so only E, B and R terms can be ablated"
+            )
+    if heads is not None:
+        if isinstance(heads, int):
+            raise TypeError(f"heads must be a list of head indices, e.g. [{heads}]")
+        bad_h = [h for h in heads if not 0 <= h < cfg.n_heads]
+        if bad_h:
+            raise ValueError(f"heads {bad_h} out of range 0..{cfg.n_heads - 1}")
+    return terms
 
 
 def ablate_terms(
-    model: HookedEncoder, terms: Sequence[str], layer: int = 0, heads: Sequence[int] | None = None
+    model: HookedEncoder,
+    terms: Sequence[str],
+    layer: int = 0,
+    heads: Sequence[int] | None = None,
+    *,
+    ln_scale: str | None = None,
 ) -> list[tuple[str, Callable]]:
-    """Forward hooks that remove ``terms`` (any of ``SCORE_TERMS`` and ``"VP"``) from ``layer``'s attention.
+    """Forward hooks that remove ``terms`` (any of ``ABLATABLE_TERMS``) from ``layer``'s attention.
 
-    Score terms are subtracted from ``hook_attn_scores`` (the softmax then renormalises); ``VP`` subtracts
-    ``P W_V`` from ``hook_v``. Only ``heads`` (default: all) are changed. Use with ``run_with_hooks``,
-    ``model.hooks(...)`` or ``evaluate(..., vision_hooks=...)``.
+    Score terms are subtracted from ``hook_attn_scores`` (the softmax then renormalises); ``VP`` subtracts the
+    positional part of the values from ``hook_v``. Only ``heads`` (default: all) are changed. Works at any layer,
+    with LayerNorm when ``ln_scale="live"`` and with RoPE for E/B/R terms (module docstring). Use with
+    ``run_with_hooks``, ``model.hooks(...)`` or ``evaluate(..., vision_hooks=...)``; hooks for several layers can
+    be concatenated.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("full", n_labels=5, n_layers=2), seed=0).eval()
+        >>> img = m.vision.to_tokens("C 1 . . 2 . . . . . .")
+        >>> hooks = ablate_terms(m.vision, ["EP", "PE", "PP", "BP", "VP"], layer=1, ln_scale="live")
+        >>> m.vision.run_with_hooks(img, fwd_hooks=hooks).shape
+        torch.Size([1, 128])
     """
-    _check_supported(model, layer)
-    terms = list(dict.fromkeys(terms))
-    bad = [t for t in terms if t not in SCORE_TERMS + VALUE_TERMS]
-    if bad:
-        raise ValueError(f"unknown terms {bad}; known: {list(SCORE_TERMS + VALUE_TERMS)}")
-    if heads is not None:
-        bad_h = [h for h in heads if not 0 <= h < model.cfg.n_heads]
-        if bad_h:
-            raise ValueError(f"heads {bad_h} out of range 0..{model.cfg.n_heads - 1}")
+    terms = _validate(model, terms, layer, heads, ln_scale)
+    cfg = model.cfg
+    score_terms = [t for t in terms if t in TOKEN_POSITION_TERMS]
+    ln = cfg.normalization_type == "LN"
+    need_rest = any("R" in t for t in score_terms)
     store: dict[str, torch.Tensor] = {}
 
-    def save_embed(act: torch.Tensor, hook: HookPoint) -> None:
-        store["E"] = act
+    def saver(key: str) -> Callable:
+        def save(act: torch.Tensor, hook: HookPoint) -> None:
+            store[key] = act
 
-    def save_pos(act: torch.Tensor, hook: HookPoint) -> None:
-        store["P"] = act
+        return save
+
+    def parts(side: str, groups: set[str]) -> dict[str, torch.Tensor]:
+        """Each group's share of q or k, [batch, pos, head, d_head] (through LN, rotated)."""
+        E = store["E"]
+        P = store.get("P")
+        scale = store.get("scale")
+        consts = bias_parts(model, layer, side)
+        out = {}
+        for g in groups:
+            if g == "E":
+                x = project_components(model, layer, E, side, scale)
+            elif g == "P":
+                x = project_components(model, layer, P if P is not None else torch.zeros_like(E), side, scale)
+            elif g == "R":
+                rest = store["resid"] - E - (P if P is not None else 0.0)
+                x = project_components(model, layer, rest, side, scale)
+                if "ln1_b" in consts:
+                    x = x + consts["ln1_b"]
+            else:  # B
+                x = consts[f"b_{side.upper()}"].expand(E.shape[0], E.shape[1], -1, -1)
+            out[g] = rotate(model, layer, x)
+        return out
 
     def fix_scores(scores: torch.Tensor, hook: HookPoint) -> torch.Tensor:
-        E = store["E"]
-        P = store.get("P", torch.zeros_like(E))
-        parts = _score_terms(model, E, P, layer, heads)
-        removed = sum(parts[t] for t in terms if t in SCORE_TERMS)
+        qs = parts("q", {t[0] for t in score_terms})
+        ks = parts("k", {t[1] for t in score_terms})
+        removed = sum(qs[t[0]].transpose(1, 2) @ ks[t[1]].permute(0, 2, 3, 1) for t in score_terms)
+        removed = removed / cfg.attn_scale
+        if heads is not None:
+            removed = removed * _head_mask(heads, scores.shape[1], scores)[None, :, None, None]
         return scores - removed
 
     def fix_values(v: torch.Tensor, hook: HookPoint) -> torch.Tensor:
         P = store.get("P")
         if P is None:
             return v
-        vp = torch.einsum("bpm,hmd->bphd", P, model.blocks[layer].attn.W_V)
+        vp = project_components(model, layer, P, "v", store.get("scale"))
         if heads is not None:
             vp = vp * _head_mask(heads, v.shape[2], v)[None, None, :, None]
         return v - vp
 
-    hooks: list[tuple[str, Callable]] = [("hook_embed", save_embed)]
-    if model.cfg.positional == "learned":
-        hooks.append(("hook_pos_embed", save_pos))
-    if any(t in SCORE_TERMS for t in terms):
+    hooks: list[tuple[str, Callable]] = [("hook_embed", saver("E"))]
+    if cfg.positional == "learned":
+        hooks.append(("hook_pos_embed", saver("P")))
+    if need_rest:
+        hooks.append((f"blocks.{layer}.hook_resid_pre", saver("resid")))
+    if ln and terms:
+        hooks.append((f"blocks.{layer}.ln1.hook_scale", saver("scale")))
+    if score_terms:
         hooks.append((f"blocks.{layer}.attn.hook_attn_scores", fix_scores))
     if "VP" in terms:
         hooks.append((f"blocks.{layer}.attn.hook_v", fix_values))
