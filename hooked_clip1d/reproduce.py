@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
+import torch
 from matplotlib.figure import Figure
 
 from hooked_clip1d.checkpoint import atomic_write, atomic_write_text
 from hooked_clip1d.clip import CLIP1D
 from hooked_clip1d.data import build_dataset
-from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
 
 VERDICTS = ("reproduced", "partly", "not reproduced", "not run")
@@ -141,44 +141,146 @@ def _fig15(models: dict[str, CLIP1D]) -> Outcome:
     return out
 
 
-ABLATIONS: dict[str, tuple[str, ...]] = {
-    "none": (),
-    "EP": ("EP",),
-    "PE": ("PE",),
-    "PP": ("PP",),
-    "BP": ("BP",),
-    "VP": ("VP",),
-    "all positional (EP+PE+PP+BP+VP)": ("EP", "PE", "PP", "BP", "VP"),
-}
-
-
 def _fig5e(models: dict[str, CLIP1D]) -> Outcome:
-    from hooked_clip1d.analysis.terms import ablate_terms
-    from hooked_clip1d.visualization.plots import plot_ablation_accuracy
+    from hooked_clip1d.analysis.ablation import evaluate_ablations
+    from hooked_clip1d.visualization.decomposition import plot_ablations
 
     model = models[FLAGSHIP]
-    ds = build_dataset(model.data_config)
-    res = {
-        k: evaluate(model, ds, vision_hooks=ablate_terms(model.vision, terms) if terms else ())
-        for k, terms in ABLATIONS.items()
-    }
-    u = {k: (v["val_unseen"]["acc"], v["val_unseen"]["label_set"]) for k, v in res.items()}
-    fig = plot_ablation_accuracy(res, split="val_unseen")
-    fig.set_size_inches(8, 3.6)
-    fig.tight_layout()
+    res = evaluate_ablations(model, build_dataset(model.data_config))
+    conds = res["conditions"]
+    u = {k: (c["metrics"]["val_unseen"]["acc"], c["metrics"]["val_unseen"]["label_set"]) for k, c in conds.items()}
+    fig = plot_ablations(res, splits=("val_seen", "val_unseen"))
     ep_acc, ep_ls = u["EP"]
-    all_acc, all_ls = u["all positional (EP+PE+PP+BP+VP)"]
-    others = [u[k][0] for k in ("PE", "PP", "BP")]
+    all_acc, all_ls = u["EP+PE+PP+BP+VP"]
     checks = [
         ("ablating EP brings unseen-pair accuracy near 0.5 (0.3-0.7)", 0.3 <= ep_acc <= 0.7),
+        ("ablating EP lowers unseen-pair accuracy by at least 0.15", u["baseline"][0] - ep_acc >= 0.15),
         ("label-set recognition survives the EP ablation (>= 0.8)", ep_ls >= 0.8),
-        ("EP is the single score term whose ablation hurts most", ep_acc <= min(others)),
+        ("EP is the single score term whose ablation hurts most", ep_acc <= min(u[k][0] for k in ("PE", "PP", "BP"))),
         ("ablating all positional terms (attention and value) gives ~0.5 (0.3-0.7)", 0.3 <= all_acc <= 0.7),
         ("label-set recognition survives ablating all positional terms (>= 0.8)", all_ls >= 0.8),
     ]
     summary = "unseen-pair accuracy / label-set: " + "; ".join(f"{k} {a:.2f}/{ls:.2f}" for k, (a, ls) in u.items())
-    numbers = {k: {"unseen_acc": a, "unseen_label_set": ls, "all_splits": res[k]} for k, (a, ls) in u.items()}
-    return Outcome(numbers, summary + ".", checks, {"ablation": fig})
+    return Outcome(res, summary + ".", checks, {"ablation": fig})
+
+
+# the two images of Fig. 4(b): the unseen pair (17, 19) with positions swapped
+FIG4B_IMAGES = ("C . . 17 . . 19 . . . .", "C . . 19 . . 17 . . . .")
+
+
+def _fig4b(models: dict[str, CLIP1D]) -> Outcome:
+    from hooked_clip1d.visualization.attention import plot_attention
+
+    model = models[FLAGSHIP]
+    imgs = model.vision.to_tokens(list(FIG4B_IMAGES))
+    _, cache = model.vision.run_with_cache(imgs, names_filter=lambda n: n.endswith("hook_pattern"))
+    cls = cache["pattern", 0][:, :, 0, :]  # [2, head, key]
+    pos = [(3, 6), (3, 6)]  # input positions of the left / right object (CLS is 0)
+    right_wins = [[bool(cls[i, h, pos[i][1]] > cls[i, h, pos[i][0]]) for h in range(cls.shape[1])] for i in range(2)]
+    relational = [h for h in range(cls.shape[1]) if right_wins[0][h] == right_wins[1][h]]
+    on_objects = (cls[:, :, 3] + cls[:, :, 6]).min().item()
+    figs = {f"image{i}": plot_attention(model, FIG4B_IMAGES[i], layer=0) for i in range(2)}
+    checks = [
+        ("the CLS token attends mostly to the objects (>= 0.5 of its attention, every head)", on_objects >= 0.5),
+        ("some head favours the same side in both images (relational, not label-specific)", bool(relational)),
+    ]
+    side = [f"h{h}: {'R' if right_wins[0][h] else 'L'}/{'R' if right_wins[1][h] else 'L'}" for h in range(cls.shape[1])]
+    summary = (
+        f"side each head's CLS row favours in the two images ({' vs '.join(FIG4B_IMAGES)}): {', '.join(side)}; "
+        f"min attention on the two objects {on_objects:.2f}."
+    )
+    numbers = {"cls_attention": cls.tolist(), "relational_heads": relational}
+    return Outcome(numbers, summary, checks, figs)
+
+
+def _flagship_decomposition(model: CLIP1D):
+    from hooked_clip1d.analysis.decompose import decompose_attention_scores
+
+    ds = build_dataset(model.data_config)
+    split = ds.splits["val_unseen"]
+    _, cache = model.vision.run_with_cache(split.images[split.is_pair])
+    return decompose_attention_scores(model.vision, cache, layer=0)
+
+
+PAPER_XWX_SHARE = (0.76, 0.77, 0.91, 0.76)  # App. D, Fig. 13: share of XW_QKX^T in the CLS-row std, heads 0-3
+
+
+def _fig13(models: dict[str, CLIP1D]) -> Outcome:
+    from hooked_clip1d.analysis.decompose import row_std_shares
+    from hooked_clip1d.visualization.decomposition import plot_std_histograms, plot_std_shares, plot_term_maps
+
+    model = models[FLAGSHIP]
+    dec = _flagship_decomposition(model)
+    wb = dec.weight_bias_terms()
+    shares = row_std_shares(wb, query_pos=0)
+    xwx = shares["share"][shares["terms"].index("XWX")].tolist()
+    tokens = model.vision.token_strs(model.vision.to_tokens(FIG4B_IMAGES[0])[0])
+    fig_img = model.vision.to_tokens(FIG4B_IMAGES[0])
+    _, cache = model.vision.run_with_cache(fig_img)
+    from hooked_clip1d.analysis.decompose import decompose_attention_scores
+
+    maps = decompose_attention_scores(model.vision, cache, layer=0).weight_bias_terms()
+    figs = {
+        "shares": plot_std_shares(shares, reference={"XWX": list(PAPER_XWX_SHARE)}),
+        "histograms": plot_std_histograms(shares),
+        "fig12_terms": plot_term_maps(maps, tokens=tokens, title=f"{FLAGSHIP}: weight-bias terms (Fig. 12)"),
+    }
+    checks = [
+        (
+            "XW_QKX^T is the largest term in every head",
+            all(x == max(col) for x, col in zip(xwx, shares["share"].T.tolist(), strict=True)),
+        ),
+        ("XW_QKX^T's share is >= 0.7 in every head (paper 0.76-0.91)", min(xwx) >= 0.7),
+    ]
+    summary = "XW_QKX^T share of the CLS-row std per head: " + ", ".join(
+        f"h{h} {x:.2f} (paper {p:.2f})" for h, (x, p) in enumerate(zip(xwx, PAPER_XWX_SHARE, strict=True))
+    )
+    numbers = {"terms": shares["terms"], "share": shares["share"].tolist(), "std": shares["std"].tolist()}
+    return Outcome(numbers, summary + ".", checks, figs)
+
+
+def _spearman(y: torch.Tensor) -> torch.Tensor:
+    """Rank correlation of each row of ``y`` [..., n] with 0..n-1."""
+    n = y.shape[-1]
+    ranks = y.argsort(-1).argsort(-1).to(torch.float64)
+    x = torch.arange(n, dtype=torch.float64)
+    rc, xc = ranks - ranks.mean(-1, keepdim=True), x - x.mean()
+    return (rc * xc).sum(-1) / (rc.norm(dim=-1) * xc.norm())
+
+
+def _fig14(models: dict[str, CLIP1D]) -> Outcome:
+    from hooked_clip1d.analysis.decompose import decompose_attention_scores
+    from hooked_clip1d.visualization.decomposition import plot_row_profiles, plot_term_maps
+
+    model = models[FLAGSHIP]
+    img = model.vision.to_tokens(FIG4B_IMAGES[0])
+    _, cache = model.vision.run_with_cache(img)
+    tp = decompose_attention_scores(model.vision, cache, layer=0).token_position_terms()
+    tokens = model.vision.token_strs(img[0])
+    # the EP gradient is a property of the weights: the CLS row of EP over the pixel keys (positions 1..d_image)
+    ep_row = tp["EP"][0, :, 0, 1:]  # [head, pixel]
+    rho = _spearman(ep_row)
+    std_ep = ep_row.std(-1)
+    std_ee = tp["EE"][0, :, 0, 1:].std(-1)
+    figs = {
+        "fig14_terms": plot_term_maps(tp, ["EE", "EP", "PE", "PP"], tokens=tokens, title=f"{FLAGSHIP}: Eq. 2 terms"),
+        "fig5a_rows": plot_row_profiles(tp, ["EE", "EP", "PE", "PP", "BP"], row=0, tokens=tokens),
+    }
+    checks = [
+        ("EP's CLS row is monotonic along the image in every head (|Spearman| >= 0.9)", bool((rho.abs() >= 0.9).all())),
+        (
+            "EP's CLS-row variation is comparable to EE's (std ratio >= 0.5 in some head)",
+            bool((std_ep / std_ee >= 0.5).any()),
+        ),
+    ]
+    summary = (
+        "EP CLS-row rank correlation with position per head: "
+        + ", ".join(f"h{h} {r:+.2f}" for h, r in enumerate(rho.tolist()))
+        + "; std(EP)/std(EE) along the row: "
+        + ", ".join(f"{r:.2f}" for r in (std_ep / std_ee).tolist())
+    )
+    numbers = {"spearman": rho.tolist(), "std_ep": std_ep.tolist(), "std_ee": std_ee.tolist()}
+    return Outcome(numbers, summary + ".", checks, figs)
 
 
 FIGURES: dict[str, FigureSpec] = {
@@ -190,6 +292,29 @@ FIGURES: dict[str, FigureSpec] = {
             "On unseen-pair images, head 2 attends most to the right object (~67%); the other heads attend left.",
             (FLAGSHIP,),
             _fig4c,
+        ),
+        FigureSpec(
+            "fig4b",
+            "Attention of the CLS token on an unseen pair with swapped positions (Fig. 4b)",
+            "In both images of the pair (17, 19), the CLS token attends to the objects, and head 2 attends to the "
+            "right object whichever label it is (relational, not label-specific).",
+            (FLAGSHIP,),
+            _fig4b,
+        ),
+        FigureSpec(
+            "fig13",
+            "Weight-bias decomposition: share of each term in the CLS-row std (Fig. 12, 13, App. D)",
+            "XW_QKX^T dominates: 76 %, 77 %, 91 % and 76 % of the across-key std of the CLS row in heads 0-3.",
+            (FLAGSHIP,),
+            _fig13,
+        ),
+        FigureSpec(
+            "fig14",
+            "Token-position decomposition: the EP horizontal gradient (Fig. 5a, 14)",
+            "EW_QKP^T shows a clear monotonic gradient along the image on the CLS row in all four heads, in the "
+            "direction of each head's left/right bias.",
+            (FLAGSHIP,),
+            _fig14,
         ),
         FigureSpec(
             "fig5e",
