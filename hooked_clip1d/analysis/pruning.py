@@ -1,0 +1,278 @@
+"""Head pruning (Paper App. K, Fig. 22): mask any subset of heads, retrain, and sweep every subset.
+
+A pruned head is one whose output ``z`` is zeroed in the forward pass. The pruned heads are a config field
+(``EncoderConfig.pruned_heads``, (layer, head) pairs), so a pruned model saves, loads and resumes like any other,
+and the trainer retrains it with the mask on (the pruned heads' weights then only see weight decay).
+
+- ``prune_heads(model, vision=..., text=...)``: a copy of a ``CLIP1D`` with those heads pruned.
+- ``zero_heads_hooks(encoder, heads)``: the same mask as forward hooks on ``hook_z`` (no copy; for quick tests).
+- ``prune_and_retrain(model, heads, dataset, epochs, out_dir)``: prune, then continue training with ``Trainer``.
+- ``head_subset_sweep(model, n_kept, ...)``: every subset of ``n_kept`` heads kept, each scored before and after
+  retraining (Fig. 22a); ``format_sweep`` prints it as a table.
+
+Example:
+    >>> from hooked_clip1d import CLIP1D, CLIPConfig
+    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+    >>> p = prune_heads(m, vision=[(0, 1), (0, 3)])
+    >>> p.cfg.vision.pruned_heads, p.cfg.text.pruned_heads
+    (((0, 1), (0, 3)), ())
+    >>> img = m.vision.to_tokens("C 1 . . 2 . . . . . .")
+    >>> hooks = zero_heads_hooks(m.vision, [(0, 1), (0, 3)])
+    >>> bool(torch.allclose(p.vision(img), m.vision.run_with_hooks(img, fwd_hooks=hooks)))
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformer_lens.hook_points import HookPoint
+
+from hooked_clip1d.checkpoint import atomic_write_text
+from hooked_clip1d.clip import CLIP1D
+from hooked_clip1d.data import DataConfig, Dataset, build_dataset
+from hooked_clip1d.encoders import HookedEncoder
+from hooked_clip1d.evaluation import evaluate
+from hooked_clip1d.training import TrainConfig, Trainer, TrainRun
+
+Head = tuple[int, int]
+
+
+def _heads(heads: Sequence[Sequence[int]], cfg: Any, what: str) -> tuple[Head, ...]:
+    out = []
+    for lh in heads:
+        if isinstance(lh, str | bytes) or not isinstance(lh, Sequence) or len(lh) != 2:
+            raise TypeError(f"{what}: heads must be (layer, head) pairs, got {lh!r}")
+        layer, head = lh
+        if isinstance(layer, bool) or isinstance(head, bool) or not isinstance(layer, int) or not isinstance(head, int):
+            raise TypeError(f"{what}: heads must be (layer, head) pairs of ints, got {lh!r}")
+        if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
+            raise ValueError(
+                f"{what}: head {(layer, head)} out of range (layers 0..{cfg.n_layers - 1}, heads 0..{cfg.n_heads - 1})"
+            )
+        out.append((layer, head))
+    return tuple(out)
+
+
+def prune_heads(
+    model: CLIP1D, vision: Sequence[Sequence[int]] = (), text: Sequence[Sequence[int]] = (), replace: bool = False
+) -> CLIP1D:
+    """A copy of ``model`` whose ``vision`` / ``text`` heads ((layer, head) pairs) are pruned (their ``z`` zeroed).
+
+    Heads already pruned in ``model`` stay pruned unless ``replace=True`` (then exactly the given heads are). The
+    copy has the same weights, ``data_config`` and train/eval mode; ``model`` is not changed.
+    """
+    if not isinstance(model, CLIP1D):
+        raise TypeError(f"prune_heads needs a CLIP1D, got {type(model).__name__}")
+    cfg = model.cfg
+    v = _heads(vision, cfg.vision, "prune_heads(vision=...)")
+    t = _heads(text, cfg.text, "prune_heads(text=...)")
+    if not replace:
+        v, t = v + cfg.vision.pruned_heads, t + cfg.text.pruned_heads
+    new_cfg = dataclasses.replace(
+        cfg,
+        vision=cfg.vision.replace(pruned_heads=tuple(sorted(set(v)))),
+        text=cfg.text.replace(pruned_heads=tuple(sorted(set(t)))),
+    )
+    with torch.random.fork_rng(devices=[]):  # building the copy must not move the caller's global RNG
+        new = CLIP1D(new_cfg)
+    new.load_state_dict(model.state_dict())
+    new.to(next(model.parameters()).device)
+    new.data_config = model.data_config
+    return new.train(model.training)
+
+
+def zero_heads_hooks(encoder: HookedEncoder, heads: Sequence[Sequence[int]]) -> list[tuple[str, Callable]]:
+    """Forward hooks on ``blocks.{l}.attn.hook_z`` that zero the given (layer, head) outputs of one tower.
+
+    Equivalent to ``prune_heads`` for that tower, without copying the model. Use with ``run_with_hooks``,
+    ``model.hooks(...)`` or ``evaluate(..., vision_hooks=...)``.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+        >>> [name for name, _ in zero_heads_hooks(m.text, [(0, 2)])]
+        ['blocks.0.attn.hook_z']
+    """
+    if not isinstance(encoder, HookedEncoder):
+        raise TypeError(f"zero_heads_hooks needs one tower (model.vision or model.text), got {type(encoder).__name__}")
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in _heads(heads, encoder.cfg, "zero_heads_hooks"):
+        by_layer.setdefault(layer, []).append(head)
+
+    def make(hs: list[int]) -> Callable:
+        def zero(z: torch.Tensor, hook: HookPoint) -> torch.Tensor:
+            z = z.clone()
+            z[:, :, hs] = 0.0
+            return z
+
+        return zero
+
+    return [(f"blocks.{layer}.attn.hook_z", make(hs)) for layer, hs in sorted(by_layer.items())]
+
+
+def _data_config(model: CLIP1D, dataset: Dataset | DataConfig | None) -> DataConfig:
+    if dataset is None:
+        if model.data_config is None:
+            raise ValueError("the model has no data_config attached; pass dataset= (a Dataset or DataConfig)")
+        return model.data_config
+    if isinstance(dataset, Dataset):
+        return dataset.config
+    if isinstance(dataset, DataConfig):
+        return dataset
+    raise TypeError(f"dataset must be a Dataset or DataConfig, got {type(dataset).__name__}")
+
+
+def prune_and_retrain(
+    model: CLIP1D,
+    heads: Sequence[Sequence[int]],
+    dataset: Dataset | DataConfig | None,
+    epochs: int,
+    out_dir: str | Path,
+    text_heads: Sequence[Sequence[int]] = (),
+    train_cfg: TrainConfig | None = None,
+    resume: bool = False,
+    progress: bool = False,
+) -> TrainRun:
+    """Prune ``heads`` of the vision tower (and ``text_heads`` of the text tower), then train for ``epochs`` more
+    epochs with ``Trainer(..., init_model=pruned)`` into ``out_dir`` (App. K: the paper retrains 10,000 epochs).
+
+    ``train_cfg`` gives the optimiser settings (default: the paper's); its ``epochs`` is replaced by ``epochs``.
+    The pruned heads are in the saved config, so ``out_dir`` resumes (``resume=True``) and loads as usual.
+    Returns the ``TrainRun`` (``.model`` in eval mode, ``.final_metrics``).
+
+    Example:
+        >>> import tempfile
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, d_model=16, d_head=4), seed=0).eval()
+        >>> run = prune_and_retrain(m, [(0, 0)], DataConfig(n_labels=5, n_heldout=2, n2=2), 1, tempfile.mkdtemp())
+        >>> run.model.cfg.vision.pruned_heads, run.epoch
+        (((0, 0),), 1)
+    """
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
+    data_cfg = _data_config(model, dataset)
+    pruned = prune_heads(model, vision=heads, text=text_heads)
+    tc = dataclasses.replace(train_cfg or TrainConfig(), epochs=epochs)
+    trainer = Trainer(pruned.cfg, data_cfg, tc, out_dir, resume=resume, init_model=pruned)
+    return trainer.run(progress=progress)
+
+
+def _name(kept: Sequence[Head]) -> str:
+    return "keep-" + ("-".join(f"L{layer}H{head}" for layer, head in kept) or "none")
+
+
+def head_subset_sweep(
+    model: CLIP1D,
+    n_kept: int | Sequence[int],
+    dataset: Dataset | DataConfig | None = None,
+    epochs: int = 0,
+    out_dir: str | Path | None = None,
+    tower: str = "vision",
+    train_cfg: TrainConfig | None = None,
+    resume: bool = False,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """For every subset of ``n_kept`` heads of one tower (all others pruned), evaluate the pruned model before
+    and, if ``epochs > 0``, after retraining it for ``epochs`` epochs (Paper App. K, Fig. 22a).
+
+    Heads are the (layer, head) pairs of the tower not already pruned in ``model``; ``n_kept`` may be a list
+    (e.g. ``[1, 2, 3]`` for every configuration of a 4-head layer). Each retraining run goes to
+    ``out_dir/keep-L0H0-L0H2`` and the whole result to ``out_dir/sweep.json``. ``resume=True`` resumes (or reuses,
+    when finished) runs already in ``out_dir``.
+
+    Returns a JSON-able dict: ``tower``, ``epochs``, ``baseline`` (``evaluate`` of ``model``) and ``runs``, one per
+    subset with ``kept``, ``pruned`` (lists of [layer, head]), ``before`` and ``after`` (``evaluate`` output;
+    ``after`` is None without retraining) and ``out_dir``.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, d_model=16, d_head=4), seed=0).eval()
+        >>> res = head_subset_sweep(m, 2, DataConfig(n_labels=5, n_heldout=2, n2=2))
+        >>> [r["kept"] for r in res["runs"]][:2]
+        [[[0, 0], [0, 1]], [[0, 0], [0, 2]]]
+    """
+    if tower not in ("vision", "text"):
+        raise ValueError(f"tower must be 'vision' or 'text', got {tower!r}")
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
+        raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
+    if epochs > 0 and out_dir is None:
+        raise ValueError("retraining (epochs > 0) needs out_dir for the runs' checkpoints")
+    cfg = getattr(model.cfg, tower)
+    heads = [(lyr, h) for lyr in range(cfg.n_layers) for h in range(cfg.n_heads) if (lyr, h) not in cfg.pruned_heads]
+    ks = [n_kept] if isinstance(n_kept, int) else list(n_kept)
+    bad = [k for k in ks if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(heads)]
+    if bad or not ks:
+        raise ValueError(
+            f"n_kept must be ints in 1..{len(heads)} (the unpruned heads of the {tower} tower), got {n_kept!r}"
+        )
+    data_cfg = _data_config(model, dataset)
+    ds = dataset if isinstance(dataset, Dataset) else build_dataset(data_cfg)
+    was_training = model.training
+    model.eval()
+    try:
+        baseline = evaluate(model, ds)
+        runs = []
+        for k in ks:
+            for kept in itertools.combinations(heads, k):
+                pruned = [lh for lh in heads if lh not in kept]
+                kw = {tower: pruned}
+                before = evaluate(prune_heads(model, **kw).eval(), ds)
+                after, run_dir = None, None
+                if epochs > 0:
+                    assert out_dir is not None
+                    run_dir = Path(out_dir) / _name(kept)
+                    resume_this = resume and (run_dir / "checkpoint.safetensors").exists()
+                    vis, txt = (pruned, ()) if tower == "vision" else ((), pruned)
+                    run = prune_and_retrain(
+                        model, vis, data_cfg, epochs, run_dir, text_heads=txt, train_cfg=train_cfg,
+                        resume=resume_this, progress=progress,
+                    )  # fmt: skip
+                    after = evaluate(run.model, ds)
+                runs.append(
+                    {
+                        "kept": [list(lh) for lh in kept],
+                        "pruned": [list(lh) for lh in pruned],
+                        "before": before,
+                        "after": after,
+                        "out_dir": None if run_dir is None else str(run_dir),
+                    }
+                )
+    finally:
+        model.train(was_training)
+    result = {"tower": tower, "epochs": epochs, "baseline": baseline, "runs": runs}
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(out_dir) / "sweep.json", json.dumps(result, indent=2))
+    return result
+
+
+def format_sweep(result: dict[str, Any], split: str = "val_unseen", metric: str = "acc") -> str:
+    """A text table of ``head_subset_sweep`` output: kept heads, ``metric`` of ``split`` before / after retraining.
+
+    Example:
+        >>> r = {"baseline": {"val_unseen": {"acc": 0.9}},
+        ...      "runs": [{"kept": [[0, 1]], "before": {"val_unseen": {"acc": 0.5}}, "after": None}]}
+        >>> print(format_sweep(r))
+        kept heads          before   after
+        all (baseline)       0.900       -
+        L0H1                 0.500       -
+    """
+
+    def val(m: dict | None) -> str:
+        return "-" if m is None else f"{m[split][metric]:.3f}"
+
+    lines = [
+        f"{'kept heads':<18}{'before':>8}{'after':>8}",
+        f"{'all (baseline)':<18}{val(result['baseline']):>8}{'-':>8}",
+    ]
+    for r in result["runs"]:
+        name = ",".join(f"L{a}H{b}" for a, b in r["kept"])
+        lines.append(f"{name:<18}{val(r['before']):>8}{val(r['after']):>8}")
+    return "\n".join(lines)

@@ -1,0 +1,63 @@
+"""Figure of the vision / text label-embedding alignment (Fig. 7) from ``analysis.alignment.embedding_alignment``.
+
+Example:
+    >>> import os, tempfile
+    >>> from hooked_clip1d import CLIP1D, CLIPConfig
+    >>> from hooked_clip1d.analysis.alignment import embedding_alignment
+    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6), seed=0)
+    >>> fig = plot_alignment(embedding_alignment(m, fit_labels=[1, 2, 3, 4], test_labels=[5, 6]))
+    >>> fig.savefig(os.path.join(tempfile.mkdtemp(), "alignment.png"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+
+def plot_alignment(result: Mapping[str, Any]) -> Figure:
+    """Three panels: text x vision cosine matrices of the label embeddings, raw (Fig. 7a) and after the fitted
+    rotation (Fig. 7b), with the fit / test label boundary; and bars of the test-label scores (matched cosine,
+    retrieval accuracy) for raw, rotated and shuffled-fit embeddings."""
+    panels = [("raw", result.get("cos_raw")), ("rotated (Procrustes)", result["cos_procrustes"])]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fit, test = list(result["fit_labels"]), list(result["test_labels"])
+    order = fit + [t for t in test if t not in fit]
+    idx = np.array(order) - 1
+    for ax, (title, cos) in zip(axes[:2], panels, strict=True):
+        if cos is None:
+            ax.text(0.5, 0.5, "widths differ:\nno raw cosine", ha="center", va="center")
+            ax.axis("off")
+            continue
+        c = np.asarray(cos, dtype=float)[np.ix_(idx, idx)]
+        im = ax.imshow(c, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+        ticks = np.arange(len(order))
+        ax.set_xticks(ticks.tolist(), [str(o) for o in order], fontsize=6)
+        ax.set_yticks(ticks.tolist(), [str(o) for o in order], fontsize=6)
+        ax.axhline(len(fit) - 0.5, color="k", lw=0.8)
+        ax.axvline(len(fit) - 0.5, color="k", lw=0.8)
+        ax.set_xlabel("vision label embedding")
+        ax.set_ylabel("text label embedding")
+        ax.set_title(f"cosine, {title}", fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    ax = axes[2]
+    names = [n for n in ("raw", "procrustes", "shuffled") if result.get(n)]
+    metrics = ("matched_cos", "unmatched_cos", "acc")
+    x = np.arange(len(metrics))
+    w = 0.8 / max(len(names), 1)
+    for i, n in enumerate(names):
+        ax.bar(x + (i - (len(names) - 1) / 2) * w, [result[n][m] for m in metrics], width=w, label=n)
+    ax.axhline(1 / max(len(test), 1), color="red", ls=":", lw=0.8, label="chance acc")
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_xticks(x.tolist(), ["matched cos", "unmatched cos", "retrieval acc"])
+    ax.set_title(f"test labels {test[0]}..{test[-1]} (fit on {len(fit)})", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
