@@ -199,6 +199,33 @@ def cmd_export(a: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_options(items: list[str]) -> dict[str, Any]:
+    """``["layer=1", "center=true"]`` -> ``{"layer": 1, "center": True}`` (values parsed as JSON when they can be)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"bad option {item!r}: expected KEY=VALUE, e.g. layer=1")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def cmd_analyze(a: argparse.Namespace) -> int:
+    from hooked_clip1d.analyze import run_analysis
+
+    out = a.out or f"results/analyze/{Path(a.model).name}"
+    res = run_analysis(a.analysis, a.model, out_dir=out, **_parse_options(a.option))
+    if a.json:
+        print(json.dumps({k: v for k, v in res.items() if k != "table"}, indent=2, default=float))
+    else:
+        print(res["table"])
+        print("\nwrote " + ", ".join(res["files"]))
+    return 0
+
+
 def cmd_reproduce(a: argparse.Namespace) -> int:
     from hooked_clip1d.reproduce import FIGURES, reproduce
 
@@ -273,6 +300,22 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.add_argument("--markdown", action="store_true", help="print the README's table")
     ls.set_defaults(func=cmd_list)
+
+    from hooked_clip1d.analyze import ANALYSES
+
+    an = sub.add_parser(
+        "analyze",
+        help="run one family of analyses on a model: table + PNG + JSON",
+        description="analyses: " + "; ".join(f"{k}: {v[0]}" for k, v in ANALYSES.items()),
+    )
+    an.add_argument("analysis", choices=sorted(ANALYSES))
+    an.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
+    an.add_argument("--out", default=None, help="output folder (default results/analyze/<model>)")
+    an.add_argument(
+        "--option", "-o", action="append", default=[], metavar="KEY=VALUE", help="analysis option, e.g. layer=1"
+    )
+    an.add_argument("--json", action="store_true", help="print JSON")
+    an.set_defaults(func=cmd_analyze)
 
     from hooked_clip1d.reproduce import FIGURES
 

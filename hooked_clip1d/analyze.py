@@ -1,0 +1,406 @@
+"""``hooked-clip1d analyze <analysis> --model NAME``: run one family of analyses on a model, print a table and
+write PNG + JSON.
+
+Each entry of ``ANALYSES`` is a function ``(model, options) -> Report`` built only from the public functions of
+``hooked_clip1d.analysis`` and ``hooked_clip1d.visualization``; ``run_analysis`` writes
+``<out>/<analysis>.json`` and ``<out>/<analysis>_<plot>.png``.
+
+Example:
+    >>> import tempfile
+    >>> rep = run_analysis("attention", "simplified-ntot20-n2-10", out_dir=tempfile.mkdtemp())
+    >>> sorted(rep["files"])[0].endswith(".json")
+    True
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.figure import Figure
+
+from hooked_clip1d.checkpoint import atomic_write, atomic_write_text
+from hooked_clip1d.clip import CLIP1D
+from hooked_clip1d.data import Dataset, build_dataset
+
+
+@dataclass
+class Report:
+    """What an analysis returns: a human-readable table, JSON-able numbers and figures."""
+
+    table: str
+    data: dict[str, Any]
+    figures: dict[str, Figure] = field(default_factory=dict)
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.tolist()
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def _dataset(model: CLIP1D) -> Dataset:
+    if getattr(model, "data_config", None) is None:
+        raise ValueError("the model has no data_config; load it with load_model or from a training run")
+    return build_dataset(model.data_config)
+
+
+def _first_pair_image(ds: Dataset, split: str = "val_unseen") -> torch.Tensor:
+    s = ds.splits[split]
+    return s.images[s.is_pair][0]
+
+
+# ---- analyses -------------------------------------------------------------------------------------------------------
+def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.visualization.attention import attention_view, plot_attention
+
+    ds = _dataset(model)
+    img = opts.get("image") or model.vision.cfg.vocab.image_to_text(_first_pair_image(ds))
+    cap = opts.get("caption") or model.text.cfg.vocab.caption_to_text(ds.captions[-1])
+    figs, data, lines = {}, {}, []
+    for tower, x in (("vision", img), ("text", cap)):
+        enc = getattr(model, tower)
+        for layer in range(enc.cfg.n_layers):
+            view = attention_view(model, x, layer=layer, tower=tower)
+            figs[f"{tower}_L{layer}"] = plot_attention(model, x, layer=layer, tower=tower)
+            data[f"{tower}_L{layer}"] = {"tokens": view.tokens, "pattern": view.pattern}
+            row = view.pattern[:, 0 if tower == "vision" else -1]
+            lines.append(f"{tower} layer {layer}, input {x!r}, {'CLS' if tower == 'vision' else 'last'} row:")
+            lines.append("  head  " + " ".join(f"{t:>6.6}" for t in view.tokens))
+            lines += [f"  {h:<5} " + " ".join(f"{v:>6.2f}" for v in row[h].tolist()) for h in range(row.shape[0])]
+    return Report("\n".join(lines), data, figs)
+
+
+def _decompose(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
+    from hooked_clip1d.visualization.decomposition import plot_row_profiles, plot_std_shares, plot_term_maps
+
+    ds = _dataset(model)
+    split = ds.splits["val_unseen"]
+    layer = int(opts.get("layer", 0))
+    _, cache = model.vision.run_with_cache(split.images[split.is_pair])
+    dec = decompose_attention_scores(model.vision, cache, layer=layer)
+    wb, tp = dec.weight_bias_terms(), dec.token_position_terms()
+    sh_wb, sh_tp = row_std_shares(wb, query_pos=0), row_std_shares(tp, query_pos=0)
+    tokens = model.vision.token_strs(split.images[split.is_pair][0])
+    figs = {
+        "weight_bias_maps": plot_term_maps(wb, tokens=tokens),
+        "token_position_maps": plot_term_maps(tp, [t for t in ("EE", "EP", "PE", "PP") if t in tp], tokens=tokens),
+        "cls_row_profiles": plot_row_profiles(tp, tokens=tokens),
+        "weight_bias_shares": plot_std_shares(sh_wb),
+        "token_position_shares": plot_std_shares(sh_tp),
+    }
+    n_heads = model.vision.cfg.n_heads
+    lines = [f"vision layer {layer}: share of each term in the CLS-row std across keys (unseen-pair images)"]
+    lines.append(f"{'term':<8}" + "".join(f"{'head ' + str(h):>9}" for h in range(n_heads)))
+    for sh in (sh_wb, sh_tp):
+        for i, t in enumerate(sh["terms"]):
+            lines.append(f"{t:<8}" + "".join(f"{v:>9.3f}" for v in sh["share"][i].tolist()))
+        lines.append("")
+    data = {
+        "layer": layer,
+        "weight_bias_shares": {"terms": sh_wb["terms"], "share": sh_wb["share"], "std": sh_wb["std"]},
+        "token_position_shares": {"terms": sh_tp["terms"], "share": sh_tp["share"], "std": sh_tp["std"]},
+        "q_components": list(dec.q_labels),
+        "k_components": list(dec.k_labels),
+    }
+    return Report("\n".join(lines).rstrip(), data, figs)
+
+
+def _ablate(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.ablation import evaluate_ablations, format_ablations
+    from hooked_clip1d.visualization.decomposition import plot_ablations
+
+    res = evaluate_ablations(model, _dataset(model), layer=int(opts.get("layer", 0)))
+    return Report(format_ablations(res), res, {"ablations": plot_ablations(res, splits=("val_seen", "val_unseen"))})
+
+
+def _pairs(model: CLIP1D, opts: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    from hooked_clip1d.analysis.metrics import pair_inputs
+
+    ds = _dataset(model)
+    return pair_inputs(ds.splits[opts.get("split", "val_unseen")], ds.vocab)
+
+
+def _fmt_rows(title: str, cols: list[str], rows: dict[str, list[float]]) -> list[str]:
+    lines = [title, f"{'':<22}" + "".join(f"{c:>10.10}" for c in cols)]
+    lines += [f"{k:<22.22}" + "".join(f"{v:>10.3f}" for v in vals) for k, vals in rows.items()]
+    return lines + [""]
+
+
+def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.patching import (
+        caption_swap_patching,
+        knockout_sweep,
+        mirror_swap_patching,
+        text_interchange,
+    )
+    from hooked_clip1d.visualization import patching as vp
+
+    imgs, caps = _pairs(model, opts)
+    L = model.vision.cfg.n_layers
+    ms = mirror_swap_patching(model, imgs, caps)
+    z_names = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
+    heads = mirror_swap_patching(model, imgs, caps, hook_names=z_names, sets=["cls"], heads=True)
+    cs = caption_swap_patching(model, imgs, caps)
+    it = text_interchange(model, imgs, caps)
+    kv, kt = knockout_sweep(model, imgs, caps, tower="vision"), knockout_sweep(model, imgs, caps, tower="text")
+    fr, hf = ms.fraction(), heads.fraction()
+    lines = _fmt_rows(
+        "mirror-swap patching (image mirrored => relation flips): fraction of the belief shift recovered",
+        ms.set_names,
+        {lab: fr[i].tolist() for i, lab in enumerate(ms.labels)},
+    )
+    lines += _fmt_rows(
+        "per head, patching z at CLS from the mirrored image",
+        [f"head {h}" for h in range(hf.shape[-1])],
+        {heads.labels[i]: hf[i, 0].tolist() for i in range(len(heads.labels))},
+    )
+    cf = cs.fraction()
+    lines += _fmt_rows(
+        "caption-swap patching (text tower)", cs.set_names, {lab: cf[i].tolist() for i, lab in enumerate(cs.labels)}
+    )
+    lines += _fmt_rows("attention knockout: belief retained", ["vision", ""], {})
+    lines += [f"  vision {n:<28} {r:>7.3f}" for n, r in zip(kv.names, kv.retained().tolist(), strict=True)]
+    lines += [f"  text   {n:<28} {r:>7.3f}" for n, r in zip(kt.names, kt.retained().tolist(), strict=True)]
+    itf = it.fractions()
+    lines += ["", f"text interchange: {json.dumps(_jsonable(itf))}"]
+    figs = {
+        "mirror_map": vp.plot_patching_map(ms),
+        "mirror_bars": vp.plot_recovery_bars(ms),
+        "mirror_heads": vp.plot_patching_map(heads),
+        "caption_map": vp.plot_patching_map(cs),
+        "interchange": vp.plot_interchange(it),
+        "knockout_vision": vp.plot_knockout(kv),
+        "knockout_text": vp.plot_knockout(kt),
+    }
+    data = {
+        "mirror_swap": ms.to_dict(),
+        "mirror_swap_heads_cls": heads.to_dict(),
+        "caption_swap": cs.to_dict(),
+        "interchange": itf,
+        "knockout_vision": kv.to_dict(),
+        "knockout_text": kt.to_dict(),
+    }
+    return Report("\n".join(lines).rstrip(), data, figs)
+
+
+def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.metrics import pair_grid
+    from hooked_clip1d.analysis.probes import probe_sweep, probe_targets
+    from hooked_clip1d.visualization.patching import plot_probe_accuracy
+
+    v = model.vision.cfg.vocab
+    imgs, objs, _ = pair_grid(v)
+    n = int(opts.get("n", 3000))
+    idx = torch.randperm(len(imgs), generator=torch.Generator().manual_seed(int(opts.get("seed", 0))))[:n]
+    imgs, objs = imgs[idx], objs[idx]
+    rel = torch.full_like(objs[:, 0], v.left_of)
+    caps = torch.stack([objs[:, 0], rel, objs[:, 1], torch.full_like(rel, v.eot)], -1)
+    sweeps = {}
+    for tower, toks, targets in (
+        (model.vision, imgs, ("left_pos", "right_pos", "left_label", "right_label", "relation")),
+        (model.text, caps, ("subject", "object", "relation")),
+    ):
+        name = "vision" if tower is model.vision else "text"
+        for t in targets:
+            sweeps[f"{name} {t}"] = probe_sweep(tower, toks, probe_targets(tower, toks, t), position="readout")
+    depth = next(iter(sweeps.values())).labels
+    lines = [f"linear probes at the readout token (held-out accuracy per depth; control = shuffled labels), {n} images"]
+    lines.append(f"{'target':<20}" + "".join(f"{d:>12.12}" for d in depth) + f"{'chance':>9}{'control':>9}")
+    for k, sw in sweeps.items():
+        ctrl = sw.control_acc.max().item() if sw.control_acc is not None else float("nan")
+        lines.append(
+            f"{k:<20}" + "".join(f"{a:>12.3f}" for a in sw.test_acc.tolist()) + f"{sw.chance:>9.3f}{ctrl:>9.3f}"
+        )
+    return Report(
+        "\n".join(lines),
+        {k: sw.to_dict() for k, sw in sweeps.items()},
+        {"probes": plot_probe_accuracy(sweeps)},
+    )
+
+
+def _steering(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
+    from hooked_clip1d.visualization.patching import plot_spatial_ids, plot_steering_curves
+
+    imgs, caps = _pairs(model, opts)
+    alphas = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0]
+    curves, data, errors = {}, {}, {}
+    for site, ctx in (("object", "single"), ("cls", "single"), ("cls", "pair")):
+        ids = vision_spatial_ids(model.vision, site=site, context=ctx)
+        for depth in range(len(ids.labels)):
+            key = f"vision {site}/{ctx} @ {ids.labels[depth]}"
+            try:
+                sr = steer_vision(model, imgs, caps, ids, depth, alphas)
+            except ValueError as e:  # e.g. RoPE towers have no positional IDs at the embeddings
+                errors[key] = str(e)
+                continue
+            curves[key] = sr
+    tids = text_role_ids(model.text)
+    for depth in range(len(tids.labels)):
+        curves[f"text roles @ {tids.labels[depth]}"] = steer_text(model, imgs, caps, tids, depth, alphas)
+    lines = ["steering: fraction of the swap's belief shift produced by adding alpha x (ID difference)"]
+    lines.append(f"{'site @ depth':<34}" + "".join(f"{'a=' + str(a):>8}" for a in alphas) + f"{'flip@1':>8}")
+    for k, sr in curves.items():
+        fr, flip = sr.fraction().tolist(), sr.flip_rate().tolist()
+        data[k] = {"alphas": alphas, "fraction": fr, "flip_rate": flip}
+        lines.append(f"{k:<34.34}" + "".join(f"{x:>8.2f}" for x in fr) + f"{flip[alphas.index(1.0)]:>8.2f}")
+    lines += [f"{k}: not run ({e})" for k, e in errors.items()]
+    figs = {
+        "curves": plot_steering_curves(curves),
+        "ids_cls": plot_spatial_ids(vision_spatial_ids(model.vision, site="cls", context="pair")),
+    }
+    return Report("\n".join(lines), {"steering": data, "not_run": errors}, figs)
+
+
+def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.heads import (
+        classify_head_roles,
+        cls_object_bias,
+        label_pe_deltas,
+        pair_captions,
+        text_eot_bias,
+        to_jsonable,
+    )
+    from hooked_clip1d.visualization.heads import plot_eot_bias, plot_head_roles, plot_label_pe_scatter
+    from hooked_clip1d.visualization.plots import plot_head_bias
+
+    ds = _dataset(model)
+    split = ds.splits[opts.get("split", "val_unseen")]
+    bias = cls_object_bias(model.vision, split)
+    eot = text_eot_bias(model.text, pair_captions(ds, "unseen" if split.name == "val_unseen" else "seen"))
+    figs = {"bias": plot_head_bias(bias, layer=0), "eot": plot_eot_bias(eot)}
+    L, H = bias["left"].shape
+    lines = ["CLS -> object: fraction of two-object images whose CLS row peaks on the left / right object (Fig. 4c)"]
+    lines += [
+        f"  L{layer}H{h}: left {bias['left'][layer, h]:.2f}  right {bias['right'][layer, h]:.2f}"
+        for layer in range(L)
+        for h in range(H)
+    ]
+    data: dict[str, Any] = {"cls_object_bias": bias, "text_eot_bias": eot}
+    try:
+        deltas = label_pe_deltas(model.vision, split)
+        roles = classify_head_roles(deltas)
+        figs["delta_scatter"], figs["roles"] = plot_label_pe_scatter(deltas), plot_head_roles(roles)
+        data["roles"] = {k: v for k, v in roles.items() if k != "relational_mask"}
+        lines += ["relational (|d_label| < |d_pe|, with the head's sign) vs label-specific share (Fig. 5d)"]
+        lines += [
+            f"  H{h}: relational {roles['relational'][h]:.2f}  label-specific {roles['label_specific'][h]:.2f}"
+            for h in range(len(roles["relational"]))
+        ]
+    except ValueError as e:  # LayerNorm / RoPE towers: the E / P split at the CLS row does not exist
+        data["roles"] = {"not_run": str(e)}
+        lines.append(f"relational vs label-specific: not run ({e})")
+    first, second = eot["first"], eot["second"]
+    lines += ["text EOT row: share of captions where the first / second object gets more attention (Fig. 6)"]
+    lines += [
+        f"  L{layer}H{h}: first {first[layer, h]:.2f}  second {second[layer, h]:.2f}"
+        for layer in range(first.shape[0])
+        for h in range(first.shape[1])
+    ]
+    return Report("\n".join(lines), to_jsonable(data), figs)
+
+
+def _alignment(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.alignment import embedding_alignment
+    from hooked_clip1d.visualization.alignment import plot_alignment
+
+    res = embedding_alignment(model, center=bool(opts.get("center", False)))
+    lines = [f"token-embedding alignment, fit on labels {res['fit_labels']}, scored on {res['test_labels']} (Fig. 7)"]
+    for k in ("raw", "procrustes", "shuffled"):
+        sc = res.get(k)
+        if sc:
+            lines.append(f"  {k:<11} " + "  ".join(f"{m} {v:.3f}" for m, v in sc.items() if isinstance(v, float)))
+    return Report("\n".join(lines), res, {"alignment": plot_alignment(res)})
+
+
+def _rope(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.heads import to_jsonable
+    from hooked_clip1d.analysis.rope import key_effective_rank, rope_mechanism
+    from hooked_clip1d.visualization.rope import plot_rope_mechanism
+
+    ds = _dataset(model)
+    if model.vision.cfg.positional != "rope":
+        rank = key_effective_rank(model.vision, 0)
+        ranks = to_jsonable(rank)
+        return Report(
+            "not a RoPE vision tower: only the effective rank of W_K (per head, at energy "
+            f"{[round(t, 2) for t in ranks['thresholds']]}) is reported: {ranks['rank']}",
+            {"effective_rank": ranks},
+        )
+    res = to_jsonable(rope_mechanism(model.vision, ds.splits["val_unseen"]))
+    lines = ["RoPE mechanism on unseen pairs (Fig. 19)", json.dumps(res["consistency"], default=float)[:2000]]
+    lines.append("effective rank of W_K: " + json.dumps(res["effective_rank"]))
+    return Report("\n".join(lines), res, {"mechanism": plot_rope_mechanism(res)})
+
+
+def _pruning(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.pruning import format_sweep, head_subset_sweep
+    from hooked_clip1d.visualization.heads import plot_pruning
+
+    H = model.vision.cfg.n_heads * model.vision.cfg.n_layers
+    kept = opts.get("kept", list(range(1, H)))
+    epochs = int(opts.get("epochs", 0))
+    out = opts.get("runs_dir")
+    res = head_subset_sweep(model, kept, epochs=epochs, out_dir=out, resume=True, progress=epochs > 0)
+    return Report(format_sweep(res), res, {"pruning": plot_pruning(res)})
+
+
+ANALYSES: dict[str, tuple[str, Callable[[CLIP1D, dict[str, Any]], Report]]] = {
+    "attention": ("attention patterns of both towers on one image and caption (Fig. 4b)", _attention),
+    "decompose": (
+        "weight-bias and token-position score decompositions, CLS-row std shares (Fig. 5a, 12-14)",
+        _decompose,
+    ),
+    "ablate": ("term ablations EP, PE, PP, BP, VP and combinations (Fig. 5e, 16, 17)", _ablate),
+    "heads": (
+        "CLS -> object left/right bias, relational vs label-specific heads, text EOT bias (Fig. 4c, 5c-d, 6)",
+        _heads,
+    ),
+    "alignment": ("Procrustes alignment of vision and text label embeddings vs raw cosine (Fig. 7)", _alignment),
+    "rope": ("RoPE mechanism: consistency rates, Pi_bias, key PCA, effective rank, rho (Fig. 19)", _rope),
+    "pruning": ("every subset of kept heads, before (and with --epochs after) retraining (App. K, Fig. 22)", _pruning),
+    "patching": ("mirror-swap / caption-swap patching, text interchange, attention knockout", _patching),
+    "probes": ("linear probes of positions, labels and relation per depth, with shuffled controls", _probes),
+    "steering": ("spatial IDs and steering a caption's belief by adding ID differences", _steering),
+}
+
+
+def run_analysis(
+    analysis: str, model: str | CLIP1D, out_dir: str | Path = "results/analyze", **options: Any
+) -> dict[str, Any]:
+    """Run ``analysis`` (a key of ``ANALYSES``) on a pretrained name, run directory, model file or ``CLIP1D``."""
+    if analysis not in ANALYSES:
+        raise ValueError(f"unknown analysis {analysis!r}; known: {sorted(ANALYSES)}")
+    if isinstance(model, str):
+        from hooked_clip1d.cli import _load
+
+        name, model = model, _load(model)
+    else:
+        name = getattr(model, "manifest", {}).get("name", "custom model") if hasattr(model, "manifest") else "model"
+    model.eval()
+    report = ANALYSES[analysis][1](model, options)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for key, fig in report.figures.items():
+        path = out / f"{analysis}_{key}.png"
+        try:
+            atomic_write(path, lambda tmp, fig=fig: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
+        finally:
+            plt.close(fig)
+        files.append(str(path))
+    record = {"analysis": analysis, "model": name, "options": options, "data": _jsonable(report.data)}
+    atomic_write_text(out / f"{analysis}.json", json.dumps(record, indent=2, default=float) + "\n")
+    files.append(str(out / f"{analysis}.json"))
+    return {**record, "table": report.table, "files": files}
