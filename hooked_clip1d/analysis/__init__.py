@@ -1,11 +1,99 @@
-"""Mechanistic analyses of the paper as hook factories and functions of an ``ActivationCache``.
+"""Mechanistic analyses of the paper as hook factories and functions of an ``ActivationCache`` (one module per family).
 
-- ``terms``: the weight-bias and token-position decomposition of layer-0 attention scores (Eq. 1, 2) and
-  ``ablate_terms``, hooks that remove chosen terms (EP, PE, PP, BP, VP, ...) during a normal forward pass.
-- ``heads``: per-head CLS -> object left/right attention bias (Fig. 4c).
+- ``decompose``: attention scores split over residual components at any layer (Eq. 1-2, App. D-E), Fig. 13 shares.
+- ``terms``: ``ablate_terms``, hooks that remove score terms (EP, PE, PP, BP, ...) or VP during a forward pass.
+- ``ablation``: ``evaluate_ablations``, retrieval accuracy under each ablation condition (Fig. 5e, 16, 17).
+- ``heads``: CLS -> object left/right bias (Fig. 4c), delta-label vs delta-p.e. and head roles (Fig. 5c, d),
+  text EOT bias (Fig. 6).
+- ``pruning``: pruned heads, pruning then retraining, every subset of heads (App. K, Fig. 22).
+- ``alignment``: Procrustes alignment of vision and text label embeddings (Fig. 7).
+- ``rope``: the RoPE mechanism: consistency rates, Pi_bias, key PCA, effective rank, rho (App. I, Fig. 19).
+- ``metrics``: CLIP-similarity beliefs (true caption vs its left/right swap) and paired inputs.
+- ``patching``: activation patching, mirror-swap / caption-swap patching, interchange, attention knockout.
+- ``probes``: linear probes per layer with held-out scores and shuffled-label controls.
+- ``spatial_ids``: spatial IDs per position and steering by adding ID differences.
 """
 
-from hooked_clip1d.analysis.heads import cls_object_bias
-from hooked_clip1d.analysis.terms import SCORE_TERMS, ablate_terms, attention_terms
+from hooked_clip1d.analysis.ablation import PAPER_ABLATIONS, evaluate_ablations, format_ablations
+from hooked_clip1d.analysis.alignment import embedding_alignment, procrustes
+from hooked_clip1d.analysis.decompose import (
+    TOKEN_POSITION_TERMS,
+    WEIGHT_BIAS_TERMS,
+    ScoreDecomposition,
+    decompose_attention_scores,
+    residual_components,
+    row_std_shares,
+)
+from hooked_clip1d.analysis.heads import (
+    classify_head_roles,
+    cls_object_bias,
+    label_pe_deltas,
+    pair_captions,
+    text_eot_bias,
+    to_jsonable,
+)
+from hooked_clip1d.analysis.metrics import caption_belief, image_belief, mirror_images, pair_inputs
+from hooked_clip1d.analysis.patching import (
+    caption_swap_patching,
+    knockout_hooks,
+    knockout_sweep,
+    mirror_swap_patching,
+    patch_sweep,
+    text_interchange,
+    tl_patching,
+)
+from hooked_clip1d.analysis.probes import fit_probe, probe_sweep, probe_targets
+from hooked_clip1d.analysis.pruning import head_subset_sweep, prune_and_retrain, prune_heads, zero_heads_hooks
+from hooked_clip1d.analysis.rope import consistency_condition, key_effective_rank, rope_mechanism
+from hooked_clip1d.analysis.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
+from hooked_clip1d.analysis.terms import ABLATABLE_TERMS, POSITIONAL_TERMS, SCORE_TERMS, ablate_terms, attention_terms
 
-__all__ = ["SCORE_TERMS", "ablate_terms", "attention_terms", "cls_object_bias"]
+__all__ = [
+    "ABLATABLE_TERMS",
+    "PAPER_ABLATIONS",
+    "POSITIONAL_TERMS",
+    "SCORE_TERMS",
+    "TOKEN_POSITION_TERMS",
+    "WEIGHT_BIAS_TERMS",
+    "ScoreDecomposition",
+    "ablate_terms",
+    "attention_terms",
+    "caption_belief",
+    "caption_swap_patching",
+    "classify_head_roles",
+    "cls_object_bias",
+    "consistency_condition",
+    "decompose_attention_scores",
+    "embedding_alignment",
+    "evaluate_ablations",
+    "fit_probe",
+    "format_ablations",
+    "head_subset_sweep",
+    "image_belief",
+    "key_effective_rank",
+    "knockout_hooks",
+    "knockout_sweep",
+    "label_pe_deltas",
+    "mirror_images",
+    "mirror_swap_patching",
+    "pair_captions",
+    "pair_inputs",
+    "patch_sweep",
+    "probe_sweep",
+    "probe_targets",
+    "procrustes",
+    "prune_and_retrain",
+    "prune_heads",
+    "residual_components",
+    "rope_mechanism",
+    "row_std_shares",
+    "steer_text",
+    "steer_vision",
+    "text_eot_bias",
+    "text_interchange",
+    "text_role_ids",
+    "tl_patching",
+    "to_jsonable",
+    "vision_spatial_ids",
+    "zero_heads_hooks",
+]
