@@ -2,9 +2,12 @@
 "Left-Right Symmetry Breaking in CLIP-style Vision-Language Models" (arXiv 2601.12809).
 
 Example:
-    >>> from hooked_clip1d import load_model
-    >>> model = load_model("simplified-ntot20-n2-10")  # doctest: +SKIP
-    >>> out, cache = model.vision.run_with_cache(model.dataset.splits["val_unseen"].images[:4])  # doctest: +SKIP
+    >>> from hooked_clip1d import build_dataset, load_model
+    >>> model = load_model("simplified-ntot20-n2-10")
+    >>> ds = build_dataset(model.data_config)
+    >>> out, cache = model.vision.run_with_cache(ds.splits["val_unseen"].images[:4])
+    >>> cache["pattern", 0].shape
+    torch.Size([4, 4, 11, 11])
 """
 
 from hooked_clip1d.clip import CLIP1D, CLIPConfig, clip_loss

@@ -29,17 +29,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from hooked_clip1d.analysis.decompose import TERM_LABELS  # noqa: E402
-from hooked_clip1d.data import SPLIT_TITLES  # noqa: E402
-from hooked_clip1d.visualization.plots import plot_ablation_accuracy  # noqa: E402
+from hooked_clip1d.analysis.decompose import TERM_LABELS
+from hooked_clip1d.data import SPLIT_TITLES
+from hooked_clip1d.visualization.plots import plot_ablation_accuracy
 
 TermMaps = Mapping[str, torch.Tensor]
 

@@ -15,15 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from hooked_clip1d.data import SPLIT_TITLES  # noqa: E402
+from hooked_clip1d.data import SPLIT_TITLES
 
 
 def _np(x: Any) -> np.ndarray:

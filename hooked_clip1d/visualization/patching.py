@@ -24,17 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from hooked_clip1d.analysis.patching import InterchangeResult, KnockoutResult, PatchSweep  # noqa: E402
-from hooked_clip1d.analysis.probes import ProbeSweep  # noqa: E402
-from hooked_clip1d.analysis.spatial_ids import SpatialIDs, SteeringResult  # noqa: E402
+from hooked_clip1d.analysis.patching import InterchangeResult, KnockoutResult, PatchSweep
+from hooked_clip1d.analysis.probes import ProbeSweep
+from hooked_clip1d.analysis.spatial_ids import SpatialIDs, SteeringResult
 
 
 def _axes(ax: plt.Axes | None, figsize: tuple[float, float]) -> tuple[Figure, plt.Axes]:

@@ -15,13 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
 
 
 def _np(x: Any) -> np.ndarray:
