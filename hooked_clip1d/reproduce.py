@@ -399,15 +399,38 @@ def _fig18(models: dict[str, CLIP1D]) -> Outcome:
 
 
 def _fig19(models: dict[str, CLIP1D]) -> Outcome:
-    from hooked_clip1d.analysis.heads import to_jsonable
+    from hooked_clip1d.analysis.heads import cls_object_bias, to_jsonable
     from hooked_clip1d.analysis.rope import rope_mechanism
     from hooked_clip1d.visualization.rope import plot_rope_mechanism
 
     model = models["rope-ntot20-n2-15"]
-    res = to_jsonable(rope_mechanism(model.vision, build_dataset(model.data_config).splits["val_unseen"]))
+    split = build_dataset(model.data_config).splits["val_unseen"]
+    res = to_jsonable(rope_mechanism(model.vision, split))
+    bias = cls_object_bias(model.vision, split)
+    gap = (bias["left"][0] - bias["right"][0]).abs().tolist()
+    rate = res["consistency"]["rate_full"]
+    rate_nb = res["consistency"]["rate_no_bias"]
     rank95 = [r[1] for r in res["effective_rank"]["rank"]]
-    checks = [("keys are low-rank: effective rank of W_K at 95 % energy <= 3 in every head", max(rank95) <= 3)]
-    summary = f"effective rank of W_K at 95 % energy per head: {rank95}"
+    checks = [
+        (
+            "the consistency-condition rate (Eq. 23) matches |P(left) - P(right)| per head (within 0.15)",
+            all(abs(r - g) <= 0.15 for r, g in zip(rate, gap, strict=True)),
+        ),
+        (
+            "without Pi_bias the condition still holds for the most biased head (>= 0.8: Mechanism 2)",
+            rate_nb[max(range(len(gap)), key=gap.__getitem__)] >= 0.8,
+        ),
+        ("keys are low-rank: effective rank of W_K at 95 % energy <= 3 in every head", max(rank95) <= 3),
+    ]
+    summary = (
+        "per head: Eq. 23 rate "
+        + ", ".join(f"{r:.2f}" for r in rate)
+        + " vs |P(left)-P(right)| "
+        + ", ".join(f"{g:.2f}" for g in gap)
+        + "; rate without Pi_bias "
+        + ", ".join(f"{r:.2f}" for r in rate_nb)
+        + f"; effective rank of W_K at 95 % energy {rank95}"
+    )
     return Outcome(res, summary + ".", checks, {"mechanism": plot_rope_mechanism(res)})
 
 
