@@ -51,9 +51,11 @@ class Outcome:
 class FigureSpec:
     key: str  # "fig4c"
     title: str  # what the figure shows
-    paper: str  # the paper's claim, with its numbers
+    paper: str  # the paper's claim, with its numbers (or, beyond the paper, the question asked)
     models: tuple[str, ...]  # zoo models needed
     run: Callable[[dict[str, CLIP1D]], Outcome]
+    beyond_paper: bool = False  # an experiment the paper does not run (own section of the results page)
+    sweep: str | None = None  # a sweep spec in hooked_clip1d/sweeps/ whose results the figure reads
 
     @property
     def command(self) -> str:
@@ -236,8 +238,20 @@ def _fig13(models: dict[str, CLIP1D]) -> Outcome:
     summary = "XW_QKX^T share of the CLS-row std per head: " + ", ".join(
         f"h{h} {x:.2f} (paper {p:.2f})" for h, (x, p) in enumerate(zip(xwx, PAPER_XWX_SHARE, strict=True))
     )
-    numbers = {"terms": shares["terms"], "share": shares["share"].tolist(), "std": shares["std"].tolist()}
-    return Outcome(numbers, summary + ".", checks, figs)
+    from hooked_clip1d.analysis.rope import key_effective_rank
+
+    rank = [r[1] for r in key_effective_rank(model.vision, 0)["rank"].tolist()]
+    notes = (
+        f"Effective rank of W_K at 95 % energy per head: {rank}. With rank-1 keys every head reads one residual "
+        "direction, so the shares come out alike in every head."
+    )
+    numbers = {
+        "terms": shares["terms"],
+        "share": shares["share"].tolist(),
+        "std": shares["std"].tolist(),
+        "w_k_rank95": rank,
+    }
+    return Outcome(numbers, summary + ".", checks, figs, notes)
 
 
 def _spearman(y: torch.Tensor) -> torch.Tensor:
@@ -434,6 +448,66 @@ def _fig19(models: dict[str, CLIP1D]) -> Outcome:
     return Outcome(res, summary + ".", checks, {"mechanism": plot_rope_mechanism(res)})
 
 
+def _x_mirror_swap(models: dict[str, CLIP1D]) -> Outcome:
+    from hooked_clip1d.analysis.metrics import pair_inputs
+    from hooked_clip1d.analysis.patching import mirror_swap_patching
+    from hooked_clip1d.visualization.patching import plot_patching_map
+
+    figs, numbers, parts, checks = {}, {}, [], []
+    for name in (FLAGSHIP, "rope-ntot20-n2-15"):
+        model = models[name]
+        ds = build_dataset(model.data_config)
+        imgs, caps = pair_inputs(ds.splits["val_unseen"], ds.vocab)
+        L = model.vision.cfg.n_layers
+        z = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
+        heads = mirror_swap_patching(model, imgs, caps, hook_names=z, sets=["cls"], heads=True)
+        fr = heads.fraction()[-1, 0].tolist()  # last layer, CLS, per head
+        numbers[name] = heads.to_dict()
+        figs[name] = plot_patching_map(heads)
+        parts.append(f"{name}: " + ", ".join(f"h{h} {f:.2f}" for h, f in enumerate(fr)))
+        checks.append((f"{name}: one head carries >= 0.8 of the mirror shift at CLS", max(fr) >= 0.8))
+    summary = "fraction of the belief shift recovered by patching one head's z at CLS from the mirrored image: "
+    return Outcome(numbers, summary + "; ".join(parts) + ".", checks, figs)
+
+
+SWEEPS_DIR = Path(__file__).resolve().parent / "sweeps"
+
+
+def _fig4a(rows: list[dict[str, Any]]) -> Outcome:
+    import numpy as np
+
+    ntot = sorted({r["n_labels"] for r in rows})
+    n2s = sorted({r["n2"] for r in rows})
+    mean = np.full((len(ntot), len(n2s)), np.nan)
+    for i, nt in enumerate(ntot):
+        for j, n2 in enumerate(n2s):
+            acc = [r["val_unseen.acc"] for r in rows if r["n_labels"] == nt and r["n2"] == n2]
+            if acc:
+                mean[i, j] = float(np.mean(acc))
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for j, n2 in enumerate(n2s):
+        ax.plot(ntot, mean[:, j], marker="o", label=f"n2 = {n2}")
+    ax.set(xlabel="Ntot (label diversity)", ylabel="unseen-pair accuracy", ylim=(0, 1.05), title="Fig. 4a sweep")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    by_ntot = np.nanmax(mean, axis=1) - np.nanmin(mean, axis=1)  # spread over n2 at fixed Ntot
+    by_n2 = np.nanmax(mean, axis=0) - np.nanmin(mean, axis=0)  # spread over Ntot at fixed n2
+    rho = [float(_spearman(torch.tensor(mean[:, j]))) for j in range(len(n2s))]
+    checks = [
+        ("unseen-pair accuracy rises with Ntot at every n2 (rank correlation >= 0.8)", min(rho) >= 0.8),
+        ("Ntot moves accuracy more than n2 does (mean spread)", float(by_n2.mean()) > float(by_ntot.mean())),
+    ]
+    summary = (
+        "mean unseen-pair accuracy [Ntot x n2]: "
+        + "; ".join(f"Ntot {nt}: " + "/".join(f"{v:.2f}" for v in mean[i]) for i, nt in enumerate(ntot))
+        + f" (n2 = {n2s}); rank correlation with Ntot per n2 {[round(r, 2) for r in rho]}"
+    )
+    numbers = {"ntot": ntot, "n2": n2s, "mean_unseen_acc": mean.tolist(), "rows": rows}
+    epochs = sorted({r["epochs"] for r in rows})
+    notes = f"{len(rows)} runs trained {epochs} epochs each (the paper: 10,000)."
+    return Outcome(numbers, summary + ".", checks, {"sweep": fig}, notes)
+
+
 def _fig22(models: dict[str, CLIP1D]) -> Outcome:
     from hooked_clip1d.analysis.pruning import head_subset_sweep
     from hooked_clip1d.visualization.heads import plot_pruning
@@ -476,6 +550,15 @@ FIGURES: dict[str, FigureSpec] = {
             "On unseen-pair images, head 2 attends most to the right object (~67%); the other heads attend left.",
             (FLAGSHIP,),
             _fig4c,
+        ),
+        FigureSpec(
+            "fig4a",
+            "Label diversity vs layout diversity (Fig. 3, 4a)",
+            "Unseen-pair accuracy rises with the number of labels Ntot; the number of layouts per pair n2 matters "
+            "much less.",
+            (),
+            _fig4a,  # type: ignore[arg-type]
+            sweep="fig4a",
         ),
         FigureSpec(
             "fig4b",
@@ -592,6 +675,16 @@ FIGURES: dict[str, FigureSpec] = {
             _fig23,
         ),
         FigureSpec(
+            "x1-mirror-swap",
+            "Mirror-swap patching per head at CLS (IDs Alg. 1 on the 1D models)",
+            "Question: which head carries the left/right relation to the readout? Mirroring the image flips the "
+            "relation; patching one head's output at CLS from the mirrored image measures how much of the flip "
+            "that head carries.",
+            (FLAGSHIP, "rope-ntot20-n2-15"),
+            _x_mirror_swap,
+            beyond_paper=True,
+        ),
+        FigureSpec(
             "fig22",
             "Pruned heads (App. K, Fig. 22)",
             "After pruning and 10,000 epochs of retraining, models with >= 2 heads reach accuracy close to the "
@@ -603,6 +696,25 @@ FIGURES: dict[str, FigureSpec] = {
 }
 
 
+def _outcome_record(res: Outcome, out: Path, figure: str) -> dict[str, Any]:
+    plots = []
+    for name, fig in res.figures.items():
+        path = out / f"{figure}_{name}.png"
+        try:
+            atomic_write(path, lambda tmp, fig=fig: fig.savefig(tmp, dpi=110, format="png"))
+        finally:
+            plt.close(fig)
+        plots.append(path.name)
+    return {
+        "verdict": "not run" if res.not_run else verdict_of(res.checks),
+        "summary": res.summary + (f" Not run as in the paper: {res.not_run}" if res.not_run else ""),
+        "notes": res.notes,
+        "checks": [{"check": c, "holds": bool(ok)} for c, ok in res.checks],
+        "numbers": res.numbers,
+        "plots": plots,
+    }
+
+
 def reproduce(figure: str, out_dir: str | Path = "results") -> dict[str, Any]:
     """Run one figure's experiment; write ``<out_dir>/<figure>/<figure>.json`` and PNGs; return the record."""
     if figure not in FIGURES:
@@ -611,6 +723,7 @@ def reproduce(figure: str, out_dir: str | Path = "results") -> dict[str, Any]:
     out = Path(out_dir) / figure
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
+        "beyond_paper": spec.beyond_paper,
         "figure": spec.key,
         "title": spec.title,
         "paper": spec.paper,
@@ -618,25 +731,18 @@ def reproduce(figure: str, out_dir: str | Path = "results") -> dict[str, Any]:
         "command": spec.command,
     }
     missing = [m for m in spec.models if m not in list_pretrained()]
-    if missing:
+    if spec.sweep is not None:
+        from hooked_clip1d.sweep import run_sweep
+
+        rows = run_sweep(SWEEPS_DIR / f"{spec.sweep}.toml", Path(out_dir) / "sweeps" / spec.sweep, progress=True)
+        res = spec.run(rows)  # type: ignore[arg-type]
+        record.update(_outcome_record(res, out, figure))
+        record["command"] = spec.command
+    elif missing:
         record.update(verdict="not run", summary=f"needs zoo model(s) {missing}, not shipped yet", checks=[], plots=[])
     else:
         models = {m: load_model(m) for m in spec.models}
-        res = spec.run(models)
-        plots = []
-        for name, fig in res.figures.items():
-            path = out / f"{figure}_{name}.png"
-            atomic_write(path, lambda tmp, fig=fig: fig.savefig(tmp, dpi=110, format="png"))
-            plt.close(fig)
-            plots.append(path.name)
-        record.update(
-            verdict="not run" if res.not_run else verdict_of(res.checks),
-            summary=res.summary + (f" Not run as in the paper: {res.not_run}" if res.not_run else ""),
-            notes=res.notes,
-            checks=[{"check": c, "holds": bool(ok)} for c, ok in res.checks],
-            numbers=res.numbers,
-            plots=plots,
-            model_epochs={m: manifest(m)["epochs"] for m in spec.models},
-        )
+        record.update(_outcome_record(spec.run(models), out, figure))
+        record["model_epochs"] = {m: manifest(m)["epochs"] for m in spec.models}
     atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")
     return record

@@ -84,11 +84,12 @@ def _record_section(r: dict[str, Any], fig_dir: Path, page_dir: Path) -> list[st
     lines = [
         f'### {r["figure"]}: {r["title"]} <a id="{r["figure"]}"></a>',
         "",
-        f"- **Paper:** {r['paper']}",
+        f"- **{'Question' if r.get('beyond_paper') else 'Paper'}:** {r['paper']}",
         f"- **Ours:** {r.get('summary', '')}",
-        f"- **Verdict:** {ICON[r['verdict']]}",
         f"- **Command:** `{r['command']}`",
     ]
+    if not r.get("beyond_paper"):
+        lines.insert(4, f"- **Verdict:** {ICON[r['verdict']]}")
     if r.get("models"):
         ep = r.get("model_epochs", {})
         lines.append(

@@ -53,3 +53,18 @@ def test_cli_reproduce_and_results_page(tmp_path, capsys):
 def test_results_page_without_records_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="reproduce"):
         build_results_page(tmp_path, tmp_path / "r.md")
+
+
+def test_sweep_figure_runs_its_sweep_and_reads_the_table(tmp_path, monkeypatch):
+    import shutil
+    from pathlib import Path
+
+    sweeps = tmp_path / "specs"
+    sweeps.mkdir()
+    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
+    monkeypatch.setattr(rp, "SWEEPS_DIR", sweeps)
+    rec = rp.reproduce("fig4a", tmp_path / "res")
+    assert rec["verdict"] in rp.VERDICTS and len(rec["numbers"]["rows"]) == 4
+    assert rec["numbers"]["ntot"] == [6, 7]
+    assert (tmp_path / "res" / "sweeps" / "fig4a" / "results.json").exists()
+    assert (tmp_path / "res" / "fig4a" / "fig4a_sweep.png").exists()
