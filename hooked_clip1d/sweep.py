@@ -1,0 +1,493 @@
+"""Sweeps: a TOML spec -> a grid of runs -> batched groups -> checkpoints and one results table.
+
+A spec (``examples/sweeps/fig3_small.toml``) has five tables::
+
+    name = "fig3-small"
+    [model]              # CLIPConfig.from_preset(preset, **fields); [model.vision] / [model.text]: one tower only
+    preset = "simplified"
+    [data]               # DataConfig fields
+    n_heldout = 5
+    [train]              # TrainConfig fields
+    epochs = 1000
+    [grid]               # lists; the sweep is their product, in this order
+    n_labels = [10, 15, 20, 25]
+    n2 = [5, 10, 15]
+    seed = [0]
+    [run]                # how to execute: max_group_size, dropout_rng ("fast" | "matched"), threads, compile, amp
+    max_group_size = 32
+
+A grid (or ``[model]``/``[data]``/``[train]``) key names one field: ``n_labels`` sets the label count of the model and
+the data, ``seed`` the training seed (``data.seed`` is the dataset's), ``d_image`` the data and the vision tower; a
+prefixed key (``data.n1``, ``train.lr``, ``model.init_std``, ``vision.positional``, ``text.positional``) says where
+it goes, and an unprefixed one goes wherever such a field exists (an ambiguous one is an error).
+
+``run_sweep`` packs runs with the same shapes (``batched.group_key``) into groups of at most ``max_group_size``
+(similar lengths together, since a group runs as long as its longest member), trains each group with one progress
+bar, and writes::
+
+    out_dir/spec.toml                 the spec as run
+    out_dir/runs/<run>/               each run: config.json, metrics.jsonl, checkpoint.safetensors,
+                                      model.safetensors (load with checkpoint.load_model_file), summary.json
+    out_dir/groups/<group>/           each group's resumable state (group_checkpoint.safetensors)
+    out_dir/results.json, results.csv one row per run: grid values, final metrics, steps, seconds, path
+
+Run it again to resume: finished runs are read back, unfinished groups continue from their group checkpoint.
+``runner="ray"`` submits the groups as Ray tasks (``pip install ray``; a running cluster is used, else a local one).
+
+Example:
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "s.toml").write_text('''
+    ... name = "doc"
+    ... [model]
+    ... preset = "simplified"
+    ... d_model = 16
+    ... d_head = 4
+    ... n_heads = 2
+    ... [data]
+    ... n_heldout = 2
+    ... n2 = 2
+    ... [train]
+    ... epochs = 1
+    ... batch_size = 16
+    ... [grid]
+    ... n_labels = [5, 6]
+    ... seed = [0, 1]
+    ... ''')
+    >>> rows = run_sweep(d / "s.toml", d / "out", progress=False)
+    >>> [(r["run"], r["steps"]) for r in rows]
+    [('n_labels-5_seed-0', 3), ('n_labels-5_seed-1', 3), ('n_labels-6_seed-0', 4), ('n_labels-6_seed-1', 4)]
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import itertools
+import json
+import re
+import shutil
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hooked_clip1d.batched import BatchedTrainer, Member, group_key
+from hooked_clip1d.checkpoint import atomic_write_text
+from hooked_clip1d.clip import CLIPConfig
+from hooked_clip1d.config import PRESETS, EncoderConfig, TextConfig, VisionConfig
+from hooked_clip1d.data import SPLITS, DataConfig
+from hooked_clip1d.training import TrainConfig
+
+_DATA_FIELDS = {f.name for f in dataclasses.fields(DataConfig)}
+_TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+_ENC_FIELDS = {f.name for f in dataclasses.fields(EncoderConfig) if f.init} - {"device"}
+_CLIP_FIELDS = {"init_logit_scale", "max_logit_scale"}
+_RUN_DEFAULTS: dict[str, Any] = {
+    "max_group_size": 32,  # members per batched group
+    "dropout_rng": "fast",  # "matched": each member's dropout masks equal Trainer's (slower)
+    "threads": None,  # torch threads per group (None: torch's default)
+    "compile": False,  # torch.compile the stacked loss (needs dropout_rng = "fast")
+    "amp": False,  # bfloat16 autocast
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a sweep: its name, its grid values and the three configs."""
+
+    name: str
+    params: dict[str, Any]
+    model_cfg: CLIPConfig
+    data_cfg: DataConfig
+    train_cfg: TrainConfig
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A parsed spec: its name, the expanded runs and the execution settings (``[run]``)."""
+
+    name: str
+    runs: list[RunSpec]
+    run: dict[str, Any] = field(default_factory=dict)
+    source: str = ""  # the TOML text
+
+
+def _route(key: str) -> list[tuple[str, str]]:
+    """Where a spec key goes: [(section, field)] with section in model/vision/text/clip/data/train."""
+    if "." in key:
+        section, name = key.split(".", 1)
+        if section == "model" and name in _CLIP_FIELDS:
+            return [("clip", name)]
+        known = {"model": _ENC_FIELDS, "vision": _ENC_FIELDS, "text": _ENC_FIELDS, "data": _DATA_FIELDS,
+                 "train": _TRAIN_FIELDS}  # fmt: skip
+        if section not in known:
+            raise ValueError(f"sweep key {key!r}: unknown section {section!r}; use model/vision/text/data/train")
+        if name not in known[section]:
+            raise ValueError(f"sweep key {key!r}: {section} has no field {name!r}")
+        return [(section, name)]
+    if key == "n_labels":
+        return [("model", "n_labels"), ("data", "n_labels")]
+    if key == "seed":
+        return [("train", "seed")]
+    if key == "d_image":
+        return [("data", "d_image"), ("vision", "d_image")]
+    if key in _CLIP_FIELDS:
+        return [("clip", key)]
+    where = [s for s, names in (("data", _DATA_FIELDS), ("train", _TRAIN_FIELDS), ("model", _ENC_FIELDS))
+             if key in names]  # fmt: skip
+    if not where:
+        raise ValueError(f"sweep key {key!r} is not a field of DataConfig, TrainConfig or EncoderConfig")
+    if len(where) > 1:
+        raise ValueError(f"sweep key {key!r} is ambiguous ({' and '.join(where)}); write e.g. '{where[0]}.{key}'")
+    return [(where[0], key)]
+
+
+def _fmt(v: Any) -> str:
+    s = json.dumps(v) if not isinstance(v, str) else v
+    return re.sub(r"[^A-Za-z0-9.]+", "-", s).strip("-") or "x"
+
+
+def _build_run(base: dict[str, dict[str, Any]], params: dict[str, Any], preset: str, text_preset: str) -> RunSpec:
+    sec: dict[str, dict[str, Any]] = {k: dict(v) for k, v in base.items()}
+    for key, value in params.items():
+        for section, name in _route(key):
+            if isinstance(value, list) and name in ("betas", "pruned_heads"):
+                value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+            sec[section][name] = value
+    if "n_labels" in sec["model"] and "n_labels" not in sec["data"]:
+        sec["data"]["n_labels"] = sec["model"]["n_labels"]
+    if "n_labels" in sec["data"] and "n_labels" not in sec["model"]:
+        sec["model"]["n_labels"] = sec["data"]["n_labels"]
+    if "d_image" in sec["data"] and "d_image" not in sec["vision"]:
+        sec["vision"]["d_image"] = sec["data"]["d_image"]
+    if "d_image" in sec["vision"]:
+        sec["vision"].setdefault("n_ctx", sec["vision"]["d_image"] + 1)
+    for s in ("vision", "text"):
+        if "pruned_heads" in sec[s]:
+            sec[s]["pruned_heads"] = tuple(tuple(x) for x in sec[s]["pruned_heads"])
+    if "betas" in sec["train"]:
+        sec["train"]["betas"] = tuple(sec["train"]["betas"])
+    try:
+        vision = VisionConfig(**{**PRESETS[preset], **sec["model"], **sec["vision"]})
+        text = TextConfig(**{**PRESETS[text_preset], **sec["model"], **sec["text"]})
+        model_cfg = CLIPConfig(vision=vision, text=text, **sec["clip"])
+        data_cfg = DataConfig(**sec["data"])
+        train_cfg = TrainConfig(**sec["train"])
+    except TypeError as e:
+        raise ValueError(f"sweep run {params}: {e}") from None
+    name = "_".join(f"{k.replace('.', '-')}-{_fmt(v)}" for k, v in params.items()) or "run"
+    return RunSpec(name, dict(params), model_cfg, data_cfg, train_cfg)
+
+
+def load_spec(path: str | Path | None = None, *, text: str | None = None) -> SweepSpec:
+    """Parse and expand a sweep spec (a TOML file, or ``text``); every run's configs are validated here.
+
+    Example:
+        >>> spec = load_spec(text='[grid]\\nn_labels = [10, 20]\\nn2 = [5, 10]\\n[train]\\nepochs = 3')
+        >>> [r.name for r in spec.runs]
+        ['n_labels-10_n2-5', 'n_labels-10_n2-10', 'n_labels-20_n2-5', 'n_labels-20_n2-10']
+        >>> spec.runs[3].data_cfg.n2, spec.runs[3].model_cfg.n_labels, spec.runs[3].train_cfg.epochs
+        (10, 20, 3)
+    """
+    if (path is None) == (text is None):
+        raise ValueError("load_spec needs a path or text (exactly one)")
+    if text is None:
+        p = Path(path)  # type: ignore[arg-type]
+        if not p.is_file():
+            raise FileNotFoundError(f"sweep spec {str(p)!r} does not exist")
+        text = p.read_text()
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"sweep spec is not valid TOML: {e}") from None
+    allowed = {"name", "description", "model", "data", "train", "grid", "run"}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ValueError(f"sweep spec: unknown top-level keys {unknown}; allowed: {sorted(allowed)}")
+    model = dict(raw.get("model", {}))
+    preset = model.pop("preset", "simplified")
+    text_preset = model.pop("text_preset", preset)
+    for pr in (preset, text_preset):
+        if pr not in PRESETS:
+            raise ValueError(f"sweep spec: unknown preset {pr!r}; known: {sorted(PRESETS)}")
+    base: dict[str, dict[str, Any]] = {"model": {}, "vision": {}, "text": {}, "clip": {}, "data": {}, "train": {}}
+    for tower in ("vision", "text"):
+        for k, v in dict(model.pop(tower, {})).items():
+            base[tower][k] = v
+            _route(f"{tower}.{k}")
+    fixed: dict[str, Any] = {}
+    for k, v in model.items():
+        fixed[f"model.{k}" if k != "n_labels" else "n_labels"] = v
+    for section in ("data", "train"):
+        for k, v in dict(raw.get(section, {})).items():
+            fixed[f"{section}.{k}" if k not in ("n_labels", "d_image") else k] = v
+    for key, value in fixed.items():
+        for section, name in _route(key):
+            base[section][name] = value
+    grid = dict(raw.get("grid", {}))
+    for k, v in grid.items():
+        _route(k)
+        if not isinstance(v, list) or not v:
+            raise ValueError(f"sweep spec: grid.{k} must be a non-empty list, got {v!r}")
+    run = dict(_RUN_DEFAULTS)
+    for k, v in dict(raw.get("run", {})).items():
+        if k not in _RUN_DEFAULTS:
+            raise ValueError(f"sweep spec: unknown [run] setting {k!r}; known: {sorted(_RUN_DEFAULTS)}")
+        run[k] = v
+    if not isinstance(run["max_group_size"], int) or run["max_group_size"] < 1:
+        raise ValueError(f"sweep spec: run.max_group_size must be a positive int, got {run['max_group_size']!r}")
+    if run["dropout_rng"] not in ("fast", "matched"):
+        raise ValueError(f"sweep spec: run.dropout_rng must be 'fast' or 'matched', got {run['dropout_rng']!r}")
+    runs = []
+    keys = list(grid)
+    for values in itertools.product(*(grid[k] for k in keys)):
+        runs.append(_build_run(base, dict(zip(keys, values, strict=True)), preset, text_preset))
+    names = [r.name for r in runs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"sweep spec: runs {dup} appear more than once (repeated grid values?)")
+    return SweepSpec(name=str(raw.get("name", "sweep")), runs=runs, run=run, source=text)
+
+
+def _with_device(r: RunSpec, device: str) -> RunSpec:
+    cfg = dataclasses.replace(
+        r.model_cfg, vision=r.model_cfg.vision.replace(device=device), text=r.model_cfg.text.replace(device=device)
+    )
+    return dataclasses.replace(r, model_cfg=cfg, train_cfg=dataclasses.replace(r.train_cfg, device=device))
+
+
+def _steps(r: RunSpec) -> int:
+    from hooked_clip1d.data import build_dataset
+
+    m = len(build_dataset(r.data_cfg).training_pairs()[0])
+    bs = r.train_cfg.batch_size or r.data_cfg.batch_size
+    return r.train_cfg.epochs * -(-m // bs)
+
+
+def plan_groups(runs: Sequence[RunSpec], max_group_size: int = 32) -> list[list[RunSpec]]:
+    """Pack runs into batched groups: same ``group_key``, at most ``max_group_size``, similar lengths together.
+
+    Example:
+        >>> spec = load_spec(text='[grid]\\nn_labels = [10, 20]\\nseed = [0, 1, 2]\\n[model]\\npreset = "simplified"')
+        >>> [len(g) for g in plan_groups(spec.runs, max_group_size=4)]
+        [4, 2]
+    """
+    if max_group_size < 1:
+        raise ValueError(f"max_group_size must be >= 1, got {max_group_size}")
+    by_key: dict[str, list[RunSpec]] = {}
+    for r in runs:
+        by_key.setdefault(group_key(r.model_cfg, r.data_cfg, r.train_cfg), []).append(r)
+    groups = []
+    for members in by_key.values():
+        members = sorted(members, key=_steps, reverse=True)  # stable: spec order within equal lengths
+        for i in range(0, len(members), max_group_size):
+            groups.append(members[i : i + max_group_size])
+    return groups
+
+
+def _group_name(index: int, group: Sequence[RunSpec]) -> str:
+    h = hashlib.sha256(json.dumps([r.name for r in group]).encode()).hexdigest()[:8]
+    return f"g{index:03d}-{h}"
+
+
+@dataclass(frozen=True)
+class _GroupTask:
+    """What one group needs to run (picklable, for Ray)."""
+
+    name: str
+    runs: list[RunSpec]
+    group_dir: str
+    run_dirs: list[str]
+    run: dict[str, Any]
+    resume: bool
+    progress: bool
+    max_steps: int | None = None
+
+
+def _run_group(task: _GroupTask) -> list[str]:
+    """Train one group (resuming when possible); returns the run names it finished."""
+    gdir = Path(task.group_dir)
+    run_dirs = [Path(d) for d in task.run_dirs]
+    if all((d / "summary.json").exists() for d in run_dirs):
+        return [r.name for r in task.runs]
+    members = [Member(r.model_cfg, r.data_cfg, r.train_cfg, name=r.name) for r in task.runs]
+    if task.run.get("threads"):
+        members = [
+            dataclasses.replace(m, train_cfg=dataclasses.replace(m.train_cfg, threads=task.run["threads"]))
+            for m in members
+        ]
+    kw = dict(dropout_rng=task.run["dropout_rng"], amp=task.run["amp"], compile=task.run["compile"])
+    resume = task.resume and (gdir / "group_checkpoint.safetensors").exists()
+    if not resume:  # start the group afresh: drop partial files of an interrupted first attempt
+        if not task.resume and any(d.exists() and any(d.iterdir()) for d in run_dirs):
+            raise FileExistsError(
+                f"runs of group {task.name} already have files ({run_dirs[0].parent}); resume the sweep or use a new "
+                "out_dir"
+            )
+        for d in run_dirs:
+            if d.exists():
+                shutil.rmtree(d)
+        if gdir.exists():
+            shutil.rmtree(gdir)
+    trainer = BatchedTrainer(members, gdir, resume=resume, member_dirs=run_dirs, **kw)
+    trainer.run(progress=task.progress, max_steps=task.max_steps, desc=task.name)
+    return [r.name for r in task.runs if (Path(task.run_dirs[task.runs.index(r)]) / "summary.json").exists()]
+
+
+def _ray_task(task: _GroupTask) -> list[str]:  # module-level so Ray workers can import it
+    return _run_group(task)
+
+
+def _row(run: RunSpec, run_dir: Path) -> dict[str, Any]:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    row: dict[str, Any] = {"run": run.name, **run.params}
+    lines = [ln for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    last = json.loads(lines[-1]) if lines else {}
+    row.update(
+        {
+            "n_labels": run.model_cfg.n_labels,
+            "n2": run.data_cfg.n2,
+            "seed": run.train_cfg.seed,
+            "epochs": summary["epochs"],
+            "steps": summary["steps"],
+            "train_seconds": summary["train_seconds"],
+            "final_loss": last.get("loss"),
+        }
+    )
+    for split in SPLITS:
+        m = summary["final_metrics"].get(split, {})
+        for metric in ("acc", "relaxed", "label_set"):
+            row[f"{split}.{metric}"] = m.get(metric)
+    row["path"] = str(run_dir)
+    return row
+
+
+def results_table(spec: SweepSpec, out_dir: str | Path) -> list[dict[str, Any]]:
+    """One row per finished run of ``spec`` under ``out_dir`` (grid values, final metrics, steps, seconds, path).
+
+    Example:
+        >>> results_table(load_spec(text="[grid]\\nseed = [0]"), "/nonexistent")
+        []
+    """
+    out = Path(out_dir)
+    rows = []
+    for r in spec.runs:
+        d = out / "runs" / r.name
+        if (d / "summary.json").exists():
+            rows.append(_row(r, d))
+    return rows
+
+
+def write_results(rows: Sequence[dict[str, Any]], out_dir: str | Path, name: str = "sweep") -> None:
+    """``results.json`` and ``results.csv`` in ``out_dir`` (atomic writes)."""
+    out = Path(out_dir)
+    atomic_write_text(out / "results.json", json.dumps({"sweep": name, "runs": list(rows)}, indent=2))
+    cols: list[str] = []
+    for row in rows:
+        cols.extend(c for c in row if c not in cols)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols)
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    atomic_write_text(out / "results.csv", buf.getvalue())
+
+
+def format_results(rows: Sequence[dict[str, Any]]) -> str:
+    """A text table of ``run_sweep`` rows: run, steps, seconds, final loss and each split's accuracy.
+
+    Example:
+        >>> row = {"run": "a", "steps": 10, "train_seconds": 1.5, "final_loss": 0.5, "train.acc": 1.0,
+        ...        "val_single.acc": 0.9, "val_seen.acc": 0.8, "val_unseen.acc": 0.1}
+        >>> print(format_results([row]))
+        run  steps  seconds   loss  train  single  seen  unseen
+        a       10      1.5  0.500  1.000   0.900 0.800   0.100
+    """
+    if not rows:
+        return "(no finished runs)"
+    w = max(3, *(len(r["run"]) for r in rows))
+    head = f"{'run':<{w}}  {'steps':>5}  {'seconds':>7}  {'loss':>5}  {'train':>5}  {'single':>6} {'seen':>5}  "
+    lines = [head + f"{'unseen':>6}"]
+
+    def acc(r: dict[str, Any], split: str) -> str:
+        v = r.get(f"{split}.acc")
+        return "-" if v is None else f"{v:.3f}"
+
+    for r in rows:
+        loss = r.get("final_loss")
+        lines.append(
+            f"{r['run']:<{w}}  {r['steps']:>5}  {r['train_seconds']:>7}  "
+            f"{'-' if loss is None else f'{loss:.3f}':>5}  {acc(r, 'train'):>5}  {acc(r, 'val_single'):>6} "
+            f"{acc(r, 'val_seen'):>5}  {acc(r, 'val_unseen'):>6}"
+        )
+    return "\n".join(lines)
+
+
+def run_sweep(
+    spec_path: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    device: str = "cpu",
+    progress: bool = True,
+    runner: str = "local",
+    resume: bool = True,
+    max_steps: int | None = None,
+) -> list[dict[str, Any]]:
+    """Run (or resume) the sweep of ``spec_path``; returns the results table (also written to ``out_dir``).
+
+    ``out_dir`` defaults to ``sweeps/<spec name>``; ``runner`` is ``"local"`` (groups one after another in this
+    process) or ``"ray"`` (groups as Ray tasks); ``resume=False`` refuses an ``out_dir`` that already holds runs.
+    ``max_steps`` stops every group after that many steps in this call (checkpointed; the next call continues),
+    for time-sliced or preemptible jobs. The table has the runs finished so far. See the module docstring for the
+    spec format and the files written.
+    """
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    spec = load_spec(spec_path)
+    if runner not in ("local", "ray"):
+        raise ValueError(f"runner must be 'local' or 'ray', got {runner!r}")
+    out = Path(out_dir) if out_dir is not None else Path("sweeps") / spec.name
+    runs = [_with_device(r, device) for r in spec.runs]
+    groups = plan_groups(runs, spec.run["max_group_size"])
+    old_spec = out / "spec.toml"
+    if old_spec.exists() and old_spec.read_text() != spec.source:
+        raise ValueError(f"{str(out)!r} holds a different sweep spec; use a new out_dir")
+    if not resume and (out / "runs").exists() and any((out / "runs").iterdir()):
+        raise FileExistsError(f"{str(out)!r} already holds runs of this sweep; resume it or use a new out_dir")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(old_spec, spec.source)
+    tasks = []
+    for gi, group in enumerate(groups):
+        gname = _group_name(gi, group)
+        tasks.append(
+            _GroupTask(
+                name=gname,
+                runs=group,
+                group_dir=str(out / "groups" / gname),
+                run_dirs=[str(out / "runs" / r.name) for r in group],
+                run=spec.run,
+                resume=resume,
+                progress=progress and runner == "local",
+                max_steps=max_steps,
+            )
+        )
+    if runner == "local":
+        for t in tasks:
+            _run_group(t)
+    else:
+        try:
+            import ray
+        except ImportError:
+            raise ImportError("runner='ray' needs Ray: pip install ray") from None
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False)
+        cpus = spec.run.get("threads") or 1
+        remote = ray.remote(num_cpus=cpus)(_ray_task)
+        ray.get([remote.remote(t) for t in tasks])
+    rows = results_table(dataclasses.replace(spec, runs=runs), out)
+    write_results(rows, out, spec.name)
+    return rows

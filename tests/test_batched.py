@@ -1,0 +1,263 @@
+"""Batched K-model training: each member equals the single-model Trainer; stacked forward = CLIP1D; files; resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import randomize_biases, tiny_config
+
+from hooked_clip1d import CLIP1D, DataConfig, build_dataset
+from hooked_clip1d.batched import (
+    BatchedTrainer,
+    Member,
+    StackedAdamW,
+    StackedCLIP,
+    _keep_mask,
+    check_supported,
+    group_key,
+)
+from hooked_clip1d.checkpoint import load_model_file, read_tensors
+from hooked_clip1d.evaluation import similarity_matrix
+from hooked_clip1d.training import TrainConfig, Trainer
+
+# m = 54 (6 labels, n2=2) and m = 78 (7 labels, n2=2, data seed 3) training pairs: with batch 16 both epochs end
+# in a short batch (6 and 14 rows), so the masked loss and per-member matched dropout are exercised.
+D6 = DataConfig(n_labels=6, n_heldout=2, n2=2)
+D7 = DataConfig(n_labels=7, n_heldout=2, n2=2, seed=3)
+
+
+def _tc(**kw) -> TrainConfig:
+    base = dict(batch_size=16, eval_every=5, checkpoint_every=10)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _lines(d) -> list[dict]:
+    return [json.loads(ln) for ln in (Path(d) / "metrics.jsonl").read_text().splitlines()]
+
+
+def _assert_same_model(single: CLIP1D, batched: CLIP1D, dataset, atol: float = 2e-5) -> None:
+    """Every weight equal to float tolerance, except b_K; and the same similarities (so b_K does not matter)."""
+    a, b = single.state_dict(), batched.state_dict()
+    assert a.keys() == b.keys()
+    for k in a:
+        if k.endswith("attn.b_K"):
+            # softmax is shift-invariant per query, so q.b_K never changes a pattern: b_K's gradient is exactly 0
+            # in exact arithmetic and pure rounding noise in floats, which Adam scales up to lr-sized random steps.
+            # It is not reproducible across implementations and has no effect on any output (checked below).
+            continue
+        torch.testing.assert_close(b[k], a[k], atol=atol, rtol=1e-4, msg=k)
+    for split in ("train", "val_unseen"):
+        torch.testing.assert_close(
+            similarity_matrix(batched, dataset, split), similarity_matrix(single, dataset, split), atol=1e-4, rtol=0
+        )
+
+
+def test_members_follow_the_single_model_trainer(tmp_path):
+    """Three members with different label counts (padded vocabulary), datasets (short last batches), seeds, lr,
+    weight decay and lengths, with dropout 0.1 (matched masks), end where three Trainer runs end."""
+    members = [
+        Member(tiny_config(), D6, _tc(epochs=60, seed=0)),  # 240 steps
+        Member(tiny_config(n_labels=7), D7, _tc(epochs=40, seed=1)),  # 200 steps
+        Member(tiny_config(), D6.replace(seed=5), _tc(epochs=25, seed=2, lr=3e-4, weight_decay=0.05)),
+    ]
+    runs = BatchedTrainer(members, tmp_path / "group", dropout_rng="matched").run(progress=False)
+    assert [r.epoch for r in runs] == [60, 40, 25]
+    for i, m in enumerate(members):
+        single = Trainer(m.model_cfg, m.data_cfg, m.train_cfg, tmp_path / f"single{i}").run(progress=False)
+        assert runs[i].step == single.step
+        _assert_same_model(single.model, runs[i].model, build_dataset(m.data_cfg))
+        got, want = _lines(tmp_path / "group" / f"member{i}"), _lines(tmp_path / f"single{i}")
+        assert [(ln["epoch"], ln["step"]) for ln in got] == [(ln["epoch"], ln["step"]) for ln in want]
+        for g, w in zip(got, want, strict=True):
+            assert g["loss"] == pytest.approx(w["loss"], rel=1e-4)
+        assert got[-1]["eval"] == want[-1]["eval"]
+
+
+def test_full_preset_members_follow_the_trainer(tmp_path):
+    members = [Member(tiny_config("full"), D6, _tc(epochs=8, seed=s)) for s in (0, 1)]
+    runs = BatchedTrainer(members, tmp_path / "g", dropout_rng="matched").run(progress=False)
+    for i, m in enumerate(members):
+        single = Trainer(m.model_cfg, m.data_cfg, m.train_cfg, tmp_path / f"s{i}").run(progress=False)
+        _assert_same_model(single.model, runs[i].model, build_dataset(D6))
+
+
+# every config field the stacked forward implements, compared with CLIP1D at random weights (biases included)
+VARIANTS = {
+    "simplified": ("simplified", {}),
+    "rope_partial": ("simplified", dict(positional="rope", rotary_dim=2)),
+    "no_positional_2_layers": ("simplified", dict(positional="none", n_layers=2)),
+    "pruned_1_layer": ("simplified", dict(vision_overrides={"pruned_heads": ((0, 1),)})),
+    "pruned_2_layers": ("simplified", dict(n_layers=2, text_overrides={"pruned_heads": ((1, 0),)})),
+    "causal_vision": ("simplified", dict(vision_overrides={"attention_dir": "causal"})),
+    "bidirectional_text": ("simplified", dict(text_overrides={"attention_dir": "bidirectional"})),
+    "full": ("full", {}),
+    "full_1_layer": ("full", dict(n_layers=1)),
+    "full_rope": ("full", dict(positional="rope")),
+    "init_std": ("simplified", dict(init_std=0.02)),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_stacked_loss_and_gradients_equal_clip1d(variant):
+    preset, kw = VARIANTS[variant]
+    models = []
+    for n, seed in ((6, 0), (7, 1)):
+        m = CLIP1D(tiny_config(preset, n_labels=n, **kw), seed=seed)
+        randomize_biases(m, seed + 10)
+        models.append(m.eval())
+    st = StackedCLIP(models).eval()
+    gen = torch.Generator().manual_seed(0)
+    imgs, caps = [], []
+    for k, n in enumerate((6, 7)):
+        ds = build_dataset(DataConfig(n_labels=n, n_heldout=2, n2=2))
+        im, cap = ds.training_pairs()
+        idx = torch.randperm(len(im), generator=gen)[:12]
+        imgs.append((im[idx], st.remap_tokens(im[idx], k)))
+        caps.append((cap[idx], st.remap_tokens(cap[idx], k)))
+    images = torch.stack([b for _, b in imgs])
+    captions = torch.stack([b for _, b in caps])
+    eot = st.tower_cfg["text"].vocab.eot
+    readout = (captions == eot).int().argmax(-1)
+    for r in (readout, 3):  # a per-caption readout and the static one (every caption's EOT is at 3)
+        st.zero_grad()
+        losses = st.loss(images, captions, r)
+        losses.sum().backward()
+        for k, model in enumerate(models):
+            model.zero_grad()
+            want = model.loss(imgs[k][0], caps[k][0])
+            want.backward()
+            torch.testing.assert_close(losses[k], want.detach(), atol=1e-5, rtol=1e-5)
+            grads = {name: st.to_member(k, name, st.params[name].grad) for name in st.names}
+            for name, p in model.named_parameters():
+                torch.testing.assert_close(grads[name], p.grad, atol=2e-5, rtol=1e-4, msg=f"{variant}: {name}")
+
+
+def test_padded_vocabulary_round_trip():
+    a = CLIP1D(tiny_config(n_labels=6), seed=0)
+    b = CLIP1D(tiny_config(n_labels=9), seed=1)
+    st = StackedCLIP([a, b])
+    assert st.params["vision.embed.W_E"].shape[:2] == (2, 11)  # 9 labels + background + CLS
+    assert st.params["text.embed.W_E"].shape[:2] == (2, 15)
+    for k, m in enumerate((a, b)):
+        for name, v in st.member_state_dict(k).items():
+            assert torch.equal(v, m.state_dict()[name]), name
+    # label ids stay, special ids (CLS, relations, EOT) move to the padded vocabulary's positions
+    caps = torch.tensor([[1, 7, 2, 11]])  # "1 is on the left of 2" + EOT for 6 labels
+    assert st.remap_tokens(caps, 0).tolist() == [[1, 10, 2, 14]]
+    assert st.remap_tokens(caps, 1).tolist() == [[1, 7, 2, 11]]
+
+
+def test_member_files_load_and_resume_with_trainer(tmp_path):
+    """Members write Trainer's files; model.safetensors loads; checkpoint.safetensors resumes in Trainer."""
+    m = Member(tiny_config(), D6, _tc(epochs=6, seed=0, checkpoint_every=3), name="a")
+    run = BatchedTrainer([m], tmp_path / "g", dropout_rng="matched").run(progress=False)[0]
+    d = tmp_path / "g" / "a"
+    assert {"config.json", "metrics.jsonl", "checkpoint.safetensors", "model.safetensors", "summary.json"} <= {
+        p.name for p in d.iterdir()
+    }
+    loaded = load_model_file(d / "model.safetensors")
+    for k, v in run.model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v), k
+    assert loaded.data_config == D6
+    _, meta = read_tensors(d / "checkpoint.safetensors")
+    assert meta["train_state"]["epoch"] == 6
+    # continue the batched member with the single-model trainer, then compare with one Trainer run of 9 epochs
+    more = dataclasses.replace(m.train_cfg, epochs=9)
+    cont = Trainer(m.model_cfg, D6, more, d, resume=True).run(progress=False)
+    ref = Trainer(m.model_cfg, D6, more, tmp_path / "ref").run(progress=False)
+    _assert_same_model(ref.model, cont.model, build_dataset(D6))
+
+
+@pytest.mark.parametrize("dropout_rng", ["matched", "fast"])
+def test_group_resume_is_bit_exact(tmp_path, dropout_rng):
+    members = [
+        Member(tiny_config(), D6, _tc(epochs=7, seed=0), name="a"),
+        Member(tiny_config(n_labels=7), D7, _tc(epochs=4, seed=1), name="b"),
+    ]
+    full = BatchedTrainer(members, tmp_path / "full", dropout_rng=dropout_rng).run(progress=False)
+    part = BatchedTrainer(members, tmp_path / "part", dropout_rng=dropout_rng)
+    assert part.run(progress=False, max_steps=13) == []  # stops mid-epoch (13 = 3 epochs of a + 1 step)
+    assert part.step == 13
+    with pytest.raises(FileExistsError, match="resume"):
+        BatchedTrainer(members, tmp_path / "part", dropout_rng=dropout_rng)
+    resumed = BatchedTrainer(members, tmp_path / "part", resume=True, dropout_rng=dropout_rng)
+    assert resumed.step == 13
+    resumed.run(progress=False, max_steps=10)  # b finishes (20 steps), a goes on
+    again = BatchedTrainer(members, tmp_path / "part", resume=True, dropout_rng=dropout_rng)
+    assert again.active == [0]
+    runs = again.run(progress=False)
+    assert [r.model for r in runs][0] is not None
+    for name, want in (("a", full[0].model), ("b", full[1].model)):
+        got = load_model_file(tmp_path / "part" / name / "model.safetensors")
+        for k, v in want.state_dict().items():
+            assert torch.equal(got.state_dict()[k], v), (name, k)
+        assert _lines(tmp_path / "part" / name) == [
+            {**ln, "elapsed_s": pytest.approx(ln["elapsed_s"], abs=1e9)} for ln in _lines(tmp_path / "full" / name)
+        ]
+
+
+def test_fast_dropout_is_seeded_and_trains(tmp_path):
+    members = [Member(tiny_config(), D6, _tc(epochs=12, seed=s)) for s in (0, 1)]
+    a = BatchedTrainer(members, None, dropout_rng="fast").run(progress=False)
+    b = BatchedTrainer(members, None, dropout_rng="fast").run(progress=False)
+    for x, y in zip(a, b, strict=True):
+        for k, v in x.model.state_dict().items():
+            assert torch.equal(v, y.model.state_dict()[k]), k
+    first = CLIP1D(tiny_config(), seed=0).eval()
+    ds = build_dataset(D6)
+    im, cap = ds.training_pairs()
+    assert a[0].model.loss(im, cap).item() < first.loss(im, cap).item() - 0.1
+
+
+def test_keep_mask_statistics():
+    torch.manual_seed(0)
+    m = _keep_mask((400, 500), 0.9, torch.float32)
+    assert m.unique().tolist() == pytest.approx([0.0, 1 / 0.9])
+    assert (m > 0).float().mean().item() == pytest.approx(0.9, abs=0.003)
+    assert m.mean().item() == pytest.approx(1.0, abs=0.004)
+
+
+def test_stacked_adamw_equals_torch_adamw_per_member():
+    torch.manual_seed(0)
+    init = torch.randn(3, 4, 5)
+    lrs, wds = [1e-3, 3e-3, 1e-2], [0.2, 0.0, 0.5]
+    p = torch.nn.Parameter(init.clone())
+    opt = StackedAdamW([p], lr=lrs, weight_decay=wds)
+    singles = [torch.nn.Parameter(init[k].clone()) for k in range(3)]
+    sopts = [torch.optim.AdamW([s], lr=lr, weight_decay=wd) for s, lr, wd in zip(singles, lrs, wds, strict=True)]
+    for _ in range(5):
+        g = torch.randn(3, 4, 5)
+        p.grad = g.clone()
+        opt.step()
+        for k in range(3):
+            singles[k].grad = g[k].clone()
+            sopts[k].step()
+    for k in range(3):
+        torch.testing.assert_close(p.detach()[k], singles[k].detach(), atol=1e-6, rtol=1e-6)
+    assert float(opt.state[0]["step"]) == 5
+
+
+def test_group_key_and_refusals(tmp_path):
+    a = Member(tiny_config(), D6, _tc(epochs=1))
+    wider = Member(tiny_config(d_model=32), D6, _tc(epochs=1))
+    assert group_key(a.model_cfg, a.data_cfg, a.train_cfg) != group_key(wider.model_cfg, D6, wider.train_cfg)
+    with pytest.raises(ValueError, match="cannot train in one group"):
+        BatchedTrainer([a, wider], None)
+    with pytest.raises(ValueError, match="d_model"):
+        StackedCLIP([CLIP1D(a.model_cfg), CLIP1D(wider.model_cfg)])
+    with pytest.raises(TypeError, match="batched.Member"):
+        BatchedTrainer([a.model_cfg], None)  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="n_labels"):
+        BatchedTrainer([Member(tiny_config(n_labels=7), D6, _tc(epochs=1))], None)
+    with pytest.raises(ValueError, match="compile=True needs dropout_rng='fast'"):
+        BatchedTrainer([a], None, dropout_rng="matched", compile=True)
+    with pytest.raises(FileNotFoundError, match="no group checkpoint"):
+        BatchedTrainer([a], tmp_path / "nothing", resume=True)
+    with pytest.raises((ValueError, TypeError), match="dropout_rng"):  # TypeError: the test-time beartype hook
+        StackedCLIP([CLIP1D(a.model_cfg)], dropout_rng="exact")  # type: ignore[arg-type]
+    check_supported(tiny_config("full"))

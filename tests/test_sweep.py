@@ -1,0 +1,176 @@
+"""Sweeps: spec parsing and routing, grouping, results table, resume, the example specs, and the Ray runner."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from hooked_clip1d.checkpoint import load_model_file
+from hooked_clip1d.sweep import format_results, load_spec, plan_groups, results_table, run_sweep
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "sweeps"
+TINY = EXAMPLES / "tiny.toml"
+
+
+def _weights(out: Path, run: str) -> dict[str, torch.Tensor]:
+    return load_model_file(out / "runs" / run / "model.safetensors").state_dict()
+
+
+def _same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def tiny_done(tmp_path_factory) -> tuple[Path, list[dict]]:
+    out = tmp_path_factory.mktemp("sweep") / "tiny"
+    rows = run_sweep(TINY, out, progress=False)
+    return out, rows
+
+
+def test_spec_expands_the_grid_and_routes_keys():
+    spec = load_spec(
+        text="""
+name = "t"
+[model]
+preset = "full"
+d_mlp = 64
+init_std = 0.02
+[model.text]
+positional = "rope"
+[data]
+n_heldout = 3
+[train]
+epochs = 4
+lr = 3e-4
+[grid]
+n_labels = [8, 12]
+d_image = [10, 12]
+seed = [0, 1]
+"train.weight_decay" = [0.1]
+"vision.pruned_heads" = [[[0, 1]]]
+[run]
+max_group_size = 3
+"""
+    )
+    assert spec.name == "t" and len(spec.runs) == 8
+    r = spec.runs[-1]
+    assert r.name == "n_labels-12_d_image-12_seed-1_train-weight_decay-0.1_vision-pruned_heads-0-1"
+    assert (r.model_cfg.n_labels, r.data_cfg.n_labels, r.model_cfg.text.n_labels) == (12, 12, 12)
+    assert (r.data_cfg.d_image, r.model_cfg.vision.d_image, r.model_cfg.vision.n_ctx) == (12, 12, 13)
+    assert (r.train_cfg.seed, r.data_cfg.seed) == (1, 0)  # "seed" is the training seed
+    assert (r.train_cfg.weight_decay, r.train_cfg.lr, r.train_cfg.epochs) == (0.1, 3e-4, 4)
+    assert r.model_cfg.vision.pruned_heads == ((0, 1),) and r.model_cfg.text.pruned_heads == ()
+    assert (r.model_cfg.vision.d_mlp, r.model_cfg.vision.init_std, r.model_cfg.text.positional) == (64, 0.02, "rope")
+    assert r.model_cfg.vision.positional == "learned" and r.data_cfg.n_heldout == 3
+    assert spec.run["max_group_size"] == 3 and spec.run["dropout_rng"] == "fast"
+    # different d_image -> different shapes -> different groups; at most 3 per group
+    groups = plan_groups(spec.runs, spec.run["max_group_size"])
+    assert sorted(len(g) for g in groups) == [1, 1, 3, 3]
+    assert all(len({g0.model_cfg.vision.d_image for g0 in g}) == 1 for g in groups)
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("[grid]\nbogus = [1]", "bogus"),
+        ("[grid]\nd_model = [16]\n[grid2]\nx = 1", "unknown top-level"),
+        ("[grid]\nn2 = []", "non-empty list"),
+        ("[grid]\nn2 = 3", "non-empty list"),
+        ("[grid]\n'model.n2' = [3]", "model has no field 'n2'"),
+        ("[grid]\n'optim.lr' = [1]", "unknown section"),
+        ("[run]\nthreads_per_group = 2", "unknown \\[run\\] setting"),
+        ("[run]\ndropout_rng = 'exact'", "dropout_rng"),
+        ("[model]\npreset = 'huge'", "unknown preset"),
+        ("[grid\nn2 = [1]", "not valid TOML"),
+        ("[grid]\nn2 = [5, 5]", "more than once"),
+        ("[data]\nn_labels = 3", "n_pair"),
+    ],
+)
+def test_bad_specs_name_the_problem(text, match):
+    with pytest.raises(ValueError, match=match):
+        load_spec(text=text)
+
+
+def test_example_specs_parse():
+    fig3 = load_spec(EXAMPLES / "fig3_small.toml")
+    assert len(fig3.runs) >= 12
+    assert {r.model_cfg.n_labels for r in fig3.runs} == {10, 15, 20, 25}
+    assert {r.data_cfg.n2 for r in fig3.runs} == {5, 10, 15}
+    assert len(plan_groups(fig3.runs, fig3.run["max_group_size"])) == 1  # one batched group of 12
+    assert len(load_spec(TINY).runs) == 4
+
+
+def test_sweep_writes_checkpoints_and_a_results_table(tiny_done):
+    out, rows = tiny_done
+    names = ["n_labels-6_seed-0", "n_labels-6_seed-1", "n_labels-7_seed-0", "n_labels-7_seed-1"]
+    assert [r["run"] for r in rows] == names
+    for r in rows:
+        assert r["epochs"] == 3 and r["steps"] == 3 * (4 if r["n_labels"] == 6 else 5)
+        for split in ("train", "val_single", "val_seen", "val_unseen"):
+            assert 0.0 <= r[f"{split}.acc"] <= 1.0
+        model = load_model_file(Path(r["path"]) / "model.safetensors")
+        assert model.cfg.n_labels == r["n_labels"] and model.data_config.n2 == 2
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["sweep"] == "tiny" and saved["runs"] == rows
+    with open(out / "results.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [t["run"] for t in table] == [r["run"] for r in rows]
+    assert float(table[0]["val_unseen.acc"]) == pytest.approx(rows[0]["val_unseen.acc"])
+    assert (out / "spec.toml").read_text() == TINY.read_text()
+    assert "n_labels-7_seed-1" in format_results(rows)
+    # seeds differ -> different models; the batched group equals what each run alone would give (see test_batched)
+    assert not _same_weights(_weights(out, "n_labels-6_seed-0"), _weights(out, "n_labels-6_seed-1"))
+
+
+def test_finished_sweep_is_not_retrained(tiny_done):
+    out, rows = tiny_done
+    model_file = out / "runs" / rows[0]["run"] / "model.safetensors"
+    before = model_file.stat().st_mtime_ns
+    again = run_sweep(TINY, out, progress=False)
+    assert again == rows and model_file.stat().st_mtime_ns == before
+
+
+def test_interrupted_sweep_resumes_bit_exactly(tiny_done, tmp_path):
+    out_full, _ = tiny_done
+    out = tmp_path / "tiny"
+    partial = run_sweep(TINY, out, progress=False, max_steps=7)  # stops mid-run, checkpointed
+    assert partial == [] and results_table(load_spec(TINY), out) == []
+    assert any((out / "groups").rglob("group_checkpoint.safetensors"))
+    rows = run_sweep(TINY, out, progress=False)
+    assert len(rows) == 4
+    for r in rows:
+        assert _same_weights(_weights(out, r["run"]), _weights(out_full, r["run"])), r["run"]
+
+
+def test_sweep_refuses_a_used_out_dir_without_resume_and_a_changed_spec(tiny_done, tmp_path):
+    out, _ = tiny_done
+    with pytest.raises(FileExistsError, match="resume"):
+        run_sweep(TINY, out, progress=False, resume=False)
+    changed = tmp_path / "changed.toml"
+    changed.write_text(TINY.read_text().replace("epochs = 3", "epochs = 4"))
+    with pytest.raises(ValueError, match="different sweep spec"):
+        run_sweep(changed, out, progress=False)
+    with pytest.raises(ValueError, match="runner"):
+        run_sweep(TINY, tmp_path / "x", runner="slurm")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        run_sweep(tmp_path / "missing.toml", tmp_path / "y")
+
+
+@pytest.mark.slow  # starting a local Ray cluster and its workers takes 15-70 s here
+def test_ray_runner_gives_the_local_results(tiny_done, tmp_path):
+    ray = pytest.importorskip("ray")
+    out_local, rows_local = tiny_done
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        rows = run_sweep(TINY, tmp_path / "ray", progress=False, runner="ray")
+    finally:
+        ray.shutdown()
+    assert [r["run"] for r in rows] == [r["run"] for r in rows_local]
+    for r in rows:
+        assert _same_weights(_weights(tmp_path / "ray", r["run"]), _weights(out_local, r["run"])), r["run"]
+    shutil.rmtree(tmp_path / "ray")
