@@ -226,6 +226,21 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(a: argparse.Namespace) -> int:
+    from hooked_clip1d.sweep import format_results, run_sweep
+
+    rows = run_sweep(
+        a.spec,
+        a.out,
+        device=a.device,
+        progress=not a.no_progress,
+        runner=a.runner,
+        max_steps=a.max_steps,
+    )
+    print(json.dumps(rows, indent=2, default=float) if a.json else format_results(rows))
+    return 0
+
+
 def cmd_reproduce(a: argparse.Namespace) -> int:
     from hooked_clip1d.reproduce import FIGURES, reproduce
 
@@ -316,6 +331,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     an.add_argument("--json", action="store_true", help="print JSON")
     an.set_defaults(func=cmd_analyze)
+
+    sw = sub.add_parser("sweep", help="train a grid of models from a TOML spec, batched; resumable")
+    sw.add_argument("spec", help="sweep spec (.toml), e.g. examples/sweeps/fig3_small.toml")
+    sw.add_argument("--out", default=None, help="output folder (default sweeps/<spec name>); rerun to resume")
+    sw.add_argument("--device", default="cpu", help="cpu | cuda")
+    sw.add_argument("--runner", default="local", choices=["local", "ray"], help="ray: groups as Ray tasks")
+    sw.add_argument("--max-steps", type=int, default=None, help="stop each group after this many steps (resumable)")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bars")
+    sw.add_argument("--json", action="store_true", help="print JSON")
+    sw.set_defaults(func=cmd_sweep)
 
     from hooked_clip1d.reproduce import FIGURES
 
