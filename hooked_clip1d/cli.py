@@ -247,7 +247,7 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
     figures = sorted(FIGURES) if a.figure == "all" else [a.figure]
     records = []
     for fig in _progress(figures, desc="reproduce", disable=len(figures) == 1):
-        records.append(reproduce(fig, out_dir=a.out))
+        records.append(reproduce(fig, out_dir=a.out, train_sweeps=not a.no_sweeps))
     if a.json:
         print(json.dumps(records, indent=2, default=float))
     else:
@@ -347,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("reproduce", help="rerun one of the paper's figures on the shipped models (PNG + JSON)")
     r.add_argument("figure", choices=[*sorted(FIGURES), "all"], help="figure key, or all")
     r.add_argument("--out", default="results", help="results folder (one subfolder per figure)")
+    r.add_argument("--no-sweeps", action="store_true", help="do not train sweeps; figures needing one are not run")
     r.add_argument("--json", action="store_true", help="print JSON")
     r.set_defaults(func=cmd_reproduce)
 

@@ -715,8 +715,12 @@ def _outcome_record(res: Outcome, out: Path, figure: str) -> dict[str, Any]:
     }
 
 
-def reproduce(figure: str, out_dir: str | Path = "results") -> dict[str, Any]:
-    """Run one figure's experiment; write ``<out_dir>/<figure>/<figure>.json`` and PNGs; return the record."""
+def reproduce(figure: str, out_dir: str | Path = "results", train_sweeps: bool = True) -> dict[str, Any]:
+    """Run one figure's experiment; write ``<out_dir>/<figure>/<figure>.json`` and PNGs; return the record.
+
+    A figure built on a sweep (``FigureSpec.sweep``) trains or resumes it under ``<out_dir>/sweeps/<name>``; with
+    ``train_sweeps=False`` it only reads a finished sweep and is ``not run`` otherwise.
+    """
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}")
     spec = FIGURES[figure]
@@ -732,12 +736,24 @@ def reproduce(figure: str, out_dir: str | Path = "results") -> dict[str, Any]:
     }
     missing = [m for m in spec.models if m not in list_pretrained()]
     if spec.sweep is not None:
-        from hooked_clip1d.sweep import run_sweep
+        from hooked_clip1d.sweep import load_spec, results_table, run_sweep
 
-        rows = run_sweep(SWEEPS_DIR / f"{spec.sweep}.toml", Path(out_dir) / "sweeps" / spec.sweep, progress=True)
-        res = spec.run(rows)  # type: ignore[arg-type]
-        record.update(_outcome_record(res, out, figure))
-        record["command"] = spec.command
+        sweep_spec, sweep_out = SWEEPS_DIR / f"{spec.sweep}.toml", Path(out_dir) / "sweeps" / spec.sweep
+        if train_sweeps:
+            rows = run_sweep(sweep_spec, sweep_out, progress=True)
+        else:
+            rows = results_table(load_spec(sweep_spec), sweep_out)
+        n_runs = len(load_spec(sweep_spec).runs)
+        if len(rows) < n_runs:
+            record.update(
+                verdict="not run",
+                summary=f"its sweep ({n_runs} models, spec hooked_clip1d/sweeps/{spec.sweep}.toml) has "
+                f"{len(rows)} finished runs; `{spec.command}` trains or resumes it",
+                checks=[],
+                plots=[],
+            )
+        else:
+            record.update(_outcome_record(spec.run(rows), out, figure))  # type: ignore[arg-type]
     elif missing:
         record.update(verdict="not run", summary=f"needs zoo model(s) {missing}, not shipped yet", checks=[], plots=[])
     else:
