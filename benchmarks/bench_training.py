@@ -1,37 +1,41 @@
-"""Training-step throughput of hooked_clip1d against a plain PyTorch reference, in one process on the same batches.
+"""Training throughput of hooked_clip1d against a plain PyTorch reference, in one process, interleaved.
 
-For each preset it times (a) ``plain_reference.py`` (one-file PyTorch model, ``AdamW(model.parameters(), ...)``
-with torch's default implementation) and (b) the loop body of ``hooked_clip1d.training.Trainer.run``::
+Implementations (each trains on the real training pairs of ``DataConfig(n_labels=20, n2=10)``, batch 50):
 
-    loss = model.loss(images[idx], captions[idx], validate=False)
-    opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+- ``plain``: ``plain_reference.py`` (one-file PyTorch model, ``AdamW(model.parameters())``, torch's default
+  implementation), K = 1: the baseline of every ratio;
+- ``trainer``: the loop body of ``hooked_clip1d.training.Trainer.run`` (the single-model trainer), K = 1;
+- ``batched``: ``hooked_clip1d.batched.BatchedTrainer.run`` with K members (different seeds), fast dropout
+  (masks drawn only where the loss reads them, a different random stream than ``Trainer``), fp32, eager;
+- ``batched+matched``: the same with ``dropout_rng="matched"`` (each member's masks equal ``Trainer``'s);
+- ``batched+compile`` / ``batched+bf16``: with ``torch.compile`` of the stacked loss / bfloat16 autocast;
+- ``vmap``: ``torch.func.functional_call`` + ``vmap`` over K copies of the existing ``CLIP1D`` (stacked weights,
+  fused AdamW), the alternative to an explicitly stacked forward.
 
-Both see the same sequence of index batches (batch 50 from shuffled permutations of the real training pairs).
-After ``--warmup`` steps each, ``--rounds`` timing rounds of ``--steps`` steps alternate between the two (the order
-flips every round), and the median steps/s over rounds is reported.
+Timing: after warm-up, ``--rounds`` rounds each run every implementation of a preset for about ``--seconds``
+(the order rotates every round), so all of them see the same machine load. Reported: the median model-steps/s
+over rounds (K x steps/s) and ``x plain``, the median over rounds of the ratio to ``plain`` in the same round.
 
-FLOPs (one training step, batch B; each tower t with n_t tokens, L layers, H heads, d_head, d_model d, d_mlp m):
+FLOPs. ``ref GFLOP/s`` = model-steps/s x the matmul FLOPs of one reference training step (formula below; what
+``plain`` executes); ``exec GFLOP/s`` = model-steps/s x the matmul FLOPs the implementation really executes per model
+step, counted by ``torch.utils.flop_counter.FlopCounterMode`` over one forward + backward. The batched trainer
+computes the same function with fewer FLOPs (readout-only last block, layer-0 tables, a shared query), so its ref
+GFLOP/s may exceed the matmul peak; exec GFLOP/s may not. The peak is the best fp32 ``torch.mm`` rate measured in the
+same process (this model's shapes and a 1024^3 matmul).
 
-    forward(t) = L * [ 2*B*n_t*d*(3*H*d_head)        # QKV projection
-                     + 2*B*H*n_t*n_t*d_head          # scores q.k (full n x n, also for the causal text tower)
-                     + 2*B*H*n_t*n_t*d_head          # pattern . V
-                     + 2*B*n_t*(H*d_head)*d          # output projection W_O
-                     + 2 * 2*B*n_t*d*m ]             # MLP W_in and W_out (0 when attention only)
-    forward    = forward(vision, n=11) + forward(text, n=4)
-                 + 2*B*d*d                           # text projection W_proj (on the B EOT readouts)
-                 + 2*B*B*d                           # image-text cosine similarity matrix
-    step       = 3 * forward                         # backward ~ 2x forward (grads w.r.t. inputs and weights)
+Reference FLOPs (one training step, batch B; tower t with n_t tokens, L layers, H heads, d_head, d_model d, d_mlp m)::
 
-Only matmul FLOPs are counted; embeddings, LayerNorm, softmax, GeLU, dropout, loss and AdamW are not (they are
-memory/overhead bound and make up the gap between achieved and peak GFLOP/s). The peak is the best fp32
-``torch.mm`` rate measured in the same process on this model's shapes and on a large square matmul.
+    forward(t) = L * [ 2*B*n_t*d*(3*H*d_head) + 2 * 2*B*H*n_t*n_t*d_head + 2*B*n_t*(H*d_head)*d + 2 * 2*B*n_t*d*m ]
+    forward    = forward(vision, n=11) + forward(text, n=4) + 2*B*d*d (W_proj) + 2*B*B*d (similarities)
+    step       = 3 * forward
 
-Run: ``python benchmarks/bench_training.py [--steps 200] [--rounds 5] [--threads N] [--out DIR]``.
+Run: ``python benchmarks/bench_training.py [--threads N] [--out DIR] [--compile] [--bf16] [--matched] [--vmap]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -49,15 +53,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plain_reference  # noqa: E402
 
 from hooked_clip1d import CLIPConfig, DataConfig, TrainConfig, build_dataset  # noqa: E402
+from hooked_clip1d.batched import BatchedTrainer, Member  # noqa: E402
+from hooked_clip1d.clip import CLIP1D, clip_loss  # noqa: E402
 from hooked_clip1d.training import Trainer  # noqa: E402
 
 BATCH = 50
 N_LABELS = 20
+PAPER_STEPS = 440_000  # 10,000 epochs x 44 steps
 
 
 # ---- FLOPs and peak ---------------------------------------------------------------------------------------------
 def forward_flops(cfg: CLIPConfig, batch: int) -> dict[str, int]:
-    """Matmul FLOPs of one forward pass by component (formula in the module docstring)."""
+    """Reference matmul FLOPs of one forward pass by component (formula in the module docstring)."""
     out = {"qkv": 0, "scores": 0, "pattern_v": 0, "out_proj": 0, "mlp": 0, "text_proj": 0, "similarity": 0}
     for t in (cfg.vision, cfg.text):
         B, n, d, H, dh, L = batch, t.n_ctx, t.d_model, t.n_heads, t.d_head, t.n_layers
@@ -73,23 +80,22 @@ def forward_flops(cfg: CLIPConfig, batch: int) -> dict[str, int]:
 
 
 def step_flops(cfg: CLIPConfig, batch: int) -> int:
-    """Forward + backward matmul FLOPs of one training step (3x forward)."""
+    """Forward + backward reference matmul FLOPs of one training step (3x forward)."""
     return 3 * sum(forward_flops(cfg, batch).values())
 
 
 def time_mm(m: int, k: int, n: int, min_seconds: float = 0.3, repeats: int = 5) -> float:
-    """Best-of-``repeats`` GFLOP/s of fp32 ``torch.mm`` [m,k] @ [k,n] (each repeat runs >= min_seconds / repeats)."""
+    """Best-of-``repeats`` GFLOP/s of fp32 ``torch.mm`` [m,k] @ [k,n]."""
     a, b = torch.randn(m, k), torch.randn(k, n)
     out = torch.empty(m, n)
     for _ in range(3):
         torch.mm(a, b, out=out)
     reps = 1
-    while True:  # calibrate the number of calls per repeat
+    while True:
         t0 = time.perf_counter()
         for _ in range(reps):
             torch.mm(a, b, out=out)
-        dt = time.perf_counter() - t0
-        if dt >= min_seconds / repeats:
+        if time.perf_counter() - t0 >= min_seconds / repeats:
             break
         reps *= 2
     best = float("inf")
@@ -111,93 +117,171 @@ def measure_peak() -> dict[str, float]:
     return {name: time_mm(*s) for name, s in shapes.items()}
 
 
+def counted_flops(fn: Callable[[], torch.Tensor]) -> int:
+    """Matmul FLOPs of one forward + backward of ``fn`` (a loss), counted by FlopCounterMode."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as fc:
+        fn().sum().backward()
+    return int(fc.get_total_flops())
+
+
 # ---- implementations ---------------------------------------------------------------------------------------------
-def make_plain(preset: str) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    _, _, step = plain_reference.make_trainer(preset, N_LABELS, seed=0)
-    return lambda images, captions, idx: step(images[idx], captions[idx])
+class Impl:
+    """A named training loop: ``run(n)`` takes n steps of K models; ``flops_per_model_step`` counted once."""
+
+    def __init__(self, name: str, K: int, run: Callable[[int], None], flops: int):
+        self.name, self.K, self.run, self.flops = name, K, run, flops
 
 
-def make_ours(preset: str, tmpdir: str) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    trainer = Trainer(
-        CLIPConfig.from_preset(preset, n_labels=N_LABELS),
-        DataConfig(),
-        TrainConfig(epochs=10**9),
-        Path(tmpdir) / preset,
-    )
-    model, opt = trainer.model, trainer.opt
-    model.train()
-
-    def step(images: torch.Tensor, captions: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        # the loop body of Trainer.run
-        loss = model.loss(images[idx], captions[idx], validate=False)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return step
-
-
-def run_steps(step, images, captions, batches, start: int, n: int) -> float:
-    """Seconds for ``n`` steps on batches ``start..start+n`` (cyclic)."""
-    t0 = time.perf_counter()
-    for i in range(start, start + n):
-        loss = step(images, captions, batches[i % len(batches)])
-    loss.item()  # nothing is asynchronous on CPU, but make sure the last step finished
-    return time.perf_counter() - t0
-
-
-def make_batches(m: int, n_batches: int, seed: int = 0) -> list[torch.Tensor]:
-    """Index batches of ``BATCH`` from successive seeded permutations (like ``Trainer.run``)."""
+def _batches(m: int, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
-    out: list[torch.Tensor] = []
-    while len(out) < n_batches:
-        out.extend(torch.randperm(m, generator=gen).split(BATCH))
-    return out[:n_batches]
+    while True:
+        yield from torch.randperm(m, generator=gen).split(BATCH)
 
 
-def bench_preset(preset: str, images, captions, args, tmpdir: str, peak: float) -> dict:
-    impls = {"plain": make_plain(preset), "ours": make_ours(preset, tmpdir)}
-    batches = make_batches(len(images), args.warmup + args.steps)
-    for step in impls.values():
-        run_steps(step, images, captions, batches, 0, args.warmup)
-    rates: dict[str, list[float]] = {k: [] for k in impls}
-    for r in range(args.rounds):
-        order = list(impls) if r % 2 == 0 else list(reversed(impls))
-        for name in order:  # the same batches for both in every round
-            dt = run_steps(impls[name], images, captions, batches, args.warmup, args.steps)
-            rates[name].append(args.steps / dt)
-    cfg = CLIPConfig.from_preset(preset, n_labels=N_LABELS)
-    flops = step_flops(cfg, BATCH)
-    res = {"preset": preset, "K": 1, "step_flops": flops, "forward_flops": forward_flops(cfg, BATCH)}
-    for name, rs in rates.items():
-        sps = statistics.median(rs)
-        res[name] = {
-            "steps_per_s": sps,
-            "steps_per_s_rounds": rs,
-            "gflops": sps * flops / 1e9,
-            "frac_peak": sps * flops / 1e9 / peak,
-        }
-    res["ratio_ours_over_plain"] = res["ours"]["steps_per_s"] / res["plain"]["steps_per_s"]
-    return res
+def make_plain(preset: str, images, captions) -> Impl:
+    model, opt, step = plain_reference.make_trainer(preset, N_LABELS, seed=0)
+    batches = _batches(len(images))
+    b = next(batches)
+    flops = counted_flops(lambda: model.loss(images[b], captions[b]))
+    opt.zero_grad(set_to_none=True)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            idx = next(batches)
+            loss = step(images[idx], captions[idx])
+        loss.item()
+
+    return Impl("plain", 1, run, flops)
 
 
-# ---- main --------------------------------------------------------------------------------------------------------
-def markdown(results: list[dict], peak: float) -> str:
+def make_trainer(preset: str, images, captions, tmpdir: str) -> Impl:
+    tr = Trainer(CLIPConfig.from_preset(preset, n_labels=N_LABELS), DataConfig(), TrainConfig(epochs=10**9),
+                 Path(tmpdir) / f"trainer-{preset}")  # fmt: skip
+    model, opt = tr.model, tr.opt
+    model.train()
+    batches = _batches(len(images))
+    b = next(batches)
+    flops = counted_flops(lambda: model.loss(images[b], captions[b], validate=False))
+    opt.zero_grad(set_to_none=True)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            idx = next(batches)
+            loss = model.loss(images[idx], captions[idx], validate=False)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        loss.item()
+
+    return Impl("trainer", 1, run, flops)
+
+
+def make_batched(preset: str, K: int, *, dropout_rng="fast", compile=False, amp=False, name="batched") -> Impl:  # noqa: A002
+    members = [
+        Member(CLIPConfig.from_preset(preset, n_labels=N_LABELS), DataConfig(),
+               TrainConfig(epochs=10**6, seed=s, eval_every=10**6, checkpoint_every=10**6))
+        for s in range(K)
+    ]  # fmt: skip
+    tr = BatchedTrainer(members, None, dropout_rng=dropout_rng, compile=compile, amp=amp)
+    # count the executed FLOPs of one stacked step (eager, fp32: the math compile/bf16 run too)
+    st = tr.model
+    idx = torch.arange(BATCH)
+    imgs = tr._images_all[:, :BATCH]
+    caps = tr._captions_all[:, :BATCH]
+    r = tr.text_readout if tr.text_readout is not None else caps[..., -1]
+    flops = counted_flops(lambda: st.loss(imgs, caps[..., :-1], r))
+    del idx
+    tr.opt.zero_grad()
+    if compile:  # compile outside the timed rounds
+        t0 = time.perf_counter()
+        tr.run(progress=False, max_steps=3)
+        print(f"    compiled {name} K={K} in {time.perf_counter() - t0:.0f} s", flush=True)
+
+    def run(n: int) -> None:
+        tr.run(progress=False, max_steps=n)
+
+    return Impl(name, K, run, flops // K)
+
+
+def make_vmap(preset: str, K: int, images, captions) -> Impl:
+    """functional_call + vmap over K stacked copies of the existing CLIP1D (fused AdamW on the stacked weights)."""
+    from torch.func import functional_call, stack_module_state, vmap
+
+    torch.manual_seed(0)
+    models = [CLIP1D(CLIPConfig.from_preset(preset, n_labels=N_LABELS), seed=s).train() for s in range(K)]
+    params, buffers = stack_module_state(models)
+    params = {k: torch.nn.Parameter(v) for k, v in params.items()}
+    base = models[0]
+    opt = torch.optim.AdamW(params.values(), lr=1e-4, weight_decay=0.2, fused=True)
+
+    def loss_one(p, b, im, cap):
+        return clip_loss(functional_call(base, (p, b), (im, cap), {"validate": False}))
+
+    vloss = vmap(loss_one, in_dims=(0, 0, 0, 0), randomness="different")
+    streams = [_batches(len(images), seed=s) for s in range(K)]
+
+    def batch():
+        idx = torch.stack([next(s) for s in streams])  # [K, B]
+        return images[idx], captions[idx]
+
+    im, cap = batch()
+    flops = counted_flops(lambda: vloss(params, buffers, im, cap))
+    opt.zero_grad(set_to_none=True)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            im, cap = batch()
+            loss = vloss(params, buffers, im, cap).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        loss.item()
+
+    return Impl("vmap", K, run, flops // K)
+
+
+# ---- timing ------------------------------------------------------------------------------------------------------
+def calibrate(impl: Impl, seconds: float) -> int:
+    n = 2
+    while True:
+        t0 = time.perf_counter()
+        impl.run(n)
+        dt = time.perf_counter() - t0
+        if dt >= seconds / 4 or n >= 4096:
+            return max(2, int(n * seconds / max(dt, 1e-9)))
+        n *= 2
+
+
+def bench(impls: list[Impl], rounds: int, seconds: float) -> dict[str, list[float]]:
+    """Model-steps/s per round for every implementation (rounds interleaved, order rotating)."""
+    steps = {}
+    for im in impls:
+        steps[im.name, im.K] = calibrate(im, seconds)
+    rates: dict[str, list[float]] = {f"{im.name}|{im.K}": [] for im in impls}
+    for r in range(rounds):
+        order = impls[r % len(impls) :] + impls[: r % len(impls)]
+        for im in order:
+            n = steps[im.name, im.K]
+            t0 = time.perf_counter()
+            im.run(n)
+            rates[f"{im.name}|{im.K}"].append(im.K * n / (time.perf_counter() - t0))
+    return rates
+
+
+def markdown(rows: list[dict], peak: float) -> str:
     head = (
-        "| preset | K | step MFLOP | plain steps/s | ours steps/s | ours/plain "
-        "| plain GFLOP/s | ours GFLOP/s | plain % peak | ours % peak |"
+        "| preset | implementation | K | model-steps/s | x plain | ref GFLOP/s | ref % peak | exec GFLOP/s "
+        "| exec % peak | paper run (440k steps) |"
     )
     lines = [head, "|" + "---|" * 10]
-    for r in results:
-        if r.get("status"):
-            lines.append(f"| {r['preset']} | {r['K']} | {r['status']} |" + " |" * 7)
-            continue
-        p, o = r["plain"], r["ours"]
+    for r in rows:
+        minutes = PAPER_STEPS / r["model_steps_per_s"] / 60
         lines.append(
-            f"| {r['preset']} | {r['K']} | {r['step_flops'] / 1e6:.1f} | {p['steps_per_s']:.1f} "
-            f"| {o['steps_per_s']:.1f} | {r['ratio_ours_over_plain']:.2f} | {p['gflops']:.1f} | {o['gflops']:.1f} "
-            f"| {100 * p['frac_peak']:.1f} | {100 * o['frac_peak']:.1f} |"
+            f"| {r['preset']} | {r['impl']} | {r['K']} | {r['model_steps_per_s']:.0f} | {r['x_plain']:.2f} "
+            f"| {r['ref_gflops']:.0f} | {100 * r['ref_gflops'] / peak:.0f} | {r['exec_gflops']:.0f} "
+            f"| {100 * r['exec_gflops'] / peak:.0f} | {minutes:.0f} min per model |"
         )
     lines.append(f"\nfp32 matmul peak (best torch.mm rate measured above): {peak:.1f} GFLOP/s")
     return "\n".join(lines)
@@ -205,17 +289,27 @@ def markdown(results: list[dict], peak: float) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=200, help="training steps per timing round")
-    ap.add_argument("--rounds", type=int, default=5, help="timing rounds per implementation (median is reported)")
-    ap.add_argument("--warmup", type=int, default=50, help="untimed steps per implementation first")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (the median is reported)")
+    ap.add_argument("--seconds", type=float, default=1.0, help="target seconds per implementation per round")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default)")
     ap.add_argument("--presets", nargs="+", default=["simplified", "full"], choices=sorted(plain_reference.PRESETS))
+    ap.add_argument("--ks", type=str, default=None, help="K values, e.g. 'simplified=1,8,32;full=1,4'")
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile (K=1; compiling takes minutes)")
+    ap.add_argument("--bf16", action="store_true", help="also time bfloat16 autocast (smallest and largest K)")
+    ap.add_argument("--matched", action="store_true", help="also time dropout_rng='matched' (K=1)")
+    ap.add_argument("--vmap", action="store_true", help="also time functional_call + vmap (simplified, K=8)")
+    ap.add_argument("--no-trainer", action="store_true", help="skip the single-model Trainer row")
     ap.add_argument("--out", type=Path, default=None, help="directory for benchmark.json")
     args = ap.parse_args(argv)
-    if args.steps < 1 or args.rounds < 1 or args.warmup < 0:
-        ap.error("--steps and --rounds must be >= 1, --warmup >= 0")
+    if args.rounds < 1 or args.seconds <= 0:
+        ap.error("--rounds must be >= 1 and --seconds > 0")
     if args.threads:
         torch.set_num_threads(args.threads)
+    ks = {"simplified": [1, 8, 32], "full": [1, 4]}
+    if args.ks:
+        for part in args.ks.split(";"):
+            preset, vals = part.split("=")
+            ks[preset.strip()] = [int(v) for v in vals.split(",")]
 
     machine = {
         "platform": platform.platform(),
@@ -223,43 +317,78 @@ def main(argv: list[str] | None = None) -> None:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "interop_threads": torch.get_num_interop_threads(),
         "cpu_count": os.cpu_count(),
+        "loadavg_start": os.getloadavg(),
     }
     print(
         f"machine: {machine['platform']} ({machine['processor']}), {machine['cpu_count']} CPUs; "
-        f"python {machine['python']}, torch {machine['torch']}, threads {machine['threads']}"
+        f"python {machine['python']}, torch {machine['torch']}, threads {machine['threads']}; "
+        f"load average {machine['loadavg_start'][0]:.2f}"
     )
-    print(f"settings: steps {args.steps} x rounds {args.rounds}, warmup {args.warmup}, batch {BATCH}")
-
     peak_by_shape = measure_peak()
     peak = max(peak_by_shape.values())
     for name, g in peak_by_shape.items():
         print(f"  torch.mm {name}: {g:.1f} GFLOP/s")
 
-    ds = build_dataset(DataConfig(n_labels=N_LABELS, n2=10))
-    images, captions = ds.training_pairs()
-    results: list[dict] = []
+    images, captions = build_dataset(DataConfig(n_labels=N_LABELS, n2=10)).training_pairs()
+    rows: list[dict] = []
+    raw: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmpdir:
         for preset in args.presets:
-            print(f"timing {preset} ...", flush=True)
-            results.append(bench_preset(preset, images, captions, args, tmpdir, peak))
-    for preset in args.presets:
-        results.append({"preset": preset, "K": ">1", "status": "not implemented yet (batched K>1 training)"})
-
+            print(f"building {preset} ...", flush=True)
+            impls = [make_plain(preset, images, captions)]
+            if not args.no_trainer:
+                impls.append(make_trainer(preset, images, captions, tmpdir))
+            for K in ks[preset]:
+                impls.append(make_batched(preset, K))
+            if args.matched:
+                impls.append(make_batched(preset, 1, dropout_rng="matched", name="batched+matched"))
+            if args.compile:
+                impls.append(make_batched(preset, 1, compile=True, name="batched+compile"))
+            if args.bf16:
+                for K in sorted({min(ks[preset]), max(ks[preset])}):
+                    impls.append(make_batched(preset, K, amp=True, name="batched+bf16"))
+            if args.vmap and preset == "simplified":
+                impls.append(make_vmap(preset, 8, images, captions))
+            print(f"timing {preset}: {', '.join(f'{i.name} K={i.K}' for i in impls)}", flush=True)
+            with contextlib.redirect_stderr(sys.stderr):
+                rates = bench(impls, args.rounds, args.seconds)
+            raw[preset] = rates
+            plain = rates["plain|1"]
+            cfg = CLIPConfig.from_preset(preset, n_labels=N_LABELS)
+            ref = step_flops(cfg, BATCH)
+            for im in impls:
+                rs = rates[f"{im.name}|{im.K}"]
+                sps = statistics.median(rs)
+                rows.append(
+                    {
+                        "preset": preset,
+                        "impl": im.name,
+                        "K": im.K,
+                        "model_steps_per_s": sps,
+                        "rounds": rs,
+                        "x_plain": statistics.median(a / b for a, b in zip(rs, plain, strict=True)),
+                        "ref_flops_per_model_step": ref,
+                        "exec_flops_per_model_step": im.flops,
+                        "ref_gflops": sps * ref / 1e9,
+                        "exec_gflops": sps * im.flops / 1e9,
+                    }
+                )
+    machine["loadavg_end"] = os.getloadavg()
     print()
-    print(markdown(results, peak))
+    print(markdown(rows, peak))
+    print(f"load average at the end: {machine['loadavg_end'][0]:.2f}")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         report = {
             "machine": machine,
-            "settings": {"steps": args.steps, "rounds": args.rounds, "warmup": args.warmup, "batch": BATCH},
+            "settings": {"rounds": args.rounds, "seconds": args.seconds, "batch": BATCH, "ks": ks},
             "matmul_gflops": peak_by_shape,
             "peak_gflops": peak,
-            "results": results,
+            "results": rows,
         }
         (args.out / "benchmark.json").write_text(json.dumps(report, indent=2))
-        print(f"\nwrote {args.out / 'benchmark.json'}")
+        print(f"wrote {args.out / 'benchmark.json'}")
 
 
 if __name__ == "__main__":

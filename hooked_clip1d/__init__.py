@@ -10,18 +10,22 @@ Example:
     torch.Size([4, 4, 11, 11])
 """
 
+from hooked_clip1d.batched import BatchedTrainer, Member, train_batched, train_fast
 from hooked_clip1d.clip import CLIP1D, CLIPConfig, clip_loss
 from hooked_clip1d.config import EncoderConfig, TextConfig, VisionConfig, preset
 from hooked_clip1d.data import DataConfig, Dataset, Split, build_dataset
 from hooked_clip1d.encoders import HookedEncoder, HookedTextEncoder, HookedVisionEncoder
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.pretrained import list_pretrained, load_model
+from hooked_clip1d.sweep import load_spec, run_sweep
 from hooked_clip1d.training import TrainConfig, Trainer, train
 from hooked_clip1d.vocab import Vocabulary
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchedTrainer",
+    "Member",
     "CLIP1D",
     "CLIPConfig",
     "clip_loss",
@@ -41,6 +45,10 @@ __all__ = [
     "evaluate",
     "list_pretrained",
     "load_model",
+    "load_spec",
+    "run_sweep",
     "preset",
     "train",
+    "train_batched",
+    "train_fast",
 ]

@@ -121,7 +121,14 @@ def cmd_train(a: argparse.Namespace) -> int:
         device=a.device,
         threads=a.threads,
     )
-    run = train(_model_cfg(a), _data_cfg(a), tc, a.out, resume=a.resume, progress=not a.no_progress)
+    if a.engine == "batched":  # the stacked engine (hooked_clip1d.batched): same files, same trajectory, faster
+        from hooked_clip1d.batched import train_fast
+
+        run = train_fast(
+            _model_cfg(a), _data_cfg(a), tc, a.out, resume=a.resume, progress=not a.no_progress, compile=a.compile
+        )
+    else:
+        run = train(_model_cfg(a), _data_cfg(a), tc, a.out, resume=a.resume, progress=not a.no_progress)
     res = {
         "out_dir": str(run.out_dir),
         "epochs": run.epoch,
@@ -294,6 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default="cpu")
     g.add_argument("--threads", type=int, default=None, help="torch threads")
     g.add_argument("--resume", action="store_true", help="continue the run in --out")
+    g.add_argument(
+        "--engine",
+        default="standard",
+        choices=["standard", "batched"],
+        help="standard: the hooked model (Trainer); batched: the stacked fast engine (same trajectory, 3-6x faster)",
+    )
+    g.add_argument("--compile", action="store_true", help="torch.compile the batched engine's step")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--json", action="store_true", help="print JSON")
     t.set_defaults(func=cmd_train)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import randomize_biases, tiny_config
 
-from hooked_clip1d import CLIP1D, DataConfig, build_dataset
+from hooked_clip1d import CLIP1D, DataConfig, VisionConfig, build_dataset
 from hooked_clip1d.batched import (
     BatchedTrainer,
     Member,
@@ -19,6 +19,7 @@ from hooked_clip1d.batched import (
     _keep_mask,
     check_supported,
     group_key,
+    train_fast,
 )
 from hooked_clip1d.checkpoint import load_model_file, read_tensors
 from hooked_clip1d.evaluation import similarity_matrix
@@ -261,3 +262,37 @@ def test_group_key_and_refusals(tmp_path):
     with pytest.raises((ValueError, TypeError), match="dropout_rng"):  # TypeError: the test-time beartype hook
         StackedCLIP([CLIP1D(a.model_cfg)], dropout_rng="exact")  # type: ignore[arg-type]
     check_supported(tiny_config("full"))
+
+
+@dataclasses.dataclass(frozen=True)
+class _FutureVisionConfig(VisionConfig):
+    """A config field the stacked forward does not know (as if one were added to EncoderConfig later)."""
+
+    new_switch: int = 0
+
+
+def test_unknown_config_fields_are_refused_unless_default():
+    cfg = tiny_config()
+    fields = {f.name: getattr(cfg.vision, f.name) for f in dataclasses.fields(cfg.vision) if f.init}
+    ok = dataclasses.replace(cfg, vision=_FutureVisionConfig(**fields))
+    check_supported(ok)  # the new field at its default: nothing changes
+    bad = dataclasses.replace(cfg, vision=_FutureVisionConfig(**fields, new_switch=1))
+    with pytest.raises(ValueError, match="new_switch=1"):
+        check_supported(bad)
+    with pytest.raises(ValueError, match="new_switch"):
+        StackedCLIP([CLIP1D(bad)])
+
+
+def test_train_fast_writes_a_trainer_run_and_resumes(tmp_path):
+    cfg, tc = tiny_config(), _tc(epochs=5, seed=3)
+    full = train_fast(cfg, D6, tc, tmp_path / "full", progress=False)
+    assert full.epoch == 5 and (tmp_path / "full" / "model.safetensors").exists()
+    assert [ln["epoch"] for ln in _lines(tmp_path / "full")] == [5]
+    # interrupted mid-run (as by Ctrl-C after a group checkpoint), then resumed
+    part = BatchedTrainer([Member(cfg, D6, tc)], tmp_path / "part", member_dirs=[tmp_path / "part"])
+    part.run(progress=False, max_steps=9)
+    with pytest.raises(FileExistsError):
+        train_fast(cfg, D6, tc, tmp_path / "part", progress=False)
+    resumed = train_fast(cfg, D6, tc, tmp_path / "part", progress=False, resume=True)
+    for k, v in full.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[k], v), k

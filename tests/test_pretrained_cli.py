@@ -114,3 +114,16 @@ def test_run_demo_names_a_custom_model_by_itself(tmp_path):
     res = run_demo(out_dir=tmp_path, model=m)
     assert res["model"] == "custom model"
     assert (tmp_path / "demo.png").exists()
+
+
+def test_cli_train_engines_agree(tmp_path):
+    from hooked_clip1d.checkpoint import load_model_file
+
+    args = ["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--epochs", "3", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "std")]) == 0
+    assert main([*args, "--out", str(tmp_path / "fast"), "--engine", "batched"]) == 0
+    a = load_model_file(tmp_path / "std" / "model.safetensors")
+    b = load_model_file(tmp_path / "fast" / "model.safetensors")
+    img = a.vision.to_tokens(["C 1 . . 2 . . . . . .", "C . 3 . . . . 4 . . ."])
+    cap = a.text.to_tokens(["1 is on the left of 2", "3 is on the left of 4"])
+    torch.testing.assert_close(a.similarity(img, cap), b.similarity(img, cap), atol=1e-4, rtol=1e-4)
