@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from hooked_clip1d.analysis.heads import _pair_images
 from hooked_clip1d.components import apply_rotary
 from hooked_clip1d.data import Split
 from hooked_clip1d.encoders import HookedEncoder, HookedVisionEncoder
@@ -58,16 +59,6 @@ def _check_rope(model: HookedEncoder, what: str) -> None:
             f"{what} analyses rotary position embeddings (App. I.3) and needs a vision tower with "
             f"positional='rope'; this one has positional={model.cfg.positional!r}"
         )
-
-
-def _pairs(split: Split, model: HookedEncoder) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if not isinstance(split, Split):
-        raise TypeError(f"expected a data.Split (e.g. dataset.splits['val_unseen']), got {type(split).__name__}")
-    pair = split.is_pair
-    if not bool(pair.any()):
-        raise ValueError(f"split {split.name!r} has no two-object images")
-    dev = model.W_E.device
-    return split.images[pair].to(dev), split.positions[pair].to(dev) + 1, split.objects[pair].to(dev)
 
 
 @torch.no_grad()
@@ -129,7 +120,7 @@ def consistency_condition(model: HookedEncoder, split: Split, pca_center: bool =
     cfg = model.cfg
     if cfg.positional == "none":
         raise ValueError("consistency_condition needs positional information; this tower has positional='none'")
-    images, pos, objs = _pairs(split, model)
+    images, pos, objs = _pair_images(model, split)
     _, cache = model.run_with_cache(images, names_filter="blocks.0.attn.hook_attn_scores")
     ar = torch.arange(len(images), device=images.device)
     row = cache["attn_scores", 0][:, :, 0]  # [n, h, k]
