@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
+from hooked_clip1d.analysis.heads import to_jsonable
 from hooked_clip1d.checkpoint import atomic_write, atomic_write_text
 from hooked_clip1d.clip import CLIP1D
 from hooked_clip1d.data import Dataset, build_dataset
@@ -36,16 +37,6 @@ class Report:
     table: str
     data: dict[str, Any]
     figures: dict[str, Figure] = field(default_factory=dict)
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return x.tolist()
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    return x
 
 
 def _dataset(model: CLIP1D) -> Dataset:
@@ -173,7 +164,7 @@ def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
     lines += [f"  vision {n:<28} {r:>7.3f}" for n, r in zip(kv.names, kv.retained().tolist(), strict=True)]
     lines += [f"  text   {n:<28} {r:>7.3f}" for n, r in zip(kt.names, kt.retained().tolist(), strict=True)]
     itf = it.fractions()
-    lines += ["", f"text interchange: {json.dumps(_jsonable(itf))}"]
+    lines += ["", f"text interchange: {json.dumps(to_jsonable(itf))}"]
     figs = {
         "mirror_map": vp.plot_patching_map(ms),
         "mirror_bars": vp.plot_recovery_bars(ms),
@@ -270,7 +261,6 @@ def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
         label_pe_deltas,
         pair_captions,
         text_eot_bias,
-        to_jsonable,
     )
     from hooked_clip1d.visualization.heads import plot_eot_bias, plot_head_roles, plot_label_pe_scatter
     from hooked_clip1d.visualization.plots import plot_head_bias
@@ -325,7 +315,6 @@ def _alignment(model: CLIP1D, opts: dict[str, Any]) -> Report:
 
 
 def _rope(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.analysis.heads import to_jsonable
     from hooked_clip1d.analysis.rope import key_effective_rank, rope_mechanism
     from hooked_clip1d.visualization.rope import plot_rope_mechanism
 
@@ -387,7 +376,9 @@ def run_analysis(
 
         name, model = model, _load(model)
     else:
-        name = getattr(model, "manifest", {}).get("name", "custom model") if hasattr(model, "manifest") else "model"
+        from hooked_clip1d.pretrained import model_name
+
+        name = model_name(model)
     model.eval()
     report = ANALYSES[analysis][1](model, options)
     out = Path(out_dir)
@@ -400,7 +391,7 @@ def run_analysis(
         finally:
             plt.close(fig)
         files.append(str(path))
-    record = {"analysis": analysis, "model": name, "options": options, "data": _jsonable(report.data)}
+    record = {"analysis": analysis, "model": name, "options": options, "data": to_jsonable(report.data)}
     atomic_write_text(out / f"{analysis}.json", json.dumps(record, indent=2, default=float) + "\n")
     files.append(str(out / f"{analysis}.json"))
     return {**record, "table": report.table, "files": files}

@@ -19,7 +19,7 @@ from hooked_clip1d.checkpoint import atomic_write, atomic_write_text
 from hooked_clip1d.clip import CLIP1D
 from hooked_clip1d.data import build_dataset
 from hooked_clip1d.evaluation import evaluate, format_metrics
-from hooked_clip1d.pretrained import DEFAULT_MODEL, load_model
+from hooked_clip1d.pretrained import DEFAULT_MODEL, load_model, model_name
 from hooked_clip1d.visualization import plot_ablation_accuracy, plot_head_bias
 
 ABLATIONS = ("EP", "PE", "PP", "BP", "VP")
@@ -30,8 +30,7 @@ def run_demo(name: str = DEFAULT_MODEL, out_dir: str | Path = "results/demo", mo
     if model is None:
         model = load_model(name)
     else:  # a model passed in is named by its manifest (if any), not by the default name
-        man = getattr(model, "manifest", None)
-        name = man["name"] if isinstance(man, dict) and "name" in man else "custom model"
+        name = model_name(model)
     if model.data_config is None:
         raise ValueError("the model has no data_config attached; load it with load_model or load_model_file")
     ds = build_dataset(model.data_config)

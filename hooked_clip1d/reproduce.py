@@ -172,16 +172,19 @@ FIG4B_IMAGES = ("C . . 17 . . 19 . . . .", "C . . 19 . . 17 . . . .")
 
 
 def _fig4b(models: dict[str, CLIP1D]) -> Outcome:
+    from hooked_clip1d.analysis.metrics import object_token_positions
     from hooked_clip1d.visualization.attention import plot_attention
 
     model = models[FLAGSHIP]
     imgs = model.vision.to_tokens(list(FIG4B_IMAGES))
     _, cache = model.vision.run_with_cache(imgs, names_filter=lambda n: n.endswith("hook_pattern"))
     cls = cache["pattern", 0][:, :, 0, :]  # [2, head, key]
-    pos = [(3, 6), (3, 6)]  # input positions of the left / right object (CLS is 0)
-    right_wins = [[bool(cls[i, h, pos[i][1]] > cls[i, h, pos[i][0]]) for h in range(cls.shape[1])] for i in range(2)]
+    pos = object_token_positions(imgs)  # [2, 2]: input positions of the left / right object (CLS is 0)
+    rows = torch.arange(2)[:, None]
+    left, right = cls[rows, :, pos[:, :1]].squeeze(1), cls[rows, :, pos[:, 1:]].squeeze(1)  # [2, head]
+    right_wins = (right > left).tolist()
     relational = [h for h in range(cls.shape[1]) if right_wins[0][h] == right_wins[1][h]]
-    on_objects = (cls[:, :, 3] + cls[:, :, 6]).min().item()
+    on_objects = (left + right).min().item()
     figs = {f"image{i}": plot_attention(model, FIG4B_IMAGES[i], layer=0) for i in range(2)}
     checks = [
         ("the CLS token attends mostly to the objects (>= 0.5 of its attention, every head)", on_objects >= 0.5),
@@ -209,7 +212,8 @@ PAPER_XWX_SHARE = (0.76, 0.77, 0.91, 0.76)  # App. D, Fig. 13: share of XW_QKX^T
 
 
 def _fig13(models: dict[str, CLIP1D]) -> Outcome:
-    from hooked_clip1d.analysis.decompose import row_std_shares
+    from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
+    from hooked_clip1d.analysis.rope import key_effective_rank
     from hooked_clip1d.visualization.decomposition import plot_std_histograms, plot_std_shares, plot_term_maps
 
     model = models[FLAGSHIP]
@@ -217,11 +221,9 @@ def _fig13(models: dict[str, CLIP1D]) -> Outcome:
     wb = dec.weight_bias_terms()
     shares = row_std_shares(wb, query_pos=0)
     xwx = shares["share"][shares["terms"].index("XWX")].tolist()
-    tokens = model.vision.token_strs(model.vision.to_tokens(FIG4B_IMAGES[0])[0])
     fig_img = model.vision.to_tokens(FIG4B_IMAGES[0])
+    tokens = model.vision.token_strs(fig_img[0])
     _, cache = model.vision.run_with_cache(fig_img)
-    from hooked_clip1d.analysis.decompose import decompose_attention_scores
-
     maps = decompose_attention_scores(model.vision, cache, layer=0).weight_bias_terms()
     figs = {
         "shares": plot_std_shares(shares, reference={"XWX": list(PAPER_XWX_SHARE)}),
@@ -238,8 +240,6 @@ def _fig13(models: dict[str, CLIP1D]) -> Outcome:
     summary = "XW_QKX^T share of the CLS-row std per head: " + ", ".join(
         f"h{h} {x:.2f} (paper {p:.2f})" for h, (x, p) in enumerate(zip(xwx, PAPER_XWX_SHARE, strict=True))
     )
-    from hooked_clip1d.analysis.rope import key_effective_rank
-
     rank = [r[1] for r in key_effective_rank(model.vision, 0)["rank"].tolist()]
     notes = (
         f"Effective rank of W_K at 95 % energy per head: {rank}. With rank-1 keys every head reads one residual "

@@ -222,7 +222,8 @@ def _scale(model: CLIP1D, scale: bool) -> torch.Tensor:
     return torch.ones((), dtype=model.W_proj.dtype, device=model.W_proj.device)
 
 
-def _check_model(model: object) -> CLIP1D:
+def check_model(model: object) -> CLIP1D:
+    """``model`` if it is a ``CLIP1D``, else a ``TypeError`` saying what was passed."""
     if not isinstance(model, CLIP1D):
         raise TypeError(f"expected a CLIP1D model (load_model(...) or CLIP1D(cfg)), got {type(model).__name__}")
     return model
@@ -241,7 +242,7 @@ def image_belief_metric(model: CLIP1D, captions: Int[torch.Tensor, "batch 4"], s
     >>> fn(m.encode_image(m.vision.to_tokens("C 1 2 . . . . . . . ."))).shape
     torch.Size([1])
     """
-    model = _check_model(model)
+    model = check_model(model)
     vocab = model.text.cfg.vocab
     check_pair_captions(captions, vocab)
     captions = captions.to(model.W_proj.device)
@@ -272,7 +273,7 @@ def caption_belief_metric(model: CLIP1D, images: Int[torch.Tensor, "batch pos"],
     >>> fn(m.text(m.text.to_tokens("1 is on the left of 2"))).shape
     torch.Size([1])
     """
-    model = _check_model(model)
+    model = check_model(model)
     check_pair_images(images)
     images = images.to(model.W_proj.device)
     v_true = F.normalize(model.encode_image(images), dim=-1)
@@ -300,7 +301,7 @@ def image_belief(
     >>> image_belief(m, m.vision.to_tokens("C 1 2 . . . . . . . ."), m.text.to_tokens("1 is on the left of 2")).shape
     torch.Size([1])
     """
-    model = _check_model(model)
+    model = check_model(model)
     if images.shape[0] != captions.shape[0]:
         raise ValueError(f"images ({images.shape[0]}) and captions ({captions.shape[0]}) must pair row by row")
     return image_belief_metric(model, captions, scale)(model.encode_image(images.to(model.W_proj.device)))
@@ -317,7 +318,7 @@ def caption_belief(
     >>> caption_belief(m, m.vision.to_tokens("C 1 2 . . . . . . . ."), m.text.to_tokens("1 is on the left of 2")).shape
     torch.Size([1])
     """
-    model = _check_model(model)
+    model = check_model(model)
     if images.shape[0] != captions.shape[0]:
         raise ValueError(f"images ({images.shape[0]}) and captions ({captions.shape[0]}) must pair row by row")
     check_pair_captions(captions, model.text.cfg.vocab)

@@ -55,6 +55,7 @@ from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.analysis.metrics import (
     caption_belief_metric,
+    check_model,
     check_pair_captions,
     check_pair_images,
     image_belief_metric,
@@ -64,7 +65,7 @@ from hooked_clip1d.analysis.metrics import (
     swap_captions,
 )
 from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.encoders import HookedEncoder, HookedVisionEncoder
+from hooked_clip1d.encoders import HookedEncoder
 
 Hook = tuple[str, Callable]
 Metric = Callable[[torch.Tensor], torch.Tensor]
@@ -99,15 +100,14 @@ def _check_tower(tower: object) -> HookedEncoder:
 
 
 def _check_model(model: object) -> CLIP1D:
-    if not isinstance(model, CLIP1D):
-        raise TypeError(f"expected a CLIP1D model, got {type(model).__name__}")
+    model = check_model(model)
     if model.training:
         raise ValueError("the model is in training mode (dropout is on); call model.eval() before intervening")
     return model
 
 
 def _tower_name(tower: HookedEncoder) -> str:
-    return "vision" if isinstance(tower, HookedVisionEncoder) else "text"
+    return tower.cfg.tower
 
 
 def residual_hook_names(tower: HookedEncoder) -> list[str]:

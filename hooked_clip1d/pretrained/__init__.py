@@ -49,6 +49,17 @@ def manifest(name: str) -> dict[str, Any]:
     return json.loads((WEIGHTS_DIR / f"{name}.json").read_text())
 
 
+def model_name(model: CLIP1D, default: str = "custom model") -> str:
+    """The shipped name of a model loaded with ``load_model``, else ``default``.
+
+    Example:
+        >>> model_name(load_model("simplified-ntot20-n2-10"))
+        'simplified-ntot20-n2-10'
+    """
+    man = getattr(model, "manifest", None)
+    return man["name"] if isinstance(man, dict) and "name" in man else default
+
+
 def load_model(name: str = DEFAULT_MODEL, device: str = "cpu") -> CLIP1D:
     """Load a shipped model in eval mode, offline, with ``.data_config`` and ``.manifest`` attached.
 

@@ -40,7 +40,7 @@ from matplotlib.figure import Figure
 
 from hooked_clip1d.checkpoint import atomic_write
 from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.encoders import HookedEncoder, HookedTextEncoder, HookedVisionEncoder
+from hooked_clip1d.encoders import HookedEncoder
 
 Tower = Literal["vision", "text"]
 IMAGE_EXAMPLE = "C . 3 . . 5 . . . . ."
@@ -65,10 +65,8 @@ class AttentionView:
 
 
 def _tower_name(enc: HookedEncoder) -> Tower:
-    if isinstance(enc, HookedVisionEncoder):
-        return "vision"
-    if isinstance(enc, HookedTextEncoder):
-        return "text"
+    if isinstance(enc, HookedEncoder):
+        return enc.cfg.tower  # type: ignore[return-value]
     raise TypeError(f"expected a vision or text tower, got {type(enc).__name__}")
 
 
