@@ -341,7 +341,8 @@ def _pruning(model: CLIP1D, opts: dict[str, Any]) -> Report:
     kept = opts.get("kept", list(range(1, H)))
     epochs = int(opts.get("epochs", 0))
     out = opts.get("runs_dir")
-    res = head_subset_sweep(model, kept, epochs=epochs, out_dir=out, resume=True, progress=epochs > 0)
+    engine = opts.get("engine", "batched")
+    res = head_subset_sweep(model, kept, epochs=epochs, out_dir=out, resume=True, progress=epochs > 0, engine=engine)
     return Report(format_sweep(res), res, {"pruning": plot_pruning(res)})
 
 

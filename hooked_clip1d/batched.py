@@ -1045,7 +1045,14 @@ class BatchedTrainer:
 
     def _resume(self) -> None:
         if not self.group_ckpt.exists():
-            raise FileNotFoundError(f"cannot resume: no group checkpoint at {str(self.group_ckpt)!r}")
+            hint = ""
+            dirs = self._member_dirs or []
+            if dirs and all((d / "checkpoint.safetensors").exists() for d in dirs):
+                hint = (
+                    " (a finished group keeps only each run's Trainer-format checkpoint.safetensors: continue "
+                    "those runs with training.Trainer, i.e. `hooked-clip1d train --engine standard --resume`)"
+                )
+            raise FileNotFoundError(f"cannot resume: no group checkpoint at {str(self.group_ckpt)!r}{hint}")
         tensors, meta = read_tensors(self.group_ckpt)
         gs = meta.get("group_state")
         if not isinstance(gs, dict) or "members" not in meta:
@@ -1312,6 +1319,7 @@ def train_fast(
     progress: bool = True,
     dropout_rng: DropoutRNG = "matched",
     compile: bool = False,  # noqa: A002
+    init_model: CLIP1D | None = None,
 ) -> TrainRun:
     """``training.train`` on the batched engine (K = 1): the same files in ``out_dir``, the same trajectory to float
     rounding (``dropout_rng="matched"``), 3-5x the speed; resumable from ``out_dir``'s group checkpoint.
@@ -1327,7 +1335,7 @@ def train_fast(
     """
     out = Path(out_dir)
     trainer = BatchedTrainer(
-        [Member(model_cfg, data_cfg, train_cfg)],
+        [Member(model_cfg, data_cfg, train_cfg, init_model=init_model)],
         out,
         resume=resume,
         dropout_rng=dropout_rng,

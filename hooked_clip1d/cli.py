@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hooked_clip1d.clip import CLIPConfig
+from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig
 from hooked_clip1d.training import TrainConfig
 
@@ -36,7 +36,14 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         metavar="L:H,...",
         help="vision heads to prune (zeroed output), e.g. 0:1,0:3 keeps heads 0 and 2 of layer 0 (App. K)",
     )
-    g.add_argument("--dropout", type=float, default=0.1, help="dropout p (paper: 0.1)")
+    g.add_argument("--dropout", type=float, default=None, help="dropout p (paper: 0.1)")
+    g.add_argument(
+        "--init-from",
+        default=None,
+        metavar="MODEL",
+        help="start from these weights (pretrained name, model .safetensors or run dir) instead of a fresh init; "
+        "the architecture is the loaded model's; with --prune-vision-heads: App. K's prune-and-retrain",
+    )
 
 
 def _add_data_args(p: argparse.ArgumentParser) -> None:
@@ -87,7 +94,7 @@ def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
         a.vision_preset or a.preset,
         a.text_preset or a.preset,
         n_labels=a.n_labels,
-        dropout=a.dropout,
+        dropout=0.1 if a.dropout is None else a.dropout,
         **shared,
         vision_overrides=v_over,
         text_overrides=t_over,
@@ -106,6 +113,37 @@ def _data_cfg(a: argparse.Namespace) -> DataConfig:
     )
 
 
+_SHAPE_FLAGS = ("vision_preset", "text_preset", "vision_layers", "text_layers", "vision_heads", "positional",
+                "text_positional", "init_std", "dropout")  # fmt: skip
+
+
+def _init_model(a: argparse.Namespace) -> CLIP1D | None:
+    """The ``--init-from`` model (a pretrained name, a model .safetensors or a run directory), pruned as asked."""
+    if a.init_from is None:
+        return None
+    from hooked_clip1d.analysis.pruning import prune_heads
+    from hooked_clip1d.checkpoint import load_model_file
+    from hooked_clip1d.pretrained import list_pretrained, load_model
+
+    given = [f"--{f.replace('_', '-')}" for f in _SHAPE_FLAGS if getattr(a, f) is not None]
+    if given or a.preset != "simplified":
+        raise ValueError(f"--init-from takes the architecture from the loaded model; drop {given or ['--preset']}")
+    src = Path(a.init_from)
+    if a.init_from in list_pretrained():
+        model = load_model(a.init_from)
+    elif src.is_dir():
+        model = load_model_file(src / "model.safetensors")
+    elif src.is_file():
+        model = load_model_file(src)
+    else:
+        raise ValueError(f"--init-from {a.init_from!r} is neither a pretrained name ({list_pretrained()}) nor a file")
+    if model.cfg.n_labels != a.n_labels:
+        raise ValueError(f"--init-from model has n_labels={model.cfg.n_labels} but --n-labels is {a.n_labels}")
+    if a.prune_vision_heads:
+        model = prune_heads(model, vision=parse_heads(a.prune_vision_heads))
+    return model
+
+
 def cmd_train(a: argparse.Namespace) -> int:
     from hooked_clip1d.evaluation import format_metrics
     from hooked_clip1d.training import train
@@ -121,14 +159,19 @@ def cmd_train(a: argparse.Namespace) -> int:
         device=a.device,
         threads=a.threads,
     )
+    init = _init_model(a)
+    cfg = _model_cfg(a) if init is None else init.cfg
     if a.engine == "batched":  # the stacked engine (hooked_clip1d.batched): same files, same trajectory, faster
         from hooked_clip1d.batched import train_fast
 
+        # compiled steps draw dropout from one group stream ("fast"): the same distribution, not the same masks
+        rng = "fast" if a.compile else "matched"
         run = train_fast(
-            _model_cfg(a), _data_cfg(a), tc, a.out, resume=a.resume, progress=not a.no_progress, compile=a.compile
-        )
+            cfg, _data_cfg(a), tc, a.out, resume=a.resume, progress=not a.no_progress, compile=a.compile,
+            dropout_rng=rng, init_model=init,
+        )  # fmt: skip
     else:
-        run = train(_model_cfg(a), _data_cfg(a), tc, a.out, resume=a.resume, progress=not a.no_progress)
+        run = train(cfg, _data_cfg(a), tc, a.out, resume=a.resume, progress=not a.no_progress, init_model=init)
     res = {
         "out_dir": str(run.out_dir),
         "epochs": run.epoch,
@@ -307,7 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["standard", "batched"],
         help="standard: the hooked model (Trainer); batched: the stacked fast engine (same trajectory, 3-6x faster)",
     )
-    g.add_argument("--compile", action="store_true", help="torch.compile the batched engine's step")
+    g.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the batched engine's step (dropout then draws from one group stream; "
+        "pass it again with --resume)",
+    )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--json", action="store_true", help="print JSON")
     t.set_defaults(func=cmd_train)

@@ -336,6 +336,8 @@ def train(
     out_dir: str | Path,
     resume: bool = False,
     progress: bool = True,
+    init_model: CLIP1D | None = None,
 ) -> TrainRun:
-    """Train one model (see the module docstring); ``resume=True`` continues the run saved in ``out_dir``."""
-    return Trainer(model_cfg, data_cfg, train_cfg, out_dir, resume=resume).run(progress=progress)
+    """Train one model (see the module docstring); ``resume=True`` continues the run saved in ``out_dir``;
+    ``init_model`` starts from its weights (its config must be ``model_cfg``) instead of a fresh init."""
+    return Trainer(model_cfg, data_cfg, train_cfg, out_dir, resume=resume, init_model=init_model).run(progress=progress)

@@ -9,7 +9,7 @@ import torch
 
 import hooked_clip1d.pretrained as reg
 from hooked_clip1d import build_dataset, evaluate, list_pretrained, load_model
-from hooked_clip1d.checkpoint import CheckpointError
+from hooked_clip1d.checkpoint import CheckpointError, load_model_file
 from hooked_clip1d.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +117,6 @@ def test_run_demo_names_a_custom_model_by_itself(tmp_path):
 
 
 def test_cli_train_engines_agree(tmp_path):
-    from hooked_clip1d.checkpoint import load_model_file
 
     args = ["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--epochs", "3", "--no-progress"]
     assert main([*args, "--out", str(tmp_path / "std")]) == 0
@@ -127,3 +126,56 @@ def test_cli_train_engines_agree(tmp_path):
     img = a.vision.to_tokens(["C 1 . . 2 . . . . . .", "C . 3 . . . . 4 . . ."])
     cap = a.text.to_tokens(["1 is on the left of 2", "3 is on the left of 4"])
     torch.testing.assert_close(a.similarity(img, cap), b.similarity(img, cap), atol=1e-4, rtol=1e-4)
+
+
+def test_cli_train_init_from_a_pruned_shipped_model(tmp_path, capsys):
+    """App. K from the command line: start from the shipped weights, prune two heads, retrain."""
+    base = ["train", "--n-labels", "20", "--n2", "10", "--epochs", "1", "--no-progress", "--init-from", DEFAULT]
+    out = tmp_path / "pruned"
+    assert main([*base, "--prune-vision-heads", "0:0,0:1", "--engine", "batched", "--out", str(out)]) == 0
+    m, ref = load_model_file(out / "model.safetensors"), load_model(DEFAULT)
+    assert m.cfg.vision.pruned_heads == ((0, 0), (0, 1))
+    # one epoch of lr 1e-4 from the shipped weights, not a fresh init: the weights moved only a little
+    delta = (m.vision.W_E - ref.vision.W_E).abs().max()
+    assert 0 < delta < 0.05 * ref.vision.W_E.abs().max()
+    capsys.readouterr()
+    assert main([*base, "--vision-layers", "2", "--out", str(tmp_path / "a")]) == 2
+    assert "--vision-layers" in capsys.readouterr().err
+    assert main([*base[:2], "10", *base[3:], "--out", str(tmp_path / "b")]) == 2
+    assert "n_labels=20" in capsys.readouterr().err
+    assert main([*base[:-1], "no-such-model", "--out", str(tmp_path / "c")]) == 2
+    assert "neither a pretrained name" in capsys.readouterr().err
+
+
+def test_cli_train_compile_uses_the_group_dropout_stream(tmp_path, monkeypatch):
+    """--compile used to fail whenever dropout > 0 (compiled steps need dropout_rng="fast"); the CLI now asks for it."""
+    import hooked_clip1d.batched as batched
+
+    seen = {}
+    real = batched.train_fast
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **{**kwargs, "compile": False})  # the compiled step itself: the slow test below
+
+    monkeypatch.setattr(batched, "train_fast", spy)
+    args = ["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--no-progress", "--engine", "batched",
+            "--epochs", "1", "--out", str(tmp_path)]  # fmt: skip
+    assert main([*args, "--compile"]) == 0
+    assert seen["compile"] is True and seen["dropout_rng"] == "fast"
+
+
+@pytest.mark.slow
+def test_cli_train_compiled_with_dropout(tmp_path):
+    """The real torch.compile step, trained and resumed (a subprocess: the tests' jaxtyping hook does not trace)."""
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "hooked_clip1d.cli", "train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2",
+            "--no-progress", "--engine", "batched", "--compile", "--out", str(tmp_path)]  # fmt: skip
+    subprocess.run([*args, "--epochs", "2"], check=True)
+    assert json.loads((tmp_path / "summary.json").read_text())["epochs"] == 2
+    # a finished batched run keeps a Trainer-format checkpoint: the standard engine extends it
+    std = [a for a in args[3:] if a not in ("--compile", "batched", "--engine")]
+    assert main([*std, "--epochs", "3", "--resume"]) == 0
+    assert json.loads((tmp_path / "summary.json").read_text())["epochs"] == 3

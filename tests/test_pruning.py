@@ -2,10 +2,12 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import make_model
+from test_batched import _assert_same_model
 
 from hooked_clip1d import TrainConfig, evaluate, load_model
 from hooked_clip1d.analysis.pruning import (
@@ -152,3 +154,22 @@ def test_retraining_a_two_layer_model(two_layer_model, data_config, tmp_path):
     assert saved.cfg.vision.pruned_heads == ((1, 0),) and saved.cfg.text.pruned_heads == ((0, 1),)
     _, cache = run.model.vision.run_with_cache(torch.tensor([[7, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0]]))
     assert cache["z", 1][:, :, 0].abs().max() == 0 and cache["z", 1][:, :, 1].abs().max() > 0
+
+
+def test_sweep_batched_engine_matches_standard(dataset, tmp_path):
+    """engine="batched" retrains every subset in one stacked group: the same models as one Trainer per subset."""
+    m = make_model("simplified", seed=7)
+    tc = TrainConfig(eval_every=1)
+    std = head_subset_sweep(m, 1, dataset, epochs=2, out_dir=tmp_path / "std", train_cfg=tc)
+    fast = head_subset_sweep(m, 1, dataset, epochs=2, out_dir=tmp_path / "fast", train_cfg=tc, engine="batched")
+    for a, b in zip(std["runs"], fast["runs"], strict=True):
+        assert a["kept"] == b["kept"] and a["before"] == b["before"]
+        ma = load_model_file(Path(a["out_dir"]) / "model.safetensors")
+        mb = load_model_file(Path(b["out_dir"]) / "model.safetensors")
+        assert mb.cfg.vision.pruned_heads == tuple(tuple(h) for h in b["pruned"])
+        _assert_same_model(ma, mb, dataset)
+    again = head_subset_sweep(m, 1, dataset, epochs=2, out_dir=tmp_path / "fast", train_cfg=tc, engine="batched",
+                              resume=True)  # fmt: skip
+    assert again == fast  # finished: loaded, not retrained
+    with pytest.raises(ValueError, match="engine"):
+        head_subset_sweep(m, 1, dataset, epochs=1, out_dir=tmp_path / "x", engine="ray")

@@ -178,6 +178,7 @@ def head_subset_sweep(
     train_cfg: TrainConfig | None = None,
     resume: bool = False,
     progress: bool = False,
+    engine: str = "standard",
 ) -> dict[str, Any]:
     """For every subset of ``n_kept`` heads of one tower (all others pruned), evaluate the pruned model before
     and, if ``epochs > 0``, after retraining it for ``epochs`` epochs (Paper App. K, Fig. 22a).
@@ -185,7 +186,9 @@ def head_subset_sweep(
     Heads are the (layer, head) pairs of the tower not already pruned in ``model``; ``n_kept`` may be a list
     (e.g. ``[1, 2, 3]`` for every configuration of a 4-head layer). Each retraining run goes to
     ``out_dir/keep-L0H0-L0H2`` and the whole result to ``out_dir/sweep.json``. ``resume=True`` resumes (or reuses,
-    when finished) runs already in ``out_dir``.
+    when finished) runs already in ``out_dir``. ``engine="batched"`` retrains every subset at once as one stacked
+    group of ``batched.BatchedTrainer`` (same trajectories to float rounding, several times faster; its group
+    checkpoint is ``out_dir/group_checkpoint.safetensors``).
 
     Returns a JSON-able dict: ``tower``, ``epochs``, ``baseline`` (``evaluate`` of ``model``) and ``runs``, one per
     subset with ``kept``, ``pruned`` (lists of [layer, head]), ``before`` and ``after`` (``evaluate`` output;
@@ -204,6 +207,8 @@ def head_subset_sweep(
         raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
     if epochs > 0 and out_dir is None:
         raise ValueError("retraining (epochs > 0) needs out_dir for the runs' checkpoints")
+    if engine not in ("standard", "batched"):
+        raise ValueError(f"engine must be 'standard' or 'batched', got {engine!r}")
     cfg = getattr(model.cfg, tower)
     heads = [(lyr, h) for lyr in range(cfg.n_layers) for h in range(cfg.n_heads) if (lyr, h) not in cfg.pruned_heads]
     ks = [n_kept] if isinstance(n_kept, int) else list(n_kept)
@@ -218,32 +223,41 @@ def head_subset_sweep(
     model.eval()
     try:
         baseline = evaluate(model, ds)
-        runs = []
-        for k in ks:
-            for kept in itertools.combinations(heads, k):
-                pruned = [lh for lh in heads if lh not in kept]
-                kw = {tower: pruned}
-                before = evaluate(prune_heads(model, **kw).eval(), ds)
-                after, run_dir = None, None
-                if epochs > 0:
-                    assert out_dir is not None
-                    run_dir = Path(out_dir) / _name(kept)
+        subsets = [kept for k in ks for kept in itertools.combinations(heads, k)]
+        pruned_of = [[lh for lh in heads if lh not in kept] for kept in subsets]
+        run_dirs: list[Path | None] = [None] * len(subsets)
+        afters: list[dict | None] = [None] * len(subsets)
+        if epochs > 0:
+            assert out_dir is not None
+            run_dirs = [Path(out_dir) / _name(kept) for kept in subsets]
+            split = [(p, ()) if tower == "vision" else ((), p) for p in pruned_of]
+            if engine == "batched":
+                retrained = _retrain_batched(model, split, data_cfg, epochs, Path(out_dir), run_dirs, train_cfg,
+                                             resume, progress)  # fmt: skip
+            else:
+                retrained = []
+                for (vis, txt), run_dir in zip(split, run_dirs, strict=True):
+                    assert run_dir is not None
                     resume_this = resume and (run_dir / "checkpoint.safetensors").exists()
-                    vis, txt = (pruned, ()) if tower == "vision" else ((), pruned)
-                    run = prune_and_retrain(
-                        model, vis, data_cfg, epochs, run_dir, text_heads=txt, train_cfg=train_cfg,
-                        resume=resume_this, progress=progress,
+                    retrained.append(
+                        prune_and_retrain(
+                            model, vis, data_cfg, epochs, run_dir, text_heads=txt, train_cfg=train_cfg,
+                            resume=resume_this, progress=progress,
+                        ).model
                     )  # fmt: skip
-                    after = evaluate(run.model, ds)
-                runs.append(
-                    {
-                        "kept": [list(lh) for lh in kept],
-                        "pruned": [list(lh) for lh in pruned],
-                        "before": before,
-                        "after": after,
-                        "out_dir": None if run_dir is None else str(run_dir),
-                    }
-                )
+            afters = [evaluate(m.eval(), ds) for m in retrained]
+        runs = []
+        for kept, pruned, run_dir, after in zip(subsets, pruned_of, run_dirs, afters, strict=True):
+            before = evaluate(prune_heads(model, **{tower: pruned}).eval(), ds)
+            runs.append(
+                {
+                    "kept": [list(lh) for lh in kept],
+                    "pruned": [list(lh) for lh in pruned],
+                    "before": before,
+                    "after": after,
+                    "out_dir": None if run_dir is None else str(run_dir),
+                }
+            )
     finally:
         model.train(was_training)
     result = {"tower": tower, "epochs": epochs, "baseline": baseline, "runs": runs}
@@ -251,6 +265,39 @@ def head_subset_sweep(
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(out_dir) / "sweep.json", json.dumps(result, indent=2))
     return result
+
+
+def _retrain_batched(
+    model: CLIP1D,
+    split: Sequence[tuple[Sequence[Head], Sequence[Head]]],
+    data_cfg: DataConfig,
+    epochs: int,
+    group_dir: Path,
+    run_dirs: Sequence[Path | None],
+    train_cfg: TrainConfig | None,
+    resume: bool,
+    progress: bool,
+) -> list[CLIP1D]:
+    """Retrain every pruned copy of ``model`` in one ``BatchedTrainer`` group; returns the retrained models."""
+    from hooked_clip1d.batched import BatchedTrainer, Member
+
+    tc = dataclasses.replace(train_cfg or TrainConfig(), epochs=epochs)
+    members = []
+    for vis, txt in split:
+        pruned = prune_heads(model, vision=vis, text=txt)
+        members.append(Member(pruned.cfg, data_cfg, tc, init_model=pruned))
+    dirs = [d for d in run_dirs if d is not None]
+    if resume and all((d / "summary.json").exists() for d in dirs):  # finished earlier: load the saved models
+        return [_load_run_model(d) for d in dirs]
+    resume = resume and (group_dir / "group_checkpoint.safetensors").exists()
+    trainer = BatchedTrainer(members, group_dir, resume=resume, member_dirs=dirs)
+    return [run.model for run in trainer.run(progress=progress, desc="retrain pruned")]
+
+
+def _load_run_model(run_dir: Path) -> CLIP1D:
+    from hooked_clip1d.checkpoint import load_model_file
+
+    return load_model_file(run_dir / "model.safetensors")
 
 
 def format_sweep(result: dict[str, Any], split: str = "val_unseen", metric: str = "acc") -> str:
