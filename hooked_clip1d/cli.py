@@ -36,6 +36,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         metavar="L:H,...",
         help="vision heads to prune (zeroed output), e.g. 0:1,0:3 keeps heads 0 and 2 of layer 0 (App. K)",
     )
+    g.add_argument(
+        "--ablate-vision-terms",
+        default=None,
+        metavar="T,...",
+        help="layer-0 vision attention terms removed in every forward pass, training included, e.g. EP "
+        "(training-time ablation, beyond the paper; standard engine only)",
+    )
     g.add_argument("--dropout", type=float, default=None, help="dropout p (paper: 0.1)")
     g.add_argument(
         "--init-from",
@@ -89,6 +96,8 @@ def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
         t_over["positional"] = a.text_positional
     if a.prune_vision_heads:
         v_over["pruned_heads"] = parse_heads(a.prune_vision_heads)
+    if a.ablate_vision_terms:
+        v_over["ablated_terms"] = tuple(t.strip() for t in a.ablate_vision_terms.split(",") if t.strip())
     shared: dict[str, Any] = {} if a.init_std is None else {"init_std": a.init_std}
     return CLIPConfig.from_preset(
         a.vision_preset or a.preset,
@@ -114,7 +123,7 @@ def _data_cfg(a: argparse.Namespace) -> DataConfig:
 
 
 _SHAPE_FLAGS = ("vision_preset", "text_preset", "vision_layers", "text_layers", "vision_heads", "positional",
-                "text_positional", "init_std", "dropout")  # fmt: skip
+                "text_positional", "init_std", "dropout", "ablate_vision_terms")  # fmt: skip
 
 
 def _init_model(a: argparse.Namespace) -> CLIP1D | None:

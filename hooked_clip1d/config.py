@@ -32,6 +32,9 @@ Positional = Literal["learned", "rope", "none"]
 _TL_POSITIONAL = {"learned": "standard", "rope": "rotary", "none": "none"}
 
 
+# the layer-0 terms ``ablated_terms`` may remove (query part x key part; VP: positional part of the values)
+TRAINABLE_ABLATIONS = ("EE", "EP", "PE", "PP", "BE", "BP", "EB", "PB", "BB", "VP")
+
 @dataclass(frozen=True)
 class EncoderConfig:
     """Shapes and switches of one Transformer tower. Validated on construction.
@@ -60,6 +63,8 @@ class EncoderConfig:
     init_std: float = 1.0  # std of the N(0, std) init of W_E and W_pos (1.0 = nn.Embedding's default; the
     # paper does not say; 0.02 is GPT-2/HF CLIP's)
     pruned_heads: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs whose output z is zeroed (App. K pruning)
+    ablated_terms: tuple[str, ...] = ()  # layer-0 attention terms (EP, PE, ..., VP) removed in every forward pass,
+    # training included: training-time ablation (beyond the paper); see analysis.terms
     use_attn_result: bool = False  # fire blocks.{l}.attn.hook_result (per-head outputs) [TL]
     use_split_qkv_input: bool = False  # fire blocks.{l}.hook_{q,k,v}_input per head [TL]
     use_attn_in: bool = False  # fire blocks.{l}.hook_attn_in per head [TL]
@@ -118,6 +123,28 @@ class EncoderConfig:
                 f"{out} out of range: layers 0..{self.n_layers - 1}, heads 0..{self.n_heads - 1}",
             )
         object.__setattr__(self, "pruned_heads", pruned)  # canonical: sorted tuple of int pairs
+        self._check_ablated_terms()
+
+    def _check_ablated_terms(self) -> None:
+        terms = self.ablated_terms
+        if isinstance(terms, str) or not all(isinstance(t, str) for t in terms):
+            raise ValueError(f"EncoderConfig.ablated_terms: must be a tuple of term names, got {terms!r}")
+        unknown = sorted(set(terms) - set(TRAINABLE_ABLATIONS))
+        if unknown:
+            raise ValueError(
+                f"EncoderConfig.ablated_terms: unknown {unknown}; choose from {list(TRAINABLE_ABLATIONS)} "
+                "(layer-0 query x key parts E token, P position, B bias; VP the positional part of the values)"
+            )
+        if terms and self.normalization_type is not None:
+            raise ValueError(
+                "EncoderConfig.ablated_terms: needs normalization_type=None (with LayerNorm the layer-0 terms are "
+                "only defined up to the LN convention)"
+            )
+        if self.positional != "learned" and any("P" in t for t in terms):
+            raise ValueError(
+                f"EncoderConfig.ablated_terms: P terms need positional='learned', not {self.positional!r}"
+            )
+        object.__setattr__(self, "ablated_terms", tuple(sorted(set(terms))))
 
     # ---- derived fields read by TransformerLens and by our modules -------------------------------------------------
     @property
@@ -162,6 +189,7 @@ class EncoderConfig:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         d["dtype"] = str(self.dtype).removeprefix("torch.")
         d["pruned_heads"] = [list(lh) for lh in self.pruned_heads]
+        d["ablated_terms"] = list(self.ablated_terms)
         d["tower"] = self.tower
         return d
 
@@ -184,6 +212,8 @@ class EncoderConfig:
             d["dtype"] = dt
         if "pruned_heads" in d:
             d["pruned_heads"] = tuple(tuple(lh) for lh in d["pruned_heads"])
+        if "ablated_terms" in d:
+            d["ablated_terms"] = tuple(d["ablated_terms"])
         return cls(**d)
 
 
