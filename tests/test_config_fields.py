@@ -1,4 +1,4 @@
-"""init_std and pruned_heads: config fields that change the weights' init and the forward pass."""
+"""init_std, pruned_heads and ablated_terms: config fields that change the weights' init and the forward pass."""
 
 import pytest
 import torch
@@ -64,3 +64,78 @@ def test_pruned_heads_out_of_range_or_malformed(bad):
     # malformed values fail the type hint first when the tests' beartype hook is on (TypeError), else our ValueError
     with pytest.raises((ValueError, TypeError), match="pruned_heads"):
         VisionConfig(n_heads=4, n_layers=1, pruned_heads=bad)
+
+
+def _ablated_pair(terms=("EP",), n_labels=8):
+    """A model with ``terms`` in its config and the same weights without (seed-equal init)."""
+    cfg = CLIPConfig.from_preset("simplified", n_labels=n_labels, vision_overrides={"ablated_terms": terms})
+    ref = CLIPConfig.from_preset("simplified", n_labels=n_labels)
+    return CLIP1D(cfg, seed=0).eval(), CLIP1D(ref, seed=0).eval()
+
+
+IMGS = ["C 1 . . 2 . . . . . .", "C . 3 4 . . . . . . .", "C . . . . . . . 5 . 6"]
+
+
+def test_ablated_terms_remove_the_term_from_every_forward_pass():
+    from hooked_clip1d.analysis.terms import ablate_terms, attention_terms
+
+    m, ref = _ablated_pair()
+    img = m.vision.to_tokens(IMGS)
+    torch.testing.assert_close(
+        m.vision(img), ref.vision.run_with_hooks(img, fwd_hooks=ablate_terms(ref.vision, ["EP"]))
+    )
+    assert (m.vision(img) - ref.vision(img)).abs().max() > 1e-2  # the term mattered
+    # the cache sees the scores the model used: every term but EP
+    _, cache = m.vision.run_with_cache(img)
+    terms = attention_terms(ref.vision, ref.vision.run_with_cache(img)[1])
+    torch.testing.assert_close(cache["attn_scores", 0], sum(v for k, v in terms.items() if k != "EP"))
+    m.vision.reset_hooks()  # permanent: survives a reset, like the model's own computation
+    torch.testing.assert_close(m.vision(img), cache["blocks.0.hook_resid_post"][:, 0])
+
+
+def test_ablated_terms_follow_a_patched_embedding():
+    """A user hook on hook_embed runs before the ablation reads E: the removed EP is that of the patched E."""
+    from hooked_clip1d.analysis.terms import ablate_terms
+
+    m, ref = _ablated_pair()
+    img = m.vision.to_tokens(IMGS)
+
+    def double(e, hook):
+        return 2 * e
+
+    got = m.vision.run_with_hooks(img, fwd_hooks=[("hook_embed", double)])
+    want = ref.vision.run_with_hooks(img, fwd_hooks=[("hook_embed", double), *ablate_terms(ref.vision, ["EP"])])
+    torch.testing.assert_close(got, want)
+
+
+def test_ablated_terms_train_save_and_load(tmp_path):
+    from hooked_clip1d import DataConfig, TrainConfig
+    from hooked_clip1d.training import Trainer
+
+    m, _ = _ablated_pair(("VP", "EP", "EP"))
+    assert m.cfg.vision.ablated_terms == ("EP", "VP")  # canonical: sorted, distinct
+    assert CLIPConfig.from_dict(m.cfg.to_dict()) == m.cfg
+    run = Trainer(m.cfg, DataConfig(n_labels=8, n_heldout=3, n2=2), TrainConfig(epochs=1), tmp_path).run(False)
+    back = load_model_file(tmp_path / "model.safetensors")
+    assert back.cfg.vision.ablated_terms == ("EP", "VP")
+    img = back.vision.to_tokens(IMGS)
+    torch.testing.assert_close(back.vision(img), run.model.vision(img))
+    from hooked_clip1d.batched import check_supported
+
+    with pytest.raises(ValueError, match="ablated_terms"):  # the stacked engine does not implement it
+        check_supported(m.cfg)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"ablated_terms": ("XY",)}, "unknown"),
+        ({"ablated_terms": ("ER",)}, "unknown"),  # later-layer terms are not trainable ablations
+        ({"ablated_terms": ("EP",), "normalization_type": "LN"}, "normalization_type"),
+        ({"ablated_terms": ("EP",), "positional": "rope"}, "positional"),
+        ({"ablated_terms": "EP"}, "ablated_terms"),
+    ],
+)
+def test_ablated_terms_refused(overrides, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        VisionConfig(**overrides)
