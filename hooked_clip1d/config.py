@@ -35,6 +35,7 @@ _TL_POSITIONAL = {"learned": "standard", "rope": "rotary", "none": "none"}
 # the layer-0 terms ``ablated_terms`` may remove (query part x key part; VP: positional part of the values)
 TRAINABLE_ABLATIONS = ("EE", "EP", "PE", "PP", "BE", "BP", "EB", "PB", "BB", "VP")
 
+
 @dataclass(frozen=True)
 class EncoderConfig:
     """Shapes and switches of one Transformer tower. Validated on construction.
@@ -141,9 +142,7 @@ class EncoderConfig:
                 "only defined up to the LN convention)"
             )
         if self.positional != "learned" and any("P" in t for t in terms):
-            raise ValueError(
-                f"EncoderConfig.ablated_terms: P terms need positional='learned', not {self.positional!r}"
-            )
+            raise ValueError(f"EncoderConfig.ablated_terms: P terms need positional='learned', not {self.positional!r}")
         object.__setattr__(self, "ablated_terms", tuple(sorted(set(terms))))
 
     # ---- derived fields read by TransformerLens and by our modules -------------------------------------------------

@@ -68,3 +68,33 @@ def test_sweep_figure_runs_its_sweep_and_reads_the_table(tmp_path, monkeypatch):
     assert rec["numbers"]["ntot"] == [6, 7]
     assert (tmp_path / "res" / "sweeps" / "fig4a" / "results.json").exists()
     assert (tmp_path / "res" / "fig4a" / "fig4a_sweep.png").exists()
+
+
+def test_every_sweep_figure_has_a_valid_shipped_spec():
+    from hooked_clip1d.sweep import load_spec
+
+    sweep_figs = {k: s.sweep for k, s in rp.FIGURES.items() if s.sweep}
+    assert {"fig3", "fig4a", "fig10", "fig21", "x2-fig4a-small-init"} <= set(sweep_figs)
+    for key, name in sweep_figs.items():
+        spec = load_spec(rp.SWEEPS_DIR / f"{name}.toml")
+        assert spec.name == name and spec.runs, key
+    # the paper's protocol where the figure is the paper's; the small-init variant says what it changes
+    assert {r.train_cfg.epochs for r in load_spec(rp.SWEEPS_DIR / "fig4a.toml").runs} == {10000}
+    fig21 = load_spec(rp.SWEEPS_DIR / "fig21.toml").runs[0].model_cfg
+    assert (fig21.vision.n_heads, fig21.vision.d_head, fig21.text.n_heads) == (1, 128, 4)
+    small = load_spec(rp.SWEEPS_DIR / "fig4a-init002.toml").runs[0].model_cfg
+    assert small.vision.init_std == small.text.init_std == 0.02
+
+
+def _rows(accs):
+    return [{"weight_decay": w, "val_unseen.acc": a, "epochs": 10} for w, a in accs]
+
+
+def test_weight_decay_figures_judge_the_measured_trend():
+    up = rp._fig10(_rows([(0.0, 0.3), (0.1, 0.5), (0.2, 0.7), (0.2, 0.9)]))
+    assert up.numbers["weight_decay"] == [0.0, 0.1, 0.2] and up.numbers["unseen_acc"][-1] == pytest.approx(0.8)
+    assert rp.verdict_of(up.checks) == "reproduced"
+    flat = rp._fig10(_rows([(0.0, 0.6), (0.1, 0.5), (0.2, 0.4)]))
+    assert rp.verdict_of(flat.checks) == "not reproduced"
+    assert rp.verdict_of(rp._fig21(_rows([(0.0, 0.5), (0.2, 0.45)])).checks) == "reproduced"
+    assert rp.verdict_of(rp._fig21(_rows([(0.0, 0.5), (0.2, 0.9)])).checks) == "not reproduced"
