@@ -645,31 +645,44 @@ def _x_train_ablate_ep(models: dict[str, CLIP1D]) -> Outcome:
     ax.legend(fontsize=8)
     fig.tight_layout()
     ds = build_dataset(abl.data_config)
-    conds = {"baseline": [], "PE": ["PE"], "PP": ["PP"], "BP": ["BP"], "VP": ["VP"],
-             "PE+PP+BP+VP": ["PE", "PP", "BP", "VP"]}  # fmt: skip
+    conds = {"baseline": [], "PE": ["PE"], "PP": ["PP"], "BP": ["BP"], "PP+BP": ["PP", "BP"], "VP": ["VP"],
+             "PP+BP+VP": ["PP", "BP", "VP"]}  # fmt: skip
     res = evaluate_ablations(abl, ds, conds)
     u = {k: c["metrics"]["val_unseen"]["acc"] for k, c in res["conditions"].items()}
+    ls = {k: c["metrics"]["val_unseen"]["label_set"] for k, c in res["conditions"].items()}
     bias = cls_object_bias(abl.vision, ds.splits["val_unseen"])
     left, right = bias["left"][0].tolist(), bias["right"][0].tolist()
     acc_a = abl.manifest["metrics"]["val_unseen"]
     t_base, t_abl = _first_epoch(hb, "unseen", 0.9), _first_epoch(ha, "unseen", 0.9)
-    worst = min((k for k in conds if "+" not in k and k != "baseline"), key=lambda k: u[k])
     checks = [
         ("without EP the model still generalizes (unseen-pair accuracy >= 0.9)", acc_a["acc"] >= 0.9),
-        ("it still has a left-biased and a right-biased head (>= 0.6 each)", min(max(left), max(right)) >= 0.6),
-        (f"another positional term takes over: ablating {worst} costs >= 0.3", u["baseline"] - u[worst] >= 0.3),
+        ("some head is biased to one side on >= 90% of unseen-pair images", max(left + right) >= 0.9),
+        (
+            "the other key-position terms take EP's role: ablating PP+BP gives ~0.5 (0.3-0.7) with label-set >= 0.8",
+            0.3 <= u["PP+BP"] <= 0.7 and ls["PP+BP"] >= 0.8,
+        ),
     ]
     summary = (
         f"trained {abl.manifest['epochs']} epochs with EP removed from every forward pass: unseen-pair accuracy "
         f"{acc_a['acc']:.2f} (label-set {acc_a['label_set']:.2f}); first epoch >= 0.9: {t_abl} (with EP: {t_base}). "
         "Heads P(left)/P(right): "
         + ", ".join(f"h{h} {lv:.2f}/{rv:.2f}" for h, (lv, rv) in enumerate(zip(left, right, strict=True)))
-        + ". Ablating a further term at test time, unseen-pair accuracy: "
-        + ", ".join(f"{k} {v:.2f}" for k, v in u.items())
+        + ". Ablating further terms at test time, unseen-pair accuracy / label-set: "
+        + ", ".join(f"{k} {u[k]:.2f}/{ls[k]:.2f}" for k in u)
     )
-    numbers = {"unseen_acc": u, "left": left, "right": right, "epochs_to_0.9": {"with_ep": t_base, "without": t_abl}}
+    numbers = {
+        "unseen_acc": u,
+        "unseen_label_set": ls,
+        "left": left,
+        "right": right,
+        "epochs_to_0.9": {"with_ep": t_base, "without": t_abl},
+    }
     figs = {"curves": fig, "ablations": plot_ablations(res, splits=("val_seen", "val_unseen"))}
-    return Outcome(numbers, summary + ".", checks, figs)
+    notes = (
+        "The checks state what we found (written after looking at the model), so they guard the finding rather than "
+        f"test a prediction. The run is 3,000 epochs, not 10,000: {SMALL_INIT}'s recipe generalizes by epoch 300."
+    )
+    return Outcome(numbers, summary + ".", checks, figs, notes)
 
 
 VISION2 = "vision2-ntot25-n2-15"
