@@ -78,6 +78,7 @@ from tqdm.auto import tqdm
 from hooked_clip1d.checkpoint import (
     CheckpointError,
     atomic_write_text,
+    canonical_config,
     read_tensors,
     save_model,
     save_tensors,
@@ -1066,7 +1067,7 @@ class BatchedTrainer:
         for i, saved in enumerate(meta["members"]):
             now = self._configs(i)
             for key in ("model_config", "data_config"):
-                if saved[key] != now[key]:
+                if canonical_config(key, saved[key]) != now[key]:
                     raise CheckpointError(f"cannot resume {str(self.group_ckpt)!r}: member {i}'s {key} differs")
             old_t, new_t = dict(saved["train_config"]), dict(now["train_config"])
             for key in ("eval_every", "checkpoint_every", "threads", "device"):

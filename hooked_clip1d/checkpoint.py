@@ -67,6 +67,23 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write(path, w)
 
 
+def canonical_config(kind: str, d: Any) -> Any:
+    """A saved ``model_config`` / ``data_config`` dict as this version writes it: fields added since the save take
+    their defaults, so a run saved before a new config field existed still resumes. Unreadable dicts are returned
+    as they are (and then compare unequal).
+
+    Example:
+        >>> old = DataConfig().to_dict(); del old["caption_mode"]
+        >>> canonical_config("data_config", old) == DataConfig().to_dict()
+        True
+    """
+    build = {"model_config": CLIPConfig, "data_config": DataConfig}[kind]
+    try:
+        return build.from_dict(d).to_dict()
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return d
+
+
 def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, Any]) -> None:
     """Atomically save ``tensors`` with JSON-encoded ``metadata`` (plus ``format``)."""
     meta = {"format": FORMAT, **{k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}}

@@ -38,6 +38,7 @@ from hooked_clip1d.checkpoint import (
     CheckpointError,
     atomic_write_text,
     build_model_from,
+    canonical_config,
     model_tensors,
     read_tensors,
     save_model,
@@ -225,7 +226,7 @@ class Trainer:
         saved = {k: meta.get(k) for k in ("model_config", "data_config", "train_config")}
         now = self._configs()
         for k in ("model_config", "data_config"):
-            if saved[k] != now[k]:
+            if canonical_config(k, saved[k]) != now[k]:
                 raise CheckpointError(f"cannot resume {str(self.ckpt_path)!r}: its {k} differs from this run's")
         old_t, new_t = dict(saved["train_config"] or {}), dict(now["train_config"])
         for k in ("epochs", "eval_every", "checkpoint_every", "threads", "device"):  # may change between sessions

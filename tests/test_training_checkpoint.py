@@ -425,3 +425,31 @@ def test_saved_models_use_normal_file_permissions(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert (tmp_path / "m.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+@pytest.mark.parametrize("engine", ["standard", "batched"])
+def test_resume_a_checkpoint_saved_before_a_config_field_existed(tmp_path, engine):
+    """Bug: a run saved before EncoderConfig.ablated_terms existed could not be resumed ("model_config differs").
+    Saved configs are now read with today's defaults for fields they lack."""
+    from hooked_clip1d import CLIPConfig, DataConfig, TrainConfig
+    from hooked_clip1d.batched import BatchedTrainer, Member
+    from hooked_clip1d.checkpoint import read_tensors, save_tensors
+    from hooked_clip1d.cli import main
+
+    args = ["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--no-progress", "--engine", engine,
+            "--out", str(tmp_path)]  # fmt: skip
+    if engine == "standard":
+        assert main([*args, "--epochs", "1"]) == 0
+        ckpt = tmp_path / "checkpoint.safetensors"
+    else:  # a 3-epoch group run stopped early, as a killed session leaves it
+        m = Member(CLIPConfig.from_preset("simplified", n_labels=6), DataConfig(n_labels=6, n_heldout=2, n2=2),
+                   TrainConfig(epochs=3))  # fmt: skip
+        BatchedTrainer([m], tmp_path, member_dirs=[tmp_path]).run(progress=False, max_steps=2)
+        ckpt = tmp_path / "group_checkpoint.safetensors"
+    tensors, meta = read_tensors(ckpt)
+    for c in meta["members"] if engine == "batched" else [meta]:
+        for tower in ("vision", "text"):
+            del c["model_config"][tower]["ablated_terms"]  # as written before the field existed
+    save_tensors(ckpt, tensors, {k: v for k, v in meta.items() if k != "format"})
+    assert main([*args, "--epochs", "3", "--resume"]) == 0
+    assert json.loads((tmp_path / "summary.json").read_text())["epochs"] == 3
