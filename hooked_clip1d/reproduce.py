@@ -1049,5 +1049,8 @@ def reproduce(figure: str, out_dir: str | Path = "results", train_sweeps: bool =
         models = {m: load_model(m) for m in spec.models}
         record.update(_outcome_record(spec.run(models), out, figure))
         record["model_epochs"] = {m: manifest(m)["epochs"] for m in spec.models}
+        record["model_epochs_planned"] = {
+            m: manifest(m).get("epochs_planned", manifest(m)["epochs"]) for m in spec.models
+        }
     atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")
     return record

@@ -91,10 +91,16 @@ def _record_section(r: dict[str, Any], fig_dir: Path, page_dir: Path) -> list[st
     if not r.get("beyond_paper"):
         lines.insert(4, f"- **Verdict:** {ICON[r['verdict']]}")
     if r.get("models"):
-        ep = r.get("model_epochs", {})
-        lines.append(
-            "- **Models:** " + ", ".join(f"`{m}`" + (f" ({ep[m]} epochs)" if m in ep else "") for m in r["models"])
-        )
+        ep, plan = r.get("model_epochs", {}), r.get("model_epochs_planned", {})
+
+        def epochs(m: str) -> str:
+            if m not in ep:
+                return ""
+            if plan.get(m, ep[m]) != ep[m]:
+                return f" (**partial run: {ep[m]} of {plan[m]} epochs**)"
+            return f" ({ep[m]} epochs)"
+
+        lines.append("- **Models:** " + ", ".join(f"`{m}`" + epochs(m) for m in r["models"]))
     if r.get("checks"):
         lines.append("- **Checks:**")
         lines += [f"  - [{'x' if c['holds'] else ' '}] {c['check']}" for c in r["checks"]]
