@@ -79,14 +79,15 @@ def verdict_of(checks: list[tuple[str, bool]]) -> str:
 
 
 # ---- figures -------------------------------------------------------------------------------------------------------
+def _first_epoch(history: dict[str, list], key: str, level: float) -> int | None:
+    return next((int(e) for e, v in zip(history["epoch"], history[key], strict=True) if v is not None and v >= level),
+                None)  # fmt: skip
+
+
 def _fig11(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     h = models[name].manifest["history"]
     epochs = h["epoch"]
-
-    def first(key: str, thr: float) -> int | None:
-        return next((e for e, v in zip(epochs, h[key], strict=True) if v is not None and v >= thr), None)
-
-    t_single, t_seen, t_unseen = first("single", 0.95), first("seen", 0.95), first("unseen", 0.8)
+    t_single, t_seen, t_unseen = (_first_epoch(h, k, t) for k, t in (("single", 0.95), ("seen", 0.95), ("unseen", 0.8)))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     for key, label in (("single", "single-object"), ("seen", "seen-pair"), ("unseen", "unseen-pair")):
         axes[0].plot(epochs, h[key], label=label)
@@ -625,11 +626,6 @@ def _x_small_init(models: dict[str, CLIP1D]) -> Outcome:
     return Outcome(numbers, summary, checks, figs)
 
 
-def _first_epoch(history: dict[str, list], key: str, level: float) -> int | None:
-    return next((int(e) for e, v in zip(history["epoch"], history[key], strict=True) if v is not None and v >= level),
-                None)  # fmt: skip
-
-
 def _x_train_ablate_ep(models: dict[str, CLIP1D]) -> Outcome:
     from hooked_clip1d.analysis.ablation import evaluate_ablations
     from hooked_clip1d.analysis.heads import cls_object_bias
@@ -712,6 +708,7 @@ def _gradient_sources(model: CLIP1D, images: torch.Tensor, layer: int, top: int 
 
 def _x_two_layer(models: dict[str, CLIP1D]) -> Outcome:
     from hooked_clip1d.analysis.ablation import evaluate_ablations
+    from hooked_clip1d.analysis.decompose import decompose_attention_scores
     from hooked_clip1d.visualization.decomposition import plot_row_profiles
 
     model = models[VISION2]
@@ -730,8 +727,6 @@ def _x_two_layer(models: dict[str, CLIP1D]) -> Outcome:
     base = model.manifest["metrics"]["val_unseen"]["acc"]
     img = model.vision.to_tokens("C . . 22 . . 24 . . . .")
     _, cache = model.vision.run_with_cache(img)
-    from hooked_clip1d.analysis.decompose import decompose_attention_scores
-
     figs = {
         f"layer{layer}_rows": plot_row_profiles(
             decompose_attention_scores(model.vision, cache, layer=layer).token_position_terms(),

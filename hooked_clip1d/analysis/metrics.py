@@ -290,6 +290,18 @@ def caption_belief_metric(model: CLIP1D, images: Int[torch.Tensor, "batch pos"],
     return metric
 
 
+def check_paired(images: torch.Tensor, captions: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless ``images`` and ``captions`` have one row each per pair.
+
+    >>> check_paired(torch.zeros(2, 11), torch.zeros(3, 4))
+    Traceback (most recent call last):
+    ...
+    ValueError: images (2) and captions (3) must pair row by row
+    """
+    if images.shape[0] != captions.shape[0]:
+        raise ValueError(f"images ({images.shape[0]}) and captions ({captions.shape[0]}) must pair row by row")
+
+
 @torch.no_grad()
 def image_belief(
     model: CLIP1D, images: Int[torch.Tensor, "batch pos"], captions: Int[torch.Tensor, "batch 4"], scale: bool = True
@@ -302,8 +314,7 @@ def image_belief(
     torch.Size([1])
     """
     model = check_model(model)
-    if images.shape[0] != captions.shape[0]:
-        raise ValueError(f"images ({images.shape[0]}) and captions ({captions.shape[0]}) must pair row by row")
+    check_paired(images, captions)
     return image_belief_metric(model, captions, scale)(model.encode_image(images.to(model.W_proj.device)))
 
 
@@ -319,8 +330,7 @@ def caption_belief(
     torch.Size([1])
     """
     model = check_model(model)
-    if images.shape[0] != captions.shape[0]:
-        raise ValueError(f"images ({images.shape[0]}) and captions ({captions.shape[0]}) must pair row by row")
+    check_paired(images, captions)
     check_pair_captions(captions, model.text.cfg.vocab)
     return caption_belief_metric(model, images, scale)(model.text(captions.to(model.W_proj.device)))
 

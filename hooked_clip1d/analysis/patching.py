@@ -58,6 +58,7 @@ from hooked_clip1d.analysis.metrics import (
     check_model,
     check_pair_captions,
     check_pair_images,
+    check_paired,
     image_belief_metric,
     mirror_images,
     object_token_positions,
@@ -391,8 +392,7 @@ def mirror_swap_patching(
     model = _check_model(model)
     check_pair_images(images)
     model.vision.validate_tokens(images)
-    if captions.shape[0] != images.shape[0]:
-        raise ValueError(f"images ({images.shape[0]}) and captions ({captions.shape[0]}) must pair row by row")
+    check_paired(images, captions)
     metric = image_belief_metric(model, captions)
     return patch_sweep(model.vision, images, mirror_images(images), metric, hook_names, sets, heads)
 
@@ -417,8 +417,7 @@ def caption_swap_patching(
     """
     model = _check_model(model)
     check_pair_captions(captions, model.text.cfg.vocab)
-    if captions.shape[0] != images.shape[0]:
-        raise ValueError(f"images ({images.shape[0]}) and captions ({captions.shape[0]}) must pair row by row")
+    check_paired(images, captions)
     metric = caption_belief_metric(model, images)
     return patch_sweep(
         model.text, captions, swap_captions(captions, model.text.cfg.vocab), metric, hook_names, sets, heads
@@ -563,8 +562,7 @@ def text_interchange(
     vocab = text.cfg.vocab
     check_pair_captions(captions, vocab)
     check_pair_images(images)
-    if captions.shape[0] != images.shape[0]:
-        raise ValueError(f"images ({images.shape[0]}) and captions ({captions.shape[0]}) must pair row by row")
+    check_paired(images, captions)
     dev = model.W_proj.device
     captions = captions.to(dev)
     metric = caption_belief_metric(model, images)
@@ -782,8 +780,7 @@ def knockout_sweep(
     model = _check_model(model)
     check_pair_images(images)
     check_pair_captions(captions, model.text.cfg.vocab)
-    if captions.shape[0] != images.shape[0]:
-        raise ValueError(f"images ({images.shape[0]}) and captions ({captions.shape[0]}) must pair row by row")
+    check_paired(images, captions)
     dev = model.W_proj.device
     images, captions = images.to(dev), captions.to(dev)
     if tower == "vision":

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from transformer_lens.hook_points import HookPoint
 
-from hooked_clip1d.checkpoint import atomic_write_text
+from hooked_clip1d.checkpoint import atomic_write_text, load_model_file
 from hooked_clip1d.clip import CLIP1D
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
 from hooked_clip1d.encoders import HookedEncoder
@@ -288,16 +288,10 @@ def _retrain_batched(
         members.append(Member(pruned.cfg, data_cfg, tc, init_model=pruned))
     dirs = [d for d in run_dirs if d is not None]
     if resume and all((d / "summary.json").exists() for d in dirs):  # finished earlier: load the saved models
-        return [_load_run_model(d) for d in dirs]
+        return [load_model_file(d / "model.safetensors") for d in dirs]
     resume = resume and (group_dir / "group_checkpoint.safetensors").exists()
     trainer = BatchedTrainer(members, group_dir, resume=resume, member_dirs=dirs)
     return [run.model for run in trainer.run(progress=progress, desc="retrain pruned")]
-
-
-def _load_run_model(run_dir: Path) -> CLIP1D:
-    from hooked_clip1d.checkpoint import load_model_file
-
-    return load_model_file(run_dir / "model.safetensors")
 
 
 def format_sweep(result: dict[str, Any], split: str = "val_unseen", metric: str = "acc") -> str:

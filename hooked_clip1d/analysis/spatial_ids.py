@@ -57,6 +57,7 @@ from hooked_clip1d.analysis.metrics import (
     caption_belief_metric,
     check_pair_captions,
     check_pair_images,
+    check_paired,
     image_belief_metric,
     object_token_positions,
     pair_grid,
@@ -361,8 +362,7 @@ def steer_vision(
     ids = _check_ids(ids, "vision", depth)
     check_pair_images(images)
     model.vision.validate_tokens(images)
-    if captions.shape[0] != images.shape[0]:
-        raise ValueError(f"images ({images.shape[0]}) and captions ({captions.shape[0]}) must pair row by row")
+    check_paired(images, captions)
     a = _alphas(alphas)
     dev = model.W_proj.device
     images = images.to(dev)
@@ -433,8 +433,7 @@ def steer_text(
     vocab = model.text.cfg.vocab
     check_pair_captions(captions, vocab)
     check_pair_images(images)
-    if captions.shape[0] != images.shape[0]:
-        raise ValueError(f"images ({images.shape[0]}) and captions ({captions.shape[0]}) must pair row by row")
+    check_paired(images, captions)
     a = _alphas(alphas)
     captions = captions.to(model.W_proj.device)
     metric = caption_belief_metric(model, images)
