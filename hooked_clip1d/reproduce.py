@@ -860,7 +860,7 @@ FIGURES: dict[str, FigureSpec] = {
         ),
         FigureSpec(
             "fig14",
-            "Token-position decomposition: the EP horizontal gradient (Fig. 5a, 14)",
+            "Token-position decomposition: the EP horizontal gradient, label-specific EE (Fig. 5a, 5b, 14)",
             "EW_QKP^T shows a clear monotonic gradient along the image on the CLS row in all four heads, in the "
             "direction of each head's left/right bias.",
             (FLAGSHIP,),
@@ -999,11 +999,14 @@ def _outcome_record(res: Outcome, out: Path, figure: str) -> dict[str, Any]:
     }
 
 
-def reproduce(figure: str, out_dir: str | Path = "results", train_sweeps: bool = True) -> dict[str, Any]:
+def reproduce(
+    figure: str, out_dir: str | Path = "results", train_sweeps: bool = True, compile_sweeps: bool | None = None
+) -> dict[str, Any]:
     """Run one figure's experiment; write ``<out_dir>/<figure>/<figure>.json`` and PNGs; return the record.
 
-    A figure built on a sweep (``FigureSpec.sweep``) trains or resumes it under ``<out_dir>/sweeps/<name>``; with
-    ``train_sweeps=False`` it only reads a finished sweep and is ``not run`` otherwise.
+    A figure built on a sweep (``FigureSpec.sweep``) trains or resumes it under ``<out_dir>/sweeps/<name>``
+    (``compile_sweeps`` overrides the spec's ``run.compile``); with ``train_sweeps=False`` it only reads a finished
+    sweep and is ``not run`` otherwise.
     """
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}")
@@ -1024,7 +1027,7 @@ def reproduce(figure: str, out_dir: str | Path = "results", train_sweeps: bool =
 
         sweep_spec, sweep_out = SWEEPS_DIR / f"{spec.sweep}.toml", Path(out_dir) / "sweeps" / spec.sweep
         if train_sweeps:
-            rows = run_sweep(sweep_spec, sweep_out, progress=True)
+            rows = run_sweep(sweep_spec, sweep_out, progress=True, compile=compile_sweeps)
         else:
             rows = results_table(load_spec(sweep_spec), sweep_out)
         n_runs = len(load_spec(sweep_spec).runs)

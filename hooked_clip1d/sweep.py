@@ -436,18 +436,24 @@ def run_sweep(
     runner: str = "local",
     resume: bool = True,
     max_steps: int | None = None,
+    compile: bool | None = None,  # noqa: A002
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep of ``spec_path``; returns the results table (also written to ``out_dir``).
 
     ``out_dir`` defaults to ``sweeps/<spec name>``; ``runner`` is ``"local"`` (groups one after another in this
     process) or ``"ray"`` (groups as Ray tasks); ``resume=False`` refuses an ``out_dir`` that already holds runs.
     ``max_steps`` stops every group after that many steps in this call (checkpointed; the next call continues),
-    for time-sliced or preemptible jobs. The table has the runs finished so far. See the module docstring for the
-    spec format and the files written.
+    for time-sliced or preemptible jobs. ``compile`` overrides the spec's ``run.compile`` (an execution setting: the
+    spec, and so the output folder, stays the same). The table has the runs finished so far. See the module
+    docstring for the spec format and the files written.
     """
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
     spec = load_spec(spec_path)
+    if compile is not None:
+        if compile and spec.run["dropout_rng"] != "fast":
+            raise ValueError("compile=True needs the spec's run.dropout_rng = 'fast'")
+        spec = dataclasses.replace(spec, run={**spec.run, "compile": bool(compile)})
     if runner not in ("local", "ray"):
         raise ValueError(f"runner must be 'local' or 'ray', got {runner!r}")
     out = Path(out_dir) if out_dir is not None else Path("sweeps") / spec.name

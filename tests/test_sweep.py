@@ -159,6 +159,14 @@ def test_sweep_refuses_a_used_out_dir_without_resume_and_a_changed_spec(tiny_don
         run_sweep(TINY, tmp_path / "x", runner="slurm")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         run_sweep(tmp_path / "missing.toml", tmp_path / "y")
+    with pytest.raises(ValueError, match="dropout_rng = 'fast'"):  # tiny.toml draws matched dropout
+        run_sweep(TINY, tmp_path / "z", compile=True)
+
+
+def test_compile_override_keeps_the_spec_and_its_out_dir(tiny_done):
+    out, rows = tiny_done
+    # an execution setting: the finished sweep is recognized as the same spec, nothing reruns
+    assert run_sweep(TINY, out, progress=False, compile=False) == rows
 
 
 @pytest.mark.slow  # starting a local Ray cluster and its workers takes 15-70 s here
