@@ -36,6 +36,7 @@ FLAGSHIP = "simplified-ntot20-n2-10"
 SMALL_INIT = "simplified-ntot20-n2-10-init002"  # the flagship's recipe with init_std = 0.02 (beyond the paper)
 ABLATE_EP = "ablate-ep-ntot20-n2-10-init002"  # SMALL_INIT's recipe trained with EP removed (beyond the paper)
 PRUNED = "pruned-keep-h2h3-ntot20-n2-10"  # FLAGSHIP with heads 0, 1 pruned, retrained 10,000 epochs (App. K)
+FULL = "full-ntot20-n2-10"  # the full model (Fig. 3), Ntot = 20, n2 = 10: one cell of the fig3 sweep
 
 
 @dataclass
@@ -784,7 +785,7 @@ FIGURES: dict[str, FigureSpec] = {
             "Label diversity vs layout diversity, full model (Fig. 3)",
             "With the full model (4 pre-LN blocks with MLPs), all three generalization types improve with the "
             "number of labels Ntot; the layout diversity n2 has little effect.",
-            (),
+            (FULL,),  # the zoo's cell of the grid, reported while the sweep is unfinished
             lambda rows: _fig4a(rows, "Fig. 3: full model"),  # type: ignore[arg-type,misc]
             sweep="fig3",
         ),
@@ -999,6 +1000,23 @@ def _outcome_record(res: Outcome, out: Path, figure: str) -> dict[str, Any]:
     }
 
 
+def _zoo_cells(names: tuple[str, ...]) -> str:
+    """What the shipped zoo models among ``names`` (cells of an unfinished sweep's grid) measure, for a summary."""
+    parts = []
+    for name in (n for n in names if n in list_pretrained()):
+        m = manifest(name)
+        acc = {k: m["metrics"][k]["acc"] for k in ("val_single", "val_seen", "val_unseen")}
+        epochs = f"{m['epochs']}" + (
+            f" of {planned}" if (planned := m.get("epochs_planned", m["epochs"])) != m["epochs"] else ""
+        )
+        d = m["data_config"]
+        parts.append(
+            f"the zoo's `{name}` (the cell Ntot={d['n_labels']}, n2={d['n2']}; {epochs} epochs) has single-object "
+            f"{acc['val_single']:.2f}, seen-pair {acc['val_seen']:.2f}, unseen-pair {acc['val_unseen']:.2f}"
+        )
+    return "".join(f". Meanwhile {p}" for p in parts)
+
+
 def reproduce(
     figure: str, out_dir: str | Path = "results", train_sweeps: bool = True, compile_sweeps: bool | None = None
 ) -> dict[str, Any]:
@@ -1032,13 +1050,11 @@ def reproduce(
             rows = results_table(load_spec(sweep_spec), sweep_out)
         n_runs = len(load_spec(sweep_spec).runs)
         if len(rows) < n_runs:
-            record.update(
-                verdict="not run",
-                summary=f"its sweep ({n_runs} models, spec hooked_clip1d/sweeps/{spec.sweep}.toml) has "
-                f"{len(rows)} finished runs; `{spec.command}` trains or resumes it",
-                checks=[],
-                plots=[],
+            summary = (
+                f"its sweep ({n_runs} models, spec hooked_clip1d/sweeps/{spec.sweep}.toml) has {len(rows)} finished "
+                f"runs; `{spec.command}` trains or resumes it"
             )
+            record.update(verdict="not run", summary=summary + _zoo_cells(spec.models), checks=[], plots=[])
         else:
             record.update(_outcome_record(spec.run(rows), out, figure))  # type: ignore[arg-type]
     elif missing:

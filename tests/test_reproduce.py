@@ -98,3 +98,23 @@ def test_weight_decay_figures_judge_the_measured_trend():
     assert rp.verdict_of(flat.checks) == "not reproduced"
     assert rp.verdict_of(rp._fig21(_rows([(0.0, 0.5), (0.2, 0.45)])).checks) == "reproduced"
     assert rp.verdict_of(rp._fig21(_rows([(0.0, 0.5), (0.2, 0.9)])).checks) == "not reproduced"
+
+
+def test_unfinished_sweep_figure_reports_its_zoo_cell(tmp_path, monkeypatch):
+    import dataclasses
+    import shutil
+    from pathlib import Path
+
+    from hooked_clip1d.pretrained import manifest
+
+    sweeps = tmp_path / "specs"
+    sweeps.mkdir()
+    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
+    monkeypatch.setattr(rp, "SWEEPS_DIR", sweeps)
+    spec = dataclasses.replace(rp.FIGURES["fig4a"], models=(rp.FLAGSHIP, "no-such-model"))
+    monkeypatch.setitem(rp.FIGURES, "fig4a", spec)
+    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)
+    unseen = manifest(rp.FLAGSHIP)["metrics"]["val_unseen"]["acc"]
+    assert rec["verdict"] == "not run" and "0 finished runs" in rec["summary"]
+    assert f"`{rp.FLAGSHIP}` (the cell Ntot=20, n2=10; 10000 epochs)" in rec["summary"]
+    assert f"unseen-pair {unseen:.2f}" in rec["summary"] and "no-such-model" not in rec["summary"]
