@@ -1245,7 +1245,10 @@ class BatchedTrainer:
         t0 = time.perf_counter() - self.elapsed
         model, opt = self.model, self.opt
         if self.compile and getattr(self, "_compiled_loss", None) is None:
-            self._compiled_loss = torch.compile(model.loss)
+            # inductor's attention fusion (fx_passes/fuse_attention) rewrites the stacked [model, batch, head, ...]
+            # attention into scaled_dot_product_attention wrongly: on the full preset the compiled loss silently
+            # differs from eager (and on small shapes fails to compile); without the pattern passes it matches eager
+            self._compiled_loss = torch.compile(model.loss, options={"pattern_matcher": False})
         loss_fn = self._compiled_loss if self.compile else model.loss
         Pt = self.Pt
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp)
