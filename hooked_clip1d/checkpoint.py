@@ -123,14 +123,29 @@ def model_tensors(model: CLIP1D) -> dict[str, torch.Tensor]:
 
 
 def save_model(
-    model: CLIP1D, path: str | os.PathLike, data_config: DataConfig | None = None, extra: dict | None = None
+    model: CLIP1D,
+    path: str | os.PathLike,
+    data_config: DataConfig | None = None,
+    extra: dict | None = None,
+    dtype: torch.dtype | None = None,
 ) -> None:
-    """Save weights + configs (no optimizer state) atomically."""
+    """Save weights + configs (no optimizer state) atomically.
+
+    ``dtype`` (e.g. ``torch.float16``) stores the floating-point weights in that type, to halve a shipped file;
+    loading casts them back to the model's dtype. A weight the type cannot hold is refused.
+    """
     dc = data_config or model.data_config
     meta: dict[str, Any] = {"model_config": model.cfg.to_dict(), **(extra or {})}
     if dc is not None:
         meta["data_config"] = dc.to_dict()
-    save_tensors(path, model_tensors(model), meta)
+    tensors = model_tensors(model)
+    if dtype is not None:
+        for k, v in tensors.items():
+            if v.is_floating_point():
+                if not torch.isfinite(v.to(dtype)).all():
+                    raise ValueError(f"{k} does not fit in {dtype} (max |w| = {v.abs().max().item():.3g})")
+                tensors[k] = v.to(dtype)
+    save_tensors(path, tensors, meta)
 
 
 def build_model_from(tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str) -> CLIP1D:

@@ -253,7 +253,7 @@ def cmd_list(a: argparse.Namespace) -> int:
 def cmd_export(a: argparse.Namespace) -> int:
     from hooked_clip1d.pretrained import export_run
 
-    target = export_run(a.run, a.name, a.description)
+    target = export_run(a.run, a.name, a.description, weights_dtype=a.weights_dtype)
     print(f"exported {a.run} -> {target}")
     return 0
 
@@ -437,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("run", help="training run directory")
     x.add_argument("--name", required=True)
     x.add_argument("--description", required=True)
+    x.add_argument("--weights-dtype", default="float32", choices=["float32", "float16"], help="float16: half the file")
     x.set_defaults(func=cmd_export)
     return p
 

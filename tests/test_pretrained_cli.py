@@ -179,3 +179,45 @@ def test_cli_train_compiled_with_dropout(tmp_path):
     std = [a for a in args[3:] if a not in ("--compile", "batched", "--engine")]
     assert main([*std, "--epochs", "3", "--resume"]) == 0
     assert json.loads((tmp_path / "summary.json").read_text())["epochs"] == 3
+
+
+def test_export_measures_and_ships_the_stored_weights(tmp_path, monkeypatch):
+    from safetensors import safe_open
+
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--epochs", "1",
+                 "--no-progress"]) == 0  # fmt: skip
+    dest = tmp_path / "weights"
+    dest.mkdir()
+    monkeypatch.setattr(reg, "WEIGHTS_DIR", dest)
+    for dtype in ("float32", "float16"):
+        assert main(["export", str(run), "--name", dtype, "--description", "d", "--weights-dtype", dtype]) == 0
+    trained = load_model_file(run / "model.safetensors").state_dict()
+    with safe_open(str(dest / "float16.safetensors"), "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float16}
+    assert (dest / "float16.safetensors").stat().st_size < 0.6 * (dest / "float32.safetensors").stat().st_size
+    for dtype in ("float32", "float16"):
+        model = load_model(dtype)
+        assert model.manifest["weights_dtype"] == dtype and model.manifest["epochs"] == 1
+        for k, v in model.state_dict().items():
+            assert v.dtype == torch.float32 and torch.equal(v, trained[k].to(getattr(torch, dtype)).float()), k
+        # the manifest's accuracies are those of the weights in the file
+        assert evaluate(model, build_dataset(model.data_config)) == model.manifest["metrics"]
+    with pytest.raises(SystemExit):
+        main(["export", str(run), "--name", "x", "--description", "d", "--weights-dtype", "int8"])
+
+
+def test_save_model_refuses_weights_the_dtype_cannot_hold(tmp_path):
+    from hooked_clip1d.checkpoint import save_model
+
+    model = load_model_file(reg.WEIGHTS_DIR / f"{DEFAULT}.safetensors")
+    with torch.no_grad():
+        model.W_proj[0, 0] = 1e6
+    with pytest.raises(ValueError, match="W_proj does not fit in torch.float16"):
+        save_model(model, tmp_path / "m.safetensors", dtype=torch.float16)
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_shipped_weight_files_stay_under_4_mib():
+    big = [p.name for p in reg.WEIGHTS_DIR.glob("*.safetensors") if p.stat().st_size > 4 * 2**20]
+    assert not big, f"ship these with `export --weights-dtype float16`: {big}"

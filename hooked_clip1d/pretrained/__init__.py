@@ -21,6 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from hooked_clip1d.checkpoint import CheckpointError, atomic_write_text, load_model_file
 from hooked_clip1d.clip import CLIP1D
 
@@ -79,7 +81,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "cpu") -> CLIP1D:
 HISTORY_KEYS = ("epoch", "step", "loss", "single", "seen", "unseen", "unseen_label_set")
 
 
-def read_history(metrics_path: str | Path, max_epoch: int | None = None) -> dict[str, list[float | None]]:
+def read_history(metrics_path: str | Path, max_epoch: int | None = None) -> dict[str, list[int | float | None]]:
     """The training curve of a run's ``metrics.jsonl`` as columns ``HISTORY_KEYS`` (for Fig. 11-style plots).
 
     Lines past ``max_epoch`` (written before a resume rewound the run) are dropped; a later line for the same
@@ -114,23 +116,38 @@ def read_history(metrics_path: str | Path, max_epoch: int | None = None) -> dict
     return {k: [r[k] for r in ordered] for k in HISTORY_KEYS}
 
 
-def export_run(run_dir: str | Path, name: str, description: str, dest: str | Path = WEIGHTS_DIR) -> Path:
+def export_run(
+    run_dir: str | Path,
+    name: str,
+    description: str,
+    dest: str | Path | None = None,
+    weights_dtype: str = "float32",
+) -> Path:
     """Ship a training run (``train`` output) as pretrained model ``name``: weights-only file plus manifest.
 
-    The manifest's accuracies are measured here, on the exported weights. A run that has not finished is shipped
-    from its latest ``checkpoint.safetensors``; the manifest then records the epochs actually trained.
+    The manifest's accuracies are measured here, on the exported weights: with ``weights_dtype="float16"`` (half
+    the file, for the larger models) on the rounded ones. A run that has not finished is shipped from its latest
+    ``checkpoint.safetensors``; the manifest then records the epochs actually trained. ``dest`` defaults to the
+    package's ``WEIGHTS_DIR``.
     """
     from hooked_clip1d.checkpoint import read_tensors, save_model
     from hooked_clip1d.data import build_dataset
     from hooked_clip1d.evaluation import evaluate
 
-    run_dir, dest = Path(run_dir), Path(dest)
+    run_dir, dest = Path(run_dir), Path(dest) if dest is not None else WEIGHTS_DIR
     if not (run_dir / "config.json").exists():
         raise FileNotFoundError(f"{run_dir / 'config.json'} is missing: is {run_dir} a training run directory?")
     config = json.loads((run_dir / "config.json").read_text())
     final = run_dir / "model.safetensors"
     src = final if final.exists() else run_dir / "checkpoint.safetensors"
+    if weights_dtype not in ("float32", "float16"):
+        raise ValueError(f"weights_dtype must be 'float32' or 'float16', got {weights_dtype!r}")
+    store = getattr(torch, weights_dtype)
     model = load_model_file(src)
+    with torch.no_grad():
+        for p in model.state_dict().values():
+            if p.is_floating_point():
+                p.copy_(p.to(store))  # evaluate what the file will hold
     if final.exists():
         summary = json.loads((run_dir / "summary.json").read_text())
         epochs, steps, seconds = summary["epochs"], summary["steps"], summary["train_seconds"]
@@ -140,7 +157,7 @@ def export_run(run_dir: str | Path, name: str, description: str, dest: str | Pat
     metrics = evaluate(model, build_dataset(model.data_config))
     history = read_history(run_dir / "metrics.jsonl", max_epoch=epochs)
     target = dest / f"{name}.safetensors"
-    save_model(model, target, extra={"train_config": config["train_config"]})
+    save_model(model, target, extra={"train_config": config["train_config"]}, dtype=store)
     man = {
         "name": name,
         "description": description,
@@ -156,6 +173,7 @@ def export_run(run_dir: str | Path, name: str, description: str, dest: str | Pat
         "metrics": metrics,
         "provenance": config["provenance"],
         "history": history,
+        "weights_dtype": weights_dtype,
         "sha256": sha256_file(target),
         "bytes": target.stat().st_size,
     }
