@@ -142,9 +142,9 @@ def save_model(
     if dtype is not None:
         for k, v in tensors.items():
             if v.is_floating_point():
-                if not torch.isfinite(v.to(dtype)).all():
-                    raise ValueError(f"{k} does not fit in {dtype} (max |w| = {v.abs().max().item():.3g})")
                 tensors[k] = v.to(dtype)
+                if not torch.isfinite(tensors[k]).all():
+                    raise ValueError(f"{k} does not fit in {dtype} (max |w| = {v.abs().max().item():.3g})")
     save_tensors(path, tensors, meta)
 
 
