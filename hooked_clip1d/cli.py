@@ -308,7 +308,13 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
     records = []
     for fig in _progress(figures, desc="reproduce", disable=len(figures) == 1):
         records.append(
-            reproduce(fig, out_dir=a.out, train_sweeps=not a.no_sweeps, compile_sweeps=True if a.compile else None)
+            reproduce(
+                fig,
+                out_dir=a.out,
+                train_sweeps=not a.no_sweeps,
+                compile_sweeps=True if a.compile else None,
+                sweep_device=a.device,
+            )
         )
     if a.json:
         print(json.dumps(records, indent=2, default=float))
@@ -422,8 +428,11 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("reproduce", help="rerun one of the paper's figures on the shipped models (PNG + JSON)")
     r.add_argument("figure", choices=[*sorted(FIGURES), "all"], help="figure key, or all")
     r.add_argument("--out", default="results", help="results folder (one subfolder per figure)")
-    r.add_argument("--no-sweeps", action="store_true", help="do not train sweeps; figures needing one are not run")
+    r.add_argument(
+        "--no-sweeps", action="store_true", help="do not train sweeps: read their finished runs (else the zoo's cells)"
+    )
     r.add_argument("--compile", action="store_true", help="torch.compile the sweeps' training step (faster on CPU)")
+    r.add_argument("--device", default="cpu", help="device the sweeps train on, e.g. cuda (an execution setting)")
     r.add_argument("--json", action="store_true", help="print JSON")
     r.set_defaults(func=cmd_reproduce)
 

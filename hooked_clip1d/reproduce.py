@@ -1087,13 +1087,18 @@ def _zoo_cells(cells: dict[str, dict[str, Any]]) -> str:
 
 
 def reproduce(
-    figure: str, out_dir: str | Path = "results", train_sweeps: bool = True, compile_sweeps: bool | None = None
+    figure: str,
+    out_dir: str | Path = "results",
+    train_sweeps: bool = True,
+    compile_sweeps: bool | None = None,
+    sweep_device: str = "cpu",
 ) -> dict[str, Any]:
     """Run one figure's experiment; write ``<out_dir>/<figure>/<figure>.json`` and PNGs; return the record.
 
-    A figure built on a sweep (``FigureSpec.sweep``) trains or resumes it under ``<out_dir>/sweeps/<name>``
-    (``compile_sweeps`` overrides the spec's ``run.compile``); with ``train_sweeps=False`` it only reads a finished
-    sweep and is ``not run`` otherwise.
+    A figure built on a sweep (``FigureSpec.sweep``) trains or resumes it under ``<out_dir>/sweeps/<name>`` on
+    ``sweep_device`` (``compile_sweeps`` overrides the spec's ``run.compile``; both are execution settings, so a
+    sweep started on a CPU resumes on a GPU in the same folder); with ``train_sweeps=False`` it only reads the
+    sweep's finished runs. While the sweep is unfinished, the figure is judged on its zoo cells (module docstring).
     """
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}")
@@ -1114,7 +1119,7 @@ def reproduce(
 
         sweep_spec, sweep_out = SWEEPS_DIR / f"{spec.sweep}.toml", Path(out_dir) / "sweeps" / spec.sweep
         if train_sweeps:
-            rows = run_sweep(sweep_spec, sweep_out, progress=True, compile=compile_sweeps)
+            rows = run_sweep(sweep_spec, sweep_out, device=sweep_device, progress=True, compile=compile_sweeps)
         else:
             rows = results_table(load_spec(sweep_spec), sweep_out)
         n_runs = len(load_spec(sweep_spec).runs)

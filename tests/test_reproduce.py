@@ -142,3 +142,18 @@ def test_unfinished_sweep_ignores_zoo_models_outside_its_grid(tmp_path, monkeypa
     monkeypatch.setattr(rp, "SWEEPS_DIR", sweeps)
     rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)  # the flagship is not a cell of tiny's grid
     assert rec["verdict"] == "not run" and "0 finished runs" in rec["summary"] and rp.FLAGSHIP not in rec["summary"]
+
+
+def test_cli_reproduce_passes_the_sweep_execution_settings(tmp_path, monkeypatch):
+    import hooked_clip1d.sweep as sweep_mod
+
+    seen = {}
+
+    def run_sweep(spec_path, out_dir, **kw):
+        seen.update(kw, spec=spec_path.name, out=out_dir)
+        return []
+
+    monkeypatch.setattr(sweep_mod, "run_sweep", run_sweep)
+    assert main(["reproduce", "fig10", "--device", "cuda", "--compile", "--out", str(tmp_path)]) == 0
+    assert (seen["device"], seen["compile"], seen["spec"]) == ("cuda", True, "fig10.toml")
+    assert seen["out"] == tmp_path / "sweeps" / "fig10"  # the same folder whatever the device
