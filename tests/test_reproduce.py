@@ -87,7 +87,7 @@ def test_every_sweep_figure_has_a_valid_shipped_spec():
 
 
 def _rows(accs):
-    return [{"weight_decay": w, "val_unseen.acc": a, "epochs": 10} for w, a in accs]
+    return [{"weight_decay": w, "val_unseen.acc": a, "val_unseen.label_set": 1.0, "epochs": 10} for w, a in accs]
 
 
 def test_weight_decay_figures_judge_the_measured_trend():
@@ -157,3 +157,25 @@ def test_cli_reproduce_passes_the_sweep_execution_settings(tmp_path, monkeypatch
     assert main(["reproduce", "fig10", "--device", "cuda", "--compile", "--out", str(tmp_path)]) == 0
     assert (seen["device"], seen["compile"], seen["spec"]) == ("cuda", True, "fig10.toml")
     assert seen["out"] == tmp_path / "sweeps" / "fig10"  # the same folder whatever the device
+
+
+def test_fig21_reads_each_runs_head_bias_and_ep_gradient(tmp_path):
+    from conftest import make_model
+
+    from hooked_clip1d import DataConfig
+    from hooked_clip1d.checkpoint import save_model
+
+    model = make_model(n_labels=20, n_heads=1, d_head=16)  # a single-head vision tower
+    run = tmp_path / "run"
+    run.mkdir()
+    save_model(model, run / "model.safetensors", data_config=DataConfig(n_labels=20, n2=2))
+    rows = [
+        {"weight_decay": 0.0, "val_unseen.acc": 0.9, "val_unseen.label_set": 1.0, "epochs": 10, "path": str(run)},
+        {"weight_decay": 0.2, "val_unseen.acc": 0.3, "val_unseen.label_set": 0.4, "epochs": 10},  # weights gone
+    ]
+    out = rp._fig21(rows)
+    (mech,) = out.numbers["mechanism"]  # only the run whose weights exist
+    assert mech["weight_decay"] == 0.0 and mech["left"] + mech["right"] <= 1.0 + 1e-6
+    assert -1.0 <= mech["ep_spearman"] <= 1.0 and "wd 0:" in out.summary
+    assert "Where we differ: with weight decay 0 (0.90)" in out.notes and "wd 0.2: 0.30 / 0.40" in out.notes
+    assert rp.verdict_of(out.checks) == "not reproduced"
