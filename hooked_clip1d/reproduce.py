@@ -4,8 +4,10 @@ Each figure is a ``FigureSpec``: the paper's claim (quoted numbers), the zoo mod
 measures ours, draws the PNG and states **checks** — named, computed criteria comparing ours with the paper. The
 verdict follows from the checks alone: ``reproduced`` (all hold), ``partly`` (some hold) or ``not reproduced``
 (none hold); a figure whose models are not in the zoo yet is ``not run`` and says which model is missing. A figure
-built on an unfinished sweep is judged on the zoo models that are cells of its grid (``grid_cell``) where it has
-``cell_checks`` — at most ``partly``, as cells alone do not measure the sweep's trend — and is ``not run`` otherwise.
+built on an unfinished sweep is judged on every run's latest evaluation once each run of the grid has one
+(``sweep.progress_table``; an interim reading, at most ``partly``), else on the zoo models that are cells of its
+grid (``grid_cell``) where it has ``cell_checks`` — at most ``partly``, as cells alone do not measure the sweep's
+trend — and is ``not run`` otherwise.
 ``reproduce`` writes ``<out>/<figure>/<figure>.json`` and its PNGs; ``hooked_clip1d.results_page`` turns the JSON
 files into ``docs/results.md``.
 
@@ -1150,7 +1152,8 @@ def reproduce(
     A figure built on a sweep (``FigureSpec.sweep``) trains or resumes it under ``<out_dir>/sweeps/<name>`` on
     ``sweep_device`` (``compile_sweeps`` overrides the spec's ``run.compile``; both are execution settings, so a
     sweep started on a CPU resumes on a GPU in the same folder); with ``train_sweeps=False`` it only reads the
-    sweep's finished runs. While the sweep is unfinished, the figure is judged on its zoo cells (module docstring).
+    sweep's finished runs. While the sweep is unfinished, the figure gets an interim reading or is judged on its zoo
+    cells (module docstring).
     """
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}")
@@ -1167,7 +1170,7 @@ def reproduce(
     }
     missing = [m for m in spec.models if m not in list_pretrained()]
     if spec.sweep is not None:
-        from hooked_clip1d.sweep import load_spec, results_table, run_sweep
+        from hooked_clip1d.sweep import load_spec, progress_table, results_table, run_sweep
 
         sweep_spec, sweep_out = SWEEPS_DIR / f"{spec.sweep}.toml", Path(out_dir) / "sweeps" / spec.sweep
         if train_sweeps:
@@ -1175,7 +1178,22 @@ def reproduce(
         else:
             rows = results_table(load_spec(sweep_spec), sweep_out)
         n_runs = len(load_spec(sweep_spec).runs)
-        if len(rows) < n_runs:
+        interim = progress_table(load_spec(sweep_spec), sweep_out) if len(rows) < n_runs else []
+        if len(rows) < n_runs and len(interim) == n_runs:
+            record.update(_outcome_record(spec.run(interim), out, figure))  # type: ignore[arg-type]
+            reached = sorted({r["epochs"] for r in interim if not r["finished"]})
+            planned = sorted({r["epochs_planned"] for r in interim})
+            at = f"{reached[0]}" if len(reached) == 1 else f"{reached[0]}-{reached[-1]}"
+            record.update(
+                verdict="partly" if record["verdict"] == "reproduced" else record["verdict"],
+                summary=(
+                    f"INTERIM: its sweep ({n_runs} models) has {len(rows)} finished runs; judged on every run's "
+                    f"latest evaluation (unfinished runs at epoch {at} of {'/'.join(map(str, planned))}; "
+                    f"`{spec.command}` resumes it): " + record["summary"]
+                ),
+                interim={"finished": len(rows), "runs": n_runs, "epochs_reached": reached},
+            )
+        elif len(rows) < n_runs:
             summary = (
                 f"its sweep ({n_runs} models, spec hooked_clip1d/sweeps/{spec.sweep}.toml) has {len(rows)} finished "
                 f"runs; `{spec.command}` trains or resumes it"

@@ -382,6 +382,48 @@ def results_table(spec: SweepSpec, out_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def progress_table(spec: SweepSpec, out_dir: str | Path) -> list[dict[str, Any]]:
+    """One row per run of ``spec`` under ``out_dir`` that has been evaluated at least once, finished or not.
+
+    A finished run's row is ``results_table``'s; an unfinished run's has the same keys from its latest evaluation
+    (``epochs``: the epoch it was taken at, ``steps``, ``train_seconds`` and the split metrics then) plus
+    ``finished=False``. Every row has ``epochs_planned``. What an interim reading of a sweep is built from.
+
+    Example:
+        >>> progress_table(load_spec(text="[grid]\\nseed = [0]"), "/nonexistent")
+        []
+    """
+    out = Path(out_dir)
+    rows = []
+    for r in spec.runs:
+        d = out / "runs" / r.name
+        if (d / "summary.json").exists():
+            rows.append({**_row(r, d), "epochs_planned": r.train_cfg.epochs, "finished": True})
+            continue
+        path = d / "metrics.jsonl"
+        lines = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+        evals = [ln for ln in lines if ln.get("eval")]
+        if not evals:
+            continue
+        last = evals[-1]
+        row: dict[str, Any] = {"run": r.name, **r.params}
+        row.update(
+            n_labels=r.model_cfg.n_labels,
+            n2=r.data_cfg.n2,
+            seed=r.train_cfg.seed,
+            epochs=last["epoch"],
+            steps=last["step"],
+            train_seconds=last.get("elapsed_s"),
+            final_loss=last.get("loss"),
+        )
+        for split in SPLITS:
+            m = last["eval"].get(split, {})
+            for metric in ("acc", "relaxed", "label_set"):
+                row[f"{split}.{metric}"] = m.get(metric)
+        rows.append({**row, "path": str(d), "epochs_planned": r.train_cfg.epochs, "finished": False})
+    return rows
+
+
 def write_results(rows: Sequence[dict[str, Any]], out_dir: str | Path, name: str = "sweep") -> None:
     """``results.json`` and ``results.csv`` in ``out_dir`` (atomic writes)."""
     out = Path(out_dir)

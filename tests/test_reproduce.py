@@ -179,3 +179,52 @@ def test_fig21_reads_each_runs_head_bias_and_ep_gradient(tmp_path):
     assert -1.0 <= mech["ep_spearman"] <= 1.0 and "wd 0:" in out.summary
     assert "Where we differ: with weight decay 0 (0.90)" in out.notes and "wd 0.2: 0.30 / 0.40" in out.notes
     assert rp.verdict_of(out.checks) == "not reproduced"
+
+
+def _interrupted_tiny_sweep(tmp_path, monkeypatch):
+    """The tiny sweep as a stopped run leaves it: metrics of every evaluation, no summary, no exported model."""
+    import shutil
+    from pathlib import Path
+
+    sweeps = tmp_path / "specs"
+    sweeps.mkdir()
+    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
+    monkeypatch.setattr(rp, "SWEEPS_DIR", sweeps)
+    rp.reproduce("fig4a", tmp_path / "res")
+    out = tmp_path / "res" / "sweeps" / "fig4a"
+    for run in (out / "runs").iterdir():
+        (run / "summary.json").unlink()
+        (run / "model.safetensors").unlink()
+    return sweeps / "fig4a.toml", out
+
+
+def test_progress_table_reads_unfinished_runs_latest_evaluation(tmp_path, monkeypatch):
+    from hooked_clip1d.sweep import load_spec, progress_table, results_table
+
+    spec_path, out = _interrupted_tiny_sweep(tmp_path, monkeypatch)
+    spec = load_spec(spec_path)
+    assert results_table(spec, out) == []
+    rows = progress_table(spec, out)
+    assert [r["run"] for r in rows] == [r.name for r in spec.runs]
+    for row in rows:
+        last = json.loads((out / "runs" / row["run"] / "metrics.jsonl").read_text().splitlines()[-1])
+        assert (row["epochs"], row["epochs_planned"], row["finished"]) == (last["epoch"], 3, False)
+        assert row["val_unseen.acc"] == last["eval"]["val_unseen"]["acc"]
+    (out / "runs" / rows[0]["run"] / "metrics.jsonl").unlink()  # a run never evaluated has no row
+    assert len(progress_table(spec, out)) == len(rows) - 1
+
+
+def test_unfinished_sweep_with_every_run_evaluated_gets_an_interim_verdict(tmp_path, monkeypatch):
+    import dataclasses
+
+    _, out = _interrupted_tiny_sweep(tmp_path, monkeypatch)
+    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)
+    assert rec["summary"].startswith("INTERIM: its sweep (4 models) has 0 finished runs")
+    assert rec["interim"] == {"finished": 0, "runs": 4, "epochs_reached": [3]} and len(rec["numbers"]["rows"]) == 4
+    # every check holding is still only "partly" for an interim reading
+    spec = dataclasses.replace(rp.FIGURES["fig4a"], run=lambda rows: rp.Outcome({}, "ok.", [("holds", True)], {}))
+    monkeypatch.setitem(rp.FIGURES, "fig4a", spec)
+    assert rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)["verdict"] == "partly"
+    # one run without any evaluation: no interim reading (here, and no zoo cells in tiny's grid: not run)
+    next((out / "runs").iterdir()).joinpath("metrics.jsonl").unlink()
+    assert rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)["verdict"] == "not run"
