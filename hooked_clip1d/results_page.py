@@ -61,8 +61,9 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
         "do not edit by hand. Each verdict follows from the listed checks, which are computed from our numbers: "
         "*reproduced* = every check holds, *partly* = some do, *not reproduced* = none does, *not run* = a model, "
         "sweep or step it needs has not been run yet (its line says which). A figure whose sweep is unfinished is "
-        "judged on the shipped models that are cells of its grid (same recipe), and then at most *partly*: a few "
-        "cells do not measure the sweep's trend.",
+        "read on every run's latest evaluation once each run has one (its summary starts with INTERIM and gives "
+        "the epoch reached), else judged on the shipped models that are cells of its grid (same recipe); either "
+        "way at most *partly*: an early reading or a few cells do not measure the finished sweep's trend.",
         "",
         "Verdicts: " + ", ".join(f"{counts[v]} {v}" for v in ICON) + ".",
         "",

@@ -382,6 +382,13 @@ def results_table(spec: SweepSpec, out_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _spec_data(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{str(path)!r} is not a readable sweep spec ({e}); use a new out_dir") from e
+
+
 def progress_table(spec: SweepSpec, out_dir: str | Path) -> list[dict[str, Any]]:
     """One row per run of ``spec`` under ``out_dir`` that has been evaluated at least once, finished or not.
 
@@ -502,7 +509,7 @@ def run_sweep(
     runs = [_with_device(r, device) for r in spec.runs]
     groups = plan_groups(runs, spec.run["max_group_size"])
     old_spec = out / "spec.toml"
-    if old_spec.exists() and old_spec.read_text() != spec.source:
+    if old_spec.exists() and _spec_data(old_spec) != tomllib.loads(spec.source):  # comments and layout may change
         raise ValueError(f"{str(out)!r} holds a different sweep spec; use a new out_dir")
     if not resume and (out / "runs").exists() and any((out / "runs").iterdir()):
         raise FileExistsError(f"{str(out)!r} already holds runs of this sweep; resume it or use a new out_dir")

@@ -155,6 +155,13 @@ def test_sweep_refuses_a_used_out_dir_without_resume_and_a_changed_spec(tiny_don
     changed.write_text(TINY.read_text().replace("epochs = 3", "epochs = 4"))
     with pytest.raises(ValueError, match="different sweep spec"):
         run_sweep(changed, out, progress=False)
+    good = (out / "spec.toml").read_text()
+    (out / "spec.toml").write_text("name = [")
+    try:
+        with pytest.raises(ValueError, match="not a readable sweep spec"):
+            run_sweep(TINY, out, progress=False)
+    finally:
+        (out / "spec.toml").write_text(good)  # tiny_done is shared with later tests
     with pytest.raises(ValueError, match="runner"):
         run_sweep(TINY, tmp_path / "x", runner="slurm")
     with pytest.raises(FileNotFoundError, match="does not exist"):
@@ -182,3 +189,14 @@ def test_ray_runner_gives_the_local_results(tiny_done, tmp_path):
     for r in rows:
         assert _same_weights(_weights(tmp_path / "ray", r["run"]), _weights(out_local, r["run"])), r["run"]
     shutil.rmtree(tmp_path / "ray")
+
+
+def test_sweep_resumes_after_a_comment_only_edit_of_its_spec(tmp_path):
+    out = tmp_path / "tiny"
+    run_sweep(TINY, out, progress=False, max_steps=7)
+    edited = tmp_path / "tiny.toml"
+    edited.write_text(
+        "# a note added after the sweep started\n" + TINY.read_text().replace("epochs = 3", "epochs = 3  # same")
+    )
+    rows = run_sweep(edited, out, progress=False)
+    assert len(rows) == 4 and (out / "spec.toml").read_text() == edited.read_text()
