@@ -1192,6 +1192,7 @@ def reproduce(
                     f"`{spec.command}` resumes it): " + record["summary"]
                 ),
                 interim={"finished": len(rows), "runs": n_runs, "epochs_reached": reached},
+                models=[],  # read from the sweep's runs, not from zoo cells
             )
         elif len(rows) < n_runs:
             summary = (

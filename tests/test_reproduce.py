@@ -221,6 +221,7 @@ def test_unfinished_sweep_with_every_run_evaluated_gets_an_interim_verdict(tmp_p
     rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)
     assert rec["summary"].startswith("INTERIM: its sweep (4 models) has 0 finished runs")
     assert rec["interim"] == {"finished": 0, "runs": 4, "epochs_reached": [3]} and len(rec["numbers"]["rows"]) == 4
+    assert rec["models"] == []  # read from the sweep, not from zoo models
     # every check holding is still only "partly" for an interim reading
     spec = dataclasses.replace(rp.FIGURES["fig4a"], run=lambda rows: rp.Outcome({}, "ok.", [("holds", True)], {}))
     monkeypatch.setitem(rp.FIGURES, "fig4a", spec)
