@@ -4,6 +4,11 @@ The page is never edited by hand: every number, verdict and plot on it comes fro
 and the PNGs beside it (copied to ``docs/figures/``). Run ``hooked-clip1d reproduce all`` and then
 ``hooked-clip1d results-page``.
 
+Every record the page shows is also kept beside it, in ``docs/records/<figure>.json`` (committed with the page),
+so a later ``results-page`` run that has fresh records for only some figures (say one sweep retrained on a GPU)
+keeps the others as they were recorded: a fresh record replaces the kept one of the same figure, a kept record of a
+figure ``reproduce`` no longer knows is dropped, and each section says the date its record was made.
+
 Example:
     >>> import tempfile, pathlib
     >>> from hooked_clip1d.reproduce import reproduce
@@ -12,6 +17,8 @@ Example:
     >>> page = build_results_page(d / "results", d / "docs" / "results.md")
     >>> "fig11" in page.read_text() and (d / "docs" / "figures" / "fig11_fig11.png").exists()
     True
+    >>> sorted(p.name for p in (d / "docs" / "records").iterdir())
+    ['fig11.json']
 """
 
 from __future__ import annotations
@@ -43,14 +50,44 @@ def load_records(results_dir: str | Path) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: _fig_sort_key(r["figure"]))
 
 
+def load_kept_records(records_dir: str | Path) -> list[dict[str, Any]]:
+    """The records a previous ``build_results_page`` kept in ``records_dir`` (``docs/records``), for figures that
+    ``reproduce`` still knows; their PNGs are already in the page's ``figures/`` folder."""
+    from hooked_clip1d.reproduce import FIGURES
+
+    records = []
+    for path in sorted(Path(records_dir).glob("*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"kept record {path} is not valid JSON ({e}); delete it or rerun its figure") from e
+        if not (isinstance(rec, dict) and "figure" in rec and "verdict" in rec):
+            raise ValueError(f"kept record {path} is not a reproduce record (no 'figure' / 'verdict')")
+        if rec["figure"] in FIGURES:
+            rec["_dir"] = None
+            records.append(rec)
+    return records
+
+
 def build_results_page(results_dir: str | Path = "results", out: str | Path = "docs/results.md") -> Path:
-    """Write the results page (and copy its PNGs to ``<out>/../figures``); return its path."""
+    """Write the results page (and copy its PNGs to ``<out>/../figures``, its records to ``<out>/../records``);
+    return its path. Records under ``results_dir`` replace the kept ones of the same figure (module docstring)."""
     out = Path(out)
-    fig_dir = out.parent / "figures"
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    records = load_records(results_dir)
+    fig_dir, rec_dir = out.parent / "figures", out.parent / "records"
+    fresh = load_records(results_dir)
+    by_key = {r["figure"]: r for r in load_kept_records(rec_dir)}
+    by_key.update({r["figure"]: r for r in fresh})
+    records = sorted(by_key.values(), key=lambda r: _fig_sort_key(r["figure"]))
     if not records:
         raise FileNotFoundError(f"no reproduce records under {results_dir}; run `hooked-clip1d reproduce all` first")
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    rec_dir.mkdir(parents=True, exist_ok=True)
+    for r in fresh:
+        kept = {k: v for k, v in r.items() if k != "_dir"}
+        atomic_write_text(rec_dir / f"{r['figure']}.json", json.dumps(kept, indent=2, default=float) + "\n")
+    for path in rec_dir.glob("*.json"):  # kept records of figures reproduce no longer knows
+        if path.stem not in by_key:
+            path.unlink()
     paper = [r for r in records if not r.get("beyond_paper")]
     beyond = [r for r in records if r.get("beyond_paper")]
     counts = {v: sum(r["verdict"] == v for r in paper) for v in ICON}
@@ -89,7 +126,7 @@ def _record_section(r: dict[str, Any], fig_dir: Path, page_dir: Path) -> list[st
         "",
         f"- **{'Question' if r.get('beyond_paper') else 'Paper'}:** {r['paper']}",
         f"- **Ours:** {r.get('summary', '')}",
-        f"- **Command:** `{r['command']}`",
+        f"- **Command:** `{r['command']}`" + (f" (recorded {r['recorded']})" if r.get("recorded") else ""),
     ]
     if not r.get("beyond_paper"):
         lines.insert(4, f"- **Verdict:** {ICON[r['verdict']]}")
@@ -111,8 +148,8 @@ def _record_section(r: dict[str, Any], fig_dir: Path, page_dir: Path) -> list[st
         lines.append(f"- **Notes:** {r['notes']}")
     lines.append("")
     for name in r.get("plots", []):
-        src = Path(r["_dir"]) / name
-        if src.exists():
+        if r["_dir"] is not None and (src := Path(r["_dir"]) / name).exists():
             atomic_write(fig_dir / name, lambda tmp, src=src: shutil.copyfile(src, tmp))
+        if (fig_dir / name).exists():  # a kept record's PNG was copied when its record was fresh
             lines += [f"![{name}]({(fig_dir / name).relative_to(page_dir).as_posix()})", ""]
     return lines

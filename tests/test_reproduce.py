@@ -229,3 +229,70 @@ def test_unfinished_sweep_with_every_run_evaluated_gets_an_interim_verdict(tmp_p
     # one run without any evaluation: no interim reading (here, and no zoo cells in tiny's grid: not run)
     next((out / "runs").iterdir()).joinpath("metrics.jsonl").unlink()
     assert rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)["verdict"] == "not run"
+
+
+def _fake_record(results, figure, summary, plot=None):
+    """A minimal reproduce record under ``results/<figure>/`` (the page builder only reads these fields)."""
+    d = results / figure
+    d.mkdir(parents=True, exist_ok=True)
+    rec = {"figure": figure, "title": f"title {figure}", "paper": "claim", "command": f"cmd {figure}",
+           "verdict": "partly", "summary": summary, "checks": [{"check": "c", "holds": True}],
+           "plots": [plot] if plot else [], "recorded": "2026-01-02"}  # fmt: skip
+    if plot:
+        (d / plot).write_bytes(b"\x89PNG fake")
+    (d / f"{figure}.json").write_text(json.dumps(rec))
+    return rec
+
+
+def test_results_page_keeps_records_of_figures_not_rerun(tmp_path):
+    page = tmp_path / "docs" / "results.md"
+    _fake_record(tmp_path / "run1", "fig11", "first fig11", plot="fig11_a.png")
+    _fake_record(tmp_path / "run1", "fig4c", "first fig4c")
+    build_results_page(tmp_path / "run1", page)
+    assert sorted(p.name for p in (tmp_path / "docs" / "records").iterdir()) == ["fig11.json", "fig4c.json"]
+    # a later run with a fresh record for fig4c only: fig11 is kept as recorded, with its plot; fig4c is replaced
+    _fake_record(tmp_path / "run2", "fig4c", "second fig4c")
+    text = build_results_page(tmp_path / "run2", page).read_text()
+    assert "first fig11" in text and "figures/fig11_a.png" in text and "(recorded 2026-01-02)" in text
+    assert "second fig4c" in text and "first fig4c" not in text
+    assert json.loads((tmp_path / "docs" / "records" / "fig4c.json").read_text())["summary"] == "second fig4c"
+    assert "_dir" not in json.loads((tmp_path / "docs" / "records" / "fig11.json").read_text())
+    # with no fresh records at all, the kept ones still build the page
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "first fig11" in build_results_page(empty, page).read_text()
+
+
+def test_results_page_drops_kept_records_of_unknown_figures(tmp_path):
+    page = tmp_path / "docs" / "results.md"
+    kept = tmp_path / "docs" / "records"
+    kept.mkdir(parents=True)
+    (kept / "fig99.json").write_text(json.dumps({"figure": "fig99", "verdict": "partly"}))
+    _fake_record(tmp_path / "res", "fig11", "fig11 now")
+    text = build_results_page(tmp_path / "res", page).read_text()
+    assert "fig99" not in text and not (kept / "fig99.json").exists() and (kept / "fig11.json").exists()
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"title": "no figure key"}'])
+def test_results_page_refuses_a_corrupt_kept_record(tmp_path, content):
+    kept = tmp_path / "docs" / "records"
+    kept.mkdir(parents=True)
+    (kept / "fig11.json").write_text(content)
+    _fake_record(tmp_path / "res", "fig4c", "x")
+    with pytest.raises(ValueError, match="fig11.json"):
+        build_results_page(tmp_path / "res", tmp_path / "docs" / "results.md")
+    assert not (tmp_path / "docs" / "results.md").exists()  # nothing half-written
+
+
+def test_x6_spatial_ids_steers_the_readout_of_the_zoo_models(tmp_path):
+    rec = rp.reproduce("x6-spatial-ids", tmp_path)
+    assert rec["beyond_paper"] and rec["models"] == list(rp.SPATIAL_ID_MODELS)
+    nums = rec["numbers"]
+    # learned positions: exchanging depth-0 IDs is the swap itself; RoPE has no depth-0 IDs
+    assert nums["rope-ntot20-n2-15"]["embed_object_exchange_fraction"] is None
+    assert abs(nums[rp.FLAGSHIP]["embed_object_exchange_fraction"] - 1.0) < 1e-3
+    for name in rp.SPATIAL_ID_MODELS:
+        frac = nums[name]["cls_steering"]["fraction"]
+        assert frac[0] == 0.0 and all(b > a for a, b in zip(frac, frac[1:], strict=False))  # grows with alpha
+    assert rec["verdict"] == rp.verdict_of([(c["check"], c["holds"]) for c in rec["checks"]])
+    assert (tmp_path / "x6-spatial-ids" / "x6-spatial-ids_steering.png").read_bytes()[:4] == b"\x89PNG"

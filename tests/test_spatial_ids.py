@@ -52,8 +52,10 @@ def test_cls_ids_are_zero_before_layer0_and_steering_there_is_refused(simplified
     ids = vision_spatial_ids(simplified_model.vision, site="cls")
     assert ids.ids[0].abs().max() < ATOL  # CLS's embedding does not depend on the image
     assert ids.ids[1].abs().max() > 1e-3
-    with pytest.raises(ValueError, match="are zero"):
+    with pytest.raises(ValueError, match="are zero") as err:
         steer_vision(simplified_model, *pairs, ids, depth=0)
+    # the reason given is the CLS token's, not RoPE's (this model has learned positions)
+    assert "CLS token's embedding" in str(err.value) and "RoPE" not in str(err.value)
 
 
 def test_steering_at_depth0_with_alpha_1_is_the_object_swap(any_model, rope_model, pairs):

@@ -320,9 +320,13 @@ def _check_ids(ids: object, tower: str, depth: int) -> SpatialIDs:
         raise ValueError(f"depth {depth} is outside 0..{len(ids.hook_names) - 1} ({ids.labels})")
     scale = 1.0 + float(ids.mean_acts[depth].abs().max())
     if not float(ids.ids[depth].abs().max()) > 1e-6 * scale:  # zero up to rounding
+        if ids.site == "cls" and depth == 0:
+            why = "the CLS token's embedding does not depend on where the objects are"
+        else:
+            why = "a RoPE tower carries no position in the residual stream before layer 0"
         raise ValueError(
             f"the spatial IDs at depth {depth} ({ids.labels[depth]}) are zero, so steering with them does nothing "
-            "(a RoPE tower carries no position in the residual stream before layer 0); choose a later depth"
+            f"({why}); choose a later depth"
         )
     return ids
 
