@@ -88,6 +88,10 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
     for path in rec_dir.glob("*.json"):  # kept records of figures reproduce no longer knows
         if path.stem not in by_key:
             path.unlink()
+    shown = {name for r in records for name in r.get("plots", [])}
+    for path in fig_dir.glob("*.png"):  # plots of replaced or dropped records: not on the page, not kept
+        if path.name not in shown:
+            path.unlink()
     paper = [r for r in records if not r.get("beyond_paper")]
     beyond = [r for r in records if r.get("beyond_paper")]
     counts = {v: sum(r["verdict"] == v for r in paper) for v in ICON}

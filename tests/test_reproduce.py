@@ -255,6 +255,10 @@ def test_results_page_keeps_records_of_figures_not_rerun(tmp_path):
     text = build_results_page(tmp_path / "run2", page).read_text()
     assert "first fig11" in text and "figures/fig11_a.png" in text and "(recorded 2026-01-02)" in text
     assert "second fig4c" in text and "first fig4c" not in text
+    # a plot no record lists any more is removed from the page's figures folder
+    (tmp_path / "docs" / "figures" / "stale.png").write_bytes(b"\x89PNG")
+    build_results_page(tmp_path / "run2", page)
+    assert sorted(p.name for p in (tmp_path / "docs" / "figures").iterdir()) == ["fig11_a.png"]
     assert json.loads((tmp_path / "docs" / "records" / "fig4c.json").read_text())["summary"] == "second fig4c"
     assert "_dir" not in json.loads((tmp_path / "docs" / "records" / "fig11.json").read_text())
     # with no fresh records at all, the kept ones still build the page
@@ -296,3 +300,23 @@ def test_x6_spatial_ids_steers_the_readout_of_the_zoo_models(tmp_path):
         assert frac[0] == 0.0 and all(b > a for a, b in zip(frac, frac[1:], strict=False))  # grows with alpha
     assert rec["verdict"] == rp.verdict_of([(c["check"], c["holds"]) for c in rec["checks"]])
     assert (tmp_path / "x6-spatial-ids" / "x6-spatial-ids_steering.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_committed_results_page_is_generated_from_its_committed_records(tmp_path):
+    """docs/results.md is what `results-page` builds from docs/records (not edited by hand), every figure that
+    `reproduce` knows has a record there, and every plot a record lists is in docs/figures."""
+    import shutil
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    records = {p.stem: json.loads(p.read_text()) for p in (docs / "records").glob("*.json")}
+    assert sorted(records) == sorted(rp.FIGURES)
+    for key, rec in records.items():
+        assert rec["figure"] == key and rec["verdict"] in rp.VERDICTS
+    shown = {plot for rec in records.values() for plot in rec.get("plots", [])}
+    assert {p.name for p in (docs / "figures").glob("*.png")} == shown  # each listed plot, and no stale one
+    shutil.copytree(docs / "records", tmp_path / "docs" / "records")
+    shutil.copytree(docs / "figures", tmp_path / "docs" / "figures")
+    (tmp_path / "none").mkdir()
+    rebuilt = build_results_page(tmp_path / "none", tmp_path / "docs" / "results.md").read_text()
+    assert rebuilt == (docs / "results.md").read_text()
