@@ -565,7 +565,8 @@ def _x_spatial_ids(models: dict[str, CLIP1D]) -> Outcome:
     notes = (
         "Generalizing models: " + ", ".join(gen) + ". At the embeddings the exchange is exact by construction "
         "(ID_0(p) is W_pos[p + 1] minus its mean), so the first check is a consistency check of the tooling, not a "
-        "finding; so is the text role exchange at the embeddings, exact in a 1-layer text tower. The other checks were written after a first look at the numbers (`hooked-clip1d analyze "
+        "finding; so is the text role exchange at the embeddings, exact in a 1-layer text tower. The other "
+        "checks were written after a first look at the numbers (`hooked-clip1d analyze "
         "steering`), so they guard the finding rather than test a prediction. Steering object tokens after the "
         "last layer does nothing (the readout reads CLS only), which is why the readout's IDs are taken at CLS."
     )
