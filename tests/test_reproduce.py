@@ -241,7 +241,6 @@ def _fake_record(results, figure, summary, plot=None):
     if plot:
         (d / plot).write_bytes(b"\x89PNG fake")
     (d / f"{figure}.json").write_text(json.dumps(rec))
-    return rec
 
 
 def test_results_page_keeps_records_of_figures_not_rerun(tmp_path):
