@@ -1227,12 +1227,18 @@ class BatchedTrainer:
                 atomic_write_text(d / "config.json", json.dumps(body, indent=2))
 
     def run(
-        self, progress: bool = True, max_steps: int | None = None, chunk_steps: int = 512, desc: str | None = None
+        self,
+        progress: bool = True,
+        max_steps: int | None = None,
+        chunk_steps: int = 512,
+        desc: str | None = None,
+        position: int | None = None,
     ) -> list[TrainRun]:
         """Train until every member finished (or ``max_steps`` global steps were taken in this call, then save a
         group checkpoint and stop); return the finished members' ``TrainRun``s in member order.
 
-        One progress bar for the whole group (``desc``), in global steps (the longest member's count)."""
+        One progress bar for the whole group (``desc``, on line ``position`` when several groups share a terminal),
+        in global steps (the longest member's count)."""
         self._write_configs()
         threads = max((m.train_cfg.threads or 0) for m in self.members)
         old_threads = torch.get_num_threads()
@@ -1241,7 +1247,7 @@ class BatchedTrainer:
         total = max(self.total_steps)
         stop_at = total if max_steps is None else min(total, self.step + max_steps)
         bar = tqdm(total=total, initial=self.step, desc=desc or f"group of {len(self.members)}", unit="step",
-                   disable=not progress, mininterval=1.0)  # fmt: skip
+                   disable=not progress, mininterval=1.0, position=position)  # fmt: skip
         t0 = time.perf_counter() - self.elapsed
         model, opt = self.model, self.opt
         if self.compile and getattr(self, "_compiled_loss", None) is None:

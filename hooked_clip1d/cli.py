@@ -296,6 +296,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         runner=a.runner,
         max_steps=a.max_steps,
         compile=True if a.compile else None,
+        workers=a.workers,
     )
     print(json.dumps(rows, indent=2, default=float) if a.json else format_results(rows))
     return 0
@@ -314,6 +315,7 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
                 train_sweeps=not a.no_sweeps,
                 compile_sweeps=True if a.compile else None,
                 sweep_device=a.device,
+                sweep_workers=a.workers,
             )
         )
     if a.json:
@@ -420,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--max-steps", type=int, default=None, help="stop each group after this many steps (resumable)")
     sw.add_argument("--no-progress", action="store_true", help="no progress bars")
     sw.add_argument("--compile", action="store_true", help="torch.compile each group's step (overrides run.compile)")
+    sw.add_argument("--workers", type=int, default=1, help="train up to this many groups at once (local processes)")
     sw.add_argument("--json", action="store_true", help="print JSON")
     sw.set_defaults(func=cmd_sweep)
 
@@ -433,6 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--compile", action="store_true", help="torch.compile the sweeps' training step (faster on CPU)")
     r.add_argument("--device", default="cpu", help="device the sweeps train on, e.g. cuda (an execution setting)")
+    r.add_argument("--workers", type=int, default=1, help="sweeps: train up to this many groups at once (processes)")
     r.add_argument("--json", action="store_true", help="print JSON")
     r.set_defaults(func=cmd_reproduce)
 

@@ -32,7 +32,9 @@ bar, and writes::
     out_dir/results.json, results.csv one row per run: grid values, final metrics, steps, seconds, path
 
 Run it again to resume: finished runs are read back, unfinished groups continue from their group checkpoint.
+``workers=N`` trains up to N groups at once in local worker processes (one core each, by ``run.threads``);
 ``runner="ray"`` submits the groups as Ray tasks (``pip install ray``; a running cluster is used, else a local one).
+Either way each run's weights are those of a one-group-at-a-time sweep.
 
 Example:
     >>> import tempfile, pathlib
@@ -306,6 +308,7 @@ class _GroupTask:
     resume: bool
     progress: bool
     max_steps: int | None = None
+    position: int | None = None  # progress-bar line, when several groups train at once
 
 
 def _run_group(task: _GroupTask) -> list[str]:
@@ -334,7 +337,7 @@ def _run_group(task: _GroupTask) -> list[str]:
         if gdir.exists():
             shutil.rmtree(gdir)
     trainer = BatchedTrainer(members, gdir, resume=resume, member_dirs=run_dirs, **kw)
-    trainer.run(progress=task.progress, max_steps=task.max_steps, desc=task.name)
+    trainer.run(progress=task.progress, max_steps=task.max_steps, desc=task.name, position=task.position)
     return [r.name for r in task.runs if (Path(task.run_dirs[task.runs.index(r)]) / "summary.json").exists()]
 
 
@@ -486,11 +489,13 @@ def run_sweep(
     resume: bool = True,
     max_steps: int | None = None,
     compile: bool | None = None,  # noqa: A002
+    workers: int = 1,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep of ``spec_path``; returns the results table (also written to ``out_dir``).
 
     ``out_dir`` defaults to ``sweeps/<spec name>``; ``runner`` is ``"local"`` (groups one after another in this
-    process) or ``"ray"`` (groups as Ray tasks); ``resume=False`` refuses an ``out_dir`` that already holds runs.
+    process, or ``workers`` of them at once in worker processes) or ``"ray"`` (groups as Ray tasks);
+    ``resume=False`` refuses an ``out_dir`` that already holds runs.
     ``max_steps`` stops every group after that many steps in this call (checkpointed; the next call continues),
     for time-sliced or preemptible jobs. ``compile`` overrides the spec's ``run.compile`` (an execution setting: the
     spec, and so the output folder, stays the same). The table has the runs finished so far. See the module
@@ -498,6 +503,8 @@ def run_sweep(
     """
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     spec = load_spec(spec_path)
     if compile is not None:
         if compile and spec.run["dropout_rng"] != "fast":
@@ -505,6 +512,8 @@ def run_sweep(
         spec = dataclasses.replace(spec, run={**spec.run, "compile": bool(compile)})
     if runner not in ("local", "ray"):
         raise ValueError(f"runner must be 'local' or 'ray', got {runner!r}")
+    if workers > 1 and runner != "local":
+        raise ValueError(f"workers={workers} is for the local runner; Ray places the groups itself")
     out = Path(out_dir) if out_dir is not None else Path("sweeps") / spec.name
     runs = [_with_device(r, device) for r in spec.runs]
     groups = plan_groups(runs, spec.run["max_group_size"])
@@ -528,9 +537,18 @@ def run_sweep(
                 resume=resume,
                 progress=progress and runner == "local",
                 max_steps=max_steps,
+                position=gi % workers if workers > 1 else None,
             )
         )
-    if runner == "local":
+    if runner == "local" and workers > 1 and len(tasks) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn: a fresh interpreter per worker (forking a process that already ran torch threads can hang)
+        with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=multiprocessing.get_context("spawn")) as pool:
+            for _ in pool.map(_run_group, tasks):  # re-raises a worker's error here
+                pass
+    elif runner == "local":
         for t in tasks:
             _run_group(t)
     else:

@@ -221,3 +221,10 @@ def test_save_model_refuses_weights_the_dtype_cannot_hold(tmp_path):
 def test_shipped_weight_files_stay_under_4_mib():
     big = [p.name for p in reg.WEIGHTS_DIR.glob("*.safetensors") if p.stat().st_size > 4 * 2**20]
     assert not big, f"ship these with `export --weights-dtype float16`: {big}"
+
+
+def test_readme_shipped_models_table_is_the_manifests_table():
+    """The README's zoo table is what `hooked-clip1d list --markdown` prints from the shipped manifests (a
+    manifest edited without the README, or the reverse, fails here)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert reg.registry_table() in readme

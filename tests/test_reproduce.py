@@ -156,6 +156,9 @@ def test_cli_reproduce_passes_the_sweep_execution_settings(tmp_path, monkeypatch
     monkeypatch.setattr(sweep_mod, "run_sweep", run_sweep)
     assert main(["reproduce", "fig10", "--device", "cuda", "--compile", "--out", str(tmp_path)]) == 0
     assert (seen["device"], seen["compile"], seen["spec"]) == ("cuda", True, "fig10.toml")
+    assert seen["workers"] == 1
+    assert main(["reproduce", "fig10", "--workers", "2", "--out", str(tmp_path)]) == 0
+    assert seen["workers"] == 2
     assert seen["out"] == tmp_path / "sweeps" / "fig10"  # the same folder whatever the device
 
 
@@ -319,3 +322,16 @@ def test_committed_results_page_is_generated_from_its_committed_records(tmp_path
     (tmp_path / "none").mkdir()
     rebuilt = build_results_page(tmp_path / "none", tmp_path / "docs" / "results.md").read_text()
     assert rebuilt == (docs / "results.md").read_text()
+
+
+def test_single_head_seeds_checks_each_seed_not_the_mean():
+    def rows(accs):  # {(seed, weight decay): unseen-pair accuracy}; no weights, so no mechanism is read
+        return [{"seed": s, "weight_decay": w, "val_unseen.acc": a, "epochs": 10} for (s, w), a in accs.items()]
+
+    grid = {(s, w): 0.9 if w in (0.0, 0.05) else 0.1 for s in (1, 2) for w in (0.0, 0.05, 0.1, 0.2, 0.5)}
+    out = rp._x_single_head_seeds(rows(grid))
+    assert [ok for _, ok in out.checks] == [True, True, False]  # no head bias measured -> the mechanism check fails
+    assert "seed 1: 0.90 / 0.90 / 0.10 / 0.10 / 0.10" in out.summary and "4 of 10 runs" in out.notes
+    one_fails = {**grid, (2, 0.05): 0.75, (1, 0.2): 0.7}  # means over seeds (0.82, 0.40) would pass both
+    assert [ok for _, ok in rp._x_single_head_seeds(rows(one_fails)).checks][:2] == [False, False]
+    assert set(rp._x_single_head_seeds(rows(grid)).figures) == {"seeds"}

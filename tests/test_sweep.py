@@ -200,3 +200,20 @@ def test_sweep_resumes_after_a_comment_only_edit_of_its_spec(tmp_path):
     )
     rows = run_sweep(edited, out, progress=False)
     assert len(rows) == 4 and (out / "spec.toml").read_text() == edited.read_text()
+
+
+def test_workers_train_groups_at_once_with_the_one_at_a_time_weights(tmp_path):
+    pairs = tmp_path / "tiny.toml"  # the tiny sweep in two groups of two
+    pairs.write_text(TINY.read_text().replace("max_group_size = 4", "max_group_size = 2"))
+    assert len(plan_groups(load_spec(pairs).runs, 2)) == 2
+    out_local = tmp_path / "one"
+    rows_local = run_sweep(pairs, out_local, progress=False)
+    rows = run_sweep(pairs, tmp_path / "w", progress=False, workers=2)
+    assert [r["run"] for r in rows] == [r["run"] for r in rows_local]
+    for r in rows:
+        assert _same_weights(_weights(tmp_path / "w", r["run"]), _weights(out_local, r["run"])), r["run"]
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="workers"):
+            run_sweep(TINY, tmp_path / "bad", workers=bad)
+    with pytest.raises(ValueError, match="local runner"):
+        run_sweep(TINY, tmp_path / "bad", workers=2, runner="ray")
