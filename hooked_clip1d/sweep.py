@@ -32,7 +32,8 @@ bar, and writes::
     out_dir/results.json, results.csv one row per run: grid values, final metrics, steps, seconds, path
 
 Run it again to resume: finished runs are read back, unfinished groups continue from their group checkpoint.
-``workers=N`` trains up to N groups at once in local worker processes (one core each, by ``run.threads``);
+``workers=N`` trains up to N groups at once in local worker processes (each with ``run.threads`` torch threads, by
+default an equal share of this machine's cores);
 ``runner="ray"`` submits the groups as Ray tasks (``pip install ray``; a running cluster is used, else a local one).
 Either way each run's weights are those of a one-group-at-a-time sweep.
 
@@ -69,6 +70,7 @@ import hashlib
 import io
 import itertools
 import json
+import os
 import re
 import shutil
 import tomllib
@@ -341,6 +343,12 @@ def _run_group(task: _GroupTask) -> list[str]:
     return [r.name for r in task.runs if (Path(task.run_dirs[task.runs.index(r)]) / "summary.json").exists()]
 
 
+def _worker_init(threads: int) -> None:  # module-level so spawned workers can import it
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 def _ray_task(task: _GroupTask) -> list[str]:  # module-level so Ray workers can import it
     return _run_group(task)
 
@@ -544,8 +552,11 @@ def run_sweep(
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
+        n = min(workers, len(tasks))
+        share = max(1, len(os.sched_getaffinity(0)) // n)  # threads per worker unless run.threads says
         # spawn: a fresh interpreter per worker (forking a process that already ran torch threads can hang)
-        with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init, initargs=(share,)) as pool:
             for _ in pool.map(_run_group, tasks):  # re-raises a worker's error here
                 pass
     elif runner == "local":
