@@ -815,6 +815,23 @@ def _x_single_head_seeds(rows: list[dict[str, Any]]) -> Outcome:
         f"were written before these seeds were trained. {above} of {len(rows)} runs end above the paper's ~0.5 "
         "(> 0.6)."
     )
+    label_set = {(int(r["seed"]), float(r["weight_decay"])): r.get("val_unseen.label_set") for r in rows}
+    sided_low = [
+        k
+        for k, m in sorted(mech.items())
+        if acc[k] <= 0.6 and max(m["left"], m["right"]) >= 0.9 and abs(m["ep_spearman"]) >= 0.9
+    ]
+    if sided_low:
+        notes += (
+            " A one-sided head with a monotonic EP row is not enough: it is there too in "
+            + ", ".join(
+                f"seed {s} wd {w:g} ({acc[(s, w)]:.2f}, label-set {label_set[(s, w)] or 0:.2f})" for s, w in sided_low
+            )  # fmt: skip
+            + ", which stay <= 0.6 on unseen pairs"
+        )
+        if all((label_set[k] or 0) <= 0.6 for k in sided_low):
+            notes += ": their unseen-pair label-set is as low, so what fails there is naming the labels, not the side"
+        notes += "."
     numbers = {"weight_decay": wds, "seeds": seeds, "rows": rows, "mechanism": list(mech.values())}
     return Outcome(numbers, summary + ".", checks, {"seeds": fig}, notes)
 

@@ -128,7 +128,10 @@ def _record_section(r: dict[str, Any], fig_dir: Path, page_dir: Path) -> list[st
     lines = [
         f'### {r["figure"]}: {r["title"]} <a id="{r["figure"]}"></a>',
         "",
-        f"- **{'Question' if r.get('beyond_paper') else 'Paper'}:** {r['paper']}",
+        # a beyond-the-paper record's text starts with "Question: " itself (FigureSpec.paper); say it once
+        f"- **Question:** {r['paper'].removeprefix('Question: ')}"
+        if r.get("beyond_paper")
+        else f"- **Paper:** {r['paper']}",
         f"- **Ours:** {r.get('summary', '')}",
         f"- **Command:** `{r['command']}`" + (f" (recorded {r['recorded']})" if r.get("recorded") else ""),
     ]

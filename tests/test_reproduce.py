@@ -5,6 +5,7 @@ import json
 import pytest
 
 from hooked_clip1d import reproduce as rp
+from hooked_clip1d import results_page as rp_page
 from hooked_clip1d.cli import main
 from hooked_clip1d.results_page import build_results_page, load_records
 
@@ -335,3 +336,10 @@ def test_single_head_seeds_checks_each_seed_not_the_mean():
     one_fails = {**grid, (2, 0.05): 0.75, (1, 0.2): 0.7}  # means over seeds (0.82, 0.40) would pass both
     assert [ok for _, ok in rp._x_single_head_seeds(rows(one_fails)).checks][:2] == [False, False]
     assert set(rp._x_single_head_seeds(rows(grid)).figures) == {"seeds"}
+
+
+def test_beyond_the_paper_sections_say_question_once(tmp_path):
+    rec = {"figure": "x9", "title": "t", "paper": "Question: does it?", "beyond_paper": True, "command": "c",
+           "verdict": "partly", "summary": "s", "checks": [], "plots": []}  # fmt: skip
+    (section,) = [line for line in rp_page._record_section(rec, tmp_path, tmp_path) if "Question" in line]
+    assert section == "- **Question:** does it?"
