@@ -826,11 +826,13 @@ def _x_single_head_seeds(rows: list[dict[str, Any]]) -> Outcome:
             " A one-sided head with a monotonic EP row is not enough: it is there too in "
             + ", ".join(
                 f"seed {s} wd {w:g} ({acc[(s, w)]:.2f}, label-set {label_set[(s, w)] or 0:.2f})" for s, w in sided_low
-            )  # fmt: skip
+            )
             + ", which stay <= 0.6 on unseen pairs"
         )
         if all((label_set[k] or 0) <= 0.6 for k in sided_low):
-            notes += ": their unseen-pair label-set is as low, so what fails there is naming the labels, not the side"
+            notes += (
+                ": their unseen-pair label-set is about as low, so what fails there is naming the labels, not the side"
+            )
         notes += "."
     numbers = {"weight_decay": wds, "seeds": seeds, "rows": rows, "mechanism": list(mech.values())}
     return Outcome(numbers, summary + ".", checks, {"seeds": fig}, notes)
