@@ -343,3 +343,16 @@ def test_beyond_the_paper_sections_say_question_once(tmp_path):
            "verdict": "partly", "summary": "s", "checks": [], "plots": []}  # fmt: skip
     (section,) = [line for line in rp_page._record_section(rec, tmp_path, tmp_path) if "Question" in line]
     assert section == "- **Question:** does it?"
+
+
+def test_fig21b_judges_every_run_over_head_dimension():
+    def rows(accs):  # {(d_head, seed): unseen-pair accuracy}
+        return [{"vision.d_head": d, "seed": s, "val_unseen.acc": a, "epochs": 10} for (d, s), a in accs.items()]
+
+    low = {(d, s): 0.4 + 0.01 * s for d in (32, 128) for s in (0, 1)}
+    out = rp._fig21b(rows(low))
+    assert out.numbers["d_head"] == [32, 128] and out.numbers["unseen_acc_mean"] == pytest.approx([0.405, 0.405])
+    assert rp.verdict_of(out.checks) == "reproduced" and "32: 0.41 (0.40 / 0.41)" in out.summary
+    one_high = {**low, (128, 1): 0.9}  # one run above 0.6 is enough to contradict the claim
+    out = rp._fig21b(rows(one_high))
+    assert rp.verdict_of(out.checks) == "not reproduced" and "d_head 128 seed 1: 0.90" in out.notes
