@@ -716,6 +716,12 @@ def _single_head_mechanism(row: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def _one_sided(m: dict[str, float]) -> bool:
+    """A ``_single_head_mechanism`` reading whose head attends most to one side on >= 90 % of unseen pairs, with a
+    monotonic EP row (|Spearman| >= 0.9)."""
+    return max(m["left"], m["right"]) >= 0.9 and abs(m["ep_spearman"]) >= 0.9
+
+
 def _fig21(rows: list[dict[str, Any]]) -> Outcome:
     wds, acc, fig = _weight_decay_rows(rows, "Fig. 21a: single-head vision, weight decay")
     checks = [("every single-head model stays around or below 0.5 (<= 0.6)", max(acc) <= 0.6)]
@@ -741,7 +747,7 @@ def _fig21(rows: list[dict[str, Any]]) -> Outcome:
         )
         good = {float(r["weight_decay"]) for r in above if r["val_unseen.acc"] >= 0.8}
         sided = [m for m in mech if m["weight_decay"] in good]
-        if sided and all(max(m["left"], m["right"]) >= 0.9 and abs(m["ep_spearman"]) >= 0.9 for m in sided):
+        if sided and all(_one_sided(m) for m in sided):
             notes += (
                 "; where it is >= 0.8 the head's CLS row attends most to one side on >= 90 % of unseen pairs, with a "
                 "monotonic EP gradient: "
@@ -829,11 +835,7 @@ def _x_single_head_seeds(rows: list[dict[str, Any]]) -> Outcome:
         (
             "where a run reaches >= 0.8, its head attends most to one side on >= 90 % of unseen pairs with a "
             "monotonic EP row (|Spearman| >= 0.9)",
-            bool(good)
-            and all(
-                k in mech and max(mech[k]["left"], mech[k]["right"]) >= 0.9 and abs(mech[k]["ep_spearman"]) >= 0.9
-                for k in good
-            ),
+            bool(good) and all(k in mech and _one_sided(mech[k]) for k in good),
         ),
     ]
     summary = (
@@ -859,11 +861,7 @@ def _x_single_head_seeds(rows: list[dict[str, Any]]) -> Outcome:
         "(> 0.6)."
     )
     label_set = {(int(r["seed"]), float(r["weight_decay"])): r.get("val_unseen.label_set") for r in rows}
-    sided_low = [
-        k
-        for k, m in sorted(mech.items())
-        if acc[k] <= 0.6 and max(m["left"], m["right"]) >= 0.9 and abs(m["ep_spearman"]) >= 0.9
-    ]
+    sided_low = [k for k, m in sorted(mech.items()) if acc[k] <= 0.6 and _one_sided(m)]
     if sided_low:
         notes += (
             " A one-sided head with a monotonic EP row is not enough: it is there too in "
