@@ -88,7 +88,8 @@ from hooked_clip1d.components import rotary_sin_cos
 from hooked_clip1d.config import EncoderConfig
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
-from hooked_clip1d.training import TrainConfig, TrainRun, _provenance
+from hooked_clip1d.param_groups import decay_mask, is_frozen
+from hooked_clip1d.training import TrainConfig, TrainRun, _provenance, comparable_train_config, save_snapshot
 
 DropoutRNG = Literal["matched", "fast"]
 
@@ -122,6 +123,7 @@ _KNOWN_FIELDS = set(_SHAPE_FIELDS) | set(_PER_MEMBER_FIELDS) | set(_HOOK_FIELDS)
 # TrainConfig fields that must be equal in a group (the rest may differ per member)
 _TRAIN_SHARED = ("betas", "eps", "device")
 _TRAIN_KNOWN = {"lr", "weight_decay", "epochs", "batch_size", "seed", "eval_every", "checkpoint_every", "threads"}
+_TRAIN_KNOWN |= {"no_decay", "frozen", "keep_snapshots"}  # per-member decay / freeze masks, snapshots
 _TRAIN_KNOWN |= set(_TRAIN_SHARED)
 _CLIP_KNOWN = {"vision", "text", "init_logit_scale", "max_logit_scale"}
 
@@ -232,22 +234,7 @@ class StackedCLIP(nn.Module):
         self.device = torch.device(self.tower_cfg["vision"].device)
         self.names = list(models[0].state_dict())
         states = [m.state_dict() for m in models]
-        params = []
-        for name in self.names:
-            if name.endswith("embed.W_E"):
-                rows = []
-                for c, st in zip(cfgs, states, strict=True):
-                    tcfg = c.vision if name.startswith("vision.") else c.text
-                    W = st[name]
-                    padded = torch.zeros(self.tower_cfg[name.split(".")[0]].d_vocab, W.shape[1], dtype=W.dtype)
-                    padded[_vocab_map(tcfg.n_labels, tcfg.d_vocab, self.n_max)] = W.detach().cpu()
-                    rows.append(padded)
-                t = torch.stack(rows)
-            else:
-                t = torch.stack([st[name].detach().cpu() for st in states])
-                if _is_qkv(name):  # [K, H, D, Dh] -> [K, D, H, Dh]: projections need no permute per step
-                    t = t.permute(0, 2, 1, 3).contiguous()
-            params.append(nn.Parameter(t.to(self.device)))
+        params = [nn.Parameter(self.stack(name, [st[name] for st in states])) for name in self.names]
         self.flat = nn.ParameterList(params)
         self.params: dict[str, nn.Parameter] = dict(zip(self.names, self.flat, strict=True))
         self.max_logit_scale = torch.tensor([c.max_logit_scale for c in cfgs], device=self.device)
@@ -280,6 +267,23 @@ class StackedCLIP(nn.Module):
         self._labels: dict[tuple[int, int], torch.Tensor] = {}
 
     # ---- members ------------------------------------------------------------------------------------------------
+    def stack(self, name: str, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+        """One tensor per member, laid out like ``CLIP1D`` parameter ``name``, stacked as ``self.params[name]`` is:
+        token embeddings padded to the largest vocabulary (extra rows 0), per-head weights as [K, D, H, Dh]."""
+        if name.endswith("embed.W_E"):
+            rows = []
+            for c, W in zip(self.member_cfgs, tensors, strict=True):
+                tcfg = c.vision if name.startswith("vision.") else c.text
+                padded = torch.zeros(self.tower_cfg[name.split(".")[0]].d_vocab, W.shape[1], dtype=W.dtype)
+                padded[_vocab_map(tcfg.n_labels, tcfg.d_vocab, self.n_max)] = W.detach().cpu()
+                rows.append(padded)
+            t = torch.stack(rows)
+        else:
+            t = torch.stack([w.detach().cpu() for w in tensors])
+            if _is_qkv(name):  # [K, H, D, Dh] -> [K, D, H, Dh]: projections need no permute per step
+                t = t.permute(0, 2, 1, 3).contiguous()
+        return t.to(self.device)
+
     def member_state_dict(self, k: int) -> dict[str, torch.Tensor]:
         """Member ``k``'s weights as a ``CLIP1D`` state dict (its own vocabulary size), detached copies on CPU."""
         return {name: self.to_member(k, name, self.params[name].detach()) for name in self.names}
@@ -687,8 +691,17 @@ class StackedAdamW:
         weight_decay: Sequence[float],
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
+        decay_masks: Sequence[torch.Tensor | None] | None = None,
+        grad_masks: Sequence[torch.Tensor | None] | None = None,
     ):
         self.params = list(params)
+        # per parameter, None or a 0/1 tensor of its stacked shape: decayed where 1 (TrainConfig.no_decay); the
+        # gradient is kept where 1 (0: TrainConfig.frozen, never moved: zero gradient, zero Adam moments, no decay)
+        self.decay_masks = list(decay_masks) if decay_masks is not None else [None] * len(self.params)
+        self.grad_masks = list(grad_masks) if grad_masks is not None else [None] * len(self.params)
+        if len(self.decay_masks) != len(self.params) or len(self.grad_masks) != len(self.params):
+            raise ValueError("StackedAdamW needs one decay mask and one gradient mask (or None) per parameter")
+        self.masked = any(m is not None for m in [*self.decay_masks, *self.grad_masks])
         self.lr, self.wd = [float(v) for v in lr], [float(v) for v in weight_decay]
         if not self.params or len(self.lr) != self.params[0].shape[0] or len(self.wd) != len(self.lr):
             raise ValueError("StackedAdamW needs one lr and one weight_decay per member (leading axis)")
@@ -707,12 +720,15 @@ class StackedAdamW:
 
     def _set_factors(self, lr: list[float], wd: list[float]) -> None:
         self.lr, self.wd = lr, wd
-        self.uniform = len(set(lr)) == 1 and len(set(wd)) == 1
+        self.uniform = len(set(lr)) == 1 and len(set(wd)) == 1 and not self.masked
         if not self.uniform:
             dev = self.params[0].device
             lr_t, wd_t = torch.tensor(lr, device=dev), torch.tensor(wd, device=dev)
             self._lr = [lr_t.view(-1, *([1] * (p.ndim - 1))).to(p.dtype) for p in self.params]
-            self._decay = [(1 - lr_t * wd_t).view(-1, *([1] * (p.ndim - 1))).to(p.dtype) for p in self.params]
+            self._decay = []
+            for p, mask in zip(self.params, self.decay_masks, strict=True):
+                lw = (lr_t * wd_t).view(-1, *([1] * (p.ndim - 1))).to(p.dtype)
+                self._decay.append(1 - lw if mask is None else 1 - lw * mask)
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -725,6 +741,9 @@ class StackedAdamW:
         if not params:
             return
         idx = [i for i, p in enumerate(self.params) if p.grad is not None]
+        for i in idx:
+            if self.grad_masks[i] is not None:
+                self.params[i].grad.mul_(self.grad_masks[i])
         grads = [self.params[i].grad for i in idx]
         m = [self.state[i]["exp_avg"] for i in idx]
         v = [self.state[i]["exp_avg_sq"] for i in idx]
@@ -765,6 +784,8 @@ class StackedAdamW:
         for st in self.state:
             st["exp_avg"] = st["exp_avg"].index_select(0, idx).clone()
             st["exp_avg_sq"] = st["exp_avg_sq"].index_select(0, idx).clone()
+        self.decay_masks = [None if m is None else m.index_select(0, idx) for m in self.decay_masks]
+        self.grad_masks = [None if m is None else m.index_select(0, idx) for m in self.grad_masks]
         self._set_factors([self.lr[i] for i in members], [self.wd[i] for i in members])
 
 
@@ -921,12 +942,15 @@ class BatchedTrainer:
         self._images_all, self._captions_all = images.to(self.device), captions.to(self.device)
         self.Pt = Pt
 
+        decay_masks, grad_masks = self._masks(models)
         self.opt = StackedAdamW(
             list(self.model.flat),
             lr=[m.train_cfg.lr for m in members],
             weight_decay=[m.train_cfg.weight_decay for m in members],
             betas=tc0.betas,
             eps=tc0.eps,
+            decay_masks=decay_masks,
+            grad_masks=grad_masks,
         )
         self.active = list(range(K))  # member indices still training, in stack order
         self.step = 0
@@ -956,6 +980,25 @@ class BatchedTrainer:
                     )
         elif resume:
             raise ValueError("resume=True needs an out_dir")
+
+    def _masks(self, models: Sequence[CLIP1D]) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+        """Stacked decay and gradient masks (``param_groups``) of every parameter; None where no member needs one."""
+        decay: list[torch.Tensor | None] = []
+        grad: list[torch.Tensor | None] = []
+        for name, p in zip(self.model.names, self.model.flat, strict=True):
+            dm, gm, any_d, any_g = [], [], False, False
+            for mb, model in zip(self.members, models, strict=True):
+                shape = model.state_dict()[name].shape
+                tc = mb.train_cfg
+                frozen = is_frozen(name, tc.frozen)
+                mask = 0.0 if frozen else decay_mask(name, model.cfg, tc.no_decay)
+                any_d |= mask is not None
+                any_g |= frozen
+                dm.append(torch.ones(shape) if mask is None else torch.as_tensor(mask).expand(shape).clone())
+                gm.append(torch.full(shape, 0.0 if frozen else 1.0))
+            decay.append(self.model.stack(name, dm).to(p.dtype) if any_d else None)
+            grad.append(self.model.stack(name, gm).to(p.dtype) if any_g else None)
+        return decay, grad
 
     # ---- member views ---------------------------------------------------------------------------------------------
     def member_dir(self, i: int) -> Path | None:
@@ -1009,6 +1052,8 @@ class BatchedTrainer:
             "batched": {"dropout_rng": self.dropout_rng, "group_size": len(self.members)},
         }
         save_tensors(self.member_dir(i) / "checkpoint.safetensors", tensors, meta)
+        if self.members[i].train_cfg.keep_snapshots:
+            save_snapshot(self.member_model(i), self.member_dir(i), epoch, self.members[i].data_cfg)
 
     # ---- group checkpoint -----------------------------------------------------------------------------------------
     def save_group_checkpoint(self) -> None:
@@ -1069,10 +1114,7 @@ class BatchedTrainer:
             for key in ("model_config", "data_config"):
                 if canonical_config(key, saved[key]) != now[key]:
                     raise CheckpointError(f"cannot resume {str(self.group_ckpt)!r}: member {i}'s {key} differs")
-            old_t, new_t = dict(saved["train_config"]), dict(now["train_config"])
-            for key in ("eval_every", "checkpoint_every", "threads", "device"):
-                old_t.pop(key, None)
-                new_t.pop(key, None)
+            old_t, new_t = comparable_train_config(saved["train_config"]), comparable_train_config(now["train_config"])
             if old_t != new_t:
                 raise CheckpointError(
                     f"cannot resume {str(self.group_ckpt)!r}: member {i}'s train_config differs: {old_t} vs {new_t}"

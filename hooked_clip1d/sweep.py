@@ -84,6 +84,7 @@ from hooked_clip1d.checkpoint import atomic_write_text
 from hooked_clip1d.clip import CLIPConfig
 from hooked_clip1d.config import PRESETS, EncoderConfig, TextConfig, VisionConfig
 from hooked_clip1d.data import SPLITS, DataConfig
+from hooked_clip1d.param_groups import RECIPES
 from hooked_clip1d.training import TrainConfig
 
 _DATA_FIELDS = {f.name for f in dataclasses.fields(DataConfig)}
@@ -133,6 +134,8 @@ def _route(key: str) -> list[tuple[str, str]]:
         if name not in known[section]:
             raise ValueError(f"sweep key {key!r}: {section} has no field {name!r}")
         return [(section, name)]
+    if key == "recipe":  # a named recipe (param_groups.RECIPES): expanded into its fields by _build_run
+        return []
     if key == "n_labels":
         return [("model", "n_labels"), ("data", "n_labels")]
     if key == "seed":
@@ -157,9 +160,15 @@ def _fmt(v: Any) -> str:
 
 def _build_run(base: dict[str, dict[str, Any]], params: dict[str, Any], preset: str, text_preset: str) -> RunSpec:
     sec: dict[str, dict[str, Any]] = {k: dict(v) for k, v in base.items()}
+    if "recipe" in params:  # first, so that the run's other keys override what the recipe sets
+        if params["recipe"] not in RECIPES:
+            raise ValueError(f"sweep spec: unknown recipe {params['recipe']!r}; known: {sorted(RECIPES)}")
+        for key, value in RECIPES[params["recipe"]].items():
+            for section, name in _route(key):
+                sec[section][name] = tuple(value) if isinstance(value, list) else value
     for key, value in params.items():
         for section, name in _route(key):
-            if isinstance(value, list) and name in ("betas", "pruned_heads"):
+            if isinstance(value, list) and name in ("betas", "pruned_heads", "no_decay", "frozen"):
                 value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
             sec[section][name] = value
     if "n_labels" in sec["model"] and "n_labels" not in sec["data"]:

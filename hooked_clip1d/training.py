@@ -47,6 +47,7 @@ from hooked_clip1d.checkpoint import (
 from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
+from hooked_clip1d.param_groups import FROZEN_GROUPS, NO_DECAY_GROUPS, check_groups, decay_mask, is_frozen, masks_needed
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,10 @@ class TrainConfig:
     """Optimisation settings with the paper's defaults (Sec. 2.2)."""
 
     lr: float = 1e-4  # AdamW learning rate
-    weight_decay: float = 0.2  # AdamW decoupled weight decay w (App. B varies it), applied to every parameter
+    weight_decay: float = 0.2  # AdamW decoupled weight decay w (App. B varies it)
+    no_decay: tuple[str, ...] = ()  # parameter groups exempt from decay (param_groups.NO_DECAY_GROUPS); () = decay
+    # every parameter, as AdamW(model.parameters()) does; the paper does not say
+    frozen: tuple[str, ...] = ()  # parameter groups held at their init ("qk_bias": b_Q = b_K = 0, i.e. no q/k bias)
     epochs: int = 10_000  # Nepoch
     batch_size: int | None = None  # bs; None = 50 for caption_mode "left", 100 for "left_right"
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas (torch defaults)
@@ -64,6 +68,7 @@ class TrainConfig:
     checkpoint_every: int = 500  # epochs between atomic training checkpoints
     device: str = "cpu"  # "cpu" or "cuda"
     threads: int | None = None  # torch.set_num_threads for training; None leaves torch's default
+    keep_snapshots: bool = False  # also keep the weights of every checkpoint as snapshots/epoch_NNNNN.safetensors
 
     def __post_init__(self) -> None:
         for f in ("epochs", "eval_every", "checkpoint_every"):
@@ -76,17 +81,21 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr!r}")
         if self.weight_decay < 0:
             raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
+        object.__setattr__(self, "no_decay", check_groups("no_decay", self.no_decay, NO_DECAY_GROUPS))
+        object.__setattr__(self, "frozen", check_groups("frozen", self.frozen, FROZEN_GROUPS))
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["betas"] = list(self.betas)
+        d["no_decay"], d["frozen"] = list(self.no_decay), list(self.frozen)
         return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> TrainConfig:
         d = dict(d)
-        if "betas" in d:
-            d["betas"] = tuple(d["betas"])
+        for k in ("betas", "no_decay", "frozen"):
+            if k in d:
+                d[k] = tuple(d[k])
         known = {f.name for f in dataclasses.fields(TrainConfig)}
         if set(d) - known:
             raise ValueError(f"unknown TrainConfig fields {sorted(set(d) - known)}")
@@ -127,11 +136,83 @@ def _provenance() -> dict[str, Any]:
     }
 
 
+class MaskedAdamW(torch.optim.AdamW):
+    """AdamW whose decoupled weight decay follows ``TrainConfig.no_decay`` and which never moves ``frozen`` groups.
+
+    torch's AdamW multiplies each parameter by ``1 - lr * wd`` and then takes the Adam step; this does the same
+    multiplication itself, per element (``param_groups.decay_mask``), and runs the kernel with ``weight_decay=0``.
+    Frozen parameters get no gradient (``grad = None``), so they keep their initial value and have no Adam state.
+
+    Example:
+        >>> from hooked_clip1d.clip import CLIP1D, CLIPConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, d_model=8, d_head=4), seed=0)
+        >>> opt = MaskedAdamW(m, TrainConfig(frozen=("qk_bias",)))
+        >>> m.loss(m.vision.to_tokens(["C 1 . . . . . . . . .", "C 2 . . . . . . . . ."]),
+        ...        m.text.to_tokens(["1 is in the image", "2 is in the image"])).backward()
+        >>> opt.step()
+        >>> bool(m.vision.blocks[0].attn.b_Q.abs().max() == 0)
+        True
+    """
+
+    def __init__(self, model: CLIP1D, cfg: TrainConfig):
+        names, params = zip(*model.named_parameters(), strict=True)
+        super().__init__(list(params), lr=cfg.lr, weight_decay=0.0, betas=cfg.betas, eps=cfg.eps, fused=True)
+        self.weight_decay = cfg.weight_decay
+        self._frozen = [p for n, p in zip(names, params, strict=True) if is_frozen(n, cfg.frozen)]
+        # (parameter, its decay mask: None = decayed everywhere, a tensor = decayed where 1); exempt ones left out
+        self._decayed: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        for n, p in zip(names, params, strict=True):
+            mask = decay_mask(n, model.cfg, cfg.no_decay)
+            if is_frozen(n, cfg.frozen) or isinstance(mask, float):
+                continue
+            self._decayed.append((p, None if mask is None else mask.to(p.device, p.dtype)))
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        for p in self._frozen:
+            p.grad = None
+        lr = self.param_groups[0]["lr"]
+        for p, mask in self._decayed:
+            if p.grad is None:  # torch's AdamW neither decays nor moves a parameter without a gradient
+                continue
+            if mask is None:
+                p.mul_(1 - lr * self.weight_decay)
+            else:
+                p.mul_(1 - lr * self.weight_decay * mask)
+        return super().step(closure)
+
+
 def make_optimizer(model: CLIP1D, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW over all parameters (weight decay on every one, as ``AdamW(model.parameters())`` does)."""
+    """AdamW over all parameters: weight decay on every one, as ``AdamW(model.parameters())`` does, unless
+    ``cfg.no_decay`` / ``cfg.frozen`` name groups (then ``MaskedAdamW``)."""
+    if masks_needed(cfg.no_decay, cfg.frozen):
+        return MaskedAdamW(model, cfg)
     return torch.optim.AdamW(
         model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps, fused=True
     )
+
+
+def comparable_train_config(d: dict[str, Any]) -> dict[str, Any]:
+    """A saved ``train_config`` dict with the defaults of fields added since filled in and the execution settings
+    (``eval_every``, ``checkpoint_every``, ``threads``, ``device``, ``keep_snapshots``) removed: two runs whose
+    dicts compare equal here trained the same way.
+
+    Example:
+        >>> comparable_train_config({"lr": 1e-4}) == comparable_train_config(TrainConfig(threads=2).to_dict())
+        True
+    """
+    out = TrainConfig.from_dict(d).to_dict()
+    for k in ("eval_every", "checkpoint_every", "threads", "device", "keep_snapshots"):
+        out.pop(k, None)
+    return out
+
+
+def save_snapshot(model: CLIP1D, out_dir: Path, epoch: int, data_cfg: DataConfig) -> Path:
+    """Keep the weights of a run at ``epoch`` as ``out_dir/snapshots/epoch_NNNNN.safetensors`` (a model file)."""
+    path = Path(out_dir) / "snapshots" / f"epoch_{epoch:05d}.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_model(model, path, data_cfg, extra={"epoch": epoch})
+    return path
 
 
 def _optimizer_tensors(opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -210,6 +291,8 @@ class Trainer:
         }
 
     def save_checkpoint(self) -> None:
+        if self.cfg.keep_snapshots:
+            save_snapshot(self.model, self.out_dir, self.epoch, self.data_cfg)
         tensors = {**model_tensors(self.model), **_optimizer_tensors(self.opt)}
         tensors["rng.torch"] = torch.get_rng_state()
         tensors["rng.data"] = self.gen.get_state()
@@ -228,10 +311,10 @@ class Trainer:
         for k in ("model_config", "data_config"):
             if canonical_config(k, saved[k]) != now[k]:
                 raise CheckpointError(f"cannot resume {str(self.ckpt_path)!r}: its {k} differs from this run's")
-        old_t, new_t = dict(saved["train_config"] or {}), dict(now["train_config"])
-        for k in ("epochs", "eval_every", "checkpoint_every", "threads", "device"):  # may change between sessions
-            old_t.pop(k, None)
-            new_t.pop(k, None)
+        old_t = comparable_train_config(saved["train_config"] or {})
+        new_t = comparable_train_config(now["train_config"])
+        old_t.pop("epochs", None)  # may grow between sessions
+        new_t.pop("epochs", None)
         if old_t != new_t:
             raise CheckpointError(
                 f"cannot resume {str(self.ckpt_path)!r}: its train_config differs: {old_t} vs {new_t}"

@@ -1,0 +1,145 @@
+"""Recipe fields (TrainConfig.no_decay / frozen): masks, both engines alike, saved and resumed with the run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_config
+from test_batched import _assert_same_model
+
+from hooked_clip1d import DataConfig, build_dataset
+from hooked_clip1d.batched import BatchedTrainer, Member
+from hooked_clip1d.checkpoint import load_model_file
+from hooked_clip1d.param_groups import RECIPES, decay_mask
+from hooked_clip1d.sweep import load_spec
+from hooked_clip1d.training import TrainConfig, Trainer
+
+D6 = DataConfig(n_labels=6, n_heldout=2, n2=2)
+
+
+def _tc(**kw) -> TrainConfig:
+    return TrainConfig(**{**dict(batch_size=16, eval_every=5, checkpoint_every=10, epochs=30), **kw})
+
+
+RECIPE_CASES = {
+    "cls": dict(no_decay=("cls",)),
+    "cls+frozen_qk": dict(no_decay=("cls",), frozen=("qk_bias",)),
+    "open_clip": dict(no_decay=("cls", "biases", "norms", "logit_scale")),
+    "mingpt": dict(no_decay=("embeddings", "biases", "norms")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RECIPE_CASES))
+def test_batched_members_follow_the_trainer_under_each_recipe(tmp_path, case):
+    """A group mixing the recipe with the default (all decayed) ends where two Trainer runs end."""
+    wd = dict(weight_decay=2.0, lr=1e-3)  # large, so a wrongly decayed or undecayed tensor is far off
+    members = [
+        Member(tiny_config(), D6, _tc(seed=0, **wd, **RECIPE_CASES[case])),
+        Member(tiny_config(), D6, _tc(seed=1, **wd)),
+    ]
+    runs = BatchedTrainer(members, tmp_path / "g", dropout_rng="matched").run(progress=False)
+    for i, m in enumerate(members):
+        single = Trainer(m.model_cfg, m.data_cfg, m.train_cfg, tmp_path / f"s{i}").run(progress=False)
+        _assert_same_model(single.model, runs[i].model, build_dataset(D6))
+
+
+def test_cls_row_is_exempt_and_others_decay(tmp_path):
+    """With no gradient signal (lr tiny vs decay), the exempt CLS row keeps its init; other rows shrink."""
+    cfg = tiny_config()
+    tc = _tc(epochs=10, lr=1e-2, weight_decay=5.0, no_decay=("cls",))
+    tr = Trainer(cfg, D6, tc, tmp_path / "r")
+    W0 = tr.model.vision.W_E.detach().clone()
+    run = tr.run(progress=False)
+    W1 = run.model.vision.W_E.detach()
+    cls = cfg.vision.vocab.cls
+    other = 1  # label 1
+    shrink_cls = W1[cls].norm() / W0[cls].norm()
+    shrink_other = W1[other].norm() / W0[other].norm()
+    assert shrink_other < 0.5 < shrink_cls  # decay factor (1 - 0.05)^40 steps = 0.13 on decayed rows
+
+
+def test_frozen_qk_bias_stays_zero_in_both_engines(tmp_path):
+    tc = _tc(epochs=5, frozen=("qk_bias",))
+    single = Trainer(tiny_config(), D6, tc, tmp_path / "s").run(progress=False).model
+    batched = BatchedTrainer([Member(tiny_config(), D6, tc)], tmp_path / "g").run(progress=False)[0].model
+    for m in (single, batched):
+        for tower in (m.vision, m.text):
+            for blk in tower.blocks:
+                assert blk.attn.b_Q.abs().max() == 0 and blk.attn.b_K.abs().max() == 0
+                assert blk.attn.b_V.abs().max() > 0  # the other biases train
+
+
+def test_recipe_fields_are_validated_and_round_trip():
+    with pytest.raises(ValueError, match="unknown groups \\['clss'\\]"):
+        TrainConfig(no_decay=("clss",))
+    tc = TrainConfig(no_decay=("logit_scale", "cls", "cls"), frozen=("qk_bias",))
+    assert tc.no_decay == ("cls", "logit_scale")  # canonical: sorted tuple
+    assert TrainConfig.from_dict(json.loads(json.dumps(tc.to_dict()))) == tc
+
+
+def test_decay_mask_groups():
+    cfg = tiny_config()
+    assert decay_mask("vision.embed.W_E", cfg, ()) is None
+    assert decay_mask("text.embed.W_E", cfg, ("cls",)) is None  # CLS is a vision token
+    assert decay_mask("vision.pos_embed.W_pos", cfg, ("embeddings",)) == 0.0
+    assert decay_mask("vision.blocks.0.attn.W_O", cfg, ("biases", "norms", "logit_scale", "cls")) is None
+    assert decay_mask("logit_scale", cfg, ("logit_scale",)) == 0.0
+
+
+def test_resume_keeps_recipe_and_refuses_another(tmp_path):
+    tc = _tc(epochs=10, no_decay=("cls",), keep_snapshots=True)
+    Trainer(tiny_config(), D6, tc, tmp_path / "r").run(progress=False)
+    snaps = sorted(p.name for p in (tmp_path / "r" / "snapshots").iterdir())
+    assert snaps == ["epoch_00010.safetensors"]
+    assert load_model_file(tmp_path / "r" / "snapshots" / snaps[0]).cfg == tiny_config().__class__.from_dict(
+        load_model_file(tmp_path / "r" / "model.safetensors").cfg.to_dict()
+    )
+    Trainer(tiny_config(), D6, _tc(epochs=20, no_decay=("cls",)), tmp_path / "r", resume=True).run(progress=False)
+    with pytest.raises(Exception, match="train_config differs"):
+        Trainer(tiny_config(), D6, _tc(epochs=30), tmp_path / "r", resume=True)
+
+
+def test_old_train_config_without_recipe_fields_resumes_as_all_decay():
+    from hooked_clip1d.training import comparable_train_config
+
+    old = TrainConfig().to_dict()
+    for k in ("no_decay", "frozen", "keep_snapshots"):
+        old.pop(k)
+    assert comparable_train_config(old) == comparable_train_config(TrainConfig().to_dict())
+
+
+def test_sweep_recipe_key_expands_named_recipes():
+    spec = load_spec(text='[grid]\nrecipe = ["all-decay", "cls-exempt-no-qk-bias-init002"]\nseed = [0]')
+    a, b = spec.runs
+    assert a.train_cfg.no_decay == () and a.model_cfg.vision.init_std == 1.0
+    assert b.train_cfg.no_decay == ("cls",) and b.train_cfg.frozen == ("qk_bias",)
+    assert b.model_cfg.vision.init_std == 0.02 and b.model_cfg.text.init_std == 0.02
+    assert b.name == "recipe-cls-exempt-no-qk-bias-init002_seed-0"
+    with pytest.raises(ValueError, match="unknown recipe 'nope'"):
+        load_spec(text='[grid]\nrecipe = ["nope"]')
+    assert set(RECIPES) >= {"all-decay", "cls-exempt"}
+
+
+def test_masked_step_equals_torch_adamw_when_nothing_is_exempt():
+    """MaskedAdamW with an exemption that touches no parameter of the model equals torch's AdamW."""
+    torch.manual_seed(0)
+    from hooked_clip1d.clip import CLIP1D
+    from hooked_clip1d.training import MaskedAdamW
+
+    cfg = tiny_config()  # attention-only: no LayerNorm, so "norms" exempts nothing
+    a, b = CLIP1D(cfg, seed=0).eval(), CLIP1D(cfg, seed=0).eval()  # no dropout: the same function
+    oa = torch.optim.AdamW(a.parameters(), lr=1e-2, weight_decay=0.5)
+    ob = MaskedAdamW(b, TrainConfig(lr=1e-2, weight_decay=0.5, no_decay=("norms",)))
+    ds = build_dataset(D6)
+    im, cap = ds.training_pairs()
+    for _ in range(3):
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad()
+            m.loss(im[:16], cap[:16]).backward()
+            o.step()
+    for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        if k.endswith("b_K"):  # zero gradient up to rounding noise, which Adam scales up (see test_batched)
+            continue
+        torch.testing.assert_close(vb, va, atol=1e-6, rtol=1e-5, msg=k)
