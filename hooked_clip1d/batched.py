@@ -756,6 +756,16 @@ class StackedAdamW:
                 amsgrad=False, maximize=False,
             )  # fmt: skip
             return
+        if self.fused and len(set(self.lr)) == 1:
+            # per-member or masked decay, one lr: decay first (as AdamW does), then the fused kernel without decay
+            torch._foreach_add_(steps, 1)
+            torch._foreach_mul_(params, [self._decay[i] for i in idx])
+            torch._fused_adamw_(
+                params, grads, m, v, [], steps,
+                lr=self.lr[0], beta1=b1, beta2=b2, weight_decay=0.0, eps=self.eps,
+                amsgrad=False, maximize=False,
+            )  # fmt: skip
+            return
         torch._foreach_add_(steps, 1)
         step = float(steps[0].item())
         bc1 = 1 - b1**step
