@@ -170,13 +170,28 @@ def _fig5e(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     fig = plot_ablations(res, splits=("val_seen", "val_unseen"))
     ep_acc, ep_ls = u["EP"]
     all_acc, all_ls = u["EP+PE+PP+BP+VP"]
+    base = u["baseline"][0]
+    # checks of an effect are relative to the baseline: a range the baseline is already in, or a label-set that
+    # "survives" an ablation that changed nothing, does not count (a baseline of 0.67 is already "near 0.5")
     checks = [
-        ("ablating EP brings unseen-pair accuracy near 0.5 (0.3-0.7)", 0.3 <= ep_acc <= 0.7),
-        ("ablating EP lowers unseen-pair accuracy by at least 0.15", u["baseline"][0] - ep_acc >= 0.15),
-        ("label-set recognition survives the EP ablation (>= 0.8)", ep_ls >= 0.8),
+        (
+            "ablating EP brings unseen-pair accuracy near 0.5 (0.3-0.7) from a baseline above 0.7",
+            0.3 <= ep_acc <= 0.7 and base > 0.7,
+        ),
+        ("ablating EP lowers unseen-pair accuracy by at least 0.15", base - ep_acc >= 0.15),
+        (
+            "the EP ablation removes the side, not the labels (accuracy -0.15 or more, label-set >= 0.8)",
+            base - ep_acc >= 0.15 and ep_ls >= 0.8,
+        ),
         ("EP is the single score term whose ablation hurts most", ep_acc <= min(u[k][0] for k in ("PE", "PP", "BP"))),
-        ("ablating all positional terms (attention and value) gives ~0.5 (0.3-0.7)", 0.3 <= all_acc <= 0.7),
-        ("label-set recognition survives ablating all positional terms (>= 0.8)", all_ls >= 0.8),
+        (
+            "ablating all positional terms (attention and value) gives ~0.5 (0.3-0.7) from a baseline above 0.7",
+            0.3 <= all_acc <= 0.7 and base > 0.7,
+        ),
+        (
+            "ablating all positional terms removes the side, not the labels (accuracy -0.15 or more, label-set >= 0.8)",
+            base - all_acc >= 0.15 and all_ls >= 0.8,
+        ),
     ]
     summary = "unseen-pair accuracy / label-set: " + "; ".join(f"{k} {a:.2f}/{ls:.2f}" for k, (a, ls) in u.items())
     return Outcome(res, summary + ".", checks, {"ablation": fig})
@@ -270,12 +285,10 @@ def _fig13(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
 
 
 def _spearman(y: torch.Tensor) -> torch.Tensor:
-    """Rank correlation of each row of ``y`` [..., n] with 0..n-1."""
-    n = y.shape[-1]
-    ranks = y.argsort(-1).argsort(-1).to(torch.float64)
-    x = torch.arange(n, dtype=torch.float64)
-    rc, xc = ranks - ranks.mean(-1, keepdim=True), x - x.mean()
-    return (rc * xc).sum(-1) / (rc.norm(dim=-1) * xc.norm())
+    """Rank correlation of each row of ``y`` [..., n] with 0..n-1, ties at their average rank (a flat row: 0)."""
+    from hooked_clip1d.analysis.mechanism import spearman_position
+
+    return spearman_position(y)
 
 
 def _fig14(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
@@ -1029,8 +1042,9 @@ def _x_train_ablate_ep(models: dict[str, CLIP1D]) -> Outcome:
         ("without EP the model still generalizes (unseen-pair accuracy >= 0.9)", acc_a["acc"] >= 0.9),
         ("some head is biased to one side on >= 90% of unseen-pair images", max(left + right) >= 0.9),
         (
-            "the other key-position terms take EP's role: ablating PP+BP gives ~0.5 (0.3-0.7) with label-set >= 0.8",
-            0.3 <= u["PP+BP"] <= 0.7 and ls["PP+BP"] >= 0.8,
+            "the other key-position terms take EP's role: ablating PP+BP gives ~0.5 (0.3-0.7, from a baseline above "
+            "0.7) with label-set >= 0.8",
+            0.3 <= u["PP+BP"] <= 0.7 and u["baseline"] > 0.7 and ls["PP+BP"] >= 0.8,
         ),
     ]
     summary = (
