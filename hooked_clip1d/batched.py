@@ -89,6 +89,7 @@ from hooked_clip1d.config import EncoderConfig
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.param_groups import decay_mask, is_frozen
+from hooked_clip1d.rundir import RunLock, check_run_dir, clean_stale_tmp, read_metrics
 from hooked_clip1d.training import TrainConfig, TrainRun, _provenance, comparable_train_config, save_snapshot
 
 DropoutRNG = Literal["matched", "fast"]
@@ -920,6 +921,7 @@ class BatchedTrainer:
         self.streams = [_Stream(len(im), self.bs, m.train_cfg.seed) for (im, _), m in zip(pairs, members, strict=True)]
         self.total_steps = [m.train_cfg.epochs * s.spe for m, s in zip(members, self.streams, strict=True)]
 
+        self._caller_rng = torch.get_rng_state()  # restored at the end of __init__ (and around run)
         models = []
         for m in members:
             torch.manual_seed(m.train_cfg.seed)  # as Trainer does before building its model
@@ -977,19 +979,42 @@ class BatchedTrainer:
         self.group_checkpoint_every = group_checkpoint_every
         self._eval_models: dict[int, CLIP1D] = {}
 
+        self.locks: list[RunLock] = []
         if self.out_dir is not None:
             self.group_ckpt = self.out_dir / "group_checkpoint.safetensors"
-            if resume:
-                self._resume()
-            else:
-                used = [n for i, n in enumerate(names) if (self.member_dir(i) / "metrics.jsonl").exists()]
-                if self.group_ckpt.exists() or used:
-                    raise FileExistsError(
-                        f"{str(self.out_dir)!r} already holds runs {used}; resume them (resume=True) or use a new "
-                        "directory"
-                    )
+            try:
+                for i in range(K):
+                    check_run_dir(self.member_dir(i), f"member {names[i]!r}'s directory")
+                self.locks.append(RunLock(self.out_dir, "batched group directory").acquire())
+                for i in range(K):
+                    if Path(self.member_dir(i)).resolve() != self.out_dir.resolve():  # train_fast: one folder
+                        lock = RunLock(self.member_dir(i), f"member {names[i]!r}'s run directory")
+                        self.locks.append(lock.acquire())
+                for d in [self.out_dir, *(self.member_dir(i) for i in range(K))]:
+                    clean_stale_tmp(d)
+                if resume:
+                    self._resume()
+                else:
+                    used = [n for i, n in enumerate(names) if (self.member_dir(i) / "metrics.jsonl").exists()]
+                    if self.group_ckpt.exists() or used:
+                        raise FileExistsError(
+                            f"{str(self.out_dir)!r} already holds runs {used}; resume them (resume=True) or use a new "
+                            "directory"
+                        )
+            except BaseException:
+                self.release_locks()
+                torch.set_rng_state(self._caller_rng)
+                raise
         elif resume:
+            torch.set_rng_state(self._caller_rng)
             raise ValueError("resume=True needs an out_dir")
+        self._rng = torch.get_rng_state()  # the group's own stream (dropout); the caller's is given back
+        torch.set_rng_state(self._caller_rng)
+
+    def release_locks(self) -> None:
+        """Release the group's and members' directory locks (done at the end of ``run``)."""
+        for lock in reversed(self.locks):
+            lock.release()
 
     def _masks(self, models: Sequence[CLIP1D]) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
         """Stacked decay and gradient masks (``param_groups``) of every parameter; None where no member needs one."""
@@ -1157,8 +1182,8 @@ class BatchedTrainer:
             if i in active:  # drop metric lines written after the checkpoint (they will be written again)
                 path = self.member_dir(i) / "metrics.jsonl"
                 if path.exists():
-                    keep = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["step"] <= self.step]
-                    atomic_write_text(path, "".join(ln + "\n" for ln in keep))
+                    keep = [ln for ln in read_metrics(path) if ln["step"] <= self.step]
+                    atomic_write_text(path, "".join(json.dumps(ln) + "\n" for ln in keep))
             else:
                 summary = self.member_dir(i) / "summary.json"
                 if not summary.exists():
@@ -1291,6 +1316,17 @@ class BatchedTrainer:
 
         One progress bar for the whole group (``desc``, on line ``position`` when several groups share a terminal),
         in global steps (the longest member's count)."""
+        for lock in self.locks:
+            if not lock.held:
+                lock.acquire()
+        try:
+            return self._run(progress, max_steps, chunk_steps, desc, position)
+        finally:
+            self.release_locks()
+
+    def _run(
+        self, progress: bool, max_steps: int | None, chunk_steps: int, desc: str | None, position: int | None
+    ) -> list[TrainRun]:
         self._write_configs()
         threads = max((m.train_cfg.threads or 0) for m in self.members)
         old_threads = torch.get_num_threads()
@@ -1301,6 +1337,8 @@ class BatchedTrainer:
         bar = tqdm(total=total, initial=self.step, desc=desc or f"group of {len(self.members)}", unit="step",
                    disable=not progress, mininterval=1.0, position=position)  # fmt: skip
         t0 = time.perf_counter() - self.elapsed
+        caller_rng = torch.get_rng_state()
+        torch.set_rng_state(self._rng)
         model, opt = self.model, self.opt
         if self.compile and getattr(self, "_compiled_loss", None) is None:
             # inductor's attention fusion (fx_passes/fuse_attention) rewrites the stacked [model, batch, head, ...]
@@ -1334,6 +1372,12 @@ class BatchedTrainer:
                     self.loss_sum += losses.detach().float()
                     self.step += 1
                 bar.update(n)
+                bad = [i for k, i in enumerate(self.active) if not bool(torch.isfinite(self.loss_sum[k]))]
+                if bad:
+                    raise FloatingPointError(
+                        f"training loss of {[self.names[i] for i in bad]} is not finite in steps "
+                        f"{self.step - n + 1}-{self.step}; the group stopped, its last good checkpoints are kept"
+                    )
                 for i in self.active:
                     self.n_loss[i] += n
                 self.elapsed = time.perf_counter() - t0
@@ -1347,6 +1391,8 @@ class BatchedTrainer:
         finally:
             bar.close()
             torch.set_num_threads(old_threads)
+            self._rng = torch.get_rng_state()
+            torch.set_rng_state(caller_rng)
         return [self.finished[i] for i in sorted(self.finished)]
 
 

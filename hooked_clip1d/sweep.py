@@ -85,6 +85,7 @@ from hooked_clip1d.clip import CLIPConfig
 from hooked_clip1d.config import PRESETS, EncoderConfig, TextConfig, VisionConfig
 from hooked_clip1d.data import SPLITS, DataConfig
 from hooked_clip1d.param_groups import RECIPES
+from hooked_clip1d.rundir import RunLock
 from hooked_clip1d.training import TrainConfig
 
 _DATA_FIELDS = {f.name for f in dataclasses.fields(DataConfig)}
@@ -263,7 +264,12 @@ def load_spec(path: str | Path | None = None, *, text: str | None = None) -> Swe
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"sweep spec: runs {dup} appear more than once (repeated grid values?)")
-    return SweepSpec(name=str(raw.get("name", "sweep")), runs=runs, run=run, source=text)
+    name = raw.get("name", "sweep")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or ".." in name:
+        raise ValueError(
+            f"sweep spec: name {name!r} must be a plain identifier (letters, digits, '_', '-', '.'; it names a folder)"
+        )
+    return SweepSpec(name=name, runs=runs, run=run, source=text)
 
 
 def _with_device(r: RunSpec, device: str) -> RunSpec:
@@ -353,9 +359,20 @@ def _run_group(task: _GroupTask) -> list[str]:
 
 
 def _worker_init(threads: int) -> None:  # module-level so spawned workers can import it
+    import threading
+    import time
+
     import torch
 
     torch.set_num_threads(threads)
+    parent = os.getppid()
+
+    def watch() -> None:  # a worker whose sweep process died stops too (else it trains on, orphaned)
+        while os.getppid() == parent:
+            time.sleep(2.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _ray_task(task: _GroupTask) -> list[str]:  # module-level so Ray workers can import it
@@ -532,6 +549,22 @@ def run_sweep(
     if workers > 1 and runner != "local":
         raise ValueError(f"workers={workers} is for the local runner; Ray places the groups itself")
     out = Path(out_dir) if out_dir is not None else Path("sweeps") / spec.name
+    if out.is_dir() and not (out / "spec.toml").exists() and any(e.name != ".lock" for e in out.iterdir()):
+        raise FileExistsError(f"{str(out)!r} is not empty and holds no sweep (no spec.toml); use a new out_dir")
+    with RunLock(out, "sweep directory"):
+        return _run_sweep_locked(spec, out, device, progress, runner, resume, max_steps, workers)
+
+
+def _run_sweep_locked(
+    spec: SweepSpec,
+    out: Path,
+    device: str,
+    progress: bool,
+    runner: str,
+    resume: bool,
+    max_steps: int | None,
+    workers: int,
+) -> list[dict[str, Any]]:
     runs = [_with_device(r, device) for r in spec.runs]
     groups = plan_groups(runs, spec.run["max_group_size"])
     old_spec = out / "spec.toml"

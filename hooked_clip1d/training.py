@@ -21,8 +21,10 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import math
 import platform
 import subprocess
 import sys
@@ -48,6 +50,7 @@ from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.param_groups import FROZEN_GROUPS, NO_DECAY_GROUPS, check_groups, decay_mask, is_frozen, masks_needed
+from hooked_clip1d.rundir import RunLock, check_run_dir, clean_stale_tmp, read_metrics
 
 
 @dataclass(frozen=True)
@@ -71,16 +74,38 @@ class TrainConfig:
     keep_snapshots: bool = False  # also keep the weights of every checkpoint as snapshots/epoch_NNNNN.safetensors
 
     def __post_init__(self) -> None:
+        def is_int(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        def is_real(v: Any) -> bool:
+            return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
         for f in ("epochs", "eval_every", "checkpoint_every"):
             v = getattr(self, f)
-            if not isinstance(v, int) or v < 1:
+            if not is_int(v) or v < 1:
                 raise ValueError(f"TrainConfig.{f} must be a positive int, got {v!r}")
-        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 2):
+        if self.batch_size is not None and (not is_int(self.batch_size) or self.batch_size < 2):
             raise ValueError(f"TrainConfig.batch_size must be >= 2 for a contrastive loss, got {self.batch_size!r}")
-        if not self.lr > 0:
-            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr!r}")
-        if self.weight_decay < 0:
-            raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
+        if not is_real(self.lr) or not self.lr > 0:
+            raise ValueError(f"TrainConfig.lr must be a finite number > 0, got {self.lr!r}")
+        if not is_real(self.weight_decay) or self.weight_decay < 0:
+            raise ValueError(f"TrainConfig.weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        if (
+            not isinstance(self.betas, tuple | list)
+            or len(self.betas) != 2
+            or not all(is_real(b) and 0 <= b < 1 for b in self.betas)
+        ):
+            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
+        if not is_real(self.eps) or not self.eps > 0:
+            raise ValueError(f"TrainConfig.eps must be a finite number > 0, got {self.eps!r}")
+        if not is_int(self.seed) or self.seed < 0:
+            raise ValueError(f"TrainConfig.seed must be an int >= 0, got {self.seed!r}")
+        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
+            raise ValueError(f"TrainConfig.threads must be a positive int or None, got {self.threads!r}")
+        if not isinstance(self.device, str) or self.device.split(":")[0] not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"TrainConfig.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
+        if not isinstance(self.keep_snapshots, bool):
+            raise ValueError(f"TrainConfig.keep_snapshots must be True or False, got {self.keep_snapshots!r}")
         object.__setattr__(self, "no_decay", check_groups("no_decay", self.no_decay, NO_DECAY_GROUPS))
         object.__setattr__(self, "frozen", check_groups("frozen", self.frozen, FROZEN_GROUPS))
 
@@ -259,13 +284,17 @@ class Trainer:
         self.device = torch.device(train_cfg.device)
         self.batch_size = train_cfg.batch_size or data_cfg.batch_size
 
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("TrainConfig.device='cuda' but this torch build has no CUDA device (torch.cuda)")
+        check_run_dir(self.out_dir)
         self.dataset: Dataset = build_dataset(data_cfg)
         images, captions = self.dataset.training_pairs()
         self.images, self.captions = images.to(self.device), captions.to(self.device)
 
+        caller_rng = torch.get_rng_state()  # training draws from the global RNG; the caller's is given back
         torch.manual_seed(train_cfg.seed)
-        if init_model is not None:  # e.g. pruned-then-retrained models: start from given weights
-            self.model = init_model.to(self.device)
+        if init_model is not None:  # e.g. pruned-then-retrained models: start from (a copy of) given weights
+            self.model = copy.deepcopy(init_model).to(self.device)
         else:
             self.model = CLIP1D(model_cfg, seed=train_cfg.seed).to(self.device)
         self.model.data_config = data_cfg
@@ -275,12 +304,36 @@ class Trainer:
         self.step = 0
         self.elapsed = 0.0
 
-        if resume:
-            self._resume()
-        elif self.ckpt_path.exists() or self.metrics_path.exists():
-            raise FileExistsError(
-                f"{str(self.out_dir)!r} already holds a run; resume it (resume=True / --resume) or use a new directory"
-            )
+        self.lock = RunLock(self.out_dir).acquire()
+        try:
+            clean_stale_tmp(self.out_dir)
+            restart = not self.ckpt_path.exists() and self.metrics_path.exists()
+            restart = restart and not (self.out_dir / "summary.json").exists()
+            if restart:  # killed after its first metrics line, before its first checkpoint: nothing to resume
+                print(
+                    f"hooked-clip1d: {str(self.out_dir)!r} holds metrics but no checkpoint (the run stopped before "
+                    "its first checkpoint): starting it again from epoch 0",
+                    file=sys.stderr,
+                )
+                self.metrics_path.unlink()
+            elif resume:
+                self._resume()
+            elif self.ckpt_path.exists() or self.metrics_path.exists():
+                raise FileExistsError(
+                    f"{str(self.out_dir)!r} already holds a run; resume it (resume=True / --resume) or use a new "
+                    "directory"
+                )
+            if train_cfg.epochs < self.epoch:
+                raise ValueError(
+                    f"{str(self.out_dir)!r} has already trained {self.epoch} epochs; epochs={train_cfg.epochs} would "
+                    f"train nothing (ask for more than {self.epoch} to continue it)"
+                )
+        except BaseException:
+            self.lock.release()
+            torch.set_rng_state(caller_rng)
+            raise
+        self._rng = torch.get_rng_state()
+        torch.set_rng_state(caller_rng)
 
     # ---- state ------------------------------------------------------------------------------------------------------
     def _configs(self) -> dict[str, Any]:
@@ -322,16 +375,14 @@ class Trainer:
         loaded = build_model_from(tensors, meta, repr(str(self.ckpt_path)))
         self.model.load_state_dict(loaded.state_dict())
         _load_optimizer(self.opt, tensors)
-        torch.set_rng_state(tensors["rng.torch"])
+        torch.set_rng_state(tensors["rng.torch"])  # __init__ keeps it as the run's RNG state
         self.gen.set_state(tensors["rng.data"])
         st = meta["train_state"]
         self.epoch, self.step, self.elapsed = int(st["epoch"]), int(st["step"]), float(st["elapsed_s"])
         # drop metric lines written after the checkpoint (they will be produced again)
         if self.metrics_path.exists():
-            keep = [
-                ln for ln in self.metrics_path.read_text().splitlines() if ln and json.loads(ln)["epoch"] <= self.epoch
-            ]
-            atomic_write_text(self.metrics_path, "".join(ln + "\n" for ln in keep))
+            keep = [ln for ln in read_metrics(self.metrics_path) if ln["epoch"] <= self.epoch]
+            atomic_write_text(self.metrics_path, "".join(json.dumps(ln) + "\n" for ln in keep))
 
     # ---- loop -------------------------------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, dict[str, Any]]:
@@ -342,6 +393,15 @@ class Trainer:
             self.model.train()
 
     def run(self, progress: bool = True) -> TrainRun:
+        """Train to ``epochs`` (from where a resumed run stopped); the run directory stays locked meanwhile."""
+        if not self.lock.held:
+            self.lock.acquire()
+        try:
+            return self._run(progress)
+        finally:
+            self.lock.release()
+
+    def _run(self, progress: bool) -> TrainRun:
         cfg = self.cfg
         self.out_dir.mkdir(parents=True, exist_ok=True)
         if not (self.out_dir / "config.json").exists():
@@ -351,6 +411,8 @@ class Trainer:
         old_threads = torch.get_num_threads()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        caller_rng = torch.get_rng_state()
+        torch.set_rng_state(self._rng)
         model, opt = self.model, self.opt
         model.train()
         m, bs = len(self.images), self.batch_size
@@ -365,6 +427,11 @@ class Trainer:
                 for start in range(0, m, bs):
                     idx = perm[start : start + bs]
                     loss = model.loss(self.images[idx], self.captions[idx], validate=False)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(
+                            f"training loss is {loss.item()} at step {self.step + 1} (epoch {self.epoch + 1}); the "
+                            f"run stopped, its last good checkpoint is {str(self.ckpt_path)!r} (if one was written)"
+                        )
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
@@ -397,6 +464,8 @@ class Trainer:
         finally:
             bar.close()
             torch.set_num_threads(old_threads)
+            self._rng = torch.get_rng_state()
+            torch.set_rng_state(caller_rng)
         model.eval()
         self.elapsed = time.perf_counter() - t0
         if not metrics:

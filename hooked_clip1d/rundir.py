@@ -1,0 +1,211 @@
+"""Run directories: one owner at a time, no foreign folders, and recovery from crashes (shared by every writer).
+
+A training run, a batched group, a sweep and an export each write into a folder. ``RunLock`` makes that folder
+owned by one process: ``.lock`` is created atomically (``O_CREAT | O_EXCL``) holding the owner's pid and host; a
+second process gets ``RunDirBusy`` naming the owner; a lock left by a dead process on this host is taken over, with a
+notice on stderr. ``check_run_dir`` refuses a non-empty folder that is not a run of this package, before anything is
+written. ``clean_stale_tmp`` removes temp files of interrupted atomic writes, ``read_metrics`` reads
+``metrics.jsonl`` and drops a last line cut short by a crash (with a notice).
+
+Example:
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> with RunLock(d):
+    ...     try:
+    ...         RunLock(d).acquire()
+    ...     except RunDirBusy as e:
+    ...         print("busy")
+    busy
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+LOCK = ".lock"
+CONFIG_KEYS = ("model_config", "data_config", "train_config")
+
+
+class RunDirBusy(RuntimeError):
+    """Another live process owns the run directory."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+class RunLock:
+    """An exclusive, process-level lock on a directory (``dir/.lock``); a context manager.
+
+    ``acquire`` creates the directory if needed. The lock is released by ``release`` (or leaving the ``with``
+    block); a process that dies leaves a stale lock, which the next owner on the same host takes over.
+    """
+
+    def __init__(self, directory: str | os.PathLike, what: str = "run directory"):
+        self.dir = Path(directory)
+        self.path = self.dir / LOCK
+        self.what = what
+        self.held = False
+
+    def acquire(self) -> RunLock:
+        self.created = not self.dir.exists()  # removed again by release() if it is still empty then
+        self.dir.mkdir(parents=True, exist_ok=True)
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                owner = self._owner()
+                if owner is None:  # unreadable or half-written lock: its writer died mid-write
+                    self._take_over("an unreadable lock file")
+                    continue
+                pid, host = owner.get("pid"), owner.get("host")
+                if host != me["host"]:
+                    raise RunDirBusy(
+                        f"{self.what} {str(self.dir)!r} is locked by pid {pid} on host {host!r}; if that process is "
+                        f"gone, delete {str(self.path)!r}"
+                    ) from None
+                if isinstance(pid, int) and _alive(pid):
+                    raise RunDirBusy(
+                        f"{self.what} {str(self.dir)!r} is in use by process {pid} (lock {str(self.path)!r}); "
+                        "wait for it to finish or stop it, or use another directory"
+                    ) from None
+                self._take_over(f"a stale lock of process {pid}, which is no longer running")
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self.held = True
+            return self
+        raise RunDirBusy(f"could not lock {self.what} {str(self.dir)!r}: the lock keeps changing hands")
+
+    def _owner(self) -> dict[str, Any] | None:
+        try:
+            d = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        return d if isinstance(d, dict) else None
+
+    def _take_over(self, why: str) -> None:
+        print(f"hooked-clip1d: taking over {self.what} {str(self.dir)!r} from {why}", file=sys.stderr)
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        owner = self._owner()
+        if owner is not None and owner.get("pid") == os.getpid():
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+        if getattr(self, "created", False):
+            try:
+                self.dir.rmdir()  # only succeeds when nothing was written: a failed start leaves no folder behind
+            except OSError:
+                pass
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def is_run_dir(path: str | os.PathLike) -> bool:
+    """Whether ``path/config.json`` is a run config written by this package (model, data and train configs)."""
+    cfg = Path(path) / "config.json"
+    try:
+        d = json.loads(cfg.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(d, dict) and all(k in d for k in CONFIG_KEYS)
+
+
+def _ours(name: str) -> bool:
+    return name == LOCK or (name.startswith(".") and name.endswith(".tmp"))
+
+
+def check_run_dir(path: str | os.PathLike, what: str = "--out") -> None:
+    """Refuse a folder that exists, holds files, and is not a run directory of this package.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "notes.txt").write_text("mine")
+        4
+        >>> check_run_dir(d)
+        Traceback (most recent call last):
+        ...
+        FileExistsError: --out ... is not empty and is not a hooked_clip1d run directory (it holds notes.txt); ...
+    """
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise NotADirectoryError(f"{what} {str(p)!r} is a file, not a directory")
+    if not p.is_dir():
+        return
+    entries = sorted(e.name for e in p.iterdir() if not _ours(e.name))
+    if entries and not is_run_dir(p):
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise FileExistsError(
+            f"{what} {str(p)!r} is not empty and is not a hooked_clip1d run directory (it holds {shown}); "
+            "choose a new or empty directory"
+        )
+
+
+def clean_stale_tmp(directory: str | os.PathLike) -> list[str]:
+    """Remove the temp files (``.NAME.*.tmp``) that interrupted atomic writes left in ``directory``; return their
+    names. Call it only while holding the directory's ``RunLock`` (a live writer's temp file would be removed)."""
+    removed = []
+    d = Path(directory)
+    if not d.is_dir():
+        return removed
+    for e in d.iterdir():
+        if e.is_file() and e.name.startswith(".") and e.name.endswith(".tmp"):
+            e.unlink()
+            removed.append(e.name)
+    return sorted(removed)
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The lines of a ``metrics.jsonl``; a last line cut short by a crash is dropped (notice on stderr), any other
+    unreadable line is an error naming the file and line.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "metrics.jsonl"
+        >>> _ = p.write_text('{"epoch": 1}\\n{"epo')
+        >>> read_metrics(p)  # doctest: +ELLIPSIS
+        [{'epoch': 1}]
+    """
+    p = Path(path)
+    if not p.exists():
+        return []
+    text = p.read_text()
+    lines = text.splitlines()
+    out = []
+    for i, ln in enumerate(lines):
+        if not ln.strip():
+            continue
+        try:
+            out.append(json.loads(ln))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1 and not text.endswith("\n"):
+                print(f"hooked-clip1d: {str(p)!r}: dropping a last line cut short by a crash", file=sys.stderr)
+                continue
+            raise ValueError(f"{str(p)!r} line {i + 1} is not valid JSON (corrupt metrics file)") from None
+    return out
