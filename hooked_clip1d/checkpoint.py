@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -84,16 +85,34 @@ def canonical_config(kind: str, d: Any) -> Any:
         return d
 
 
+def content_digest(tensors: dict[str, torch.Tensor], raw_meta: dict[str, str]) -> str:
+    """SHA-256 of every tensor (name, dtype, shape, bytes) and of the stored metadata strings (``digest`` itself
+    left out): saved in each file, so a file edited after it was written (its JSON metadata or its tensors) is
+    recognised on load."""
+    h = hashlib.sha256()
+    meta = {k: v for k, v in raw_meta.items() if k != "digest"}
+    h.update(json.dumps(meta, sort_keys=True).encode())
+    for k in sorted(tensors):
+        t = tensors[k].detach().contiguous().cpu()
+        h.update(f"{k}|{t.dtype}|{list(t.shape)}|".encode())
+        h.update(t.flatten().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, Any]) -> None:
-    """Atomically save ``tensors`` with JSON-encoded ``metadata`` (plus ``format``)."""
+    """Atomically save ``tensors`` with JSON-encoded ``metadata`` (plus ``format`` and a content ``digest``)."""
     meta = {"format": FORMAT, **{k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}}
     flat = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    meta["digest"] = content_digest(flat, meta)
     atomic_write(path, lambda tmp: save_file(flat, tmp, metadata=meta))
 
 
 def read_tensors(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Load tensors and decoded metadata; raise ``CheckpointError`` naming what is wrong with the file."""
     path = Path(path)
+    if path.is_dir():
+        hint = " (a run directory: load its model.safetensors)" if (path / "model.safetensors").exists() else ""
+        raise CheckpointError(f"{str(path)!r} is a directory, not a checkpoint file{hint}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
     try:
@@ -109,8 +128,15 @@ def read_tensors(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
             f"{str(path)!r} is a safetensors file but not a hooked_clip1d checkpoint "
             f"(metadata 'format' is {raw_meta.get('format')!r}, expected {FORMAT!r})"
         )
+    if "digest" in raw_meta and content_digest(tensors, raw_meta) != raw_meta["digest"]:
+        raise CheckpointError(
+            f"{str(path)!r} was modified after it was written: its tensors or metadata no longer match the digest "
+            "stored in it (re-export it, or restore the original file)"
+        )
     meta: dict[str, Any] = {}
     for k, v in raw_meta.items():
+        if k == "digest":
+            continue
         try:
             meta[k] = json.loads(v) if k != "format" else v
         except json.JSONDecodeError:

@@ -149,6 +149,11 @@ class CLIP1D(nn.Module):
         self, images: Int[torch.Tensor, "batch pos"], captions: Int[torch.Tensor, "batch 4"], validate: bool = True
     ) -> Float[torch.Tensor, "batch batch"]:
         """Image-to-text logits ``scale * cos`` [images, captions]."""
+        if validate and images.shape[0] != captions.shape[0]:
+            raise ValueError(
+                f"CLIP1D: {images.shape[0]} images but {captions.shape[0]} captions; the contrastive loss pairs "
+                "image i with caption i, so the batches must have equal size"
+            )
         sim = self.cosine(self.encode_image(images, validate), self.encode_text(captions, validate))
         return self.temperature_scale() * sim
 

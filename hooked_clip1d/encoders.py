@@ -39,6 +39,35 @@ from hooked_clip1d.config import EncoderConfig, TextConfig, VisionConfig
 ReturnType = Literal["pooled", "resid", None]
 
 
+def _checked_hook(fn: Callable) -> Callable:
+    """Wrap a forward hook so that what it returns is checked: ``None`` (activation unchanged, as in
+    TransformerLens) or a tensor of the activation's shape, dtype and device; anything else is an error naming the
+    hook point and both shapes."""
+    if getattr(fn, "_hc1d_checked", False):
+        return fn
+
+    def checked(tensor: torch.Tensor, hook: Any) -> Any:
+        out = fn(tensor, hook=hook)
+        if out is None:
+            return None
+        where = getattr(hook, "name", "?")
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(
+                f"the hook on {where!r} returned a {type(out).__name__}, not a tensor; return a tensor of shape "
+                f"{list(tensor.shape)} (or None to leave the activation unchanged)"
+            )
+        if out.shape != tensor.shape or out.dtype != tensor.dtype or out.device != tensor.device:
+            raise ValueError(
+                f"the hook on {where!r} returned a tensor of shape {list(out.shape)} ({out.dtype}, {out.device}); "
+                f"the activation is {list(tensor.shape)} ({tensor.dtype}, {tensor.device})"
+            )
+        return out
+
+    checked._hc1d_checked = True  # type: ignore[attr-defined]
+    checked.__name__ = getattr(fn, "__name__", "hook")
+    return checked
+
+
 class HookedEncoder(HookedRootModule):
     """Shared machinery of both towers (embeddings, blocks, readout, validation, TL conveniences)."""
 
@@ -202,11 +231,26 @@ class HookedEncoder(HookedRootModule):
         self._check_hook_name(name)
         super()._enable_hook_with_name(name=name, hook=hook, dir=dir)
 
+    def _check_predicate(self, name: Callable[[str], bool]) -> None:
+        active = [n for n in self.hook_dict if n not in self.inactive_hook_names()]
+        if not any(name(n) for n in active):
+            raise ValueError(
+                f"the hook-name predicate {getattr(name, '__name__', name)!r} matches no hook point that fires "
+                f"(see .hook_names()), so its hook would never run"
+            )
+
+    def _enable_hook(self, name: str | Callable, hook: Callable, dir: Literal["fwd", "bwd"]):  # noqa: A002
+        if not isinstance(name, str):
+            self._check_predicate(name)
+        super()._enable_hook(name=name, hook=_checked_hook(hook) if dir == "fwd" else hook, dir=dir)
+
     def add_hook(self, name, hook, dir="fwd", is_permanent=False, level=None, prepend=False):  # noqa: A002
-        # string names are checked (unknown or inactive -> clear error); a predicate, as in hooks(), simply
-        # also matches points that cannot fire, where its hook never runs
+        # string names are checked (unknown or inactive -> clear error); a predicate must match a point that fires
         if isinstance(name, str):
             self._check_hook_name(name)
+        else:
+            self._check_predicate(name)
+        hook = _checked_hook(hook) if dir == "fwd" else hook
         return super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)
 
     def run_with_cache(
@@ -226,11 +270,15 @@ class HookedEncoder(HookedRootModule):
         if names_filter is None:
             base: Callable[[str], bool] = lambda n: True  # noqa: E731
         elif isinstance(names_filter, str):
+            self._check_hook_name(names_filter)
             base = lambda n, s=names_filter: n == s  # noqa: E731
         elif callable(names_filter):
+            self._check_predicate(names_filter)
             base = names_filter
         else:
             wanted = set(names_filter)
+            for n in wanted:
+                self._check_hook_name(n)
             base = lambda n: n in wanted  # noqa: E731
         inactive = self.inactive_hook_names()
 

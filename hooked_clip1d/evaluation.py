@@ -132,9 +132,16 @@ def evaluate(
         )
     text_emb = embed_captions(model, dataset, text_hooks)
     out = {}
+    if not torch.isfinite(text_emb).all():
+        raise ValueError("evaluate: the caption embeddings are not finite (NaN or inf; a text hook or the weights?)")
     for split in splits:
         img_emb = embed_images(model, dataset, split, vision_hooks)
-        out[split] = retrieval_metrics(CLIP1D.cosine(img_emb, text_emb), dataset, split)
+        sim = CLIP1D.cosine(img_emb, text_emb)
+        if not torch.isfinite(sim).all():
+            raise ValueError(
+                f"evaluate: similarities of split {split!r} are not finite (NaN or inf; a vision hook or the weights?)"
+            )
+        out[split] = retrieval_metrics(sim, dataset, split)
     return out
 
 

@@ -191,3 +191,33 @@ def test_batched_group_locks_its_member_directories(tmp_path):
         Trainer(tiny_config(), DATA, _tc(), tmp_path / "g" / "member0", resume=True)
     bt.run(progress=False)
     assert not list((tmp_path / "g").rglob(".lock"))
+
+
+def test_an_edited_file_is_recognised_on_load(tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from hooked_clip1d.checkpoint import CheckpointError, load_model_file, save_model
+
+    m = CLIP1D(tiny_config(), seed=0)
+    save_model(m, tmp_path / "m.safetensors", DATA)
+    load_model_file(tmp_path / "m.safetensors")  # untouched: loads
+    with safe_open(str(tmp_path / "m.safetensors"), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    cfg = json.loads(meta["model_config"])
+    cfg["vision"]["attention_dir"] = "causal"  # shapes still fit: without the digest this would load silently
+    save_file(tensors, str(tmp_path / "edited.safetensors"), metadata={**meta, "model_config": json.dumps(cfg)})
+    with pytest.raises(CheckpointError, match="was modified after it was written"):
+        load_model_file(tmp_path / "edited.safetensors")
+    tensors["model.logit_scale"] = tensors["model.logit_scale"] + 1
+    save_file(tensors, str(tmp_path / "edited2.safetensors"), metadata=meta)
+    with pytest.raises(CheckpointError, match="was modified"):
+        load_model_file(tmp_path / "edited2.safetensors")
+
+
+def test_loading_a_directory_says_so(tmp_path):
+    from hooked_clip1d.checkpoint import CheckpointError, load_model_file
+
+    Trainer(tiny_config(), DATA, _tc(epochs=1), tmp_path / "run").run(progress=False)
+    with pytest.raises(CheckpointError, match="is a directory.*model.safetensors"):
+        load_model_file(tmp_path / "run")

@@ -335,6 +335,8 @@ def _alphas(alphas: Sequence[float] | torch.Tensor) -> torch.Tensor:
     a = torch.as_tensor(alphas, dtype=torch.float32).flatten()
     if a.numel() == 0:
         raise ValueError("alphas is empty")
+    if not torch.isfinite(a).all():
+        raise ValueError(f"alphas must be finite numbers, got {a.tolist()}")
     return a
 
 

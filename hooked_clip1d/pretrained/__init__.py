@@ -48,7 +48,14 @@ def manifest(name: str) -> dict[str, Any]:
     known = list_pretrained()
     if name not in known:
         raise KeyError(f"unknown pretrained model {name!r}; known models: {known}")
-    return json.loads((WEIGHTS_DIR / f"{name}.json").read_text())
+    path = WEIGHTS_DIR / f"{name}.json"
+    try:
+        d = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the manifest {str(path)!r} of {name!r} is not valid JSON (corrupt file?): {e}") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"the manifest {str(path)!r} of {name!r} is not a JSON object")
+    return d
 
 
 def model_name(model: CLIP1D, default: str = "custom model") -> str:
