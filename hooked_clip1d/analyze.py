@@ -372,16 +372,18 @@ def run_analysis(
     """Run ``analysis`` (a key of ``ANALYSES``) on a pretrained name, run directory, model file or ``CLIP1D``."""
     if analysis not in ANALYSES:
         raise ValueError(f"unknown analysis {analysis!r}; known: {sorted(ANALYSES)}")
+    from hooked_clip1d.pretrained import model_name, resolve_model
+
     if isinstance(model, str):
-        from hooked_clip1d.cli import _load
-
-        name, model = model, _load(model)
+        name, model = model, resolve_model(model)
     else:
-        from hooked_clip1d.pretrained import model_name
-
         name = model_name(model)
+    was_training = model.training
     model.eval()
-    report = ANALYSES[analysis][1](model, options)
+    try:
+        report = ANALYSES[analysis][1](model, options)
+    finally:
+        model.train(was_training)  # the caller's model is left in the mode it came in
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = []

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig
+from hooked_clip1d.rundir import RunDirBusy
 from hooked_clip1d.training import TrainConfig
 
 
@@ -197,18 +199,10 @@ def cmd_train(a: argparse.Namespace) -> int:
 
 
 def _load(spec: str):
-    """A pretrained name or a path to a .safetensors model / training run directory."""
-    from hooked_clip1d.checkpoint import load_model_file
-    from hooked_clip1d.pretrained import list_pretrained, load_model
+    """A pretrained name or a path to a .safetensors model / training run directory (``pretrained.resolve_model``)."""
+    from hooked_clip1d.pretrained import resolve_model
 
-    p = Path(spec)
-    if p.is_dir():
-        p = p / "model.safetensors" if (p / "model.safetensors").exists() else p / "checkpoint.safetensors"
-    if p.suffix == ".safetensors" or p.exists():
-        return load_model_file(p)
-    if spec in list_pretrained():
-        return load_model(spec)
-    raise ValueError(f"{spec!r} is neither a file nor a pretrained model; known models: {list_pretrained()}")
+    return resolve_model(spec)
 
 
 def cmd_eval(a: argparse.Namespace) -> int:
@@ -460,7 +454,22 @@ def main(argv: list[str] | None = None) -> int:
     a = parser.parse_args(argv)
     try:
         return a.func(a)
-    except (ValueError, FileExistsError, FileNotFoundError, KeyError) as e:
+    except BrokenPipeError:  # e.g. `hooked-clip1d list | head`: the reader left; not an error of ours
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (python would flush the dead pipe again at exit)
+        except OSError:
+            pass
+        return 0
+    except (
+        ValueError,
+        TypeError,
+        FileExistsError,
+        FileNotFoundError,
+        NotADirectoryError,
+        KeyError,
+        RunDirBusy,
+        FloatingPointError,
+    ) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"hooked-clip1d {a.command}: error: {msg}", file=sys.stderr)
         return 2

@@ -50,6 +50,9 @@ SPLIT_TITLES = {
 }
 
 
+MAX_IMAGES = 1_000_000  # a DataConfig whose splits would hold more images is refused before anything is built
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Dataset settings with the paper's defaults (Sec. 2.1). Impossible settings raise ``ValueError``."""
@@ -103,6 +106,22 @@ class DataConfig:
             raise bad("n_val", f"more than the {n_pos_pairs} position pairs that exist")
         if self.caption_mode not in ("left", "left_right"):
             raise bad("caption_mode", "must be 'left' or 'left_right'")
+        if self.n_images > MAX_IMAGES:
+            raise bad(
+                "n_labels",
+                f"this dataset would hold {self.n_images:,} images (more than MAX_IMAGES = {MAX_IMAGES:,}); the "
+                "paper's largest has about 10,000",
+            )
+
+    @property
+    def n_images(self) -> int:
+        """Images in all splits together (train, val_single, val_seen, val_unseen), before any is built."""
+        pairs = self.n_pair * (self.n_pair - 1)
+        return (
+            self.n_labels * (self.n1 + self.n_val)
+            + pairs * (self.n2 + self.n_val)
+            + self.n_heldout * (self.n_heldout - 1) * self.n_val
+        )
 
     @property
     def n_pair(self) -> int:

@@ -496,6 +496,21 @@ class HookedTextEncoder(HookedEncoder):
             raise ValueError(
                 f"HookedTextEncoder: caption {i} has no EOT token (id {self.cfg.vocab.eot}); the text readout is at EOT"
             )
+        v = self.cfg.vocab
+        if tokens.shape[1] == 4:  # the paper's templates: X is in-the-image / X left-of Y / Y right-of X, then EOT
+            t0, t1, t2, t3 = tokens.unbind(-1)
+            label0 = (t0 >= 1) & (t0 <= v.n_labels)
+            single = (t1 == v.is_) & (t2 == v.in_the_image)
+            label2 = (t2 >= 1) & (t2 <= v.n_labels)
+            pair = ((t1 == v.left_of) | (t1 == v.right_of)) & label2 & (t2 != t0)
+            ok = label0 & (single | pair) & (t3 == v.eot)
+            if not bool(ok.all()):
+                i = int((~ok).nonzero()[0, 0])
+                raise ValueError(
+                    f"HookedTextEncoder: caption {i} ({' '.join(v.caption_tokens_str(tokens[i]))}) is not one the "
+                    "vocabulary produces: 'X is in the image', 'X is on the left of Y' or 'Y is on the right of X' "
+                    "with labels X != Y, then EOT (a misplaced EOT or a repeated label would be read out wrongly)"
+                )
 
     input_kind = "caption"
 

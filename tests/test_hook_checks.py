@@ -76,3 +76,19 @@ def test_steering_refuses_nan_alphas():
 
     with pytest.raises(ValueError, match="finite"):
         _alphas([0.0, float("nan")])
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        lambda v: [1, v.left_of, 1, v.eot],  # a repeated label
+        lambda v: [1, v.eot, 2, v.eot],  # EOT in the middle
+        lambda v: [1, v.left_of, v.eot, 2],  # misplaced EOT
+        lambda v: [1, v.is_, 2, v.eot],  # "1 is 2"
+        lambda v: [v.left_of, 1, 2, v.eot],
+    ],
+)
+def test_captions_the_vocabulary_cannot_produce_are_refused(model, ids):
+    v = model.cfg.text.vocab
+    with pytest.raises(ValueError, match="not one the vocabulary produces"):
+        model.text(torch.tensor([ids(v)]))

@@ -221,3 +221,29 @@ def test_loading_a_directory_says_so(tmp_path):
     Trainer(tiny_config(), DATA, _tc(epochs=1), tmp_path / "run").run(progress=False)
     with pytest.raises(CheckpointError, match="is a directory.*model.safetensors"):
         load_model_file(tmp_path / "run")
+
+
+def test_dataset_size_is_refused_before_building():
+    with pytest.raises(ValueError, match="59,690,550 images"):
+        DataConfig(n_labels=2000)
+
+
+def test_run_analysis_restores_the_callers_mode(tmp_path):
+    from hooked_clip1d import load_model
+    from hooked_clip1d.analyze import run_analysis
+
+    m = load_model("simplified-ntot20-n2-10").train()
+    run_analysis("heads", m, tmp_path)
+    assert m.training
+
+
+def test_cli_failures_are_one_line_and_write_nothing(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "hooked_clip1d", "train", "--preset", "simplified", "--n-labels", "6", "--threads",
+         "-1", "--out", str(tmp_path / "run")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "threads" in r.stderr
+    assert not (tmp_path / "run").exists()
+    r = subprocess.run(f"{sys.executable} -m hooked_clip1d list | head -1", shell=True, capture_output=True, text=True)
+    assert "Traceback" not in r.stderr

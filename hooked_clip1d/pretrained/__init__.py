@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,24 @@ def manifest(name: str) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise ValueError(f"the manifest {str(path)!r} of {name!r} is not a JSON object")
     return d
+
+
+def resolve_model(spec: str | os.PathLike) -> CLIP1D:
+    """The model a command line names: a shipped model's name, a ``.safetensors`` model file, or a training run
+    directory (its ``model.safetensors``, else its latest ``checkpoint.safetensors``). Every command uses this.
+
+    Example:
+        >>> resolve_model("simplified-ntot20-n2-10").cfg.n_labels
+        20
+    """
+    p = Path(spec)
+    if p.is_dir():
+        p = p / "model.safetensors" if (p / "model.safetensors").exists() else p / "checkpoint.safetensors"
+    if p.suffix == ".safetensors" or p.exists():
+        return load_model_file(p)
+    if str(spec) in list_pretrained():
+        return load_model(str(spec))
+    raise ValueError(f"{str(spec)!r} is neither a file nor a pretrained model; known models: {list_pretrained()}")
 
 
 def model_name(model: CLIP1D, default: str = "custom model") -> str:
