@@ -247,3 +247,24 @@ def test_cli_failures_are_one_line_and_write_nothing(tmp_path):
     assert not (tmp_path / "run").exists()
     r = subprocess.run(f"{sys.executable} -m hooked_clip1d list | head -1", shell=True, capture_output=True, text=True)
     assert "Traceback" not in r.stderr
+
+
+def test_export_refuses_a_run_in_use_and_a_foreign_config(tmp_path):
+    from hooked_clip1d.pretrained import export_run
+
+    d = tmp_path / "run"
+    Trainer(tiny_config(), DATA, _tc(epochs=1), d).run(progress=False)
+    p = _hold_lock(d)
+    try:
+        with pytest.raises(RunDirBusy):
+            export_run(d, "x", "test", dest=tmp_path / "zoo")
+    finally:
+        p.kill()
+        p.wait()
+    assert export_run(d, "x", "test", dest=tmp_path / "zoo").exists()
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "config.json").write_text('{"a": 1}')
+    with pytest.raises(ValueError, match="not a hooked_clip1d run config"):
+        export_run(tmp_path / "foreign", "y", "test", dest=tmp_path / "zoo")
+    with pytest.raises(ValueError, match="plain identifier"):
+        export_run(d, "../evil", "test", dest=tmp_path / "zoo")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -156,13 +157,24 @@ def export_run(
     ``checkpoint.safetensors``; the manifest then records the epochs actually trained. ``dest`` defaults to the
     package's ``WEIGHTS_DIR``.
     """
+    from hooked_clip1d.rundir import RunLock, is_run_dir
+
+    run_dir, dest = Path(run_dir), Path(dest) if dest is not None else WEIGHTS_DIR
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or ".." in name:
+        raise ValueError(f"model name {name!r} must be a plain identifier (letters, digits, '_', '-', '.')")
+    if not (run_dir / "config.json").exists():
+        raise FileNotFoundError(f"{run_dir / 'config.json'} is missing: is {run_dir} a training run directory?")
+    if not is_run_dir(run_dir):
+        raise ValueError(f"{str(run_dir / 'config.json')!r} is not a hooked_clip1d run config (foreign folder?)")
+    with RunLock(run_dir, "run directory"):  # a run still training there is refused, not exported half-way
+        return _export_locked(run_dir, name, description, dest, weights_dtype)
+
+
+def _export_locked(run_dir: Path, name: str, description: str, dest: Path, weights_dtype: str) -> Path:
     from hooked_clip1d.checkpoint import read_tensors, save_model
     from hooked_clip1d.data import build_dataset
     from hooked_clip1d.evaluation import evaluate
 
-    run_dir, dest = Path(run_dir), Path(dest) if dest is not None else WEIGHTS_DIR
-    if not (run_dir / "config.json").exists():
-        raise FileNotFoundError(f"{run_dir / 'config.json'} is missing: is {run_dir} a training run directory?")
     config = json.loads((run_dir / "config.json").read_text())
     final = run_dir / "model.safetensors"
     src = final if final.exists() else run_dir / "checkpoint.safetensors"
