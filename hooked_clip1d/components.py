@@ -149,7 +149,7 @@ class Attention(nn.Module):
             self.hook_rot_q = HookPoint()  # [batch, pos, head_index, d_head]
 
     @staticmethod
-    def _project(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def _project(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | float) -> torch.Tensor:
         if x.ndim == 4:  # per-head inputs [batch, pos, head_index, d_model]
             return torch.einsum("bphm,hmd->bphd", x, W) + b
         h, dm, dh = W.shape
@@ -163,9 +163,35 @@ class Attention(nn.Module):
         qkv = (x @ W).unflatten(-1, (3, h, dh))
         return qkv[..., 0, :, :] + self.b_Q, qkv[..., 1, :, :] + self.b_K, qkv[..., 2, :, :] + self.b_V
 
+    def _rot(self, x: torch.Tensor) -> torch.Tensor:
+        return apply_rotary(x, self.rotary_sin, self.rotary_cos) if self.cfg.positional == "rope" else x
+
+    def ablated_scores(self, E: torch.Tensor, P: torch.Tensor | None) -> torch.Tensor:
+        """The sum of the ``cfg.ablated_terms`` score terms [batch, head, q, k] (÷ sqrt(d_head)), from the token
+        embeddings ``E`` and positional embeddings ``P`` of this forward pass: the part (E, P or bias B) of each
+        query times the part of each key (``analysis.terms`` names them). Layer 0 without LayerNorm only."""
+        parts_q = {"E": self._project(E, self.W_Q, 0.0), "B": self.b_Q.expand(*E.shape[:2], -1, -1)}
+        parts_k = {"E": self._project(E, self.W_K, 0.0), "B": self.b_K.expand(*E.shape[:2], -1, -1)}
+        zero = torch.zeros_like(parts_q["E"])
+        parts_q["P"] = self._project(P, self.W_Q, 0.0) if P is not None else zero
+        parts_k["P"] = self._project(P, self.W_K, 0.0) if P is not None else zero
+        removed = torch.zeros((), dtype=E.dtype, device=E.device)
+        for t in self.cfg.ablated_terms:
+            if t == "VP":
+                continue
+            qa, ka = self._rot(parts_q[t[0]]), self._rot(parts_k[t[1]])
+            removed = removed + qa.transpose(1, 2) @ ka.permute(0, 2, 3, 1)
+        return removed / self.cfg.attn_scale
+
     def forward(
-        self, query_input: torch.Tensor, key_input: torch.Tensor, value_input: torch.Tensor
+        self,
+        query_input: torch.Tensor,
+        key_input: torch.Tensor,
+        value_input: torch.Tensor,
+        embeddings: tuple[torch.Tensor, torch.Tensor | None] | None = None,
     ) -> Float[torch.Tensor, "batch pos d_model"]:
+        """``embeddings``: (E, P) of this forward pass, given to layer 0 when ``cfg.ablated_terms`` is set: the
+        model itself removes those terms (training-time ablation), before ``hook_v`` / ``hook_attn_scores``."""
         cfg = self.cfg
         if query_input is key_input and key_input is value_input and query_input.ndim == 3:
             q, k, v = self._qkv(query_input)
@@ -173,12 +199,16 @@ class Attention(nn.Module):
             q = self._project(query_input, self.W_Q, self.b_Q)
             k = self._project(key_input, self.W_K, self.b_K)
             v = self._project(value_input, self.W_V, self.b_V)
+        if embeddings is not None and "VP" in cfg.ablated_terms and embeddings[1] is not None:
+            v = v - self._project(embeddings[1], self.W_V, 0.0)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         if cfg.positional == "rope":
             q = self.hook_rot_q(apply_rotary(q, self.rotary_sin, self.rotary_cos))
             k = self.hook_rot_k(apply_rotary(k, self.rotary_sin, self.rotary_cos))
         # [b, h, q, d] @ [b, h, d, k] -> [b, h, q, k]
         scores = (q.transpose(1, 2) @ k.permute(0, 2, 3, 1)) / cfg.attn_scale
+        if embeddings is not None and any(t != "VP" for t in cfg.ablated_terms):
+            scores = scores - self.ablated_scores(*embeddings)
         if cfg.attention_dir == "causal":
             p = scores.shape[-1]
             scores = torch.where(self.mask[:p, :p], scores, self.IGNORE)
@@ -250,7 +280,8 @@ class TransformerBlock(nn.Module):
             self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
             self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
 
-    def forward(self, resid_pre: Resid) -> Resid:
+    def forward(self, resid_pre: Resid, embeddings: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> Resid:
+        """``embeddings``: (E, P) for the model's own term removal (``cfg.ablated_terms``, layer 0)."""
         cfg = self.cfg
         resid_pre = self.hook_resid_pre(resid_pre)
         if cfg.use_attn_in or cfg.use_split_qkv_input:
@@ -261,10 +292,10 @@ class TransformerBlock(nn.Module):
                 q_in = self.hook_q_input(per_head.clone())
                 k_in = self.hook_k_input(per_head.clone())
                 v_in = self.hook_v_input(per_head.clone())
-            attn_out = self.attn(self.ln1(q_in), self.ln1(k_in), self.ln1(v_in))
+            attn_out = self.attn(self.ln1(q_in), self.ln1(k_in), self.ln1(v_in), embeddings)
         else:
             x = self.ln1(resid_pre)
-            attn_out = self.attn(x, x, x)
+            attn_out = self.attn(x, x, x, embeddings)
         attn_out = self.hook_attn_out(self.dropout(attn_out))
         if cfg.attn_only:
             return self.hook_resid_post(resid_pre + attn_out)

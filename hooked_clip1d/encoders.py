@@ -90,14 +90,8 @@ class HookedEncoder(HookedRootModule):
         self.hook_pooled = HookPoint()  # [batch, d_model]: the readout (CLS or EOT) of the final residual
         self.to(cfg.device)
         self.setup()
-        # training-time ablation (EncoderConfig.ablated_terms): permanent hooks that remove the terms from layer 0,
-        # fed with the embeddings of each forward pass (after any user hook on hook_embed / hook_pos_embed)
-        self._ablation_inputs: dict[str, torch.Tensor] = {}
-        if cfg.ablated_terms:
-            from hooked_clip1d.analysis.terms import ablate_terms
-
-            for name, fn in ablate_terms(self, cfg.ablated_terms, embeddings=self._ablation_inputs):
-                self.mod_dict[name].add_perma_hook(fn)
+        # training-time ablation (EncoderConfig.ablated_terms) is computed by block 0's attention itself from the
+        # embeddings of each forward pass (after any user hook on hook_embed / hook_pos_embed): no hooks involved
 
     # ---- input handling ---------------------------------------------------------------------------------------------
     def readout_positions(self, tokens: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, " batch"]:
@@ -171,19 +165,14 @@ class HookedEncoder(HookedRootModule):
         """
         if validate:
             self.validate_tokens(tokens)
-        resid = self.hook_embed(self.embed(tokens))
-        if self.cfg.ablated_terms:
-            self._ablation_inputs["E"] = resid
+        E = resid = self.hook_embed(self.embed(tokens))
+        pos = None
         if self.cfg.positional == "learned":
             pos = self.hook_pos_embed(self.pos_embed(tokens))
-            if self.cfg.ablated_terms:
-                self._ablation_inputs["P"] = pos
             resid = resid + pos
-        try:
-            for block in self.blocks[:stop_at_layer]:
-                resid = block(resid)
-        finally:
-            self._ablation_inputs.clear()  # no activations (and autograd graphs) kept between calls
+        embeddings = (E, pos) if self.cfg.ablated_terms else None
+        for i, block in enumerate(self.blocks[:stop_at_layer]):
+            resid = block(resid, embeddings if i == 0 else None)
         if stop_at_layer is not None:
             return resid
         if self.cfg.normalization_type == "LN":

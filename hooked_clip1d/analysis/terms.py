@@ -151,7 +151,6 @@ def ablate_terms(
     heads: Sequence[int] | None = None,
     *,
     ln_scale: str | None = None,
-    embeddings: dict[str, torch.Tensor] | None = None,
 ) -> list[tuple[str, Callable]]:
     """Forward hooks that remove ``terms`` (any of ``ABLATABLE_TERMS``) from ``layer``'s attention.
 
@@ -161,8 +160,8 @@ def ablate_terms(
     ``run_with_hooks``, ``model.hooks(...)`` or ``evaluate(..., vision_hooks=...)``; hooks for several layers can
     be concatenated.
 
-    ``embeddings`` (internal; used by ``EncoderConfig.ablated_terms``): a dict the caller fills with ``"E"`` and
-    ``"P"`` each forward pass, instead of hooks on ``hook_embed`` / ``hook_pos_embed`` saving them.
+    (``EncoderConfig.ablated_terms`` makes a model remove terms itself, in every forward pass; see
+    ``components.Attention.ablated_scores``.)
 
     Example:
         >>> from hooked_clip1d import CLIP1D, CLIPConfig
@@ -177,7 +176,7 @@ def ablate_terms(
     score_terms = [t for t in terms if t in TOKEN_POSITION_TERMS]
     ln = cfg.normalization_type == "LN"
     need_rest = any("R" in t for t in score_terms)
-    store: dict[str, torch.Tensor] = {} if embeddings is None else embeddings
+    store: dict[str, torch.Tensor] = {}
 
     def saver(key: str) -> Callable:
         def save(act: torch.Tensor, hook: HookPoint) -> None:
@@ -225,11 +224,9 @@ def ablate_terms(
             vp = vp * _head_mask(heads, v.shape[2], v)[None, None, :, None]
         return v - vp
 
-    hooks: list[tuple[str, Callable]] = []
-    if embeddings is None:
-        hooks.append(("hook_embed", saver("E")))
-        if cfg.positional == "learned":
-            hooks.append(("hook_pos_embed", saver("P")))
+    hooks: list[tuple[str, Callable]] = [("hook_embed", saver("E"))]
+    if cfg.positional == "learned":
+        hooks.append(("hook_pos_embed", saver("P")))
     if need_rest:
         hooks.append((f"blocks.{layer}.hook_resid_pre", saver("resid")))
     if ln and terms:
