@@ -10,6 +10,7 @@ Example:
     torch.Size([4, 4, 11, 11])
 """
 
+from hooked_clip1d._version import __version__ as __version__
 from hooked_clip1d.batched import BatchedTrainer, Member, train_batched, train_fast
 from hooked_clip1d.clip import CLIP1D, CLIPConfig, clip_loss
 from hooked_clip1d.config import EncoderConfig, TextConfig, VisionConfig, preset
@@ -20,8 +21,6 @@ from hooked_clip1d.pretrained import list_pretrained, load_model
 from hooked_clip1d.sweep import load_spec, run_sweep
 from hooked_clip1d.training import TrainConfig, Trainer, train
 from hooked_clip1d.vocab import Vocabulary
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BatchedTrainer",

@@ -833,7 +833,7 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
     seeds = sorted({int(r["seed"]) for r in rows})
     hist: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
     for r in rows:
-        hist[(r["recipe"], int(r["seed"]))] = run_mechanism_history(r["path"])
+        hist[(r["recipe"], int(r["seed"]))] = run_mechanism_history(r["path"], every=2000)
     final = {k: h[max(h)] for k, h in hist.items()}
     frozen_qk = {rc: "qk_bias" in RECIPES[rc].get("train.frozen", []) for rc in recipes}
     per_run = {}

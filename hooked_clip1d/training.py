@@ -140,11 +140,11 @@ class TrainRun:
 
 
 def _provenance() -> dict[str, Any]:
-    import hooked_clip1d
+    from hooked_clip1d._version import __version__
 
     commit = None
     try:
-        here = Path(hooked_clip1d.__file__).resolve().parent
+        here = Path(__file__).resolve().parent
         r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
         if r.returncode == 0:
             commit = r.stdout.strip()
@@ -153,7 +153,7 @@ def _provenance() -> dict[str, Any]:
     return {
         # the program's name, not its path on this machine (e.g. "hooked-clip1d train ...")
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "",
-        "hooked_clip1d": getattr(hooked_clip1d, "__version__", "?"),
+        "hooked_clip1d": __version__,
         "git_commit": commit,
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -1,0 +1,92 @@
+"""The import graph: no cycles (lazy imports included), and no upward imports (the pipeline's layers)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import hooked_clip1d
+
+ROOT = Path(hooked_clip1d.__file__).parent
+
+# the pipeline, bottom to top: a module may import from its own layer or below, never above
+LAYERS = [
+    ["_version", "vocab", "config"],
+    ["data", "components"],
+    ["encoders"],
+    ["clip"],
+    ["checkpoint", "rundir", "param_groups", "evaluation"],
+    ["training"],
+    ["batched"],
+    ["sweep"],
+    ["analysis"],
+    ["visualization"],
+    ["pretrained"],
+    ["demo", "analyze", "reproduce", "results_page"],
+    ["cli", "__main__", "__init__"],
+]
+LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in ROOT.rglob("*.py"):
+        rel = p.relative_to(ROOT.parent).with_suffix("")
+        name = ".".join(rel.parts)
+        out[name.removesuffix(".__init__")] = p
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, p in mods.items():
+        deps = set()
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("hooked_clip1d"):
+                deps |= {m for m in (n.module, *(f"{n.module}.{a.name}" for a in n.names)) if m in mods}
+            elif isinstance(n, ast.Import):
+                deps |= {a.name for a in n.names if a.name in mods}
+        graph[name] = deps - {name}
+    return graph
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    key = parts[1] if len(parts) > 1 else "__init__"
+    if module.endswith("__main__"):
+        key = "__main__"
+    return LEVEL[key]
+
+
+def test_every_module_has_a_layer():
+    unknown = sorted(m for m in _modules() if (m.split(".")[1] if "." in m else "__init__") not in LEVEL)
+    assert not unknown, f"add these modules to LAYERS: {unknown}"
+
+
+def test_no_upward_imports():
+    bad = [
+        f"{m} (layer {_layer(m)}) imports {d} (layer {_layer(d)})"
+        for m, deps in _graph().items()
+        for d in deps
+        if _layer(d) > _layer(m) and d != "hooked_clip1d"
+    ]
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    seen: dict[str, int] = {}  # 1 = on the stack, 2 = done
+
+    def visit(v: str, path: list[str]) -> None:
+        seen[v] = 1
+        for w in sorted(graph[v]):
+            if seen.get(w) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(w) :], w]))
+            if w not in seen:
+                visit(w, [*path, w])
+        seen[v] = 2
+
+    for v in sorted(graph):
+        if v not in seen:
+            visit(v, [v])
