@@ -310,6 +310,7 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
                 compile_sweeps=True if a.compile else None,
                 sweep_device=a.device,
                 sweep_workers=a.workers,
+                sweeps_dir=a.sweeps_dir,
             )
         )
     if a.json:
@@ -320,7 +321,8 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
             print(f"         {r['summary']}")
             for c in r["checks"]:
                 print(f"         [{'x' if c['holds'] else ' '}] {c['check']}")
-        print(f"wrote {a.out}/<figure>/ (JSON + PNG); `hooked-clip1d results-page` builds docs/results.md")
+        where = ", ".join(f"{a.out}/{r['figure']}/" for r in records)
+        print(f"wrote {where} (JSON + PNG); `hooked-clip1d results-page` builds docs/results.md")
     return 0
 
 
@@ -410,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sw = sub.add_parser("sweep", help="train a grid of models from a TOML spec, batched; resumable")
     sw.add_argument("spec", help="sweep spec (.toml), e.g. examples/sweeps/fig3_small.toml")
-    sw.add_argument("--out", default=None, help="output folder (default sweeps/<spec name>); rerun to resume")
+    sw.add_argument("--out", default=None, help=f"output folder (default {_SWEEPS_HOME}/<spec name>); rerun to resume")
     sw.add_argument("--device", default="cpu", help="cpu | cuda")
     sw.add_argument("--runner", default="local", choices=["local", "ray"], help="ray: groups as Ray tasks")
     sw.add_argument("--max-steps", type=int, default=None, help="stop each group after this many steps (resumable)")
@@ -431,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--compile", action="store_true", help="torch.compile the sweeps' training step (faster on CPU)")
     r.add_argument("--device", default="cpu", help="device the sweeps train on, e.g. cuda (an execution setting)")
     r.add_argument("--workers", type=int, default=1, help="sweeps: train up to this many groups at once (processes)")
+    r.add_argument("--sweeps-dir", default=None, help=f"where the sweeps live (default {_SWEEPS_HOME})")
     r.add_argument("--json", action="store_true", help="print JSON")
     r.set_defaults(func=cmd_reproduce)
 
@@ -447,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--weights-dtype", default="float32", choices=["float32", "float16"], help="float16: half the file")
     x.set_defaults(func=cmd_export)
     return p
+
+
+_SWEEPS_HOME = "$HOOKED_CLIP1D_SWEEPS or ~/.local/share/hooked_clip1d/sweeps"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1515,10 +1515,12 @@ def reproduce(
     compile_sweeps: bool | None = None,
     sweep_device: str = "cpu",
     sweep_workers: int = 1,
+    sweeps_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run one figure's experiment; write ``<out_dir>/<figure>/<figure>.json`` and PNGs; return the record.
 
-    A figure built on a sweep (``FigureSpec.sweep``) trains or resumes it under ``<out_dir>/sweeps/<name>`` on
+    A figure built on a sweep (``FigureSpec.sweep``) trains or resumes it under ``<sweeps_dir>/<name>``
+    (default ``sweep.sweeps_home()``, outside the work tree) on
     ``sweep_device``, ``sweep_workers`` groups at once (``compile_sweeps`` overrides the spec's ``run.compile``; all
     three are execution settings, so a sweep started on a CPU resumes on a GPU in the same folder); with
     ``train_sweeps=False`` it only reads the sweep's finished runs. While the sweep is unfinished, the figure gets an
@@ -1540,9 +1542,10 @@ def reproduce(
     }
     missing = [m for m in spec.models if m not in list_pretrained()]
     if spec.sweep is not None:
-        from hooked_clip1d.sweep import load_spec, progress_table, results_table, run_sweep
+        from hooked_clip1d.sweep import load_spec, progress_table, results_table, run_sweep, sweeps_home
 
-        sweep_spec, sweep_out = SWEEPS_DIR / f"{spec.sweep}.toml", Path(out_dir) / "sweeps" / spec.sweep
+        sweep_spec = SWEEPS_DIR / f"{spec.sweep}.toml"
+        sweep_out = Path(sweeps_dir if sweeps_dir is not None else sweeps_home()) / spec.sweep
         if train_sweeps:
             rows = run_sweep(
                 sweep_spec,

@@ -419,6 +419,25 @@ def results_table(spec: SweepSpec, out_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def sweeps_home() -> Path:
+    """Where sweeps keep their runs unless told otherwise: ``$HOOKED_CLIP1D_SWEEPS``, else
+    ``$XDG_DATA_HOME/hooked_clip1d/sweeps`` (``~/.local/share/hooked_clip1d/sweeps``). Outside any checkout, so a
+    sweep interrupted today resumes tomorrow from a fresh clone (``sweep`` and ``reproduce`` both look there).
+
+    Example:
+        >>> import os
+        >>> os.environ["HOOKED_CLIP1D_SWEEPS"] = "/data/sweeps"
+        >>> str(sweeps_home())
+        '/data/sweeps'
+        >>> del os.environ["HOOKED_CLIP1D_SWEEPS"]
+    """
+    env = os.environ.get("HOOKED_CLIP1D_SWEEPS")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "hooked_clip1d" / "sweeps"
+
+
 def _spec_data(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text())
@@ -527,7 +546,8 @@ def run_sweep(
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep of ``spec_path``; returns the results table (also written to ``out_dir``).
 
-    ``out_dir`` defaults to ``sweeps/<spec name>``; ``runner`` is ``"local"`` (groups one after another in this
+    ``out_dir`` defaults to ``sweeps_home() / <spec name>`` (outside the work tree); ``runner`` is ``"local"``
+    (groups one after another in this
     process, or ``workers`` of them at once in worker processes) or ``"ray"`` (groups as Ray tasks);
     ``resume=False`` refuses an ``out_dir`` that already holds runs.
     ``max_steps`` stops every group after that many steps in this call (checkpointed; the next call continues),
@@ -548,7 +568,7 @@ def run_sweep(
         raise ValueError(f"runner must be 'local' or 'ray', got {runner!r}")
     if workers > 1 and runner != "local":
         raise ValueError(f"workers={workers} is for the local runner; Ray places the groups itself")
-    out = Path(out_dir) if out_dir is not None else Path("sweeps") / spec.name
+    out = Path(out_dir) if out_dir is not None else sweeps_home() / spec.name
     if out.is_dir() and not (out / "spec.toml").exists() and any(e.name != ".lock" for e in out.iterdir()):
         raise FileExistsError(f"{str(out)!r} is not empty and holds no sweep (no spec.toml); use a new out_dir")
     with RunLock(out, "sweep directory"):

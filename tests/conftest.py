@@ -119,3 +119,9 @@ def no_hooks_left(encoder: Any) -> bool:
     return encoder.list_hooks() == {} and all(
         not hp.fwd_hooks and not hp.bwd_hooks for hp in encoder.hook_dict.values()
     )
+
+
+@pytest.fixture(autouse=True)
+def _sweeps_home(tmp_path, monkeypatch):
+    """Sweeps default to a user data folder: tests keep theirs under tmp_path/res/sweeps."""
+    monkeypatch.setenv("HOOKED_CLIP1D_SWEEPS", str(tmp_path / "res" / "sweeps"))

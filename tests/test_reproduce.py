@@ -160,7 +160,7 @@ def test_cli_reproduce_passes_the_sweep_execution_settings(tmp_path, monkeypatch
     assert seen["workers"] == 1
     assert main(["reproduce", "fig10", "--workers", "2", "--out", str(tmp_path)]) == 0
     assert seen["workers"] == 2
-    assert seen["out"] == tmp_path / "sweeps" / "fig10"  # the same folder whatever the device
+    assert seen["out"] == tmp_path / "res" / "sweeps" / "fig10"  # sweeps_home(), whatever the device
 
 
 def test_fig21_reads_each_runs_head_bias_and_ep_gradient(tmp_path):
