@@ -10,17 +10,55 @@ Example:
     torch.Size([4, 4, 11, 11])
 """
 
+import importlib
+from typing import Any
+
 from hooked_clip1d._version import __version__ as __version__
-from hooked_clip1d.batched import BatchedTrainer, Member, train_batched, train_fast
-from hooked_clip1d.clip import CLIP1D, CLIPConfig, clip_loss
-from hooked_clip1d.config import EncoderConfig, TextConfig, VisionConfig, preset
-from hooked_clip1d.data import DataConfig, Dataset, Split, build_dataset
-from hooked_clip1d.encoders import HookedEncoder, HookedTextEncoder, HookedVisionEncoder
-from hooked_clip1d.evaluation import evaluate
-from hooked_clip1d.pretrained import list_pretrained, load_model
-from hooked_clip1d.sweep import load_spec, run_sweep
-from hooked_clip1d.training import TrainConfig, Trainer, train
-from hooked_clip1d.vocab import Vocabulary
+
+# the public names and their modules: imported on first use (PEP 562), so `import hooked_clip1d` and the command
+# line's --help do not load torch and TransformerLens
+_LAZY = {
+    "BatchedTrainer": "hooked_clip1d.batched",
+    "Member": "hooked_clip1d.batched",
+    "train_batched": "hooked_clip1d.batched",
+    "train_fast": "hooked_clip1d.batched",
+    "CLIP1D": "hooked_clip1d.clip",
+    "CLIPConfig": "hooked_clip1d.clip",
+    "clip_loss": "hooked_clip1d.clip",
+    "EncoderConfig": "hooked_clip1d.config",
+    "TextConfig": "hooked_clip1d.config",
+    "VisionConfig": "hooked_clip1d.config",
+    "preset": "hooked_clip1d.config",
+    "DataConfig": "hooked_clip1d.data",
+    "Dataset": "hooked_clip1d.data",
+    "Split": "hooked_clip1d.data",
+    "build_dataset": "hooked_clip1d.data",
+    "HookedEncoder": "hooked_clip1d.encoders",
+    "HookedTextEncoder": "hooked_clip1d.encoders",
+    "HookedVisionEncoder": "hooked_clip1d.encoders",
+    "evaluate": "hooked_clip1d.evaluation",
+    "list_pretrained": "hooked_clip1d.pretrained",
+    "load_model": "hooked_clip1d.pretrained",
+    "load_spec": "hooked_clip1d.sweep",
+    "run_sweep": "hooked_clip1d.sweep",
+    "TrainConfig": "hooked_clip1d.training",
+    "Trainer": "hooked_clip1d.training",
+    "train": "hooked_clip1d.training",
+    "Vocabulary": "hooked_clip1d.vocab",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hooked_clip1d' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "BatchedTrainer",

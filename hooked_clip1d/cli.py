@@ -11,12 +11,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hooked_clip1d.clip import CLIP1D, CLIPConfig
-from hooked_clip1d.data import DataConfig
-from hooked_clip1d.rundir import RunDirBusy
-from hooked_clip1d.training import TrainConfig
+from hooked_clip1d._version import DEFAULT_MODEL, __version__
+
+if TYPE_CHECKING:  # the parser is built without torch: --help and argument errors answer at once
+    from hooked_clip1d.clip import CLIP1D, CLIPConfig
+    from hooked_clip1d.data import DataConfig
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -55,8 +56,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_data_args(p: argparse.ArgumentParser) -> None:
-    d = DataConfig()
+def _add_data_args(p: argparse.ArgumentParser, load: bool = True) -> None:
+    if load:
+        from hooked_clip1d.data import DataConfig
+
+        d: Any = DataConfig()
+    else:
+        d = argparse.Namespace(n_labels=None, n_heldout=None, n1=None, n2=None, n_val=None, caption_mode="left")
     g = p.add_argument_group("data")
     g.add_argument("--n-labels", type=int, default=d.n_labels, help="Ntot (paper Fig. 4: 20)")
     g.add_argument("--n-heldout", type=int, default=d.n_heldout, help="Nval held-out labels (paper: 5)")
@@ -84,6 +90,8 @@ def parse_heads(spec: str) -> tuple[tuple[int, int], ...]:
 
 
 def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
+    from hooked_clip1d.clip import CLIPConfig
+
     v_over: dict[str, Any] = {}
     t_over: dict[str, Any] = {}
     if a.vision_layers:
@@ -113,6 +121,8 @@ def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
 
 
 def _data_cfg(a: argparse.Namespace) -> DataConfig:
+    from hooked_clip1d.data import DataConfig
+
     return DataConfig(
         n_labels=a.n_labels,
         n_heldout=a.n_heldout,
@@ -157,7 +167,7 @@ def _init_model(a: argparse.Namespace) -> CLIP1D | None:
 
 def cmd_train(a: argparse.Namespace) -> int:
     from hooked_clip1d.evaluation import format_metrics
-    from hooked_clip1d.training import train
+    from hooked_clip1d.training import TrainConfig, train
 
     tc = TrainConfig(
         lr=a.lr,
@@ -299,6 +309,8 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 def cmd_reproduce(a: argparse.Namespace) -> int:
     from hooked_clip1d.reproduce import FIGURES, reproduce
 
+    if a.figure != "all" and a.figure not in FIGURES:
+        raise ValueError(f"unknown figure {a.figure!r}; known: {', '.join(sorted(FIGURES))}, all")
     figures = sorted(FIGURES) if a.figure == "all" else [a.figure]
     records = []
     for fig in _progress(figures, desc="reproduce", disable=len(figures) == 1):
@@ -340,14 +352,30 @@ def _progress(items: list[str], desc: str, disable: bool = False):
     return tqdm(items, desc=desc, disable=disable)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hooked-clip1d", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser. Only the subcommand being run (``command``) loads what its arguments need (config
+    defaults, analysis and figure names), so ``--help`` and argument errors answer without importing torch."""
+    p = argparse.ArgumentParser(
+        prog="hooked-clip1d",
+        description="Train, load, hook, dissect and visualise the tiny 1D CLIP models of arXiv 2601.12809.",
+    )
+    p.add_argument("--version", action="version", version=f"hooked-clip1d {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    t = sub.add_parser("train", help="train one model with the paper's hyperparameters")
+    t = sub.add_parser(
+        "train",
+        help="train one model with the paper's hyperparameters",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     _add_model_args(t)
-    _add_data_args(t)
-    tc = TrainConfig()
+    _add_data_args(t, load=command == "train")
+    if command == "train":
+        from hooked_clip1d.training import TrainConfig
+
+        tc = TrainConfig()
+    else:
+        tc = argparse.Namespace(epochs=None, lr=None, weight_decay=None, seed=None, eval_every=None,
+                                checkpoint_every=None)  # fmt: skip
     g = t.add_argument_group("training")
     g.add_argument("--out", required=True, help="run directory (metrics.jsonl, checkpoints, model.safetensors)")
     g.add_argument("--epochs", type=int, default=tc.epochs, help="paper: 10000")
@@ -376,8 +404,6 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true", help="print JSON")
     t.set_defaults(func=cmd_train)
 
-    from hooked_clip1d.pretrained import DEFAULT_MODEL
-
     e = sub.add_parser("eval", help="retrieval accuracy of a model on its dataset splits")
     e.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
     e.add_argument("--json", action="store_true", help="print JSON")
@@ -394,14 +420,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--markdown", action="store_true", help="print the README's table")
     ls.set_defaults(func=cmd_list)
 
-    from hooked_clip1d.analyze import ANALYSES
-
     an = sub.add_parser(
         "analyze",
         help="run one family of analyses on a model: table + PNG + JSON",
-        description="analyses: " + "; ".join(f"{k}: {v[0]}" for k, v in ANALYSES.items()),
+        description="run one family of analyses (an unknown name lists them, with what each does)",
     )
-    an.add_argument("analysis", choices=sorted(ANALYSES))
+    an.add_argument("analysis", help="analysis family, e.g. heads, decompose, ablate, patching")
     an.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
     an.add_argument("--out", default=None, help="output folder (default results/analyze/<model>)")
     an.add_argument(
@@ -422,10 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--json", action="store_true", help="print JSON")
     sw.set_defaults(func=cmd_sweep)
 
-    from hooked_clip1d.reproduce import FIGURES
-
     r = sub.add_parser("reproduce", help="rerun one of the paper's figures on the shipped models (PNG + JSON)")
-    r.add_argument("figure", choices=[*sorted(FIGURES), "all"], help="figure key, or all")
+    r.add_argument("figure", help="figure key (fig3, fig4a, ..., x8-recipe; an unknown key lists them) or all")
     r.add_argument("--out", default="results", help="results folder (one subfolder per figure)")
     r.add_argument(
         "--no-sweeps", action="store_true", help="do not train sweeps: read their finished runs (else the zoo's cells)"
@@ -456,8 +478,12 @@ _SWEEPS_HOME = "$HOOKED_CLIP1D_SWEEPS or ~/.local/share/hooked_clip1d/sweeps"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    a = parser.parse_args(argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    command = next((x for x in args if not x.startswith("-")), None)
+    parser = build_parser(command)
+    a = parser.parse_args(args)
+    from hooked_clip1d.rundir import RunDirBusy
+
     try:
         return a.func(a)
     except BrokenPipeError:  # e.g. `hooked-clip1d list | head`: the reader left; not an error of ours

@@ -90,3 +90,18 @@ def test_no_import_cycles():
     for v in sorted(graph):
         if v not in seen:
             visit(v, [v])
+
+
+def test_the_command_line_parser_does_not_import_torch():
+    """--help and argument errors must not wait for torch / TransformerLens (timed in benchmarks/bench_cli.py)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import hooked_clip1d.cli as c; c.build_parser(None); "
+        "print(sorted(m for m in ('torch', 'transformer_lens', 'numpy') if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]"
+    r = subprocess.run([sys.executable, "-m", "hooked_clip1d", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("hooked-clip1d ")

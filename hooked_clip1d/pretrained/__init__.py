@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
+from hooked_clip1d._version import DEFAULT_MODEL as DEFAULT_MODEL  # defined torch-free, for the CLI's parser
 from hooked_clip1d.checkpoint import CheckpointError, atomic_write_text, load_model_file
 from hooked_clip1d.clip import CLIP1D
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
-DEFAULT_MODEL = "simplified-ntot20-n2-10"
 
 
 def sha256_file(path: str | Path) -> str:
