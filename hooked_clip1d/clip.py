@@ -16,8 +16,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +27,14 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import nn
+from transformer_lens import ActivationCache
+from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.config import EncoderConfig, TextConfig, VisionConfig, preset
-from hooked_clip1d.encoders import HookedTextEncoder, HookedVisionEncoder
+from hooked_clip1d.encoders import HookedTextEncoder, HookedVisionEncoder, _checked_hook
+
+HEAD_HOOKS = ("hook_image_embed", "hook_text_embed", "hook_image_feat", "hook_text_feat", "hook_logits")
+RETURN_TYPES = ("logits", "loss", None)
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,14 @@ class CLIP1D(nn.Module):
         d_t, d_v = cfg.text.d_model, cfg.vision.d_model
         self.W_proj = nn.Parameter(torch.randn(d_t, d_v, generator=gen, dtype=cfg.text.dtype) / math.sqrt(d_t))
         self.logit_scale = nn.Parameter(torch.tensor(cfg.init_logit_scale, dtype=cfg.text.dtype))
+        # the CLIP head's own hook points (the towers keep theirs, under "vision." / "text." in CLIP1D's verbs)
+        self.hook_image_embed = HookPoint()  # [n_images, d_embed]: vision CLS output (not normalised)
+        self.hook_text_embed = HookPoint()  # [n_texts, d_embed]: projected text EOT output (not normalised)
+        self.hook_image_feat = HookPoint()  # [n_images, d_embed]: normalised image features
+        self.hook_text_feat = HookPoint()  # [n_texts, d_embed]: normalised text features
+        self.hook_logits = HookPoint()  # [n_images, n_texts]: scale * cosine
+        for name in HEAD_HOOKS:
+            getattr(self, name).name = name
         self.data_config = None  # set by load_model / the trainer: the DataConfig the model was trained on
         self.to(cfg.vision.device)
 
@@ -146,22 +161,196 @@ class CLIP1D(nn.Module):
         return self.logit_scale.clamp(max=self.cfg.max_logit_scale).exp()
 
     def forward(
-        self, images: Int[torch.Tensor, "batch pos"], captions: Int[torch.Tensor, "batch 4"], validate: bool = True
-    ) -> Float[torch.Tensor, "batch batch"]:
-        """Image-to-text logits ``scale * cos`` [images, captions]."""
-        if validate and images.shape[0] != captions.shape[0]:
+        self,
+        images: Int[torch.Tensor, "n_images pos"],
+        captions: Int[torch.Tensor, "n_texts 4"],
+        validate: bool = True,
+        return_type: str | None = "logits",
+    ) -> torch.Tensor | None:
+        """Image-to-text logits ``scale * cos`` [images, captions] (``return_type="logits"``), the symmetric CLIP
+        loss of paired batches (``"loss"``, a scalar: image i goes with caption i), or nothing (``None``, for caching).
+
+        The head's hook points fire on the way: ``hook_image_embed``, ``hook_text_embed`` (projected),
+        ``hook_image_feat``, ``hook_text_feat`` (normalised) and ``hook_logits``.
+        """
+        if return_type not in RETURN_TYPES:
+            raise ValueError(f"CLIP1D: unknown return_type {return_type!r}; use one of {list(RETURN_TYPES)}")
+        if validate and return_type == "loss" and images.shape[0] != captions.shape[0]:
             raise ValueError(
                 f"CLIP1D: {images.shape[0]} images but {captions.shape[0]} captions; the contrastive loss pairs "
                 "image i with caption i, so the batches must have equal size"
             )
-        sim = self.cosine(self.encode_image(images, validate), self.encode_text(captions, validate))
-        return self.temperature_scale() * sim
+        img = self.hook_image_embed(self.encode_image(images, validate))
+        txt = self.hook_text_embed(self.encode_text(captions, validate))
+        img = self.hook_image_feat(F.normalize(img, dim=-1))
+        txt = self.hook_text_feat(F.normalize(txt, dim=-1))
+        logits = self.hook_logits(self.temperature_scale() * img @ txt.T)
+        if return_type == "loss":
+            return clip_loss(logits)
+        return logits if return_type == "logits" else None
 
     def loss(
         self, images: Int[torch.Tensor, "batch pos"], captions: Int[torch.Tensor, "batch 4"], validate: bool = True
     ) -> torch.Tensor:
         """Symmetric CLIP loss: mean of image->text and text->image cross-entropy over the batch."""
-        return clip_loss(self(images, captions, validate))
+        if validate and images.shape[0] != captions.shape[0]:
+            raise ValueError(
+                f"CLIP1D: {images.shape[0]} images but {captions.shape[0]} captions; the contrastive loss pairs "
+                "image i with caption i, so the batches must have equal size"
+            )
+        return self(images, captions, validate, return_type="loss")
+
+    # ---- TransformerLens verbs over both towers and the head -----------------------------------------------------
+    def hook_names(self) -> list[str]:
+        """Every hook point of the whole model: ``vision.<name>``, ``text.<name>`` and the head's ``HEAD_HOOKS``."""
+        return [*(f"vision.{n}" for n in self.vision.hook_names()), *(f"text.{n}" for n in self.text.hook_names()),
+                *HEAD_HOOKS]  # fmt: skip
+
+    def _route(self, hooks: Any) -> tuple[list, list, list]:
+        """Split ``[(name, fn), ...]`` by owner: vision tower, text tower, head (names without the tower prefix)."""
+        v, t, h = [], [], []
+        for item in hooks or ():
+            name, fn = item
+            if not isinstance(name, str):
+                raise TypeError(
+                    "CLIP1D hooks take hook names ('vision.<hook>', 'text.<hook>' or a head hook "
+                    f"{list(HEAD_HOOKS)}); for a predicate, hook a tower directly (model.vision.hooks(...))"
+                )
+            if name.startswith("vision."):
+                v.append((name.removeprefix("vision."), fn))
+            elif name.startswith("text."):
+                t.append((name.removeprefix("text."), fn))
+            elif name in HEAD_HOOKS:
+                h.append((name, fn))
+            else:
+                raise KeyError(
+                    f"CLIP1D has no hook point {name!r}: use 'vision.<hook>', 'text.<hook>' or one of "
+                    f"{list(HEAD_HOOKS)}"
+                )
+        return v, t, h
+
+    @contextlib.contextmanager
+    def hooks(self, fwd_hooks: Any = (), bwd_hooks: Any = ()) -> Iterator[CLIP1D]:
+        """Temporary hooks on both towers and the head, removed on exit (TransformerLens's ``hooks``).
+
+        Example:
+            >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+            >>> img = m.vision.to_tokens(["C 1 . 2 . . . . . . ."])
+            >>> cap = m.text.to_tokens(["1 is on the left of 2", "2 is on the left of 1"])
+            >>> with m.hooks([("hook_logits", lambda x, hook: x * 0)]):
+            ...     m(img, cap).abs().max().item()
+            0.0
+        """
+        fv, ft, fh = self._route(fwd_hooks)
+        bv, bt, bh = self._route(bwd_hooks)
+        with self.vision.hooks(fwd_hooks=fv, bwd_hooks=bv), self.text.hooks(fwd_hooks=ft, bwd_hooks=bt):
+            try:
+                for name, fn in fh:
+                    getattr(self, name).add_hook(_checked_hook(fn), dir="fwd")
+                for name, fn in bh:
+                    getattr(self, name).add_hook(fn, dir="bwd")
+                yield self
+            finally:
+                for name in HEAD_HOOKS:
+                    getattr(self, name).remove_hooks("both")
+
+    def run_with_hooks(
+        self, images: torch.Tensor, captions: torch.Tensor, fwd_hooks: Any = (), bwd_hooks: Any = (),
+        return_type: str | None = "logits",
+    ) -> torch.Tensor | None:  # fmt: skip
+        """Run with temporary hooks (names as in ``hook_names()``); see ``forward`` for ``return_type``."""
+        with self.hooks(fwd_hooks, bwd_hooks):
+            return self(images, captions, return_type=return_type)
+
+    def run_with_cache(
+        self,
+        images: torch.Tensor,
+        captions: torch.Tensor,
+        names_filter: str | Sequence[str] | Callable[[str], bool] | None = None,
+        return_type: str | None = "logits",
+        incl_bwd: bool = False,
+        fwd_hooks: Any = (),
+    ) -> tuple[torch.Tensor | None, CLIPCache]:
+        """Run and cache every activation of both towers and the head (or those ``names_filter`` picks, by the
+        names of ``hook_names()``); ``incl_bwd`` also caches gradients (``<name>_grad``) of the scalar output
+        (``return_type="loss"``). Returns ``(output, CLIPCache)``: ``cache.vision`` / ``cache.text`` are each tower's
+        own ``ActivationCache`` (TransformerLens keys, ``cache.vision["pattern", 0]``), ``cache["hook_logits"]`` a
+        head activation, ``cache["vision.hook_pooled"]`` a tower one.
+
+        Example:
+            >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+            >>> img = m.vision.to_tokens(["C 1 . 2 . . . . . . ."])
+            >>> cap = m.text.to_tokens(["1 is on the left of 2"])
+            >>> logits, cache = m.run_with_cache(img, cap)
+            >>> cache.vision["pattern", 0].shape, cache["hook_logits"].shape
+            (torch.Size([1, 4, 11, 11]), torch.Size([1, 1]))
+        """
+        names = self.hook_names()
+        if names_filter is None:
+            wanted = names
+        elif isinstance(names_filter, str):
+            wanted = [names_filter]
+        elif callable(names_filter):
+            wanted = [n for n in names if names_filter(n)]
+            if not wanted:
+                raise ValueError("CLIP1D.run_with_cache: names_filter matches no hook point (see hook_names())")
+        else:
+            wanted = list(names_filter)
+        unknown = [n for n in wanted if n not in names]
+        if unknown:
+            raise KeyError(f"CLIP1D has no hook points {unknown} (see hook_names())")
+        inactive = {f"vision.{n}" for n in self.vision.inactive_hook_names()}
+        inactive |= {f"text.{n}" for n in self.text.inactive_hook_names()}
+        wanted = [n for n in wanted if n not in inactive]
+        if incl_bwd and return_type != "loss":
+            raise ValueError("incl_bwd=True needs a scalar output: return_type='loss'")
+        store: dict[str, torch.Tensor] = {}
+
+        def saver(key: str) -> Callable:
+            def save(act: torch.Tensor, hook: Any) -> None:
+                store[key] = act if incl_bwd and not key.endswith("_grad") else act.detach()
+
+            return save
+
+        fwd = [(n, saver(n)) for n in wanted]
+        bwd = [(n, saver(f"{n}_grad")) for n in wanted] if incl_bwd else []
+        with self.hooks([*fwd_hooks, *fwd], bwd):
+            out = self(images, captions, return_type=return_type)
+            if incl_bwd:
+                out.backward()  # type: ignore[union-attr]
+        store = {k: v.detach() for k, v in store.items()}
+        return out, CLIPCache(self, store)
+
+
+class CLIPCache:
+    """The activations of one ``CLIP1D.run_with_cache``: ``vision`` and ``text`` are ``ActivationCache``s rooted at
+    each tower (TransformerLens keys and methods: ``cache.vision["pattern", 0]``, ``decompose_resid``, ...), and
+    ``cache[name]`` gives any activation by its ``CLIP1D.hook_names()`` name (``"hook_logits"``,
+    ``"vision.blocks.0.attn.hook_pattern"``, ``"text.hook_pooled_grad"``)."""
+
+    def __init__(self, model: CLIP1D, store: dict[str, torch.Tensor]):
+        self.model = model
+        self.store = store
+        self.vision = ActivationCache(
+            {k.removeprefix("vision."): v for k, v in store.items() if k.startswith("vision.")}, model.vision
+        )
+        self.text = ActivationCache(
+            {k.removeprefix("text."): v for k, v in store.items() if k.startswith("text.")}, model.text
+        )
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        if key not in self.store:
+            raise KeyError(f"{key!r} is not in this cache (cached: {len(self.store)} activations; see keys())")
+        return self.store[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.store
+
+    def keys(self) -> list[str]:
+        return list(self.store)
+
+    def __len__(self) -> int:
+        return len(self.store)
 
 
 def clip_loss(logits: Float[torch.Tensor, "batch batch"]) -> torch.Tensor:

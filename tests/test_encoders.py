@@ -573,8 +573,13 @@ def test_text_output_ignores_tokens_after_first_eot(simplified_model):
     v = simplified_model.text.cfg.vocab
     a = torch.tensor([[1, v.eot, 2, 3], [4, v.is_, v.eot, 0]])
     b = torch.tensor([[1, v.eot, 5, v.eot], [4, v.is_, v.eot, v.eot]])
-    torch.testing.assert_close(simplified_model.text(a), simplified_model.text(b), atol=1e-6, rtol=0)
+    # causal attention: what follows the first EOT cannot change the readout (validation would refuse these
+    # captions, which the vocabulary cannot produce; the maths is checked with it off)
+    text = simplified_model.text
+    torch.testing.assert_close(text(a, validate=False), text(b, validate=False), atol=1e-6, rtol=0)
     assert simplified_model.text.readout_positions(a).tolist() == [1, 2]
+    with pytest.raises(ValueError, match="not one the vocabulary produces"):
+        text(a)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -758,7 +763,8 @@ def test_parity_with_reference_forward(variant, tower, images):
         x = images
     else:
         v = enc.cfg.vocab
-        # includes captions whose first EOT is not the last token
+        # includes captions whose first EOT is not the last token: the vocabulary cannot produce them, so validation
+        # refuses them (tests/test_hook_checks.py); the maths is compared with validation off
         x = torch.tensor(
             [
                 v.left_caption(1, 2).tolist(),
@@ -771,8 +777,8 @@ def test_parity_with_reference_forward(variant, tower, images):
         )
     ref_resid, ref_pooled = reference_forward(enc, x)
     with torch.no_grad():
-        pooled = enc(x)
-        resid = enc(x, return_type="resid")
+        pooled = enc(x, validate=False)
+        resid = enc(x, return_type="resid", validate=False)
     torch.testing.assert_close(pooled.double(), ref_pooled, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(resid.double(), ref_resid, atol=1e-5, rtol=1e-5)
 

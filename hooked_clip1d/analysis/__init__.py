@@ -12,10 +12,15 @@
 - ``patching``: activation patching, mirror-swap / caption-swap patching, interchange, attention knockout.
 - ``probes``: linear probes per layer with held-out scores and shuffled-label controls.
 - ``spatial_ids``: spatial IDs per position and steering by adding ID differences.
+- ``captions``: caption directions (CLIP's unembedding), direct attribution of residual components to caption
+  logits, the CLS logit lens.
+- ``mechanism``: the EP-gradient mechanism as one report per model (the recipe study's checks), the unseen-pair
+  probe set, and the CLS row's identifiability (``move_cls_embedding``, ``ablate_cls_key_position``).
 """
 
 from hooked_clip1d.analysis.ablation import PAPER_ABLATIONS, evaluate_ablations, format_ablations
 from hooked_clip1d.analysis.alignment import embedding_alignment, procrustes
+from hooked_clip1d.analysis.captions import caption_attributions, caption_directions, cls_logit_lens
 from hooked_clip1d.analysis.decompose import (
     TOKEN_POSITION_TERMS,
     WEIGHT_BIAS_TERMS,
@@ -31,6 +36,12 @@ from hooked_clip1d.analysis.heads import (
     pair_captions,
     text_eot_bias,
     to_jsonable,
+)
+from hooked_clip1d.analysis.mechanism import (
+    ablate_cls_key_position,
+    mechanism_report,
+    move_cls_embedding,
+    unseen_probe,
 )
 from hooked_clip1d.analysis.metrics import caption_belief, image_belief, mirror_images, pair_inputs
 from hooked_clip1d.analysis.patching import (
@@ -49,6 +60,13 @@ from hooked_clip1d.analysis.spatial_ids import steer_text, steer_vision, text_ro
 from hooked_clip1d.analysis.terms import ABLATABLE_TERMS, POSITIONAL_TERMS, SCORE_TERMS, ablate_terms, attention_terms
 
 __all__ = [
+    "ablate_cls_key_position",
+    "caption_attributions",
+    "caption_directions",
+    "cls_logit_lens",
+    "mechanism_report",
+    "move_cls_embedding",
+    "unseen_probe",
     "ABLATABLE_TERMS",
     "PAPER_ABLATIONS",
     "POSITIONAL_TERMS",

@@ -59,7 +59,8 @@ def spearman_position(y: torch.Tensor) -> torch.Tensor:
     A flat row has no ordering: its correlation is 0 (not the arbitrary +-1 that argsort ranks give).
 
     Example:
-        >>> spearman_position(torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0], [1.0, 1.0, 1.0]])).tolist()
+        >>> y = torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0], [1.0, 1.0, 1.0]])
+        >>> spearman_position(y).round(decimals=6).tolist()
         [1.0, -1.0, 0.0]
         >>> round(spearman_position(torch.tensor([1.0, 1.0, 2.0])).item(), 4)  # ties share rank 0.5
         0.866
