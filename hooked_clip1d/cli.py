@@ -7,6 +7,7 @@ Every command prints a human-readable table and, with ``--json``, a machine-read
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -165,34 +166,94 @@ def _init_model(a: argparse.Namespace) -> CLIP1D | None:
     return model
 
 
+def _given(a: argparse.Namespace) -> set[str]:
+    """The train flags given on the command line (their value differs from the parser's default)."""
+    defaults = vars(build_parser("train").parse_args(["train", "--out", str(a.out)]))
+    return {k for k, v in vars(a).items() if k in defaults and v != defaults[k] and k not in ("func", "command")}
+
+
+def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """``--resume``: the run's own configs from ``config.json``; flags given must agree (an error names the field
+    and both values), except the execution settings (epochs, eval/checkpoint every, device, threads)."""
+    from hooked_clip1d.clip import CLIPConfig
+    from hooked_clip1d.data import DataConfig
+    from hooked_clip1d.training import TrainConfig
+
+    path = Path(a.out) / "config.json"
+    saved = json.loads(path.read_text())
+    model_cfg = CLIPConfig.from_dict(saved["model_config"])
+    data_cfg = DataConfig.from_dict(saved["data_config"])
+    tc = TrainConfig.from_dict(saved["train_config"])
+    given = _given(a)
+    diffs = []
+    for flag, field in (("lr", "lr"), ("weight_decay", "weight_decay"), ("batch_size", "batch_size"),
+                        ("seed", "seed")):  # fmt: skip
+        if flag in given and getattr(a, flag) != getattr(tc, field):
+            diffs.append(f"train_config.{field}: the run has {getattr(tc, field)!r}, --{flag.replace('_', '-')} "
+                         f"says {getattr(a, flag)!r}")  # fmt: skip
+    data_flags = {"n_labels", "n_heldout", "n1", "n2", "n_val", "caption_mode", "data_seed"}
+    if given & data_flags:
+        want = _data_cfg(argparse.Namespace(**{**vars(a), "seed": a.seed if "seed" in given else tc.seed}))
+        for f in ("n_labels", "n_heldout", "n1", "n2", "n_val", "caption_mode", "seed"):
+            if getattr(want, f) != getattr(data_cfg, f) and (({"seed", "data_seed"} if f == "seed" else {f}) & given):
+                diffs.append(
+                    f"data_config.{f}: the run has {getattr(data_cfg, f)!r}, the flags say {getattr(want, f)!r}"
+                )
+    if given & {*_SHAPE_FLAGS, "preset", "prune_vision_heads"}:
+        want = _model_cfg(a).to_dict()
+        have = model_cfg.to_dict()
+        for tower in ("vision", "text"):
+            for f, v in want[tower].items():
+                if f not in ("init_seed", "n_labels") and have[tower].get(f) != v:
+                    diffs.append(f"model_config.{tower}.{f}: the run has {have[tower].get(f)!r}, the flags say {v!r}")
+    if diffs:
+        raise ValueError(f"--resume {str(a.out)!r}: flags disagree with the run: " + "; ".join(diffs))
+    tc = dataclasses.replace(
+        tc,
+        epochs=a.epochs if "epochs" in given else tc.epochs,
+        eval_every=a.eval_every if "eval_every" in given else tc.eval_every,
+        checkpoint_every=a.checkpoint_every if "checkpoint_every" in given else tc.checkpoint_every,
+        device=a.device,
+        threads=a.threads,
+    )
+    return model_cfg, data_cfg, tc
+
+
 def cmd_train(a: argparse.Namespace) -> int:
     from hooked_clip1d.evaluation import format_metrics
     from hooked_clip1d.training import TrainConfig, train
 
-    tc = TrainConfig(
-        lr=a.lr,
-        weight_decay=a.weight_decay,
-        epochs=a.epochs,
-        batch_size=a.batch_size,
-        seed=a.seed,
-        eval_every=a.eval_every,
-        checkpoint_every=a.checkpoint_every,
-        device=a.device,
-        threads=a.threads,
-    )
-    init = _init_model(a)
-    cfg = _model_cfg(a) if init is None else init.cfg
+    if a.resume and (Path(a.out) / "config.json").exists():
+        if a.init_from:
+            raise ValueError("--init-from starts a new run; it cannot be combined with --resume")
+        cfg, data_cfg, tc = _resume_configs(a)
+        init = None
+    else:
+        tc = TrainConfig(
+            lr=a.lr,
+            weight_decay=a.weight_decay,
+            epochs=a.epochs,
+            batch_size=a.batch_size,
+            seed=a.seed,
+            eval_every=a.eval_every,
+            checkpoint_every=a.checkpoint_every,
+            device=a.device,
+            threads=a.threads,
+        )
+        init = _init_model(a)
+        cfg = _model_cfg(a) if init is None else init.cfg
+        data_cfg = _data_cfg(a)
     if a.engine == "batched":  # the stacked engine (hooked_clip1d.batched): same files, same trajectory, faster
         from hooked_clip1d.batched import train_fast
 
         # compiled steps draw dropout from one group stream ("fast"): the same distribution, not the same masks
         rng = "fast" if a.compile else "matched"
         run = train_fast(
-            cfg, _data_cfg(a), tc, a.out, resume=a.resume, progress=not a.no_progress, compile=a.compile,
+            cfg, data_cfg, tc, a.out, resume=a.resume, progress=not a.no_progress, compile=a.compile,
             dropout_rng=rng, init_model=init,
         )  # fmt: skip
     else:
-        run = train(cfg, _data_cfg(a), tc, a.out, resume=a.resume, progress=not a.no_progress, init_model=init)
+        run = train(cfg, data_cfg, tc, a.out, resume=a.resume, progress=not a.no_progress, init_model=init)
     res = {
         "out_dir": str(run.out_dir),
         "epochs": run.epoch,

@@ -268,3 +268,27 @@ def test_export_refuses_a_run_in_use_and_a_foreign_config(tmp_path):
         export_run(tmp_path / "foreign", "y", "test", dest=tmp_path / "zoo")
     with pytest.raises(ValueError, match="plain identifier"):
         export_run(d, "../evil", "test", dest=tmp_path / "zoo")
+
+
+def test_resume_reads_the_runs_own_config_and_names_disagreeing_flags(tmp_path, capsys):
+    from hooked_clip1d.cli import main
+
+    out = str(tmp_path / "run")
+    base = ["train", "--preset", "simplified", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--batch-size",
+            "16", "--lr", "3e-4", "--epochs", "2", "--no-progress", "--out", out]  # fmt: skip
+    assert main(base) == 0
+    # only --resume, --out and a larger --epochs: everything else comes from the run's config.json
+    assert main(["train", "--resume", "--out", out, "--epochs", "3", "--no-progress"]) == 0
+    assert [ln["epoch"] for ln in read_metrics(tmp_path / "run" / "metrics.jsonl")][-1] == 3
+    assert main(["train", "--resume", "--out", out, "--epochs", "4", "--lr", "1e-3"]) == 2
+    assert "train_config.lr: the run has 0.0003, --lr says 0.001" in capsys.readouterr().err
+
+
+def test_resume_with_a_disagreeing_data_flag_is_an_error(tmp_path, capsys):
+    from hooked_clip1d.cli import main
+
+    out = str(tmp_path / "run")
+    assert main(["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--batch-size", "16", "--epochs", "1",
+                 "--no-progress", "--out", out]) == 0  # fmt: skip
+    assert main(["train", "--resume", "--out", out, "--n2", "3", "--epochs", "2"]) == 2
+    assert "data_config.n2: the run has 2, the flags say 3" in capsys.readouterr().err
