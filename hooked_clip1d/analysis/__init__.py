@@ -14,6 +14,7 @@
 - ``spatial_ids``: spatial IDs per position and steering by adding ID differences.
 - ``captions``: caption directions (CLIP's unembedding), direct attribution of residual components to caption
   logits, the CLS logit lens.
+- ``sae``: sparse autoencoders on any hook point (collect, train ReLU / top-k, splice back in).
 - ``mechanism``: the EP-gradient mechanism as one report per model (the recipe study's checks), the unseen-pair
   probe set, and the CLS row's identifiability (``move_cls_embedding``, ``ablate_cls_key_position``).
 """
