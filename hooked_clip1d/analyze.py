@@ -37,6 +37,7 @@ class Report:
     table: str
     data: dict[str, Any]
     figures: dict[str, Figure] = field(default_factory=dict)
+    pages: dict[str, tuple[Any, str]] = field(default_factory=dict)  # key -> (circuitsvis view, heading): HTML
 
 
 def _dataset(model: CLIP1D) -> Dataset:
@@ -52,23 +53,26 @@ def _first_pair_image(ds: Dataset, split: str = "val_unseen") -> torch.Tensor:
 
 # ---- analyses -------------------------------------------------------------------------------------------------------
 def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.visualization.attention import attention_view, plot_attention
+    from hooked_clip1d.pretrained import model_name
+    from hooked_clip1d.visualization.attention import attention_view, plot_attention, show_attention
 
     ds = _dataset(model)
     img = opts.get("image") or model.vision.cfg.vocab.image_to_text(_first_pair_image(ds))
     cap = opts.get("caption") or model.text.cfg.vocab.caption_to_text(ds.captions[-1])
-    figs, data, lines = {}, {}, []
+    figs, data, lines, pages = {}, {}, [], {}
     for tower, x in (("vision", img), ("text", cap)):
         enc = getattr(model, tower)
         for layer in range(enc.cfg.n_layers):
             view = attention_view(model, x, layer=layer, tower=tower)
             figs[f"{tower}_L{layer}"] = plot_attention(model, x, layer=layer, tower=tower)
+            heading = f"{model_name(model)}: {tower} tower, layer {layer}, input {x!r}"
+            pages[f"{tower}_L{layer}"] = (show_attention(model, x, layer=layer, tower=tower), heading)
             data[f"{tower}_L{layer}"] = {"tokens": view.tokens, "pattern": view.pattern}
             row = view.pattern[:, 0 if tower == "vision" else -1]
             lines.append(f"{tower} layer {layer}, input {x!r}, {'CLS' if tower == 'vision' else 'last'} row:")
             lines.append("  head  " + " ".join(f"{t:>6.6}" for t in view.tokens))
             lines += [f"  {h:<5} " + " ".join(f"{v:>6.2f}" for v in row[h].tolist()) for h in range(row.shape[0])]
-    return Report("\n".join(lines), data, figs)
+    return Report("\n".join(lines), data, figs, pages)
 
 
 def _decompose(model: CLIP1D, opts: dict[str, Any]) -> Report:
@@ -394,6 +398,12 @@ def run_analysis(
         finally:
             plt.close(fig)
         files.append(str(path))
+    if report.pages:
+        from hooked_clip1d.visualization.attention import save_html
+
+        for key, (view, heading) in report.pages.items():
+            page = save_html(view, out / f"{analysis}_{key}.html", title=heading, heading=heading)
+            files.append(str(page))
     record = {"analysis": analysis, "model": name, "options": options, "data": to_jsonable(report.data)}
     atomic_write_text(out / f"{analysis}.json", json.dumps(record, indent=2, default=float) + "\n")
     files.append(str(out / f"{analysis}.json"))

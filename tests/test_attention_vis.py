@@ -258,3 +258,14 @@ def test_bad_inputs(simplified_model, dataset):
         show_attention(torch.nn.Linear(2, 2), IMAGE)
     with pytest.raises(TypeError):
         show_attention(m, ["C . 3 . . 5 . . . . ."])
+
+
+def test_analyze_attention_writes_offline_html_naming_model_and_input(tmp_path):
+    from hooked_clip1d.analyze import run_analysis
+
+    res = run_analysis("attention", "simplified-ntot20-n2-10", out_dir=tmp_path)
+    pages = [f for f in res["files"] if f.endswith(".html")]
+    assert len(pages) == 2
+    text = (tmp_path / "attention_vision_L0.html").read_text(encoding="utf-8")
+    assert "simplified-ntot20-n2-10: vision tower, layer 0, input" in text and "unpkg.com" not in text
+    assert "attention weight: 0 (white) to 1" in text

@@ -254,7 +254,9 @@ def show_attention(
 _EXTERNAL_SCRIPT = re.compile(r"<script\b[^>]*\bsrc\s*=|\bimport\b[^;]*?\bfrom\s*[\"']https?://", re.IGNORECASE)
 
 
-def save_html(obj: RenderedHTML, path: str | Path, title: str = "hooked_clip1d attention") -> Path:
+def save_html(
+    obj: RenderedHTML, path: str | Path, title: str = "hooked_clip1d attention", heading: str | None = None
+) -> Path:
     """Write a circuitsvis view as a self-contained HTML page that works offline; returns the path.
 
     Uses ``obj.local_src`` (circuitsvis's bundled ``iife.js`` inlined, ~1.3 MB), never the CDN version, and refuses
@@ -276,9 +278,16 @@ def save_html(obj: RenderedHTML, path: str | Path, title: str = "hooked_clip1d a
         raise ValueError("this circuitsvis view loads a script from a URL, so it would not work offline")
     # circuitsvis writes its mount point as '<div .../>', which HTML parses as an unclosed <div>: close it
     src = re.sub(r'^(\s*<div id="[^"]*"[^>]*?)\s*/>', r"\1></div>", src, count=1)
+    heading_html = (
+        f'<h3 style="font-family: sans-serif">{html.escape(heading)}</h3>\n'
+        '<p style="font-family: sans-serif; font-size: small">attention weight: 0 (white) to 1 (darkest); '
+        "hover a cell for its value</p>\n"
+        if heading
+        else ""
+    )
     page = (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{src}\n</body>\n</html>\n"
+        f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{heading_html}{src}\n</body>\n</html>\n"
     )
     path = Path(path)
     atomic_write(path, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
