@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import nn
+from transformer_lens import FactoredMatrix
 from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.config import EncoderConfig
@@ -162,6 +163,16 @@ class Attention(nn.Module):
         W = torch.cat([self.W_Q, self.W_K, self.W_V], dim=0).permute(1, 0, 2).reshape(dm, 3 * h * dh)
         qkv = (x @ W).unflatten(-1, (3, h, dh))
         return qkv[..., 0, :, :] + self.b_Q, qkv[..., 1, :, :] + self.b_K, qkv[..., 2, :, :] + self.b_V
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """``W_Q @ W_K^T`` per head, a FactoredMatrix [n_heads, d_model, d_model] (TransformerLens's ``attn.QK``)."""
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """``W_V @ W_O`` per head, a FactoredMatrix [n_heads, d_model, d_model] (TransformerLens's ``attn.OV``)."""
+        return FactoredMatrix(self.W_V, self.W_O)
 
     def _rot(self, x: torch.Tensor) -> torch.Tensor:
         return apply_rotary(x, self.rotary_sin, self.rotary_cos) if self.cfg.positional == "rope" else x

@@ -157,6 +157,11 @@ class EncoderConfig:
         raise NotImplementedError
 
     @property
+    def model_name(self) -> str:
+        """A name for TransformerLens tools that print one: ``hooked-clip1d-vision`` / ``hooked-clip1d-text``."""
+        return f"hooked-clip1d-{self.tower}"
+
+    @property
     def positional_embedding_type(self) -> str:
         """TransformerLens's name for ``positional``: 'standard' | 'rotary' | 'none'."""
         return _TL_POSITIONAL[self.positional]

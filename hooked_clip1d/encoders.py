@@ -148,7 +148,7 @@ class HookedEncoder(HookedRootModule):
     # ---- forward ----------------------------------------------------------------------------------------------------
     def forward(
         self,
-        tokens: Int[torch.Tensor, "batch pos"],
+        tokens: Int[torch.Tensor, "batch pos"] | str | list[str],
         *,
         return_type: ReturnType = "pooled",
         stop_at_layer: int | None = None,
@@ -163,6 +163,8 @@ class HookedEncoder(HookedRootModule):
             stop_at_layer: run only blocks ``0..stop_at_layer-1`` and return that residual [batch, pos, d_model].
             validate: check ``tokens`` first (turn off only in trusted hot loops such as training).
         """
+        if isinstance(tokens, str | list):  # TransformerLens style: a readable input (or a list of them)
+            tokens = self.to_tokens(tokens)
         if validate:
             self.validate_tokens(tokens)
         E = resid = self.hook_embed(self.embed(tokens))
@@ -411,6 +413,59 @@ class HookedEncoder(HookedRootModule):
     def OV(self) -> FactoredMatrix:
         """``W_V @ W_O`` per layer and head, a FactoredMatrix [n_layers, n_heads, d_model, d_model]."""
         return FactoredMatrix(self.W_V, self.W_O)
+
+    @property
+    def W_E_pos(self) -> Float[torch.Tensor, "d_vocab_plus_n_ctx d_model"]:
+        """``W_E`` and ``W_pos`` stacked, as TransformerLens's ``W_E_pos`` (token and position rows together)."""
+        return torch.cat([self.W_E, self.W_pos], dim=0)
+
+    @property
+    def n_params(self) -> int:
+        """Number of trainable parameters of this tower."""
+        return sum(p.numel() for p in self.parameters())
+
+    def all_composition_scores(self, mode: str) -> Float[torch.Tensor, "l1 h1 l2 h2"]:
+        """TransformerLens's composition scores between every head pair (earlier layer -> later layer), for
+        ``mode`` "Q", "K" or "V"; entries where the first head is not in an earlier layer are 0.
+
+        Example:
+            >>> from hooked_clip1d import VisionConfig
+            >>> enc = HookedVisionEncoder(VisionConfig(n_labels=5, n_layers=2, init_seed=0))
+            >>> enc.all_composition_scores("K").shape
+            torch.Size([2, 4, 2, 4])
+        """
+        from transformer_lens.utilities.matrix import composition_scores
+
+        left = self.OV
+        if mode == "Q":
+            right = self.QK
+        elif mode == "K":
+            right = self.QK.T
+        elif mode == "V":
+            right = self.OV
+        else:
+            raise ValueError(f"mode must be 'Q', 'K' or 'V', got {mode!r}")
+        scores = composition_scores(left, right, broadcast_dims=True)  # [l1, h1, l2, h2]
+        L = self.cfg.n_layers
+        mask = (
+            torch.arange(L, device=scores.device)[:, None, None, None]
+            < torch.arange(L, device=scores.device)[None, None, :, None]
+        )
+        return torch.where(mask, scores, torch.zeros_like(scores))
+
+    def to_str_tokens(self, x: Any) -> list[str] | list[list[str]]:
+        """Token strings of one input (a readable string or ids [pos]) or of a batch ([batch, pos] / a list)."""
+        t = self.to_tokens(x) if not isinstance(x, torch.Tensor) else x
+        if t.ndim == 1:
+            return self.token_strs(t)
+        rows = [self.token_strs(r) for r in t]
+        return rows[0] if isinstance(x, str) else rows
+
+    def to_string(self, tokens: torch.Tensor) -> str | list[str]:
+        """The readable form of ids: one string for [pos], a list for [batch, pos]."""
+        v = self.cfg.vocab
+        fn = v.image_to_text if self.input_kind == "image" else v.caption_to_text
+        return fn(tokens) if tokens.ndim == 1 else [fn(r) for r in tokens]
 
     def accumulated_bias(
         self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True
