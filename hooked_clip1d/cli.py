@@ -32,7 +32,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--positional", default=None, choices=["learned", "rope", "none"], help="vision positional type")
     g.add_argument("--text-positional", default=None, choices=["learned", "rope", "none"], help="text positional type")
     g.add_argument(
-        "--init-std", type=float, default=None, help="std of the W_E / W_pos init (default 1.0, nn.Embedding's)"
+        "--init-std", type=float, default=None, help="std of the W_E / W_pos init (default 0.02; 1.0 is nn.Embedding's)"
     )
     g.add_argument(
         "--prune-vision-heads",
@@ -191,6 +191,14 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
         if flag in given and getattr(a, flag) != getattr(tc, field):
             diffs.append(f"train_config.{field}: the run has {getattr(tc, field)!r}, --{flag.replace('_', '-')} "
                          f"says {getattr(a, flag)!r}")  # fmt: skip
+    if given & {"recipe", "no_decay", "frozen"}:
+        no_decay, frozen, init_std = _recipe_fields(a)
+        for f, v in (("no_decay", no_decay), ("frozen", frozen)):
+            if tuple(sorted(set(v))) != getattr(tc, f):
+                diffs.append(f"train_config.{f}: the run has {list(getattr(tc, f))}, the flags say {sorted(set(v))}")
+        if init_std is not None and init_std != model_cfg.vision.init_std:
+            diffs.append(f"model_config.vision.init_std: the run has {model_cfg.vision.init_std!r}, the flags say "
+                         f"{init_std!r}")  # fmt: skip
     data_flags = {"n_labels", "n_heldout", "n1", "n2", "n_val", "caption_mode", "data_seed"}
     if given & data_flags:
         want = _data_cfg(argparse.Namespace(**{**vars(a), "seed": a.seed if "seed" in given else tc.seed}))
@@ -219,6 +227,28 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
     return model_cfg, data_cfg, tc
 
 
+def _recipe_fields(a: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...], float | None]:
+    """``(no_decay, frozen, init_std)`` asked for by ``--recipe`` / ``--no-decay`` / ``--frozen`` / ``--init-std``
+    (explicit flags override the recipe; None init_std = the config default)."""
+    from hooked_clip1d.param_groups import RECIPES
+    from hooked_clip1d.training import TrainConfig
+
+    rec = RECIPES[a.recipe] if a.recipe else {}
+    default = TrainConfig()
+
+    def groups(flag: str | None, key: str, dflt: tuple[str, ...]) -> tuple[str, ...]:
+        if flag is not None:
+            return tuple(g.strip() for g in flag.split(",") if g.strip())
+        return tuple(rec.get(key, dflt))
+
+    init_std = a.init_std if a.init_std is not None else rec.get("model.init_std")
+    return (
+        groups(a.no_decay, "train.no_decay", default.no_decay),
+        groups(a.frozen, "train.frozen", default.frozen),
+        (init_std),
+    )
+
+
 def cmd_train(a: argparse.Namespace) -> int:
     from hooked_clip1d.evaluation import format_metrics
     from hooked_clip1d.training import TrainConfig, train
@@ -229,9 +259,12 @@ def cmd_train(a: argparse.Namespace) -> int:
         cfg, data_cfg, tc = _resume_configs(a)
         init = None
     else:
+        no_decay, frozen, init_std = _recipe_fields(a)
         tc = TrainConfig(
             lr=a.lr,
             weight_decay=a.weight_decay,
+            no_decay=no_decay,
+            frozen=frozen,
             epochs=a.epochs,
             batch_size=a.batch_size,
             seed=a.seed,
@@ -241,7 +274,7 @@ def cmd_train(a: argparse.Namespace) -> int:
             threads=a.threads,
         )
         init = _init_model(a)
-        cfg = _model_cfg(a) if init is None else init.cfg
+        cfg = _model_cfg(argparse.Namespace(**{**vars(a), "init_std": init_std})) if init is None else init.cfg
         data_cfg = _data_cfg(a)
     if a.engine == "batched":  # the stacked engine (hooked_clip1d.batched): same files, same trajectory, faster
         from hooked_clip1d.batched import train_fast
@@ -362,6 +395,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         max_steps=a.max_steps,
         compile=True if a.compile else None,
         workers=a.workers,
+        threads=a.threads,
     )
     print(json.dumps(rows, indent=2, default=float) if a.json else format_results(rows))
     return 0
@@ -444,6 +478,28 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--weight-decay", type=float, default=tc.weight_decay, help="paper: 0.2")
     g.add_argument("--batch-size", type=int, default=None, help="paper: 50 (left) / 100 (left_right)")
     g.add_argument("--seed", type=int, default=tc.seed)
+    recipes = None
+    if command == "train":
+        from hooked_clip1d.param_groups import DEFAULT_RECIPE, RECIPES
+
+        recipes = sorted(RECIPES)
+    g.add_argument(
+        "--recipe",
+        default=None,
+        choices=recipes,
+        help="a named recipe of the recipe study (which parameters are decayed or frozen, embedding init); "
+        f"default: the package's defaults (= {DEFAULT_RECIPE if command == 'train' else 'the reproducing recipe'}); "
+        "--no-decay / --frozen / --init-std override it",
+    )
+    g.add_argument(
+        "--no-decay",
+        default=None,
+        metavar="G,...",
+        help="parameter groups exempt from weight decay: cls, embeddings, biases, norms, logit_scale ('' = none)",
+    )
+    g.add_argument(
+        "--frozen", default=None, metavar="G,...", help="parameter groups held at their init: qk_bias ('' = none)"
+    )
     g.add_argument("--eval-every", type=int, default=tc.eval_every, help="epochs between metric lines")
     g.add_argument("--checkpoint-every", type=int, default=tc.checkpoint_every, help="epochs between checkpoints")
     g.add_argument("--device", default="cpu")
@@ -504,6 +560,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sw.add_argument("--no-progress", action="store_true", help="no progress bars")
     sw.add_argument("--compile", action="store_true", help="torch.compile each group's step (overrides run.compile)")
     sw.add_argument("--workers", type=int, default=1, help="train up to this many groups at once (local processes)")
+    sw.add_argument(
+        "--threads", type=int, default=None, help="torch threads per group (default: the spec's; use 1 on shared cores)"
+    )
     sw.add_argument("--json", action="store_true", help="print JSON")
     sw.set_defaults(func=cmd_sweep)
 

@@ -36,6 +36,10 @@ _TL_POSITIONAL = {"learned": "standard", "rope": "rotary", "none": "none"}
 TRAINABLE_ABLATIONS = ("EE", "EP", "PE", "PP", "BE", "BP", "EB", "PB", "BB", "VP")
 
 
+# init_std of a saved config that predates the field (every such model was initialised like nn.Embedding)
+LEGACY_INIT_STD = 1.0
+
+
 @dataclass(frozen=True)
 class EncoderConfig:
     """Shapes and switches of one Transformer tower. Validated on construction.
@@ -61,8 +65,9 @@ class EncoderConfig:
     n_ctx: int = 11  # sequence length: 1 CLS + d_image pixels (vision) or 4 caption tokens (text)
     d_image: int = 10  # Dimage, pixels per 1D image (vision only; text ignores it)
     init_seed: int | None = None  # seed for the weights; None = the torch global RNG
-    init_std: float = 1.0  # std of the N(0, std) init of W_E and W_pos (1.0 = nn.Embedding's default; the
-    # paper does not say; 0.02 is GPT-2/HF CLIP's)
+    init_std: float = 0.02  # std of the N(0, std) init of W_E and W_pos; the paper does not say. 0.02 (GPT-2 /
+    # HF CLIP's) is the recipe that reproduces the paper's mechanism (reproduce x8-recipe); 1.0 = nn.Embedding's
+    # default, which configs saved before this field existed were trained with (from_dict reads them so)
     pruned_heads: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs whose output z is zeroed (App. K pruning)
     ablated_terms: tuple[str, ...] = ()  # layer-0 attention terms (EP, PE, ..., VP) removed in every forward pass,
     # training included: training-time ablation (beyond the paper); see analysis.terms
@@ -218,6 +223,7 @@ class EncoderConfig:
             d["pruned_heads"] = tuple(tuple(lh) for lh in d["pruned_heads"])
         if "ablated_terms" in d:
             d["ablated_terms"] = tuple(d["ablated_terms"])
+        d.setdefault("init_std", LEGACY_INIT_STD)  # saved before the field existed: trained at N(0, 1)
         return cls(**d)
 
 

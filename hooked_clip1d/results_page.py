@@ -153,6 +153,8 @@ def _record_section(r: dict[str, Any], fig_dir: Path, page_dir: Path) -> list[st
         lines += [f"  - [{'x' if c['holds'] else ' '}] {c['check']}" for c in r["checks"]]
     if r.get("notes"):
         lines.append(f"- **Notes:** {r['notes']}")
+    if r.get("table"):
+        lines += ["", *r["table"]]
     lines.append("")
     for name in r.get("plots", []):
         if r["_dir"] is not None and (src := Path(r["_dir"]) / name).exists():

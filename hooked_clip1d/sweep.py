@@ -334,6 +334,10 @@ def _run_group(task: _GroupTask) -> list[str]:
     run_dirs = [Path(d) for d in task.run_dirs]
     if all((d / "summary.json").exists() for d in run_dirs):
         return [r.name for r in task.runs]
+    if not (gdir / "group_checkpoint.safetensors").exists():  # a fresh group never retrains (or deletes) a
+        keep = [i for i, d in enumerate(run_dirs) if not (d / "summary.json").exists()]  # finished run
+        task = dataclasses.replace(task, runs=[task.runs[i] for i in keep], run_dirs=[task.run_dirs[i] for i in keep])
+        run_dirs = [run_dirs[i] for i in keep]
     members = [Member(r.model_cfg, r.data_cfg, r.train_cfg, name=r.name) for r in task.runs]
     if task.run.get("threads"):
         members = [
@@ -543,6 +547,7 @@ def run_sweep(
     max_steps: int | None = None,
     compile: bool | None = None,  # noqa: A002
     workers: int = 1,
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep of ``spec_path``; returns the results table (also written to ``out_dir``).
 
@@ -552,7 +557,9 @@ def run_sweep(
     ``resume=False`` refuses an ``out_dir`` that already holds runs.
     ``max_steps`` stops every group after that many steps in this call (checkpointed; the next call continues),
     for time-sliced or preemptible jobs. ``compile`` overrides the spec's ``run.compile`` (an execution setting: the
-    spec, and so the output folder, stays the same). The table has the runs finished so far. See the module
+    spec, and so the output folder, stays the same); so does ``threads`` (the spec's ``run.threads``: torch threads
+    per group; 1 when other processes share the cores, since oversubscribed threads can slow a step several-fold).
+    The table has the runs finished so far. See the module
     docstring for the spec format and the files written.
     """
     if max_steps is not None and max_steps < 1:
@@ -564,6 +571,10 @@ def run_sweep(
         if compile and spec.run["dropout_rng"] != "fast":
             raise ValueError("compile=True needs the spec's run.dropout_rng = 'fast'")
         spec = dataclasses.replace(spec, run={**spec.run, "compile": bool(compile)})
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+        spec = dataclasses.replace(spec, run={**spec.run, "threads": threads})
     if runner not in ("local", "ray"):
         raise ValueError(f"runner must be 'local' or 'ray', got {runner!r}")
     if workers > 1 and runner != "local":
@@ -573,6 +584,37 @@ def run_sweep(
         raise FileExistsError(f"{str(out)!r} is not empty and holds no sweep (no spec.toml); use a new out_dir")
     with RunLock(out, "sweep directory"):
         return _run_sweep_locked(spec, out, device, progress, runner, resume, max_steps, workers)
+
+
+def _saved_plan(out: Path, runs: list[RunSpec], max_group_size: int) -> list[tuple[str, list[RunSpec]]]:
+    """The sweep's groups: those saved in ``out/plan.json`` by an earlier start (kept as they were, so their
+    group checkpoints resume) for the runs still in the spec, then ``plan_groups`` of the runs added since."""
+    by_name = {r.name: r for r in runs}
+    plan: list[tuple[str, list[RunSpec]]] = []
+    path = out / "plan.json"
+    if path.exists():
+        for gname, names in json.loads(path.read_text()):
+            if all(n in by_name for n in names):
+                plan.append((gname, [by_name.pop(n) for n in names]))
+    new = [r for r in runs if r.name in by_name]
+    for group in plan_groups(new, max_group_size):
+        plan.append((_group_name(len(plan), group), group))
+    return plan
+
+
+def _extends(old: SweepSpec, new: SweepSpec) -> bool:
+    """Whether ``new`` keeps every run of ``old`` (same name, same three configs) and its ``[run]`` settings: a
+    sweep that grew (a recipe or seed added to its grid) resumes in the same folder; its finished runs are kept."""
+
+    def configs(r: RunSpec) -> tuple[Any, ...]:
+        return r.model_cfg.to_dict(), r.data_cfg.to_dict(), r.train_cfg.to_dict()
+
+    have = {r.name: configs(r) for r in new.runs}
+    execution = ("compile", "threads")  # execution settings (the command line may override them)
+    same_run = {k: v for k, v in old.run.items() if k not in execution} == {
+        k: v for k, v in new.run.items() if k not in execution
+    }
+    return old.name == new.name and same_run and all(have.get(r.name) == configs(r) for r in old.runs)
 
 
 def _run_sweep_locked(
@@ -586,17 +628,21 @@ def _run_sweep_locked(
     workers: int,
 ) -> list[dict[str, Any]]:
     runs = [_with_device(r, device) for r in spec.runs]
-    groups = plan_groups(runs, spec.run["max_group_size"])
+    groups = _saved_plan(out, runs, spec.run["max_group_size"])
     old_spec = out / "spec.toml"
     if old_spec.exists() and _spec_data(old_spec) != tomllib.loads(spec.source):  # comments and layout may change
-        raise ValueError(f"{str(out)!r} holds a different sweep spec; use a new out_dir")
+        if not _extends(load_spec(old_spec), spec):
+            raise ValueError(
+                f"{str(out)!r} holds a different sweep spec (a spec may only add runs to it, every run it had "
+                "unchanged, with the same [run] settings); use a new out_dir"
+            )
     if not resume and (out / "runs").exists() and any((out / "runs").iterdir()):
         raise FileExistsError(f"{str(out)!r} already holds runs of this sweep; resume it or use a new out_dir")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(old_spec, spec.source)
+    atomic_write_text(out / "plan.json", json.dumps([[gname, [r.name for r in g]] for gname, g in groups]) + "\n")
     tasks = []
-    for gi, group in enumerate(groups):
-        gname = _group_name(gi, group)
+    for gname, group in groups:
         tasks.append(
             _GroupTask(
                 name=gname,
@@ -607,7 +653,7 @@ def _run_sweep_locked(
                 resume=resume,
                 progress=progress and runner == "local",
                 max_steps=max_steps,
-                position=gi % workers if workers > 1 else None,
+                position=len(tasks) % workers if workers > 1 else None,
             )
         )
     if runner == "local" and workers > 1 and len(tasks) > 1:

@@ -52,6 +52,9 @@ from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.param_groups import FROZEN_GROUPS, NO_DECAY_GROUPS, check_groups, decay_mask, is_frozen, masks_needed
 from hooked_clip1d.rundir import RunLock, check_run_dir, clean_stale_tmp, read_metrics
 
+# no_decay / frozen of a saved train config that predates the fields: AdamW(model.parameters()), biases trained
+LEGACY_TRAIN_FIELDS: dict[str, tuple[str, ...]] = {"no_decay": (), "frozen": ()}
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -59,9 +62,12 @@ class TrainConfig:
 
     lr: float = 1e-4  # AdamW learning rate
     weight_decay: float = 0.2  # AdamW decoupled weight decay w (App. B varies it)
-    no_decay: tuple[str, ...] = ()  # parameter groups exempt from decay (param_groups.NO_DECAY_GROUPS); () = decay
-    # every parameter, as AdamW(model.parameters()) does; the paper does not say
-    frozen: tuple[str, ...] = ()  # parameter groups held at their init ("qk_bias": b_Q = b_K = 0, i.e. no q/k bias)
+    # The paper does not say which parameters get weight decay, nor whether attention has query/key biases. The
+    # defaults are the recipe that reproduces its mechanism over seeds (reproduce x8-recipe, README "Fidelity"):
+    no_decay: tuple[str, ...] = ("cls",)  # parameter groups exempt from decay (param_groups.NO_DECAY_GROUPS):
+    # the CLS row of the vision W_E, as open_clip exempts a ViT class embedding; () decays every parameter
+    frozen: tuple[str, ...] = ("qk_bias",)  # groups held at their init: "qk_bias" fixes b_Q = b_K = 0 (no query/key
+    # biases, so the CLS query comes from W_E[CLS] + W_pos[0]); () trains them
     epochs: int = 10_000  # Nepoch
     batch_size: int | None = None  # bs; None = 50 for caption_mode "left", 100 for "left_right"
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas (torch defaults)
@@ -121,6 +127,8 @@ class TrainConfig:
         for k in ("betas", "no_decay", "frozen"):
             if k in d:
                 d[k] = tuple(d[k])
+        for k, legacy in LEGACY_TRAIN_FIELDS.items():  # saved before the field existed: trained without it
+            d.setdefault(k, legacy)
         known = {f.name for f in dataclasses.fields(TrainConfig)}
         if set(d) - known:
             raise ValueError(f"unknown TrainConfig fields {sorted(set(d) - known)}")
@@ -218,13 +226,17 @@ def make_optimizer(model: CLIP1D, cfg: TrainConfig) -> torch.optim.AdamW:
 
 
 def comparable_train_config(d: dict[str, Any]) -> dict[str, Any]:
-    """A saved ``train_config`` dict with the defaults of fields added since filled in and the execution settings
+    """A saved ``train_config`` dict with fields added since filled in (defaults, or for ``no_decay`` / ``frozen``
+    the recipe runs saved before them were trained with: ``LEGACY_TRAIN_FIELDS``) and the execution settings
     (``eval_every``, ``checkpoint_every``, ``threads``, ``device``, ``keep_snapshots``) removed: two runs whose
     dicts compare equal here trained the same way.
 
     Example:
-        >>> comparable_train_config({"lr": 1e-4}) == comparable_train_config(TrainConfig(threads=2).to_dict())
+        >>> old = comparable_train_config({"lr": 1e-4})  # saved before no_decay / frozen existed
+        >>> old == comparable_train_config(TrainConfig(threads=2, no_decay=(), frozen=()).to_dict())
         True
+        >>> old == comparable_train_config(TrainConfig().to_dict())  # today's default recipe differs
+        False
     """
     out = TrainConfig.from_dict(d).to_dict()
     for k in ("eval_every", "checkpoint_every", "threads", "device", "keep_snapshots"):

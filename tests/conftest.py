@@ -125,3 +125,13 @@ def no_hooks_left(encoder: Any) -> bool:
 def _sweeps_home(tmp_path, monkeypatch):
     """Sweeps default to a user data folder: tests keep theirs under tmp_path/res/sweeps."""
     monkeypatch.setenv("HOOKED_CLIP1D_SWEEPS", str(tmp_path / "res" / "sweeps"))
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Figures a test made and did not close (figure functions return them open) do not pile up across tests."""
+    yield
+    import sys
+
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")

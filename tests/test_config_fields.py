@@ -8,13 +8,42 @@ from hooked_clip1d.checkpoint import load_model_file, save_model
 
 
 def test_init_std_scales_both_embeddings():
-    big = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=20), seed=0)
+    big = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=20, init_std=1.0), seed=0)
     small = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=20, init_std=0.02), seed=0)
     for name in ("W_E", "W_pos"):
         ratio = (getattr(small.vision, name).std() / getattr(big.vision, name).std()).item()
         assert ratio == pytest.approx(0.02, rel=1e-4)
     # the other weights are drawn identically
     assert torch.equal(small.vision.W_Q, big.vision.W_Q)
+
+
+def test_defaults_are_the_reproducing_recipe_and_old_configs_keep_theirs():
+    """The default recipe (x8-recipe's choice) is what TrainConfig / EncoderConfig default to; a config saved
+    before init_std / no_decay / frozen existed reads back as what it was trained with (N(0, 1), all decayed)."""
+    from hooked_clip1d.param_groups import DEFAULT_RECIPE, RECIPES
+    from hooked_clip1d.training import TrainConfig, comparable_train_config
+
+    rec, tc = RECIPES[DEFAULT_RECIPE], TrainConfig()
+    assert (list(tc.no_decay), list(tc.frozen)) == (rec["train.no_decay"], rec["train.frozen"])
+    assert VisionConfig().init_std == rec["model.init_std"]
+    cfg = CLIPConfig.from_preset("simplified", n_labels=6).to_dict()
+    for tower in ("vision", "text"):
+        del cfg[tower]["init_std"]
+    old = CLIPConfig.from_dict(cfg)
+    assert old.vision.init_std == old.text.init_std == 1.0
+    saved = TrainConfig().to_dict()
+    del saved["no_decay"], saved["frozen"]
+    assert (TrainConfig.from_dict(saved).no_decay, TrainConfig.from_dict(saved).frozen) == ((), ())
+    assert comparable_train_config(saved) == comparable_train_config(TrainConfig(no_decay=(), frozen=()).to_dict())
+    # every named recipe sets all three fields, so it means the same whatever the defaults are
+    assert all(set(r) == {"train.no_decay", "train.frozen", "model.init_std"} for r in RECIPES.values())
+
+
+def test_shipped_pre_recipe_models_load_with_their_recipe():
+    from hooked_clip1d.pretrained import load_model
+
+    m = load_model("simplified-ntot20-n2-10-all-decay")
+    assert m.cfg.vision.init_std == 1.0
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, True, "0.02"])
@@ -68,8 +97,11 @@ def test_pruned_heads_out_of_range_or_malformed(bad):
 
 def _ablated_pair(terms=("EP",), n_labels=8):
     """A model with ``terms`` in its config and the same weights without (seed-equal init)."""
-    cfg = CLIPConfig.from_preset("simplified", n_labels=n_labels, vision_overrides={"ablated_terms": terms})
-    ref = CLIPConfig.from_preset("simplified", n_labels=n_labels)
+    # N(0, 1) embeddings, so that every term is large at init
+    cfg = CLIPConfig.from_preset(
+        "simplified", n_labels=n_labels, init_std=1.0, vision_overrides={"ablated_terms": terms}
+    )
+    ref = CLIPConfig.from_preset("simplified", n_labels=n_labels, init_std=1.0)
     return CLIP1D(cfg, seed=0).eval(), CLIP1D(ref, seed=0).eval()
 
 

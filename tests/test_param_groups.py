@@ -20,7 +20,9 @@ D6 = DataConfig(n_labels=6, n_heldout=2, n2=2)
 
 
 def _tc(**kw) -> TrainConfig:
-    return TrainConfig(**{**dict(batch_size=16, eval_every=5, checkpoint_every=10, epochs=30), **kw})
+    """Every parameter decayed, q/k biases trained (the all-decay recipe) unless ``kw`` says otherwise."""
+    base = dict(batch_size=16, eval_every=5, checkpoint_every=10, epochs=30, no_decay=(), frozen=())
+    return TrainConfig(**{**base, **kw})
 
 
 RECIPE_CASES = {
@@ -47,7 +49,7 @@ def test_batched_members_follow_the_trainer_under_each_recipe(tmp_path, case):
 
 def test_cls_row_is_exempt_and_others_decay(tmp_path):
     """With no gradient signal (lr tiny vs decay), the exempt CLS row keeps its init; other rows shrink."""
-    cfg = tiny_config()
+    cfg = tiny_config(init_std=1.0)  # an init large against the updates, so decay dominates
     tc = _tc(epochs=10, lr=1e-2, weight_decay=5.0, no_decay=("cls",))
     tr = Trainer(cfg, D6, tc, tmp_path / "r")
     W0 = tr.model.vision.W_E.detach().clone()
@@ -107,7 +109,7 @@ def test_old_train_config_without_recipe_fields_resumes_as_all_decay():
     old = TrainConfig().to_dict()
     for k in ("no_decay", "frozen", "keep_snapshots"):
         old.pop(k)
-    assert comparable_train_config(old) == comparable_train_config(TrainConfig().to_dict())
+    assert comparable_train_config(old) == comparable_train_config(TrainConfig(no_decay=(), frozen=()).to_dict())
 
 
 def test_sweep_recipe_key_expands_named_recipes():
@@ -131,7 +133,7 @@ def test_masked_step_equals_torch_adamw_when_nothing_is_exempt():
     cfg = tiny_config()  # attention-only: no LayerNorm, so "norms" exempts nothing
     a, b = CLIP1D(cfg, seed=0).eval(), CLIP1D(cfg, seed=0).eval()  # no dropout: the same function
     oa = torch.optim.AdamW(a.parameters(), lr=1e-2, weight_decay=0.5)
-    ob = MaskedAdamW(b, TrainConfig(lr=1e-2, weight_decay=0.5, no_decay=("norms",)))
+    ob = MaskedAdamW(b, TrainConfig(lr=1e-2, weight_decay=0.5, no_decay=("norms",), frozen=()))
     ds = build_dataset(D6)
     im, cap = ds.training_pairs()
     for _ in range(3):

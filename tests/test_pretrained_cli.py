@@ -94,6 +94,29 @@ def test_cli_train_then_resume(tmp_path, capsys):
     assert [json.loads(x)["epoch"] for x in lines] == [1, 2]
 
 
+def test_cli_train_recipe_flags_set_the_run_config_and_resume_checks_them(tmp_path, capsys):
+    base = ["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--epochs", "1", "--no-progress", "--json"]
+
+    def saved(run):
+        cfg = json.loads((run / "config.json").read_text())
+        return cfg["train_config"]["no_decay"], cfg["train_config"]["frozen"], cfg["model_config"]["vision"]["init_std"]
+
+    assert main([*base, "--out", str(tmp_path / "d")]) == 0
+    assert saved(tmp_path / "d") == (["cls"], ["qk_bias"], 0.02)  # the default recipe
+    assert main([*base, "--recipe", "all-decay", "--out", str(tmp_path / "a")]) == 0
+    assert saved(tmp_path / "a") == ([], [], 1.0)
+    # explicit flags override the recipe
+    assert main([*base, "--recipe", "all-decay", "--no-decay", "cls,biases", "--init-std", "0.1",
+                 "--out", str(tmp_path / "b")]) == 0  # fmt: skip
+    assert saved(tmp_path / "b") == (["biases", "cls"], [], 0.1)
+    capsys.readouterr()
+    assert main([*base, "--epochs", "2", "--resume", "--recipe", "cls-exempt", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "train_config.no_decay: the run has []" in err and "init_std" not in err  # cls-exempt is at N(0, 1)
+    assert main([*base, "--no-decay", "clss", "--out", str(tmp_path / "c")]) == 2
+    assert "unknown groups ['clss']" in capsys.readouterr().err
+
+
 def test_example_notebook_executes():
     import nbformat
     from nbclient import NotebookClient

@@ -217,3 +217,43 @@ def test_workers_train_groups_at_once_with_the_one_at_a_time_weights(tmp_path):
             run_sweep(TINY, tmp_path / "bad", workers=bad)
     with pytest.raises(ValueError, match="local runner"):
         run_sweep(TINY, tmp_path / "bad", workers=2, runner="ray")
+
+
+def test_a_grown_spec_resumes_in_place_and_keeps_finished_runs(tiny_done, tmp_path):
+    """Adding a seed to a finished sweep's grid trains only the new runs; the finished ones are not touched."""
+    src, rows = tiny_done
+    out = tmp_path / "grown"
+    shutil.copytree(src, out)
+    grown = tmp_path / "grown.toml"
+    grown.write_text(TINY.read_text().replace("seed = [0, 1]", "seed = [0, 1, 2]"))
+    before = {r["run"]: (out / "runs" / r["run"] / "model.safetensors").stat().st_mtime_ns for r in rows}
+    plan_before = json.loads((out / "plan.json").read_text())
+    new_rows = run_sweep(grown, out, progress=False)
+    assert {r["run"] for r in new_rows} == set(before) | {"n_labels-6_seed-2", "n_labels-7_seed-2"}
+    for name, t in before.items():
+        assert (out / "runs" / name / "model.safetensors").stat().st_mtime_ns == t, name
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan[: len(plan_before)] == plan_before  # the old groups keep their names and members
+    # a spec that changes a finished run is still refused
+    changed = tmp_path / "changed.toml"
+    changed.write_text(grown.read_text().replace("epochs = 3", "epochs = 4"))
+    with pytest.raises(ValueError, match="may only add runs"):
+        run_sweep(changed, out, progress=False)
+
+
+def test_a_fresh_group_never_retrains_a_finished_member(tiny_done, tmp_path):
+    """A group without a group checkpoint (e.g. regrouped) skips members that have finished instead of wiping them."""
+    src, rows = tiny_done
+    out = tmp_path / "copy"
+    shutil.copytree(src, out)
+    for g in (out / "groups").iterdir():
+        (g / "group_checkpoint.safetensors").unlink(missing_ok=True)
+    plan = json.loads((out / "plan.json").read_text())
+    done, redo = plan[0][1][:2]  # two members of one group: one finished, one to train again
+    for f in ("summary.json", "model.safetensors"):
+        (out / "runs" / redo / f).unlink()
+    model = out / "runs" / done / "model.safetensors"
+    t = model.stat().st_mtime_ns
+    again = run_sweep(TINY, out, progress=False)
+    assert [r["run"] for r in again] == [r["run"] for r in rows]
+    assert model.stat().st_mtime_ns == t and (out / "runs" / redo / "model.safetensors").exists()
