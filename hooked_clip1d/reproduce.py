@@ -896,8 +896,12 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
         rc: {c: sum(dict(per_run[(rc, s)]["checks"]).get(c, False) for s in seeds if (rc, s) in per_run) for c in names}
         for rc in recipes
     }
+    short = {c: c.split(":")[0] for c in names}  # "Fig. 5e" twice: the second one gets its first words
+    for c in names:
+        if sum(v == short[c] for v in short.values()) > 1 and c != names[[short[n] for n in names].index(short[c])]:
+            short[c] += " (" + " ".join(c.split(":", 1)[1].split()[:4]) + ")"
     per_check = "; ".join(
-        f"{rc}: " + ", ".join(f"{c.split(':')[0]} {counts[rc][c]}" for c in names if counts[rc][c]) or f"{rc}: none"
+        f"{rc}: " + (", ".join(f"{short[c]} {counts[rc][c]}" for c in names if counts[rc][c]) or "none")
         for rc in recipes
     )
     summary = (
@@ -1192,25 +1196,27 @@ def grid_cell(name: str, sweep: str | Path) -> dict[str, Any] | None:
     """The grid parameters of the run of sweep spec ``sweep`` that zoo model ``name`` is a cell of, else None.
 
     A cell has the run's model and data configs (up to init seed, device and dtype) and its training recipe (lr,
-    weight decay, batch, Adam settings, seed, planned epochs); engine and evaluation cadence may differ.
+    weight decay and which parameters it spares or freezes, batch, Adam settings, seed, planned epochs); engine and
+    evaluation cadence may differ.
 
     Example:
         >>> grid_cell("simplified-ntot20-n2-10", SWEEPS_DIR / "fig4a.toml")
         {'n_labels': 20, 'n2': 10, 'seed': 0}
     """
     from hooked_clip1d.sweep import load_spec
+    from hooked_clip1d.training import comparable_train_config
 
     def recipe(model: dict[str, Any], data: dict[str, Any], train: dict[str, Any], epochs: int) -> Any:
         model, data = canonical_config("model_config", model), canonical_config("data_config", data)
         towers = {t: {k: v for k, v in model[t].items() if k not in _NOT_PROTOCOL} for t in ("vision", "text")}
-        keys = ("lr", "weight_decay", "batch_size", "betas", "eps", "seed")
-        protocol = {k: list(v) if k == "betas" else v for k, v in train.items() if k in keys}
+        keys = ("lr", "weight_decay", "no_decay", "frozen", "batch_size", "betas", "eps", "seed")
+        protocol = {k: v for k, v in comparable_train_config(train).items() if k in keys}
         return {**model, **towers}, data, protocol, epochs
 
     m = manifest(name)
     mine = recipe(m["model_config"], m["data_config"], m["train_config"], m.get("epochs_planned", m["epochs"]))
     for run in load_spec(sweep).runs:
-        t = dataclasses.asdict(run.train_cfg)
+        t = run.train_cfg.to_dict()
         if recipe(run.model_cfg.to_dict(), run.data_cfg.to_dict(), t, run.train_cfg.epochs) == mine:
             return dict(run.params)
     return None

@@ -183,8 +183,9 @@ def _build_run(base: dict[str, dict[str, Any]], params: dict[str, Any], preset: 
     for s in ("vision", "text"):
         if "pruned_heads" in sec[s]:
             sec[s]["pruned_heads"] = tuple(tuple(x) for x in sec[s]["pruned_heads"])
-    if "betas" in sec["train"]:
-        sec["train"]["betas"] = tuple(sec["train"]["betas"])
+    for k in ("betas", "no_decay", "frozen"):  # TOML and RECIPES give lists
+        if k in sec["train"]:
+            sec["train"][k] = tuple(sec["train"][k])
     try:
         vision = VisionConfig(**{**PRESETS[preset], **sec["model"], **sec["vision"]})
         text = TextConfig(**{**PRESETS[text_preset], **sec["model"], **sec["text"]})

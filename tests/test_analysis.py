@@ -9,7 +9,8 @@ from hooked_clip1d.analysis import SCORE_TERMS, ablate_terms, attention_terms, c
 
 @pytest.fixture(scope="module")
 def setup():
-    model = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2), seed=3).eval()
+    cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2, init_std=1.0)
+    model = CLIP1D(cfg, seed=3).eval()  # N(0, 1) embeddings: every term is large at init
     with torch.no_grad():  # non-zero biases so that the B terms are exercised
         for p in (model.vision.blocks[0].attn.b_Q, model.vision.blocks[0].attn.b_K):
             p.normal_()

@@ -19,7 +19,9 @@ IMGS = ["C 1 . 2 . . . . . . .", "C 2 . . . 1 . . . . .", "C . . . 3 . . 4 . . .
 def test_config_ablation_equals_the_analysis_hooks(terms, positional):
     if positional == "rope" and any("P" in t for t in terms):
         pytest.skip("P terms need learned positions")
-    base_cfg = CLIPConfig.from_preset("simplified", n_labels=5, d_model=16, d_head=4, positional=positional)
+    base_cfg = CLIPConfig.from_preset(
+        "simplified", n_labels=5, d_model=16, d_head=4, positional=positional, init_std=1.0
+    )  # N(0, 1) embeddings: every term is large at init
     base = CLIP1D(base_cfg, seed=0).eval()
     randomize_biases(base)
     abl_cfg = CLIPConfig(vision=base_cfg.vision.replace(ablated_terms=terms), text=base_cfg.text)

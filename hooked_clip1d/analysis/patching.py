@@ -550,7 +550,7 @@ def text_interchange(
       signal rides on those weights, i.e. on how much of each slot's (position-carrying) value EOT mixes in.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, init_std=1.0), seed=0).eval()
     >>> r = text_interchange(m, m.vision.to_tokens(["C 1 2 . . . . . . . .", "C . 3 . . 4 . . . . ."]),
     ...                      m.text.to_tokens(["1 is on the left of 2", "3 is on the left of 4"]))
     >>> fr = r.fractions()

@@ -29,7 +29,7 @@ of it that a 1-layer text tower cannot tell apart, so the fraction is exactly 1 
 
 Example:
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=4), seed=0).eval()
+    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=4, init_std=1.0), seed=0).eval()
     >>> ids = vision_spatial_ids(m.vision)
     >>> ids.ids.shape  # [depths, pixels, d_model]
     torch.Size([2, 10, 128])
@@ -426,7 +426,7 @@ def steer_text(
     ``images[i]`` (which ``captions[i]`` describes) and its mirror. The target is the swapped caption.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=4), seed=0).eval()
+    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=4, init_std=1.0), seed=0).eval()
     >>> r = steer_text(m, m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"]),
     ...                text_role_ids(m.text), depth=0, alphas=[0.0, 1.0])
     >>> [round(f, 4) for f in r.fraction().tolist()]  # exact in a 1-layer text tower
