@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 from collections.abc import Callable
