@@ -358,3 +358,14 @@ def test_fig21b_judges_every_run_over_head_dimension():
     one_high = {**low, (128, 1): 0.9}  # one run above 0.6 is enough to contradict the claim
     out = rp._fig21b(rows(one_high))
     assert rp.verdict_of(out.checks) == "not reproduced" and "d_head 128 seed 1: 0.90" in out.notes
+
+
+def test_fig13_is_not_judged_on_a_model_without_query_key_biases(tmp_path):
+    """Without b_Q / b_K the XW_QKX^T share is 1 by construction: a check that cannot fail is not a verdict."""
+    rec = rp.reproduce("fig13", tmp_path)
+    assert rec["verdict"] == "not run" and "no query/key biases" in rec["summary"]
+    from hooked_clip1d import load_model
+
+    name = "simplified-ntot20-n2-10-all-decay"
+    out = rp._fig13({name: load_model(name)}, name)
+    assert out.not_run == "" and not all(ok for _, ok in out.checks)
