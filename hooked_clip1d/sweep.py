@@ -420,8 +420,31 @@ def results_table(spec: SweepSpec, out_dir: str | Path) -> list[dict[str, Any]]:
     for r in spec.runs:
         d = out / "runs" / r.name
         if (d / "summary.json").exists():
+            _check_trained_as_specified(r, d)
             rows.append(_row(r, d))
     return rows
+
+
+def _check_trained_as_specified(r: RunSpec, run_dir: Path) -> None:
+    """A finished run whose recipe differs from what the spec now asks (e.g. a spec that relies on a package
+    default which has changed since the run trained) is an error naming the field, never a silent result."""
+    from hooked_clip1d.clip import CLIPConfig
+    from hooked_clip1d.training import comparable_train_config
+
+    saved = json.loads((run_dir / "config.json").read_text())
+    have, want = comparable_train_config(saved["train_config"]), comparable_train_config(r.train_cfg.to_dict())
+    diffs = [f"train_config.{k}: trained with {have.get(k)!r}, the spec asks {v!r}" for k, v in want.items()
+             if have.get(k) != v]  # fmt: skip
+    trained = CLIPConfig.from_dict(saved["model_config"])
+    for tower in ("vision", "text"):
+        a, b = getattr(trained, tower).init_std, getattr(r.model_cfg, tower).init_std
+        if a != b:
+            diffs.append(f"model_config.{tower}.init_std: trained with {a!r}, the spec asks {b!r}")
+    if diffs:
+        raise ValueError(
+            f"finished run {str(run_dir)!r} was not trained as its spec now asks ({'; '.join(diffs)}): pin these "
+            "fields in the spec or use a new out_dir"
+        )
 
 
 def sweeps_home() -> Path:

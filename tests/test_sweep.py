@@ -257,3 +257,16 @@ def test_a_fresh_group_never_retrains_a_finished_member(tiny_done, tmp_path):
     again = run_sweep(TINY, out, progress=False)
     assert [r["run"] for r in again] == [r["run"] for r in rows]
     assert model.stat().st_mtime_ns == t and (out / "runs" / redo / "model.safetensors").exists()
+
+
+def test_a_finished_run_trained_with_another_recipe_is_an_error_not_a_result(tiny_done, tmp_path):
+    """Runs trained before a default changed are refused by name, never reported as the new spec's results."""
+    src, rows = tiny_done
+    out = tmp_path / "old"
+    shutil.copytree(src, out)
+    cfg_path = out / "runs" / rows[0]["run"] / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["train_config"]["no_decay"] = []  # as if trained under the pre-study default
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"train_config.no_decay: trained with \[\], the spec asks \['cls'\]"):
+        results_table(load_spec(TINY), out)
