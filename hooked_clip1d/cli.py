@@ -245,7 +245,7 @@ def _recipe_fields(a: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, .
     return (
         groups(a.no_decay, "train.no_decay", default.no_decay),
         groups(a.frozen, "train.frozen", default.frozen),
-        (init_std),
+        init_std,
     )
 
 
