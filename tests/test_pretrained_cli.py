@@ -117,6 +117,19 @@ def test_cli_train_recipe_flags_set_the_run_config_and_resume_checks_them(tmp_pa
     assert "unknown groups ['clss']" in capsys.readouterr().err
 
 
+def test_shipped_manifests_name_no_machine_paths():
+    from pathlib import Path
+
+    from hooked_clip1d.pretrained import WEIGHTS_DIR, portable_command
+
+    home, root = str(Path.home()), str(ROOT)
+    for path in WEIGHTS_DIR.glob("*.json"):
+        text = path.read_text()
+        assert home not in text and root not in text, path.name
+    cmd = portable_command(f"hooked-clip1d sweep {root}/x.toml --out {home}/s")
+    assert cmd == "hooked-clip1d sweep x.toml --out ~/s"
+
+
 def test_example_notebook_executes():
     import nbformat
     from nbclient import NotebookClient

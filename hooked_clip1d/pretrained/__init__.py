@@ -170,6 +170,19 @@ def export_run(
         return _export_locked(run_dir, name, description, dest, weights_dtype)
 
 
+def portable_command(cmd: str) -> str:
+    """A recorded command line without this machine's paths: the checkout's root dropped, the home folder as ``~``
+    (manifests ship with the package and must not name one machine's folders).
+
+    Example:
+        >>> home = str(Path.home())
+        >>> portable_command(f"hooked-clip1d train --out {home}/runs/x")
+        'hooked-clip1d train --out ~/runs/x'
+    """
+    root = str(Path(__file__).resolve().parents[2]) + "/"
+    return cmd.replace(root, "").replace(str(Path.home()), "~")
+
+
 def _export_locked(run_dir: Path, name: str, description: str, dest: Path, weights_dtype: str) -> Path:
     from hooked_clip1d.checkpoint import read_tensors, save_model
     from hooked_clip1d.data import build_dataset
@@ -202,14 +215,14 @@ def _export_locked(run_dir: Path, name: str, description: str, dest: Path, weigh
         "model_config": config["model_config"],
         "data_config": config["data_config"],
         "train_config": config["train_config"],
-        "command": config["provenance"]["command"],
+        "command": portable_command(config["provenance"]["command"]),
         "seed": config["train_config"]["seed"],
         "epochs": epochs,
         "epochs_planned": config["train_config"]["epochs"],
         "steps": steps,
         "train_seconds": seconds,
         "metrics": metrics,
-        "provenance": config["provenance"],
+        "provenance": {**config["provenance"], "command": portable_command(config["provenance"]["command"])},
         "history": history,
         "weights_dtype": weights_dtype,
         "sha256": sha256_file(target),
