@@ -22,10 +22,11 @@ prefixed key (``data.n1``, ``train.lr``, ``model.init_std``, ``vision.positional
 it goes, and an unprefixed one goes wherever such a field exists (an ambiguous one is an error).
 
 ``run_sweep`` packs runs with the same shapes (``batched.group_key``) into groups of at most ``max_group_size``
-(similar lengths together, since a group runs as long as its longest member), trains each group with one progress
-bar, and writes::
+(``plan_groups``: similar lengths together, since a group runs as long as its longest member; with ``workers`` > 1,
+groups of equal estimated cost, one or more per worker), trains each group with one progress bar, and writes::
 
     out_dir/spec.toml                 the spec as run
+    out_dir/plan.json                 its groups (fixed at the first start, so a resumed sweep keeps them)
     out_dir/runs/<run>/               each run: config.json, metrics.jsonl, checkpoint.safetensors,
                                       model.safetensors (load with checkpoint.load_model_file), summary.json
     out_dir/groups/<group>/           each group's resumable state (group_checkpoint.safetensors)
@@ -288,25 +289,62 @@ def _steps(r: RunSpec) -> int:
     return r.train_cfg.epochs * -(-m // bs)
 
 
-def plan_groups(runs: Sequence[RunSpec], max_group_size: int = 32) -> list[list[RunSpec]]:
-    """Pack runs into batched groups: same ``group_key``, at most ``max_group_size``, similar lengths together.
+# What one group step costs beside its members' own work, in member-steps: a group of K simplified members takes
+# about (GROUP_STEP_OVERHEAD + K) single-member step times (benchmarks/README.md: K = 1 at 474 model-steps/s, K = 32
+# at 1017, i.e. ~0.98 ms per member and ~1.2 ms per step on one core).
+GROUP_STEP_OVERHEAD = 1.3
+
+
+def group_cost(steps: Sequence[int]) -> float:
+    """Estimated time of a batched group whose members train ``steps`` steps each, in single-member steps.
+
+    A group runs as long as its longest member; each step costs the members still training plus a fixed overhead.
+
+    Example:
+        >>> group_cost([100, 100]) == 100 * GROUP_STEP_OVERHEAD + 200
+        True
+    """
+    return GROUP_STEP_OVERHEAD * max(steps, default=0) + sum(steps)
+
+
+def plan_groups(runs: Sequence[RunSpec], max_group_size: int = 32, workers: int = 1) -> list[list[RunSpec]]:
+    """Pack runs into batched groups of the same ``group_key`` and at most ``max_group_size`` members.
+
+    With one worker, runs of similar length go together (a group runs as long as its longest member, so this
+    spends the least time in all). With ``workers`` > 1 a shape's runs are spread over at least ``workers`` groups
+    of about equal estimated cost (``group_cost``; longest run first, each to the cheapest group with room), so
+    the workers stay busy until the end instead of one training a long group alone. Groups come longest first.
 
     Example:
         >>> spec = load_spec(text='[grid]\\nn_labels = [10, 20]\\nseed = [0, 1, 2]\\n[model]\\npreset = "simplified"')
         >>> [len(g) for g in plan_groups(spec.runs, max_group_size=4)]
         [4, 2]
+        >>> [[r.params["n_labels"] for r in g] for g in plan_groups(spec.runs, max_group_size=4, workers=2)]
+        [[20, 20], [20, 10, 10, 10]]
     """
     if max_group_size < 1:
         raise ValueError(f"max_group_size must be >= 1, got {max_group_size}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     by_key: dict[str, list[RunSpec]] = {}
     for r in runs:
         by_key.setdefault(group_key(r.model_cfg, r.data_cfg, r.train_cfg), []).append(r)
-    groups = []
+    steps = {r.name: _steps(r) for r in runs}
+    groups: list[list[RunSpec]] = []
     for members in by_key.values():
-        members = sorted(members, key=_steps, reverse=True)  # stable: spec order within equal lengths
-        for i in range(0, len(members), max_group_size):
-            groups.append(members[i : i + max_group_size])
-    return groups
+        members = sorted(members, key=lambda r: steps[r.name], reverse=True)  # stable: spec order within ties
+        n_groups = -(-len(members) // max_group_size)
+        if workers == 1:
+            groups += [members[i : i + max_group_size] for i in range(0, len(members), max_group_size)]
+            continue
+        bins: list[list[RunSpec]] = [[] for _ in range(max(n_groups, min(workers, len(members))))]
+        for r in members:
+            open_bins = [b for b in bins if len(b) < max_group_size]
+            best = min(open_bins, key=lambda b: group_cost([steps[m.name] for m in b] + [steps[r.name]]))
+            best.append(r)
+        groups += bins
+    cost = {id(g): group_cost([steps[r.name] for r in g]) for g in groups}
+    return sorted(groups, key=lambda g: cost[id(g)], reverse=True)  # stable
 
 
 def _group_name(index: int, group: Sequence[RunSpec]) -> str:
@@ -610,7 +648,9 @@ def run_sweep(
         return _run_sweep_locked(spec, out, device, progress, runner, resume, max_steps, workers)
 
 
-def _saved_plan(out: Path, runs: list[RunSpec], max_group_size: int) -> list[tuple[str, list[RunSpec]]]:
+def _saved_plan(
+    out: Path, runs: list[RunSpec], max_group_size: int, workers: int = 1
+) -> list[tuple[str, list[RunSpec]]]:
     """The sweep's groups: those saved in ``out/plan.json`` by an earlier start (kept as they were, so their
     group checkpoints resume) for the runs still in the spec, then ``plan_groups`` of the runs added since."""
     by_name = {r.name: r for r in runs}
@@ -621,7 +661,7 @@ def _saved_plan(out: Path, runs: list[RunSpec], max_group_size: int) -> list[tup
             if all(n in by_name for n in names):
                 plan.append((gname, [by_name.pop(n) for n in names]))
     new = [r for r in runs if r.name in by_name]
-    for group in plan_groups(new, max_group_size):
+    for group in plan_groups(new, max_group_size, workers):
         plan.append((_group_name(len(plan), group), group))
     return plan
 
@@ -652,7 +692,7 @@ def _run_sweep_locked(
     workers: int,
 ) -> list[dict[str, Any]]:
     runs = [_with_device(r, device) for r in spec.runs]
-    groups = _saved_plan(out, runs, spec.run["max_group_size"])
+    groups = _saved_plan(out, runs, spec.run["max_group_size"], workers if runner == "local" else 1)
     old_spec = out / "spec.toml"
     if old_spec.exists() and _spec_data(old_spec) != tomllib.loads(spec.source):  # comments and layout may change
         if not _extends(load_spec(old_spec), spec):

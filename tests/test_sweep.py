@@ -208,6 +208,9 @@ def test_workers_train_groups_at_once_with_the_one_at_a_time_weights(tmp_path):
     assert len(plan_groups(load_spec(pairs).runs, 2)) == 2
     out_local = tmp_path / "one"
     rows_local = run_sweep(pairs, out_local, progress=False)
+    (tmp_path / "w").mkdir()  # the same groups (the plan a first start saved), trained two at a time
+    for f in ("spec.toml", "plan.json"):
+        shutil.copy(out_local / f, tmp_path / "w" / f)
     rows = run_sweep(pairs, tmp_path / "w", progress=False, workers=2)
     assert [r["run"] for r in rows] == [r["run"] for r in rows_local]
     for r in rows:
@@ -270,3 +273,22 @@ def test_a_finished_run_trained_with_another_recipe_is_an_error_not_a_result(tin
     cfg_path.write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match=r"train_config.no_decay: trained with \[\], the spec asks \['cls'\]"):
         results_table(load_spec(TINY), out)
+
+
+def test_plans_for_several_workers_balance_the_groups():
+    """Fig. 4a's 36 runs for 2 workers: two groups of equal estimated cost (one worker alone used to train a group of
+    the 32 longest runs while the other finished 4 short ones), every run once, longest group first."""
+    from hooked_clip1d.sweep import _steps, group_cost
+
+    runs = load_spec(Path(__file__).parents[1] / "hooked_clip1d" / "sweeps" / "fig4a.toml").runs
+    one = plan_groups(runs, 32)
+    assert [len(g) for g in one] == [32, 4]
+    for workers in (2, 3):
+        groups = plan_groups(runs, 32, workers=workers)
+        assert len(groups) == workers and sorted(r.name for g in groups for r in g) == sorted(r.name for r in runs)
+        costs = [group_cost([_steps(r) for r in g]) for g in groups]
+        assert costs == sorted(costs, reverse=True) and costs[-1] / costs[0] > 0.95, costs
+    assert len(plan_groups(runs[:1], 32, workers=2)) == 1  # never an empty group
+    assert max(len(g) for g in plan_groups(runs, 5, workers=2)) <= 5
+    with pytest.raises(ValueError, match="workers"):
+        plan_groups(runs, 32, workers=0)
