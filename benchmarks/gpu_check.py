@@ -77,7 +77,7 @@ def check_trajectory(device: str, steps: int) -> list[dict]:
     cpu, _ = _group("cpu", "simplified", 2, steps)
     worst = max(
         (_rel(p, q), n) for n, p, q in zip(dev.model.names, dev.model.flat, cpu.model.flat, strict=True)
-        if not n.endswith("attn.b_K")  # zero gradient up to rounding noise: not reproducible (see batched.py)
+        if not n.endswith("attn.b_K")  # zero gradient up to rounding noise: not reproducible (see stacked.py)
     )  # fmt: skip
     return [{"check": f"simplified: weights after {steps} steps (worst: {worst[1]})", "value": worst[0],
              "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip

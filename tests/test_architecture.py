@@ -17,6 +17,7 @@ LAYERS = [
     ["clip"],
     ["checkpoint", "rundir", "param_groups", "evaluation"],
     ["training"],
+    ["stacked", "stacked_adamw"],
     ["batched"],
     ["sweep"],
     ["analysis"],

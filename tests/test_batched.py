@@ -14,15 +14,14 @@ from hooked_clip1d import CLIP1D, DataConfig, VisionConfig, build_dataset
 from hooked_clip1d.batched import (
     BatchedTrainer,
     Member,
-    StackedAdamW,
-    StackedCLIP,
-    _keep_mask,
     check_supported,
     group_key,
     train_fast,
 )
 from hooked_clip1d.checkpoint import load_model_file, read_tensors
 from hooked_clip1d.evaluation import similarity_matrix
+from hooked_clip1d.stacked import StackedCLIP, _keep_mask
+from hooked_clip1d.stacked_adamw import StackedAdamW
 from hooked_clip1d.training import TrainConfig, Trainer
 
 # m = 54 (6 labels, n2=2) and m = 78 (7 labels, n2=2, data seed 3) training pairs: with batch 16 both epochs end
