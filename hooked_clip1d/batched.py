@@ -606,9 +606,11 @@ class BatchedTrainer:
         chunk_steps: int = 512,
         desc: str | None = None,
         position: int | None = None,
+        deadline: float | None = None,
     ) -> list[TrainRun]:
-        """Train until every member finished (or ``max_steps`` global steps were taken in this call, then save a
-        group checkpoint and stop); return the finished members' ``TrainRun``s in member order.
+        """Train until every member finished (or ``max_steps`` global steps were taken in this call, or the wall
+        clock passed ``deadline`` (a ``time.time()``, checked every ``chunk_steps`` steps), then save a group
+        checkpoint and stop); return the finished members' ``TrainRun``s in member order.
 
         One progress bar for the whole group (``desc``, on line ``position`` when several groups share a terminal),
         in global steps (the longest member's count)."""
@@ -616,12 +618,18 @@ class BatchedTrainer:
             if not lock.held:
                 lock.acquire()
         try:
-            return self._run(progress, max_steps, chunk_steps, desc, position)
+            return self._run(progress, max_steps, chunk_steps, desc, position, deadline)
         finally:
             self.release_locks()
 
     def _run(
-        self, progress: bool, max_steps: int | None, chunk_steps: int, desc: str | None, position: int | None
+        self,
+        progress: bool,
+        max_steps: int | None,
+        chunk_steps: int,
+        desc: str | None,
+        position: int | None,
+        deadline: float | None,
     ) -> list[TrainRun]:
         self._write_configs()
         threads = max((m.train_cfg.threads or 0) for m in self.members)
@@ -681,6 +689,8 @@ class BatchedTrainer:
                     self._events()
                     if self.active:
                         bar.set_postfix(active=len(self.active), refresh=False)
+                if deadline is not None and time.time() >= deadline:
+                    break
             self.elapsed = time.perf_counter() - t0
             if self.active and self.step % self.group_checkpoint_every:
                 self.save_group_checkpoint()  # stopped early (max_steps): make it resumable from here

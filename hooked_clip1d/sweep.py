@@ -74,6 +74,7 @@ import json
 import os
 import re
 import shutil
+import time
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -365,6 +366,7 @@ class _GroupTask:
     progress: bool
     max_steps: int | None = None
     position: int | None = None  # progress-bar line, when several groups train at once
+    deadline: float | None = None  # time.time() after which the group checkpoints and stops
 
 
 def _run_group(task: _GroupTask) -> list[str]:
@@ -373,6 +375,8 @@ def _run_group(task: _GroupTask) -> list[str]:
     run_dirs = [Path(d) for d in task.run_dirs]
     if all((d / "summary.json").exists() for d in run_dirs):
         return [r.name for r in task.runs]
+    if task.deadline is not None and time.time() >= task.deadline:
+        return []  # out of time before this group started: it keeps its state for the next call
     if not (gdir / "group_checkpoint.safetensors").exists():  # a fresh group never retrains (or deletes) a
         keep = [i for i, d in enumerate(run_dirs) if not (d / "summary.json").exists()]  # finished run
         task = dataclasses.replace(task, runs=[task.runs[i] for i in keep], run_dirs=[task.run_dirs[i] for i in keep])
@@ -397,7 +401,9 @@ def _run_group(task: _GroupTask) -> list[str]:
         if gdir.exists():
             shutil.rmtree(gdir)
     trainer = BatchedTrainer(members, gdir, resume=resume, member_dirs=run_dirs, **kw)
-    trainer.run(progress=task.progress, max_steps=task.max_steps, desc=task.name, position=task.position)
+    trainer.run(
+        progress=task.progress, max_steps=task.max_steps, desc=task.name, position=task.position, deadline=task.deadline
+    )
     return [r.name for r in task.runs if (Path(task.run_dirs[task.runs.index(r)]) / "summary.json").exists()]
 
 
@@ -610,6 +616,7 @@ def run_sweep(
     compile: bool | None = None,  # noqa: A002
     workers: int = 1,
     threads: int | None = None,
+    max_seconds: float | int | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep of ``spec_path``; returns the results table (also written to ``out_dir``).
 
@@ -618,7 +625,9 @@ def run_sweep(
     process, or ``workers`` of them at once in worker processes) or ``"ray"`` (groups as Ray tasks);
     ``resume=False`` refuses an ``out_dir`` that already holds runs.
     ``max_steps`` stops every group after that many steps in this call (checkpointed; the next call continues),
-    for time-sliced or preemptible jobs. ``compile`` overrides the spec's ``run.compile`` (an execution setting: the
+    for time-sliced or preemptible jobs; ``max_seconds`` likewise stops every group once this call has trained that
+    long (checked every 512 steps; groups not started by then wait for the next call), e.g. for a GPU lent in
+    10-minute commands. ``compile`` overrides the spec's ``run.compile`` (an execution setting: the
     spec, and so the output folder, stays the same); so does ``threads`` (the spec's ``run.threads``: torch threads
     per group; 1 when other processes share the cores, since oversubscribed threads can slow a step several-fold).
     The table has the runs finished so far. See the module
@@ -626,6 +635,9 @@ def run_sweep(
     """
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    if max_seconds is not None and not max_seconds > 0:
+        raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
+    deadline = None if max_seconds is None else time.time() + max_seconds
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     spec = load_spec(spec_path)
@@ -645,7 +657,7 @@ def run_sweep(
     if out.is_dir() and not (out / "spec.toml").exists() and any(e.name != ".lock" for e in out.iterdir()):
         raise FileExistsError(f"{str(out)!r} is not empty and holds no sweep (no spec.toml); use a new out_dir")
     with RunLock(out, "sweep directory"):
-        return _run_sweep_locked(spec, out, device, progress, runner, resume, max_steps, workers)
+        return _run_sweep_locked(spec, out, device, progress, runner, resume, max_steps, workers, deadline)
 
 
 def _saved_plan(
@@ -690,6 +702,7 @@ def _run_sweep_locked(
     resume: bool,
     max_steps: int | None,
     workers: int,
+    deadline: float | None = None,
 ) -> list[dict[str, Any]]:
     runs = [_with_device(r, device) for r in spec.runs]
     groups = _saved_plan(out, runs, spec.run["max_group_size"], workers if runner == "local" else 1)
@@ -717,6 +730,7 @@ def _run_sweep_locked(
                 resume=resume,
                 progress=progress and runner == "local",
                 max_steps=max_steps,
+                deadline=deadline,
                 position=len(tasks) % workers if workers > 1 else None,
             )
         )

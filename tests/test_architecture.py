@@ -19,7 +19,7 @@ LAYERS = [
     ["training"],
     ["stacked", "stacked_adamw"],
     ["batched"],
-    ["sweep"],
+    ["sweep", "transfer"],
     ["analysis"],
     ["visualization"],
     ["pretrained"],

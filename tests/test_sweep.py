@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,30 @@ def test_interrupted_sweep_resumes_bit_exactly(tiny_done, tmp_path):
     assert len(rows) == 4
     for r in rows:
         assert _same_weights(_weights(out, r["run"]), _weights(out_full, r["run"])), r["run"]
+
+
+def test_max_seconds_stops_every_group_resumably(tiny_done, tmp_path, monkeypatch):
+    """A sweep given a time budget (a GPU lent in 10-minute commands) checkpoints when it is spent; the next call
+    ends with the uninterrupted weights."""
+    import types
+
+    import hooked_clip1d.sweep as sweep_mod
+
+    out_full, _ = tiny_done
+    out = tmp_path / "tiny"
+    now = time.time()
+    monkeypatch.setattr(sweep_mod, "time", types.SimpleNamespace(time=lambda: now))  # the groups start in time,
+    partial = run_sweep(TINY, out, progress=False, max_seconds=1e-6)  # then find it spent after their first chunk
+    monkeypatch.undo()
+    assert partial == [] and any((out / "groups").rglob("group_checkpoint.safetensors"))
+    assert run_sweep(TINY, out, progress=False, max_seconds=1e-6) == []  # spent before a group starts: untouched
+    rows = run_sweep(TINY, out, progress=False)
+    assert len(rows) == 4
+    for r in rows:
+        assert _same_weights(_weights(out, r["run"]), _weights(out_full, r["run"])), r["run"]
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match="max_seconds"):
+            run_sweep(TINY, tmp_path / "bad", max_seconds=bad)
 
 
 def test_sweep_refuses_a_used_out_dir_without_resume_and_a_changed_spec(tiny_done, tmp_path):

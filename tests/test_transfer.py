@@ -1,0 +1,85 @@
+"""Finished runs carried between machines in size-capped archives (a GPU lent in short commands)."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from hooked_clip1d.checkpoint import load_model_file
+from hooked_clip1d.sweep import load_spec, results_table, run_sweep
+from hooked_clip1d.transfer import RUN_FILES, finished_runs, pack_runs, unpack_runs
+
+TINY = Path(__file__).resolve().parent.parent / "examples" / "sweeps" / "tiny.toml"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("gpu") / "tiny"
+    run_sweep(TINY, out, progress=False)
+    return out
+
+
+def test_packed_runs_read_back_as_the_runs_trained_there(trained, tmp_path):
+    archives = pack_runs(trained, tmp_path / "back")
+    assert [a.name for a in archives] == ["runs-000.tar"]
+    names = unpack_runs(archives, tmp_path / "here")
+    assert names == sorted(p.name for p in finished_runs(trained))
+    spec = load_spec(TINY)
+    strip = [{k: v for k, v in r.items() if k != "path"} for r in results_table(spec, trained)]
+    assert [{k: v for k, v in r.items() if k != "path"} for r in results_table(spec, tmp_path / "here")] == strip
+    for name in names:  # float16 weights: within float16 rounding of the trained ones
+        a = load_model_file(trained / "runs" / name / "model.safetensors").state_dict()
+        b = load_model_file(tmp_path / "here" / "runs" / name / "model.safetensors").state_dict()
+        for k in a:
+            assert torch.allclose(a[k], b[k], rtol=1e-3, atol=1e-4), (name, k)
+        assert not (tmp_path / "here" / "runs" / name / "checkpoint.safetensors").exists()
+    shutil.copy(trained / "spec.toml", tmp_path / "here" / "spec.toml")  # a resumed sweep retrains nothing
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "here" / "runs").rglob("*")}
+    assert len(run_sweep(TINY, tmp_path / "here", progress=False)) == 4
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "here" / "runs").rglob("*")} == before
+    assert unpack_runs(archives, tmp_path / "here") == names  # identical runs: nothing to do
+
+
+def test_archives_stay_under_the_size_cap(trained, tmp_path):
+    run = max(sum((r / f).stat().st_size for f in RUN_FILES) for r in finished_runs(trained))
+    cap = (run + 10 * 1024) / 2**20  # MiB: room for one run and its tar headers, not two runs
+    archives = pack_runs(trained, tmp_path / "small", max_mib=cap, weights_dtype="float32")
+    assert len(archives) == 4 and all(a.stat().st_size <= cap * 2**20 for a in archives)
+    assert unpack_runs(archives, tmp_path / "x") == sorted(p.name for p in finished_runs(trained))
+    with pytest.raises(ValueError, match="needs .* MiB"):
+        pack_runs(trained, tmp_path / "tiny", max_mib=0.001)
+    for bad in ({"weights_dtype": "int8"}, {"max_mib": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            pack_runs(trained, tmp_path / "bad", **bad)
+    with pytest.raises(ValueError, match="no finished run"):
+        pack_runs(tmp_path / "small", tmp_path / "y")  # archives, no runs
+
+
+def test_unpack_refuses_foreign_members_and_conflicting_runs(trained, tmp_path):
+    archive = pack_runs(trained, tmp_path / "back")[0]
+    for name in ("../evil/config.json", "run/setup.py", "a/b/config.json"):
+        bad = tmp_path / "bad.tar"
+        with tarfile.open(bad, "w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"{}"))
+        with pytest.raises(ValueError, match="unexpected member"):
+            unpack_runs([bad], tmp_path / "dest")
+    link = tmp_path / "link.tar"
+    with tarfile.open(link, "w") as tar:
+        info = tarfile.TarInfo("run/config.json")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(info)
+    with pytest.raises(ValueError, match="unexpected member"):
+        unpack_runs([link], tmp_path / "dest")
+    assert not (tmp_path / "dest" / "runs").exists() or not any((tmp_path / "dest" / "runs").iterdir())
+    unpack_runs([archive], tmp_path / "dest")
+    run = next((tmp_path / "dest" / "runs").iterdir())
+    (run / "summary.json").write_text('{"edited": true}')
+    with pytest.raises(FileExistsError, match=run.name):
+        unpack_runs([archive], tmp_path / "dest")
