@@ -7,6 +7,7 @@ import pytest
 from hooked_clip1d import reproduce as rp
 from hooked_clip1d import results_page as rp_page
 from hooked_clip1d.cli import main
+from hooked_clip1d.reproduce import core as rp_core  # what reproduce() reads SWEEPS_DIR from
 from hooked_clip1d.results_page import build_results_page, load_records
 
 
@@ -63,7 +64,7 @@ def test_sweep_figure_runs_its_sweep_and_reads_the_table(tmp_path, monkeypatch):
     sweeps = tmp_path / "specs"
     sweeps.mkdir()
     shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
-    monkeypatch.setattr(rp, "SWEEPS_DIR", sweeps)
+    monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
     rec = rp.reproduce("fig4a", tmp_path / "res")
     assert rec["verdict"] in rp.VERDICTS and len(rec["numbers"]["rows"]) == 4
     assert rec["numbers"]["ntot"] == [6, 7]
@@ -142,7 +143,7 @@ def test_unfinished_sweep_ignores_zoo_models_outside_its_grid(tmp_path, monkeypa
     sweeps = tmp_path / "specs"
     sweeps.mkdir()
     shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
-    monkeypatch.setattr(rp, "SWEEPS_DIR", sweeps)
+    monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
     rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)  # the flagship is not a cell of tiny's grid
     assert rec["verdict"] == "not run" and "0 finished runs" in rec["summary"] and rp.FLAGSHIP not in rec["summary"]
 
@@ -195,7 +196,7 @@ def _interrupted_tiny_sweep(tmp_path, monkeypatch):
     sweeps = tmp_path / "specs"
     sweeps.mkdir()
     shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
-    monkeypatch.setattr(rp, "SWEEPS_DIR", sweeps)
+    monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
     rp.reproduce("fig4a", tmp_path / "res")
     out = tmp_path / "res" / "sweeps" / "fig4a"
     for run in (out / "runs").iterdir():

@@ -16,7 +16,8 @@
   logits, the CLS logit lens.
 - ``sae``: sparse autoencoders on any hook point (collect, train ReLU / top-k, splice back in).
 - ``mechanism``: the EP-gradient mechanism as one report per model (the recipe study's checks), the unseen-pair
-  probe set, and the CLS row's identifiability (``move_cls_embedding``, ``ablate_cls_key_position``).
+  probe set, the CLS row's identifiability (``move_cls_embedding``, ``ablate_cls_key_position``), where a CLS-row
+  gradient comes from (``gradient_sources``), a single-head run's bias and gradient (``single_head_mechanism``).
 """
 
 from hooked_clip1d.analysis.ablation import PAPER_ABLATIONS, evaluate_ablations, format_ablations
@@ -40,8 +41,11 @@ from hooked_clip1d.analysis.heads import (
 )
 from hooked_clip1d.analysis.mechanism import (
     ablate_cls_key_position,
+    gradient_sources,
     mechanism_report,
     move_cls_embedding,
+    single_head_mechanism,
+    spearman_position,
     unseen_probe,
 )
 from hooked_clip1d.analysis.metrics import caption_belief, image_belief, mirror_images, pair_inputs
@@ -65,8 +69,11 @@ __all__ = [
     "caption_attributions",
     "caption_directions",
     "cls_logit_lens",
+    "gradient_sources",
     "mechanism_report",
     "move_cls_embedding",
+    "single_head_mechanism",
+    "spearman_position",
     "unseen_probe",
     "ABLATABLE_TERMS",
     "PAPER_ABLATIONS",

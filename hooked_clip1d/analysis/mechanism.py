@@ -6,6 +6,9 @@ monotonicity) plus the CLS-row quantities that decide between training recipes, 
 on ``unseen_probe`` (every ordered unseen pair at every position pair: 20 x 45 = 900 images for Ntot = 20).
 ``mechanism_checks(report)`` states the pass criteria of the recipe study (``reproduce x8-recipe``); they were
 written before its runs.
+``gradient_sources`` finds, at any layer, the score terms that give the CLS row its monotonic gradient along the
+image (``reproduce x5-two-layer``); ``single_head_mechanism`` reads a single-head sweep run's head bias and EP
+gradient (``reproduce fig21``, ``x7-single-head-seeds``); ``spearman_position`` is their rank correlation.
 
 **The CLS row is not identifiable.** CLS only ever sits at position 0 and position 0 only ever holds CLS, so the
 model sees ``W_E[CLS] + W_pos[0]`` only. The paper's split of the CLS query into an "E" and a "P" part is a choice
@@ -41,6 +44,7 @@ from hooked_clip1d.data import Dataset, Split, build_dataset
 from hooked_clip1d.encoders import HookedVisionEncoder
 
 PROBE = "probe_unseen"
+FIG4B_IMAGE = "C . . 17 . . 19 . . . ."  # Fig. 4b's first image: the unseen pair (17, 19)
 
 # the ablation conditions of the report: the paper's (Fig. 5e, 16, 17) and the CLS-query-invariant one
 ABLATIONS: dict[str, tuple[str, ...]] = {
@@ -75,6 +79,38 @@ def spearman_position(y: torch.Tensor) -> torch.Tensor:
     rc, xc = ranks - ranks.mean(-1, keepdim=True), x - x.mean()
     denom = rc.norm(dim=-1) * xc.norm()
     return torch.where(denom > 0, (rc * xc).sum(-1) / denom.clamp_min(1e-300), torch.zeros_like(denom))
+
+
+def gradient_sources(model: CLIP1D, images: torch.Tensor, layer: int, top: int = 3) -> list[dict[str, Any]]:
+    """The (query component, key component) terms whose CLS row varies most monotonically along the image at
+    ``layer``: per head, the ``top`` terms by std(row) x |Spearman(row, position)| of the image-averaged CLS row.
+
+    Components are those of ``decompose_attention_scores`` (embed, pos_embed, earlier heads' outputs, ...); each
+    head's entry is ``{"head": h, "terms": [{"q", "k", "spearman", "std"}, ...]}``, best term first.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2, init_std=1.0)
+        >>> model = CLIP1D(cfg, seed=0).eval()
+        >>> src = gradient_sources(model, model.vision.to_tokens(["C . 1 . . 2 . . . . ."]), layer=0, top=2)
+        >>> [s["head"] for s in src], [len(s["terms"]) for s in src], sorted(src[0]["terms"][0])
+        ([0, 1], [2, 2], ['k', 'q', 'spearman', 'std'])
+    """
+    _, cache = model.vision.run_with_cache(images)
+    dec = decompose_attention_scores(model.vision, cache, layer=layer, query_pos=0)
+    rows = dec.terms()[:, :, :, :, 0, 1:].mean(2)  # [q_comp, k_comp, head, pixel]: CLS row over pixel keys
+    rho, std = spearman_position(rows), rows.std(-1)
+    score = (std * rho.abs()).nan_to_num(0.0)
+    out = []
+    for h in range(rows.shape[2]):
+        flat = score[:, :, h].flatten().argsort(descending=True)[:top]
+        terms = []
+        for i in flat.tolist():
+            a, b = divmod(i, rows.shape[1])
+            terms.append({"q": dec.q_labels[a], "k": dec.k_labels[b], "spearman": float(rho[a, b, h]),
+                          "std": float(std[a, b, h])})  # fmt: skip
+        out.append({"head": h, "terms": terms})
+    return out
 
 
 def unseen_probe(dataset: Dataset) -> Dataset:
@@ -229,7 +265,7 @@ def mechanism_report(model: CLIP1D, dataset: Dataset | None = None) -> dict[str,
     tp = dec.token_position_terms()
     row_std = {t: tp[t][:, :, 0, 1:].std(-1, unbiased=False).mean(0).tolist() for t in ("EE", "EP", "PP", "BP")}
 
-    img = vision.to_tokens("C . . 17 . . 19 . . . .") if model.cfg.n_labels >= 19 else probe.images[:1]
+    img = vision.to_tokens(FIG4B_IMAGE) if model.cfg.n_labels >= 19 else probe.images[:1]
     _, c1 = vision.run_with_cache(img)
     ep_row = decompose_attention_scores(vision, c1, layer=0).token_position_terms()["EP"][0, :, 0, 1:]
     attn = vision.blocks[0].attn
@@ -349,3 +385,32 @@ def run_mechanism_history(run_dir: str | Path, every: int = 1000) -> dict[int, d
     if changed:
         atomic_write_text(cache_path, json.dumps(cache))
     return out
+
+
+def single_head_mechanism(row: dict[str, Any], image: str = FIG4B_IMAGE) -> dict[str, Any] | None:
+    """For a sweep run with a 1-layer, 1-head vision encoder: its CLS -> object bias on unseen pairs (Fig. 4c's
+    statistic) and the rank correlation of EP's CLS row with position on ``image`` (Fig. 14's), or None if its
+    weights are gone.
+
+    ``row`` is the run's row of a sweep's results table (``sweep.results_table``): its ``path`` (the run folder,
+    with ``model.safetensors``) and ``weight_decay``.
+
+    Example:
+        >>> single_head_mechanism({"weight_decay": 0.2, "path": "/no/such/run"}) is None  # weights gone
+        True
+    """
+    from hooked_clip1d.checkpoint import load_model_file
+
+    path = Path(row.get("path", "")) / "model.safetensors"
+    if "path" not in row or not path.exists():
+        return None
+    model = load_model_file(path)
+    bias = cls_object_bias(model.vision, build_dataset(model.data_config).splits["val_unseen"])
+    _, cache = model.vision.run_with_cache(model.vision.to_tokens(image))
+    ep = decompose_attention_scores(model.vision, cache, layer=0).token_position_terms()["EP"][0, 0, 0, 1:]
+    return {
+        "weight_decay": float(row["weight_decay"]),
+        "left": float(bias["left"][0, 0]),
+        "right": float(bias["right"][0, 0]),
+        "ep_spearman": float(spearman_position(ep[None])[0]),
+    }

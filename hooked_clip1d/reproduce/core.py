@@ -1,0 +1,102 @@
+"""The building blocks every figure module shares: what a figure is and what it returns, the verdict rule, the zoo
+model names and where the sweep specs live, and the writing of a figure's record.
+
+- ``FigureSpec``: a figure's key, title, the paper's claim, the zoo models it needs, its function and (for a figure
+  built on a sweep) the sweep spec it reads and the checks on the zoo's cells of that sweep's grid.
+- ``Outcome``: what a figure function returns (numbers, summary, checks, PNG figures, notes, a table).
+- ``verdict_of``: the verdict from the checks alone; ``VERDICTS`` lists every verdict a record can have.
+- ``SWEEPS_DIR``: the shipped sweep specs (``hooked_clip1d/sweeps/<sweep>.toml``). Read it as ``core.SWEEPS_DIR`` at
+  call time (tests point it elsewhere with ``monkeypatch.setattr(core, "SWEEPS_DIR", ...)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from hooked_clip1d.checkpoint import atomic_write
+from hooked_clip1d.clip import CLIP1D
+
+VERDICTS = ("reproduced", "partly", "not reproduced", "not run")
+
+# zoo models (hooked_clip1d/pretrained) the figures use by name
+FLAGSHIP = "simplified-ntot20-n2-10"
+SMALL_INIT = "simplified-ntot20-n2-10-init002"  # the flagship's recipe with init_std = 0.02 (beyond the paper)
+ABLATE_EP = "ablate-ep-ntot20-n2-10-init002"  # SMALL_INIT's recipe trained with EP removed (beyond the paper)
+PRUNED = "pruned-keep-h2h3-ntot20-n2-10"  # FLAGSHIP with heads 0, 1 pruned, retrained 10,000 epochs (App. K)
+FULL = "full-ntot20-n2-10"  # the full model (Fig. 3), Ntot = 20, n2 = 10: one cell of the fig3 sweep
+NONGEN = "simplified-ntot10-n2-5"  # App. F's non-generalizing model: a cell of the fig4a sweep
+VISION2 = "vision2-ntot25-n2-15"  # the 2-layer vision encoder of App. L (Fig. 23)
+SPATIAL_ID_MODELS = (FLAGSHIP, SMALL_INIT, "rope-ntot20-n2-15", NONGEN)  # x6-spatial-ids' models
+
+# the shipped sweep specs, hooked_clip1d/sweeps/<sweep>.toml (read as core.SWEEPS_DIR: tests patch it)
+SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
+
+
+@dataclass
+class Outcome:
+    """What a figure function returns: numbers (JSON-able), a one-paragraph summary, checks and figures."""
+
+    numbers: dict[str, Any]
+    summary: str
+    checks: list[tuple[str, bool]]
+    figures: dict[str, Figure]
+    notes: str = ""
+    table: tuple[str, ...] = ()  # markdown table lines shown under the checks on the results page
+    not_run: str = ""  # set when the experiment measured is not the paper's (e.g. a step skipped): verdict "not run"
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    key: str  # "fig4c"
+    title: str  # what the figure shows
+    paper: str  # the paper's claim, with its numbers (or, beyond the paper, the question asked)
+    models: tuple[str, ...]  # zoo models needed
+    run: Callable[[dict[str, CLIP1D]], Outcome]
+    beyond_paper: bool = False  # an experiment the paper does not run (own section of the results page)
+    sweep: str | None = None  # a sweep spec in hooked_clip1d/sweeps/ whose results the figure reads
+    # While the sweep is unfinished: checks on the zoo models (``models``) that are cells of its grid, given their
+    # manifests. The verdict is then at most "partly": the sweep's trend itself is untested.
+    cell_checks: Callable[[dict[str, dict[str, Any]]], list[tuple[str, bool]]] | None = None
+
+    @property
+    def command(self) -> str:
+        return f"hooked-clip1d reproduce {self.key}"
+
+
+def verdict_of(checks: list[tuple[str, bool]]) -> str:
+    """``reproduced`` if every check holds, ``partly`` if some do, ``not reproduced`` if none does.
+
+    Example:
+        >>> verdict_of([("a", True), ("b", False)])
+        'partly'
+    """
+    if not checks:
+        raise ValueError("a figure needs at least one check to get a verdict")
+    held = sum(bool(ok) for _, ok in checks)
+    return "reproduced" if held == len(checks) else "partly" if held else "not reproduced"
+
+
+def _outcome_record(res: Outcome, out: Path, figure: str) -> dict[str, Any]:
+    plots = []
+    for name, fig in res.figures.items():
+        path = out / f"{figure}_{name}.png"
+        try:
+            atomic_write(path, lambda tmp, fig=fig: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
+        finally:
+            plt.close(fig)
+        plots.append(path.name)
+    return {
+        "verdict": "not run" if res.not_run else verdict_of(res.checks),
+        "summary": res.summary + (f" Not run as in the paper: {res.not_run}" if res.not_run else ""),
+        "notes": res.notes,
+        **({"table": list(res.table)} if res.table else {}),
+        "checks": [{"check": c, "holds": bool(ok)} for c, ok in res.checks],
+        "numbers": res.numbers,
+        "plots": plots,
+    }

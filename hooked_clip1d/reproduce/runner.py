@@ -1,0 +1,166 @@
+"""``reproduce(figure)``: run one figure's experiment and write its record; ``FIGURES``, every figure by key.
+
+``FIGURES`` gathers the ``SPECS`` of the figure modules (``mechanism_figs``, ``sweep_figs``, ``appendix_figs``,
+``beyond``, ``recipe_study``) in the key order of ``ORDER`` (``FIGURES``' order before the package was split; the
+CLI and the results page sort the keys themselves). ``reproduce`` loads the zoo models a figure needs, or trains /
+reads its sweep (reading the spec under ``core.SWEEPS_DIR``), and handles unfinished sweeps: an interim reading
+once every run has an evaluation, else the zoo's cells of the grid (``sweep_figs.grid_cell``), else "not run".
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import hooked_clip1d.reproduce.appendix_figs as appendix_figs
+import hooked_clip1d.reproduce.beyond as beyond
+import hooked_clip1d.reproduce.core as core
+import hooked_clip1d.reproduce.mechanism_figs as mechanism_figs
+import hooked_clip1d.reproduce.recipe_study as recipe_study
+import hooked_clip1d.reproduce.sweep_figs as sweep_figs
+from hooked_clip1d.checkpoint import atomic_write_text
+from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
+from hooked_clip1d.reproduce.core import FigureSpec, _outcome_record, verdict_of
+from hooked_clip1d.reproduce.sweep_figs import grid_cell
+
+# FIGURES' key order (kept from the single-module version); every key of the modules' SPECS, once
+ORDER = (
+    "fig4c", "fig4a", "fig3", "fig10", "fig21", "fig21b", "x2-fig4a-small-init", "x3-small-init", "x5-two-layer",
+    "x4-train-ablate-ep", "fig4b", "fig13", "fig14", "fig5e", "fig11", "fig15", "fig5d", "fig6", "fig7", "fig8",
+    "fig18", "fig19", "fig20", "fig23", "x1-mirror-swap", "x7-single-head-seeds", "x8-recipe", "x6-spatial-ids",
+    "fig22",
+)  # fmt: skip
+
+
+def _gather(*spec_tuples: tuple[FigureSpec, ...]) -> dict[str, FigureSpec]:
+    by_key: dict[str, FigureSpec] = {}
+    for spec in (s for specs in spec_tuples for s in specs):
+        if spec.key in by_key:
+            raise ValueError(f"two figure specs have the key {spec.key!r}")
+        by_key[spec.key] = spec
+    if sorted(by_key) != sorted(ORDER):
+        raise ValueError(f"ORDER and the figure modules' SPECS disagree: {sorted(set(by_key) ^ set(ORDER))}")
+    return {key: by_key[key] for key in ORDER}
+
+
+FIGURES: dict[str, FigureSpec] = _gather(
+    mechanism_figs.SPECS, sweep_figs.SPECS, appendix_figs.SPECS, beyond.SPECS, recipe_study.SPECS
+)
+
+
+def _zoo_cells(cells: dict[str, dict[str, Any]]) -> str:
+    """What the zoo models in ``cells`` (name -> its grid parameters in an unfinished sweep) measure, for a summary."""
+    parts = []
+    for name, params in cells.items():
+        m = manifest(name)
+        acc = {k: m["metrics"][k]["acc"] for k in ("val_single", "val_seen", "val_unseen")}
+        epochs = f"{m['epochs']}" + (
+            f" of {planned}" if (planned := m.get("epochs_planned", m["epochs"])) != m["epochs"] else ""
+        )
+        where = ", ".join(f"{k}={v}" for k, v in params.items())
+        parts.append(
+            f"the zoo's `{name}` (the cell {where}; {epochs} epochs) has single-object "
+            f"{acc['val_single']:.2f}, seen-pair {acc['val_seen']:.2f}, unseen-pair {acc['val_unseen']:.2f}"
+        )
+    return f". Meanwhile {'; '.join(parts)}" if parts else ""
+
+
+def reproduce(
+    figure: str,
+    out_dir: str | Path = "results",
+    train_sweeps: bool = True,
+    compile_sweeps: bool | None = None,
+    sweep_device: str = "cpu",
+    sweep_workers: int = 1,
+    sweeps_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Run one figure's experiment; write ``<out_dir>/<figure>/<figure>.json`` and PNGs; return the record.
+
+    A figure built on a sweep (``FigureSpec.sweep``) trains or resumes it under ``<sweeps_dir>/<name>``
+    (default ``sweep.sweeps_home()``, outside the work tree) on
+    ``sweep_device``, ``sweep_workers`` groups at once (``compile_sweeps`` overrides the spec's ``run.compile``; all
+    three are execution settings, so a sweep started on a CPU resumes on a GPU in the same folder); with
+    ``train_sweeps=False`` it only reads the sweep's finished runs. While the sweep is unfinished, the figure gets an
+    interim reading or is judged on its zoo cells (module docstring).
+    """
+    if figure not in FIGURES:
+        raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}")
+    spec = FIGURES[figure]
+    out = Path(out_dir) / figure
+    out.mkdir(parents=True, exist_ok=True)
+    record: dict[str, Any] = {
+        "beyond_paper": spec.beyond_paper,
+        "figure": spec.key,
+        "title": spec.title,
+        "paper": spec.paper,
+        "models": list(spec.models),
+        "command": spec.command,
+        "recorded": datetime.date.today().isoformat(),
+    }
+    missing = [m for m in spec.models if m not in list_pretrained()]
+    if spec.sweep is not None:
+        from hooked_clip1d.sweep import load_spec, progress_table, results_table, run_sweep, sweeps_home
+
+        sweep_spec = core.SWEEPS_DIR / f"{spec.sweep}.toml"
+        sweep_out = Path(sweeps_dir if sweeps_dir is not None else sweeps_home()) / spec.sweep
+        if train_sweeps:
+            rows = run_sweep(
+                sweep_spec,
+                sweep_out,
+                device=sweep_device,
+                progress=True,
+                compile=compile_sweeps,
+                workers=sweep_workers,
+            )
+        else:
+            rows = results_table(load_spec(sweep_spec), sweep_out)
+        n_runs = len(load_spec(sweep_spec).runs)
+        interim = progress_table(load_spec(sweep_spec), sweep_out) if len(rows) < n_runs else []
+        if len(rows) < n_runs and len(interim) == n_runs:
+            record.update(_outcome_record(spec.run(interim), out, figure))  # type: ignore[arg-type]
+            reached = sorted({r["epochs"] for r in interim if not r["finished"]})
+            planned = sorted({r["epochs_planned"] for r in interim})
+            at = f"{reached[0]}" if len(reached) == 1 else f"{reached[0]}-{reached[-1]}"
+            record.update(
+                verdict="partly" if record["verdict"] == "reproduced" else record["verdict"],
+                summary=(
+                    f"INTERIM: its sweep ({n_runs} models) has {len(rows)} finished runs; judged on every run's "
+                    f"latest evaluation (unfinished runs at epoch {at} of {'/'.join(map(str, planned))}; "
+                    f"`{spec.command}` resumes it): " + record["summary"]
+                ),
+                interim={"finished": len(rows), "runs": n_runs, "epochs_reached": reached},
+                models=[],  # read from the sweep's runs, not from zoo cells
+            )
+        elif len(rows) < n_runs:
+            summary = (
+                f"its sweep ({n_runs} models, spec hooked_clip1d/sweeps/{spec.sweep}.toml) has {len(rows)} finished "
+                f"runs; `{spec.command}` trains or resumes it"
+            )
+            in_zoo = [m for m in spec.models if m in list_pretrained()]
+            cells = {m: params for m in in_zoo if (params := grid_cell(m, sweep_spec)) is not None}
+            summary += _zoo_cells(cells)
+            record.update(verdict="not run", summary=summary, checks=[], plots=[])
+            if spec.cell_checks is not None and list(cells) == list(spec.models):
+                checks = spec.cell_checks({m: manifest(m) for m in cells})
+                verdict = verdict_of(checks)
+                record.update(
+                    verdict="partly" if verdict == "reproduced" else verdict,
+                    summary=summary + ". Verdict from these cells alone: the sweep's trend is untested",
+                    checks=[{"check": c, "holds": bool(ok)} for c, ok in checks],
+                    numbers={"cells": cells},
+                )
+        else:
+            record.update(_outcome_record(spec.run(rows), out, figure))  # type: ignore[arg-type]
+    elif missing:
+        record.update(verdict="not run", summary=f"needs zoo model(s) {missing}, not shipped yet", checks=[], plots=[])
+    else:
+        models = {m: load_model(m) for m in spec.models}
+        record.update(_outcome_record(spec.run(models), out, figure))
+        record["model_epochs"] = {m: manifest(m)["epochs"] for m in spec.models}
+        record["model_epochs_planned"] = {
+            m: manifest(m).get("epochs_planned", manifest(m)["epochs"]) for m in spec.models
+        }
+    atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")
+    return record

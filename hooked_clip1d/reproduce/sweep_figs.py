@@ -1,0 +1,290 @@
+"""The figures built on a sweep of trained models (Fig. 3, 4a, 10, 21a, 21b) and how an unfinished sweep is judged.
+
+Each figure function takes the sweep's result rows (``sweep.results_table``, or ``sweep.progress_table`` for an
+interim reading) and measures the trend the paper claims: unseen-pair accuracy over label diversity Ntot and layout
+diversity n2 (``_fig4a``, also fig3 and beyond's x2), over weight decay (``_fig10``, ``_fig21``) and over the head
+dimension of a single-head vision encoder (``_fig21b``).
+
+While a sweep is unfinished, ``grid_cell`` finds the zoo models that are cells of its grid and the ``_fig*_cells``
+functions check them (the spec's ``cell_checks``); ``runner.reproduce`` turns that into an "at most partly" verdict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.figure import Figure
+
+from hooked_clip1d.checkpoint import canonical_config
+from hooked_clip1d.pretrained import manifest
+from hooked_clip1d.reproduce.core import FLAGSHIP, FULL, NONGEN, FigureSpec, Outcome
+
+
+def _fig4a(rows: list[dict[str, Any]], title: str = "Fig. 4a sweep") -> Outcome:
+    import numpy as np
+
+    from hooked_clip1d.analysis.mechanism import spearman_position
+
+    ntot = sorted({r["n_labels"] for r in rows})
+    n2s = sorted({r["n2"] for r in rows})
+    mean = np.full((len(ntot), len(n2s)), np.nan)
+    for i, nt in enumerate(ntot):
+        for j, n2 in enumerate(n2s):
+            acc = [r["val_unseen.acc"] for r in rows if r["n_labels"] == nt and r["n2"] == n2]
+            if acc:
+                mean[i, j] = float(np.mean(acc))
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for j, n2 in enumerate(n2s):
+        ax.plot(ntot, mean[:, j], marker="o", label=f"n2 = {n2}")
+    ax.set(xlabel="Ntot (label diversity)", ylabel="unseen-pair accuracy", ylim=(0, 1.05), title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    by_ntot = np.nanmax(mean, axis=1) - np.nanmin(mean, axis=1)  # spread over n2 at fixed Ntot
+    by_n2 = np.nanmax(mean, axis=0) - np.nanmin(mean, axis=0)  # spread over Ntot at fixed n2
+    rho = [float(spearman_position(torch.tensor(mean[:, j]))) for j in range(len(n2s))]
+    checks = [
+        ("unseen-pair accuracy rises with Ntot at every n2 (rank correlation >= 0.8)", min(rho) >= 0.8),
+        ("Ntot moves accuracy more than n2 does (mean spread)", float(by_n2.mean()) > float(by_ntot.mean())),
+    ]
+    summary = (
+        "mean unseen-pair accuracy [Ntot x n2]: "
+        + "; ".join(f"Ntot {nt}: " + "/".join(f"{v:.2f}" for v in mean[i]) for i, nt in enumerate(ntot))
+        + f" (n2 = {n2s}); rank correlation with Ntot per n2 {[round(r, 2) for r in rho]}"
+    )
+    numbers = {"ntot": ntot, "n2": n2s, "mean_unseen_acc": mean.tolist(), "rows": rows}
+    epochs = sorted({r["epochs"] for r in rows})
+    notes = f"{len(rows)} runs trained {epochs} epochs each (the paper: 10,000)."
+    return Outcome(numbers, summary + ".", checks, {"sweep": fig}, notes)
+
+
+def _weight_decay_rows(rows: list[dict[str, Any]], title: str) -> tuple[list[float], list[float], Figure]:
+    """Mean unseen-pair accuracy per weight decay over a sweep's runs, and its plot."""
+    wds = sorted({float(r["weight_decay"]) for r in rows})
+    acc = [float(torch.tensor([r["val_unseen.acc"] for r in rows if float(r["weight_decay"]) == w]).mean())
+           for w in wds]  # fmt: skip
+    fig, ax = plt.subplots(figsize=(4.6, 3.4))
+    ax.plot(range(len(wds)), acc, marker="o")
+    ax.set_xticks(range(len(wds)), [f"{w:g}" for w in wds])
+    ax.set(xlabel="weight decay", ylabel="unseen-pair accuracy", ylim=(0, 1.05), title=title)
+    fig.tight_layout()
+    return wds, acc, fig
+
+
+def _fig10(rows: list[dict[str, Any]]) -> Outcome:
+    from hooked_clip1d.analysis.mechanism import spearman_position
+
+    wds, acc, fig = _weight_decay_rows(rows, "Fig. 10: full model, weight decay")
+    rho = float(spearman_position(torch.tensor(acc)))
+    checks = [
+        ("unseen-pair accuracy rises with weight decay (rank correlation >= 0.8)", rho >= 0.8),
+        ("the largest weight decay beats no weight decay by >= 0.1", acc[-1] - acc[0] >= 0.1),
+    ]
+    summary = "mean unseen-pair accuracy per weight decay: " + ", ".join(
+        f"{w:g}: {a:.2f}" for w, a in zip(wds, acc, strict=True)
+    )
+    epochs = sorted({r["epochs"] for r in rows})
+    return Outcome({"weight_decay": wds, "unseen_acc": acc, "rows": rows}, summary + ".", checks, {"sweep": fig},
+                   f"{len(rows)} runs, {epochs} epochs each.")  # fmt: skip
+
+
+def _one_sided(m: dict[str, float]) -> bool:
+    """An ``analysis.mechanism.single_head_mechanism`` reading whose head attends most to one side on >= 90 % of
+    unseen pairs, with a monotonic EP row (|Spearman| >= 0.9)."""
+    return max(m["left"], m["right"]) >= 0.9 and abs(m["ep_spearman"]) >= 0.9
+
+
+def _fig21(rows: list[dict[str, Any]]) -> Outcome:
+    from hooked_clip1d.analysis.mechanism import single_head_mechanism
+
+    wds, acc, fig = _weight_decay_rows(rows, "Fig. 21a: single-head vision, weight decay")
+    checks = [("every single-head model stays around or below 0.5 (<= 0.6)", max(acc) <= 0.6)]
+    summary = "single-head vision encoder, mean unseen-pair accuracy per weight decay: " + ", ".join(
+        f"{w:g}: {a:.2f}" for w, a in zip(wds, acc, strict=True)
+    )
+    mech = [m for r in rows if (m := single_head_mechanism(r)) is not None]
+    if mech:
+        summary += (
+            ". Its one head on unseen pairs (CLS attends most to the left / right object; EP CLS-row Spearman): "
+            + "; ".join(
+                f"wd {m['weight_decay']:g}: {m['left']:.2f} / {m['right']:.2f}, {m['ep_spearman']:+.2f}" for m in mech
+            )
+        )
+    epochs = sorted({r["epochs"] for r in rows})
+    notes = f"{len(rows)} runs ({len({r.get('seed') for r in rows})} seed(s)), {epochs} epochs each."
+    above = [r for r in rows if r["val_unseen.acc"] > 0.6]
+    if above:
+        notes += (
+            " Where we differ: with weight decay "
+            + ", ".join(f"{float(r['weight_decay']):g} ({r['val_unseen.acc']:.2f})" for r in above)
+            + " unseen-pair accuracy is above 0.6"
+        )
+        good = {float(r["weight_decay"]) for r in above if r["val_unseen.acc"] >= 0.8}
+        sided = [m for m in mech if m["weight_decay"] in good]
+        if sided and all(_one_sided(m) for m in sided):
+            notes += (
+                "; where it is >= 0.8 the head's CLS row attends most to one side on >= 90 % of unseen pairs, with a "
+                "monotonic EP gradient: "
+                "one head suffices to break the symmetry (the other object still gets a smaller softmax weight)"
+            )
+    poor = [r for r in rows if r["val_unseen.acc"] <= 0.6]
+    if poor:
+        notes += ". Unseen-pair accuracy / label-set where it stays low: " + ", ".join(
+            f"wd {float(r['weight_decay']):g}: {r['val_unseen.acc']:.2f} / {r['val_unseen.label_set'] or 0:.2f}"
+            for r in poor
+        )
+    numbers = {"weight_decay": wds, "unseen_acc": acc, "rows": rows, "mechanism": mech}
+    return Outcome(numbers, summary + ".", checks, {"sweep": fig}, notes + ".")
+
+
+def _fig21b(rows: list[dict[str, Any]]) -> Outcome:
+    """Fig. 21b: unseen-pair accuracy of the single-head vision encoder over its head dimension, per seed."""
+    import numpy as np
+
+    dims = sorted({int(r["vision.d_head"]) for r in rows})
+    seeds = sorted({int(r["seed"]) for r in rows})
+    acc = {(int(r["vision.d_head"]), int(r["seed"])): float(r["val_unseen.acc"]) for r in rows}
+    mean = [float(np.mean([a for (d, _), a in acc.items() if d == dim])) for dim in dims]
+    fig, ax = plt.subplots(figsize=(4.6, 3.4))
+    for s in seeds:
+        ax.plot(range(len(dims)), [acc.get((d, s), float("nan")) for d in dims], marker=".", lw=0.8, alpha=0.6,
+                label=f"seed {s}")  # fmt: skip
+    ax.plot(range(len(dims)), mean, marker="o", color="k", label="mean")
+    ax.axhline(0.6, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(range(len(dims)), [str(d) for d in dims])
+    ax.set(xlabel="vision d_head (one head)", ylabel="unseen-pair accuracy", ylim=(0, 1.05),
+           title="Fig. 21b: single-head vision, d_head")  # fmt: skip
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    checks = [
+        ("every single-head model stays around or below 0.5 (<= 0.6), whatever its d_head", max(acc.values()) <= 0.6)
+    ]
+    summary = "single-head vision encoder at weight decay 0.2, unseen-pair accuracy per d_head (mean; seeds " + (
+        ", ".join(map(str, seeds))
+        + "): "
+        + "; ".join(
+            f"{d}: {m:.2f} (" + " / ".join(f"{acc[(d, s)]:.2f}" if (d, s) in acc else "-" for s in seeds) + ")"
+            for d, m in zip(dims, mean, strict=True)
+        )
+    )
+    above = [k for k, a in acc.items() if a > 0.6]
+    epochs = sorted({r["epochs"] for r in rows})
+    notes = f"{len(rows)} runs ({len(seeds)} seeds), {epochs} epochs each; d_model 128 throughout."
+    if above:
+        notes += (
+            f" Where we differ: {len(above)} of {len(rows)} runs are above 0.6 ("
+            + ", ".join(f"d_head {d} seed {s}: {acc[(d, s)]:.2f}" for d, s in sorted(above))
+            + ")."
+        )
+    numbers = {"d_head": dims, "seeds": seeds, "unseen_acc_mean": mean, "rows": rows}
+    return Outcome(numbers, summary + ".", checks, {"sweep": fig}, notes)
+
+
+_NOT_PROTOCOL = ("init_seed", "device", "dtype")  # model-config fields set per run or per machine, not the recipe
+
+
+def grid_cell(name: str, sweep: str | Path) -> dict[str, Any] | None:
+    """The grid parameters of the run of sweep spec ``sweep`` that zoo model ``name`` is a cell of, else None.
+
+    A cell has the run's model and data configs (up to init seed, device and dtype) and its training recipe (lr,
+    weight decay and which parameters it spares or freezes, batch, Adam settings, seed, planned epochs); engine and
+    evaluation cadence may differ.
+
+    Example:
+        >>> from hooked_clip1d.reproduce.core import SWEEPS_DIR
+        >>> grid_cell("simplified-ntot20-n2-10", SWEEPS_DIR / "fig4a.toml")
+        {'n_labels': 20, 'n2': 10, 'seed': 0}
+    """
+    from hooked_clip1d.sweep import load_spec
+    from hooked_clip1d.training import comparable_train_config
+
+    def recipe(model: dict[str, Any], data: dict[str, Any], train: dict[str, Any], epochs: int) -> Any:
+        model, data = canonical_config("model_config", model), canonical_config("data_config", data)
+        towers = {t: {k: v for k, v in model[t].items() if k not in _NOT_PROTOCOL} for t in ("vision", "text")}
+        keys = ("lr", "weight_decay", "no_decay", "frozen", "batch_size", "betas", "eps", "seed")
+        protocol = {k: v for k, v in comparable_train_config(train).items() if k in keys}
+        return {**model, **towers}, data, protocol, epochs
+
+    m = manifest(name)
+    mine = recipe(m["model_config"], m["data_config"], m["train_config"], m.get("epochs_planned", m["epochs"]))
+    for run in load_spec(sweep).runs:
+        t = run.train_cfg.to_dict()
+        if recipe(run.model_cfg.to_dict(), run.data_cfg.to_dict(), t, run.train_cfg.epochs) == mine:
+            return dict(run.params)
+    return None
+
+
+def _cell_acc(manifests: dict[str, dict[str, Any]], name: str, split: str = "val_unseen") -> float:
+    return float(manifests[name]["metrics"][split]["acc"])
+
+
+def _fig3_cells(manifests: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
+    acc = {s: _cell_acc(manifests, FULL, s) for s in ("val_single", "val_seen", "val_unseen")}
+    return [
+        (
+            "the grid's cell Ntot = 20, n2 = 10 (the model of Fig. 3's right panels) reaches >= 0.9 single-object, "
+            "seen-pair and unseen-pair accuracy",
+            min(acc.values()) >= 0.9,
+        )
+    ]
+
+
+def _fig4a_cells(manifests: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
+    low, high = _cell_acc(manifests, NONGEN), _cell_acc(manifests, FLAGSHIP)
+    return [
+        ("the cell Ntot = 10, n2 = 5 shows little unseen-pair generalization (App. F; < 0.5)", low < 0.5),
+        ("the cell Ntot = 20, n2 = 10 (Fig. 4's model) generalizes (unseen-pair >= 0.6)", high >= 0.6),
+    ]
+
+
+# the figures of this module: each reads the finished runs of its sweep (hooked_clip1d/sweeps/<sweep>.toml)
+SPECS: tuple[FigureSpec, ...] = (
+    FigureSpec(
+        "fig4a",
+        "Label diversity vs layout diversity (Fig. 3, 4a)",
+        "Unseen-pair accuracy rises with the number of labels Ntot; the number of layouts per pair n2 matters "
+        "much less.",
+        (FLAGSHIP, NONGEN),  # the zoo's cells of the grid, checked while the sweep is unfinished
+        _fig4a,  # type: ignore[arg-type]
+        sweep="fig4a",
+        cell_checks=_fig4a_cells,
+    ),
+    FigureSpec(
+        "fig3",
+        "Label diversity vs layout diversity, full model (Fig. 3)",
+        "With the full model (4 pre-LN blocks with MLPs), all three generalization types improve with the "
+        "number of labels Ntot; the layout diversity n2 has little effect.",
+        (FULL,),  # the zoo's cell of the grid, reported while the sweep is unfinished
+        lambda rows: _fig4a(rows, "Fig. 3: full model"),  # type: ignore[arg-type,misc]
+        sweep="fig3",
+        cell_checks=_fig3_cells,
+    ),
+    FigureSpec(
+        "fig10",
+        "Weight decay helps generalization (Fig. 10, App. B)",
+        "Unseen-pair accuracy of the full model improves with weight decay regularization.",
+        (FULL,),  # the zoo's cell (weight decay 0.2), reported while the sweep is unfinished; no trend from one
+        _fig10,  # type: ignore[arg-type]
+        sweep="fig10",
+    ),
+    FigureSpec(
+        "fig21",
+        "A single-head vision encoder does not learn left/right (Fig. 21a, App. K)",
+        "Across weight decays, a single-head single-layer vision encoder stays around or below 0.5 unseen-pair "
+        "accuracy.",
+        (),
+        _fig21,  # type: ignore[arg-type]
+        sweep="fig21",
+    ),
+    FigureSpec(
+        "fig21b",
+        "A single-head vision encoder over head dimension (Fig. 21b, App. K)",
+        "At weight decay 0.2, a single-head single-layer vision encoder stays around or below 0.5 unseen-pair "
+        "accuracy whatever its head dimension d_head.",
+        (),
+        _fig21b,  # type: ignore[arg-type]
+        sweep="fig21b",
+    ),
+)
