@@ -12,7 +12,8 @@ What it checks (dropout 0, so both devices compute the same function; tolerances
 - **standard Trainer** on the device: 3 epochs of a small run, finite loss, files written;
 - **bf16 autocast** (``amp``): 200 steps, mean loss within 2e-2 of fp32 (``BF16_TOL``);
 - **throughput**: model-steps/s of the batched engine, simplified K = 1, 8, 32, 64 and full K = 1, 4, 12 (``--quick``:
-  K = 1, 2), on the device and on this machine's CPU, eager and ``torch.compile``'d.
+  K = 1, 2), on the device and on this machine's CPU, eager, ``torch.compile``'d and (on CUDA) compiled with CUDA
+  graphs (``cudagraphs=True``: each step's forward/backward replayed as graphs, fewer kernel launches).
 
 Prints a table and writes ``gpu_check.json`` to ``--out``. Makes no assertions about timings; the correctness
 checks exit non-zero when one fails.
@@ -42,12 +43,12 @@ def _cfg(preset: str, dropout: float = 0.0) -> CLIPConfig:
 
 
 def _group(device: str, preset: str, k: int, steps: int, *, amp: bool = False, compile: bool = False,  # noqa: A002
-           dropout: float = 0.0) -> tuple[BatchedTrainer, float]:  # fmt: skip
+           dropout: float = 0.0, cudagraphs: bool = False) -> tuple[BatchedTrainer, float]:  # fmt: skip
     members = [
         Member(_cfg(preset, dropout), DATA, TrainConfig(seed=s, device=device, epochs=10_000, eval_every=10_000))
         for s in range(k)
     ]
-    bt = BatchedTrainer(members, None, dropout_rng="fast", amp=amp, compile=compile)
+    bt = BatchedTrainer(members, None, dropout_rng="fast", amp=amp, compile=compile, cudagraphs=cudagraphs)
     t0 = time.perf_counter()
     bt.run(progress=False, max_steps=steps)
     if device.startswith("cuda"):
@@ -107,17 +108,20 @@ def throughput(devices: list[str], ks: dict[str, list[int]], seconds: float, com
     for preset, klist in ks.items():
         for k in klist:
             for device in devices:
-                for comp in (False, True) if compile_too else (False,):
-                    _group(device, preset, k, 5, compile=comp, dropout=0.1)  # warm-up (and compile)
+                modes = ["eager"] + (["compile"] if compile_too else [])
+                modes += ["compile+cudagraphs"] if compile_too and device.startswith("cuda") else []
+                for mode in modes:
+                    kw = dict(compile=mode != "eager", cudagraphs=mode == "compile+cudagraphs", dropout=0.1)
+                    _group(device, preset, k, 5, **kw)  # warm-up (and compile)
                     n = 20
                     while True:
-                        _, dt = _group(device, preset, k, n, compile=comp, dropout=0.1)
+                        _, dt = _group(device, preset, k, n, **kw)
                         if dt >= seconds or n >= 5000:
                             break
                         n *= 4
-                    rows.append({"preset": preset, "K": k, "device": device, "compile": comp,
+                    rows.append({"preset": preset, "K": k, "device": device, "mode": mode,
                                  "model_steps_per_s": round(k * n / dt, 1)})  # fmt: skip
-                    print(f"  {preset:<10} K={k:<3} {device:<6} compile={comp!s:<5} {k * n / dt:10.1f} model-steps/s")
+                    print(f"  {preset:<10} K={k:<3} {device:<6} {mode:<18} {k * n / dt:10.1f} model-steps/s")
     return rows
 
 

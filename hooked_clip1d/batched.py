@@ -159,6 +159,7 @@ class BatchedTrainer:
         group_checkpoint_every: global steps between group checkpoints (default: the shortest member's
             ``checkpoint_every`` epochs).
         amp: run matmuls in bfloat16 autocast (measured in the benchmark; fp32 is the default).
+        cudagraphs: with ``compile``, replay the compiled step as CUDA graphs on a GPU (fewer launches).
     """
 
     def __init__(
@@ -172,6 +173,7 @@ class BatchedTrainer:
         amp: bool = False,
         compile: bool = False,  # noqa: A002
         member_dirs: Sequence[str | Path] | None = None,
+        cudagraphs: bool = False,
     ):
         if not members:
             raise ValueError("BatchedTrainer needs at least one member")
@@ -206,7 +208,10 @@ class BatchedTrainer:
             raise ValueError("compile=True needs dropout_rng='fast' (matched dropout draws from per-member generators)")
         self.dropout_rng: DropoutRNG = dropout_rng
         self.amp = amp
+        if cudagraphs and not compile:
+            raise ValueError("cudagraphs=True needs compile=True (CUDA graphs of the compiled stacked loss)")
         self.compile = compile
+        self.cudagraphs = cudagraphs
         tc0 = members[0].train_cfg
         self.device = torch.device(tc0.device)
         self.bs = tc0.batch_size or members[0].data_cfg.batch_size
@@ -648,7 +653,10 @@ class BatchedTrainer:
             # inductor's attention fusion (fx_passes/fuse_attention) rewrites the stacked [model, batch, head, ...]
             # attention into scaled_dot_product_attention wrongly: on the full preset the compiled loss silently
             # differs from eager (and on small shapes fails to compile); without the pattern passes it matches eager
-            self._compiled_loss = torch.compile(model.loss, options={"pattern_matcher": False})
+            # cudagraphs: replay the compiled forward/backward as CUDA graphs (these models are tiny, so a GPU step
+            # is bound by kernel launches); inductor ignores it on the CPU
+            opts = {"pattern_matcher": False, "triton.cudagraphs": self.cudagraphs}
+            self._compiled_loss = torch.compile(model.loss, options=opts)
         loss_fn = self._compiled_loss if self.compile else model.loss
         Pt = self.Pt
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp)

@@ -396,8 +396,31 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         compile=True if a.compile else None,
         workers=a.workers,
         threads=a.threads,
+        max_seconds=a.max_seconds,
+        cudagraphs=True if a.cudagraphs else None,
     )
     print(json.dumps(rows, indent=2, default=float) if a.json else format_results(rows))
+    return 0
+
+
+def cmd_pack(a: argparse.Namespace) -> int:
+    from hooked_clip1d.transfer import pack_runs
+
+    archives = pack_runs(a.src, a.dest, max_mib=a.max_mib, weights_dtype=a.weights_dtype)
+    rows = [{"archive": str(p), "mib": round(p.stat().st_size / 2**20, 2)} for p in archives]
+    if a.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['archive']}  {r['mib']} MiB")
+    return 0
+
+
+def cmd_unpack(a: argparse.Namespace) -> int:
+    from hooked_clip1d.transfer import unpack_runs
+
+    names = unpack_runs(a.archives, a.into)
+    print(json.dumps(names) if a.json else f"{len(names)} runs in {os.path.join(a.into, 'runs')}: " + ", ".join(names))
     return 0
 
 
@@ -418,6 +441,7 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
                 sweep_device=a.device,
                 sweep_workers=a.workers,
                 sweeps_dir=a.sweeps_dir,
+                sweep_max_seconds=a.max_seconds,
             )
         )
     if a.json:
@@ -557,8 +581,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sw.add_argument("--device", default="cpu", help="cpu | cuda")
     sw.add_argument("--runner", default="local", choices=["local", "ray"], help="ray: groups as Ray tasks")
     sw.add_argument("--max-steps", type=int, default=None, help="stop each group after this many steps (resumable)")
+    sw.add_argument(
+        "--max-seconds", type=float, default=None, help="checkpoint and stop after this long (resumable; GPU chunks)"
+    )
     sw.add_argument("--no-progress", action="store_true", help="no progress bars")
     sw.add_argument("--compile", action="store_true", help="torch.compile each group's step (overrides run.compile)")
+    sw.add_argument("--cudagraphs", action="store_true", help="with --compile on a GPU: replay steps as CUDA graphs")
     sw.add_argument("--workers", type=int, default=1, help="train up to this many groups at once (local processes)")
     sw.add_argument(
         "--threads", type=int, default=None, help="torch threads per group (default: the spec's; use 1 on shared cores)"
@@ -576,6 +604,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--device", default="cpu", help="device the sweeps train on, e.g. cuda (an execution setting)")
     r.add_argument("--workers", type=int, default=1, help="sweeps: train up to this many groups at once (processes)")
     r.add_argument("--sweeps-dir", default=None, help=f"where the sweeps live (default {_SWEEPS_HOME})")
+    r.add_argument("--max-seconds", type=float, default=None, help="sweeps: checkpoint and stop after this long")
     r.add_argument("--json", action="store_true", help="print JSON")
     r.set_defaults(func=cmd_reproduce)
 
@@ -584,6 +613,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     rp.add_argument("--out", default="docs/results.md")
     rp.add_argument("--json", action="store_true", help="print JSON")
     rp.set_defaults(func=cmd_results_page)
+
+    pk = sub.add_parser("pack", help="finished runs -> tar archives of at most --max-mib (to carry them elsewhere)")
+    pk.add_argument("src", help="a run directory, a folder of runs or a sweep folder")
+    pk.add_argument("dest", help="folder for runs-000.tar, runs-001.tar, ...")
+    pk.add_argument("--max-mib", type=float, default=16.0, help="largest archive, MiB")
+    pk.add_argument("--weights-dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+    pk.add_argument("--json", action="store_true", help="print JSON")
+    pk.set_defaults(func=cmd_pack)
+
+    up = sub.add_parser("unpack", help="put runs packed by `pack` into a folder's runs/ (e.g. a sweep folder)")
+    up.add_argument("archives", nargs="+", help="runs-NNN.tar files")
+    up.add_argument("--into", required=True, help="destination folder (runs go to <into>/runs/<run>)")
+    up.add_argument("--json", action="store_true", help="print JSON")
+    up.set_defaults(func=cmd_unpack)
 
     x = sub.add_parser("export", help="ship a finished training run as a pretrained model (maintainers)")
     x.add_argument("run", help="training run directory")

@@ -13,7 +13,8 @@ A spec (``examples/sweeps/fig3_small.toml``) has five tables::
     n_labels = [10, 15, 20, 25]
     n2 = [5, 10, 15]
     seed = [0]
-    [run]                # how to execute: max_group_size, dropout_rng ("fast" | "matched"), threads, compile, amp
+    [run]                # how to execute: max_group_size, dropout_rng ("fast" | "matched"), threads, compile, amp,
+                         # cudagraphs
     max_group_size = 32
 
 A grid (or ``[model]``/``[data]``/``[train]``) key names one field: ``n_labels`` sets the label count of the model and
@@ -100,6 +101,7 @@ _RUN_DEFAULTS: dict[str, Any] = {
     "threads": None,  # torch threads per group (None: torch's default)
     "compile": False,  # torch.compile the stacked loss (needs dropout_rng = "fast")
     "amp": False,  # bfloat16 autocast
+    "cudagraphs": False,  # with compile, on a GPU: replay each step as CUDA graphs
 }
 
 
@@ -388,6 +390,7 @@ def _run_group(task: _GroupTask) -> list[str]:
             for m in members
         ]
     kw = dict(dropout_rng=task.run["dropout_rng"], amp=task.run["amp"], compile=task.run["compile"])
+    kw["cudagraphs"] = task.run["cudagraphs"] and task.run["compile"]
     resume = task.resume and (gdir / "group_checkpoint.safetensors").exists()
     if not resume:  # start the group afresh: drop partial files of an interrupted first attempt
         if not task.resume and any(d.exists() and any(d.iterdir()) for d in run_dirs):
@@ -617,6 +620,7 @@ def run_sweep(
     workers: int = 1,
     threads: int | None = None,
     max_seconds: float | int | None = None,
+    cudagraphs: bool | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep of ``spec_path``; returns the results table (also written to ``out_dir``).
 
@@ -627,7 +631,8 @@ def run_sweep(
     ``max_steps`` stops every group after that many steps in this call (checkpointed; the next call continues),
     for time-sliced or preemptible jobs; ``max_seconds`` likewise stops every group once this call has trained that
     long (checked every 512 steps; groups not started by then wait for the next call), e.g. for a GPU lent in
-    10-minute commands. ``compile`` overrides the spec's ``run.compile`` (an execution setting: the
+    10-minute commands. ``cudagraphs`` overrides ``run.cudagraphs`` (with compile, on a GPU: each step replayed
+    as CUDA graphs). ``compile`` overrides the spec's ``run.compile`` (an execution setting: the
     spec, and so the output folder, stays the same); so does ``threads`` (the spec's ``run.threads``: torch threads
     per group; 1 when other processes share the cores, since oversubscribed threads can slow a step several-fold).
     The table has the runs finished so far. See the module
@@ -645,6 +650,10 @@ def run_sweep(
         if compile and spec.run["dropout_rng"] != "fast":
             raise ValueError("compile=True needs the spec's run.dropout_rng = 'fast'")
         spec = dataclasses.replace(spec, run={**spec.run, "compile": bool(compile)})
+    if cudagraphs is not None:
+        if cudagraphs and not spec.run["compile"]:
+            raise ValueError("cudagraphs=True needs compile (the spec's run.compile or compile=True)")
+        spec = dataclasses.replace(spec, run={**spec.run, "cudagraphs": bool(cudagraphs)})
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
@@ -686,7 +695,7 @@ def _extends(old: SweepSpec, new: SweepSpec) -> bool:
         return r.model_cfg.to_dict(), r.data_cfg.to_dict(), r.train_cfg.to_dict()
 
     have = {r.name: configs(r) for r in new.runs}
-    execution = ("compile", "threads")  # execution settings (the command line may override them)
+    execution = ("compile", "threads", "cudagraphs")  # execution settings (the command line may override them)
     same_run = {k: v for k, v in old.run.items() if k not in execution} == {
         k: v for k, v in new.run.items() if k not in execution
     }

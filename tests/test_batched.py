@@ -295,3 +295,9 @@ def test_train_fast_writes_a_trainer_run_and_resumes(tmp_path):
     resumed = train_fast(cfg, D6, tc, tmp_path / "part", progress=False, resume=True)
     for k, v in full.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[k], v), k
+
+
+def test_cudagraphs_needs_compile():
+    m = Member(tiny_config(), D6, TrainConfig(epochs=1, batch_size=16))
+    with pytest.raises(ValueError, match="cudagraphs=True needs compile=True"):
+        BatchedTrainer([m], None, dropout_rng="fast", cudagraphs=True)

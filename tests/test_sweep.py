@@ -193,6 +193,8 @@ def test_sweep_refuses_a_used_out_dir_without_resume_and_a_changed_spec(tiny_don
         run_sweep(tmp_path / "missing.toml", tmp_path / "y")
     with pytest.raises(ValueError, match="dropout_rng = 'fast'"):  # tiny.toml draws matched dropout
         run_sweep(TINY, tmp_path / "z", compile=True)
+    with pytest.raises(ValueError, match="cudagraphs=True needs compile"):
+        run_sweep(TINY, tmp_path / "z", cudagraphs=True)
 
 
 def test_compile_override_keeps_the_spec_and_its_out_dir(tiny_done):

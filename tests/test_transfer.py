@@ -83,3 +83,14 @@ def test_unpack_refuses_foreign_members_and_conflicting_runs(trained, tmp_path):
     (run / "summary.json").write_text('{"edited": true}')
     with pytest.raises(FileExistsError, match=run.name):
         unpack_runs([archive], tmp_path / "dest")
+
+
+def test_pack_and_unpack_commands(trained, tmp_path, capsys):
+    from hooked_clip1d.cli import main
+
+    assert main(["pack", str(trained), str(tmp_path / "back"), "--max-mib", "16"]) == 0
+    assert "runs-000.tar" in capsys.readouterr().out
+    assert main(["unpack", str(tmp_path / "back" / "runs-000.tar"), "--into", str(tmp_path / "here")]) == 0
+    assert "4 runs in" in capsys.readouterr().out
+    assert main(["pack", str(tmp_path / "back"), str(tmp_path / "x")]) == 2  # no runs there: one-line error
+    assert "no finished run" in capsys.readouterr().err

@@ -75,6 +75,7 @@ def reproduce(
     sweep_device: str = "cpu",
     sweep_workers: int = 1,
     sweeps_dir: str | Path | None = None,
+    sweep_max_seconds: float | int | None = None,
 ) -> dict[str, Any]:
     """Run one figure's experiment; write ``<out_dir>/<figure>/<figure>.json`` and PNGs; return the record.
 
@@ -82,8 +83,9 @@ def reproduce(
     (default ``sweep.sweeps_home()``, outside the work tree) on
     ``sweep_device``, ``sweep_workers`` groups at once (``compile_sweeps`` overrides the spec's ``run.compile``; all
     three are execution settings, so a sweep started on a CPU resumes on a GPU in the same folder); with
-    ``train_sweeps=False`` it only reads the sweep's finished runs. While the sweep is unfinished, the figure gets an
-    interim reading or is judged on its zoo cells (module docstring).
+    ``train_sweeps=False`` it only reads the sweep's finished runs; ``sweep_max_seconds`` stops the sweep's training
+    after that long (checkpointed, as ``sweep.run_sweep``'s ``max_seconds``). While the sweep is unfinished, the
+    figure gets an interim reading or is judged on its zoo cells (module docstring).
     """
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}")
@@ -113,6 +115,7 @@ def reproduce(
                 progress=True,
                 compile=compile_sweeps,
                 workers=sweep_workers,
+                max_seconds=sweep_max_seconds,
             )
         else:
             rows = results_table(load_spec(sweep_spec), sweep_out)

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One chunk of the GPU queue, sized for a lent GPU's 10-minute command (run from the repository root there):
+#
+#     bash benchmarks/gpu_queue.sh check        # first call on a machine: install check + benchmarks/gpu_check.py
+#     bash benchmarks/gpu_queue.sh [SECONDS]    # then: train the queue for SECONDS (default 480), pack what finished
+#
+# The queue, in order (README, "On a GPU"): fig3 (12 full models; its Ntot=20, n2=10, seed-0 cell is the zoo's
+# full-ntot20-n2-10 under the default recipe), fig10 (5 full models), fig4a (36 simplified models). Each call resumes
+# the first unfinished sweep from its checkpoints on the machine's local disk ($STATE: kept while the machine stays
+# warm between calls) and, when a sweep finishes, packs its runs (configs, metrics, float16 weights) into
+# $OUT/<sweep>/runs-NNN.tar (at most 15 MiB each). Here, unpack them into the sweep folder and read the figure:
+#
+#     hooked-clip1d unpack <files_at>/fig3/*.tar --into ~/.local/share/hooked_clip1d/sweeps/fig3
+#     hooked-clip1d reproduce fig3 --no-sweeps && hooked-clip1d results-page
+#
+# The package is not installed there: it runs from this checkout (PYTHONPATH), with the machine's own torch, and
+# with any wheels carried in .whl/ (the device README says how; the first call prints a module it cannot import).
+set -uo pipefail
+MODE=${1:-480}
+OUT=${OUT:-/tmp/gpu_queue_out}
+STATE=${STATE:-/tmp/hc1d-gpu}
+QUEUE=${QUEUE:-"fig3 fig10 fig4a"}                   # overridable, with the rest, for a smoke test on a CPU:
+SPEC_DIR=${SPEC_DIR:-hooked_clip1d/sweeps}            #   DEVICE=cpu FLAGS= QUEUE=t SPEC_DIR=/tmp/specs bash ...
+DEVICE=${DEVICE:-cuda}
+FLAGS=${FLAGS---compile --cudagraphs}
+export HOOKED_CLIP1D_SWEEPS=$STATE/sweeps PYTHONUNBUFFERED=1
+mkdir -p "$STATE" "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1 && [ ! -e "$STATE/wheels" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && touch "$STATE/wheels" || exit 3
+fi
+export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+python3 -c "import hooked_clip1d.sweep, torch; assert '$DEVICE' == 'cpu' or torch.cuda.is_available()" || exit 3
+hc() { python3 -m hooked_clip1d "$@"; }
+
+if [ "$MODE" = check ]; then
+  exec python3 benchmarks/gpu_check.py --out "$OUT" --seconds 1
+fi
+
+start=$(date +%s)
+for sweep in $QUEUE; do
+  [ -e "$STATE/done-$sweep" ] && continue
+  left=$(( MODE - ($(date +%s) - start) ))
+  [ "$left" -lt 60 ] && break
+  echo "== $sweep: training for up to ${left} s"
+  # shellcheck disable=SC2086
+  hc sweep "$SPEC_DIR/$sweep.toml" --device "$DEVICE" $FLAGS --max-seconds "$left" --no-progress --json \
+    >"$STATE/$sweep-rows.json" || exit 4
+  n_done=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))))" "$STATE/$sweep-rows.json")
+  n_all=$(python3 -c "from hooked_clip1d.sweep import load_spec; print(len(load_spec('$SPEC_DIR/$sweep.toml').runs))")
+  echo "== $sweep: $n_done of $n_all runs finished"
+  if [ "$n_done" = "$n_all" ]; then
+    name=$(python3 -c "from hooked_clip1d.sweep import load_spec; print(load_spec('$SPEC_DIR/$sweep.toml').name)")
+    hc pack "$HOOKED_CLIP1D_SWEEPS/$name" "$OUT/$sweep" --max-mib 15 && touch "$STATE/done-$sweep"
+  fi
+done
+ls -la "$OUT"/* 2>/dev/null
