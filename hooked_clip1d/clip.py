@@ -30,6 +30,7 @@ from torch import nn
 from transformer_lens import ActivationCache
 from transformer_lens.hook_points import HookPoint
 
+from hooked_clip1d import functional
 from hooked_clip1d.config import EncoderConfig, TextConfig, VisionConfig, preset
 from hooked_clip1d.encoders import HookedTextEncoder, HookedVisionEncoder, _checked_hook
 
@@ -148,7 +149,7 @@ class CLIP1D(nn.Module):
         image_emb: Float[torch.Tensor, "n_images d_embed"], text_emb: Float[torch.Tensor, "n_texts d_embed"]
     ) -> Float[torch.Tensor, "n_images n_texts"]:
         """Cosine-similarity matrix of two sets of representations."""
-        return F.normalize(image_emb, dim=-1) @ F.normalize(text_emb, dim=-1).T
+        return functional.cosine(image_emb, text_emb)
 
     def similarity(
         self, images: Int[torch.Tensor, "n_images pos"], captions: Int[torch.Tensor, "n_texts 4"]
@@ -158,7 +159,7 @@ class CLIP1D(nn.Module):
 
     def temperature_scale(self) -> torch.Tensor:
         """``exp(logit_scale)`` clamped at ``exp(max_logit_scale)``."""
-        return self.logit_scale.clamp(max=self.cfg.max_logit_scale).exp()
+        return functional.temperature(self.logit_scale, self.cfg.max_logit_scale)
 
     def forward(
         self,
@@ -355,5 +356,4 @@ class CLIPCache:
 
 def clip_loss(logits: Float[torch.Tensor, "batch batch"]) -> torch.Tensor:
     """Average of the image->text and text->image cross-entropies with targets on the diagonal."""
-    labels = torch.arange(logits.shape[0], device=logits.device)
-    return 0.5 * (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels))
+    return functional.symmetric_ce(logits)

@@ -22,6 +22,7 @@ from transformer_lens import FactoredMatrix
 from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.config import EncoderConfig
+from hooked_clip1d.functional import LN_EPS, rotary_tables, rotate
 
 Resid = Float[torch.Tensor, "batch pos d_model"]
 
@@ -71,7 +72,7 @@ class LayerNorm(nn.Module):
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         self.cfg = cfg
-        self.eps = 1e-5
+        self.eps = LN_EPS
         self.w = nn.Parameter(torch.ones(cfg.d_model, dtype=cfg.dtype))
         self.b = nn.Parameter(torch.zeros(cfg.d_model, dtype=cfg.dtype))
         self.hook_scale = HookPoint()  # [batch, pos, 1]
@@ -85,24 +86,15 @@ class LayerNorm(nn.Module):
 
 def rotary_sin_cos(cfg: EncoderConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """NeoX-style (halves) rotary tables [n_ctx, rotary_dim], as TL's ``rotary_adjacent_pairs=False``."""
-    rd = cfg.rotary_dim_
-    freq = cfg.rotary_base ** (-torch.arange(0, rd // 2, dtype=torch.float64) * 2 / rd)
-    angles = torch.arange(cfg.n_ctx, dtype=torch.float64)[:, None] * freq[None, :]  # [n_ctx, rd/2]
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.sin().to(cfg.dtype), angles.cos().to(cfg.dtype)
+    return rotary_tables(cfg.n_ctx, cfg.rotary_dim_, cfg.rotary_base, cfg.dtype)
 
 
 def apply_rotary(
     x: Float[torch.Tensor, "batch pos head_index d_head"], sin: torch.Tensor, cos: torch.Tensor
 ) -> Float[torch.Tensor, "batch pos head_index d_head"]:
     """Rotate the first ``rotary_dim`` dims of each head by position (RoPE); the rest pass through."""
-    rd = sin.shape[-1]
     p = x.shape[1]
-    x_rot, x_pass = x[..., :rd], x[..., rd:]
-    half = rd // 2
-    flipped = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
-    s, c = sin[:p, None, :], cos[:p, None, :]  # [pos, 1, rd]
-    return torch.cat([x_rot * c + flipped * s, x_pass], dim=-1)
+    return rotate(x, sin[:p, None, :], cos[:p, None, :])  # tables [pos, 1, rd]
 
 
 class Attention(nn.Module):

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import torch
 
+from hooked_clip1d import functional
 from hooked_clip1d.vocab import Vocabulary
 
 Positional = Literal["learned", "rope", "none"]
@@ -179,7 +180,7 @@ class EncoderConfig:
     @property
     def attn_scale(self) -> float:
         """Scores are divided by this (sqrt(d_head)) before ``hook_attn_scores``, as in TL."""
-        return self.d_head**0.5
+        return functional.attn_scale(self.d_head)
 
     @property
     def use_attn_scale(self) -> bool:

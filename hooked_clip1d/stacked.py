@@ -48,6 +48,7 @@ from torch import nn
 from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.components import rotary_sin_cos
 from hooked_clip1d.config import EncoderConfig
+from hooked_clip1d.functional import LN_EPS, cosine, rotate, symmetric_ce, temperature
 
 DropoutRNG = Literal["matched", "fast"]
 
@@ -291,16 +292,7 @@ class StackedCLIP(nn.Module):
     def _ln(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """LayerNorm with per-member weight/bias [K, d] (x: [K, ..., d])."""
         shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (x.shape[-1],)
-        return torch.addcmul(b.view(shape), F.layer_norm(x, (x.shape[-1],), eps=1e-5), w.view(shape))
-
-    @staticmethod
-    def _rotate(x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
-        """RoPE (NeoX halves, as ``components.apply_rotary``) of x [..., H, d_head]; sin/cos broadcast [..., 1, rd]."""
-        rd = sin.shape[-1]
-        half = rd // 2
-        x_rot, x_pass = x[..., :rd], x[..., rd:]
-        flipped = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
-        return torch.cat([x_rot * cos + flipped * sin, x_pass], dim=-1)
+        return torch.addcmul(b.view(shape), F.layer_norm(x, (x.shape[-1],), eps=LN_EPS), w.view(shape))
 
     # ---- forward ------------------------------------------------------------------------------------------------
     def tower(
@@ -384,8 +376,8 @@ class StackedCLIP(nn.Module):
             if not last:
                 q, k, v = proj.unbind(3)  # [K, B, P, H, Dh]
                 if rope:
-                    q = self._rotate(q, sin[:, None, :], cos[:, None, :])
-                    k = self._rotate(k, sin[:, None, :], cos[:, None, :])
+                    q = rotate(q, sin[:, None, :], cos[:, None, :])
+                    k = rotate(k, sin[:, None, :], cos[:, None, :])
                 q, k, v = q.transpose(2, 3), k.transpose(2, 3), v.transpose(2, 3)  # [K, B, H, P, Dh]
                 # softmax(q k^T / sqrt(d_head)) v in one fused kernel (the scale is sqrt(d_head), as cfg.attn_scale)
                 z = F.scaled_dot_product_attention(q, k, v, is_causal=cfg.attention_dir == "causal")
@@ -406,11 +398,11 @@ class StackedCLIP(nn.Module):
             q = torch.baddbmm(b_Q.reshape(K, 1, H * Dh), q_in, W_Q.reshape(K, D, H * Dh))
             q = q.view(K, B, H, Dh)
             if rope:
-                k = self._rotate(k, sin[:, None, :], cos[:, None, :])
+                k = rotate(k, sin[:, None, :], cos[:, None, :])
                 if static:
-                    q = self._rotate(q, sin[readout], cos[readout])
+                    q = rotate(q, sin[readout], cos[readout])
                 else:
-                    q = self._rotate(q, sin[r_pos][:, :, None, :], cos[r_pos][:, :, None, :])
+                    q = rotate(q, sin[r_pos][:, :, None, :], cos[r_pos][:, :, None, :])
             scores = torch.einsum("kbhd,kbphd->kbhp", q, k) / cfg.attn_scale  # [K, B, H, P]
             if cfg.attention_dir == "causal":
                 future = torch.arange(P, device=scores.device) > r_pos[:, :, None]  # [K, B, P]
@@ -459,10 +451,10 @@ class StackedCLIP(nn.Module):
         X = torch.cat((W_E, W_pos), dim=1) if learned else W_E  # the rows every input is a sum of
         if rope:
             sin, cos = self.rotary[name]
-            q = self._rotate(q, sin[r], cos[r])
+            q = rotate(q, sin[r], cos[r])
             kE = torch.bmm(W_E, W_K.reshape(K, D, H * Dh)) + b_K.reshape(K, 1, H * Dh)  # [K, V, H*Dh]
             kc = kE.view(K, V, 1, H, Dh).expand(K, V, P, H, Dh)  # keys of every (token, position)
-            kc = self._rotate(kc, sin[:P, None, :], cos[:P, None, :])
+            kc = rotate(kc, sin[:P, None, :], cos[:P, None, :])
             S = (kc * q[:, None, None]).sum(-1)  # [K, V, P, H]
         else:
             # q_h . (x W_K^h + b_K^h) = x . (W_K^h q_h) + b_K^h . q_h: project the query back, not every key
@@ -541,27 +533,13 @@ class StackedCLIP(nn.Module):
         # the CLIP head in fp32 even under bf16 autocast: cosines scaled by up to 100 need more than 8 mantissa bits
         with torch.autocast(img.device.type, enabled=False):
             txt = torch.bmm(txt.float(), self.params["W_proj"])
-            sim = torch.bmm(F.normalize(img.float(), dim=-1), F.normalize(txt, dim=-1).transpose(1, 2))  # [K, B, B]
-        scale = self.params["logit_scale"].clamp(max=self.max_logit_scale).exp()
-        logits = scale[:, None, None] * sim
+            sim = cosine(img.float(), txt)  # [K, B, B]
+        logits = temperature(self.params["logit_scale"], self.max_logit_scale)[:, None, None] * sim
         K, B, _ = logits.shape
         labels = self._labels.get((K, B))
         if labels is None:
             labels = self._labels[(K, B)] = torch.arange(B, device=logits.device).repeat(K)
-        if valid is None:
-            li = F.cross_entropy(logits.reshape(K * B, B), labels, reduction="none").view(K, B).mean(1)
-            lt = F.cross_entropy(logits.transpose(1, 2).reshape(K * B, B), labels, reduction="none").view(K, B).mean(1)
-            return 0.5 * (li + lt)
-        # a short batch: valid rows see only valid columns (and vice versa); padded rows weigh 0
-        inf = float("-inf")
-        row_mask = valid[:, :, None] & ~valid[:, None, :]  # valid image i, padded caption j
-        li = F.cross_entropy(logits.masked_fill(row_mask, inf).reshape(K * B, B), labels, reduction="none")
-        lt = F.cross_entropy(
-            logits.transpose(1, 2).masked_fill(row_mask, inf).reshape(K * B, B), labels, reduction="none"
-        )
-        w = valid.to(logits.dtype)
-        n = w.sum(1)
-        return 0.5 * ((li.view(K, B) * w).sum(1) + (lt.view(K, B) * w).sum(1)) / n
+        return symmetric_ce(logits, valid, labels)
 
 
 def _keep_mask(shape: tuple[int, ...] | torch.Size, keep: float, dtype: torch.dtype) -> torch.Tensor:

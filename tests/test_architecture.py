@@ -11,7 +11,7 @@ ROOT = Path(hooked_clip1d.__file__).parent
 
 # the pipeline, bottom to top: a module may import from its own layer or below, never above
 LAYERS = [
-    ["_version", "vocab", "config"],
+    ["_version", "functional", "vocab", "config"],
     ["data", "components"],
     ["encoders"],
     ["clip"],

@@ -1,0 +1,120 @@
+"""The maths both model definitions share, as plain functions of tensors (no parameters, no hooks).
+
+``components``/``clip`` (the hooked model: one batch, a hook beside every op) and ``stacked`` (K models on a leading
+axis, fused for speed) compute the same function two ways; what they have in common lives here once: LayerNorm's
+epsilon, the rotary tables and rotation, the attention-score scale, and the CLIP head (cosine logits with a clamped
+temperature, the symmetric contrastive loss). Leading dimensions are free: ``[B, ...]`` for the hooked model,
+``[K, B, ...]`` for the stacked one.
+
+Example:
+    >>> import torch
+    >>> img, txt = torch.randn(4, 8), torch.randn(4, 8)
+    >>> logits = cosine_logits(img, txt, torch.tensor(2.0), 4.6)
+    >>> float(symmetric_ce(logits)) > 0, symmetric_ce(torch.stack([logits, logits])).shape
+    (True, torch.Size([2]))
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float
+
+LN_EPS = 1e-5  # LayerNorm's epsilon (TransformerLens's and torch's default)
+
+
+def attn_scale(d_head: int) -> float:
+    """What attention scores are divided by: sqrt(d_head), as in TransformerLens.
+
+    Example:
+        >>> attn_scale(16)
+        4.0
+    """
+    return d_head**0.5
+
+
+def rotary_tables(
+    n_ctx: int, rotary_dim: int, base: float | int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """NeoX-style (halves) rotary ``sin``, ``cos`` tables [n_ctx, rotary_dim] (TL's ``rotary_adjacent_pairs=False``),
+    computed in float64 and cast to ``dtype``.
+
+    Example:
+        >>> sin, cos = rotary_tables(3, 4, 10000.0, torch.float32)
+        >>> sin.shape, float(cos[0, 0])
+        (torch.Size([3, 4]), 1.0)
+    """
+    freq = base ** (-torch.arange(0, rotary_dim // 2, dtype=torch.float64) * 2 / rotary_dim)
+    angles = torch.arange(n_ctx, dtype=torch.float64)[:, None] * freq[None, :]  # [n_ctx, rd/2]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.sin().to(dtype), angles.cos().to(dtype)
+
+
+def rotate(x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
+    """RoPE: rotate the first ``rotary_dim`` (= ``sin.shape[-1]``) features of ``x`` [..., d_head] by the angles of
+    ``sin``/``cos`` (broadcast against ``x[..., :rotary_dim]``); the rest pass through.
+
+    Example:
+        >>> sin, cos = rotary_tables(2, 2, 10000.0, torch.float32)
+        >>> rotate(torch.tensor([[1.0, 0.0, 5.0]]), sin[1:], cos[1:])  # position 1: by 1 radian
+        tensor([[0.5403, 0.8415, 5.0000]])
+    """
+    rd = sin.shape[-1]
+    half = rd // 2
+    x_rot, x_pass = x[..., :rd], x[..., rd:]
+    flipped = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
+    return torch.cat([x_rot * cos + flipped * sin, x_pass], dim=-1)
+
+
+def cosine(
+    a: Float[torch.Tensor, "*lead n d"], b: Float[torch.Tensor, "*lead m d"]
+) -> Float[torch.Tensor, "*lead n m"]:
+    """Cosine similarity of every row of ``a`` with every row of ``b`` (per leading index)."""
+    return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).transpose(-1, -2)
+
+
+def temperature(log_scale: torch.Tensor, max_log_scale: float | torch.Tensor) -> torch.Tensor:
+    """CLIP's inverse temperature ``exp(log_scale)``, clamped at ``exp(max_log_scale)`` (per member if stacked)."""
+    return log_scale.clamp(max=max_log_scale).exp()
+
+
+def cosine_logits(
+    img: Float[torch.Tensor, "*lead n d"],
+    txt: Float[torch.Tensor, "*lead m d"],
+    log_scale: torch.Tensor,
+    max_log_scale: float | torch.Tensor,
+) -> Float[torch.Tensor, "*lead n m"]:
+    """CLIP's logits: the clamped temperature (``log_scale`` of shape ``lead``) times the cosine matrix."""
+    t = temperature(log_scale, max_log_scale)
+    return t.reshape(*t.shape, 1, 1) * cosine(img, txt)
+
+
+def symmetric_ce(
+    logits: Float[torch.Tensor, "*lead batch batch"],
+    valid: Bool[torch.Tensor, "*lead batch"] | None = None,
+    labels: torch.Tensor | None = None,
+) -> Float[torch.Tensor, "*lead"]:
+    """The symmetric CLIP loss (mean of image->text and text->image cross-entropy, targets on the diagonal) of each
+    leading index. ``valid``: rows that are real pairs (a short batch padded to size); a padded row weighs 0 and
+    a valid image (caption) sees only valid captions (images). ``labels``: ``arange(batch)`` repeated over the
+    leading indices, if the caller keeps one (saves a kernel per step)."""
+    B = logits.shape[-1]
+    if logits.ndim == 2 and valid is None:
+        labels = torch.arange(B, device=logits.device)
+        return 0.5 * (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels))
+    lead = logits.shape[:-2]
+    flat = logits.reshape(-1, B, B)
+    n = flat.shape[0]
+    if labels is None:
+        labels = torch.arange(B, device=logits.device).repeat(n)
+    if valid is None:
+        li = F.cross_entropy(flat.reshape(n * B, B), labels, reduction="none").view(n, B).mean(1)
+        lt = F.cross_entropy(flat.transpose(1, 2).reshape(n * B, B), labels, reduction="none").view(n, B).mean(1)
+        return (0.5 * (li + lt)).view(lead)
+    v = valid.reshape(n, B)
+    mask = v[:, :, None] & ~v[:, None, :]  # valid image i, padded caption j
+    inf = float("-inf")
+    li = F.cross_entropy(flat.masked_fill(mask, inf).reshape(n * B, B), labels, reduction="none")
+    lt = F.cross_entropy(flat.transpose(1, 2).masked_fill(mask, inf).reshape(n * B, B), labels, reduction="none")
+    w = v.to(logits.dtype)
+    return (0.5 * ((li.view(n, B) * w).sum(1) + (lt.view(n, B) * w).sum(1)) / w.sum(1)).view(lead)
