@@ -21,6 +21,22 @@ if TYPE_CHECKING:  # the parser is built without torch: --help and argument erro
     from hooked_clip1d.data import DataConfig
 
 
+def _dumps(obj: Any) -> str:
+    """JSON for the terminal: indented, floats to 7 significant digits (float32's precision, so 0.93 is not printed
+    as 0.9300000071525574), tensors and numpy scalars as numbers."""
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if isinstance(x, float):
+            return float(f"{x:.7g}")
+        return x
+
+    return json.dumps(clean(json.loads(json.dumps(obj, default=float))), indent=2)
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--preset", default="simplified", help="preset of both towers: simplified | full")
@@ -295,7 +311,7 @@ def cmd_train(a: argparse.Namespace) -> int:
         "metrics": run.final_metrics,
     }
     if a.json:
-        print(json.dumps(res, indent=2))
+        print(_dumps(res))
     else:
         print(f"trained {run.epoch} epochs ({run.step} steps) in {run.seconds:.0f} s -> {run.out_dir}")
         print(format_metrics(run.final_metrics))
@@ -317,7 +333,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
     if model.data_config is None:
         raise ValueError(f"{a.model} carries no data config")
     res = evaluate(model, build_dataset(model.data_config))
-    print(json.dumps(res, indent=2) if a.json else format_metrics(res))
+    print(_dumps(res) if a.json else format_metrics(res))
     return 0
 
 
@@ -326,7 +342,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
     model = _load(a.model)
     res = run_demo(a.model, a.out, model=model)
-    print(json.dumps(res, indent=2) if a.json else format_demo(res))
+    print(_dumps(res) if a.json else format_demo(res))
     return 0
 
 
@@ -340,7 +356,7 @@ def cmd_list(a: argparse.Namespace) -> int:
         print(registry_table())
         return 0
     if a.json:
-        print(json.dumps([{k: r[k] for k in ("name", "description", "epochs", "metrics")} for r in rows], indent=2))
+        print(_dumps([{k: r[k] for k in ("name", "description", "epochs", "metrics")} for r in rows]))
     else:
         for r in rows:
             u = r["metrics"]["val_unseen"]["acc"]
@@ -376,7 +392,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     out = a.out or f"results/analyze/{Path(a.model).name}"
     res = run_analysis(a.analysis, a.model, out_dir=out, **_parse_options(a.option))
     if a.json:
-        print(json.dumps({k: v for k, v in res.items() if k != "table"}, indent=2, default=float))
+        print(_dumps({k: v for k, v in res.items() if k != "table"}))
     else:
         print(res["table"])
         print("\nwrote " + ", ".join(res["files"]))
@@ -399,7 +415,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         max_seconds=a.max_seconds,
         cudagraphs=True if a.cudagraphs else None,
     )
-    print(json.dumps(rows, indent=2, default=float) if a.json else format_results(rows))
+    print(_dumps(rows) if a.json else format_results(rows))
     return 0
 
 
@@ -409,7 +425,7 @@ def cmd_pack(a: argparse.Namespace) -> int:
     archives = pack_runs(a.src, a.dest, max_mib=a.max_mib, weights_dtype=a.weights_dtype)
     rows = [{"archive": str(p), "mib": round(p.stat().st_size / 2**20, 2)} for p in archives]
     if a.json:
-        print(json.dumps(rows, indent=2))
+        print(_dumps(rows))
     else:
         for r in rows:
             print(f"{r['archive']}  {r['mib']} MiB")
@@ -420,7 +436,7 @@ def cmd_unpack(a: argparse.Namespace) -> int:
     from hooked_clip1d.transfer import unpack_runs
 
     names = unpack_runs(a.archives, a.into)
-    print(json.dumps(names) if a.json else f"{len(names)} runs in {os.path.join(a.into, 'runs')}: " + ", ".join(names))
+    print(_dumps(names) if a.json else f"{len(names)} runs in {os.path.join(a.into, 'runs')}: " + ", ".join(names))
     return 0
 
 
@@ -445,7 +461,7 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
             )
         )
     if a.json:
-        print(json.dumps(records, indent=2, default=float))
+        print(_dumps(records))
     else:
         for r in records:
             print(f"{r['figure']:<8} {r['verdict']:<15} {r['title']}")
@@ -461,7 +477,7 @@ def cmd_results_page(a: argparse.Namespace) -> int:
     from hooked_clip1d.results_page import build_results_page
 
     path = build_results_page(a.results, a.out)
-    print(json.dumps({"page": str(path)}) if a.json else f"wrote {path}")
+    print(_dumps({"page": str(path)}) if a.json else f"wrote {path}")
     return 0
 
 

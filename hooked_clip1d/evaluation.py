@@ -71,6 +71,11 @@ def caption_label_sets(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
     return is_pair, torch.stack([torch.minimum(a, b), torch.maximum(a, b)], -1)
 
 
+def _fraction(hits: torch.Tensor) -> float:
+    """The share of True in ``hits``, as an exact count over n (0.93, not float32's 0.9300000071525574)."""
+    return int(hits.sum()) / hits.numel()
+
+
 def retrieval_metrics(
     sim: Float[torch.Tensor, "n_images n_captions"], dataset: Dataset, split: str
 ) -> dict[str, float | int | None]:
@@ -89,8 +94,8 @@ def retrieval_metrics(
     hit = torch.where(n_true == 1, top1 == t0, both)
     out: dict[str, float | int | None] = {
         "n": len(s),
-        "acc": hit.float().mean().item(),
-        "relaxed": relaxed.float().mean().item(),
+        "acc": _fraction(hit),
+        "relaxed": _fraction(relaxed),
     }
     pair = s.is_pair.to(sim.device)
     if pair.any():
@@ -99,7 +104,7 @@ def retrieval_metrics(
         objs = s.objects.to(sim.device)
         img_set = torch.stack([objs.min(-1).values, objs.max(-1).values], -1)
         ok = cap_pair[top1] & (cap_set[top1] == img_set).all(-1)
-        out["label_set"] = ok[pair].float().mean().item()
+        out["label_set"] = _fraction(ok[pair])
     else:
         out["label_set"] = None
     return out

@@ -28,7 +28,7 @@ def _base_sim(n_images: int, n_captions: int) -> torch.Tensor:
 
 
 def _mean(hits: list[bool]) -> float:
-    return torch.tensor(hits, dtype=torch.float32).mean().item()
+    return sum(hits) / len(hits)  # an exact count over n, as evaluate reports it
 
 
 def test_caption_label_sets(dataset):
@@ -217,3 +217,11 @@ def test_evaluate_is_deterministic_in_eval_mode(dataset):
     model = make_model("full", seed=53)
     assert evaluate(model, dataset) == evaluate(model, dataset)
     assert isinstance(model, CLIP1D)
+
+
+def test_accuracies_are_exact_counts_over_n():
+    """0.93, not float32's 0.9300000071525574: a share is the count of hits over n, in Python floats."""
+    from hooked_clip1d.evaluation import _fraction
+
+    hits = torch.tensor([True] * 93 + [False] * 7)
+    assert _fraction(hits) == 0.93 and repr(_fraction(hits)) == "0.93"

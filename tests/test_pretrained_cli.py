@@ -264,3 +264,9 @@ def test_readme_shipped_models_table_is_the_manifests_table():
     manifest edited without the README, or the reverse, fails here)."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert reg.registry_table() in readme
+
+
+def test_cli_json_has_no_float32_noise(capsys):
+    assert main(["eval", "--model", "simplified-ntot10-n2-5", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["val_unseen"]["acc"] == 0.76 and "00000" not in out
