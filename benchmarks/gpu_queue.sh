@@ -4,7 +4,7 @@
 #     bash benchmarks/gpu_queue.sh check        # first call on a machine: install check + benchmarks/gpu_check.py
 #     bash benchmarks/gpu_queue.sh [SECONDS]    # then: train the queue for SECONDS (default 480), pack what finished
 #
-# The queue, in order (README, "On a GPU"): fig3 (12 full models; its Ntot=20, n2=10, seed-0 cell is the zoo's
+# The queue, in order (docs/cli.md, "On a GPU"): fig3 (12 full models; its Ntot=20, n2=10, seed-0 cell is the zoo's
 # full-ntot20-n2-10 under the default recipe), fig10 (5 full models), fig4a (36 simplified models). Each call resumes
 # the first unfinished sweep from its checkpoints on the machine's local disk ($STATE: kept while the machine stays
 # warm between calls) and, when a sweep finishes, packs its runs (configs, metrics, float16 weights) into

@@ -574,7 +574,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list the shipped pretrained models")
     ls.add_argument("--json", action="store_true", help="print JSON")
-    ls.add_argument("--markdown", action="store_true", help="print the README's table")
+    ls.add_argument("--markdown", action="store_true", help="print the zoo table of docs/zoo.md")
     ls.set_defaults(func=cmd_list)
 
     an = sub.add_parser(

@@ -63,7 +63,7 @@ class TrainConfig:
     lr: float = 1e-4  # AdamW learning rate
     weight_decay: float = 0.2  # AdamW decoupled weight decay w (App. B varies it)
     # The paper does not say which parameters get weight decay, nor whether attention has query/key biases. The
-    # defaults are the recipe that reproduces its mechanism over seeds (reproduce x8-recipe, README "Fidelity"):
+    # defaults are the recipe that reproduces its mechanism over seeds (reproduce x8-recipe, docs/fidelity.md):
     no_decay: tuple[str, ...] = ("cls",)  # parameter groups exempt from decay (param_groups.NO_DECAY_GROUPS):
     # the CLS row of the vision W_E, as open_clip exempts a ViT class embedding; () decays every parameter
     frozen: tuple[str, ...] = ("qk_bias",)  # groups held at their init: "qk_bias" fixes b_Q = b_K = 0 (no query/key

@@ -233,7 +233,7 @@ def _export_locked(run_dir: Path, name: str, description: str, dest: Path, weigh
 
 
 def registry_table() -> str:
-    """Markdown table of the shipped models and their measured accuracies (used in the README)."""
+    """Markdown table of the shipped models and their measured accuracies (the table of docs/zoo.md)."""
     rows = [
         "| name | description | epochs (planned) | train time "
         "| single-object | seen-pair | unseen-pair | unseen label-set |",
