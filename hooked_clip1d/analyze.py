@@ -133,12 +133,9 @@ def _fmt_rows(title: str, cols: list[str], rows: dict[str, list[float]]) -> list
 
 
 def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.analysis.patching import (
-        caption_swap_patching,
-        knockout_sweep,
-        mirror_swap_patching,
-        text_interchange,
-    )
+    from hooked_clip1d.analysis.interchange import text_interchange
+    from hooked_clip1d.analysis.knockout import knockout_sweep
+    from hooked_clip1d.analysis.patching import caption_swap_patching, mirror_swap_patching
     from hooked_clip1d.visualization import patching as vp
 
     imgs, caps = _pairs(model, opts)

@@ -9,7 +9,13 @@
 - ``alignment``: Procrustes alignment of vision and text label embeddings (Fig. 7).
 - ``rope``: the RoPE mechanism: consistency rates, Pi_bias, key PCA, effective rank, rho (App. I, Fig. 19).
 - ``metrics``: CLIP-similarity beliefs (true caption vs its left/right swap) and paired inputs.
-- ``patching``: activation patching, mirror-swap / caption-swap patching, interchange, attention knockout.
+- ``hooks``: the general-purpose hook factories (``patch_hook``, ``add_hook``, ``swap_slots_hook``,
+  ``zero_heads_hooks``, ``knockout_hooks``, ``splice_hook``), the ``Hook`` / ``Hooks`` / ``Metric`` aliases and the
+  checks the analyses share.
+- ``patching``: activation patching, mirror-swap / caption-swap patching (re-exports the three modules below).
+- ``tl_adapter``: ``tl_patching``, the same patching effect through ``transformer_lens.patching``.
+- ``interchange``: interchange interventions on the text tower (``text_interchange``).
+- ``knockout``: attention-edge knockout (``knockout_sweep``).
 - ``probes``: linear probes per layer with held-out scores and shuffled-label controls.
 - ``spatial_ids``: spatial IDs per position and steering by adding ID differences.
 - ``captions``: caption directions (CLIP's unembedding), direct attribution of residual components to caption
@@ -39,6 +45,9 @@ from hooked_clip1d.analysis.heads import (
     text_eot_bias,
     to_jsonable,
 )
+from hooked_clip1d.analysis.hooks import knockout_hooks, zero_heads_hooks
+from hooked_clip1d.analysis.interchange import text_interchange
+from hooked_clip1d.analysis.knockout import knockout_sweep
 from hooked_clip1d.analysis.mechanism import (
     ablate_cls_key_position,
     gradient_sources,
@@ -49,20 +58,13 @@ from hooked_clip1d.analysis.mechanism import (
     unseen_probe,
 )
 from hooked_clip1d.analysis.metrics import caption_belief, image_belief, mirror_images, pair_inputs
-from hooked_clip1d.analysis.patching import (
-    caption_swap_patching,
-    knockout_hooks,
-    knockout_sweep,
-    mirror_swap_patching,
-    patch_sweep,
-    text_interchange,
-    tl_patching,
-)
+from hooked_clip1d.analysis.patching import caption_swap_patching, mirror_swap_patching, patch_sweep
 from hooked_clip1d.analysis.probes import fit_probe, probe_sweep, probe_targets
-from hooked_clip1d.analysis.pruning import head_subset_sweep, prune_and_retrain, prune_heads, zero_heads_hooks
+from hooked_clip1d.analysis.pruning import head_subset_sweep, prune_and_retrain, prune_heads
 from hooked_clip1d.analysis.rope import consistency_condition, key_effective_rank, rope_mechanism
 from hooked_clip1d.analysis.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
 from hooked_clip1d.analysis.terms import ABLATABLE_TERMS, POSITIONAL_TERMS, SCORE_TERMS, ablate_terms, attention_terms
+from hooked_clip1d.analysis.tl_adapter import tl_patching
 
 __all__ = [
     "ablate_cls_key_position",

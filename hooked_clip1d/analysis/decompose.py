@@ -79,6 +79,7 @@ import torch
 from jaxtyping import Float, Int
 from transformer_lens import ActivationCache
 
+from hooked_clip1d.analysis.hooks import check_tower
 from hooked_clip1d.components import apply_rotary
 from hooked_clip1d.encoders import HookedEncoder
 
@@ -105,8 +106,7 @@ Components = Float[torch.Tensor, "component batch pos d_model"]
 
 # ---- residual components -----------------------------------------------------------------------------------------
 def _check_layer(model: HookedEncoder, layer: int, allow_final: bool = False) -> None:
-    if not isinstance(model, HookedEncoder):
-        raise TypeError(f"expected one tower (model.vision or model.text), got {type(model).__name__}")
+    check_tower(model)
     if isinstance(layer, bool) or not isinstance(layer, int):
         raise TypeError(f"layer must be an int, got {type(layer).__name__}")
     n = model.cfg.n_layers

@@ -24,16 +24,15 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from jaxtyping import Int
 
+from hooked_clip1d.analysis.hooks import Hooks
 from hooked_clip1d.data import Dataset, Split
 from hooked_clip1d.encoders import HookedEncoder, HookedTextEncoder, HookedVisionEncoder
-
-Hooks = Sequence[tuple[str | Callable, Callable]]
 
 
 def to_jsonable(obj: Any) -> Any:

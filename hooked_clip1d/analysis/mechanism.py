@@ -30,7 +30,6 @@ import copy
 import dataclasses
 import itertools
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ import torch
 from hooked_clip1d.analysis.ablation import evaluate_ablations
 from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
 from hooked_clip1d.analysis.heads import classify_head_roles, cls_object_bias, label_pe_deltas
+from hooked_clip1d.analysis.hooks import Hook
 from hooked_clip1d.clip import CLIP1D
 from hooked_clip1d.data import Dataset, Split, build_dataset
 from hooked_clip1d.encoders import HookedVisionEncoder
@@ -164,7 +164,7 @@ def cls_query(vision: HookedVisionEncoder) -> torch.Tensor:
     return torch.einsum("m,hmd->hd", x, attn.W_Q) + attn.b_Q
 
 
-def ablate_cls_key_position(vision: HookedVisionEncoder) -> list[tuple[str, Callable]]:
+def ablate_cls_key_position(vision: HookedVisionEncoder) -> list[Hook]:
     """Hooks removing the key-position part of the CLS query's scores over the pixels: ``q_CLS . (W_pos[j] W_K)``
     for pixel keys j >= 1, with ``q_CLS`` the whole CLS query (E, P and bias parts together).
 

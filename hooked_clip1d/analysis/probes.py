@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
+from hooked_clip1d.analysis.hooks import check_eval, check_tower, depth_labels, residual_hook_names
 from hooked_clip1d.analysis.metrics import check_pair_captions, check_pair_images, object_token_positions
-from hooked_clip1d.analysis.patching import depth_labels, residual_hook_names
 from hooked_clip1d.encoders import HookedEncoder, HookedVisionEncoder
 
 VISION_TARGETS = ("left_pos", "right_pos", "left_label", "right_label", "relation", "distance")
@@ -168,8 +168,7 @@ def probe_targets(
     >>> probe_targets(m.vision, imgs, "left_pos").tolist(), probe_targets(m.vision, imgs, "relation").tolist()
     ([0, 1], [1, 0])
     """
-    if not isinstance(tower, HookedEncoder):
-        raise TypeError(f"expected a tower (model.vision or model.text), got {type(tower).__name__}")
+    check_tower(tower)
     tower.validate_tokens(tokens)
     if _is_vision(tower):
         if name not in VISION_TARGETS:
@@ -227,10 +226,7 @@ def residual_activations(
     >>> residual_activations(m.text, m.text.to_tokens(["1 is on the left of 2"]), "subject").shape
     torch.Size([2, 1, 128])
     """
-    if not isinstance(tower, HookedEncoder):
-        raise TypeError(f"expected a tower (model.vision or model.text), got {type(tower).__name__}")
-    if tower.training:
-        raise ValueError("the tower is in training mode (dropout is on); call model.eval() first")
+    check_eval(check_tower(tower))
     tower.validate_tokens(tokens)
     hook_names = residual_hook_names(tower) if hook_names is None else list(hook_names)
     tokens = tokens.to(tower.W_E.device)

@@ -5,7 +5,8 @@ A pruned head is one whose output ``z`` is zeroed in the forward pass. The prune
 and the trainer retrains it with the mask on (the pruned heads' weights then only see weight decay).
 
 - ``prune_heads(model, vision=..., text=...)``: a copy of a ``CLIP1D`` with those heads pruned.
-- ``zero_heads_hooks(encoder, heads)``: the same mask as forward hooks on ``hook_z`` (no copy; for quick tests).
+- ``zero_heads_hooks(encoder, heads)``: the same mask as forward hooks on ``hook_z`` (no copy; for quick tests;
+  defined in ``hooks``, re-exported here).
 - ``prune_and_retrain(model, heads, dataset, epochs, out_dir)``: prune, then continue training with ``Trainer``.
 - ``head_subset_sweep(model, n_kept, ...)``: every subset of ``n_kept`` heads kept, each scored before and after
   retraining (Fig. 22a); ``format_sweep`` prints it as a table.
@@ -27,37 +28,19 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformer_lens.hook_points import HookPoint
 
+from hooked_clip1d.analysis.hooks import Head, check_heads
+from hooked_clip1d.analysis.hooks import zero_heads_hooks as zero_heads_hooks  # re-exported: its old home
 from hooked_clip1d.checkpoint import atomic_write_text, load_model_file
 from hooked_clip1d.clip import CLIP1D
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
-from hooked_clip1d.encoders import HookedEncoder
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.training import TrainConfig, Trainer, TrainRun
-
-Head = tuple[int, int]
-
-
-def _heads(heads: Sequence[Sequence[int]], cfg: Any, what: str) -> tuple[Head, ...]:
-    out = []
-    for lh in heads:
-        if isinstance(lh, str | bytes) or not isinstance(lh, Sequence) or len(lh) != 2:
-            raise TypeError(f"{what}: heads must be (layer, head) pairs, got {lh!r}")
-        layer, head = lh
-        if isinstance(layer, bool) or isinstance(head, bool) or not isinstance(layer, int) or not isinstance(head, int):
-            raise TypeError(f"{what}: heads must be (layer, head) pairs of ints, got {lh!r}")
-        if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
-            raise ValueError(
-                f"{what}: head {(layer, head)} out of range (layers 0..{cfg.n_layers - 1}, heads 0..{cfg.n_heads - 1})"
-            )
-        out.append((layer, head))
-    return tuple(out)
 
 
 def prune_heads(
@@ -71,8 +54,8 @@ def prune_heads(
     if not isinstance(model, CLIP1D):
         raise TypeError(f"prune_heads needs a CLIP1D, got {type(model).__name__}")
     cfg = model.cfg
-    v = _heads(vision, cfg.vision, "prune_heads(vision=...)")
-    t = _heads(text, cfg.text, "prune_heads(text=...)")
+    v = check_heads(vision, cfg.vision, "prune_heads(vision=...)")
+    t = check_heads(text, cfg.text, "prune_heads(text=...)")
     if not replace:
         v, t = v + cfg.vision.pruned_heads, t + cfg.text.pruned_heads
     new_cfg = dataclasses.replace(
@@ -86,35 +69,6 @@ def prune_heads(
     new.to(next(model.parameters()).device)
     new.data_config = model.data_config
     return new.train(model.training)
-
-
-def zero_heads_hooks(encoder: HookedEncoder, heads: Sequence[Sequence[int]]) -> list[tuple[str, Callable]]:
-    """Forward hooks on ``blocks.{l}.attn.hook_z`` that zero the given (layer, head) outputs of one tower.
-
-    Equivalent to ``prune_heads`` for that tower, without copying the model. Use with ``run_with_hooks``,
-    ``model.hooks(...)`` or ``evaluate(..., vision_hooks=...)``.
-
-    Example:
-        >>> from hooked_clip1d import CLIP1D, CLIPConfig
-        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
-        >>> [name for name, _ in zero_heads_hooks(m.text, [(0, 2)])]
-        ['blocks.0.attn.hook_z']
-    """
-    if not isinstance(encoder, HookedEncoder):
-        raise TypeError(f"zero_heads_hooks needs one tower (model.vision or model.text), got {type(encoder).__name__}")
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in _heads(heads, encoder.cfg, "zero_heads_hooks"):
-        by_layer.setdefault(layer, []).append(head)
-
-    def make(hs: list[int]) -> Callable:
-        def zero(z: torch.Tensor, hook: HookPoint) -> torch.Tensor:
-            z = z.clone()
-            z[:, :, hs] = 0.0
-            return z
-
-        return zero
-
-    return [(f"blocks.{layer}.attn.hook_z", make(hs)) for layer, hs in sorted(by_layer.items())]
 
 
 def _data_config(model: CLIP1D, dataset: Dataset | DataConfig | None) -> DataConfig:

@@ -5,8 +5,8 @@
 ``W_dec [d_sae, d_in]``, ``b_dec`` subtracted before encoding): ReLU with an L1 penalty, or top-k (``k`` set).
 ``collect_activations`` gathers a hook's activations over inputs (one position, or all), ``train_sae`` fits an SAE
 and reports reconstruction (MSE, fraction of variance unexplained) and sparsity (mean L0), and ``splice_hook``
-returns a hook that replaces the activation by its reconstruction, so accuracy with the SAE in the loop is one
-``evaluate(..., vision_hooks=[splice_hook(sae, "hook_pooled")])`` away.
+(defined in ``hooks``, re-exported here) returns a hook that replaces the activation by its reconstruction, so
+accuracy with the SAE in the loop is one ``evaluate(..., vision_hooks=[("hook_pooled", splice_hook(sae))])`` away.
 
 Example:
     >>> from hooked_clip1d import load_model, build_dataset, evaluate
@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,6 +28,8 @@ from jaxtyping import Float, Int
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
+
+from hooked_clip1d.analysis.hooks import splice_hook as splice_hook  # re-exported: its old home
 
 
 class SparseAutoencoder(HookedRootModule):
@@ -129,20 +130,3 @@ def train_sae(
             "dead": (z.max(0).values <= 0).float().mean().item(),
         }
     return sae, report
-
-
-def splice_hook(sae: SparseAutoencoder, pos: int | None = None) -> Callable:
-    """A forward hook that replaces the activation (at ``pos`` for a per-position hook) by the SAE's
-    reconstruction: the model then runs with the SAE in the loop."""
-
-    def hook(act: torch.Tensor, hook: Any) -> torch.Tensor:
-        if act.ndim == 2:
-            return sae(act.float()).to(act.dtype)
-        out = act.clone()
-        if pos is None:
-            out = sae(act.reshape(-1, act.shape[-1]).float()).reshape(act.shape).to(act.dtype)
-        else:
-            out[:, pos] = sae(act[:, pos].float()).to(act.dtype)
-        return out
-
-    return hook

@@ -45,16 +45,18 @@ Example:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-from jaxtyping import Float, Int
-from transformer_lens.hook_points import HookPoint
+from jaxtyping import Int
 
+from hooked_clip1d.analysis.hooks import add_hook as add_hook  # re-exported: its old home
+from hooked_clip1d.analysis.hooks import check_eval, depth_labels, residual_hook_names
 from hooked_clip1d.analysis.metrics import (
     caption_belief_metric,
+    check_model,
     check_pair_captions,
     check_pair_images,
     check_paired,
@@ -65,11 +67,8 @@ from hooked_clip1d.analysis.metrics import (
     swap_captions,
     swap_objects,
 )
-from hooked_clip1d.analysis.patching import depth_labels, residual_hook_names
 from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.encoders import HookedEncoder, HookedTextEncoder, HookedVisionEncoder
-
-Hook = tuple[str, Callable]
+from hooked_clip1d.encoders import HookedTextEncoder, HookedVisionEncoder
 
 
 @dataclass
@@ -126,11 +125,6 @@ class SpatialIDs:
         }
 
 
-def _check_eval(tower: HookedEncoder) -> None:
-    if tower.training:
-        raise ValueError("the tower is in training mode (dropout is on); call model.eval() first")
-
-
 def _labels(vocab_n: int, labels: Sequence[int] | None, need: int) -> list[int]:
     out = list(range(1, vocab_n + 1)) if labels is None else sorted({int(x) for x in labels})
     bad = [x for x in out if not 1 <= x <= vocab_n]
@@ -158,7 +152,7 @@ def vision_spatial_ids(
     """
     if not isinstance(tower, HookedVisionEncoder):
         raise TypeError(f"vision_spatial_ids needs the vision tower (model.vision), got {type(tower).__name__}")
-    _check_eval(tower)
+    check_eval(tower)
     if site not in ("object", "cls"):
         raise ValueError(f"site must be 'object' or 'cls', got {site!r}")
     if context not in ("single", "pair"):
@@ -222,7 +216,7 @@ def text_role_ids(
     """
     if not isinstance(tower, HookedTextEncoder):
         raise TypeError(f"text_role_ids needs the text tower (model.text), got {type(tower).__name__}")
-    _check_eval(tower)
+    check_eval(tower)
     if relation not in ("left", "right"):
         raise ValueError(f"relation must be 'left' or 'right', got {relation!r}")
     vocab = tower.cfg.vocab
@@ -255,25 +249,6 @@ def text_role_ids(
         object_labels=labs,
         mean_acts=torch.stack(out).to(tower.W_E.dtype),
     )
-
-
-def add_hook(name: str, delta: Float[torch.Tensor, "batch pos d_model"]) -> Hook:
-    """A forward hook ``(name, fn)`` that adds ``delta`` to a residual-stream activation.
-
-    >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=4), seed=0).eval()
-    >>> img = m.vision.to_tokens("C 1 . 2 . . . . . . .")
-    >>> out = m.vision.run_with_hooks(img, fwd_hooks=[add_hook("blocks.0.hook_resid_post", torch.zeros(1, 11, 128))])
-    >>> torch.equal(out, m.vision(img))
-    True
-    """
-
-    def fn(act: torch.Tensor, hook: HookPoint) -> torch.Tensor:
-        if act.shape != delta.shape:
-            raise ValueError(f"{name}: steering delta {tuple(delta.shape)} != activation {tuple(act.shape)}")
-        return act + delta.to(act.device, act.dtype)
-
-    return name, fn
 
 
 @dataclass
@@ -362,9 +337,8 @@ def steer_vision(
     >>> r.beliefs.shape
     torch.Size([2, 1])
     """
-    if not isinstance(model, CLIP1D):
-        raise TypeError(f"expected a CLIP1D model, got {type(model).__name__}")
-    _check_eval(model.vision)
+    check_model(model)
+    check_eval(model.vision)
     ids = _check_ids(ids, "vision", depth)
     check_pair_images(images)
     model.vision.validate_tokens(images)
@@ -432,9 +406,8 @@ def steer_text(
     >>> [round(f, 4) for f in r.fraction().tolist()]  # exact in a 1-layer text tower
     [0.0, 1.0]
     """
-    if not isinstance(model, CLIP1D):
-        raise TypeError(f"expected a CLIP1D model, got {type(model).__name__}")
-    _check_eval(model.text)
+    check_model(model)
+    check_eval(model.text)
     ids = _check_ids(ids, "text", depth)
     vocab = model.text.cfg.vocab
     check_pair_captions(captions, vocab)

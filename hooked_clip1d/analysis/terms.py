@@ -65,6 +65,7 @@ from hooked_clip1d.analysis.decompose import (
     project_components,
     rotate,
 )
+from hooked_clip1d.analysis.hooks import Hook, check_indices
 from hooked_clip1d.encoders import HookedEncoder
 
 __all__ = [
@@ -136,11 +137,7 @@ def _validate(
                 "by rotating q and k), so only E, B and R terms can be ablated"
             )
     if heads is not None:
-        if isinstance(heads, int):
-            raise TypeError(f"heads must be a list of head indices, e.g. [{heads}]")
-        bad_h = [h for h in heads if not 0 <= h < cfg.n_heads]
-        if bad_h:
-            raise ValueError(f"heads {bad_h} out of range 0..{cfg.n_heads - 1}")
+        check_indices(heads, cfg.n_heads, "heads")
     return terms
 
 
@@ -151,7 +148,7 @@ def ablate_terms(
     heads: Sequence[int] | None = None,
     *,
     ln_scale: str | None = None,
-) -> list[tuple[str, Callable]]:
+) -> list[Hook]:
     """Forward hooks that remove ``terms`` (any of ``ABLATABLE_TERMS``) from ``layer``'s attention.
 
     Score terms are subtracted from ``hook_attn_scores`` (the softmax then renormalises); ``VP`` subtracts the
@@ -224,7 +221,7 @@ def ablate_terms(
             vp = vp * _head_mask(heads, v.shape[2], v)[None, None, :, None]
         return v - vp
 
-    hooks: list[tuple[str, Callable]] = [("hook_embed", saver("E"))]
+    hooks: list[Hook] = [("hook_embed", saver("E"))]
     if cfg.positional == "learned":
         hooks.append(("hook_pos_embed", saver("P")))
     if need_rest:

@@ -29,7 +29,9 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from hooked_clip1d.analysis.patching import InterchangeResult, KnockoutResult, PatchSweep
+from hooked_clip1d.analysis.interchange import InterchangeResult
+from hooked_clip1d.analysis.knockout import KnockoutResult
+from hooked_clip1d.analysis.patching import PatchSweep
 from hooked_clip1d.analysis.probes import ProbeSweep
 from hooked_clip1d.analysis.spatial_ids import SpatialIDs, SteeringResult
 
