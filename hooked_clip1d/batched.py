@@ -51,7 +51,6 @@ from tqdm.auto import tqdm
 
 from hooked_clip1d.checkpoint import (
     CheckpointError,
-    atomic_write_text,
     canonical_config,
     read_tensors,
     save_model,
@@ -61,10 +60,19 @@ from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.param_groups import decay_mask, is_frozen
-from hooked_clip1d.rundir import RunLock, check_run_dir, clean_stale_tmp, read_metrics
+from hooked_clip1d.rundir import (
+    RunLock,
+    append_metrics,
+    check_run_dir,
+    clean_stale_tmp,
+    drop_metrics_after,
+    provenance,
+    write_config,
+    write_summary,
+)
 from hooked_clip1d.stacked import SHAPE_FIELDS, DropoutRNG, StackedCLIP, check_supported, refuse_unknown
 from hooked_clip1d.stacked_adamw import StackedAdamW
-from hooked_clip1d.training import TrainConfig, TrainRun, _provenance, comparable_train_config, save_snapshot
+from hooked_clip1d.training import TrainConfig, TrainRun, comparable_train_config, save_snapshot
 
 # TrainConfig fields that must be equal in a group (the rest may differ per member)
 _TRAIN_SHARED = ("betas", "eps", "device")
@@ -481,10 +489,7 @@ class BatchedTrainer:
         self.active = active
         for i in range(len(self.members)):
             if i in active:  # drop metric lines written after the checkpoint (they will be written again)
-                path = self.member_dir(i) / "metrics.jsonl"
-                if path.exists():
-                    keep = [ln for ln in read_metrics(path) if ln["step"] <= self.step]
-                    atomic_write_text(path, "".join(json.dumps(ln) + "\n" for ln in keep))
+                drop_metrics_after(self.member_dir(i), "step", self.step)
             else:
                 summary = self.member_dir(i) / "summary.json"
                 if not summary.exists():
@@ -543,8 +548,7 @@ class BatchedTrainer:
         self.loss_sum[k] = 0.0
         self.n_loss[i] = 0
         if self.out_dir is not None:
-            with open(self.member_dir(i) / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(line) + "\n")
+            append_metrics(self.member_dir(i), line)
 
     def _finish(self, i: int) -> TrainRun:
         model = self.member_model(i)
@@ -555,15 +559,8 @@ class BatchedTrainer:
         if self.out_dir is not None:
             d = self.member_dir(i)
             save_model(model, d / "model.safetensors", m.data_cfg, extra={"train_config": m.train_cfg.to_dict()})
-            summary = {
-                "epochs": epochs,
-                "steps": self.step,
-                "train_seconds": round(self.elapsed, 1),
-                "steps_per_second": round(self.step / max(self.elapsed, 1e-9), 1),
-                "final_metrics": metrics,
-                "batched": {"group_size": len(self.members), "dropout_rng": self.dropout_rng},
-            }
-            atomic_write_text(d / "summary.json", json.dumps(summary, indent=2))
+            batched = {"group_size": len(self.members), "dropout_rng": self.dropout_rng}
+            write_summary(d, epochs, self.step, self.elapsed, metrics, batched=batched)
         return TrainRun(model, self.member_dir(i) or Path("."), epochs, self.step, metrics, self.elapsed)
 
     def _events(self) -> None:
@@ -596,13 +593,11 @@ class BatchedTrainer:
     def _write_configs(self) -> None:
         if self.out_dir is None:
             return
-        prov = _provenance()
+        prov = provenance()
         for i in range(len(self.members)):
             d = self.member_dir(i)
             d.mkdir(parents=True, exist_ok=True)
-            if not (d / "config.json").exists():
-                body = {**self._configs(i), "provenance": prov, "batched": {"group": self.names}}
-                atomic_write_text(d / "config.json", json.dumps(body, indent=2))
+            write_config(d, self._configs(i), prov, batched={"group": self.names})
 
     def run(
         self,

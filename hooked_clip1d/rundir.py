@@ -7,6 +7,11 @@ notice on stderr. ``check_run_dir`` refuses a non-empty folder that is not a run
 written. ``clean_stale_tmp`` removes temp files of interrupted atomic writes, ``read_metrics`` reads
 ``metrics.jsonl`` and drops a last line cut short by a crash (with a notice).
 
+The files of a run directory are written here too, for the single-model and the batched trainer alike:
+``write_config`` (``config.json``: the configs and ``provenance``), ``append_metrics`` / ``drop_metrics_after``
+(``metrics.jsonl``, one line per evaluation; on resume the lines after the checkpoint go), and ``write_summary``
+(``summary.json`` at the end).
+
 Example:
     >>> import tempfile
     >>> d = tempfile.mkdtemp()
@@ -22,11 +27,15 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from hooked_clip1d.checkpoint import atomic_write_text
 
 LOCK = ".lock"
 CONFIG_KEYS = ("model_config", "data_config", "train_config")
@@ -209,3 +218,68 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
                 continue
             raise ValueError(f"{str(p)!r} line {i + 1} is not valid JSON (corrupt metrics file)") from None
     return out
+
+
+def provenance() -> dict[str, Any]:
+    """What produced a run: the command (program name, not its path), package version, git commit, torch, python."""
+    import torch
+
+    from hooked_clip1d._version import __version__
+
+    commit = None
+    try:
+        here = Path(__file__).resolve().parent
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if r.returncode == 0:
+            commit = r.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        # the program's name, not its path on this machine (e.g. "hooked-clip1d train ...")
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "",
+        "hooked_clip1d": __version__,
+        "git_commit": commit,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+
+
+def write_config(run_dir: str | os.PathLike, configs: dict[str, Any], prov: dict[str, Any] | None = None,
+                 **extra: Any) -> None:  # fmt: skip
+    """Write ``config.json`` (the run's configs, ``provenance`` and ``extra`` sections) unless it exists: a resumed
+    run keeps the record of how it started."""
+    path = Path(run_dir) / "config.json"
+    if not path.exists():
+        body = {**configs, "provenance": prov if prov is not None else provenance(), **extra}
+        atomic_write_text(path, json.dumps(body, indent=2))
+
+
+def append_metrics(run_dir: str | os.PathLike, line: dict[str, Any]) -> None:
+    """Append one evaluation line to ``metrics.jsonl``."""
+    with open(Path(run_dir) / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def drop_metrics_after(run_dir: str | os.PathLike, key: str, value: int) -> None:
+    """On resume: keep the ``metrics.jsonl`` lines whose ``key`` (``epoch`` or ``step``) is at most ``value`` (the
+    later ones came after the checkpoint and will be written again)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if path.exists():
+        keep = [ln for ln in read_metrics(path) if ln[key] <= value]
+        atomic_write_text(path, "".join(json.dumps(ln) + "\n" for ln in keep))
+
+
+def write_summary(
+    run_dir: str | os.PathLike, epochs: int, steps: int, seconds: float, metrics: dict[str, Any], **extra: Any
+) -> None:
+    """Write ``summary.json``, the mark of a finished run: epochs, steps, time, final metrics (and ``extra``)."""
+    summary = {
+        "epochs": epochs,
+        "steps": steps,
+        "train_seconds": round(seconds, 1),
+        "steps_per_second": round(steps / max(seconds, 1e-9), 1),
+        "final_metrics": metrics,
+        **extra,
+    }
+    atomic_write_text(Path(run_dir) / "summary.json", json.dumps(summary, indent=2))

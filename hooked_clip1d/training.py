@@ -25,8 +25,6 @@ import copy
 import dataclasses
 import json
 import math
-import platform
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -38,7 +36,6 @@ from tqdm.auto import tqdm
 
 from hooked_clip1d.checkpoint import (
     CheckpointError,
-    atomic_write_text,
     build_model_from,
     canonical_config,
     model_tensors,
@@ -50,7 +47,14 @@ from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.param_groups import FROZEN_GROUPS, NO_DECAY_GROUPS, check_groups, decay_mask, is_frozen, masks_needed
-from hooked_clip1d.rundir import RunLock, check_run_dir, clean_stale_tmp, read_metrics
+from hooked_clip1d.rundir import (
+    RunLock,
+    check_run_dir,
+    clean_stale_tmp,
+    drop_metrics_after,
+    write_config,
+    write_summary,
+)
 
 # no_decay / frozen of a saved train config that predates the fields: AdamW(model.parameters()), biases trained
 LEGACY_TRAIN_FIELDS: dict[str, tuple[str, ...]] = {"no_decay": (), "frozen": ()}
@@ -145,28 +149,6 @@ class TrainRun:
     step: int
     final_metrics: dict[str, dict[str, Any]]
     seconds: float
-
-
-def _provenance() -> dict[str, Any]:
-    from hooked_clip1d._version import __version__
-
-    commit = None
-    try:
-        here = Path(__file__).resolve().parent
-        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        if r.returncode == 0:
-            commit = r.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {
-        # the program's name, not its path on this machine (e.g. "hooked-clip1d train ...")
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "",
-        "hooked_clip1d": __version__,
-        "git_commit": commit,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-    }
 
 
 class MaskedAdamW(torch.optim.AdamW):
@@ -392,9 +374,7 @@ class Trainer:
         st = meta["train_state"]
         self.epoch, self.step, self.elapsed = int(st["epoch"]), int(st["step"]), float(st["elapsed_s"])
         # drop metric lines written after the checkpoint (they will be produced again)
-        if self.metrics_path.exists():
-            keep = [ln for ln in read_metrics(self.metrics_path) if ln["epoch"] <= self.epoch]
-            atomic_write_text(self.metrics_path, "".join(json.dumps(ln) + "\n" for ln in keep))
+        drop_metrics_after(self.out_dir, "epoch", self.epoch)
 
     # ---- loop -------------------------------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, dict[str, Any]]:
@@ -416,10 +396,7 @@ class Trainer:
     def _run(self, progress: bool) -> TrainRun:
         cfg = self.cfg
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        if not (self.out_dir / "config.json").exists():
-            atomic_write_text(
-                self.out_dir / "config.json", json.dumps({**self._configs(), "provenance": _provenance()}, indent=2)
-            )
+        write_config(self.out_dir, self._configs())
         old_threads = torch.get_num_threads()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -483,14 +460,7 @@ class Trainer:
         if not metrics:
             metrics = evaluate(model, self.dataset)
         save_model(model, self.out_dir / "model.safetensors", self.data_cfg, extra={"train_config": cfg.to_dict()})
-        summary = {
-            "epochs": self.epoch,
-            "steps": self.step,
-            "train_seconds": round(self.elapsed, 1),
-            "steps_per_second": round(self.step / max(self.elapsed, 1e-9), 1),
-            "final_metrics": metrics,
-        }
-        atomic_write_text(self.out_dir / "summary.json", json.dumps(summary, indent=2))
+        write_summary(self.out_dir, self.epoch, self.step, self.elapsed, metrics)
         return TrainRun(model, self.out_dir, self.epoch, self.step, metrics, self.elapsed)
 
 
