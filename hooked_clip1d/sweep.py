@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import hashlib
 import io
 import itertools
@@ -284,12 +285,17 @@ def _with_device(r: RunSpec, device: str) -> RunSpec:
     return dataclasses.replace(r, model_cfg=cfg, train_cfg=dataclasses.replace(r.train_cfg, device=device))
 
 
-def _steps(r: RunSpec) -> int:
+@functools.lru_cache(maxsize=256)
+def _n_pairs(data_cfg: DataConfig) -> int:
+    """Training pairs of a dataset (built once per distinct config: a grid repeats them over seeds)."""
     from hooked_clip1d.data import build_dataset
 
-    m = len(build_dataset(r.data_cfg).training_pairs()[0])
+    return len(build_dataset(data_cfg).training_pairs()[0])
+
+
+def _steps(r: RunSpec) -> int:
     bs = r.train_cfg.batch_size or r.data_cfg.batch_size
-    return r.train_cfg.epochs * -(-m // bs)
+    return r.train_cfg.epochs * -(-_n_pairs(r.data_cfg) // bs)
 
 
 # What one group step costs beside its members' own work, in member-steps: a group of K simplified members takes
