@@ -19,6 +19,7 @@ LAYERS = [
     ["training"],
     ["stacked", "stacked_adamw"],
     ["batched"],
+    ["sweep_spec"],
     ["sweep", "transfer"],
     ["analysis"],
     ["visualization"],
