@@ -103,6 +103,8 @@ def pack_runs(
         raise ValueError(f"no finished run (summary.json and model.safetensors) at or under {str(src)!r}")
     limit = int(max_mib * 2**20)
     dest = Path(dest)
+    if dest.is_dir() and any(dest.glob(f"{prefix}-*.tar")):  # an older pack's extra archives would be unpacked too
+        raise FileExistsError(f"{str(dest)!r} already holds {prefix}-*.tar archives; pack into an empty folder")
     dest.mkdir(parents=True, exist_ok=True)
     batches: list[list[tuple[str, bytes]]] = [[]]
     size = 0

@@ -58,6 +58,8 @@ def test_archives_stay_under_the_size_cap(trained, tmp_path):
             pack_runs(trained, tmp_path / "bad", **bad)
     with pytest.raises(ValueError, match="no finished run"):
         pack_runs(tmp_path / "small", tmp_path / "y")  # archives, no runs
+    with pytest.raises(FileExistsError, match="empty folder"):  # a second pack would mix with the first's archives
+        pack_runs(trained, tmp_path / "small")
 
 
 def test_unpack_refuses_foreign_members_and_conflicting_runs(trained, tmp_path):
