@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=None, help="fewer runs (a multiple of 12), for a smoke test")
     ap.add_argument("--compile", action="store_true", help="compile every group (and the K = 1 reference)")
     ap.add_argument("--seconds", type=float, default=2.0, help="time per single-member measurement round")
+    ap.add_argument("--plans", default="balanced,by-length", help="which plans to time (comma-separated)")
     ap.add_argument("--out", default=None, help="directory for bench_sweep.json")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         "balanced": plan_groups(runs, 32, workers=a.workers),
         "by-length": plan_groups(runs, 32, workers=1),
     }
+    plans = {k: v for k, v in plans.items() if k in a.plans.split(",")}
     print(f"{len(runs)} runs, {a.epochs} epochs, {total} model-steps; workers {a.workers}", flush=True)
 
     before = single_member_rates(a.compile, a.seconds)
