@@ -73,7 +73,7 @@ def caption_label_sets(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _fraction(hits: torch.Tensor) -> float:
     """The share of True in ``hits``, as an exact count over n (0.93, not float32's 0.9300000071525574)."""
-    return int(hits.sum()) / hits.numel()
+    return int(hits.sum()) / hits.numel() if hits.numel() else float("nan")  # an empty split: nan, as a mean
 
 
 def retrieval_metrics(

@@ -225,3 +225,4 @@ def test_accuracies_are_exact_counts_over_n():
 
     hits = torch.tensor([True] * 93 + [False] * 7)
     assert _fraction(hits) == 0.93 and repr(_fraction(hits)) == "0.93"
+    assert _fraction(torch.zeros(0, dtype=torch.bool)) != _fraction(torch.zeros(0, dtype=torch.bool))  # nan
