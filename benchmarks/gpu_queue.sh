@@ -17,8 +17,8 @@
 # with any wheels carried in .whl/ (the device README says how; the first call prints a module it cannot import).
 set -uo pipefail
 MODE=${1:-480}
-OUT=${OUT:-/tmp/gpu_queue_out}
-STATE=${STATE:-/tmp/hc1d-gpu}
+OUT=${OUT:?set OUT to the folder whose files come back (the device tool sets it)}
+STATE=${STATE:-${TMPDIR:-/tmp}/hc1d-gpu}  # the machine's local disk; kept while it stays warm
 QUEUE=${QUEUE:-"fig3 fig10 fig4a"}                   # overridable, with the rest, for a smoke test on a CPU:
 SPEC_DIR=${SPEC_DIR:-hooked_clip1d/sweeps}            #   DEVICE=cpu FLAGS= QUEUE=t SPEC_DIR=/tmp/specs bash ...
 DEVICE=${DEVICE:-cuda}
@@ -26,10 +26,10 @@ FLAGS=${FLAGS---compile --cudagraphs}
 export HOOKED_CLIP1D_SWEEPS=$STATE/sweeps PYTHONUNBUFFERED=1
 mkdir -p "$STATE" "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1 && [ ! -e "$STATE/wheels" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$STATE/site" .whl/*.whl \
     && touch "$STATE/wheels" || exit 3
 fi
-export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$PWD:$STATE/site${PYTHONPATH:+:$PYTHONPATH}
 python3 -c "import hooked_clip1d.sweep, torch; assert '$DEVICE' == 'cpu' or torch.cuda.is_available()" || exit 3
 hc() { python3 -m hooked_clip1d "$@"; }
 
