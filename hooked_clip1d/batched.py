@@ -49,30 +49,14 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from hooked_clip1d.checkpoint import (
-    CheckpointError,
-    canonical_config,
-    read_tensors,
-    save_model,
-    save_tensors,
-)
 from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
-from hooked_clip1d.evaluation import evaluate
+from hooked_clip1d.group_io import GroupFiles
 from hooked_clip1d.param_groups import decay_mask, is_frozen
-from hooked_clip1d.rundir import (
-    RunLock,
-    append_metrics,
-    check_run_dir,
-    clean_stale_tmp,
-    drop_metrics_after,
-    provenance,
-    write_config,
-    write_summary,
-)
+from hooked_clip1d.rundir import RunLock, check_run_dir, clean_stale_tmp
 from hooked_clip1d.stacked import SHAPE_FIELDS, DropoutRNG, StackedCLIP, check_supported, refuse_unknown
 from hooked_clip1d.stacked_adamw import StackedAdamW
-from hooked_clip1d.training import TrainConfig, TrainRun, comparable_train_config, save_snapshot
+from hooked_clip1d.training import TrainConfig, TrainRun
 
 # TrainConfig fields that must be equal in a group (the rest may differ per member)
 _TRAIN_SHARED = ("betas", "eps", "device")
@@ -155,7 +139,7 @@ class _Stream:
             self.states.pop(e, None)
 
 
-class BatchedTrainer:
+class BatchedTrainer(GroupFiles):
     """Train ``members`` together (see the module docstring); each writes a ``Trainer``-style run directory.
 
     Args:
@@ -371,129 +355,7 @@ class BatchedTrainer:
             "train_config": m.train_cfg.to_dict(),
         }
 
-    def _member_optimizer_tensors(self, k: int) -> dict[str, torch.Tensor]:
-        """``Trainer``-format optimizer state (``optim.{i}.{step,exp_avg,exp_avg_sq}``) of stack row ``k``."""
-        out = {}
-        for i, (name, st) in enumerate(zip(self.model.names, self.opt.state, strict=True)):
-            out[f"optim.{i}.step"] = st["step"].detach().cpu().clone()
-            for key in ("exp_avg", "exp_avg_sq"):
-                out[f"optim.{i}.{key}"] = self.model.to_member(k, name, st[key].detach())
-        return out
-
-    def _save_member_checkpoint(self, i: int, epoch: int) -> None:
-        """A ``Trainer``-format training checkpoint of member ``i`` at the end of ``epoch``."""
-        k = self.active.index(i)
-        tensors = {f"model.{n}": v for n, v in self.model.member_state_dict(k).items()}
-        tensors.update(self._member_optimizer_tensors(k))
-        if self.dropout_rng == "matched":
-            tensors["rng.torch"] = self.model.generators[k].get_state()
-        else:
-            tensors["rng.torch"] = torch.get_rng_state()  # fast mode draws from the global RNG
-        tensors["rng.data"] = self.streams[i].state_before(epoch)
-        meta = {
-            **self._configs(i),
-            "train_state": {"epoch": epoch, "step": self.step, "elapsed_s": self.elapsed},
-            "batched": {"dropout_rng": self.dropout_rng, "group_size": len(self.members)},
-        }
-        save_tensors(self.member_dir(i) / "checkpoint.safetensors", tensors, meta)
-        if self.members[i].train_cfg.keep_snapshots:
-            save_snapshot(self.member_model(i), self.member_dir(i), epoch, self.members[i].data_cfg)
-
-    # ---- group checkpoint -----------------------------------------------------------------------------------------
-    def save_group_checkpoint(self) -> None:
-        """Everything needed to continue the whole group from this step (any step, also mid-epoch)."""
-        if self.out_dir is None:
-            return
-        tensors: dict[str, torch.Tensor] = {}
-        for name, p in zip(self.model.names, self.model.flat, strict=True):
-            tensors[f"stack.{name}"] = p.detach()
-        for i, st in enumerate(self.opt.state):
-            for key, t in st.items():
-                tensors[f"optim.{i}.{key}"] = t
-        for k, i in enumerate(self.active):
-            s = self.streams[i]
-            tensors[f"rng.data.{i}"] = s.state_before(self.step // s.spe)
-            if self.dropout_rng == "matched":
-                tensors[f"rng.dropout.{i}"] = self.model.generators[k].get_state()
-        if self.dropout_rng == "fast":
-            tensors["rng.dropout"] = torch.get_rng_state()
-            if self.device.type == "cuda":
-                tensors["rng.dropout_cuda"] = torch.cuda.get_rng_state(self.device)
-        tensors["loss_sum"] = self.loss_sum
-        meta = {
-            "group_state": {
-                "step": self.step,
-                "elapsed_s": self.elapsed,
-                "active": self.active,
-                "n_loss": self.n_loss,
-                "names": self.names,
-                "dropout_rng": self.dropout_rng,
-            },
-            "members": [self._configs(i) for i in range(len(self.members))],
-        }
-        save_tensors(self.group_ckpt, tensors, meta)
-
-    def _resume(self) -> None:
-        if not self.group_ckpt.exists():
-            hint = ""
-            dirs = self._member_dirs or []
-            if dirs and all((d / "checkpoint.safetensors").exists() for d in dirs):
-                hint = (
-                    " (a finished group keeps only each run's Trainer-format checkpoint.safetensors: continue "
-                    "those runs with training.Trainer, i.e. `hooked-clip1d train --engine standard --resume`)"
-                )
-            raise FileNotFoundError(f"cannot resume: no group checkpoint at {str(self.group_ckpt)!r}{hint}")
-        tensors, meta = read_tensors(self.group_ckpt)
-        gs = meta.get("group_state")
-        if not isinstance(gs, dict) or "members" not in meta:
-            raise CheckpointError(f"{str(self.group_ckpt)!r} is not a batched-group checkpoint")
-        if gs["names"] != self.names:
-            raise CheckpointError(f"cannot resume {str(self.group_ckpt)!r}: it holds members {gs['names']}")
-        if gs["dropout_rng"] != self.dropout_rng:
-            raise CheckpointError(
-                f"cannot resume {str(self.group_ckpt)!r}: it was trained with dropout_rng={gs['dropout_rng']!r}"
-            )
-        for i, saved in enumerate(meta["members"]):
-            now = self._configs(i)
-            for key in ("model_config", "data_config"):
-                if canonical_config(key, saved[key]) != now[key]:
-                    raise CheckpointError(f"cannot resume {str(self.group_ckpt)!r}: member {i}'s {key} differs")
-            old_t, new_t = comparable_train_config(saved["train_config"]), comparable_train_config(now["train_config"])
-            if old_t != new_t:
-                raise CheckpointError(
-                    f"cannot resume {str(self.group_ckpt)!r}: member {i}'s train_config differs: {old_t} vs {new_t}"
-                )
-        active = [int(i) for i in gs["active"]]
-        self.step = int(gs["step"])
-        self.elapsed = float(gs["elapsed_s"])
-        if active != self.active:
-            self.model.keep(active)
-            self.opt.keep(active, list(self.model.flat))
-        with torch.no_grad():
-            for name, p in zip(self.model.names, self.model.flat, strict=True):
-                p.copy_(tensors[f"stack.{name}"])
-            for i, st in enumerate(self.opt.state):
-                for key in st:
-                    st[key].copy_(tensors[f"optim.{i}.{key}"])
-        self.loss_sum = tensors["loss_sum"].to(self.device).clone()
-        self.n_loss = [int(v) for v in gs["n_loss"]]
-        for k, i in enumerate(active):
-            s = self.streams[i]
-            s.restore(self.step // s.spe, tensors[f"rng.data.{i}"])
-            if self.dropout_rng == "matched":
-                self.model.generators[k].set_state(tensors[f"rng.dropout.{i}"])
-        if self.dropout_rng == "fast":
-            torch.set_rng_state(tensors["rng.dropout"])
-            if "rng.dropout_cuda" in tensors and self.device.type == "cuda":
-                torch.cuda.set_rng_state(tensors["rng.dropout_cuda"], self.device)
-        self.active = active
-        for i in range(len(self.members)):
-            if i in active:  # drop metric lines written after the checkpoint (they will be written again)
-                drop_metrics_after(self.member_dir(i), "step", self.step)
-            else:
-                summary = self.member_dir(i) / "summary.json"
-                if not summary.exists():
-                    raise CheckpointError(f"member {self.names[i]!r} is marked finished but has no {summary}")
+    # ---- checkpoints and member files: group_io.GroupFiles -----------------------------------------------------
 
     # ---- loop -----------------------------------------------------------------------------------------------------
     def _chunk(self, n_steps: int) -> tuple[torch.Tensor, torch.Tensor, list[list[int] | None]]:
@@ -533,36 +395,6 @@ class BatchedTrainer:
             nxt = min(nxt, (self.step // every + 1) * every)
         return nxt
 
-    def _write_metrics(self, i: int, epoch: int) -> None:
-        k = self.active.index(i)
-        model = self.member_model(i)
-        metrics = evaluate(model, self.datasets[i])
-        self.last_metrics[i] = metrics
-        line = {
-            "epoch": epoch,
-            "step": self.step,
-            "loss": (self.loss_sum[k] / max(self.n_loss[i], 1)).item(),
-            "elapsed_s": round(self.elapsed, 2),
-            "eval": metrics,
-        }
-        self.loss_sum[k] = 0.0
-        self.n_loss[i] = 0
-        if self.out_dir is not None:
-            append_metrics(self.member_dir(i), line)
-
-    def _finish(self, i: int) -> TrainRun:
-        model = self.member_model(i)
-        self._eval_models.pop(i, None)
-        m = self.members[i]
-        metrics = self.last_metrics.get(i) or evaluate(model, self.datasets[i])
-        epochs = m.train_cfg.epochs
-        if self.out_dir is not None:
-            d = self.member_dir(i)
-            save_model(model, d / "model.safetensors", m.data_cfg, extra={"train_config": m.train_cfg.to_dict()})
-            batched = {"group_size": len(self.members), "dropout_rng": self.dropout_rng}
-            write_summary(d, epochs, self.step, self.elapsed, metrics, batched=batched)
-        return TrainRun(model, self.member_dir(i) or Path("."), epochs, self.step, metrics, self.elapsed)
-
     def _events(self) -> None:
         """Evaluate / checkpoint / finish the members whose epoch boundary is this step."""
         done = []
@@ -589,15 +421,6 @@ class BatchedTrainer:
             self.active = [i for i in self.active if i not in done]
         if self.active and (done or self.step % self.group_checkpoint_every == 0):
             self.save_group_checkpoint()
-
-    def _write_configs(self) -> None:
-        if self.out_dir is None:
-            return
-        prov = provenance()
-        for i in range(len(self.members)):
-            d = self.member_dir(i)
-            d.mkdir(parents=True, exist_ok=True)
-            write_config(d, self._configs(i), prov, batched={"group": self.names})
 
     def run(
         self,

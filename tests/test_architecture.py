@@ -17,7 +17,7 @@ LAYERS = [
     ["clip"],
     ["checkpoint", "rundir", "param_groups", "evaluation"],
     ["training"],
-    ["stacked", "stacked_adamw"],
+    ["stacked", "stacked_adamw", "group_io"],
     ["batched"],
     ["sweep_spec"],
     ["sweep", "transfer"],
