@@ -25,7 +25,7 @@ LAYERS = [
     ["visualization"],
     ["pretrained"],
     ["demo", "analyze", "reproduce", "results_page"],
-    ["cli", "__main__", "__init__"],
+    ["cli", "cli_train", "__main__", "__init__"],
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 

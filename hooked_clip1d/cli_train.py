@@ -1,0 +1,354 @@
+"""The ``train`` command's arguments and how they become the three configs (``CLIPConfig``, ``DataConfig``,
+``TrainConfig``), with ``--recipe``, ``--init-from`` and ``--resume`` (which reads the run's own ``config.json``).
+
+Like ``cli``, it imports torch only when a command runs, so ``--help`` answers at once.
+
+Example:
+    >>> import argparse
+    >>> sub = argparse.ArgumentParser().add_subparsers()
+    >>> t = add_train_parser(sub, "train")
+    >>> a = t.parse_args(["--out", "run", "--n-labels", "6", "--n2", "2", "--n-heldout", "2", "--epochs", "3"])
+    >>> cfg, data_cfg, tc, init = train_configs(a)
+    >>> cfg.n_labels, data_cfg.n2, tc.epochs, init is None
+    (6, 2, 3, True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hooked_clip1d.clip import CLIP1D, CLIPConfig
+    from hooked_clip1d.data import DataConfig
+    from hooked_clip1d.training import TrainConfig
+
+
+def add_train_parser(sub: Any, command: str | None) -> argparse.ArgumentParser:
+    """Add the ``train`` subcommand to ``sub`` (an ``add_subparsers()`` object); defaults are loaded from the configs
+    only when ``command == "train"`` (so other commands' ``--help`` does not import torch)."""
+    t = sub.add_parser(
+        "train",
+        help="train one model with the paper's hyperparameters",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _add_model_args(t)
+    _add_data_args(t, load=command == "train")
+    if command == "train":
+        from hooked_clip1d.training import TrainConfig
+
+        tc = TrainConfig()
+    else:
+        tc = argparse.Namespace(epochs=None, lr=None, weight_decay=None, seed=None, eval_every=None,
+                                checkpoint_every=None)  # fmt: skip
+    g = t.add_argument_group("training")
+    g.add_argument("--out", required=True, help="run directory (metrics.jsonl, checkpoints, model.safetensors)")
+    g.add_argument("--epochs", type=int, default=tc.epochs, help="paper: 10000")
+    g.add_argument("--lr", type=float, default=tc.lr, help="paper: 1e-4")
+    g.add_argument("--weight-decay", type=float, default=tc.weight_decay, help="paper: 0.2")
+    g.add_argument("--batch-size", type=int, default=None, help="paper: 50 (left) / 100 (left_right)")
+    g.add_argument("--seed", type=int, default=tc.seed)
+    recipes = None
+    if command == "train":
+        from hooked_clip1d.param_groups import DEFAULT_RECIPE, RECIPES
+
+        recipes = sorted(RECIPES)
+    g.add_argument(
+        "--recipe",
+        default=None,
+        choices=recipes,
+        help="a named recipe of the recipe study (which parameters are decayed or frozen, embedding init); "
+        f"default: the package's defaults (= {DEFAULT_RECIPE if command == 'train' else 'the reproducing recipe'}); "
+        "--no-decay / --frozen / --init-std override it",
+    )
+    g.add_argument(
+        "--no-decay",
+        default=None,
+        metavar="G,...",
+        help="parameter groups exempt from weight decay: cls, embeddings, biases, norms, logit_scale ('' = none)",
+    )
+    g.add_argument(
+        "--frozen", default=None, metavar="G,...", help="parameter groups held at their init: qk_bias ('' = none)"
+    )
+    g.add_argument("--eval-every", type=int, default=tc.eval_every, help="epochs between metric lines")
+    g.add_argument("--checkpoint-every", type=int, default=tc.checkpoint_every, help="epochs between checkpoints")
+    g.add_argument("--device", default="cpu")
+    g.add_argument("--threads", type=int, default=None, help="torch threads")
+    g.add_argument("--resume", action="store_true", help="continue the run in --out")
+    g.add_argument(
+        "--engine",
+        default="standard",
+        choices=["standard", "batched"],
+        help="standard: the hooked model (Trainer); batched: the stacked fast engine (same trajectory, 3-6x faster)",
+    )
+    g.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the batched engine's step (dropout then draws from one group stream; "
+        "pass it again with --resume)",
+    )
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--json", action="store_true", help="print JSON")
+    return t
+
+
+def train_configs(a: argparse.Namespace) -> tuple[CLIPConfig, DataConfig, TrainConfig, CLIP1D | None]:
+    """``(model config, data config, train config, starting model or None)`` for a parsed ``train`` command: from
+    the flags, or on ``--resume`` from the run's own ``config.json`` (flags given must agree with it)."""
+    from hooked_clip1d.training import TrainConfig
+
+    if a.resume and (Path(a.out) / "config.json").exists():
+        if a.init_from:
+            raise ValueError("--init-from starts a new run; it cannot be combined with --resume")
+        cfg, data_cfg, tc = _resume_configs(a)
+        return cfg, data_cfg, tc, None
+    no_decay, frozen, init_std = _recipe_fields(a)
+    tc = TrainConfig(
+        lr=a.lr,
+        weight_decay=a.weight_decay,
+        no_decay=no_decay,
+        frozen=frozen,
+        epochs=a.epochs,
+        batch_size=a.batch_size,
+        seed=a.seed,
+        eval_every=a.eval_every,
+        checkpoint_every=a.checkpoint_every,
+        device=a.device,
+        threads=a.threads,
+    )
+    init = _init_model(a)
+    cfg = _model_cfg(argparse.Namespace(**{**vars(a), "init_std": init_std})) if init is None else init.cfg
+    return cfg, data_cfg_from(a), tc, init
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--preset", default="simplified", help="preset of both towers: simplified | full")
+    g.add_argument("--vision-preset", default=None, help="preset of the vision tower (default: --preset)")
+    g.add_argument("--text-preset", default=None, help="preset of the text tower (default: --preset)")
+    g.add_argument("--vision-layers", type=int, default=None, help="override n_layers of the vision tower")
+    g.add_argument("--text-layers", type=int, default=None, help="override n_layers of the text tower")
+    g.add_argument("--vision-heads", type=int, default=None, help="override n_heads of the vision tower")
+    g.add_argument("--positional", default=None, choices=["learned", "rope", "none"], help="vision positional type")
+    g.add_argument("--text-positional", default=None, choices=["learned", "rope", "none"], help="text positional type")
+    g.add_argument(
+        "--init-std", type=float, default=None, help="std of the W_E / W_pos init (default 0.02; 1.0 is nn.Embedding's)"
+    )
+    g.add_argument(
+        "--prune-vision-heads",
+        default=None,
+        metavar="L:H,...",
+        help="vision heads to prune (zeroed output), e.g. 0:1,0:3 keeps heads 0 and 2 of layer 0 (App. K)",
+    )
+    g.add_argument(
+        "--ablate-vision-terms",
+        default=None,
+        metavar="T,...",
+        help="layer-0 vision attention terms removed in every forward pass, training included, e.g. EP "
+        "(training-time ablation, beyond the paper; standard engine only)",
+    )
+    g.add_argument("--dropout", type=float, default=None, help="dropout p (paper: 0.1)")
+    g.add_argument(
+        "--init-from",
+        default=None,
+        metavar="MODEL",
+        help="start from these weights (pretrained name, model .safetensors or run dir) instead of a fresh init; "
+        "the architecture is the loaded model's; with --prune-vision-heads: App. K's prune-and-retrain",
+    )
+
+
+def _add_data_args(p: argparse.ArgumentParser, load: bool = True) -> None:
+    if load:
+        from hooked_clip1d.data import DataConfig
+
+        d: Any = DataConfig()
+    else:
+        d = argparse.Namespace(n_labels=None, n_heldout=None, n1=None, n2=None, n_val=None, caption_mode="left")
+    g = p.add_argument_group("data")
+    g.add_argument("--n-labels", type=int, default=d.n_labels, help="Ntot (paper Fig. 4: 20)")
+    g.add_argument("--n-heldout", type=int, default=d.n_heldout, help="Nval held-out labels (paper: 5)")
+    g.add_argument("--n1", type=int, default=d.n1, help="single-object images per label (paper: 5)")
+    g.add_argument("--n2", type=int, default=d.n2, help="images per ordered training pair (paper Fig. 4: 10)")
+    g.add_argument("--n-val", type=int, default=d.n_val, help="validation images per label / pair (paper: 5)")
+    g.add_argument("--caption-mode", default=d.caption_mode, choices=["left", "left_right"])
+    g.add_argument("--data-seed", type=int, default=None, help="dataset seed (default: --seed)")
+
+
+def parse_heads(spec: str) -> tuple[tuple[int, int], ...]:
+    """``"0:1,0:3"`` -> ``((0, 1), (0, 3))``: (layer, head) pairs.
+
+    Example:
+        >>> parse_heads("0:1, 1:3")
+        ((0, 1), (1, 3))
+    """
+    out = []
+    for item in spec.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 2 or not all(x.strip().isdigit() for x in parts):
+            raise ValueError(f"bad head {item!r} in {spec!r}: expected LAYER:HEAD, e.g. 0:1,0:3")
+        out.append((int(parts[0]), int(parts[1])))
+    return tuple(out)
+
+
+def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
+    from hooked_clip1d.clip import CLIPConfig
+
+    v_over: dict[str, Any] = {}
+    t_over: dict[str, Any] = {}
+    if a.vision_layers:
+        v_over["n_layers"] = a.vision_layers
+    if a.text_layers:
+        t_over["n_layers"] = a.text_layers
+    if a.vision_heads:
+        v_over["n_heads"] = a.vision_heads
+    if a.positional:
+        v_over["positional"] = a.positional
+    if a.text_positional:
+        t_over["positional"] = a.text_positional
+    if a.prune_vision_heads:
+        v_over["pruned_heads"] = parse_heads(a.prune_vision_heads)
+    if a.ablate_vision_terms:
+        v_over["ablated_terms"] = tuple(t.strip() for t in a.ablate_vision_terms.split(",") if t.strip())
+    shared: dict[str, Any] = {} if a.init_std is None else {"init_std": a.init_std}
+    return CLIPConfig.from_preset(
+        a.vision_preset or a.preset,
+        a.text_preset or a.preset,
+        n_labels=a.n_labels,
+        dropout=0.1 if a.dropout is None else a.dropout,
+        **shared,
+        vision_overrides=v_over,
+        text_overrides=t_over,
+    )
+
+
+def data_cfg_from(a: argparse.Namespace) -> DataConfig:
+    from hooked_clip1d.data import DataConfig
+
+    return DataConfig(
+        n_labels=a.n_labels,
+        n_heldout=a.n_heldout,
+        n1=a.n1,
+        n2=a.n2,
+        n_val=a.n_val,
+        caption_mode=a.caption_mode,
+        seed=a.seed if a.data_seed is None else a.data_seed,
+    )
+
+
+_SHAPE_FLAGS = ("vision_preset", "text_preset", "vision_layers", "text_layers", "vision_heads", "positional",
+                "text_positional", "init_std", "dropout", "ablate_vision_terms")  # fmt: skip
+
+
+def _init_model(a: argparse.Namespace) -> CLIP1D | None:
+    """The ``--init-from`` model (a pretrained name, a model .safetensors or a run directory), pruned as asked."""
+    if a.init_from is None:
+        return None
+    from hooked_clip1d.analysis.pruning import prune_heads
+    from hooked_clip1d.checkpoint import load_model_file
+    from hooked_clip1d.pretrained import list_pretrained, load_model
+
+    given = [f"--{f.replace('_', '-')}" for f in _SHAPE_FLAGS if getattr(a, f) is not None]
+    if given or a.preset != "simplified":
+        raise ValueError(f"--init-from takes the architecture from the loaded model; drop {given or ['--preset']}")
+    src = Path(a.init_from)
+    if a.init_from in list_pretrained():
+        model = load_model(a.init_from)
+    elif src.is_dir():
+        model = load_model_file(src / "model.safetensors")
+    elif src.is_file():
+        model = load_model_file(src)
+    else:
+        raise ValueError(f"--init-from {a.init_from!r} is neither a pretrained name ({list_pretrained()}) nor a file")
+    if model.cfg.n_labels != a.n_labels:
+        raise ValueError(f"--init-from model has n_labels={model.cfg.n_labels} but --n-labels is {a.n_labels}")
+    if a.prune_vision_heads:
+        model = prune_heads(model, vision=parse_heads(a.prune_vision_heads))
+    return model
+
+
+def _given(a: argparse.Namespace) -> set[str]:
+    """The train flags given on the command line (their value differs from the parser's default)."""
+    defaults = vars(
+        add_train_parser(argparse.ArgumentParser().add_subparsers(), "train").parse_args(["--out", str(a.out)])
+    )
+    return {k for k, v in vars(a).items() if k in defaults and v != defaults[k] and k not in ("func", "command")}
+
+
+def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """``--resume``: the run's own configs from ``config.json``; flags given must agree (an error names the field
+    and both values), except the execution settings (epochs, eval/checkpoint every, device, threads)."""
+    from hooked_clip1d.clip import CLIPConfig
+    from hooked_clip1d.data import DataConfig
+    from hooked_clip1d.training import TrainConfig
+
+    path = Path(a.out) / "config.json"
+    saved = json.loads(path.read_text())
+    model_cfg = CLIPConfig.from_dict(saved["model_config"])
+    data_cfg = DataConfig.from_dict(saved["data_config"])
+    tc = TrainConfig.from_dict(saved["train_config"])
+    given = _given(a)
+    diffs = []
+    for flag, field in (("lr", "lr"), ("weight_decay", "weight_decay"), ("batch_size", "batch_size"),
+                        ("seed", "seed")):  # fmt: skip
+        if flag in given and getattr(a, flag) != getattr(tc, field):
+            diffs.append(f"train_config.{field}: the run has {getattr(tc, field)!r}, --{flag.replace('_', '-')} "
+                         f"says {getattr(a, flag)!r}")  # fmt: skip
+    if given & {"recipe", "no_decay", "frozen"}:
+        no_decay, frozen, init_std = _recipe_fields(a)
+        for f, v in (("no_decay", no_decay), ("frozen", frozen)):
+            if tuple(sorted(set(v))) != getattr(tc, f):
+                diffs.append(f"train_config.{f}: the run has {list(getattr(tc, f))}, the flags say {sorted(set(v))}")
+        if init_std is not None and init_std != model_cfg.vision.init_std:
+            diffs.append(f"model_config.vision.init_std: the run has {model_cfg.vision.init_std!r}, the flags say "
+                         f"{init_std!r}")  # fmt: skip
+    data_flags = {"n_labels", "n_heldout", "n1", "n2", "n_val", "caption_mode", "data_seed"}
+    if given & data_flags:
+        want = data_cfg_from(argparse.Namespace(**{**vars(a), "seed": a.seed if "seed" in given else tc.seed}))
+        for f in ("n_labels", "n_heldout", "n1", "n2", "n_val", "caption_mode", "seed"):
+            if getattr(want, f) != getattr(data_cfg, f) and (({"seed", "data_seed"} if f == "seed" else {f}) & given):
+                diffs.append(
+                    f"data_config.{f}: the run has {getattr(data_cfg, f)!r}, the flags say {getattr(want, f)!r}"
+                )
+    if given & {*_SHAPE_FLAGS, "preset", "prune_vision_heads"}:
+        want = _model_cfg(a).to_dict()
+        have = model_cfg.to_dict()
+        for tower in ("vision", "text"):
+            for f, v in want[tower].items():
+                if f not in ("init_seed", "n_labels") and have[tower].get(f) != v:
+                    diffs.append(f"model_config.{tower}.{f}: the run has {have[tower].get(f)!r}, the flags say {v!r}")
+    if diffs:
+        raise ValueError(f"--resume {str(a.out)!r}: flags disagree with the run: " + "; ".join(diffs))
+    tc = dataclasses.replace(
+        tc,
+        epochs=a.epochs if "epochs" in given else tc.epochs,
+        eval_every=a.eval_every if "eval_every" in given else tc.eval_every,
+        checkpoint_every=a.checkpoint_every if "checkpoint_every" in given else tc.checkpoint_every,
+        device=a.device,
+        threads=a.threads,
+    )
+    return model_cfg, data_cfg, tc
+
+
+def _recipe_fields(a: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...], float | None]:
+    """``(no_decay, frozen, init_std)`` asked for by ``--recipe`` / ``--no-decay`` / ``--frozen`` / ``--init-std``
+    (explicit flags override the recipe; None init_std = the config default)."""
+    from hooked_clip1d.param_groups import RECIPES
+    from hooked_clip1d.training import TrainConfig
+
+    rec = RECIPES[a.recipe] if a.recipe else {}
+    default = TrainConfig()
+
+    def groups(flag: str | None, key: str, dflt: tuple[str, ...]) -> tuple[str, ...]:
+        if flag is not None:
+            return tuple(g.strip() for g in flag.split(",") if g.strip())
+        return tuple(rec.get(key, dflt))
+
+    init_std = a.init_std if a.init_std is not None else rec.get("model.init_std")
+    return (
+        groups(a.no_decay, "train.no_decay", default.no_decay),
+        groups(a.frozen, "train.frozen", default.frozen),
+        init_std,
+    )
