@@ -38,6 +38,7 @@ class Report:
     data: dict[str, Any]
     figures: dict[str, Figure] = field(default_factory=dict)
     pages: dict[str, tuple[Any, str]] = field(default_factory=dict)  # key -> (circuitsvis view, heading): HTML
+    shows: str = ""  # the data the figures show, for their footer (default: ANALYSIS_DATA[analysis])
 
 
 def _dataset(model: CLIP1D) -> Dataset:
@@ -367,6 +368,21 @@ ANALYSES: dict[str, tuple[str, Callable[[CLIP1D, dict[str, Any]], Report]]] = {
 }
 
 
+# the data each analysis's figures show (their footer names it with the model)
+ANALYSIS_DATA = {
+    "attention": "the first unseen-pair validation image (val_unseen) and its caption",
+    "decompose": "the unseen-pair validation images (val_unseen)",
+    "ablate": "validation splits val_seen and val_unseen",
+    "heads": "the unseen-pair validation images (val_unseen; option split=...)",
+    "alignment": "the label embeddings of both towers (no images)",
+    "rope": "the unseen-pair validation images (val_unseen)",
+    "pruning": "validation splits (before and after retraining)",
+    "patching": "unseen-pair validation images (val_unseen; option split=...)",
+    "probes": "a random sample of all two-object images (option n=3000; probes tested on held-out images)",
+    "steering": "unseen-pair validation images (val_unseen)",
+}
+
+
 def run_analysis(
     analysis: str, model: str | CLIP1D, out_dir: str | Path = "results/analyze", **options: Any
 ) -> dict[str, Any]:
@@ -388,8 +404,11 @@ def run_analysis(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = []
+    from hooked_clip1d.visualization.style import stamp
+
     for key, fig in report.figures.items():
         path = out / f"{analysis}_{key}.png"
+        stamp(fig, name, report.shows or ANALYSIS_DATA.get(analysis))
         try:
             atomic_write(path, lambda tmp, fig=fig: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
         finally:

@@ -18,6 +18,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from hooked_clip1d.visualization.style import bars, legend_outside, reference_line
+
+_SCORE_NAMES = {
+    "raw": "raw embeddings",
+    "procrustes": "rotated (Procrustes)",
+    "shuffled": "rotation fit on shuffled labels",
+}
+
 
 def plot_alignment(result: Mapping[str, Any]) -> Figure:
     """Three panels: text x vision cosine matrices of the label embeddings, raw (Fig. 7a) and after the fitted
@@ -38,8 +46,9 @@ def plot_alignment(result: Mapping[str, Any]) -> Figure:
         ticks = np.arange(len(order))
         ax.set_xticks(ticks.tolist(), [str(o) for o in order], fontsize=6)
         ax.set_yticks(ticks.tolist(), [str(o) for o in order], fontsize=6)
-        ax.axhline(len(fit) - 0.5, color="k", lw=0.8)
-        ax.axvline(len(fit) - 0.5, color="k", lw=0.8)
+        ax.axhline(len(fit) - 0.5, color="k", lw=0.8, label="fit | test labels")
+        ax.axvline(len(fit) - 0.5, color="k", lw=0.8, label="fit | test labels")
+        ax.text(len(fit) - 0.5, -0.7, "fit | test", ha="center", va="bottom", fontsize=6)
         ax.set_xlabel("vision label embedding")
         ax.set_ylabel("text label embedding")
         ax.set_title(f"cosine, {title}", fontsize=9)
@@ -50,11 +59,12 @@ def plot_alignment(result: Mapping[str, Any]) -> Figure:
     x = np.arange(len(metrics))
     w = 0.8 / max(len(names), 1)
     for i, n in enumerate(names):
-        ax.bar(x + (i - (len(names) - 1) / 2) * w, [result[n][m] for m in metrics], width=w, label=n)
-    ax.axhline(1 / max(len(test), 1), color="red", ls=":", lw=0.8, label="chance acc")
+        heights = [result[n][m] for m in metrics]
+        bars(ax, x + (i - (len(names) - 1) / 2) * w, heights, width=w, label=_SCORE_NAMES.get(n, n))
+    reference_line(ax, 1 / max(len(test), 1), "chance retrieval accuracy", ls=":")
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xticks(x.tolist(), ["matched cos", "unmatched cos", "retrieval acc"])
     ax.set_title(f"test labels {test[0]}..{test[-1]} (fit on {len(fit)})", fontsize=9)
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     fig.tight_layout()
     return fig

@@ -37,6 +37,7 @@ from matplotlib.figure import Figure
 from hooked_clip1d.analysis.decompose import TERM_LABELS
 from hooked_clip1d.data import SPLIT_TITLES
 from hooked_clip1d.visualization.plots import plot_ablation_accuracy
+from hooked_clip1d.visualization.style import bars, legend_outside
 
 TermMaps = Mapping[str, torch.Tensor]
 
@@ -222,7 +223,7 @@ def plot_std_shares(
     w = 0.8 / len(names)
     for i, n in enumerate(names):
         off = (i - (len(names) - 1) / 2) * w
-        ax.bar(x + off, share[all_names.index(n)], width=w, label=_label(n))
+        bars(ax, x + off, share[all_names.index(n)], width=w, label=_label(n))
         if reference is not None and n in reference:
             ref = list(reference[n])
             ax.scatter(x[: len(ref)] + off, ref, marker="_", s=200, color="black", zorder=3)
@@ -232,7 +233,7 @@ def plot_std_shares(
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("share of row std")
     ax.set_title(title or "term share of the across-key std (CLS row)", fontsize=10)
-    ax.legend(fontsize=7, ncol=2)
+    legend_outside(ax)
     return fig
 
 
@@ -286,10 +287,10 @@ def plot_ablations(
     if missing:
         raise ValueError(f"splits {missing} were not evaluated; available: {result.get('splits')}")
     per_cond = {name: c["metrics"] for name, c in conds.items()}
-    width = (1.2 + 0.8 * len(conds)) * len(splits)
+    width = max(3.4, 1.2 + 0.8 * len(conds)) * len(splits)
     fig, axes = plt.subplots(1, len(splits), figsize=(width, 3.4), squeeze=False)
     for i, s in enumerate(splits):
-        plot_ablation_accuracy(per_cond, split=s, metrics=tuple(metrics), ax=axes[0, i])
-        axes[0, i].set_title(f"term ablation: {SPLIT_TITLES.get(s, s)}", fontsize=10)
+        plot_ablation_accuracy(per_cond, split=s, metrics=tuple(metrics), ax=axes[0, i], legend=i == len(splits) - 1)
+        axes[0, i].set_title(f"term ablation:\n{SPLIT_TITLES.get(s, s)}", fontsize=9)
     fig.tight_layout()
     return fig

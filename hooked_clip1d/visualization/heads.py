@@ -21,6 +21,7 @@ import torch
 from matplotlib.figure import Figure
 
 from hooked_clip1d.data import SPLIT_TITLES
+from hooked_clip1d.visualization.style import bars, legend_outside, metric_label, reference_line
 
 
 def _np(x: Any) -> np.ndarray:
@@ -79,7 +80,7 @@ def plot_head_roles(roles: Mapping[str, Any], ax: plt.Axes | None = None) -> Fig
     rel, lab = _np(roles["relational"]), _np(roles["label_specific"])
     direction = _np(roles["direction"]) if "direction" in roles else np.ones_like(rel)
     x = np.arange(len(rel))
-    ax.bar(x, rel, label="relational", color="tab:green")
+    bars(ax, x, rel, label="relational", color="tab:green")
     ax.bar(x, lab, bottom=rel, label="label-specific", color="tab:gray")
     if "prefer_gap" in roles:
         ax.plot(x, _np(roles["prefer_gap"]), "kD", ms=5, label="|P(right) − P(left)|")
@@ -87,7 +88,7 @@ def plot_head_roles(roles: Mapping[str, Any], ax: plt.Axes | None = None) -> Fig
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("fraction of images")
     ax.set_title("Relational vs label-specific attention")
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     fig.tight_layout()
     return fig
 
@@ -108,12 +109,12 @@ def plot_eot_bias(
     w = 0.8 / P
     for p in range(P):
         name = token_labels[p] if p < len(token_labels) else f"pos {p}"
-        ax.bar(x + (p - (P - 1) / 2) * w, mean[:, p], width=w, yerr=std[:, p], capsize=2, label=name)
+        bars(ax, x + (p - (P - 1) / 2) * w, mean[:, p], width=w, yerr=std[:, p], capsize=2, label=name)
     ax.set_xticks(x.tolist(), [f"head {h}" for h in range(H)])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("EOT attention")
     ax.set_title(f"Text EOT→word attention, layer {layer}")
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     fig.tight_layout()
     return fig
 
@@ -133,17 +134,17 @@ def plot_pruning(
     after = [r["after"][split][metric] if r.get("after") else np.nan for r in runs]
     has_after = not all(np.isnan(after))
     w = 0.4 if has_after else 0.8
-    ax.bar(x - (w / 2 if has_after else 0), before, width=w, label="pruned")
+    bars(ax, x - (w / 2 if has_after else 0), before, width=w, label="pruned")
     if has_after:
-        ax.bar(x + w / 2, after, width=w, label=f"retrained ({sweep.get('epochs', '?')} epochs)")
-    ax.axhline(sweep["baseline"][split][metric], color="k", ls="--", lw=0.8, label="all heads")
-    ax.axhline(0.5, color="red", ls=":", lw=0.8)
+        bars(ax, x + w / 2, after, width=w, label=f"retrained ({sweep.get('epochs', '?')} epochs)")
+    reference_line(ax, sweep["baseline"][split][metric], "all heads (unpruned)", color="k")
+    reference_line(ax, 0.5, "0.5 (order at chance)", ls=":")
     names = [",".join(str(h) if lyr == 0 else f"{lyr}.{h}" for lyr, h in r["kept"]) for r in runs]
     ax.set_xticks(x.tolist(), names, rotation=60, fontsize=7)
     ax.set_xlabel("kept heads")
     ax.set_ylim(0, 1.05)
-    ax.set_ylabel(metric)
+    ax.set_ylabel(metric_label(metric))
     ax.set_title(f"Head pruning: {SPLIT_TITLES.get(split, split)}")
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     fig.tight_layout()
     return fig

@@ -34,6 +34,7 @@ from hooked_clip1d.analysis.knockout import KnockoutResult
 from hooked_clip1d.analysis.patching import PatchSweep
 from hooked_clip1d.analysis.probes import ProbeSweep
 from hooked_clip1d.analysis.spatial_ids import SpatialIDs, SteeringResult
+from hooked_clip1d.visualization.style import bars, legend_outside, reference_line
 
 
 def _axes(ax: plt.Axes | None, figsize: tuple[float, float]) -> tuple[Figure, plt.Axes]:
@@ -115,13 +116,13 @@ def plot_recovery_bars(sweep: PatchSweep, ax: plt.Axes | None = None) -> Figure:
     x = np.arange(len(sweep.set_names))
     w = 0.8 / len(sweep.labels)
     for i, lab in enumerate(sweep.labels):
-        ax.bar(x + (i - (len(sweep.labels) - 1) / 2) * w, frac[i], width=w, label=lab)
-    ax.axhline(1.0, color="k", ls=":", lw=0.8)
+        bars(ax, x + (i - (len(sweep.labels) - 1) / 2) * w, frac[i], width=w, label=lab)
+    reference_line(ax, 1.0, "full recovery", color="k", ls=":")
     ax.axhline(0.0, color="k", lw=0.6)
     ax.set_xticks(x.tolist(), sweep.set_names)
     ax.set_ylabel("fraction recovered")
     ax.set_title(f"{sweep.tower}: recovery by position set")
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     return fig
 
 
@@ -146,12 +147,13 @@ def plot_interchange(result: InterchangeResult, ax: plt.Axes | None = None) -> F
         names.append(f"EOT pattern\nL{layer}")
         vals.append(v)
     fig, ax = _axes(ax, (1.5 + 1.0 * len(names), 3.2))
-    ax.bar(range(len(names)), vals, color="tab:purple")
-    ax.axhline(1.0, color="k", ls=":", lw=0.8)
+    bars(ax, range(len(names)), vals, color="tab:purple", label="fraction of the shift")
+    reference_line(ax, 1.0, "the whole shift", color="k", ls=":")
     ax.axhline(0.0, color="k", lw=0.6)
     ax.set_xticks(range(len(names)), names, fontsize=7)
     ax.set_ylabel("fraction of the swap's shift")
     ax.set_title("text interchange: subject by position or identity?")
+    legend_outside(ax)
     return fig
 
 
@@ -165,13 +167,13 @@ def plot_knockout(result: KnockoutResult, ax: plt.Axes | None = None) -> Figure:
         raise TypeError(f"expected a KnockoutResult, got {type(result).__name__}")
     fig, ax = _axes(ax, (1.5 + 1.2 * len(result.names), 3.2))
     x = np.arange(len(result.names))
-    ax.bar(x - 0.2, result.retained().numpy(), width=0.4, label="belief retained")
-    ax.bar(x + 0.2, result.accuracy().numpy(), width=0.4, label="pair accuracy")
-    ax.axhline(float((result.base > 0).float().mean()), color="tab:orange", ls="--", lw=0.8, label="base accuracy")
-    ax.axhline(0.5, color="red", ls=":", lw=0.8)
+    bars(ax, x - 0.2, result.retained().numpy(), width=0.4, label="belief retained")
+    bars(ax, x + 0.2, result.accuracy().numpy(), width=0.4, label="pair accuracy")
+    reference_line(ax, float((result.base > 0).float().mean()), "base accuracy", color="tab:orange")
+    reference_line(ax, 0.5, "0.5 (order at chance)", ls=":")
     ax.set_xticks(x.tolist(), result.names, rotation=20, fontsize=8)
     ax.set_title(f"{result.tower}: attention knockout")
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     return fig
 
 
@@ -191,15 +193,15 @@ def plot_probe_accuracy(sweeps: Mapping[str, ProbeSweep], ax: plt.Axes | None = 
         c = f"C{i % 10}"
         x = np.arange(len(s.labels))
         ax.plot(x, s.test_acc.numpy(), "o-", color=c, label=name)
-        ax.axhline(s.chance, color=c, ls=":", lw=0.8)
+        reference_line(ax, s.chance, f"{name}: chance", color=c, ls=":")
         if s.control_acc is not None:
-            ax.plot(x, s.control_acc.numpy(), "x--", color=c, lw=0.8, alpha=0.7)
+            ax.plot(x, s.control_acc.numpy(), "x--", color=c, lw=0.8, alpha=0.7, label=f"{name}: shuffled labels")
     first = next(iter(sweeps.values()))
     ax.set_xticks(range(len(first.labels)), first.labels)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("held-out accuracy")
     ax.set_title("linear probes (dotted: chance, dashed: shuffled labels)")
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     return fig
 
 
@@ -221,12 +223,12 @@ def plot_steering_curves(
             raise TypeError(f"expected SteeringResult, got {type(r).__name__}")
         label = name or f"{r.tower} {r.site} @ {r.depth}"
         ax.plot(r.alphas.numpy(), r.fraction().numpy(), "o-", label=label)
-    ax.axhline(1.0, color="k", ls=":", lw=0.8)
+    reference_line(ax, 1.0, "the whole shift", color="k", ls=":")
     ax.axhline(0.0, color="k", lw=0.6)
     ax.set_xlabel("alpha (multiple of the ID difference)")
     ax.set_ylabel("fraction of the swap's shift")
     ax.set_title("steering with spatial-ID differences")
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     return fig
 
 
@@ -241,16 +243,22 @@ def plot_spatial_ids(ids: SpatialIDs, ax: plt.Axes | None = None) -> Figure:
     if not isinstance(ids, SpatialIDs):
         raise TypeError(f"expected SpatialIDs, got {type(ids).__name__}")
     fig, ax = _axes(ax, (4.8, 3.4))
+    skipped = []
     for d, lab in enumerate(ids.labels):
         try:
             proj = (ids.ids[d] @ ids.direction(d)).numpy()
-        except ValueError:
+        except ValueError:  # no horizontal direction at this depth (e.g. all IDs equal)
+            skipped.append(lab)
             continue
         ax.plot(ids.positions, proj, "o-", label=lab)
     ax.set_xlabel("pixel" if ids.tower == "vision" else "caption slot")
     ax.set_ylabel("projection on the horizontal direction")
     ax.set_title(f"{ids.tower} spatial IDs ({ids.site})")
-    ax.legend(fontsize=7)
+    if skipped:
+        note = f"no horizontal direction at: {', '.join(skipped)}"
+        ax.text(0.02, 0.02, note, transform=ax.transAxes, fontsize=7, color="dimgray")
+    if len(skipped) < len(ids.labels):
+        legend_outside(ax)
     return fig
 
 

@@ -17,6 +17,7 @@ import torch
 from matplotlib.figure import Figure
 
 from hooked_clip1d.data import SPLIT_TITLES
+from hooked_clip1d.visualization.style import bars, legend_outside, metric_label, reference_line
 
 
 def plot_head_bias(bias: Mapping[str, torch.Tensor], layer: int = 0, ax: plt.Axes | None = None) -> Figure:
@@ -25,14 +26,14 @@ def plot_head_bias(bias: Mapping[str, torch.Tensor], layer: int = 0, ax: plt.Axe
     ax = ax or fig.add_subplot()
     left, right = bias["left"][layer].tolist(), bias["right"][layer].tolist()
     x = np.arange(len(left))
-    ax.bar(x - 0.2, left, width=0.4, label="left object")
-    ax.bar(x + 0.2, right, width=0.4, label="right object")
-    ax.axhline(0.5, color="red", ls="--", lw=0.8)
+    bars(ax, x - 0.2, left, width=0.4, label="left object")
+    bars(ax, x + 0.2, right, width=0.4, label="right object")
+    reference_line(ax, 0.5, "0.5 (no side preferred)")
     ax.set_xticks(x.tolist(), [f"head {h}" for h in range(len(left))])
     ax.set_ylim(0, 1)
     ax.set_ylabel("P(max CLS attention)")
     ax.set_title(f"CLS→object bias, layer {layer}")
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     return fig
 
 
@@ -41,8 +42,9 @@ def plot_ablation_accuracy(
     split: str = "val_unseen",
     metrics: tuple[str, ...] = ("acc", "label_set"),
     ax: plt.Axes | None = None,
+    legend: bool = True,
 ) -> Figure:
-    """Grouped bars: accuracy of ``split`` per ablation condition (Fig. 5e, 16)."""
+    """Grouped bars: accuracy of ``split`` per ablation condition (Fig. 5e, 16); a missing metric shows "n/a"."""
     fig = ax.figure if ax is not None else plt.figure(figsize=(5.5, 3.2))
     ax = ax or fig.add_subplot()
     names = list(results)
@@ -51,16 +53,14 @@ def plot_ablation_accuracy(
     for i, m in enumerate(metrics):
         vals = [results[n][split].get(m) for n in names]
         xs = x + (i - (len(metrics) - 1) / 2) * w
-        ax.bar(xs, [np.nan if v is None else v for v in vals], width=w, label=m)
-        for xi, v in zip(xs, vals, strict=True):
-            if v is None:  # a missing metric is marked, not drawn as a zero bar
-                ax.text(xi, 0.02, "n/a", ha="center", fontsize=7, rotation=90)
-    ax.axhline(0.5, color="red", ls="--", lw=0.8)
+        bars(ax, xs, vals, width=w, label=metric_label(m))  # a missing metric is marked, not drawn as a zero bar
+    reference_line(ax, 0.5, "0.5 (order at chance)")
     ax.set_xticks(x.tolist(), names, rotation=20, ha="right")
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("accuracy")
     ax.set_title(f"term ablation: {SPLIT_TITLES.get(split, split)}")
-    ax.legend(fontsize=8)
+    if legend:
+        legend_outside(ax)
     return fig
 
 

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from hooked_clip1d.visualization.style import bars
+
 
 def _np(x: Any) -> np.ndarray:
     if isinstance(x, torch.Tensor):
@@ -40,8 +42,8 @@ def plot_rope_mechanism(result: Mapping[str, Any]) -> Figure:
     x = np.arange(H)
     w = 0.2
     for i, (name, key) in enumerate(rates):
-        a.bar(x + (i - 1.5) * w, _np(cc[key]), width=w, label=name)
-    a.bar(x + 1.5 * w, _np(cc["prefer_left"]), width=w, label="P(prefers left)", color="grey")
+        bars(a, x + (i - 1.5) * w, _np(cc[key]), width=w, label=name)
+    bars(a, x + 1.5 * w, _np(cc["prefer_left"]), width=w, label="P(prefers left)", color="grey")
     a.set_xticks(x.tolist(), [f"head {h}" for h in range(H)])
     a.set_ylim(0, 1.05)
     a.set_title("(a) consistency condition rate", fontsize=9)
@@ -72,8 +74,8 @@ def plot_rope_mechanism(result: Mapping[str, Any]) -> Figure:
     for h in range(H):
         ranks = ", ".join(str(r) for r in rank[h])
         d.plot(np.arange(1, cum.shape[1] + 1), cum[h], marker=".", label=f"head {h}: rank {ranks}")
-    for t in th:
-        d.axhline(t, color="grey", ls=":", lw=0.6)
+    for j, t in enumerate(th):
+        d.axhline(t, color="grey", ls=":", lw=0.6, label="energy thresholds" if j == 0 else None)
     d.set_xlabel("number of singular values")
     d.set_ylabel("cumulative energy")
     d.set_title(f"(d) W_K effective rank at {', '.join(f'{t:.0%}' for t in th)}", fontsize=9)

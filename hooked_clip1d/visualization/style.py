@@ -1,0 +1,98 @@
+"""Conventions every figure of the package follows, in one place.
+
+- ``metric_label``: readable legend and axis text for the metric keys of ``evaluation.evaluate`` (``acc`` ->
+  "accuracy"), so no legend shows a raw key.
+- ``bars``: ``ax.bar`` that shows a zero as zero (a flat line and a "0" where a bar has height 0, which would
+  otherwise read as missing data) and a missing value as "n/a".
+- ``reference_line``: a labelled horizontal reference (chance, a baseline, the paper's value): it appears in the
+  legend, so no dashed line is left unexplained.
+- ``legend_outside``: the legend to the right of the axes, where it cannot cover data.
+- ``stamp``: a footer naming the model and the data a saved figure shows (``analyze`` and ``reproduce`` add it).
+
+Example:
+    >>> import matplotlib.pyplot as plt
+    >>> fig, ax = plt.subplots()
+    >>> _ = bars(ax, [0, 1], [0.0, 0.7], width=0.4, label=metric_label("acc"))
+    >>> _ = reference_line(ax, 0.5, "chance")
+    >>> _ = legend_outside(ax)
+    >>> [t.get_text() for t in ax.get_legend().get_texts()]
+    ['chance', 'accuracy']
+    >>> stamp(fig, model="simplified-ntot20-n2-10", data="val_unseen").get_text()
+    'model: simplified-ntot20-n2-10 | data: val_unseen'
+    >>> plt.close(fig)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.text import Text
+
+METRIC_LABELS = {
+    "acc": "accuracy",
+    "relaxed": "relaxed accuracy (either order)",
+    "label_set": "label-set accuracy",
+    "n": "images",
+}
+
+
+def metric_label(key: str) -> str:
+    """Readable text for a metric key (``"label_set"`` -> ``"label-set accuracy"``); unknown keys lose underscores.
+
+    Example:
+        >>> metric_label("label_set"), metric_label("val_unseen_acc")
+        ('label-set accuracy', 'val unseen acc')
+    """
+    return METRIC_LABELS.get(key, key.replace("_", " "))
+
+
+def bars(
+    ax: plt.Axes,
+    x: Sequence[float | int] | np.ndarray | range,
+    heights: Sequence[float | int | None] | np.ndarray,
+    width: float = 0.8,
+    **kwargs: Any,
+) -> Any:
+    """``ax.bar(x, heights, width, **kwargs)`` that shows zero and missing values.
+
+    A bar of height 0 is drawn as a flat line in the bar's colour with a small "0" above it; a None or NaN height is
+    drawn as no bar with "n/a" (so a missing number is never shown as a zero). Returns the ``BarContainer``.
+    """
+    xs = np.asarray(x, dtype=float)
+    h = np.array([np.nan if v is None else float(v) for v in heights], dtype=float)
+    if xs.shape != h.shape:
+        raise ValueError(f"bars: {xs.shape[0]} positions but {h.shape[0]} heights")
+    cont = ax.bar(xs, h, width=width, **kwargs)
+    color = cont.patches[0].get_facecolor() if cont.patches else "k"
+    for xi, hi in zip(xs, h, strict=True):
+        if np.isnan(hi):
+            ax.text(
+                xi, 0.02, "n/a", ha="center", va="bottom", fontsize=6, rotation=90, transform=ax.get_xaxis_transform()
+            )
+        elif hi == 0:
+            ax.plot([xi - width / 2, xi + width / 2], [0, 0], color=color, lw=2.5, solid_capstyle="butt", zorder=3)
+            ax.text(xi, 0.01, "0", ha="center", va="bottom", fontsize=6, transform=ax.get_xaxis_transform())
+    return cont
+
+
+def reference_line(ax: plt.Axes, y: float, label: str, color: str = "red", ls: str = "--", lw: float = 0.8) -> Line2D:
+    """A horizontal reference line at ``y`` that carries ``label`` into the legend."""
+    if not label:
+        raise ValueError("a reference line needs a label (say what it marks: chance, baseline, the paper's value)")
+    return ax.axhline(y, color=color, ls=ls, lw=lw, label=label)
+
+
+def legend_outside(ax: plt.Axes, fontsize: float = 7, **kwargs: Any) -> Any:
+    """The legend to the right of ``ax`` (outside the data; ``savefig(bbox_inches="tight")`` keeps it)."""
+    return ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kwargs)
+
+
+def stamp(fig: Figure, model: str, data: str | None = None) -> Text:
+    """A footer under ``fig`` naming the model (or models) and the data shown; returns the text artist."""
+    text = f"model: {model}" + (f" | data: {data}" if data else "")
+    return fig.text(0.01, -0.01, text, ha="left", va="top", fontsize=7, color="dimgray")
