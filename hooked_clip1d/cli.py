@@ -219,6 +219,16 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
                 print(f"         [{'x' if c['holds'] else ' '}] {c['check']}")
         where = ", ".join(f"{a.out}/{r['figure']}/" for r in records)
         print(f"wrote {where} (JSON + PNG); `hooked-clip1d results-page` builds docs/results.md")
+    if a.compare_to:
+        from hooked_clip1d.reproduce.compare import compare_records
+
+        diffs = {k: v for k, v in compare_records(a.compare_to, a.out).items() if k in figures}
+        for fig, d in diffs.items():
+            state = "no record" if d is None else "same numbers" if not d else f"{len(d)} differences"
+            print(f"{fig:<22} {state}", file=sys.stderr)
+            for line in (d or [])[:10]:
+                print(f"    {line}", file=sys.stderr)
+        return 1 if any(diffs.values()) else 0
     return 0
 
 
@@ -309,6 +319,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--workers", type=int, default=1, help="sweeps: train up to this many groups at once (processes)")
     r.add_argument("--sweeps-dir", default=None, help=f"where the sweeps live (default {_SWEEPS_HOME})")
     r.add_argument("--max-seconds", type=float, default=None, help="sweeps: checkpoint and stop after this long")
+    r.add_argument(
+        "--compare-to",
+        default=None,
+        metavar="DIR",
+        help="then compare the records' numbers with DIR's (e.g. docs/records); exit 1 if any differs",
+    )
     r.add_argument("--json", action="store_true", help="print JSON")
     r.set_defaults(func=cmd_reproduce)
 

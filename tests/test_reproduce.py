@@ -370,3 +370,28 @@ def test_fig13_is_not_judged_on_a_model_without_query_key_biases(tmp_path):
     name = "simplified-ntot20-n2-10-all-decay"
     out = rp._fig13({name: load_model(name)}, name)
     assert out.not_run == "" and not all(ok for _, ok in out.checks)
+
+
+def test_compare_records_lists_every_difference(tmp_path):
+    from hooked_clip1d.reproduce.compare import compare_records
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    (new / "fig2").mkdir(parents=True)
+    old.mkdir()
+    rec = {"verdict": "reproduced", "recorded": "2026-01-01", "checks": [{"check": "a", "holds": True}],
+           "numbers": {"acc": [0.5, 0.25], "n": 3}}  # fmt: skip
+    (old / "fig1.json").write_text(json.dumps(rec))
+    (old / "fig2.json").write_text(json.dumps(rec))
+    changed = {**rec, "recorded": "2026-02-02", "numbers": {"acc": [0.5, 0.26]}, "verdict": "partly"}
+    (new / "fig2" / "fig2.json").write_text(json.dumps(changed))
+    out = compare_records(old, new)
+    assert out["fig1"] is None  # no new record
+    assert out["fig2"] == [
+        "numbers.acc[1]: 0.25 vs 0.26",
+        "numbers.n: only in old",
+        "verdict: 'reproduced' vs 'partly'",
+    ]
+    (new / "fig2" / "fig2.json").write_text(json.dumps({**rec, "recorded": "2026-02-02"}))
+    assert compare_records(old, new)["fig2"] == []
+    with pytest.raises(FileNotFoundError, match="no records folder"):
+        compare_records(tmp_path / "missing", new)
