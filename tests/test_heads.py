@@ -9,6 +9,7 @@ from conftest import ROPE, make_model
 from hooked_clip1d import load_model
 from hooked_clip1d.analysis.heads import (
     classify_head_roles,
+    cls_object_bias,
     label_pe_deltas,
     pair_captions,
     text_eot_bias,
@@ -180,12 +181,22 @@ def test_plots(simplified_model, dataset):
 
 
 def test_shipped_model():
+    """On the flagship, the relational share of each head tracks its left/right preference gap (Sec. 5: they should
+    roughly agree), the roles' preference equals ``cls_object_bias`` computed separately, and the text EOT row is a
+    distribution over the caption whose clearly biased heads read X (head 3) and Y (head 1)."""
     model = load_model("simplified-ntot20-n2-10")
     ds = build_dataset(model.data_config)
-    roles = classify_head_roles(label_pe_deltas(model.vision, ds.splits["val_unseen"]))
-    assert roles["relational"].shape == (4,)
+    split = ds.splits["val_unseen"]
+    roles = classify_head_roles(label_pe_deltas(model.vision, split))
+    bias = cls_object_bias(model.vision, split)
+    torch.testing.assert_close(roles["prefer_right"], bias["right"][0])
+    assert (roles["relational"] - roles["prefer_gap"]).abs().max() <= 0.1
+    assert roles["relational"].argmax() == (bias["right"][0] - bias["left"][0]).abs().argmax()
+    assert roles["relational"].max() == 1.0  # one head reads the relation on every image (head 2, right-biased)
     r = text_eot_bias(model.text, pair_captions(ds))
-    assert r["first"].shape == (1, 4) and len(pair_captions(ds)) == 20
+    torch.testing.assert_close(r["mean"].sum(-1), torch.ones(1, 4))
+    assert r["mean"][0, 1].argmax() == 2 and r["mean"][0, 1, 2] > 0.8  # head 1: Y
+    assert r["mean"][0, 3].argmax() == 0 and r["mean"][0, 3, 0] > 0.7  # head 3: X (the subject)
 
 
 def test_rope_two_layer_text_tower_runs(dataset):

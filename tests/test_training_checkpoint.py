@@ -197,10 +197,21 @@ def test_clip_loss_is_symmetric():
     torch.testing.assert_close(clip_loss(torch.zeros(4, 4)), torch.tensor(4.0).log())
 
 
-def test_model_loss_is_clip_loss_of_logits(simplified_model, dataset):
+def test_model_loss_is_the_symmetric_cross_entropy_of_its_features(simplified_model, dataset):
+    """The training loss from the towers' features by hand: normalised image CLS and projected text EOT outputs,
+    scaled by exp(logit_scale) clamped at 100, cross-entropy over captions and over images, averaged."""
     images, captions = dataset.training_pairs()
     images, captions = images[:8], captions[:8]
-    torch.testing.assert_close(simplified_model.loss(images, captions), clip_loss(simplified_model(images, captions)))
+    m = simplified_model
+    with torch.no_grad():
+        m.logit_scale.fill_(5.0)  # above log(100): the clamp must apply
+    img = torch.nn.functional.normalize(m.vision(images), dim=-1)
+    txt = torch.nn.functional.normalize(m.text(captions) @ m.W_proj, dim=-1)
+    logits = 100.0 * img @ txt.T
+    target = torch.arange(8)
+    want = (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+    torch.testing.assert_close(m.loss(images, captions), want)
+    torch.testing.assert_close(m(images, captions, return_type="loss"), want)
 
 
 def test_loss_decreases_when_training(dataset):
