@@ -466,7 +466,7 @@ class BatchedTrainer(GroupFiles):
         t0 = time.perf_counter() - self.elapsed
         caller_rng = torch.get_rng_state()
         torch.set_rng_state(self._rng)
-        model, opt = self.model, self.opt
+        model = self.model
         if self.compile and getattr(self, "_compiled_loss", None) is None:
             # inductor's attention fusion (fx_passes/fuse_attention) rewrites the stacked [model, batch, head, ...]
             # attention into scaled_dot_product_attention wrongly: on the full preset the compiled loss silently
@@ -476,47 +476,36 @@ class BatchedTrainer(GroupFiles):
             opts = {"pattern_matcher": False, "triton.cudagraphs": self.cudagraphs}
             self._compiled_loss = torch.compile(model.loss, options=opts)
         loss_fn = self._compiled_loss if self.compile else model.loss
-        Pt = self.Pt
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp)
+        # a compiled group recompiles as members finish and leave the stack (a new K; at most two graphs per size, as
+        # dynamo may first specialise and then mark K dynamic); dynamo's default limit of 8 would send a group of more
+        # than a few sizes back to eager (slower than never compiling)
+        limit = max(torch._dynamo.config.recompile_limit, 2 * len(self.members) + 4)
         try:
-            while self.active and self.step < stop_at:
-                nxt = min(self._next_event(), stop_at)
-                n = min(nxt - self.step, chunk_steps)
-                idx, valid, short = self._chunk(n)
-                K, bs = idx.shape[1], idx.shape[2]
-                imgs_flat = self._images_all.view(-1, self._images_all.shape[-1])
-                caps_flat = self._captions_all.view(-1, self._captions_all.shape[-1])
-                for j in range(n):
-                    flat = idx[j].view(-1)
-                    images = imgs_flat.index_select(0, flat).view(K, bs, -1)
-                    caps = caps_flat.index_select(0, flat).view(K, bs, -1)
-                    with autocast:
-                        sj = short[j]  # None: every batch full; else each member's valid rows
-                        r_t = caps[..., Pt] if self.text_readout is None else self.text_readout
-                        v_j = None if sj is None else valid[j]
-                        n_v = sj if self.dropout_rng == "matched" else None
-                        losses = loss_fn(images, caps[..., :Pt], r_t, v_j, n_v)
-                    opt.zero_grad()
-                    losses.sum().backward()
-                    opt.step()
-                    self.loss_sum += losses.detach().float()
-                    self.step += 1
-                bar.update(n)
-                bad = [i for k, i in enumerate(self.active) if not bool(torch.isfinite(self.loss_sum[k]))]
-                if bad:
-                    raise FloatingPointError(
-                        f"training loss of {[self.names[i] for i in bad]} is not finite in steps "
-                        f"{self.step - n + 1}-{self.step}; the group stopped, its last good checkpoints are kept"
-                    )
-                for i in self.active:
-                    self.n_loss[i] += n
-                self.elapsed = time.perf_counter() - t0
-                if self.step == nxt:
-                    self._events()
-                    if self.active:
-                        bar.set_postfix(active=len(self.active), refresh=False)
-                if deadline is not None and time.time() >= deadline:
-                    break
+            with torch._dynamo.config.patch(
+                recompile_limit=limit,
+                accumulated_recompile_limit=max(torch._dynamo.config.accumulated_recompile_limit, 4 * limit),
+            ):
+                while self.active and self.step < stop_at:
+                    nxt = min(self._next_event(), stop_at)
+                    n = min(nxt - self.step, chunk_steps)
+                    self._steps(n, loss_fn, autocast)
+                    bar.update(n)
+                    bad = [i for k, i in enumerate(self.active) if not bool(torch.isfinite(self.loss_sum[k]))]
+                    if bad:
+                        raise FloatingPointError(
+                            f"training loss of {[self.names[i] for i in bad]} is not finite in steps "
+                            f"{self.step - n + 1}-{self.step}; the group stopped, its last good checkpoints are kept"
+                        )
+                    for i in self.active:
+                        self.n_loss[i] += n
+                    self.elapsed = time.perf_counter() - t0
+                    if self.step == nxt:
+                        self._events()
+                        if self.active:
+                            bar.set_postfix(active=len(self.active), refresh=False)
+                    if deadline is not None and time.time() >= deadline:
+                        break
             self.elapsed = time.perf_counter() - t0
             if self.active and self.step % self.group_checkpoint_every:
                 self.save_group_checkpoint()  # stopped early (max_steps): make it resumable from here
@@ -526,6 +515,30 @@ class BatchedTrainer(GroupFiles):
             self._rng = torch.get_rng_state()
             torch.set_rng_state(caller_rng)
         return [self.finished[i] for i in sorted(self.finished)]
+
+    def _steps(self, n: int, loss_fn: Any, autocast: Any) -> None:
+        """Take the next ``n`` global steps (forward, backward, AdamW) for every active member."""
+        idx, valid, short = self._chunk(n)
+        K, bs = idx.shape[1], idx.shape[2]
+        imgs_flat = self._images_all.view(-1, self._images_all.shape[-1])
+        caps_flat = self._captions_all.view(-1, self._captions_all.shape[-1])
+        Pt = self.Pt
+        for j in range(n):
+            flat = idx[j].view(-1)
+            images = imgs_flat.index_select(0, flat).view(K, bs, -1)
+            caps = caps_flat.index_select(0, flat).view(K, bs, -1)
+            with autocast:
+                sj = short[j]  # None: every batch full; else each member's valid rows
+                r_t = caps[..., Pt] if self.text_readout is None else self.text_readout
+                # compiled: always a mask (all True on full batches), so full and short batches share one graph
+                v_j = valid[j] if sj is not None or self.compile else None
+                n_v = sj if self.dropout_rng == "matched" else None
+                losses = loss_fn(images, caps[..., :Pt], r_t, v_j, n_v)
+            self.opt.zero_grad()
+            losses.sum().backward()
+            self.opt.step()
+            self.loss_sum += losses.detach().float()
+            self.step += 1
 
 
 def train_batched(
