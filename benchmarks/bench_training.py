@@ -294,7 +294,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default)")
     ap.add_argument("--presets", nargs="+", default=["simplified", "full"], choices=sorted(plain_reference.PRESETS))
     ap.add_argument("--ks", type=str, default=None, help="K values, e.g. 'simplified=1,8,32;full=1,4'")
-    ap.add_argument("--compile", action="store_true", help="also time torch.compile (K=1; compiling takes minutes)")
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile (compiling takes minutes)")
+    ap.add_argument(
+        "--compile-ks",
+        type=lambda s: [int(k) for k in s.split(",")],
+        default=[1],
+        help="the K values --compile times, e.g. 1,16 (default 1)",
+    )
     ap.add_argument("--bf16", action="store_true", help="also time bfloat16 autocast (smallest and largest K)")
     ap.add_argument("--matched", action="store_true", help="also time dropout_rng='matched' (K=1)")
     ap.add_argument("--vmap", action="store_true", help="also time functional_call + vmap (simplified, K=8)")
@@ -344,7 +350,8 @@ def main(argv: list[str] | None = None) -> None:
             if args.matched:
                 impls.append(make_batched(preset, 1, dropout_rng="matched", name="batched+matched"))
             if args.compile:
-                impls.append(make_batched(preset, 1, compile=True, name="batched+compile"))
+                for K in args.compile_ks:
+                    impls.append(make_batched(preset, K, compile=True, name="batched+compile"))
             if args.bf16:
                 for K in sorted({min(ks[preset]), max(ks[preset])}):
                     impls.append(make_batched(preset, K, amp=True, name="batched+bf16"))
