@@ -200,7 +200,7 @@ def move_cls_embedding(model: CLIP1D, into: str = "token", fraction: float = 1.0
         >>> from hooked_clip1d import CLIPConfig
         >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
         >>> moved = move_cls_embedding(m, "position")
-        >>> float(moved.vision.W_E[m.cfg.vision.vocab.cls].abs().max())
+        >>> float(moved.vision.W_E[m.cfg.vision.vocab.cls].detach().abs().max())
         0.0
     """
     if into not in ("token", "position"):
