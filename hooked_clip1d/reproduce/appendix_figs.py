@@ -160,6 +160,7 @@ SPECS: tuple[FigureSpec, ...] = (
         _manifest_accuracy_outcome(
             "leftright-v1-t2-ntot20-n2-10", {"val_single:acc": (0.9, 1.0), "val_unseen:acc": (0.7, 1.0)}
         ),
+        data="the model's validation splits",
     ),
     FigureSpec(
         "fig18",
@@ -167,6 +168,7 @@ SPECS: tuple[FigureSpec, ...] = (
         "A 1-layer RoPE vision encoder (Ntot = 20, n2 = 15) generalizes to unseen pairs, with left/right-biased heads.",
         ("rope-ntot20-n2-15",),
         _fig18,
+        data="val_unseen (unseen-pair validation images)",
     ),
     FigureSpec(
         "fig19",
@@ -176,6 +178,7 @@ SPECS: tuple[FigureSpec, ...] = (
         "(Pi_bias vs distance is plotted, not checked.)",
         ("rope-ntot20-n2-15",),
         _fig19,
+        data="val_unseen (unseen-pair validation images)",
     ),
     FigureSpec(
         "fig20",
@@ -192,6 +195,7 @@ SPECS: tuple[FigureSpec, ...] = (
                 "val_unseen:label_set": (0.9, 1.0),
             },
         ),
+        data="the model's validation splits",
     ),
     FigureSpec(
         "fig23",
@@ -200,6 +204,7 @@ SPECS: tuple[FigureSpec, ...] = (
         "EP horizontal gradient in its first layer.",
         ("vision2-ntot25-n2-15",),
         _fig23,
+        data="val_unseen (unseen-pair validation images)",
     ),
     FigureSpec(
         "fig22",
@@ -208,5 +213,6 @@ SPECS: tuple[FigureSpec, ...] = (
         "4-head model; single-head models stay near 0.5.",
         (FLAGSHIP,),  # and PRUNED when shipped
         _fig22,
+        data="val_unseen, pruned and retrained",
     ),
 )

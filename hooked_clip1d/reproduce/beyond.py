@@ -364,6 +364,7 @@ SPECS: tuple[FigureSpec, ...] = (
         lambda rows: _fig4a(rows, "Fig. 4a sweep, init_std 0.02"),  # type: ignore[arg-type,misc]
         beyond_paper=True,
         sweep="fig4a-init002",
+        data="each run's last evaluation on its own validation splits",
     ),
     FigureSpec(
         "x3-small-init",
@@ -374,6 +375,7 @@ SPECS: tuple[FigureSpec, ...] = (
         (SMALL_INIT,),
         _x_small_init,
         beyond_paper=True,
+        data="val_unseen (unseen-pair validation images)",
     ),
     FigureSpec(
         "x5-two-layer",
@@ -383,6 +385,7 @@ SPECS: tuple[FigureSpec, ...] = (
         (VISION2,),
         _x_two_layer,
         beyond_paper=True,
+        data="val_unseen (unseen-pair validation images)",
     ),
     FigureSpec(
         "x4-train-ablate-ep",
@@ -392,6 +395,7 @@ SPECS: tuple[FigureSpec, ...] = (
         (SMALL_INIT, ABLATE_EP),
         _x_train_ablate_ep,
         beyond_paper=True,
+        data="val_seen and val_unseen",
     ),
     FigureSpec(
         "x1-mirror-swap",
@@ -402,6 +406,7 @@ SPECS: tuple[FigureSpec, ...] = (
         (FLAGSHIP, "rope-ntot20-n2-15"),
         _x_mirror_swap,
         beyond_paper=True,
+        data="val_unseen pairs and their mirror images",
     ),
     FigureSpec(
         "x7-single-head-seeds",
@@ -412,6 +417,7 @@ SPECS: tuple[FigureSpec, ...] = (
         _x_single_head_seeds,  # type: ignore[arg-type]
         beyond_paper=True,
         sweep="fig21-seeds",
+        data="each run's last evaluation on its own validation splits",
     ),
     FigureSpec(
         "x6-spatial-ids",
@@ -422,5 +428,6 @@ SPECS: tuple[FigureSpec, ...] = (
         SPATIAL_ID_MODELS,
         _x_spatial_ids,
         beyond_paper=True,
+        data="val_unseen pairs",
     ),
 )

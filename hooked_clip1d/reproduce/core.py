@@ -63,6 +63,7 @@ class FigureSpec:
     # While the sweep is unfinished: checks on the zoo models (``models``) that are cells of its grid, given their
     # manifests. The verdict is then at most "partly": the sweep's trend itself is untested.
     cell_checks: Callable[[dict[str, dict[str, Any]]], list[tuple[str, bool]]] | None = None
+    data: str = ""  # the data its figures show (named under each PNG with the models)
 
     @property
     def command(self) -> str:
@@ -82,15 +83,16 @@ def verdict_of(checks: list[tuple[str, bool]]) -> str:
     return "reproduced" if held == len(checks) else "partly" if held else "not reproduced"
 
 
-def _outcome_record(res: Outcome, out: Path, figure: str, source: str) -> dict[str, Any]:
+def _outcome_record(res: Outcome, out: Path, figure: str, source: str, data: str = "") -> dict[str, Any]:
     """The record's outcome fields; each figure is saved as ``<figure>_<name>.png`` with a footer naming
-    ``source`` (the zoo models or the sweep it shows) and the data (each model's own dataset)."""
+    ``source`` (the zoo models or the sweep it shows) and ``data`` (the spec's ``data``)."""
     from hooked_clip1d.visualization.style import stamp
 
     plots = []
     for name, fig in res.figures.items():
         path = out / f"{figure}_{name}.png"
-        stamp(fig, source, f"each model's own dataset (`hooked-clip1d reproduce {figure}`)")
+        shown = data or "each model's own dataset"
+        stamp(fig, source, f"{shown} (`hooked-clip1d reproduce {figure}`)")
         try:
             atomic_write(path, lambda tmp, fig=fig: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
         finally:

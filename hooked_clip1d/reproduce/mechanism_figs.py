@@ -344,6 +344,7 @@ SPECS: tuple[FigureSpec, ...] = (
         "On unseen-pair images, head 2 attends most to the right object (~67%); the other heads attend left.",
         (FLAGSHIP,),
         _fig4c,
+        data="val_unseen (unseen-pair validation images)",
     ),
     FigureSpec(
         "fig4b",
@@ -352,6 +353,7 @@ SPECS: tuple[FigureSpec, ...] = (
         "right object whichever label it is (relational, not label-specific).",
         (FLAGSHIP,),
         _fig4b,
+        data="the two Fig. 4b images (17, 19 and 19, 17)",
     ),
     FigureSpec(
         "fig13",
@@ -359,6 +361,7 @@ SPECS: tuple[FigureSpec, ...] = (
         "XW_QKX^T dominates: 76 %, 77 %, 91 % and 76 % of the across-key std of the CLS row in heads 0-3.",
         (FLAGSHIP,),
         _fig13,
+        data="val_unseen pairs (shares, histograms); the Fig. 4b image C . . 17 . . 19 . . . . (term maps)",
     ),
     FigureSpec(
         "fig14",
@@ -367,6 +370,7 @@ SPECS: tuple[FigureSpec, ...] = (
         "direction of each head's left/right bias.",
         (FLAGSHIP,),
         _fig14,
+        data="the Fig. 4b image C . . 17 . . 19 . . . .",
     ),
     FigureSpec(
         "fig5e",
@@ -375,6 +379,7 @@ SPECS: tuple[FigureSpec, ...] = (
         "ablating all positional terms of attention and value also gives ~0.5 with label-set kept (Fig. 17).",
         (FLAGSHIP,),
         _fig5e,
+        data="val_seen and val_unseen",
     ),
     FigureSpec(
         "fig11",
@@ -382,6 +387,7 @@ SPECS: tuple[FigureSpec, ...] = (
         "Single-object positional, seen-pair and unseen-pair generalization are reached consecutively (three phases).",
         (FLAGSHIP,),
         _fig11,
+        data="the training run's metrics (every 100 epochs)",
     ),
     FigureSpec(
         "fig15",
@@ -390,6 +396,7 @@ SPECS: tuple[FigureSpec, ...] = (
         "left/right bias or the EP gradient.",
         (NONGEN,),
         _fig15,
+        data="val_unseen (unseen-pair validation images)",
     ),
     FigureSpec(
         "fig5d",
@@ -398,6 +405,7 @@ SPECS: tuple[FigureSpec, ...] = (
         "|P(left) - P(right)| of Fig. 4c, so the left/right bias comes from the EP gradient.",
         (FLAGSHIP,),
         _fig5d,
+        data="val_unseen (unseen-pair validation images)",
     ),
     FigureSpec(
         "fig6",
@@ -405,6 +413,7 @@ SPECS: tuple[FigureSpec, ...] = (
         "Head 3 attends most to the subject (first object) whatever its label; heads 0-2 are right-biased.",
         (FLAGSHIP,),
         _fig6,
+        data="the captions of unseen pairs",
     ),
     FigureSpec(
         "fig7",
@@ -413,5 +422,6 @@ SPECS: tuple[FigureSpec, ...] = (
         "fitted on labels 1-15 markedly aligns labels 16-20.",
         (FLAGSHIP,),
         _fig7,
+        data="the label embeddings of both towers (no images)",
     ),
 )

@@ -170,5 +170,6 @@ SPECS: tuple[FigureSpec, ...] = (
         _x_recipe,  # type: ignore[arg-type]
         beyond_paper=True,
         sweep="recipe",
+        data="a probe set of 900 unseen-pair images per run",
     ),
 )

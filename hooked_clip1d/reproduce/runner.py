@@ -122,7 +122,7 @@ def reproduce(
         n_runs = len(load_spec(sweep_spec).runs)
         interim = progress_table(load_spec(sweep_spec), sweep_out) if len(rows) < n_runs else []
         if len(rows) < n_runs and len(interim) == n_runs:
-            record.update(_outcome_record(spec.run(interim), out, figure, f"sweep {spec.sweep} (interim)"))  # type: ignore[arg-type]
+            record.update(_outcome_record(spec.run(interim), out, figure, f"sweep {spec.sweep} (interim)", spec.data))  # type: ignore[arg-type]
             reached = sorted({r["epochs"] for r in interim if not r["finished"]})
             planned = sorted({r["epochs_planned"] for r in interim})
             at = f"{reached[0]}" if len(reached) == 1 else f"{reached[0]}-{reached[-1]}"
@@ -155,12 +155,12 @@ def reproduce(
                     numbers={"cells": cells},
                 )
         else:
-            record.update(_outcome_record(spec.run(rows), out, figure, f"sweep {spec.sweep}"))  # type: ignore[arg-type]
+            record.update(_outcome_record(spec.run(rows), out, figure, f"sweep {spec.sweep}", spec.data))  # type: ignore[arg-type]
     elif missing:
         record.update(verdict="not run", summary=f"needs zoo model(s) {missing}, not shipped yet", checks=[], plots=[])
     else:
         models = {m: load_model(m) for m in spec.models}
-        record.update(_outcome_record(spec.run(models), out, figure, ", ".join(spec.models)))
+        record.update(_outcome_record(spec.run(models), out, figure, ", ".join(spec.models), spec.data))
         record["model_epochs"] = {m: manifest(m)["epochs"] for m in spec.models}
         record["model_epochs_planned"] = {
             m: manifest(m).get("epochs_planned", manifest(m)["epochs"]) for m in spec.models

@@ -250,6 +250,7 @@ SPECS: tuple[FigureSpec, ...] = (
         _fig4a,  # type: ignore[arg-type]
         sweep="fig4a",
         cell_checks=_fig4a_cells,
+        data="each run's last evaluation on its own validation splits",
     ),
     FigureSpec(
         "fig3",
@@ -260,6 +261,7 @@ SPECS: tuple[FigureSpec, ...] = (
         lambda rows: _fig4a(rows, "Fig. 3: full model"),  # type: ignore[arg-type,misc]
         sweep="fig3",
         cell_checks=_fig3_cells,
+        data="each run's last evaluation on its own validation splits",
     ),
     FigureSpec(
         "fig10",
@@ -268,6 +270,7 @@ SPECS: tuple[FigureSpec, ...] = (
         (FULL,),  # the zoo's cell (weight decay 0.2), reported while the sweep is unfinished; no trend from one
         _fig10,  # type: ignore[arg-type]
         sweep="fig10",
+        data="each run's last evaluation on its own validation splits",
     ),
     FigureSpec(
         "fig21",
@@ -277,6 +280,7 @@ SPECS: tuple[FigureSpec, ...] = (
         (),
         _fig21,  # type: ignore[arg-type]
         sweep="fig21",
+        data="each run's last evaluation on its own validation splits",
     ),
     FigureSpec(
         "fig21b",
@@ -286,5 +290,6 @@ SPECS: tuple[FigureSpec, ...] = (
         (),
         _fig21b,  # type: ignore[arg-type]
         sweep="fig21b",
+        data="each run's last evaluation on its own validation splits",
     ),
 )
