@@ -1,5 +1,5 @@
-"""The ``hooked-clip1d`` command line: ``train``, ``eval``, ``demo``, ``list``, ``export``, ``reproduce``,
-``results-page`` (and, from their modules, ``analyze`` and ``sweep``).
+"""The ``hooked-clip1d`` command line: ``train`` (its flags and configs in ``cli_train``), ``eval``, ``demo``,
+``list``, ``export``, ``analyze``, ``sweep``, ``pack``, ``unpack``, ``reproduce`` and ``results-page``.
 
 Every command prints a human-readable table and, with ``--json``, a machine-readable JSON object instead.
 """
@@ -11,13 +11,10 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hooked_clip1d._version import DEFAULT_MODEL, __version__
-from hooked_clip1d.cli_train import add_train_parser, train_configs
-
-if TYPE_CHECKING:  # the parser is built without torch: --help and argument errors answer at once
-    pass
+from hooked_clip1d.cli_train import add_train_parser, train_configs  # the parser is built without torch
 
 
 def _dumps(obj: Any) -> str:
