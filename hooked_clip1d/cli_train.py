@@ -121,7 +121,7 @@ def train_configs(a: argparse.Namespace) -> tuple[CLIPConfig, DataConfig, TrainC
     )
     init = _init_model(a)
     cfg = _model_cfg(argparse.Namespace(**{**vars(a), "init_std": init_std})) if init is None else init.cfg
-    return cfg, data_cfg_from(a), tc, init
+    return cfg, _data_cfg(a), tc, init
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -224,7 +224,7 @@ def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
     )
 
 
-def data_cfg_from(a: argparse.Namespace) -> DataConfig:
+def _data_cfg(a: argparse.Namespace) -> DataConfig:
     from hooked_clip1d.data import DataConfig
 
     return DataConfig(
@@ -306,7 +306,7 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
                          f"{init_std!r}")  # fmt: skip
     data_flags = {"n_labels", "n_heldout", "n1", "n2", "n_val", "caption_mode", "data_seed"}
     if given & data_flags:
-        want = data_cfg_from(argparse.Namespace(**{**vars(a), "seed": a.seed if "seed" in given else tc.seed}))
+        want = _data_cfg(argparse.Namespace(**{**vars(a), "seed": a.seed if "seed" in given else tc.seed}))
         for f in ("n_labels", "n_heldout", "n1", "n2", "n_val", "caption_mode", "seed"):
             if getattr(want, f) != getattr(data_cfg, f) and (({"seed", "data_seed"} if f == "seed" else {f}) & given):
                 diffs.append(
