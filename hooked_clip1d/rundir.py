@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hooked_clip1d.checkpoint import atomic_write_text
+# torch-free at import (the CLI's error handling imports RunDirBusy): checkpoint's writers are imported where used
 
 LOCK = ".lock"
 CONFIG_KEYS = ("model_config", "data_config", "train_config")
@@ -249,6 +249,8 @@ def write_config(run_dir: str | os.PathLike, configs: dict[str, Any], prov: dict
                  **extra: Any) -> None:  # fmt: skip
     """Write ``config.json`` (the run's configs, ``provenance`` and ``extra`` sections) unless it exists: a resumed
     run keeps the record of how it started."""
+    from hooked_clip1d.checkpoint import atomic_write_text
+
     path = Path(run_dir) / "config.json"
     if not path.exists():
         body = {**configs, "provenance": prov if prov is not None else provenance(), **extra}
@@ -264,6 +266,8 @@ def append_metrics(run_dir: str | os.PathLike, line: dict[str, Any]) -> None:
 def drop_metrics_after(run_dir: str | os.PathLike, key: str, value: int) -> None:
     """On resume: keep the ``metrics.jsonl`` lines whose ``key`` (``epoch`` or ``step``) is at most ``value`` (the
     later ones came after the checkpoint and will be written again)."""
+    from hooked_clip1d.checkpoint import atomic_write_text
+
     path = Path(run_dir) / "metrics.jsonl"
     if path.exists():
         keep = [ln for ln in read_metrics(path) if ln[key] <= value]
@@ -274,6 +278,8 @@ def write_summary(
     run_dir: str | os.PathLike, epochs: int, steps: int, seconds: float, metrics: dict[str, Any], **extra: Any
 ) -> None:
     """Write ``summary.json``, the mark of a finished run: epochs, steps, time, final metrics (and ``extra``)."""
+    from hooked_clip1d.checkpoint import atomic_write_text
+
     summary = {
         "epochs": epochs,
         "steps": steps,

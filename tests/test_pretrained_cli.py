@@ -2,6 +2,8 @@
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -270,3 +272,15 @@ def test_cli_json_has_no_float32_noise(capsys):
     assert main(["eval", "--model", "simplified-ntot10-n2-5", "--json"]) == 0
     out = capsys.readouterr().out
     assert json.loads(out)["val_unseen"]["acc"] == 0.76 and "00000" not in out
+
+
+def test_list_reads_manifests_without_importing_torch():
+    """`hooked-clip1d list` only reads the manifests: it answers without importing torch (or TransformerLens)."""
+    code = (
+        "import sys; from hooked_clip1d.cli import main; main(['list', '--json']); "
+        "sys.stderr.write(str(sorted(m for m in ('torch', 'transformer_lens') if m in sys.modules)))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip().endswith("[]"), r.stderr[-500:]
+    assert "simplified-ntot20-n2-10" in r.stdout

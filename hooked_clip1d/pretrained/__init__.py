@@ -21,13 +21,12 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from hooked_clip1d._version import DEFAULT_MODEL as DEFAULT_MODEL  # defined torch-free, for the CLI's parser
-from hooked_clip1d.checkpoint import CheckpointError, atomic_write_text, load_model_file
-from hooked_clip1d.clip import CLIP1D
+
+if TYPE_CHECKING:  # torch is imported where weights are read: listing the zoo and its manifests needs none
+    from hooked_clip1d.clip import CLIP1D
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
@@ -68,6 +67,8 @@ def resolve_model(spec: str | os.PathLike) -> CLIP1D:
         >>> resolve_model("simplified-ntot20-n2-10").cfg.n_labels
         20
     """
+    from hooked_clip1d.checkpoint import load_model_file
+
     p = Path(spec)
     if p.is_dir():
         p = p / "model.safetensors" if (p / "model.safetensors").exists() else p / "checkpoint.safetensors"
@@ -95,6 +96,8 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "cpu") -> CLIP1D:
     Raises ``KeyError`` listing the known names for an unknown name, and ``CheckpointError`` if the weights do
     not match the manifest's sha256.
     """
+    from hooked_clip1d.checkpoint import CheckpointError, load_model_file
+
     man = manifest(name)
     path = WEIGHTS_DIR / f"{name}.safetensors"
     digest = sha256_file(path)
@@ -184,7 +187,9 @@ def portable_command(cmd: str) -> str:
 
 
 def _export_locked(run_dir: Path, name: str, description: str, dest: Path, weights_dtype: str) -> Path:
-    from hooked_clip1d.checkpoint import read_tensors, save_model
+    import torch
+
+    from hooked_clip1d.checkpoint import atomic_write_text, load_model_file, read_tensors, save_model
     from hooked_clip1d.data import build_dataset
     from hooked_clip1d.evaluation import evaluate
 
