@@ -1,4 +1,5 @@
-"""Time the command line's answers that should not wait for torch: ``--help``, ``--version``, an argument error.
+"""Time the command line's answers that should not wait for torch: ``--help``, ``--version``, an argument error,
+``list``.
 
     python benchmarks/bench_cli.py [--runs 7]
 
@@ -18,6 +19,7 @@ COMMANDS = {
     "--version": ["--version"],
     "bad argument": ["reproduce"],  # missing figure: argparse error, exit 2
     "train --help (loads the config defaults)": ["train", "--help"],
+    "list (reads the manifests)": ["list"],
 }
 
 
