@@ -32,6 +32,7 @@ Example (a group checkpointed at step 3 resumes there):
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -40,9 +41,26 @@ from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.rundir import append_metrics, drop_metrics_after, provenance, write_config, write_summary
 from hooked_clip1d.training import TrainRun, comparable_train_config, save_snapshot
 
+if TYPE_CHECKING:
+    from hooked_clip1d.stacked import StackedCLIP
+    from hooked_clip1d.stacked_adamw import StackedAdamW
+
 
 class GroupFiles:
     """What a ``BatchedTrainer`` writes and reads back (mixin; see the module docstring)."""
+
+    # state of the trainer this mixin reads and writes (set by BatchedTrainer.__init__)
+    model: StackedCLIP
+    opt: StackedAdamW
+    members: list[Any]
+    names: list[str]
+    active: list[int]
+    step: int
+    elapsed: float
+    loss_sum: torch.Tensor
+    n_loss: list[int]
+    out_dir: Path | None
+    group_ckpt: Path
 
     def _member_optimizer_tensors(self, k: int) -> dict[str, torch.Tensor]:
         """``Trainer``-format optimizer state (``optim.{i}.{step,exp_avg,exp_avg_sq}``) of stack row ``k``."""
