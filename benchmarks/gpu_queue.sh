@@ -20,7 +20,7 @@ MODE=${1:-480}
 OUT=${OUT:?set OUT to the folder whose files come back (the device tool sets it)}
 STATE=${STATE:-${TMPDIR:-/tmp}/hc1d-gpu}  # the machine's local disk; kept while it stays warm
 QUEUE=${QUEUE:-"fig3 fig10 fig4a"}                   # overridable, with the rest, for a smoke test on a CPU:
-SPEC_DIR=${SPEC_DIR:-hooked_clip1d/sweeps}            #   DEVICE=cpu FLAGS= QUEUE=t SPEC_DIR=/tmp/specs bash ...
+SPEC_DIR=${SPEC_DIR:-hooked_clip1d/sweeps}            #   DEVICE=cpu FLAGS= QUEUE=t SPEC_DIR=my-specs bash ...
 DEVICE=${DEVICE:-cuda}
 FLAGS=${FLAGS---compile --cudagraphs}
 export HOOKED_CLIP1D_SWEEPS=$STATE/sweeps PYTHONUNBUFFERED=1

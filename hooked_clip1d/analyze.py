@@ -25,9 +25,9 @@ import torch
 from matplotlib.figure import Figure
 
 from hooked_clip1d.analysis.heads import to_jsonable
-from hooked_clip1d.checkpoint import atomic_write, atomic_write_text
 from hooked_clip1d.clip import CLIP1D
 from hooked_clip1d.data import Dataset, build_dataset
+from hooked_clip1d.rundir import atomic_write, atomic_write_text
 
 
 @dataclass
@@ -38,7 +38,6 @@ class Report:
     data: dict[str, Any]
     figures: dict[str, Figure] = field(default_factory=dict)
     pages: dict[str, tuple[Any, str]] = field(default_factory=dict)  # key -> (circuitsvis view, heading): HTML
-    shows: str = ""  # the data the figures show, for their footer (default: ANALYSIS_DATA[analysis])
 
 
 def _dataset(model: CLIP1D) -> Dataset:
@@ -408,7 +407,7 @@ def run_analysis(
 
     for key, fig in report.figures.items():
         path = out / f"{analysis}_{key}.png"
-        stamp(fig, name, report.shows or ANALYSIS_DATA.get(analysis))
+        stamp(fig, name, ANALYSIS_DATA.get(analysis))
         try:
             atomic_write(path, lambda tmp, fig=fig: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
         finally:

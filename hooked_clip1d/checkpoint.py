@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,41 +30,13 @@ from safetensors.torch import save_file
 
 from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig
+from hooked_clip1d.rundir import atomic_write
 
 FORMAT = "hooked_clip1d/1"
 
 
 class CheckpointError(ValueError):
     """A checkpoint file is missing, truncated, corrupt, foreign or does not fit the model."""
-
-
-def atomic_write(path: str | os.PathLike, write: Any) -> None:
-    """Call ``write(tmp_path)`` then rename onto ``path``, so readers never see a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files (and writers may recreate them): fix afterwards
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write a text file atomically."""
-
-    def w(tmp: str) -> None:
-        Path(tmp).write_text(text, encoding="utf-8")
-
-    atomic_write(path, w)
 
 
 def canonical_config(kind: str, d: Any) -> Any:

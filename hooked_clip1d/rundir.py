@@ -4,8 +4,9 @@ A training run, a batched group, a sweep and an export each write into a folder.
 owned by one process: ``.lock`` is created atomically (``O_CREAT | O_EXCL``) holding the owner's pid and host; a
 second process gets ``RunDirBusy`` naming the owner; a lock left by a dead process on this host is taken over, with a
 notice on stderr. ``check_run_dir`` refuses a non-empty folder that is not a run of this package, before anything is
-written. ``clean_stale_tmp`` removes temp files of interrupted atomic writes, ``read_metrics`` reads
-``metrics.jsonl`` and drops a last line cut short by a crash (with a notice).
+written. ``atomic_write`` / ``atomic_write_text`` write a file through a temp file and a rename (every file the
+package writes goes through them), ``clean_stale_tmp`` removes temp files of interrupted atomic writes, and
+``read_metrics`` reads ``metrics.jsonl`` and drops a last line cut short by a crash (with a notice).
 
 The files of a run directory are written here too, for the single-model and the batched trainer alike:
 ``write_config`` (``config.json``: the configs and ``provenance``), ``append_metrics`` / ``drop_metrics_after``
@@ -31,14 +32,44 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-# torch-free at import (the CLI's error handling imports RunDirBusy): checkpoint's writers are imported where used
+# torch-free at import: the CLI's error handling imports RunDirBusy, `list` reads manifests
 
 LOCK = ".lock"
 CONFIG_KEYS = ("model_config", "data_config", "train_config")
+
+
+def atomic_write(path: str | os.PathLike, write: Any) -> None:
+    """Call ``write(tmp_path)`` then rename onto ``path``, so readers never see a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files (and writers may recreate them): fix afterwards
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write a text file atomically."""
+
+    def w(tmp: str) -> None:
+        Path(tmp).write_text(text, encoding="utf-8")
+
+    atomic_write(path, w)
 
 
 class RunDirBusy(RuntimeError):
@@ -249,8 +280,6 @@ def write_config(run_dir: str | os.PathLike, configs: dict[str, Any], prov: dict
                  **extra: Any) -> None:  # fmt: skip
     """Write ``config.json`` (the run's configs, ``provenance`` and ``extra`` sections) unless it exists: a resumed
     run keeps the record of how it started."""
-    from hooked_clip1d.checkpoint import atomic_write_text
-
     path = Path(run_dir) / "config.json"
     if not path.exists():
         body = {**configs, "provenance": prov if prov is not None else provenance(), **extra}
@@ -266,8 +295,6 @@ def append_metrics(run_dir: str | os.PathLike, line: dict[str, Any]) -> None:
 def drop_metrics_after(run_dir: str | os.PathLike, key: str, value: int) -> None:
     """On resume: keep the ``metrics.jsonl`` lines whose ``key`` (``epoch`` or ``step``) is at most ``value`` (the
     later ones came after the checkpoint and will be written again)."""
-    from hooked_clip1d.checkpoint import atomic_write_text
-
     path = Path(run_dir) / "metrics.jsonl"
     if path.exists():
         keep = [ln for ln in read_metrics(path) if ln[key] <= value]
@@ -278,8 +305,6 @@ def write_summary(
     run_dir: str | os.PathLike, epochs: int, steps: int, seconds: float, metrics: dict[str, Any], **extra: Any
 ) -> None:
     """Write ``summary.json``, the mark of a finished run: epochs, steps, time, final metrics (and ``extra``)."""
-    from hooked_clip1d.checkpoint import atomic_write_text
-
     summary = {
         "epochs": epochs,
         "steps": steps,

@@ -60,10 +60,9 @@ from pathlib import Path
 from typing import Any
 
 from hooked_clip1d.batched import BatchedTrainer, Member, group_key
-from hooked_clip1d.checkpoint import atomic_write_text
 from hooked_clip1d.clip import CLIPConfig
 from hooked_clip1d.data import SPLITS, DataConfig
-from hooked_clip1d.rundir import RunLock
+from hooked_clip1d.rundir import RunLock, atomic_write_text
 from hooked_clip1d.sweep_spec import RunSpec, SweepSpec, load_spec
 
 __all__ = ["RunSpec", "SweepSpec", "load_spec", "plan_groups", "run_sweep", "results_table", "progress_table"]

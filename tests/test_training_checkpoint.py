@@ -420,7 +420,7 @@ def test_dataset_of_the_data_config_rebuilds(saved):
 def test_atomic_write_uses_normal_file_permissions(tmp_path):
     import os
 
-    from hooked_clip1d.checkpoint import atomic_write_text
+    from hooked_clip1d.rundir import atomic_write_text
 
     atomic_write_text(tmp_path / "x.txt", "hi")
     umask = os.umask(0)

@@ -362,7 +362,8 @@ def run_mechanism_history(run_dir: str | Path, every: int = 1000) -> dict[int, d
     Reports are cached in ``run_dir/mechanism.json`` (keyed by epoch and the snapshot's size and mtime), so a
     second call computes only new snapshots.
     """
-    from hooked_clip1d.checkpoint import atomic_write_text, load_model_file
+    from hooked_clip1d.checkpoint import load_model_file
+    from hooked_clip1d.rundir import atomic_write_text
 
     run_dir = Path(run_dir)
     snaps = sorted((run_dir / "snapshots").glob("epoch_*.safetensors"))

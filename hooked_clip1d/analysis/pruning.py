@@ -36,10 +36,11 @@ import torch
 
 from hooked_clip1d.analysis.hooks import Head, check_heads
 from hooked_clip1d.analysis.hooks import zero_heads_hooks as zero_heads_hooks  # re-exported: its old home
-from hooked_clip1d.checkpoint import atomic_write_text, load_model_file
+from hooked_clip1d.checkpoint import load_model_file
 from hooked_clip1d.clip import CLIP1D
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
+from hooked_clip1d.rundir import atomic_write_text
 from hooked_clip1d.training import TrainConfig, Trainer, TrainRun
 
 

@@ -189,9 +189,10 @@ def portable_command(cmd: str) -> str:
 def _export_locked(run_dir: Path, name: str, description: str, dest: Path, weights_dtype: str) -> Path:
     import torch
 
-    from hooked_clip1d.checkpoint import atomic_write_text, load_model_file, read_tensors, save_model
+    from hooked_clip1d.checkpoint import load_model_file, read_tensors, save_model
     from hooked_clip1d.data import build_dataset
     from hooked_clip1d.evaluation import evaluate
+    from hooked_clip1d.rundir import atomic_write_text
 
     config = json.loads((run_dir / "config.json").read_text())
     final = run_dir / "model.safetensors"

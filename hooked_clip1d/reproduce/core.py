@@ -19,8 +19,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from hooked_clip1d.checkpoint import atomic_write
 from hooked_clip1d.clip import CLIP1D
+from hooked_clip1d.rundir import atomic_write
 
 VERDICTS = ("reproduced", "partly", "not reproduced", "not run")
 
@@ -83,9 +83,10 @@ def verdict_of(checks: list[tuple[str, bool]]) -> str:
     return "reproduced" if held == len(checks) else "partly" if held else "not reproduced"
 
 
-def _outcome_record(res: Outcome, out: Path, figure: str, source: str, data: str = "") -> dict[str, Any]:
-    """The record's outcome fields; each figure is saved as ``<figure>_<name>.png`` with a footer naming
-    ``source`` (the zoo models or the sweep it shows) and ``data`` (the spec's ``data``)."""
+def _outcome_record(res: Outcome, out: Path, spec: FigureSpec, source: str) -> dict[str, Any]:
+    """The record's outcome fields; each figure is saved as ``<key>_<name>.png`` with a footer naming ``source``
+    (the zoo models or the sweep it shows) and ``spec.data``."""
+    figure, data = spec.key, spec.data
     from hooked_clip1d.visualization.style import stamp
 
     plots = []

@@ -20,10 +20,10 @@ import hooked_clip1d.reproduce.core as core
 import hooked_clip1d.reproduce.mechanism_figs as mechanism_figs
 import hooked_clip1d.reproduce.recipe_study as recipe_study
 import hooked_clip1d.reproduce.sweep_figs as sweep_figs
-from hooked_clip1d.checkpoint import atomic_write_text
 from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
 from hooked_clip1d.reproduce.core import FigureSpec, _outcome_record, verdict_of
 from hooked_clip1d.reproduce.sweep_figs import grid_cell
+from hooked_clip1d.rundir import atomic_write_text
 
 # FIGURES' key order (kept from the single-module version); every key of the modules' SPECS, once
 ORDER = (
@@ -122,7 +122,7 @@ def reproduce(
         n_runs = len(load_spec(sweep_spec).runs)
         interim = progress_table(load_spec(sweep_spec), sweep_out) if len(rows) < n_runs else []
         if len(rows) < n_runs and len(interim) == n_runs:
-            record.update(_outcome_record(spec.run(interim), out, figure, f"sweep {spec.sweep} (interim)", spec.data))  # type: ignore[arg-type]
+            record.update(_outcome_record(spec.run(interim), out, spec, f"sweep {spec.sweep} (interim)"))  # type: ignore[arg-type]
             reached = sorted({r["epochs"] for r in interim if not r["finished"]})
             planned = sorted({r["epochs_planned"] for r in interim})
             at = f"{reached[0]}" if len(reached) == 1 else f"{reached[0]}-{reached[-1]}"
@@ -155,12 +155,12 @@ def reproduce(
                     numbers={"cells": cells},
                 )
         else:
-            record.update(_outcome_record(spec.run(rows), out, figure, f"sweep {spec.sweep}", spec.data))  # type: ignore[arg-type]
+            record.update(_outcome_record(spec.run(rows), out, spec, f"sweep {spec.sweep}"))  # type: ignore[arg-type]
     elif missing:
         record.update(verdict="not run", summary=f"needs zoo model(s) {missing}, not shipped yet", checks=[], plots=[])
     else:
         models = {m: load_model(m) for m in spec.models}
-        record.update(_outcome_record(spec.run(models), out, figure, ", ".join(spec.models), spec.data))
+        record.update(_outcome_record(spec.run(models), out, spec, ", ".join(spec.models)))
         record["model_epochs"] = {m: manifest(m)["epochs"] for m in spec.models}
         record["model_epochs_planned"] = {
             m: manifest(m).get("epochs_planned", manifest(m)["epochs"]) for m in spec.models
