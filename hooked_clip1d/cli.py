@@ -253,7 +253,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"hooked-clip1d {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    t = add_train_parser(sub, command)
+    t = add_train_parser(sub)
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser("eval", help="retrieval accuracy of a model on its dataset splits")

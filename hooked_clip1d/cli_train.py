@@ -1,12 +1,13 @@
 """The ``train`` command's arguments and how they become the three configs (``CLIPConfig``, ``DataConfig``,
 ``TrainConfig``), with ``--recipe``, ``--init-from`` and ``--resume`` (which reads the run's own ``config.json``).
 
-Like ``cli``, it imports torch only when a command runs, so ``--help`` answers at once.
+Like ``cli``, it imports torch only when a command runs: the defaults it shows come from ``settings``, which is
+torch-free, so ``train --help`` answers at once.
 
 Example:
     >>> import argparse
     >>> sub = argparse.ArgumentParser().add_subparsers()
-    >>> t = add_train_parser(sub, "train")
+    >>> t = add_train_parser(sub)
     >>> a = t.parse_args(["--out", "run", "--n-labels", "6", "--n2", "2", "--n-heldout", "2", "--epochs", "3"])
     >>> cfg, data_cfg, tc, init = train_configs(a)
     >>> cfg.n_labels, data_cfg.n2, tc.epochs, init is None
@@ -21,29 +22,22 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hooked_clip1d.settings import DEFAULT_RECIPE, RECIPES, DataConfig, TrainConfig
+
 if TYPE_CHECKING:
     from hooked_clip1d.clip import CLIP1D, CLIPConfig
-    from hooked_clip1d.data import DataConfig
-    from hooked_clip1d.training import TrainConfig
 
 
-def add_train_parser(sub: Any, command: str | None) -> argparse.ArgumentParser:
-    """Add the ``train`` subcommand to ``sub`` (an ``add_subparsers()`` object); defaults are loaded from the configs
-    only when ``command == "train"`` (so other commands' ``--help`` does not import torch)."""
+def add_train_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``train`` subcommand to ``sub`` (an ``add_subparsers()`` object), its defaults read from the configs."""
     t = sub.add_parser(
         "train",
         help="train one model with the paper's hyperparameters",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     _add_model_args(t)
-    _add_data_args(t, load=command == "train")
-    if command == "train":
-        from hooked_clip1d.training import TrainConfig
-
-        tc = TrainConfig()
-    else:
-        tc = argparse.Namespace(epochs=None, lr=None, weight_decay=None, seed=None, eval_every=None,
-                                checkpoint_every=None)  # fmt: skip
+    _add_data_args(t)
+    tc = TrainConfig()
     g = t.add_argument_group("training")
     g.add_argument("--out", required=True, help="run directory (metrics.jsonl, checkpoints, model.safetensors)")
     g.add_argument("--epochs", type=int, default=tc.epochs, help="paper: 10000")
@@ -51,17 +45,12 @@ def add_train_parser(sub: Any, command: str | None) -> argparse.ArgumentParser:
     g.add_argument("--weight-decay", type=float, default=tc.weight_decay, help="paper: 0.2")
     g.add_argument("--batch-size", type=int, default=None, help="paper: 50 (left) / 100 (left_right)")
     g.add_argument("--seed", type=int, default=tc.seed)
-    recipes = None
-    if command == "train":
-        from hooked_clip1d.param_groups import DEFAULT_RECIPE, RECIPES
-
-        recipes = sorted(RECIPES)
     g.add_argument(
         "--recipe",
         default=None,
-        choices=recipes,
+        choices=sorted(RECIPES),
         help="a named recipe of the recipe study (which parameters are decayed or frozen, embedding init); "
-        f"default: the package's defaults (= {DEFAULT_RECIPE if command == 'train' else 'the reproducing recipe'}); "
+        f"default: the package's defaults (= {DEFAULT_RECIPE}); "
         "--no-decay / --frozen / --init-std override it",
     )
     g.add_argument(
@@ -98,8 +87,6 @@ def add_train_parser(sub: Any, command: str | None) -> argparse.ArgumentParser:
 def train_configs(a: argparse.Namespace) -> tuple[CLIPConfig, DataConfig, TrainConfig, CLIP1D | None]:
     """``(model config, data config, train config, starting model or None)`` for a parsed ``train`` command: from
     the flags, or on ``--resume`` from the run's own ``config.json`` (flags given must agree with it)."""
-    from hooked_clip1d.training import TrainConfig
-
     if a.resume and (Path(a.out) / "config.json").exists():
         if a.init_from:
             raise ValueError("--init-from starts a new run; it cannot be combined with --resume")
@@ -160,13 +147,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_data_args(p: argparse.ArgumentParser, load: bool = True) -> None:
-    if load:
-        from hooked_clip1d.data import DataConfig
-
-        d: Any = DataConfig()
-    else:
-        d = argparse.Namespace(n_labels=None, n_heldout=None, n1=None, n2=None, n_val=None, caption_mode="left")
+def _add_data_args(p: argparse.ArgumentParser) -> None:
+    d = DataConfig()
     g = p.add_argument_group("data")
     g.add_argument("--n-labels", type=int, default=d.n_labels, help="Ntot (paper Fig. 4: 20)")
     g.add_argument("--n-heldout", type=int, default=d.n_heldout, help="Nval held-out labels (paper: 5)")
@@ -225,7 +207,6 @@ def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
 
 
 def _data_cfg(a: argparse.Namespace) -> DataConfig:
-    from hooked_clip1d.data import DataConfig
 
     return DataConfig(
         n_labels=a.n_labels,
@@ -271,9 +252,7 @@ def _init_model(a: argparse.Namespace) -> CLIP1D | None:
 
 def _given(a: argparse.Namespace) -> set[str]:
     """The train flags given on the command line (their value differs from the parser's default)."""
-    defaults = vars(
-        add_train_parser(argparse.ArgumentParser().add_subparsers(), "train").parse_args(["--out", str(a.out)])
-    )
+    defaults = vars(add_train_parser(argparse.ArgumentParser().add_subparsers()).parse_args(["--out", str(a.out)]))
     return {k for k, v in vars(a).items() if k in defaults and v != defaults[k] and k not in ("func", "command")}
 
 
@@ -281,8 +260,6 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
     """``--resume``: the run's own configs from ``config.json``; flags given must agree (an error names the field
     and both values), except the execution settings (epochs, eval/checkpoint every, device, threads)."""
     from hooked_clip1d.clip import CLIPConfig
-    from hooked_clip1d.data import DataConfig
-    from hooked_clip1d.training import TrainConfig
 
     path = Path(a.out) / "config.json"
     saved = json.loads(path.read_text())
@@ -335,9 +312,6 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
 def _recipe_fields(a: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...], float | None]:
     """``(no_decay, frozen, init_std)`` asked for by ``--recipe`` / ``--no-decay`` / ``--frozen`` / ``--init-std``
     (explicit flags override the recipe; None init_std = the config default)."""
-    from hooked_clip1d.param_groups import RECIPES
-    from hooked_clip1d.training import TrainConfig
-
     rec = RECIPES[a.recipe] if a.recipe else {}
     default = TrainConfig()
 

@@ -29,16 +29,14 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import math
 from dataclasses import dataclass
-from typing import Any, Literal
 
 import numpy as np
 import torch
 from jaxtyping import Int
 
+from hooked_clip1d.settings import DataConfig
 from hooked_clip1d.vocab import Vocabulary
 
 SPLITS = ("train", "val_single", "val_seen", "val_unseen")
@@ -48,108 +46,6 @@ SPLIT_TITLES = {
     "val_seen": "seen-pair configuration",
     "val_unseen": "unseen pair",
 }
-
-
-MAX_IMAGES = 1_000_000  # a DataConfig whose splits would hold more images is refused before anything is built
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """Dataset settings with the paper's defaults (Sec. 2.1). Impossible settings raise ``ValueError``."""
-
-    n_labels: int = 20  # Ntot: object categories 1..Ntot
-    n_heldout: int = 5  # Nval: labels Npair+1..Ntot kept out of two-object training (unseen pairs)
-    n1: int = 5  # single-object training images per label
-    n2: int = 10  # two-object training images per ordered training pair (layout diversity)
-    n_val: int = 5  # validation images per label / ordered pair, in every validation split
-    d_image: int = 10  # Dimage, pixels per image
-    caption_mode: Literal["left", "left_right"] = "left"  # two-object captions: XLY only, or XLY and YRX
-    seed: int = 0  # seeds the generator: same seed, same dataset
-
-    def __post_init__(self) -> None:
-        def bad(field: str, why: str) -> ValueError:
-            return ValueError(f"DataConfig.{field}={getattr(self, field)!r}: {why}")
-
-        for f in ("n_labels", "n_heldout", "n1", "n2", "n_val", "d_image", "seed"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise bad(f, "must be an int")
-        for f in ("n1", "n2", "n_val"):
-            if getattr(self, f) < 1:
-                raise bad(f, "must be >= 1")
-        if self.seed < 0:
-            raise bad("seed", "must be >= 0")
-        if self.d_image < 2:
-            raise bad("d_image", "a two-object image needs at least 2 pixels")
-        if self.n_heldout < 2:
-            raise bad("n_heldout", "the unseen-pair split needs at least 2 held-out labels to form an ordered pair")
-        if self.n_pair < 2:
-            raise bad(
-                "n_labels",
-                f"n_pair = n_labels - n_heldout = {self.n_pair}, but two-object training needs n_pair >= 2",
-            )
-        if self.n1 + self.n_val > self.d_image:
-            raise bad(
-                "n1",
-                f"n1 + n_val = {self.n1 + self.n_val} distinct positions per label are needed for disjoint "
-                f"single-object train/validation images, but an image has only d_image = {self.d_image} pixels",
-            )
-        n_pos_pairs = math.comb(self.d_image, 2)
-        if self.n2 + self.n_val > n_pos_pairs:
-            raise bad(
-                "n2",
-                f"n2 + n_val = {self.n2 + self.n_val} distinct position pairs per ordered label pair are needed "
-                f"for disjoint train/seen-pair validation images, but d_image = {self.d_image} has only "
-                f"{n_pos_pairs} position pairs p1 < p2",
-            )
-        if self.n_val > n_pos_pairs:
-            raise bad("n_val", f"more than the {n_pos_pairs} position pairs that exist")
-        if self.caption_mode not in ("left", "left_right"):
-            raise bad("caption_mode", "must be 'left' or 'left_right'")
-        if self.n_images > MAX_IMAGES:
-            raise bad(
-                "n_labels",
-                f"this dataset would hold {self.n_images:,} images (more than MAX_IMAGES = {MAX_IMAGES:,}); the "
-                "paper's largest has about 10,000",
-            )
-
-    @property
-    def n_images(self) -> int:
-        """Images in all splits together (train, val_single, val_seen, val_unseen), before any is built."""
-        pairs = self.n_pair * (self.n_pair - 1)
-        return (
-            self.n_labels * (self.n1 + self.n_val)
-            + pairs * (self.n2 + self.n_val)
-            + self.n_heldout * (self.n_heldout - 1) * self.n_val
-        )
-
-    @property
-    def n_pair(self) -> int:
-        """Npair: labels 1..Npair appear in two-object training images."""
-        return self.n_labels - self.n_heldout
-
-    @property
-    def vocab(self) -> Vocabulary:
-        return Vocabulary(self.n_labels)
-
-    @property
-    def batch_size(self) -> int:
-        """The paper's batch size for this caption mode: 50 (left) or 100 (left_right)."""
-        return 50 if self.caption_mode == "left" else 100
-
-    def replace(self, **changes: Any) -> DataConfig:
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> DataConfig:
-        known = {f.name for f in dataclasses.fields(DataConfig)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown DataConfig fields {unknown}")
-        return DataConfig(**d)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ token embedding; open_clip's separate ``class_embedding`` parameter is the same 
 
 ``TrainConfig.no_decay`` names groups exempt from decay, ``TrainConfig.frozen`` groups held at their initial value
 (``"qk_bias"``: ``b_Q`` and ``b_K`` start at 0, so frozen they are absent). Both trainers (``training.Trainer``
-and the batched engine) read the same masks from ``decay_mask`` / ``is_frozen``.
+and the batched engine) read the same masks from ``decay_mask`` / ``is_frozen``. The group names
+(``NO_DECAY_GROUPS``, ``FROZEN_GROUPS``) and the named recipes (``RECIPES``, ``DEFAULT_RECIPE``) are in
+``settings``, beside ``TrainConfig``, where they can be read without torch.
 
 Example:
     >>> from hooked_clip1d.clip import CLIPConfig
@@ -29,26 +31,12 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from hooked_clip1d.clip import CLIPConfig
-
-# groups that TrainConfig.no_decay may name
-NO_DECAY_GROUPS = ("cls", "embeddings", "biases", "norms", "logit_scale")
-# groups that TrainConfig.frozen may name
-FROZEN_GROUPS = ("qk_bias",)
-
-
-def check_groups(field: str, groups: Any, known: Sequence[str]) -> tuple[str, ...]:
-    """Validate a ``no_decay`` / ``frozen`` value; return it as a sorted tuple of distinct names."""
-    if isinstance(groups, str) or not isinstance(groups, list | tuple) or not all(isinstance(g, str) for g in groups):
-        raise ValueError(f"TrainConfig.{field}: must be a tuple of group names from {list(known)}, got {groups!r}")
-    unknown = sorted(set(groups) - set(known))
-    if unknown:
-        raise ValueError(f"TrainConfig.{field}: unknown groups {unknown}; choose from {list(known)}")
-    return tuple(sorted(set(groups)))
+if TYPE_CHECKING:
+    from hooked_clip1d.clip import CLIPConfig
 
 
 def _leaf(name: str) -> str:
@@ -86,30 +74,3 @@ def is_frozen(name: str, frozen: Sequence[str]) -> bool:
 def masks_needed(no_decay: Sequence[str], frozen: Sequence[str]) -> bool:
     """Whether a recipe differs from plain ``AdamW(model.parameters())`` at all."""
     return bool(no_decay) or bool(frozen)
-
-
-# Named recipes for sweeps (grid key ``recipe``) and ``train --recipe``: each sets every field it is about, so a
-# recipe means the same thing whatever the defaults are. The candidates of the recipe study (reproduce x8-recipe);
-# the package's default (TrainConfig / EncoderConfig) is DEFAULT_RECIPE.
-RECIPES: dict[str, dict[str, Any]] = {
-    # AdamW(model.parameters(), weight_decay=0.2) at nn.Embedding's N(0, 1) init: every parameter decayed, q/k
-    # biases trained (the package's default before the recipe study; the flagship variant ...-all-decay)
-    "all-decay": {"train.no_decay": [], "train.frozen": [], "model.init_std": 1.0},
-    # open_clip's treatment of a ViT class embedding (a 1-D parameter): CLS exempt from decay
-    "cls-exempt": {"train.no_decay": ["cls"], "train.frozen": [], "model.init_std": 1.0},
-    # CLS exempt and no query/key biases (b_Q, b_K fixed at 0): the CLS query must come from W_E[CLS] + W_pos[0]
-    "cls-exempt-no-qk-bias": {"train.no_decay": ["cls"], "train.frozen": ["qk_bias"], "model.init_std": 1.0},
-    # the same at GPT-2 / CLIP's small embedding init (0.02 instead of nn.Embedding's N(0, 1)): the default
-    "cls-exempt-no-qk-bias-init002": {"train.no_decay": ["cls"], "train.frozen": ["qk_bias"], "model.init_std": 0.02},
-    # CLS exempt at the small init, q/k biases trained and decayed: does the init alone do what fixing b_Q does?
-    "cls-exempt-init002": {"train.no_decay": ["cls"], "train.frozen": [], "model.init_std": 0.02},
-    # open_clip's grouping: every 1-D parameter exempt (CLS, biases, LayerNorm, logit_scale)
-    "open-clip": {
-        "train.no_decay": ["cls", "biases", "norms", "logit_scale"],
-        "train.frozen": [],
-        "model.init_std": 1.0,
-    },
-    # minGPT's grouping: embeddings, biases and LayerNorm exempt
-    "mingpt": {"train.no_decay": ["embeddings", "biases", "norms"], "train.frozen": [], "model.init_std": 1.0},
-}
-DEFAULT_RECIPE = "cls-exempt-no-qk-bias-init002"

@@ -41,9 +41,7 @@ from typing import Any
 
 from hooked_clip1d.clip import CLIPConfig
 from hooked_clip1d.config import PRESETS, EncoderConfig, TextConfig, VisionConfig
-from hooked_clip1d.data import DataConfig
-from hooked_clip1d.param_groups import RECIPES
-from hooked_clip1d.training import TrainConfig
+from hooked_clip1d.settings import RECIPES, DataConfig, TrainConfig
 
 _DATA_FIELDS = {f.name for f in dataclasses.fields(DataConfig)}
 _TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -93,7 +91,7 @@ def _route(key: str) -> list[tuple[str, str]]:
         if name not in known[section]:
             raise ValueError(f"sweep key {key!r}: {section} has no field {name!r}")
         return [(section, name)]
-    if key == "recipe":  # a named recipe (param_groups.RECIPES): expanded into its fields by _build_run
+    if key == "recipe":  # a named recipe (settings.RECIPES): expanded into its fields by _build_run
         return []
     if key == "n_labels":
         return [("model", "n_labels"), ("data", "n_labels")]

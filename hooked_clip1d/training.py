@@ -22,9 +22,7 @@ Example:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -46,7 +44,7 @@ from hooked_clip1d.checkpoint import (
 from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
-from hooked_clip1d.param_groups import FROZEN_GROUPS, NO_DECAY_GROUPS, check_groups, decay_mask, is_frozen, masks_needed
+from hooked_clip1d.param_groups import decay_mask, is_frozen, masks_needed
 from hooked_clip1d.rundir import (
     RunLock,
     check_run_dir,
@@ -55,88 +53,7 @@ from hooked_clip1d.rundir import (
     write_config,
     write_summary,
 )
-
-# no_decay / frozen of a saved train config that predates the fields: AdamW(model.parameters()), biases trained
-LEGACY_TRAIN_FIELDS: dict[str, tuple[str, ...]] = {"no_decay": (), "frozen": ()}
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Optimisation settings with the paper's defaults (Sec. 2.2)."""
-
-    lr: float = 1e-4  # AdamW learning rate
-    weight_decay: float = 0.2  # AdamW decoupled weight decay w (App. B varies it)
-    # The paper does not say which parameters get weight decay, nor whether attention has query/key biases. The
-    # defaults are the recipe that reproduces its mechanism over seeds (reproduce x8-recipe, docs/fidelity.md):
-    no_decay: tuple[str, ...] = ("cls",)  # parameter groups exempt from decay (param_groups.NO_DECAY_GROUPS):
-    # the CLS row of the vision W_E, as open_clip exempts a ViT class embedding; () decays every parameter
-    frozen: tuple[str, ...] = ("qk_bias",)  # groups held at their init: "qk_bias" fixes b_Q = b_K = 0 (no query/key
-    # biases, so the CLS query comes from W_E[CLS] + W_pos[0]); () trains them
-    epochs: int = 10_000  # Nepoch
-    batch_size: int | None = None  # bs; None = 50 for caption_mode "left", 100 for "left_right"
-    betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas (torch defaults)
-    eps: float = 1e-8  # AdamW eps (torch default)
-    seed: int = 0  # seeds weights, data order and dropout
-    eval_every: int = 100  # epochs between metric lines (and progress-bar updates)
-    checkpoint_every: int = 500  # epochs between atomic training checkpoints
-    device: str = "cpu"  # "cpu" or "cuda"
-    threads: int | None = None  # torch.set_num_threads for training; None leaves torch's default
-    keep_snapshots: bool = False  # also keep the weights of every checkpoint as snapshots/epoch_NNNNN.safetensors
-
-    def __post_init__(self) -> None:
-        def is_int(v: Any) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
-        def is_real(v: Any) -> bool:
-            return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-        for f in ("epochs", "eval_every", "checkpoint_every"):
-            v = getattr(self, f)
-            if not is_int(v) or v < 1:
-                raise ValueError(f"TrainConfig.{f} must be a positive int, got {v!r}")
-        if self.batch_size is not None and (not is_int(self.batch_size) or self.batch_size < 2):
-            raise ValueError(f"TrainConfig.batch_size must be >= 2 for a contrastive loss, got {self.batch_size!r}")
-        if not is_real(self.lr) or not self.lr > 0:
-            raise ValueError(f"TrainConfig.lr must be a finite number > 0, got {self.lr!r}")
-        if not is_real(self.weight_decay) or self.weight_decay < 0:
-            raise ValueError(f"TrainConfig.weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
-        if (
-            not isinstance(self.betas, tuple | list)
-            or len(self.betas) != 2
-            or not all(is_real(b) and 0 <= b < 1 for b in self.betas)
-        ):
-            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
-        if not is_real(self.eps) or not self.eps > 0:
-            raise ValueError(f"TrainConfig.eps must be a finite number > 0, got {self.eps!r}")
-        if not is_int(self.seed) or self.seed < 0:
-            raise ValueError(f"TrainConfig.seed must be an int >= 0, got {self.seed!r}")
-        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
-            raise ValueError(f"TrainConfig.threads must be a positive int or None, got {self.threads!r}")
-        if not isinstance(self.device, str) or self.device.split(":")[0] not in ("cpu", "cuda", "mps"):
-            raise ValueError(f"TrainConfig.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
-        if not isinstance(self.keep_snapshots, bool):
-            raise ValueError(f"TrainConfig.keep_snapshots must be True or False, got {self.keep_snapshots!r}")
-        object.__setattr__(self, "no_decay", check_groups("no_decay", self.no_decay, NO_DECAY_GROUPS))
-        object.__setattr__(self, "frozen", check_groups("frozen", self.frozen, FROZEN_GROUPS))
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["betas"] = list(self.betas)
-        d["no_decay"], d["frozen"] = list(self.no_decay), list(self.frozen)
-        return d
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> TrainConfig:
-        d = dict(d)
-        for k in ("betas", "no_decay", "frozen"):
-            if k in d:
-                d[k] = tuple(d[k])
-        for k, legacy in LEGACY_TRAIN_FIELDS.items():  # saved before the field existed: trained without it
-            d.setdefault(k, legacy)
-        known = {f.name for f in dataclasses.fields(TrainConfig)}
-        if set(d) - known:
-            raise ValueError(f"unknown TrainConfig fields {sorted(set(d) - known)}")
-        return TrainConfig(**d)
+from hooked_clip1d.settings import TrainConfig
 
 
 @dataclass

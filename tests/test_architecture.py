@@ -5,13 +5,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import hooked_clip1d
 
 ROOT = Path(hooked_clip1d.__file__).parent
 
 # the pipeline, bottom to top: a module may import from its own layer or below, never above
 LAYERS = [
-    ["_version", "functional", "vocab", "config"],
+    ["_version", "settings", "functional", "vocab", "config"],
     ["data", "components"],
     ["encoders"],
     ["clip"],
@@ -94,16 +96,24 @@ def test_no_import_cycles():
             visit(v, [v])
 
 
-def test_the_command_line_parser_does_not_import_torch():
-    """--help and argument errors must not wait for torch / TransformerLens (timed in benchmarks/bench_cli.py)."""
+@pytest.mark.parametrize("command", [None, "train"])
+def test_the_command_line_parser_does_not_import_torch(command):
+    """--help, argument errors and `train --help` (whose defaults come from the torch-free `settings`) must not wait
+    for torch / TransformerLens (timed in benchmarks/bench_cli.py)."""
     import subprocess
     import sys
 
     code = (
-        "import sys; import hooked_clip1d.cli as c; c.build_parser(None); "
+        f"import sys; import hooked_clip1d.cli as c; c.build_parser({command!r}); "
         "print(sorted(m for m in ('torch', 'transformer_lens', 'numpy') if m in sys.modules))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"
+
+
+def test_the_module_runs_as_a_command():
+    import subprocess
+    import sys
+
     r = subprocess.run([sys.executable, "-m", "hooked_clip1d", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("hooked-clip1d ")

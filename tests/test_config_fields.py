@@ -20,7 +20,7 @@ def test_init_std_scales_both_embeddings():
 def test_defaults_are_the_reproducing_recipe_and_old_configs_keep_theirs():
     """The default recipe (x8-recipe's choice) is what TrainConfig / EncoderConfig default to; a config saved
     before init_std / no_decay / frozen existed reads back as what it was trained with (N(0, 1), all decayed)."""
-    from hooked_clip1d.param_groups import DEFAULT_RECIPE, RECIPES
+    from hooked_clip1d.settings import DEFAULT_RECIPE, RECIPES
     from hooked_clip1d.training import TrainConfig, comparable_train_config
 
     rec, tc = RECIPES[DEFAULT_RECIPE], TrainConfig()

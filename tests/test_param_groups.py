@@ -12,7 +12,8 @@ from test_batched import _assert_same_model
 from hooked_clip1d import DataConfig, build_dataset
 from hooked_clip1d.batched import BatchedTrainer, Member
 from hooked_clip1d.checkpoint import load_model_file
-from hooked_clip1d.param_groups import RECIPES, decay_mask
+from hooked_clip1d.param_groups import decay_mask
+from hooked_clip1d.settings import RECIPES
 from hooked_clip1d.sweep import load_spec
 from hooked_clip1d.training import TrainConfig, Trainer
 

@@ -1,6 +1,6 @@
 """The recipe study (``x8-recipe``, beyond the paper): which training recipe gives the paper's mechanism.
 
-It reads the sweep ``recipe`` (hooked_clip1d/sweeps/recipe.toml: every recipe of ``param_groups.RECIPES`` at 3
+It reads the sweep ``recipe`` (hooked_clip1d/sweeps/recipe.toml: every recipe of ``settings.RECIPES`` at 3
 seeds), runs ``analysis.mechanism.mechanism_report`` on each run's kept snapshots (cached per run) and judges each
 run's latest one with ``mechanism_checks``. ``_recipe_run_text`` formats one run once, for the notes, the table and
 the identifiability comparison.
@@ -58,7 +58,7 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
         mechanism_checks,
         run_mechanism_history,
     )
-    from hooked_clip1d.param_groups import DEFAULT_RECIPE, RECIPES
+    from hooked_clip1d.settings import DEFAULT_RECIPE, RECIPES
 
     recipes = [r for r in RECIPES if any(row["recipe"] == r for row in rows)]
     seeds = sorted({int(r["seed"]) for r in rows})

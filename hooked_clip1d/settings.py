@@ -1,0 +1,254 @@
+"""What a user sets for a run, importable without torch: the dataset, the optimiser and the named recipes.
+
+``DataConfig`` (the dataset, Sec. 2.1), ``TrainConfig`` (AdamW and the schedule, Sec. 2.2), the parameter groups a
+recipe may exempt from weight decay or freeze, and the named recipes of the recipe study (``RECIPES``). They live
+here, below the modules that use them (``data``, ``training``, ``param_groups``, which re-export them), so that
+reading a default (``hooked-clip1d train --help``, ``sweep_spec``) never imports torch or TransformerLens.
+
+Example:
+    >>> from hooked_clip1d.settings import DEFAULT_RECIPE, DataConfig, TrainConfig
+    >>> DataConfig().n_pair, TrainConfig().weight_decay, DEFAULT_RECIPE
+    (15, 0.2, 'cls-exempt-no-qk-bias-init002')
+    >>> TrainConfig(no_decay=("cls", "biases")).no_decay
+    ('biases', 'cls')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from hooked_clip1d.vocab import Vocabulary
+
+MAX_IMAGES = 1_000_000  # a DataConfig whose splits would hold more images is refused before anything is built
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Dataset settings with the paper's defaults (Sec. 2.1). Impossible settings raise ``ValueError``."""
+
+    n_labels: int = 20  # Ntot: object categories 1..Ntot
+    n_heldout: int = 5  # Nval: labels Npair+1..Ntot kept out of two-object training (unseen pairs)
+    n1: int = 5  # single-object training images per label
+    n2: int = 10  # two-object training images per ordered training pair (layout diversity)
+    n_val: int = 5  # validation images per label / ordered pair, in every validation split
+    d_image: int = 10  # Dimage, pixels per image
+    caption_mode: Literal["left", "left_right"] = "left"  # two-object captions: XLY only, or XLY and YRX
+    seed: int = 0  # seeds the generator: same seed, same dataset
+
+    def __post_init__(self) -> None:
+        def bad(field: str, why: str) -> ValueError:
+            return ValueError(f"DataConfig.{field}={getattr(self, field)!r}: {why}")
+
+        for f in ("n_labels", "n_heldout", "n1", "n2", "n_val", "d_image", "seed"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise bad(f, "must be an int")
+        for f in ("n1", "n2", "n_val"):
+            if getattr(self, f) < 1:
+                raise bad(f, "must be >= 1")
+        if self.seed < 0:
+            raise bad("seed", "must be >= 0")
+        if self.d_image < 2:
+            raise bad("d_image", "a two-object image needs at least 2 pixels")
+        if self.n_heldout < 2:
+            raise bad("n_heldout", "the unseen-pair split needs at least 2 held-out labels to form an ordered pair")
+        if self.n_pair < 2:
+            raise bad(
+                "n_labels",
+                f"n_pair = n_labels - n_heldout = {self.n_pair}, but two-object training needs n_pair >= 2",
+            )
+        if self.n1 + self.n_val > self.d_image:
+            raise bad(
+                "n1",
+                f"n1 + n_val = {self.n1 + self.n_val} distinct positions per label are needed for disjoint "
+                f"single-object train/validation images, but an image has only d_image = {self.d_image} pixels",
+            )
+        n_pos_pairs = math.comb(self.d_image, 2)
+        if self.n2 + self.n_val > n_pos_pairs:
+            raise bad(
+                "n2",
+                f"n2 + n_val = {self.n2 + self.n_val} distinct position pairs per ordered label pair are needed "
+                f"for disjoint train/seen-pair validation images, but d_image = {self.d_image} has only "
+                f"{n_pos_pairs} position pairs p1 < p2",
+            )
+        if self.n_val > n_pos_pairs:
+            raise bad("n_val", f"more than the {n_pos_pairs} position pairs that exist")
+        if self.caption_mode not in ("left", "left_right"):
+            raise bad("caption_mode", "must be 'left' or 'left_right'")
+        if self.n_images > MAX_IMAGES:
+            raise bad(
+                "n_labels",
+                f"this dataset would hold {self.n_images:,} images (more than MAX_IMAGES = {MAX_IMAGES:,}); the "
+                "paper's largest has about 10,000",
+            )
+
+    @property
+    def n_images(self) -> int:
+        """Images in all splits together (train, val_single, val_seen, val_unseen), before any is built."""
+        pairs = self.n_pair * (self.n_pair - 1)
+        return (
+            self.n_labels * (self.n1 + self.n_val)
+            + pairs * (self.n2 + self.n_val)
+            + self.n_heldout * (self.n_heldout - 1) * self.n_val
+        )
+
+    @property
+    def n_pair(self) -> int:
+        """Npair: labels 1..Npair appear in two-object training images."""
+        return self.n_labels - self.n_heldout
+
+    @property
+    def vocab(self) -> Vocabulary:
+        from hooked_clip1d.vocab import Vocabulary  # imports torch: not at module level
+
+        return Vocabulary(self.n_labels)
+
+    @property
+    def batch_size(self) -> int:
+        """The paper's batch size for this caption mode: 50 (left) or 100 (left_right)."""
+        return 50 if self.caption_mode == "left" else 100
+
+    def replace(self, **changes: Any) -> DataConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> DataConfig:
+        known = {f.name for f in dataclasses.fields(DataConfig)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown DataConfig fields {unknown}")
+        return DataConfig(**d)
+
+
+# groups that TrainConfig.no_decay may name
+NO_DECAY_GROUPS = ("cls", "embeddings", "biases", "norms", "logit_scale")
+# groups that TrainConfig.frozen may name
+FROZEN_GROUPS = ("qk_bias",)
+
+
+def check_groups(field: str, groups: Any, known: Sequence[str]) -> tuple[str, ...]:
+    """Validate a ``no_decay`` / ``frozen`` value; return it as a sorted tuple of distinct names."""
+    if isinstance(groups, str) or not isinstance(groups, list | tuple) or not all(isinstance(g, str) for g in groups):
+        raise ValueError(f"TrainConfig.{field}: must be a tuple of group names from {list(known)}, got {groups!r}")
+    unknown = sorted(set(groups) - set(known))
+    if unknown:
+        raise ValueError(f"TrainConfig.{field}: unknown groups {unknown}; choose from {list(known)}")
+    return tuple(sorted(set(groups)))
+
+
+# no_decay / frozen of a saved train config that predates the fields: AdamW(model.parameters()), biases trained
+LEGACY_TRAIN_FIELDS: dict[str, tuple[str, ...]] = {"no_decay": (), "frozen": ()}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings with the paper's defaults (Sec. 2.2)."""
+
+    lr: float = 1e-4  # AdamW learning rate
+    weight_decay: float = 0.2  # AdamW decoupled weight decay w (App. B varies it)
+    # The paper does not say which parameters get weight decay, nor whether attention has query/key biases. The
+    # defaults are the recipe that reproduces its mechanism over seeds (reproduce x8-recipe, docs/fidelity.md):
+    no_decay: tuple[str, ...] = ("cls",)  # parameter groups exempt from decay (NO_DECAY_GROUPS):
+    # the CLS row of the vision W_E, as open_clip exempts a ViT class embedding; () decays every parameter
+    frozen: tuple[str, ...] = ("qk_bias",)  # groups held at their init: "qk_bias" fixes b_Q = b_K = 0 (no query/key
+    # biases, so the CLS query comes from W_E[CLS] + W_pos[0]); () trains them
+    epochs: int = 10_000  # Nepoch
+    batch_size: int | None = None  # bs; None = 50 for caption_mode "left", 100 for "left_right"
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas (torch defaults)
+    eps: float = 1e-8  # AdamW eps (torch default)
+    seed: int = 0  # seeds weights, data order and dropout
+    eval_every: int = 100  # epochs between metric lines (and progress-bar updates)
+    checkpoint_every: int = 500  # epochs between atomic training checkpoints
+    device: str = "cpu"  # "cpu" or "cuda"
+    threads: int | None = None  # torch.set_num_threads for training; None leaves torch's default
+    keep_snapshots: bool = False  # also keep the weights of every checkpoint as snapshots/epoch_NNNNN.safetensors
+
+    def __post_init__(self) -> None:
+        def is_int(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        def is_real(v: Any) -> bool:
+            return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+        for f in ("epochs", "eval_every", "checkpoint_every"):
+            v = getattr(self, f)
+            if not is_int(v) or v < 1:
+                raise ValueError(f"TrainConfig.{f} must be a positive int, got {v!r}")
+        if self.batch_size is not None and (not is_int(self.batch_size) or self.batch_size < 2):
+            raise ValueError(f"TrainConfig.batch_size must be >= 2 for a contrastive loss, got {self.batch_size!r}")
+        if not is_real(self.lr) or not self.lr > 0:
+            raise ValueError(f"TrainConfig.lr must be a finite number > 0, got {self.lr!r}")
+        if not is_real(self.weight_decay) or self.weight_decay < 0:
+            raise ValueError(f"TrainConfig.weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        if (
+            not isinstance(self.betas, tuple | list)
+            or len(self.betas) != 2
+            or not all(is_real(b) and 0 <= b < 1 for b in self.betas)
+        ):
+            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
+        if not is_real(self.eps) or not self.eps > 0:
+            raise ValueError(f"TrainConfig.eps must be a finite number > 0, got {self.eps!r}")
+        if not is_int(self.seed) or self.seed < 0:
+            raise ValueError(f"TrainConfig.seed must be an int >= 0, got {self.seed!r}")
+        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
+            raise ValueError(f"TrainConfig.threads must be a positive int or None, got {self.threads!r}")
+        if not isinstance(self.device, str) or self.device.split(":")[0] not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"TrainConfig.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
+        if not isinstance(self.keep_snapshots, bool):
+            raise ValueError(f"TrainConfig.keep_snapshots must be True or False, got {self.keep_snapshots!r}")
+        object.__setattr__(self, "no_decay", check_groups("no_decay", self.no_decay, NO_DECAY_GROUPS))
+        object.__setattr__(self, "frozen", check_groups("frozen", self.frozen, FROZEN_GROUPS))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["betas"] = list(self.betas)
+        d["no_decay"], d["frozen"] = list(self.no_decay), list(self.frozen)
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> TrainConfig:
+        d = dict(d)
+        for k in ("betas", "no_decay", "frozen"):
+            if k in d:
+                d[k] = tuple(d[k])
+        for k, legacy in LEGACY_TRAIN_FIELDS.items():  # saved before the field existed: trained without it
+            d.setdefault(k, legacy)
+        known = {f.name for f in dataclasses.fields(TrainConfig)}
+        if set(d) - known:
+            raise ValueError(f"unknown TrainConfig fields {sorted(set(d) - known)}")
+        return TrainConfig(**d)
+
+
+# Named recipes for sweeps (grid key ``recipe``) and ``train --recipe``: each sets every field it is about, so a
+# recipe means the same thing whatever the defaults are. The candidates of the recipe study (reproduce x8-recipe);
+# the package's default (TrainConfig / EncoderConfig) is DEFAULT_RECIPE.
+RECIPES: dict[str, dict[str, Any]] = {
+    # AdamW(model.parameters(), weight_decay=0.2) at nn.Embedding's N(0, 1) init: every parameter decayed, q/k
+    # biases trained (the package's default before the recipe study; the flagship variant ...-all-decay)
+    "all-decay": {"train.no_decay": [], "train.frozen": [], "model.init_std": 1.0},
+    # open_clip's treatment of a ViT class embedding (a 1-D parameter): CLS exempt from decay
+    "cls-exempt": {"train.no_decay": ["cls"], "train.frozen": [], "model.init_std": 1.0},
+    # CLS exempt and no query/key biases (b_Q, b_K fixed at 0): the CLS query must come from W_E[CLS] + W_pos[0]
+    "cls-exempt-no-qk-bias": {"train.no_decay": ["cls"], "train.frozen": ["qk_bias"], "model.init_std": 1.0},
+    # the same at GPT-2 / CLIP's small embedding init (0.02 instead of nn.Embedding's N(0, 1)): the default
+    "cls-exempt-no-qk-bias-init002": {"train.no_decay": ["cls"], "train.frozen": ["qk_bias"], "model.init_std": 0.02},
+    # CLS exempt at the small init, q/k biases trained and decayed: does the init alone do what fixing b_Q does?
+    "cls-exempt-init002": {"train.no_decay": ["cls"], "train.frozen": [], "model.init_std": 0.02},
+    # open_clip's grouping: every 1-D parameter exempt (CLS, biases, LayerNorm, logit_scale)
+    "open-clip": {
+        "train.no_decay": ["cls", "biases", "norms", "logit_scale"],
+        "train.frozen": [],
+        "model.init_std": 1.0,
+    },
+    # minGPT's grouping: embeddings, biases and LayerNorm exempt
+    "mingpt": {"train.no_decay": ["embeddings", "biases", "norms"], "train.frozen": [], "model.init_std": 1.0},
+}
+DEFAULT_RECIPE = "cls-exempt-no-qk-bias-init002"
