@@ -34,18 +34,26 @@ RECIPE_CASES = {
 }
 
 
+WD = dict(weight_decay=2.0, lr=1e-3)  # large, so a wrongly decayed or undecayed tensor is far off
+DEFAULT_MEMBER = Member(tiny_config(), D6, _tc(seed=1, **WD))  # the all-decay member of every mixed group
+
+
+@pytest.fixture(scope="module")
+def default_single(tmp_path_factory):
+    """``Trainer``'s run of ``DEFAULT_MEMBER`` (the same in every case, so trained once)."""
+    m = DEFAULT_MEMBER
+    return Trainer(m.model_cfg, m.data_cfg, m.train_cfg, tmp_path_factory.mktemp("default")).run(progress=False)
+
+
 @pytest.mark.parametrize("case", sorted(RECIPE_CASES))
-def test_batched_members_follow_the_trainer_under_each_recipe(tmp_path, case):
+def test_batched_members_follow_the_trainer_under_each_recipe(tmp_path, case, default_single):
     """A group mixing the recipe with the default (all decayed) ends where two Trainer runs end."""
-    wd = dict(weight_decay=2.0, lr=1e-3)  # large, so a wrongly decayed or undecayed tensor is far off
-    members = [
-        Member(tiny_config(), D6, _tc(seed=0, **wd, **RECIPE_CASES[case])),
-        Member(tiny_config(), D6, _tc(seed=1, **wd)),
-    ]
-    runs = BatchedTrainer(members, tmp_path / "g", dropout_rng="matched").run(progress=False)
-    for i, m in enumerate(members):
-        single = Trainer(m.model_cfg, m.data_cfg, m.train_cfg, tmp_path / f"s{i}").run(progress=False)
-        _assert_same_model(single.model, runs[i].model, build_dataset(D6))
+    member = Member(tiny_config(), D6, _tc(seed=0, **WD, **RECIPE_CASES[case]))
+    runs = BatchedTrainer([member, DEFAULT_MEMBER], tmp_path / "g", dropout_rng="matched").run(progress=False)
+    single = Trainer(member.model_cfg, member.data_cfg, member.train_cfg, tmp_path / "s0").run(progress=False)
+    ds = build_dataset(D6)
+    _assert_same_model(single.model, runs[0].model, ds)
+    _assert_same_model(default_single.model, runs[1].model, ds)
 
 
 def test_cls_row_is_exempt_and_others_decay(tmp_path):
