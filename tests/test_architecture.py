@@ -96,17 +96,21 @@ def test_no_import_cycles():
             visit(v, [v])
 
 
-@pytest.mark.parametrize("command", [None, "train"])
-def test_the_command_line_parser_does_not_import_torch(command):
-    """--help, argument errors and `train --help` (whose defaults come from the torch-free `settings`) must not wait
-    for torch / TransformerLens (timed in benchmarks/bench_cli.py)."""
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import hooked_clip1d.cli as c; c.build_parser(None)",  # --help, argument errors
+        "import hooked_clip1d.cli as c; c.build_parser('train')",  # train --help: its defaults come from settings
+        "from hooked_clip1d import DataConfig, TrainConfig, settings; DataConfig(); TrainConfig(); settings.RECIPES",
+    ],
+)
+def test_help_and_settings_do_not_import_torch(code):
+    """--help, argument errors, `train --help` and the settings must not wait for torch / TransformerLens (timed in
+    benchmarks/bench_cli.py)."""
     import subprocess
     import sys
 
-    code = (
-        f"import sys; import hooked_clip1d.cli as c; c.build_parser({command!r}); "
-        "print(sorted(m for m in ('torch', 'transformer_lens', 'numpy') if m in sys.modules))"
-    )
+    code = f"import sys; {code}; print(sorted(m for m in ('torch', 'transformer_lens', 'numpy') if m in sys.modules))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"
 
