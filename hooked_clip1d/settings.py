@@ -2,8 +2,9 @@
 
 ``DataConfig`` (the dataset, Sec. 2.1), ``TrainConfig`` (AdamW and the schedule, Sec. 2.2), the parameter groups a
 recipe may exempt from weight decay or freeze, and the named recipes of the recipe study (``RECIPES``). They live
-here, below the modules that use them (``data``, ``training``, ``param_groups``, which re-export them), so that
-reading a default (``hooked-clip1d train --help``, ``sweep_spec``) never imports torch or TransformerLens.
+here, below the modules that use them (``data`` and ``training`` re-export ``DataConfig`` and ``TrainConfig``;
+``param_groups`` turns the group names into weight-decay masks), so that reading a default
+(``hooked-clip1d train --help``, ``sweep_spec``) never imports torch or TransformerLens.
 
 Example:
     >>> from hooked_clip1d.settings import DEFAULT_RECIPE, DataConfig, TrainConfig

@@ -126,7 +126,7 @@ def make_optimizer(model: CLIP1D, cfg: TrainConfig) -> torch.optim.AdamW:
 
 def comparable_train_config(d: dict[str, Any]) -> dict[str, Any]:
     """A saved ``train_config`` dict with fields added since filled in (defaults, or for ``no_decay`` / ``frozen``
-    the recipe runs saved before them were trained with: ``LEGACY_TRAIN_FIELDS``) and the execution settings
+    the recipe runs saved before them were trained with: ``settings.LEGACY_TRAIN_FIELDS``) and the execution settings
     (``eval_every``, ``checkpoint_every``, ``threads``, ``device``, ``keep_snapshots``) removed: two runs whose
     dicts compare equal here trained the same way.
 
