@@ -14,7 +14,8 @@
 #     hooked-clip1d reproduce fig3 --no-sweeps && hooked-clip1d results-page
 #
 # The package is not installed there: it runs from this checkout (PYTHONPATH), with the machine's own torch, and
-# with any wheels carried in .whl/ (the device README says how; the first call prints a module it cannot import).
+# with the wheels carried in .whl/: run `bash benchmarks/gpu_wheels.sh` here first (no device time), then name .whl
+# in every call's `carry` (a call prints the first module it cannot import and exits 3).
 set -uo pipefail
 MODE=${1:-480}
 OUT=${OUT:?set OUT to the folder whose files come back (the device tool sets it)}
