@@ -27,9 +27,11 @@ def test_default_model_is_listed():
     assert DEFAULT in list_pretrained()
 
 
-def test_unknown_name_lists_known_ones():
+def test_unknown_name_lists_known_ones(tmp_path):
     with pytest.raises(KeyError, match=DEFAULT):
         load_model("no-such-model")
+    with pytest.raises(KeyError, match="is a path: load a model file or run directory with resolve_model"):
+        load_model(str(tmp_path))  # a run directory given where a shipped name is expected
 
 
 def test_shipped_model_loads_in_eval_mode_with_manifest(shipped):

@@ -48,7 +48,10 @@ def manifest(name: str) -> dict[str, Any]:
     """The manifest of a shipped model (see the module docstring)."""
     known = list_pretrained()
     if name not in known:
-        raise KeyError(f"unknown pretrained model {name!r}; known models: {known}")
+        hint = ""
+        if Path(name).exists() or str(name).endswith(".safetensors"):  # a path, not a name
+            hint = f"; {name!r} is a path: load a model file or run directory with resolve_model({name!r})"
+        raise KeyError(f"unknown pretrained model {name!r}{hint}; known models: {known}")
     path = WEIGHTS_DIR / f"{name}.json"
     try:
         d = json.loads(path.read_text())
