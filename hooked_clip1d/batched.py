@@ -52,7 +52,7 @@ from tqdm.auto import tqdm
 from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
 from hooked_clip1d.group_io import GroupFiles
-from hooked_clip1d.param_groups import decay_mask, is_frozen
+from hooked_clip1d.param_groups import decay_mask, frozen_mask
 from hooked_clip1d.rundir import RunLock, check_run_dir, clean_stale_tmp
 from hooked_clip1d.stacked import SHAPE_FIELDS, DropoutRNG, StackedCLIP, check_supported, refuse_unknown
 from hooked_clip1d.stacked_adamw import StackedAdamW
@@ -318,12 +318,12 @@ class BatchedTrainer(GroupFiles):
             for mb, model in zip(self.members, models, strict=True):
                 shape = model.state_dict()[name].shape
                 tc = mb.train_cfg
-                frozen = is_frozen(name, tc.frozen)
-                mask = 0.0 if frozen else decay_mask(name, model.cfg, tc.no_decay)
+                fm = frozen_mask(name, model.cfg, tc.frozen)
+                mask = 0.0 if isinstance(fm, float) else decay_mask(name, model.cfg, tc.no_decay)
                 any_d |= mask is not None
-                any_g |= frozen
+                any_g |= fm is not None
                 dm.append(torch.ones(shape) if mask is None else torch.as_tensor(mask).expand(shape).clone())
-                gm.append(torch.full(shape, 0.0 if frozen else 1.0))
+                gm.append(torch.ones(shape) if fm is None else torch.as_tensor(fm).expand(shape).clone())
             decay.append(self.model.stack(name, dm).to(p.dtype) if any_d else None)
             grad.append(self.model.stack(name, gm).to(p.dtype) if any_g else None)
         return decay, grad

@@ -60,7 +60,7 @@ def add_train_parser(sub: Any) -> argparse.ArgumentParser:
         help="parameter groups exempt from weight decay: cls, embeddings, biases, norms, logit_scale ('' = none)",
     )
     g.add_argument(
-        "--frozen", default=None, metavar="G,...", help="parameter groups held at their init: qk_bias ('' = none)"
+        "--frozen", default=None, metavar="G,...", help="parameter groups held at 0: qk_bias, cls_pos ('' = none)"
     )
     g.add_argument("--eval-every", type=int, default=tc.eval_every, help="epochs between metric lines")
     g.add_argument("--checkpoint-every", type=int, default=tc.checkpoint_every, help="epochs between checkpoints")

@@ -9,9 +9,13 @@ How CLS is represented matters only through these groups. Our CLS token is the r
 token embedding; open_clip's separate ``class_embedding`` parameter is the same function with the same gradient
 (CLS only ever sits at position 0), so "CLS as its own parameter" is ``no_decay=("cls",)`` here, plus its init.
 
-``TrainConfig.no_decay`` names groups exempt from decay, ``TrainConfig.frozen`` groups held at their initial value
-(``"qk_bias"``: ``b_Q`` and ``b_K`` start at 0, so frozen they are absent). Both trainers (``training.Trainer``
-and the batched engine) read the same masks from ``decay_mask`` / ``is_frozen``. The group names
+A CLS token without a positional embedding (CLS prepended after the positions are added, as some ViT codebases do)
+is the other representation: ``frozen=("cls_pos",)`` holds the vision ``W_pos[0]`` at 0, so on the CLS row the
+paper's P terms (PE, PP) vanish and its query is ``W_E[CLS] W_Q (+ b_Q)`` alone.
+
+``TrainConfig.no_decay`` names groups exempt from decay, ``TrainConfig.frozen`` groups set to 0 and held there, i.e.
+absent (``"qk_bias"``: ``b_Q`` and ``b_K``, which start at 0; ``"cls_pos"``: the vision ``W_pos[0]``). Both trainers
+(``training.Trainer`` and the batched engine) read the same masks from ``decay_mask`` / ``frozen_mask``. The group names
 (``NO_DECAY_GROUPS``, ``FROZEN_GROUPS``) and the named recipes (``RECIPES``, ``DEFAULT_RECIPE``) are in
 ``settings``, beside ``TrainConfig``, where they can be read without torch.
 
@@ -24,8 +28,10 @@ Example:
     0.0
     >>> decay_mask("vision.blocks.0.attn.W_Q", cfg, ("biases",)) is None  # decayed as usual
     True
-    >>> is_frozen("text.blocks.0.attn.b_K", ("qk_bias",))
-    True
+    >>> frozen_mask("text.blocks.0.attn.b_K", cfg, ("qk_bias",))
+    0.0
+    >>> frozen_mask("vision.pos_embed.W_pos", cfg, ("cls_pos",))[:2, 0].tolist()  # position 0 (CLS) held at 0
+    [0.0, 1.0]
 """
 
 from __future__ import annotations
@@ -66,9 +72,25 @@ def decay_mask(name: str, cfg: CLIPConfig, no_decay: Sequence[str]) -> torch.Ten
     return None
 
 
-def is_frozen(name: str, frozen: Sequence[str]) -> bool:
-    """True when ``CLIP1D`` parameter ``name`` is held at its initial value (never updated, never decayed)."""
-    return "qk_bias" in frozen and _leaf(name) in ("b_Q", "b_K")
+def frozen_mask(name: str, cfg: CLIPConfig, frozen: Sequence[str]) -> torch.Tensor | float | None:
+    """Which entries of ``CLIP1D`` parameter ``name`` the ``frozen`` groups set to 0 and hold there.
+
+    None: trained as usual; 0.0: the whole parameter is held at 0 (never moved, never decayed); a 0/1 tensor of the
+    parameter's shape: trained where 1 (``"cls_pos"`` holds one row of the vision ``W_pos``).
+    """
+    groups = set(frozen)
+    if "qk_bias" in groups and _leaf(name) in ("b_Q", "b_K"):
+        return 0.0
+    if "cls_pos" in groups and name == "vision.pos_embed.W_pos":
+        mask = torch.ones(cfg.vision.n_ctx, cfg.vision.d_model)
+        mask[0] = 0.0  # CLS sits at position 0
+        return mask
+    if "cls_pos" in groups and name == "vision.embed.W_E" and cfg.vision.positional != "learned":
+        raise ValueError(
+            f"TrainConfig.frozen 'cls_pos' holds the vision W_pos[0] at 0, but this model's vision tower has "
+            f"positional={cfg.vision.positional!r} (no W_pos)"
+        )
+    return None
 
 
 def masks_needed(no_decay: Sequence[str], frozen: Sequence[str]) -> bool:

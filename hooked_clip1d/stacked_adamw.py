@@ -45,6 +45,10 @@ class StackedAdamW:
         if len(self.decay_masks) != len(self.params) or len(self.grad_masks) != len(self.params):
             raise ValueError("StackedAdamW needs one decay mask and one gradient mask (or None) per parameter")
         self.masked = any(m is not None for m in [*self.decay_masks, *self.grad_masks])
+        with torch.no_grad():
+            for p, gm in zip(self.params, self.grad_masks, strict=True):
+                if gm is not None:
+                    p.mul_(gm)  # frozen entries are 0 (and stay there)
         self.lr, self.wd = [float(v) for v in lr], [float(v) for v in weight_decay]
         if not self.params or len(self.lr) != self.params[0].shape[0] or len(self.wd) != len(self.lr):
             raise ValueError("StackedAdamW needs one lr and one weight_decay per member (leading axis)")

@@ -44,7 +44,7 @@ from hooked_clip1d.checkpoint import (
 from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
-from hooked_clip1d.param_groups import decay_mask, is_frozen, masks_needed
+from hooked_clip1d.param_groups import decay_mask, frozen_mask, masks_needed
 from hooked_clip1d.rundir import (
     RunLock,
     check_run_dir,
@@ -69,33 +69,45 @@ class TrainRun:
 
 
 class MaskedAdamW(torch.optim.AdamW):
-    """AdamW whose decoupled weight decay follows ``TrainConfig.no_decay`` and which never moves ``frozen`` groups.
+    """AdamW whose decoupled weight decay follows ``TrainConfig.no_decay`` and which holds ``frozen`` groups at 0.
 
     torch's AdamW multiplies each parameter by ``1 - lr * wd`` and then takes the Adam step; this does the same
     multiplication itself, per element (``param_groups.decay_mask``), and runs the kernel with ``weight_decay=0``.
-    Frozen parameters get no gradient (``grad = None``), so they keep their initial value and have no Adam state.
+    Frozen entries (``param_groups.frozen_mask``) are set to 0 here and get no gradient: a wholly frozen parameter
+    has ``grad = None`` (no Adam state), a partly frozen one a gradient that is 0 there (zero Adam moments, so it
+    never moves).
 
     Example:
         >>> from hooked_clip1d.clip import CLIP1D, CLIPConfig
         >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, d_model=8, d_head=4), seed=0)
-        >>> opt = MaskedAdamW(m, TrainConfig(frozen=("qk_bias",)))
+        >>> opt = MaskedAdamW(m, TrainConfig(frozen=("qk_bias", "cls_pos")))
         >>> m.loss(m.vision.to_tokens(["C 1 . . . . . . . . .", "C 2 . . . . . . . . ."]),
         ...        m.text.to_tokens(["1 is in the image", "2 is in the image"])).backward()
         >>> opt.step()
-        >>> bool(m.vision.blocks[0].attn.b_Q.abs().max() == 0)
-        True
+        >>> bool(m.vision.blocks[0].attn.b_Q.abs().max() == 0), bool(m.vision.W_pos[0].abs().max() == 0)
+        (True, True)
     """
 
     def __init__(self, model: CLIP1D, cfg: TrainConfig):
         names, params = zip(*model.named_parameters(), strict=True)
         super().__init__(list(params), lr=cfg.lr, weight_decay=0.0, betas=cfg.betas, eps=cfg.eps, fused=True)
         self.weight_decay = cfg.weight_decay
-        self._frozen = [p for n, p in zip(names, params, strict=True) if is_frozen(n, cfg.frozen)]
+        self._frozen: list[torch.Tensor] = []  # held at 0 whole
+        self._grad_masks: list[tuple[torch.Tensor, torch.Tensor]] = []  # (parameter, trained where 1)
         # (parameter, its decay mask: None = decayed everywhere, a tensor = decayed where 1); exempt ones left out
         self._decayed: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         for n, p in zip(names, params, strict=True):
+            fm = frozen_mask(n, model.cfg, cfg.frozen)
+            if fm is not None:
+                fm = fm if isinstance(fm, float) else fm.to(p.device, p.dtype)
+                with torch.no_grad():
+                    p.mul_(fm)  # frozen entries are 0
+                if isinstance(fm, float):
+                    self._frozen.append(p)
+                    continue
+                self._grad_masks.append((p, fm))
             mask = decay_mask(n, model.cfg, cfg.no_decay)
-            if is_frozen(n, cfg.frozen) or isinstance(mask, float):
+            if isinstance(mask, float):
                 continue
             self._decayed.append((p, None if mask is None else mask.to(p.device, p.dtype)))
 
@@ -103,6 +115,9 @@ class MaskedAdamW(torch.optim.AdamW):
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
         for p in self._frozen:
             p.grad = None
+        for p, mask in self._grad_masks:
+            if p.grad is not None:
+                p.grad.mul_(mask)
         lr = self.param_groups[0]["lr"]
         for p, mask in self._decayed:
             if p.grad is None:  # torch's AdamW neither decays nor moves a parameter without a gradient

@@ -154,3 +154,28 @@ def test_masked_step_equals_torch_adamw_when_nothing_is_exempt():
         if k.endswith("b_K"):  # zero gradient up to rounding noise, which Adam scales up (see test_batched)
             continue
         torch.testing.assert_close(vb, va, atol=1e-6, rtol=1e-5, msg=k)
+
+
+def test_frozen_cls_pos_is_zero_and_held_in_both_engines(tmp_path):
+    """``frozen=("cls_pos",)``: the vision W_pos[0] is set to 0 and stays there; the other rows train; the batched
+    engine (in a group with an all-decay member) ends where Trainer ends."""
+    tc = _tc(seed=0, frozen=("cls_pos",), **WD)
+    member = Member(tiny_config(), D6, tc)
+    start = Trainer(member.model_cfg, D6, tc, tmp_path / "init").model.vision.W_pos.detach().clone()
+    assert start[0].abs().max() == 0 and start[1:].abs().min() > 0  # zeroed when the optimizer is built
+    single = Trainer(member.model_cfg, D6, tc, tmp_path / "s").run(progress=False).model
+    runs = BatchedTrainer([member, DEFAULT_MEMBER], tmp_path / "g", dropout_rng="matched").run(progress=False)
+    for m in (single, runs[0].model):
+        assert m.vision.W_pos[0].abs().max() == 0
+        assert (m.vision.W_pos[1:] - start[1:]).abs().max() > 1e-3
+        assert m.text.W_pos[0].abs().max() > 0  # text position 0 is a caption word, not CLS
+    _assert_same_model(single, runs[0].model, build_dataset(D6))
+
+
+def test_frozen_cls_pos_needs_learned_positions():
+    from hooked_clip1d.clip import CLIP1D
+    from hooked_clip1d.training import MaskedAdamW
+
+    model = CLIP1D(tiny_config(vision_overrides={"positional": "rope"}), seed=0)
+    with pytest.raises(ValueError, match="'cls_pos'.*positional='rope'"):
+        MaskedAdamW(model, TrainConfig(frozen=("cls_pos",)))
