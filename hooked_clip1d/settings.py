@@ -248,6 +248,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     # embedding (prepended after the positions are added): CLS then shares no parameter with position 0, so nothing
     # needs exempting (added after the five above; docs/fidelity.md states its hypothesis)
     "cls-nopos-init002": {"train.no_decay": [], "train.frozen": ["cls_pos"], "model.init_std": 0.02},
+    # the same at nn.Embedding's N(0, 1) init, where the CLS query starts in W_E[CLS] rather than b_Q
+    "cls-nopos": {"train.no_decay": [], "train.frozen": ["cls_pos"], "model.init_std": 1.0},
     # open_clip's grouping: every 1-D parameter exempt (CLS, biases, LayerNorm, logit_scale)
     "open-clip": {
         "train.no_decay": ["cls", "biases", "norms", "logit_scale"],
