@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,10 +51,17 @@ import torch
 from tqdm.auto import tqdm
 
 from hooked_clip1d.clip import CLIP1D, CLIPConfig
-from hooked_clip1d.data import DataConfig, Dataset, build_dataset
+from hooked_clip1d.data import DataConfig, Dataset, EpochPermutations, build_dataset
 from hooked_clip1d.group_io import GroupFiles
 from hooked_clip1d.param_groups import decay_mask, frozen_mask
-from hooked_clip1d.rundir import RunLock, check_run_dir, clean_stale_tmp
+from hooked_clip1d.rundir import (
+    RunLock,
+    TrainingInterrupted,
+    check_run_dir,
+    clean_stale_tmp,
+    stop_on_signal,
+    stop_requested,
+)
 from hooked_clip1d.stacked import SHAPE_FIELDS, DropoutRNG, StackedCLIP, check_supported, refuse_unknown
 from hooked_clip1d.stacked_adamw import StackedAdamW
 from hooked_clip1d.training import TrainConfig, TrainRun
@@ -102,41 +110,6 @@ class Member:
     train_cfg: TrainConfig
     name: str | None = None  # sub-directory of the group's out_dir (default: "member{index}")
     init_model: CLIP1D | None = None  # start from these weights instead of CLIP1D(model_cfg, seed)
-
-
-class _Stream:
-    """A member's per-epoch data permutations, drawn from its generator exactly as ``Trainer.run`` draws them."""
-
-    def __init__(self, m: int, bs: int, seed: int):
-        self.m, self.bs = m, bs
-        self.spe = -(-m // bs)  # steps per epoch (the last batch may be short)
-        self.gen = torch.Generator().manual_seed(seed)
-        self.next_epoch = 0  # the next epoch whose permutation gen will draw
-        self.states: dict[int, torch.Tensor] = {}  # epoch -> gen state before drawing its permutation
-        self.perms: dict[int, torch.Tensor] = {}
-
-    def perm(self, epoch: int) -> torch.Tensor:
-        while self.next_epoch <= epoch:
-            self.states[self.next_epoch] = self.gen.get_state()
-            self.perms[self.next_epoch] = torch.randperm(self.m, generator=self.gen)
-            self.next_epoch += 1
-        return self.perms[epoch]
-
-    def state_before(self, epoch: int) -> torch.Tensor:
-        """Generator state before epoch ``epoch``'s permutation (``Trainer``'s ``rng.data`` after epoch-1)."""
-        if epoch == self.next_epoch:
-            return self.gen.get_state()
-        return self.states[epoch]
-
-    def restore(self, epoch: int, state: torch.Tensor) -> None:
-        self.gen.set_state(state)
-        self.next_epoch = epoch
-        self.states, self.perms = {}, {}
-
-    def forget_before(self, epoch: int) -> None:
-        for e in [e for e in self.perms if e < epoch]:
-            del self.perms[e]
-            self.states.pop(e, None)
 
 
 class BatchedTrainer(GroupFiles):
@@ -211,7 +184,9 @@ class BatchedTrainer(GroupFiles):
         # data: every member's training pairs in one padded tensor per tower, remapped to the padded vocabulary
         self.datasets: list[Dataset] = [build_dataset(m.data_cfg) for m in members]
         pairs = [ds.training_pairs() for ds in self.datasets]
-        self.streams = [_Stream(len(im), self.bs, m.train_cfg.seed) for (im, _), m in zip(pairs, members, strict=True)]
+        self.streams = [
+            EpochPermutations(len(im), self.bs, m.train_cfg.seed) for (im, _), m in zip(pairs, members, strict=True)
+        ]
         self.total_steps = [m.train_cfg.epochs * s.spe for m, s in zip(members, self.streams, strict=True)]
 
         self._caller_rng = torch.get_rng_state()  # restored at the end of __init__ (and around run)
@@ -436,12 +411,21 @@ class BatchedTrainer(GroupFiles):
         checkpoint and stop); return the finished members' ``TrainRun``s in member order.
 
         One progress bar for the whole group (``desc``, on line ``position`` when several groups share a terminal),
-        in global steps (the longest member's count)."""
+        in global steps (the longest member's count). SIGTERM or SIGINT stops it like the deadline, then raises
+        ``TrainingInterrupted`` (``rundir.stop_on_signal``)."""
         for lock in self.locks:
             if not lock.held:
                 lock.acquire()
         try:
-            return self._run(progress, max_steps, chunk_steps, desc, position, deadline)
+            with stop_on_signal():
+                runs = self._run(progress, max_steps, chunk_steps, desc, position, deadline)
+                if (sig := stop_requested()) and self.active:
+                    raise TrainingInterrupted(
+                        f"group stopped by {signal.Signals(sig).name} at step {self.step}/{max(self.total_steps)}; "
+                        f"its checkpoint in {str(self.out_dir)!r} is saved: resume it (resume=True; rerun the sweep)",
+                        sig,
+                    )
+                return runs
         finally:
             self.release_locks()
 
@@ -504,11 +488,11 @@ class BatchedTrainer(GroupFiles):
                         self._events()
                         if self.active:
                             bar.set_postfix(active=len(self.active), refresh=False)
-                    if deadline is not None and time.time() >= deadline:
+                    if (deadline is not None and time.time() >= deadline) or stop_requested():
                         break
             self.elapsed = time.perf_counter() - t0
             if self.active and self.step % self.group_checkpoint_every:
-                self.save_group_checkpoint()  # stopped early (max_steps): make it resumable from here
+                self.save_group_checkpoint()  # stopped early (max_steps, deadline, signal): resumable from here
         finally:
             bar.close()
             torch.set_num_threads(old_threads)

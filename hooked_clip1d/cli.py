@@ -362,10 +362,13 @@ def main(argv: list[str] | None = None) -> int:
     command = next((x for x in args if not x.startswith("-")), None)
     parser = build_parser(command)
     a = parser.parse_args(args)
-    from hooked_clip1d.rundir import RunDirBusy
+    from hooked_clip1d.rundir import RunDirBusy, TrainingInterrupted
 
     try:
         return a.func(a)
+    except TrainingInterrupted as e:  # SIGTERM / Ctrl-C: the training checkpointed and stopped
+        print(f"hooked-clip1d {a.command}: {e}", file=sys.stderr)
+        return 128 + e.signum
     except BrokenPipeError:  # e.g. `hooked-clip1d list | head`: the reader left; not an error of ours
         try:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (python would flush the dead pipe again at exit)

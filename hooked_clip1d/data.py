@@ -161,3 +161,45 @@ def build_dataset(cfg: DataConfig) -> Dataset:
         captions=torch.tensor(caption_table, dtype=torch.long),
         splits={s: to_split(s) for s in SPLITS},
     )
+
+
+class EpochPermutations:
+    """A run's per-epoch data order: ``torch.randperm(m)`` from a generator seeded with the training seed, drawn
+    exactly as ``training.Trainer`` draws it (the batched engine keeps one per member; ``spe``: steps per epoch).
+
+    Example:
+        >>> order = EpochPermutations(m=10, bs=4, seed=0)
+        >>> order.spe, sorted(order.perm(1).tolist()) == list(range(10))
+        (3, True)
+    """
+
+    def __init__(self, m: int, bs: int, seed: int):
+        self.m, self.bs = m, bs
+        self.spe = -(-m // bs)  # steps per epoch (the last batch may be short)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.next_epoch = 0  # the next epoch whose permutation gen will draw
+        self.states: dict[int, torch.Tensor] = {}  # epoch -> gen state before drawing its permutation
+        self.perms: dict[int, torch.Tensor] = {}
+
+    def perm(self, epoch: int) -> torch.Tensor:
+        while self.next_epoch <= epoch:
+            self.states[self.next_epoch] = self.gen.get_state()
+            self.perms[self.next_epoch] = torch.randperm(self.m, generator=self.gen)
+            self.next_epoch += 1
+        return self.perms[epoch]
+
+    def state_before(self, epoch: int) -> torch.Tensor:
+        """Generator state before epoch ``epoch``'s permutation (``Trainer``'s ``rng.data`` after epoch-1)."""
+        if epoch == self.next_epoch:
+            return self.gen.get_state()
+        return self.states[epoch]
+
+    def restore(self, epoch: int, state: torch.Tensor) -> None:
+        self.gen.set_state(state)
+        self.next_epoch = epoch
+        self.states, self.perms = {}, {}
+
+    def forget_before(self, epoch: int) -> None:
+        for e in [e for e in self.perms if e < epoch]:
+            del self.perms[e]
+            self.states.pop(e, None)

@@ -7,6 +7,8 @@ notice on stderr. ``check_run_dir`` refuses a non-empty folder that is not a run
 written. ``atomic_write`` / ``atomic_write_text`` write a file through a temp file and a rename (every file the
 package writes goes through them), ``clean_stale_tmp`` removes temp files of interrupted atomic writes, and
 ``read_metrics`` reads ``metrics.jsonl`` and drops a last line cut short by a crash (with a notice).
+``stop_on_signal`` turns SIGTERM and Ctrl-C into a request (``stop_requested``) that the trainers honour at their
+next safe point: they checkpoint, release their locks and raise ``TrainingInterrupted``.
 
 The files of a run directory are written here too, for the single-model and the batched trainer alike:
 ``write_config`` (``config.json``: the configs and ``provenance``), ``append_metrics`` / ``drop_metrics_after``
@@ -26,14 +28,18 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +90,81 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
+
+
+class TrainingInterrupted(RuntimeError):
+    """Training stopped on SIGTERM or SIGINT after saving its checkpoint; resuming continues it bit for bit.
+
+    ``signum`` is the signal (``str(e)`` names it, the epoch or step, and the checkpoint)."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message, signum)  # both in args: a worker process's exception pickles back whole
+        self.signum = signum
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+_stop: list[int] = []  # the signal that asked the training running in this process to stop
+_stop_depth = [0]  # nested stop_on_signal blocks (a sweep's group inside a sweep): the outermost owns the handlers
+
+
+def stop_requested() -> int | None:
+    """The signal (SIGTERM, SIGINT) received inside a ``stop_on_signal`` block, or None: training polls it at its
+    safe points (the end of an epoch, a chunk of steps), checkpoints and raises ``TrainingInterrupted``."""
+    return _stop[0] if _stop else None
+
+
+@contextlib.contextmanager
+def stop_on_signal(forward: Callable[[int], None] | None = None) -> Iterator[None]:
+    """Within the block, SIGTERM and SIGINT ask the training to stop at its next safe point instead of killing it.
+
+    A process killed mid-run loses everything since its last checkpoint; inside this block the first SIGTERM or
+    SIGINT is recorded (``stop_requested``) and passed to ``forward`` (a sweep sends it on to its worker
+    processes); the trainer then saves a checkpoint and raises ``TrainingInterrupted``. A second SIGINT (Ctrl-C
+    twice) acts as usual (``KeyboardInterrupt``); further SIGTERMs are ignored (SIGKILL still kills). Signals this
+    process ignores (a sweep's workers ignore SIGINT) stay ignored. Outside the main thread the block does nothing.
+
+    Example:
+        >>> import os, signal
+        >>> with stop_on_signal():
+        ...     os.kill(os.getpid(), signal.SIGTERM)  # recorded, not fatal
+        ...     stop_requested() == signal.SIGTERM
+        True
+        >>> stop_requested() is None  # cleared when the block ends
+        True
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old: dict[int, Any] = {}
+    if _stop_depth[0] == 0:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            prev = signal.getsignal(sig)
+            if prev is signal.SIG_IGN:
+                continue
+
+            def handler(signum: int, frame: Any, prev: Any = prev) -> None:
+                if _stop:
+                    if signum == signal.SIGINT:  # a second Ctrl-C: as without this block
+                        signal.signal(signum, prev)
+                        raise KeyboardInterrupt
+                    return
+                _stop.append(signum)
+                if forward is not None:
+                    forward(signum)
+
+            old[sig] = prev
+            signal.signal(sig, handler)
+    _stop_depth[0] += 1
+    try:
+        yield
+    finally:
+        _stop_depth[0] -= 1
+        for sig, prev in old.items():
+            signal.signal(sig, prev)
+        if _stop_depth[0] == 0:
+            _stop.clear()
 
 
 class RunLock:

@@ -44,14 +44,17 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import functools
 import hashlib
 import io
 import json
+import multiprocessing
 import os
 import shutil
+import signal
 import time
 import tomllib
 from collections.abc import Sequence
@@ -62,7 +65,7 @@ from typing import Any
 from hooked_clip1d.batched import BatchedTrainer, Member, group_key
 from hooked_clip1d.clip import CLIPConfig
 from hooked_clip1d.data import SPLITS, DataConfig
-from hooked_clip1d.rundir import RunLock, atomic_write_text
+from hooked_clip1d.rundir import RunLock, TrainingInterrupted, atomic_write_text, stop_on_signal
 from hooked_clip1d.sweep_spec import RunSpec, SweepSpec, load_spec
 
 __all__ = ["RunSpec", "SweepSpec", "load_spec", "plan_groups", "run_sweep", "results_table", "progress_table"]
@@ -167,8 +170,13 @@ class _GroupTask:
     deadline: float | None = None  # time.time() after which the group checkpoints and stops
 
 
+_interrupted: list[int] = []  # a worker process whose group a signal stopped starts no other group
+
+
 def _run_group(task: _GroupTask) -> list[str]:
     """Train one group (resuming when possible); returns the run names it finished."""
+    if _interrupted:
+        raise TrainingInterrupted(f"group {task.name} not started: the sweep was stopped by a signal", _interrupted[0])
     gdir = Path(task.group_dir)
     run_dirs = [Path(d) for d in task.run_dirs]
     if all((d / "summary.json").exists() for d in run_dirs):
@@ -200,9 +208,13 @@ def _run_group(task: _GroupTask) -> list[str]:
         if gdir.exists():
             shutil.rmtree(gdir)
     trainer = BatchedTrainer(members, gdir, resume=resume, member_dirs=run_dirs, **kw)
-    trainer.run(
-        progress=task.progress, max_steps=task.max_steps, desc=task.name, position=task.position, deadline=task.deadline
-    )
+    try:
+        trainer.run(progress=task.progress, max_steps=task.max_steps, desc=task.name, position=task.position,
+                    deadline=task.deadline)  # fmt: skip
+    except TrainingInterrupted as e:
+        if multiprocessing.parent_process() is not None:  # a worker of this sweep's pool (not the sweep process)
+            _interrupted.append(e.signum)
+        raise
     return [r.name for r in task.runs if (Path(task.run_dirs[task.runs.index(r)]) / "summary.json").exists()]
 
 
@@ -213,6 +225,7 @@ def _worker_init(threads: int) -> None:  # module-level so spawned workers can i
     import torch
 
     torch.set_num_threads(threads)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the sweep process, which stops the workers
     parent = os.getppid()
 
     def watch() -> None:  # a worker whose sweep process died stops too (else it trains on, orphaned)
@@ -539,7 +552,6 @@ def _run_sweep_locked(
             )
         )
     if runner == "local" and workers > 1 and len(tasks) > 1:
-        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         n = min(workers, len(tasks))
@@ -547,8 +559,19 @@ def _run_sweep_locked(
         # spawn: a fresh interpreter per worker (forking a process that already ran torch threads can hang)
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init, initargs=(share,)) as pool:
-            for _ in pool.map(_run_group, tasks):  # re-raises a worker's error here
-                pass
+
+            def forward(signum: int) -> None:  # SIGTERM / SIGINT here: every worker checkpoints its group and stops
+                for p in list(getattr(pool, "_processes", None) or {}):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p, signal.SIGTERM)
+
+            with stop_on_signal(forward):
+                try:
+                    for _ in pool.map(_run_group, tasks):  # re-raises a worker's error (or TrainingInterrupted) here
+                        pass
+                except BaseException:
+                    pool.shutdown(cancel_futures=True)  # groups not yet started stay as they are
+                    raise
     elif runner == "local":
         for t in tasks:
             _run_group(t)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import json
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -47,9 +48,12 @@ from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.param_groups import decay_mask, frozen_mask, masks_needed
 from hooked_clip1d.rundir import (
     RunLock,
+    TrainingInterrupted,
     check_run_dir,
     clean_stale_tmp,
     drop_metrics_after,
+    stop_on_signal,
+    stop_requested,
     write_config,
     write_summary,
 )
@@ -270,7 +274,9 @@ class Trainer:
         }
 
     def save_checkpoint(self) -> None:
-        if self.cfg.keep_snapshots:
+        """Write the checkpoint (and, at a ``checkpoint_every`` epoch or the last, the kept snapshot)."""
+        on_schedule = self.epoch % self.cfg.checkpoint_every == 0 or self.epoch == self.cfg.epochs
+        if self.cfg.keep_snapshots and on_schedule:  # not at a signal's stop: snapshots keep their schedule
             save_snapshot(self.model, self.out_dir, self.epoch, self.data_cfg)
         tensors = {**model_tensors(self.model), **_optimizer_tensors(self.opt)}
         tensors["rng.torch"] = torch.get_rng_state()
@@ -317,11 +323,15 @@ class Trainer:
             self.model.train()
 
     def run(self, progress: bool = True) -> TrainRun:
-        """Train to ``epochs`` (from where a resumed run stopped); the run directory stays locked meanwhile."""
+        """Train to ``epochs`` (from where a resumed run stopped); the run directory stays locked meanwhile.
+
+        SIGTERM or SIGINT (Ctrl-C) stops it at the end of the epoch, after a checkpoint: ``TrainingInterrupted``
+        (``rundir.stop_on_signal``); ``resume=True`` continues bit for bit."""
         if not self.lock.held:
             self.lock.acquire()
         try:
-            return self._run(progress)
+            with stop_on_signal():
+                return self._run(progress)
         finally:
             self.lock.release()
 
@@ -379,9 +389,17 @@ class Trainer:
                     bar.set_postfix(
                         loss=f"{line['loss']:.3f}", unseen=f"{metrics['val_unseen']['acc']:.2f}", refresh=False
                     )
-                if self.epoch % cfg.checkpoint_every == 0 or last:
+                sig = None if last else stop_requested()  # SIGTERM / SIGINT: checkpoint here and stop
+                if self.epoch % cfg.checkpoint_every == 0 or last or sig:
                     self.elapsed = time.perf_counter() - t0
                     self.save_checkpoint()
+                if sig:
+                    raise TrainingInterrupted(
+                        f"training stopped by {signal.Signals(sig).name} at epoch {self.epoch}/{cfg.epochs}; its "
+                        f"checkpoint {str(self.ckpt_path)!r} is saved: resume the run (train --resume, "
+                        "train(..., resume=True))",
+                        sig,
+                    )
         finally:
             bar.close()
             torch.set_num_threads(old_threads)
