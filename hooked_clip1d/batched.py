@@ -422,7 +422,8 @@ class BatchedTrainer(GroupFiles):
                 if (sig := stop_requested()) and self.active:
                     raise TrainingInterrupted(
                         f"group stopped by {signal.Signals(sig).name} at step {self.step}/{max(self.total_steps)}; "
-                        f"its checkpoint in {str(self.out_dir)!r} is saved: resume it (resume=True; rerun the sweep)",
+                        f"its checkpoint in {str(self.out_dir)!r} is saved: resume it (train --resume; a sweep: run "
+                        "it again; Python: resume=True)",
                         sig,
                     )
                 return runs
