@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -420,12 +419,8 @@ class BatchedTrainer(GroupFiles):
             with stop_on_signal():
                 runs = self._run(progress, max_steps, chunk_steps, desc, position, deadline)
                 if (sig := stop_requested()) and self.active:
-                    raise TrainingInterrupted(
-                        f"group stopped by {signal.Signals(sig).name} at step {self.step}/{max(self.total_steps)}; "
-                        f"its checkpoint in {str(self.out_dir)!r} is saved: resume it (train --resume; a sweep: run "
-                        "it again; Python: resume=True)",
-                        sig,
-                    )
+                    where = f"step {self.step}/{max(self.total_steps)}"
+                    raise TrainingInterrupted.at(sig, "group", where, str(self.out_dir))
                 return runs
         finally:
             self.release_locks()

@@ -104,6 +104,15 @@ class TrainingInterrupted(RuntimeError):
     def __str__(self) -> str:
         return str(self.args[0])
 
+    @classmethod
+    def at(cls, signum: int, what: str, where: str, checkpoint: str) -> TrainingInterrupted:
+        """The error of ``what`` ("training", "group") stopped by ``signum`` at ``where`` (e.g. "epoch 2/4")."""
+        return cls(
+            f"{what} stopped by {signal.Signals(signum).name} at {where}; its checkpoint {checkpoint!r} is saved: "
+            "resume it (train --resume; a sweep: run it again; Python: resume=True)",
+            signum,
+        )
+
 
 _stop: list[int] = []  # the signal that asked the training running in this process to stop
 _stop_depth = [0]  # nested stop_on_signal blocks (a sweep's group inside a sweep): the outermost owns the handlers

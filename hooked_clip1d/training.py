@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import json
-import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -394,11 +393,8 @@ class Trainer:
                     self.elapsed = time.perf_counter() - t0
                     self.save_checkpoint()
                 if sig:
-                    raise TrainingInterrupted(
-                        f"training stopped by {signal.Signals(sig).name} at epoch {self.epoch}/{cfg.epochs}; its "
-                        f"checkpoint {str(self.ckpt_path)!r} is saved: resume the run (train --resume, "
-                        "train(..., resume=True))",
-                        sig,
+                    raise TrainingInterrupted.at(
+                        sig, "training", f"epoch {self.epoch}/{cfg.epochs}", str(self.ckpt_path)
                     )
         finally:
             bar.close()
