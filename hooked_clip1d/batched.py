@@ -68,7 +68,7 @@ from hooked_clip1d.training import TrainConfig, TrainRun
 # TrainConfig fields that must be equal in a group (the rest may differ per member)
 _TRAIN_SHARED = ("betas", "eps", "device")
 _TRAIN_KNOWN = {"lr", "weight_decay", "epochs", "batch_size", "seed", "eval_every", "checkpoint_every", "threads"}
-_TRAIN_KNOWN |= {"no_decay", "frozen", "keep_snapshots"}  # per-member decay / freeze masks, snapshots
+_TRAIN_KNOWN |= {"no_decay", "frozen", "qk_bias_decay_scale", "keep_snapshots"}  # per-member masks, snapshots
 _TRAIN_KNOWN |= set(_TRAIN_SHARED)
 
 
@@ -293,7 +293,9 @@ class BatchedTrainer(GroupFiles):
                 shape = model.state_dict()[name].shape
                 tc = mb.train_cfg
                 fm = frozen_mask(name, model.cfg, tc.frozen)
-                mask = 0.0 if isinstance(fm, float) else decay_mask(name, model.cfg, tc.no_decay)
+                mask = (
+                    0.0 if isinstance(fm, float) else decay_mask(name, model.cfg, tc.no_decay, tc.qk_bias_decay_scale)
+                )
                 any_d |= mask is not None
                 any_g |= fm is not None
                 dm.append(torch.ones(shape) if mask is None else torch.as_tensor(mask).expand(shape).clone())

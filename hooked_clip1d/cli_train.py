@@ -62,6 +62,14 @@ def add_train_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument(
         "--frozen", default=None, metavar="G,...", help="parameter groups held at 0: qk_bias, cls_pos ('' = none)"
     )
+    g.add_argument(
+        "--qk-bias-decay-scale",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"b_Q and b_K decay at weight decay x S (beyond the paper; default {tc.qk_bias_decay_scale:g}, or the "
+        "recipe's; needs the q/k biases trained, e.g. --frozen '')",
+    )
     g.add_argument("--eval-every", type=int, default=tc.eval_every, help="epochs between metric lines")
     g.add_argument("--checkpoint-every", type=int, default=tc.checkpoint_every, help="epochs between checkpoints")
     g.add_argument("--device", default="cpu")
@@ -92,12 +100,13 @@ def train_configs(a: argparse.Namespace) -> tuple[CLIPConfig, DataConfig, TrainC
             raise ValueError("--init-from starts a new run; it cannot be combined with --resume")
         cfg, data_cfg, tc = _resume_configs(a)
         return cfg, data_cfg, tc, None
-    no_decay, frozen, init_std = _recipe_fields(a)
+    no_decay, frozen, init_std, qk_scale = _recipe_fields(a)
     tc = TrainConfig(
         lr=a.lr,
         weight_decay=a.weight_decay,
         no_decay=no_decay,
         frozen=frozen,
+        qk_bias_decay_scale=qk_scale,
         epochs=a.epochs,
         batch_size=a.batch_size,
         seed=a.seed,
@@ -273,11 +282,14 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
         if flag in given and getattr(a, flag) != getattr(tc, field):
             diffs.append(f"train_config.{field}: the run has {getattr(tc, field)!r}, --{flag.replace('_', '-')} "
                          f"says {getattr(a, flag)!r}")  # fmt: skip
-    if given & {"recipe", "no_decay", "frozen"}:
-        no_decay, frozen, init_std = _recipe_fields(a)
+    if given & {"recipe", "no_decay", "frozen", "qk_bias_decay_scale"}:
+        no_decay, frozen, init_std, qk_scale = _recipe_fields(a)
         for f, v in (("no_decay", no_decay), ("frozen", frozen)):
             if tuple(sorted(set(v))) != getattr(tc, f):
                 diffs.append(f"train_config.{f}: the run has {list(getattr(tc, f))}, the flags say {sorted(set(v))}")
+        if qk_scale != tc.qk_bias_decay_scale:
+            diffs.append(f"train_config.qk_bias_decay_scale: the run has {tc.qk_bias_decay_scale!r}, the flags say "
+                         f"{qk_scale!r}")  # fmt: skip
         if init_std is not None and init_std != model_cfg.vision.init_std:
             diffs.append(f"model_config.vision.init_std: the run has {model_cfg.vision.init_std!r}, the flags say "
                          f"{init_std!r}")  # fmt: skip
@@ -309,9 +321,10 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
     return model_cfg, data_cfg, tc
 
 
-def _recipe_fields(a: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...], float | None]:
-    """``(no_decay, frozen, init_std)`` asked for by ``--recipe`` / ``--no-decay`` / ``--frozen`` / ``--init-std``
-    (explicit flags override the recipe; None init_std = the config default)."""
+def _recipe_fields(a: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...], float | None, float]:
+    """``(no_decay, frozen, init_std, qk_bias_decay_scale)`` asked for by ``--recipe`` / ``--no-decay`` /
+    ``--frozen`` / ``--init-std`` / ``--qk-bias-decay-scale`` (explicit flags override the recipe; None init_std =
+    the config default)."""
     rec = RECIPES[a.recipe] if a.recipe else {}
     default = TrainConfig()
 
@@ -321,8 +334,10 @@ def _recipe_fields(a: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, .
         return tuple(rec.get(key, dflt))
 
     init_std = a.init_std if a.init_std is not None else rec.get("model.init_std")
+    scale = a.qk_bias_decay_scale
     return (
         groups(a.no_decay, "train.no_decay", default.no_decay),
         groups(a.frozen, "train.frozen", default.frozen),
         init_std,
+        scale if scale is not None else rec.get("train.qk_bias_decay_scale", default.qk_bias_decay_scale),
     )

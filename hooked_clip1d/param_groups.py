@@ -14,10 +14,11 @@ is the other representation: ``frozen=("cls_pos",)`` holds the vision ``W_pos[0]
 paper's P terms (PE, PP) vanish and its query is ``W_E[CLS] W_Q (+ b_Q)`` alone.
 
 ``TrainConfig.no_decay`` names groups exempt from decay, ``TrainConfig.frozen`` groups set to 0 and held there, i.e.
-absent (``"qk_bias"``: ``b_Q`` and ``b_K``, which start at 0; ``"cls_pos"``: the vision ``W_pos[0]``). Both trainers
-(``training.Trainer`` and the batched engine) read the same masks from ``decay_mask`` / ``frozen_mask``. The group names
-(``NO_DECAY_GROUPS``, ``FROZEN_GROUPS``) and the named recipes (``RECIPES``, ``DEFAULT_RECIPE``) are in
-``settings``, beside ``TrainConfig``, where they can be read without torch.
+absent (``"qk_bias"``: ``b_Q`` and ``b_K``, which start at 0; ``"cls_pos"``: the vision ``W_pos[0]``), and
+``TrainConfig.qk_bias_decay_scale`` multiplies the decay of ``b_Q`` and ``b_K`` (beyond the paper: a recipe that
+limits the query bias). Both trainers (``training.Trainer`` and the batched engine) read the same masks from
+``decay_mask`` / ``frozen_mask``. The group names (``NO_DECAY_GROUPS``, ``FROZEN_GROUPS``) and the named recipes
+(``RECIPES``, ``DEFAULT_RECIPE``) are in ``settings``, beside ``TrainConfig``, where they can be read without torch.
 
 Example:
     >>> from hooked_clip1d.clip import CLIPConfig
@@ -28,6 +29,8 @@ Example:
     0.0
     >>> decay_mask("vision.blocks.0.attn.W_Q", cfg, ("biases",)) is None  # decayed as usual
     True
+    >>> decay_mask("vision.blocks.0.attn.b_Q", cfg, (), qk_bias_scale=10.0)  # decayed at 10 x weight_decay
+    10.0
     >>> frozen_mask("text.blocks.0.attn.b_K", cfg, ("qk_bias",))
     0.0
     >>> frozen_mask("vision.pos_embed.W_pos", cfg, ("cls_pos",))[:2, 0].tolist()  # position 0 (CLS) held at 0
@@ -49,11 +52,15 @@ def _leaf(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def decay_mask(name: str, cfg: CLIPConfig, no_decay: Sequence[str]) -> torch.Tensor | float | None:
-    """How ``CLIP1D`` parameter ``name`` (a state-dict key) is decayed when ``no_decay`` groups are exempt.
+def decay_mask(
+    name: str, cfg: CLIPConfig, no_decay: Sequence[str], qk_bias_scale: float = 1.0
+) -> torch.Tensor | float | None:
+    """How ``CLIP1D`` parameter ``name`` (a state-dict key) is decayed when ``no_decay`` groups are exempt and
+    ``b_Q`` / ``b_K`` decay at ``qk_bias_scale`` times the weight decay (``TrainConfig.qk_bias_decay_scale``).
 
-    None: decayed like every parameter (no exemption applies); 0.0: not decayed at all; a 0/1 tensor of the
-    parameter's shape: decayed where 1 (``"cls"`` exempts one row of the vision ``W_E``).
+    None: decayed like every parameter (no exemption applies); 0.0: not decayed at all; another float: decayed at
+    that multiple of the weight decay; a 0/1 tensor of the parameter's shape: decayed where 1 (``"cls"`` exempts one
+    row of the vision ``W_E``).
     """
     groups = set(no_decay)
     leaf = _leaf(name)
@@ -61,6 +68,8 @@ def decay_mask(name: str, cfg: CLIPConfig, no_decay: Sequence[str]) -> torch.Ten
         return 0.0
     if "biases" in groups and leaf.startswith("b_"):
         return 0.0
+    if qk_bias_scale != 1 and leaf in ("b_Q", "b_K"):
+        return float(qk_bias_scale)
     if "norms" in groups and (".ln" in name or name.startswith("ln")) and leaf in ("w", "b"):
         return 0.0
     if "logit_scale" in groups and name == "logit_scale":
@@ -93,6 +102,6 @@ def frozen_mask(name: str, cfg: CLIPConfig, frozen: Sequence[str]) -> torch.Tens
     return None
 
 
-def masks_needed(no_decay: Sequence[str], frozen: Sequence[str]) -> bool:
+def masks_needed(no_decay: Sequence[str], frozen: Sequence[str], qk_bias_scale: float = 1.0) -> bool:
     """Whether a recipe differs from plain ``AdamW(model.parameters())`` at all."""
-    return bool(no_decay) or bool(frozen)
+    return bool(no_decay) or bool(frozen) or qk_bias_scale != 1

@@ -72,7 +72,8 @@ class TrainRun:
 
 
 class MaskedAdamW(torch.optim.AdamW):
-    """AdamW whose decoupled weight decay follows ``TrainConfig.no_decay`` and which holds ``frozen`` groups at 0.
+    """AdamW whose decoupled weight decay follows ``TrainConfig.no_decay`` (and ``qk_bias_decay_scale``) and which
+    holds ``frozen`` groups at 0.
 
     torch's AdamW multiplies each parameter by ``1 - lr * wd`` and then takes the Adam step; this does the same
     multiplication itself, per element (``param_groups.decay_mask``), and runs the kernel with ``weight_decay=0``.
@@ -97,8 +98,9 @@ class MaskedAdamW(torch.optim.AdamW):
         self.weight_decay = cfg.weight_decay
         self._frozen: list[torch.Tensor] = []  # held at 0 whole
         self._grad_masks: list[tuple[torch.Tensor, torch.Tensor]] = []  # (parameter, trained where 1)
-        # (parameter, its decay mask: None = decayed everywhere, a tensor = decayed where 1); exempt ones left out
-        self._decayed: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        # (parameter, its decay mask: None = decayed everywhere, a float = at that multiple of the weight decay, a
+        # tensor = decayed where 1); exempt ones left out
+        self._decayed: list[tuple[torch.Tensor, torch.Tensor | float | None]] = []
         for n, p in zip(names, params, strict=True):
             fm = frozen_mask(n, model.cfg, cfg.frozen)
             if fm is not None:
@@ -109,10 +111,12 @@ class MaskedAdamW(torch.optim.AdamW):
                     self._frozen.append(p)
                     continue
                 self._grad_masks.append((p, fm))
-            mask = decay_mask(n, model.cfg, cfg.no_decay)
-            if isinstance(mask, float):
-                continue
-            self._decayed.append((p, None if mask is None else mask.to(p.device, p.dtype)))
+            mask = decay_mask(n, model.cfg, cfg.no_decay, cfg.qk_bias_decay_scale)
+            if isinstance(mask, float) and mask == 0.0:
+                continue  # exempt
+            if isinstance(mask, torch.Tensor):
+                mask = mask.to(p.device, p.dtype)
+            self._decayed.append((p, mask))
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
@@ -134,8 +138,8 @@ class MaskedAdamW(torch.optim.AdamW):
 
 def make_optimizer(model: CLIP1D, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW over all parameters: weight decay on every one, as ``AdamW(model.parameters())`` does, unless
-    ``cfg.no_decay`` / ``cfg.frozen`` name groups (then ``MaskedAdamW``)."""
-    if masks_needed(cfg.no_decay, cfg.frozen):
+    ``cfg.no_decay`` / ``cfg.frozen`` name groups or ``cfg.qk_bias_decay_scale`` is not 1 (then ``MaskedAdamW``)."""
+    if masks_needed(cfg.no_decay, cfg.frozen, cfg.qk_bias_decay_scale):
         return MaskedAdamW(model, cfg)
     return torch.optim.AdamW(
         model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps, fused=True

@@ -35,8 +35,10 @@ def test_defaults_are_the_reproducing_recipe_and_old_configs_keep_theirs():
     del saved["no_decay"], saved["frozen"]
     assert (TrainConfig.from_dict(saved).no_decay, TrainConfig.from_dict(saved).frozen) == ((), ())
     assert comparable_train_config(saved) == comparable_train_config(TrainConfig(no_decay=(), frozen=()).to_dict())
-    # every named recipe sets all three fields, so it means the same whatever the defaults are
-    assert all(set(r) == {"train.no_decay", "train.frozen", "model.init_std"} for r in RECIPES.values())
+    # every named recipe sets all four fields, so it means the same whatever the defaults are
+    fields = {"train.no_decay", "train.frozen", "train.qk_bias_decay_scale", "model.init_std"}
+    assert all(set(r) == fields for r in RECIPES.values())
+    assert tc.qk_bias_decay_scale == rec["train.qk_bias_decay_scale"] == 1.0
 
 
 def test_shipped_pre_recipe_models_load_with_their_recipe():

@@ -31,6 +31,7 @@ RECIPE_CASES = {
     "cls+frozen_qk": dict(no_decay=("cls",), frozen=("qk_bias",)),
     "open_clip": dict(no_decay=("cls", "biases", "norms", "logit_scale")),
     "mingpt": dict(no_decay=("embeddings", "biases", "norms")),
+    "cls+qk_decay10": dict(no_decay=("cls",), qk_bias_decay_scale=10.0),
 }
 
 
@@ -90,8 +91,56 @@ def test_recipe_fields_are_validated_and_round_trip():
     assert TrainConfig.from_dict(json.loads(json.dumps(tc.to_dict()))) == tc
 
 
+def test_qk_bias_decay_scale_is_validated_and_round_trips():
+    tc = TrainConfig(no_decay=("cls",), frozen=(), qk_bias_decay_scale=10.0)
+    assert tc.qk_bias_decay_scale == 10.0 and isinstance(tc.qk_bias_decay_scale, float)
+    assert TrainConfig.from_dict(json.loads(json.dumps(tc.to_dict()))) == tc
+    old = tc.to_dict()
+    del old["qk_bias_decay_scale"]  # saved before the field existed: decayed like every other weight
+    assert TrainConfig.from_dict(old).qk_bias_decay_scale == 1.0
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="qk_bias_decay_scale must be a finite number >= 0"):
+            TrainConfig(frozen=(), qk_bias_decay_scale=bad)
+    with pytest.raises(ValueError, match="frozen=\\('qk_bias',\\) holds them at 0"):
+        TrainConfig(qk_bias_decay_scale=10.0)  # the default recipe has no q/k biases to decay
+    with pytest.raises(ValueError, match="no_decay 'biases' exempts them"):
+        TrainConfig(no_decay=("biases",), frozen=(), qk_bias_decay_scale=10.0)
+
+
+def test_qk_bias_decay_scale_equals_torch_adamw_with_a_qk_bias_group():
+    """``qk_bias_decay_scale=s`` is torch's AdamW with b_Q and b_K in a parameter group of weight decay w * s."""
+    from hooked_clip1d.clip import CLIP1D
+    from hooked_clip1d.training import MaskedAdamW
+
+    cfg = tiny_config()
+    a, b = CLIP1D(cfg, seed=0).eval(), CLIP1D(cfg, seed=0).eval()  # no dropout: the same function
+    qk = [p for n, p in a.named_parameters() if n.endswith(("b_Q", "b_K"))]
+    rest = [p for n, p in a.named_parameters() if not n.endswith(("b_Q", "b_K"))]
+    oa = torch.optim.AdamW([{"params": rest}, {"params": qk, "weight_decay": 0.5 * 30}], lr=1e-2, weight_decay=0.5)
+    ob = MaskedAdamW(b, TrainConfig(lr=1e-2, weight_decay=0.5, no_decay=(), frozen=(), qk_bias_decay_scale=30.0))
+    with torch.no_grad():  # b_Q and b_K start at 0, where decay does nothing: give them a value to decay
+        for m in (a, b):
+            for n, p in m.named_parameters():
+                if n.endswith(("b_Q", "b_K")):
+                    p.copy_(torch.linspace(-1, 1, p.numel()).view_as(p))
+    ds = build_dataset(D6)
+    im, cap = ds.training_pairs()
+    for _ in range(3):
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad()
+            m.loss(im[:16], cap[:16]).backward()
+            o.step()
+    for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        if k.endswith("b_K"):  # zero gradient up to rounding noise, which Adam scales up (see test_batched)
+            continue
+        torch.testing.assert_close(vb, va, atol=1e-6, rtol=1e-5, msg=k)
+
+
 def test_decay_mask_groups():
     cfg = tiny_config()
+    assert decay_mask("vision.blocks.0.attn.b_Q", cfg, ("cls",), qk_bias_scale=30.0) == 30.0
+    assert decay_mask("vision.blocks.0.attn.b_V", cfg, ("cls",), qk_bias_scale=30.0) is None
+    assert decay_mask("text.blocks.0.attn.b_K", cfg, ("biases",), qk_bias_scale=30.0) == 0.0  # exempt wins
     assert decay_mask("vision.embed.W_E", cfg, ()) is None
     assert decay_mask("text.embed.W_E", cfg, ("cls",)) is None  # CLS is a vision token
     assert decay_mask("vision.pos_embed.W_pos", cfg, ("embeddings",)) == 0.0

@@ -119,6 +119,17 @@ def test_cli_train_recipe_flags_set_the_run_config_and_resume_checks_them(tmp_pa
     assert "train_config.no_decay: the run has []" in err and "init_std" not in err  # cls-exempt is at N(0, 1)
     assert main([*base, "--no-decay", "clss", "--out", str(tmp_path / "c")]) == 2
     assert "unknown groups ['clss']" in capsys.readouterr().err
+    # the q/k-bias decay scale: from a recipe, from the flag, and checked on resume
+    scale = lambda run: json.loads((run / "config.json").read_text())["train_config"]["qk_bias_decay_scale"]  # noqa: E731
+    assert main([*base, "--recipe", "cls-exempt-qkdecay10-init002", "--out", str(tmp_path / "q")]) == 0
+    assert scale(tmp_path / "q") == 10.0 and saved(tmp_path / "q") == (["cls"], [], 0.02)
+    assert main([*base, "--frozen", "", "--qk-bias-decay-scale", "3", "--out", str(tmp_path / "q3")]) == 0
+    assert scale(tmp_path / "q3") == 3.0
+    capsys.readouterr()
+    assert main([*base, "--resume", "--qk-bias-decay-scale", "30", "--out", str(tmp_path / "q")]) == 2
+    assert "train_config.qk_bias_decay_scale: the run has 10.0, the flags say 30.0" in capsys.readouterr().err
+    assert main([*base, "--qk-bias-decay-scale", "3", "--out", str(tmp_path / "q4")]) == 2  # default: no q/k biases
+    assert "frozen=('qk_bias',) holds them at 0" in capsys.readouterr().err
 
 
 def test_shipped_manifests_name_no_machine_paths():

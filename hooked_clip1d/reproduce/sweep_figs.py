@@ -203,7 +203,7 @@ def grid_cell(name: str, sweep: str | Path) -> dict[str, Any] | None:
     def recipe(model: dict[str, Any], data: dict[str, Any], train: dict[str, Any], epochs: int) -> Any:
         model, data = canonical_config("model_config", model), canonical_config("data_config", data)
         towers = {t: {k: v for k, v in model[t].items() if k not in _NOT_PROTOCOL} for t in ("vision", "text")}
-        keys = ("lr", "weight_decay", "no_decay", "frozen", "batch_size", "betas", "eps", "seed")
+        keys = ("lr", "weight_decay", "no_decay", "frozen", "qk_bias_decay_scale", "batch_size", "betas", "eps", "seed")
         protocol = {k: v for k, v in comparable_train_config(train).items() if k in keys}
         return {**model, **towers}, data, protocol, epochs
 
