@@ -105,6 +105,7 @@ def test_sigterm_stops_a_batched_group_with_a_checkpoint_and_resume_is_bit_exact
         _same(load_model_file(tmp_path / "part" / name / "model.safetensors").state_dict(), run.model.state_dict())
 
 
+@pytest.mark.slow  # 40 s on 2 cores (three interpreters import torch and TransformerLens): run with -m slow
 def test_sigterm_to_a_sweep_with_two_workers_checkpoints_both_groups_and_exits_143(tmp_path):
     """The end-to-end path of `kill <pid>` on a long sweep: the sweep process forwards the signal to its workers,
     each checkpoints its group and stops, and the command says how to resume."""
