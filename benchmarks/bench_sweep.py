@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_training  # noqa: E402
 
-from hooked_clip1d.sweep import _group_name, _steps, group_cost, load_spec, plan_groups, run_sweep  # noqa: E402
+from hooked_clip1d.sweep import _group_name, group_cost, load_spec, plan_groups, planned_steps, run_sweep  # noqa: E402
 
 FIG4A = Path(__file__).resolve().parents[1] / "hooked_clip1d" / "sweeps" / "fig4a.toml"
 PAPER_EPOCHS = 10_000
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     spec_path = tmp / "spec.toml"
     spec_path.write_text(reduced_spec(a.epochs, a.runs))
     runs = load_spec(spec_path).runs
-    steps = {r.name: _steps(r) for r in runs}
+    steps = {r.name: planned_steps(r) for r in runs}
     total = sum(steps.values())
     plans = {
         "balanced": plan_groups(runs, 32, workers=a.workers),

@@ -148,6 +148,12 @@ def cmd_analyze(a: argparse.Namespace) -> int:
 def cmd_sweep(a: argparse.Namespace) -> int:
     from hooked_clip1d.sweep import format_results, run_sweep
 
+    if a.status:
+        from hooked_clip1d.sweep_status import format_status, sweep_status
+
+        st = sweep_status(a.spec, a.out)
+        print(_dumps(st) if a.json else format_status(st))
+        return 0
     rows = run_sweep(
         a.spec,
         a.out,
@@ -301,6 +307,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sw.add_argument("--workers", type=int, default=1, help="train up to this many groups at once (local processes)")
     sw.add_argument(
         "--threads", type=int, default=None, help="torch threads per group (default: the spec's; use 1 on shared cores)"
+    )
+    sw.add_argument(
+        "--status",
+        action="store_true",
+        help="train nothing: say how far the sweep in --out has come (safe beside a running sweep)",
     )
     sw.add_argument("--json", action="store_true", help="print JSON")
     sw.set_defaults(func=cmd_sweep)

@@ -220,6 +220,28 @@ class RunLock:
             return self
         raise RunDirBusy(f"could not lock {self.what} {str(self.dir)!r}: the lock keeps changing hands")
 
+    @staticmethod
+    def holder(directory: str | os.PathLike) -> dict[str, Any] | None:
+        """Who holds ``directory``'s lock now: ``{"pid", "host", "since"}``, or None when nobody does (no lock, an
+        unreadable one, or a stale one left on this host by a process that is gone). Takes nothing over.
+
+        Example:
+            >>> import tempfile
+            >>> d = tempfile.mkdtemp()
+            >>> RunLock.holder(d) is None
+            True
+            >>> with RunLock(d):
+            ...     RunLock.holder(d)["pid"] == os.getpid()
+            True
+        """
+        owner = RunLock(directory)._owner()
+        if owner is None:
+            return None
+        pid, host = owner.get("pid"), owner.get("host")
+        if host == socket.gethostname() and not (isinstance(pid, int) and _alive(pid)):
+            return None
+        return owner
+
     def _owner(self) -> dict[str, Any] | None:
         try:
             d = json.loads(self.path.read_text())

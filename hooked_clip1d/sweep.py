@@ -68,7 +68,16 @@ from hooked_clip1d.data import SPLITS, DataConfig
 from hooked_clip1d.rundir import RunLock, TrainingInterrupted, atomic_write_text, stop_on_signal
 from hooked_clip1d.sweep_spec import RunSpec, SweepSpec, load_spec
 
-__all__ = ["RunSpec", "SweepSpec", "load_spec", "plan_groups", "run_sweep", "results_table", "progress_table"]
+__all__ = [
+    "RunSpec",
+    "SweepSpec",
+    "load_spec",
+    "plan_groups",
+    "planned_steps",
+    "run_sweep",
+    "results_table",
+    "progress_table",
+]
 
 
 def _with_device(r: RunSpec, device: str) -> RunSpec:
@@ -86,7 +95,8 @@ def _n_pairs(data_cfg: DataConfig) -> int:
     return len(build_dataset(data_cfg).training_pairs()[0])
 
 
-def _steps(r: RunSpec) -> int:
+def planned_steps(r: RunSpec) -> int:
+    """Training steps run ``r`` takes in all (epochs x steps per epoch)."""
     bs = r.train_cfg.batch_size or r.data_cfg.batch_size
     return r.train_cfg.epochs * -(-_n_pairs(r.data_cfg) // bs)
 
@@ -131,7 +141,7 @@ def plan_groups(runs: Sequence[RunSpec], max_group_size: int = 32, workers: int 
     by_key: dict[str, list[RunSpec]] = {}
     for r in runs:
         by_key.setdefault(group_key(r.model_cfg, r.data_cfg, r.train_cfg), []).append(r)
-    steps = {r.name: _steps(r) for r in runs}
+    steps = {r.name: planned_steps(r) for r in runs}
     groups: list[list[RunSpec]] = []
     for members in by_key.values():
         members = sorted(members, key=lambda r: steps[r.name], reverse=True)  # stable: spec order within ties

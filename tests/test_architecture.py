@@ -22,7 +22,7 @@ LAYERS = [
     ["stacked", "stacked_adamw", "group_io"],
     ["batched"],
     ["sweep_spec"],
-    ["sweep", "transfer"],
+    ["sweep", "sweep_status", "transfer"],
     ["analysis"],
     ["visualization"],
     ["pretrained"],

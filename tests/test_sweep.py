@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -305,7 +306,7 @@ def test_a_finished_run_trained_with_another_recipe_is_an_error_not_a_result(tin
 def test_plans_for_several_workers_balance_the_groups():
     """Fig. 4a's 36 runs for 2 workers: two groups of equal estimated cost (one worker alone used to train a group of
     the 32 longest runs while the other finished 4 short ones), every run once, longest group first."""
-    from hooked_clip1d.sweep import _steps, group_cost
+    from hooked_clip1d.sweep import group_cost, planned_steps
 
     runs = load_spec(Path(__file__).parents[1] / "hooked_clip1d" / "sweeps" / "fig4a.toml").runs
     one = plan_groups(runs, 32)
@@ -313,9 +314,40 @@ def test_plans_for_several_workers_balance_the_groups():
     for workers in (2, 3):
         groups = plan_groups(runs, 32, workers=workers)
         assert len(groups) == workers and sorted(r.name for g in groups for r in g) == sorted(r.name for r in runs)
-        costs = [group_cost([_steps(r) for r in g]) for g in groups]
+        costs = [group_cost([planned_steps(r) for r in g]) for g in groups]
         assert costs == sorted(costs, reverse=True) and costs[-1] / costs[0] > 0.95, costs
     assert len(plan_groups(runs[:1], 32, workers=2)) == 1  # never an empty group
     assert max(len(g) for g in plan_groups(runs, 5, workers=2)) <= 5
     with pytest.raises(ValueError, match="workers"):
         plan_groups(runs, 32, workers=0)
+
+
+def test_status_says_how_far_a_sweep_has_come_without_training_it(tmp_path, capsys):
+    """`sweep --status`: model-steps done, groups with their active members, finished runs, and who holds the lock;
+    it trains nothing and refuses a folder that holds no sweep."""
+    from hooked_clip1d.cli import main
+    from hooked_clip1d.rundir import RunLock
+    from hooked_clip1d.sweep_status import sweep_status
+
+    spec = EXAMPLES / "tiny.toml"
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--out", str(out), "--status"]) == 2  # a clear one-line error
+    assert "holds no sweep (no spec.toml)" in capsys.readouterr().err
+    run_sweep(spec, out, progress=False, max_steps=5)  # one group of 4, stopped after 5 of its 6 or 9 steps
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert main(["sweep", str(spec), "--out", str(out), "--status", "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before  # nothing written
+    steps = {r["run"]: r["steps"] for r in st["rows"]}
+    assert st["model_steps_planned"] == sum(steps.values()) and st["runs"] == 4 and st["running"] is None
+    assert st["model_steps"] == 4 * 5 and st["runs_finished"] == 0  # from the group checkpoint, not the metrics
+    (g,) = st["groups"]
+    assert (g["runs"], g["active"], g["step"], g["steps"]) == (4, 4, 5, max(steps.values()))
+    with RunLock(out, "sweep directory"):  # as a running sweep holds it
+        assert sweep_status(spec, out)["running"]["pid"] == os.getpid()
+    run_sweep(spec, out, progress=False)
+    st = sweep_status(spec, out)
+    assert st["model_steps"] == st["model_steps_planned"] and st["runs_finished"] == 4
+    assert st["groups"][0]["active"] == 0 and all(r["unseen"] is not None for r in st["rows"])
+    assert main(["sweep", str(spec), "--out", str(out), "--status"]) == 0
+    assert "not running; " in capsys.readouterr().out
