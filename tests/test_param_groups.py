@@ -107,6 +107,20 @@ def test_qk_bias_decay_scale_is_validated_and_round_trips():
         TrainConfig(no_decay=("biases",), frozen=(), qk_bias_decay_scale=10.0)
 
 
+def _same_after_three_steps(a, oa, b, ob) -> None:
+    """Train models ``a`` (optimizer ``oa``) and ``b`` (``ob``) three steps on the same batch; same weights after."""
+    im, cap = build_dataset(D6).training_pairs()
+    for _ in range(3):
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad()
+            m.loss(im[:16], cap[:16]).backward()
+            o.step()
+    for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        if k.endswith("b_K"):  # zero gradient up to rounding noise, which Adam scales up (see test_batched)
+            continue
+        torch.testing.assert_close(vb, va, atol=1e-6, rtol=1e-5, msg=k)
+
+
 def test_qk_bias_decay_scale_equals_torch_adamw_with_a_qk_bias_group():
     """``qk_bias_decay_scale=s`` is torch's AdamW with b_Q and b_K in a parameter group of weight decay w * s."""
     from hooked_clip1d.clip import CLIP1D
@@ -123,17 +137,7 @@ def test_qk_bias_decay_scale_equals_torch_adamw_with_a_qk_bias_group():
             for n, p in m.named_parameters():
                 if n.endswith(("b_Q", "b_K")):
                     p.copy_(torch.linspace(-1, 1, p.numel()).view_as(p))
-    ds = build_dataset(D6)
-    im, cap = ds.training_pairs()
-    for _ in range(3):
-        for m, o in ((a, oa), (b, ob)):
-            o.zero_grad()
-            m.loss(im[:16], cap[:16]).backward()
-            o.step()
-    for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
-        if k.endswith("b_K"):  # zero gradient up to rounding noise, which Adam scales up (see test_batched)
-            continue
-        torch.testing.assert_close(vb, va, atol=1e-6, rtol=1e-5, msg=k)
+    _same_after_three_steps(a, oa, b, ob)
 
 
 def test_decay_mask_groups():
@@ -192,17 +196,7 @@ def test_masked_step_equals_torch_adamw_when_nothing_is_exempt():
     a, b = CLIP1D(cfg, seed=0).eval(), CLIP1D(cfg, seed=0).eval()  # no dropout: the same function
     oa = torch.optim.AdamW(a.parameters(), lr=1e-2, weight_decay=0.5)
     ob = MaskedAdamW(b, TrainConfig(lr=1e-2, weight_decay=0.5, no_decay=("norms",), frozen=()))
-    ds = build_dataset(D6)
-    im, cap = ds.training_pairs()
-    for _ in range(3):
-        for m, o in ((a, oa), (b, ob)):
-            o.zero_grad()
-            m.loss(im[:16], cap[:16]).backward()
-            o.step()
-    for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
-        if k.endswith("b_K"):  # zero gradient up to rounding noise, which Adam scales up (see test_batched)
-            continue
-        torch.testing.assert_close(vb, va, atol=1e-6, rtol=1e-5, msg=k)
+    _same_after_three_steps(a, oa, b, ob)
 
 
 def test_frozen_cls_pos_is_zero_and_held_in_both_engines(tmp_path):
