@@ -96,7 +96,13 @@ def _n_pairs(data_cfg: DataConfig) -> int:
 
 
 def planned_steps(r: RunSpec) -> int:
-    """Training steps run ``r`` takes in all (epochs x steps per epoch)."""
+    """Training steps run ``r`` takes in all (epochs x steps per epoch).
+
+    Example:
+        >>> (run,) = load_spec(text="[train]\\nepochs = 3\\n[grid]\\nseed = [0]").runs
+        >>> planned_steps(run)  # 2200 training pairs in batches of 50: 44 steps per epoch
+        132
+    """
     bs = r.train_cfg.batch_size or r.data_cfg.batch_size
     return r.train_cfg.epochs * -(-_n_pairs(r.data_cfg) // bs)
 
