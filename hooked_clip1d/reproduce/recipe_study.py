@@ -86,8 +86,14 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
         ),
     ]
     # plots: probe accuracy and EP-ablated probe accuracy through training, per recipe (one line per seed)
-    fig, axes = plt.subplots(1, len(recipes), figsize=(3.3 * len(recipes), 3.2), sharey=True, squeeze=False)
-    for ax, rc in zip(axes[0], recipes, strict=True):
+    # on a grid of at most 5 per row, one epoch axis for all (an unfinished recipe shows how far it has come)
+    ncols = min(5, len(recipes))
+    nrows = -(-len(recipes) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 3.2 * nrows), sharey=True, squeeze=False)
+    last_epoch = max((e for h in hist.values() for e in h), default=1)
+    for ax in axes.flat[len(recipes) :]:
+        ax.set_visible(False)
+    for ax, rc in zip(axes.flat, recipes, strict=False):
         for s in seeds:
             h = hist.get((rc, s), {})
             ep = sorted(h)
@@ -96,9 +102,10 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
             ax.plot(ep, [h[e]["acc"][PROBE]["EP"][0] for e in ep], ls="--", color=line.get_color(),
                     label=f"seed {s}, EP ablated")  # fmt: skip
         ax.axhline(0.5, color="grey", lw=0.8, ls=":", label="chance (left vs right)")
-        ax.set(title=rc, xlabel="epoch", ylim=(-0.02, 1.02))
-    axes[0][0].set_ylabel("unseen-pair accuracy (probe, 900 images)")
-    axes[0][-1].legend(fontsize=6, loc="lower right")
+        ax.set(title=rc, xlabel="epoch", ylim=(-0.02, 1.02), xlim=(0, last_epoch * 1.04))
+    for row in axes:
+        row[0].set_ylabel("unseen-pair accuracy\n(probe, 900 images)")
+    axes.flat[len(recipes) - 1].legend(fontsize=6, loc="lower right")
     fig.suptitle("recipe study: simplified Ntot=20, n2=10, probe set of unseen pairs", fontsize=9)
     fig.tight_layout()
 
