@@ -243,85 +243,43 @@ class TrainConfig:
         return TrainConfig(**d)
 
 
+def _recipe(
+    no_decay: list[str], frozen: list[str], init_std: float, qk_bias_decay_scale: float = 1.0
+) -> dict[str, Any]:
+    """A named recipe: every field the recipe study varies, so it means the same whatever the defaults are."""
+    return {"train.no_decay": no_decay, "train.frozen": frozen, "train.qk_bias_decay_scale": qk_bias_decay_scale,
+            "model.init_std": init_std}  # fmt: skip
+
+
 # Named recipes for sweeps (grid key ``recipe``) and ``train --recipe``: each sets every field it is about, so a
 # recipe means the same thing whatever the defaults are. The candidates of the recipe study (reproduce x8-recipe);
 # the package's default (TrainConfig / EncoderConfig) is DEFAULT_RECIPE.
 RECIPES: dict[str, dict[str, Any]] = {
     # AdamW(model.parameters(), weight_decay=0.2) at nn.Embedding's N(0, 1) init: every parameter decayed, q/k
     # biases trained (the package's default before the recipe study; the flagship variant ...-all-decay)
-    "all-decay": {"train.no_decay": [], "train.frozen": [], "train.qk_bias_decay_scale": 1.0, "model.init_std": 1.0},
+    "all-decay": _recipe([], [], 1.0),
     # open_clip's treatment of a ViT class embedding (a 1-D parameter): CLS exempt from decay
-    "cls-exempt": {
-        "train.no_decay": ["cls"],
-        "train.frozen": [],
-        "train.qk_bias_decay_scale": 1.0,
-        "model.init_std": 1.0,
-    },
+    "cls-exempt": _recipe(["cls"], [], 1.0),
     # CLS exempt and no query/key biases (b_Q, b_K fixed at 0): the CLS query must come from W_E[CLS] + W_pos[0]
-    "cls-exempt-no-qk-bias": {
-        "train.no_decay": ["cls"],
-        "train.frozen": ["qk_bias"],
-        "train.qk_bias_decay_scale": 1.0,
-        "model.init_std": 1.0,
-    },
+    "cls-exempt-no-qk-bias": _recipe(["cls"], ["qk_bias"], 1.0),
     # the same at GPT-2 / CLIP's small embedding init (0.02 instead of nn.Embedding's N(0, 1)): the default
-    "cls-exempt-no-qk-bias-init002": {
-        "train.no_decay": ["cls"],
-        "train.frozen": ["qk_bias"],
-        "train.qk_bias_decay_scale": 1.0,
-        "model.init_std": 0.02,
-    },
+    "cls-exempt-no-qk-bias-init002": _recipe(["cls"], ["qk_bias"], 0.02),
     # CLS exempt at the small init, q/k biases trained and decayed: does the init alone do what fixing b_Q does?
-    "cls-exempt-init002": {
-        "train.no_decay": ["cls"],
-        "train.frozen": [],
-        "train.qk_bias_decay_scale": 1.0,
-        "model.init_std": 0.02,
-    },
+    "cls-exempt-init002": _recipe(["cls"], [], 0.02),
     # plain AdamW(model.parameters()) at the small init, q/k biases trained, and a CLS token without a positional
     # embedding (prepended after the positions are added): CLS then shares no parameter with position 0, so nothing
     # needs exempting (added after the five above; docs/fidelity.md states its hypothesis)
-    "cls-nopos-init002": {
-        "train.no_decay": [],
-        "train.frozen": ["cls_pos"],
-        "train.qk_bias_decay_scale": 1.0,
-        "model.init_std": 0.02,
-    },
+    "cls-nopos-init002": _recipe([], ["cls_pos"], 0.02),
     # the same at nn.Embedding's N(0, 1) init, where the CLS query starts in W_E[CLS] rather than b_Q
-    "cls-nopos": {
-        "train.no_decay": [],
-        "train.frozen": ["cls_pos"],
-        "train.qk_bias_decay_scale": 1.0,
-        "model.init_std": 1.0,
-    },
+    "cls-nopos": _recipe([], ["cls_pos"], 1.0),
     # the eighth and ninth (beyond the paper; docs/fidelity.md states their hypothesis, written before the runs):
     # cls-exempt-init002 with the q/k biases decayed 10x / 30x more strongly than the other weights, so that b_Q is
     # kept small and cannot take over the CLS query
-    "cls-exempt-qkdecay10-init002": {
-        "train.no_decay": ["cls"],
-        "train.frozen": [],
-        "train.qk_bias_decay_scale": 10.0,
-        "model.init_std": 0.02,
-    },
-    "cls-exempt-qkdecay30-init002": {
-        "train.no_decay": ["cls"],
-        "train.frozen": [],
-        "train.qk_bias_decay_scale": 30.0,
-        "model.init_std": 0.02,
-    },
+    "cls-exempt-qkdecay10-init002": _recipe(["cls"], [], 0.02, qk_bias_decay_scale=10.0),
+    "cls-exempt-qkdecay30-init002": _recipe(["cls"], [], 0.02, qk_bias_decay_scale=30.0),
     # open_clip's grouping: every 1-D parameter exempt (CLS, biases, LayerNorm, logit_scale)
-    "open-clip": {
-        "train.no_decay": ["cls", "biases", "norms", "logit_scale"],
-        "train.frozen": [],
-        "train.qk_bias_decay_scale": 1.0,
-        "model.init_std": 1.0,
-    },
+    "open-clip": _recipe(["cls", "biases", "norms", "logit_scale"], [], 1.0),
     # minGPT's grouping: embeddings, biases and LayerNorm exempt
-    "mingpt": {
-        "train.no_decay": ["embeddings", "biases", "norms"],
-        "train.frozen": [],
-        "train.qk_bias_decay_scale": 1.0,
-        "model.init_std": 1.0,
-    },
+    "mingpt": _recipe(["embeddings", "biases", "norms"], [], 1.0),
 }
 DEFAULT_RECIPE = "cls-exempt-no-qk-bias-init002"
