@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from hooked_clip1d.rundir import RunLock, read_metrics
-from hooked_clip1d.sweep import load_spec, planned_steps, sweeps_home
+from hooked_clip1d.sweep import group_cost, load_spec, planned_steps, sweeps_home
 
 
 def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> dict[str, Any]:
@@ -50,7 +50,9 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
     Returns ``out``, ``running`` (the lock holder ``{"pid", "host", "since"}``, or None), ``model_steps`` done and
     ``model_steps_planned`` (summed over runs), ``runs_finished`` / ``runs``, ``groups`` (per group: ``group``,
     ``runs``, ``active`` (members still training), ``step`` (its latest logged step), ``steps`` (its longest
-    member's), ``elapsed_s``, ``steps_per_s`` so far) and ``rows`` (per run: ``run``, ``group``, ``epoch`` /
+    member's), ``elapsed_s``, ``steps_per_s`` so far, ``left_s``: the time still to train, estimated with the
+    planner's cost model (``sweep.group_cost``, which counts the members still training) at this group's own pace so
+    far, None before it has trained) and ``rows`` (per run: ``run``, ``group``, ``epoch`` /
     ``epochs``, ``step`` / ``steps``, ``finished``, ``unseen`` (the latest unseen-pair accuracy)). Groups that
     have not started show step 0; runs a grown spec added and no start has planned yet are in group ``None``.
     """
@@ -94,6 +96,10 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
             continue
         step = max(r["step"] for r in mine)
         elapsed = max((r["elapsed_s"] or 0.0 for r in mine), default=0.0)
+        # time left: the planner's cost model (sweep.group_cost: a group step costs its members still training plus
+        # a fixed overhead), timed by this group's own seconds per unit of cost so far
+        done = group_cost([min(r["step"], r["steps"]) for r in mine])
+        left = group_cost([r["steps"] for r in mine]) - done
         groups.append(
             {
                 "group": gname,
@@ -103,6 +109,7 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
                 "steps": max(r["steps"] for r in mine),
                 "elapsed_s": round(elapsed, 1),
                 "steps_per_s": round(step / elapsed, 2) if elapsed > 0 else None,
+                "left_s": 0.0 if left <= 0 else (round(left * elapsed / done, 1) if done and elapsed else None),
             }
         )
     return {
@@ -140,11 +147,12 @@ def format_status(st: dict[str, Any]) -> str:
     Example:
         >>> st = {"sweep": "s", "out": "/x", "running": None, "model_steps": 5, "model_steps_planned": 10,
         ...       "runs_finished": 1, "runs": 2, "groups": [{"group": "g000", "runs": 2, "active": 1, "step": 4,
-        ...       "steps": 6, "elapsed_s": 2.0, "steps_per_s": 2.0}], "rows": []}
+        ...       "steps": 6, "elapsed_s": 2.0, "steps_per_s": 2.0, "left_s": 1.0}], "rows": []}
         >>> print(format_status(st))
         sweep s in /x: not running; 5 of 10 model-steps (50.0 %), 1/2 runs finished
-        group  runs  active  step / steps  elapsed  steps/s
-        g000      2       1         4 / 6    0.0 h     2.00
+        group  runs  active  step / steps  elapsed  steps/s     left
+        g000      2       1         4 / 6    0.0 h     2.00    0.0 h
+        left: at each group's own pace so far, one core per group (groups of one worker run in turn)
     """
     run = st["running"]
     state = "not running" if run is None else f"running (pid {run.get('pid')} on {run.get('host')})"
@@ -158,11 +166,14 @@ def format_status(st: dict[str, Any]) -> str:
     w = max(5, *(len(str(g["group"] or "(new)")) for g in st["groups"]))
     cells = [(f"{g['step']:,} / {g['steps']:,}", g) for g in st["groups"]]
     sw = max(12, *(len(c) for c, _ in cells))
-    lines.append(f"{'group':<{w}}  runs  active  {'step / steps':>{sw}}  elapsed  steps/s")
+    lines.append(f"{'group':<{w}}  runs  active  {'step / steps':>{sw}}  elapsed  steps/s     left")
     for c, g in cells:
         rate = "-" if g["steps_per_s"] is None else f"{g['steps_per_s']:.2f}"
+        left = "-" if g.get("left_s") is None else f"{g['left_s'] / 3600:.1f} h"
         lines.append(
             f"{str(g['group'] or '(new)'):<{w}}  {g['runs']:>4}  {g['active']:>6}  {c:>{sw}}  "
-            f"{g['elapsed_s'] / 3600:>5.1f} h  {rate:>7}"
+            f"{g['elapsed_s'] / 3600:>5.1f} h  {rate:>7}  {left:>7}"
         )
+    if any(g.get("left_s") for g in st["groups"]):
+        lines.append("left: at each group's own pace so far, one core per group (groups of one worker run in turn)")
     return "\n".join(lines)

@@ -343,11 +343,13 @@ def test_status_says_how_far_a_sweep_has_come_without_training_it(tmp_path, caps
     assert st["model_steps"] == 4 * 5 and st["runs_finished"] == 0  # from the group checkpoint, not the metrics
     (g,) = st["groups"]
     assert (g["runs"], g["active"], g["step"], g["steps"]) == (4, 4, 5, max(steps.values()))
+    assert g["left_s"] > 0  # at the group's own pace so far
     with RunLock(out, "sweep directory"):  # as a running sweep holds it
         assert sweep_status(spec, out)["running"]["pid"] == os.getpid()
     run_sweep(spec, out, progress=False)
     st = sweep_status(spec, out)
     assert st["model_steps"] == st["model_steps_planned"] and st["runs_finished"] == 4
-    assert st["groups"][0]["active"] == 0 and all(r["unseen"] is not None for r in st["rows"])
+    assert st["groups"][0]["active"] == 0 and st["groups"][0]["left_s"] == 0
+    assert all(r["unseen"] is not None for r in st["rows"])
     assert main(["sweep", str(spec), "--out", str(out), "--status"]) == 0
     assert "not running; " in capsys.readouterr().out
