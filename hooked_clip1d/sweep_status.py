@@ -49,7 +49,8 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
 
     Returns ``out``, ``running`` (the lock holder ``{"pid", "host", "since"}``, or None), ``model_steps`` done and
     ``model_steps_planned`` (summed over runs), ``runs_finished`` / ``runs``, ``groups`` (per group: ``group``,
-    ``runs``, ``active`` (members still training), ``step`` (its latest logged step), ``steps`` (its longest
+    ``runs``, ``active`` (members still training), ``step`` (its group checkpoint's, or its last metrics line's if
+    newer), ``steps`` (its longest
     member's), ``elapsed_s``, ``steps_per_s`` so far, ``left_s``: the time still to train, estimated with the
     planner's cost model (``sweep.group_cost``, which counts the members still training) at this group's own pace so
     far, None before it has trained) and ``rows`` (per run: ``run``, ``group``, ``epoch`` /
@@ -63,6 +64,9 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
             f"{str(out)!r} holds no sweep (no spec.toml): start it with `hooked-clip1d sweep {spec_path}"
             + (f" --out {out_dir}`" if out_dir is not None else "`")
         )
+    held = load_spec(out / "spec.toml").name
+    if held != spec.name:
+        raise ValueError(f"{str(out)!r} holds the sweep {held!r}, not {spec.name!r}: pass its --out")
     plan = json.loads((out / "plan.json").read_text()) if (out / "plan.json").exists() else []
     group_of = {name: gname for gname, names in plan for name in names}
     saved = {gname: _group_state(out / "groups" / gname / "group_checkpoint.safetensors") for gname, _ in plan}

@@ -16,6 +16,7 @@ from hooked_clip1d.checkpoint import load_model_file
 from hooked_clip1d.sweep import format_results, load_spec, plan_groups, results_table, run_sweep
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "sweeps"
+ROOT_SWEEPS = Path(__file__).resolve().parent.parent / "hooked_clip1d" / "sweeps"
 TINY = EXAMPLES / "tiny.toml"
 
 
@@ -346,6 +347,8 @@ def test_status_says_how_far_a_sweep_has_come_without_training_it(tmp_path, caps
     assert g["left_s"] > 0  # at the group's own pace so far
     with RunLock(out, "sweep directory"):  # as a running sweep holds it
         assert sweep_status(spec, out)["running"]["pid"] == os.getpid()
+    with pytest.raises(ValueError, match="holds the sweep 'tiny', not 'fig4a'"):
+        sweep_status(ROOT_SWEEPS / "fig4a.toml", out)
     run_sweep(spec, out, progress=False)
     st = sweep_status(spec, out)
     assert st["model_steps"] == st["model_steps_planned"] and st["runs_finished"] == 4
