@@ -127,9 +127,11 @@ def plot_term_maps(
         for i, h in enumerate(heads):
             ax = axes[i, j]
             im = ax.imshow(maps[n][h], cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto", interpolation="nearest")
-            # every panel has the same axes: label them on the outer panels only (also keeps layout fast)
-            ax.set_xticks(range(n_k), klabels if i == len(heads) - 1 else [], fontsize=6, rotation=90)
-            ax.set_yticks(range(n_q), qlabels if j == 0 else [], fontsize=6)
+            # every panel has the same axes: ticks and labels on the outer panels only (an inner panel's ticks
+            # would double the time to draw the figure, and its cells are the tokens of the outer panels' labels)
+            outer_x, outer_y = i == len(heads) - 1, j == 0
+            ax.set_xticks(range(n_k) if outer_x else [], klabels if outer_x else [], fontsize=6, rotation=90)
+            ax.set_yticks(range(n_q) if outer_y else [], qlabels if outer_y else [], fontsize=6)
             if i == 0:
                 ax.set_title(_label(n), fontsize=9)
             if j == 0:
