@@ -48,6 +48,18 @@ def test_shipped_pre_recipe_models_load_with_their_recipe():
     assert m.cfg.vision.init_std == 1.0
 
 
+def test_shipped_qkdecay_model_keeps_small_query_biases():
+    """simplified-ntot20-n2-10-qkdecay10 (b_Q, b_K decayed at 10x): its manifest carries the recipe, and its CLS query
+    bias stays small (norm < 1 per head), where the same recipe at 1x (simplified-ntot20-n2-10-init002) grew it."""
+    from hooked_clip1d.pretrained import load_model, manifest
+
+    tc = manifest("simplified-ntot20-n2-10-qkdecay10")["train_config"]
+    assert (tc["qk_bias_decay_scale"], tc["no_decay"], tc["frozen"]) == (10.0, ["cls"], [])
+    small = load_model("simplified-ntot20-n2-10-qkdecay10").vision.blocks[0].attn.b_Q.norm(dim=-1)
+    grown = load_model("simplified-ntot20-n2-10-init002").vision.blocks[0].attn.b_Q.norm(dim=-1)
+    assert small.max() < 1.0 < grown.max()
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, True, "0.02"])
 def test_init_std_must_be_positive_number(bad):
     with pytest.raises((ValueError, TypeError), match="init_std|init_std"):
