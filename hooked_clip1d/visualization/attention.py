@@ -327,10 +327,11 @@ def plot_attention(
         data = np.ma.masked_array(data, mask=np.triu(np.ones((n, n), dtype=bool), k=1)[None].repeat(n_h, 0))
     cmap = matplotlib.colormaps["Blues"].with_extremes(bad="lightgrey")  # masked (causal) cells grey
     im = None
-    for ax, name, pat in zip(axes, v.head_names, data, strict=True):
+    for i, (ax, name, pat) in enumerate(zip(axes, v.head_names, data, strict=True)):
         im = ax.imshow(pat, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
         ax.set_xticks(range(n), v.tokens, rotation=90, fontsize=7)
-        ax.set_yticks(range(n), v.tokens, fontsize=7)
+        # the query axis is the same in every panel: labelled on the first only (ticks are most of the draw time)
+        ax.set_yticks(range(n) if i == 0 else [], v.tokens if i == 0 else [], fontsize=7)
         ax.set_xlabel("key")
         ax.set_title(name)
     axes[0].set_ylabel("query")
