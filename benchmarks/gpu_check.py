@@ -11,11 +11,14 @@ What it checks (dropout 0, so both devices compute the same function; tolerances
   (``TRAJ_TOL``; float reductions differ between devices and AdamW normalises the differences);
 - **standard Trainer** on the device: 3 epochs of a small run, finite loss, files written;
 - **bf16 autocast** (``amp``): 200 steps, mean loss within 2e-2 of fp32 (``BF16_TOL``);
+- **compiled step**: 50 steps of the full preset (K = 2) compiled (with CUDA graphs on a GPU, as the sweeps train)
+  against eager on the same device, every weight within ``TRAJ_TOL``;
 - **throughput**: model-steps/s of the batched engine, simplified K = 1, 8, 32, 64 and full K = 1, 4, 12 (``--quick``:
   K = 1, 2), on the device and on this machine's CPU, eager, ``torch.compile``'d and (on CUDA) compiled with CUDA
   graphs (``cudagraphs=True``: each step's forward/backward replayed as graphs, fewer kernel launches).
 
-Prints a table and writes ``gpu_check.json`` to ``--out``. Makes no assertions about timings; the correctness
+A throughput row whose mode fails records its error and the table goes on; ``--budget S`` stops adding rows after S
+seconds per device (compiling is most of a row's time). Prints a table and writes ``gpu_check.json`` to ``--out``. Makes no assertions about timings; the correctness
 checks exit non-zero when one fails.
 """
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -84,8 +88,22 @@ def check_trajectory(device: str, steps: int) -> list[dict]:
              "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip
 
 
+def check_compiled(device: str, preset: str, steps: int) -> list[dict]:
+    """The compiled step (with CUDA graphs on a GPU) against eager on the same device: what the sweeps train with."""
+    graphs = device.startswith("cuda")
+    eager, _ = _group(device, preset, 2, steps)
+    comp, _ = _group(device, preset, 2, steps, compile=True, cudagraphs=graphs)
+    worst = max(
+        (_rel(p, q), n) for n, p, q in zip(comp.model.names, comp.model.flat, eager.model.flat, strict=True)
+        if not n.endswith("attn.b_K")
+    )  # fmt: skip
+    mode = "compile+cudagraphs" if graphs else "compile"
+    return [{"check": f"{preset}: {mode} vs eager, {steps} steps (worst: {worst[1]})", "value": worst[0],
+             "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip
+
+
 def check_trainer(device: str, out: Path) -> list[dict]:
-    d = out / "trainer_run"
+    d = Path(tempfile.mkdtemp()) / "trainer_run"  # not under --out: a device tool brings back only a few files
     cfg = CLIPConfig.from_preset("simplified", n_labels=8, d_model=32, d_head=8)
     tc = TrainConfig(epochs=3, eval_every=1, checkpoint_every=3, device=device)
     run = Trainer(cfg, DataConfig(n_labels=8, n_heldout=3, n2=3), tc, d).run(progress=False)
@@ -103,25 +121,52 @@ def check_bf16(device: str, steps: int) -> list[dict]:
              "ok": diff <= BF16_TOL}]  # fmt: skip
 
 
-def throughput(devices: list[str], ks: dict[str, list[int]], seconds: float, compile_too: bool) -> list[dict]:
-    rows = []
-    for preset, klist in ks.items():
-        for k in klist:
-            for device in devices:
-                modes = ["eager"] + (["compile"] if compile_too else [])
-                modes += ["compile+cudagraphs"] if compile_too and device.startswith("cuda") else []
-                for mode in modes:
+def _timed(device: str, preset: str, k: int, seconds: float, **kw) -> float:
+    """Model-steps/s of one group: 5 warm-up steps (and the compile), then steps on the same trainer (no recompile)
+    until ``seconds`` have passed."""
+    bt, _ = _group(device, preset, k, 5, **kw)
+    n, done, dt = 20, 0, 0.0
+    while dt < seconds and n <= 20_000:
+        t0 = time.perf_counter()
+        bt.run(progress=False, max_steps=n)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        dt, done, n = dt + time.perf_counter() - t0, done + n, n * 4
+    return k * done / dt
+
+
+def throughput(devices: list[str], ks: dict[str, list[int]], seconds: float, compile_too: bool,
+               budget: float = float("inf"), log: Path | None = None) -> list[dict]:  # fmt: skip
+    """One row per (preset, K, device, mode); a mode that fails is a row with its error (the table goes on), and rows
+    stop once ``budget`` seconds have passed (the rows so far are kept; ``log`` gets them as they come)."""
+    rows, start = [], time.perf_counter()
+    cuda = any(d.startswith("cuda") for d in devices)
+    # eager rows first (cheap), then the mode the sweeps train with, then plain compile: under a budget the rows
+    # that matter most come first
+    modes = ["eager"] + (["compile+cudagraphs"] if compile_too and cuda else []) + (["compile"] if compile_too else [])
+    for mode in modes:
+        for preset, klist in ks.items():
+            for k in klist:
+                for device in devices:
+                    if mode == "compile+cudagraphs" and not device.startswith("cuda"):
+                        continue
+                    if time.perf_counter() - start > budget:
+                        print(f"  (throughput budget of {budget:.0f} s spent: remaining rows skipped)")
+                        return rows
                     kw = dict(compile=mode != "eager", cudagraphs=mode == "compile+cudagraphs", dropout=0.1)
-                    _group(device, preset, k, 5, **kw)  # warm-up (and compile)
-                    n = 20
-                    while True:
-                        _, dt = _group(device, preset, k, n, **kw)
-                        if dt >= seconds or n >= 5000:
-                            break
-                        n *= 4
-                    rows.append({"preset": preset, "K": k, "device": device, "mode": mode,
-                                 "model_steps_per_s": round(k * n / dt, 1)})  # fmt: skip
-                    print(f"  {preset:<10} K={k:<3} {device:<6} {mode:<18} {k * n / dt:10.1f} model-steps/s")
+                    row = {"preset": preset, "K": k, "device": device, "mode": mode}
+                    t0 = time.perf_counter()
+                    try:
+                        rate = _timed(device, preset, k, seconds, **kw)
+                        row["model_steps_per_s"] = round(rate, 1)
+                        print(f"  {preset:<10} K={k:<3} {device:<6} {mode:<18} {rate:10.1f} model-steps/s", flush=True)
+                    except Exception as e:  # noqa: BLE001 - a broken mode is a finding, not the end of the table
+                        row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                        print(f"  {preset:<10} K={k:<3} {device:<6} {mode:<18} FAILED {row['error']}", flush=True)
+                    row["row_seconds"] = round(time.perf_counter() - t0, 1)
+                    rows.append(row)
+                    if log is not None:
+                        log.write_text(json.dumps(rows, indent=2))
     return rows
 
 
@@ -133,6 +178,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=2.0, help="time per throughput row")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile throughput rows")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 on a busy machine)")
+    ap.add_argument("--budget", type=float, default=float("inf"), help="seconds for the whole throughput table")
+    ap.add_argument("--cpu-compile", action="store_true", help="also the compiled rows on the CPU (slow to compile)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -144,6 +191,8 @@ def main() -> int:
     steps = 20 if a.quick else 200
     checks = check_step(a.device) + check_trajectory(a.device, steps) + check_trainer(a.device, out)
     checks += check_bf16(a.device, steps)
+    if not a.no_compile:
+        checks += check_compiled(a.device, "simplified" if a.quick else "full", 20 if a.quick else 50)
     print(f"{'check':<62} {'value':>10} {'tol':>8}  ok")
     for c in checks:
         tol = "-" if c["tol"] is None else f"{c['tol']:.0e}"
@@ -151,7 +200,11 @@ def main() -> int:
     ks = {"simplified": [1, 2], "full": [1]} if a.quick else {"simplified": [1, 8, 32, 64], "full": [1, 4, 12]}
     devices = [a.device] if a.device == "cpu" else [a.device, "cpu"]
     print("throughput (batched engine, dropout 0.1, fp32):")
-    rows = throughput(devices, ks, 0.3 if a.quick else a.seconds, not a.no_compile and not a.quick)
+    compile_too = not a.no_compile and not a.quick
+    rows = []
+    for dev in devices:  # the device first, then the CPU beside it
+        rows += throughput([dev], ks, 0.3 if a.quick else a.seconds, compile_too and (dev != "cpu" or a.cpu_compile),
+                           budget=a.budget, log=out / f"throughput_{dev}.json")  # fmt: skip
     info = {"torch": torch.__version__, "device": a.device,
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}  # fmt: skip
     (out / "gpu_check.json").write_text(json.dumps({"info": info, "checks": checks, "throughput": rows}, indent=2))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One chunk of the GPU queue, sized for a lent GPU's 10-minute command (run from the repository root there):
 #
-#     bash benchmarks/gpu_queue.sh check        # first call on a machine: install check + benchmarks/gpu_check.py
+#     bash benchmarks/gpu_queue.sh check [ARGS] # first call on a machine: install check + benchmarks/gpu_check.py
 #     bash benchmarks/gpu_queue.sh [SECONDS]    # then: train the queue for SECONDS (default 480), pack what finished
 #
 # The queue, in order (docs/cli.md, "On a GPU"): fig3 (12 full models; its Ntot=20, n2=10, seed-0 cell is the zoo's
@@ -23,7 +23,7 @@ STATE=${STATE:-${TMPDIR:-/tmp}/hc1d-gpu}  # the machine's local disk; kept while
 QUEUE=${QUEUE:-"fig3 fig10 fig4a"}                   # overridable, with the rest, for a smoke test on a CPU:
 SPEC_DIR=${SPEC_DIR:-hooked_clip1d/sweeps}            #   DEVICE=cpu FLAGS= QUEUE=t SPEC_DIR=my-specs bash ...
 DEVICE=${DEVICE:-cuda}
-FLAGS=${FLAGS---compile --cudagraphs}
+FLAGS=${FLAGS-$(cat "$STATE/flags" 2>/dev/null || echo --compile --cudagraphs)}  # the check's choice, if it ran
 export HOOKED_CLIP1D_SWEEPS=$STATE/sweeps PYTHONUNBUFFERED=1
 mkdir -p "$STATE" "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1 && [ ! -e "$STATE/wheels" ]; then
@@ -34,8 +34,13 @@ export PYTHONPATH=$PWD:$STATE/site${PYTHONPATH:+:$PYTHONPATH}
 python3 -c "import hooked_clip1d.sweep, torch; assert '$DEVICE' == 'cpu' or torch.cuda.is_available()" || exit 3
 hc() { python3 -m hooked_clip1d "$@"; }
 
-if [ "$MODE" = check ]; then
-  exec python3 benchmarks/gpu_check.py --out "$OUT" --seconds 1
+if [ "$MODE" = check ]; then  # extra arguments go to gpu_check.py (e.g. --budget 150)
+  python3 benchmarks/gpu_check.py --out "$OUT" --seconds 1 "${@:2}" 2>&1 | tee "$OUT/check.log"
+  # the flags the queue trains with from here on: compiled with CUDA graphs only if that check passed
+  if grep -q "compile+cudagraphs vs eager.* yes$" "$OUT/check.log"; then echo "--compile --cudagraphs"; else echo ""; fi \
+    >"$STATE/flags"
+  echo "== queue flags on this machine: '$(cat "$STATE/flags")'"
+  exit 0
 fi
 
 start=$(date +%s)
