@@ -4,8 +4,8 @@
 #     bash benchmarks/gpu_queue.sh check [ARGS] # first call on a machine: install check + benchmarks/gpu_check.py
 #     bash benchmarks/gpu_queue.sh [SECONDS]    # then: train the queue for SECONDS (default 480), pack what finished
 #
-# The queue, in order (docs/cli.md, "On a GPU"): fig3 (12 full models; its Ntot=20, n2=10, seed-0 cell is the zoo's
-# full-ntot20-n2-10 under the default recipe), fig10 (5 full models), fig4a (36 simplified models). Each call resumes
+# The queue, in order (docs/cli.md, "On a GPU"): fig10 (5 full models; its weight-decay-0.2 cell is the zoo's
+# full-ntot20-n2-10 under the default recipe), fig3 (12 full models), fig4a (36 simplified models). Each call resumes
 # the first unfinished sweep from its checkpoints on the machine's local disk ($STATE: kept while the machine stays
 # warm between calls) and, when a sweep finishes, packs its runs (configs, metrics, float16 weights) into
 # $OUT/<sweep>/runs-NNN.tar (at most 15 MiB each). Here, unpack them into the sweep folder and read the figure:
@@ -20,7 +20,7 @@ set -uo pipefail
 MODE=${1:-480}
 OUT=${OUT:?set OUT to the folder whose files come back (the device tool sets it)}
 STATE=${STATE:-${TMPDIR:-/tmp}/hc1d-gpu}  # the machine's local disk; kept while it stays warm
-QUEUE=${QUEUE:-"fig3 fig10 fig4a"}                   # overridable, with the rest, for a smoke test on a CPU:
+QUEUE=${QUEUE:-"fig10 fig3 fig4a"}                   # overridable, with the rest, for a smoke test on a CPU:
 SPEC_DIR=${SPEC_DIR:-hooked_clip1d/sweeps}            #   DEVICE=cpu FLAGS= QUEUE=t SPEC_DIR=my-specs bash ...
 DEVICE=${DEVICE:-cuda}
 FLAGS=${FLAGS-$(cat "$STATE/flags" 2>/dev/null || echo --compile --cudagraphs)}  # the check's choice, if it ran

@@ -195,7 +195,7 @@ class BatchedTrainer(GroupFiles):
             model = m.init_model if m.init_model is not None else CLIP1D(m.model_cfg, seed=m.train_cfg.seed)
             models.append(model)
         seeds = [m.train_cfg.seed for m in members]
-        self.model = StackedCLIP(models, dropout_rng, seeds=seeds)
+        self.model = StackedCLIP(models, dropout_rng, seeds=seeds, device=self.device)
         self.model.train()
         if dropout_rng == "fast":
             torch.manual_seed(_mix_seeds(seeds))  # the group's dropout stream

@@ -133,7 +133,14 @@ class StackedCLIP(nn.Module):
         True
     """
 
-    def __init__(self, models: Sequence[CLIP1D], dropout_rng: DropoutRNG = "fast", seeds: Sequence[int] | None = None):
+    def __init__(
+        self,
+        models: Sequence[CLIP1D],
+        dropout_rng: DropoutRNG = "fast",
+        seeds: Sequence[int] | None = None,
+        device: str | torch.device | None = None,
+    ):
+        """``device``: where the stacked parameters live (default: the members' config device)."""
         super().__init__()
         if not models:
             raise ValueError("StackedCLIP needs at least one model")
@@ -160,7 +167,8 @@ class StackedCLIP(nn.Module):
             name: getattr(cfgs[0], name).replace(n_labels=self.n_max, init_seed=None, pruned_heads=())
             for name in ("vision", "text")
         }
-        self.device = torch.device(self.tower_cfg["vision"].device)
+        # the training device (a BatchedTrainer's TrainConfig.device), else the members' model config device
+        self.device = torch.device(device if device is not None else self.tower_cfg["vision"].device)
         self.names = list(models[0].state_dict())
         states = [m.state_dict() for m in models]
         params = [nn.Parameter(self.stack(name, [st[name] for st in states])) for name in self.names]
@@ -252,6 +260,8 @@ class StackedCLIP(nn.Module):
     # ---- helpers ------------------------------------------------------------------------------------------------
     def _offsets(self, n: int) -> torch.Tensor:
         """``[K, 1]`` offsets ``k * n`` for indexing a flattened ``[K * n, ...]`` table."""
+        if torch.compiler.is_compiling():  # no cache inside a compiled step: under CUDA graphs it would hold a
+            return (torch.arange(self.K, device=self.device) * n)[:, None]  # graph output the next replay overwrites
         if n not in self._koff:
             self._koff[n] = (torch.arange(self.K, device=self.device) * n)[:, None]
         return self._koff[n]
@@ -536,8 +546,10 @@ class StackedCLIP(nn.Module):
             sim = cosine(img.float(), txt)  # [K, B, B]
         logits = temperature(self.params["logit_scale"], self.max_logit_scale)[:, None, None] * sim
         K, B, _ = logits.shape
-        labels = self._labels.get((K, B))
-        if labels is None:
+        labels = None if torch.compiler.is_compiling() else self._labels.get((K, B))  # no cache under compile
+        if labels is None and torch.compiler.is_compiling():
+            labels = torch.arange(B, device=logits.device).repeat(K)
+        elif labels is None:
             labels = self._labels[(K, B)] = torch.arange(B, device=logits.device).repeat(K)
         return symmetric_ce(logits, valid, labels)
 

@@ -75,7 +75,9 @@ class StackedAdamW:
             self._decay = []
             for p, mask in zip(self.params, self.decay_masks, strict=True):
                 lw = (lr_t * wd_t).view(-1, *([1] * (p.ndim - 1))).to(p.dtype)
-                self._decay.append(1 - lw if mask is None else 1 - lw * mask)
+                # full-shape factors: one _foreach_mul_ over same-shape lists takes torch's multi-tensor fast path
+                # (a few kernels on a GPU), broadcast factors the per-tensor slow path (one launch per parameter)
+                self._decay.append((1 - lw if mask is None else 1 - lw * mask).expand_as(p).contiguous())
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -88,9 +90,9 @@ class StackedAdamW:
         if not params:
             return
         idx = [i for i, p in enumerate(self.params) if p.grad is not None]
-        for i in idx:
-            if self.grad_masks[i] is not None:
-                self.params[i].grad.mul_(self.grad_masks[i])
+        gm = [i for i in idx if self.grad_masks[i] is not None]
+        if gm:  # full-shape masks: one multi-tensor op
+            torch._foreach_mul_([self.params[i].grad for i in gm], [self.grad_masks[i] for i in gm])
         grads = [self.params[i].grad for i in idx]
         m = [self.state[i]["exp_avg"] for i in idx]
         v = [self.state[i]["exp_avg_sq"] for i in idx]

@@ -301,3 +301,24 @@ def test_cudagraphs_needs_compile():
     m = Member(tiny_config(), D6, TrainConfig(epochs=1, batch_size=16))
     with pytest.raises(ValueError, match="cudagraphs=True needs compile=True"):
         BatchedTrainer([m], None, dropout_rng="fast", cudagraphs=True)
+
+
+def test_stacked_parameters_live_on_the_requested_device():
+    # bug (first GPU run, 2026-11-24): StackedCLIP took its device from the members' model config ("cpu"), so a
+    # BatchedTrainer with TrainConfig(device="cuda") trained CPU parameters on CUDA batches and failed at step 1
+    ms = [CLIP1D(tiny_config(), seed=s) for s in (0, 1)]
+    st = StackedCLIP(ms, device="meta")
+    assert st.device == torch.device("meta")
+    assert {p.device.type for p in st.parameters()} == {"meta"}
+    assert st.max_logit_scale.device.type == "meta"
+    assert st.stack("W_proj", [m.state_dict()["W_proj"] for m in ms]).device.type == "meta"
+    assert StackedCLIP(ms).device == torch.device("cpu")  # default: the members' config device
+
+
+def test_stacked_adamw_decay_factors_are_full_shape():
+    # a _foreach_mul_ over same-shape lists takes torch's multi-tensor fast path; broadcast factors cost one kernel
+    # launch per parameter (~150 per step of the full model on an H100, 2 of its 8 ms)
+    ps = [torch.nn.Parameter(torch.randn(3, 4, 5)), torch.nn.Parameter(torch.randn(3, 2))]
+    masks = [torch.ones(3, 4, 5), None]
+    opt = StackedAdamW(ps, lr=[1e-3] * 3, weight_decay=[0.1, 0.2, 0.3], decay_masks=masks)
+    assert [d.shape for d in opt._decay] == [p.shape for p in ps]
