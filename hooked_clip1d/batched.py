@@ -408,7 +408,7 @@ class BatchedTrainer(GroupFiles):
         deadline: float | None = None,
     ) -> list[TrainRun]:
         """Train until every member finished (or ``max_steps`` global steps were taken in this call, or the wall
-        clock passed ``deadline`` (a ``time.time()``, checked every ``chunk_steps`` steps), then save a group
+        clock passed ``deadline`` (a ``time.time()``, checked after every step), then save a group
         checkpoint and stop); return the finished members' ``TrainRun``s in member order.
 
         One progress bar for the whole group (``desc``, on line ``position`` when several groups share a terminal),
@@ -471,7 +471,7 @@ class BatchedTrainer(GroupFiles):
                 while self.active and self.step < stop_at:
                     nxt = min(self._next_event(), stop_at)
                     n = min(nxt - self.step, chunk_steps)
-                    self._steps(n, loss_fn, autocast)
+                    n = self._steps(n, loss_fn, autocast, deadline)  # fewer if the deadline or a signal came
                     bar.update(n)
                     bad = [i for k, i in enumerate(self.active) if not bool(torch.isfinite(self.loss_sum[k]))]
                     if bad:
@@ -498,8 +498,10 @@ class BatchedTrainer(GroupFiles):
             torch.set_rng_state(caller_rng)
         return [self.finished[i] for i in sorted(self.finished)]
 
-    def _steps(self, n: int, loss_fn: Any, autocast: Any) -> None:
-        """Take the next ``n`` global steps (forward, backward, AdamW) for every active member."""
+    def _steps(self, n: int, loss_fn: Any, autocast: Any, deadline: float | None = None) -> int:
+        """Take the next ``n`` global steps (forward, backward, AdamW) for every active member; stop early, after
+        any step, once ``deadline`` (a ``time.time()``) has passed or a stop signal came (a chunk of a full-model
+        group takes minutes on a CPU). Returns the number of steps taken."""
         idx, valid, short = self._chunk(n)
         K, bs = idx.shape[1], idx.shape[2]
         imgs_flat = self._images_all.view(-1, self._images_all.shape[-1])
@@ -521,6 +523,9 @@ class BatchedTrainer(GroupFiles):
             self.opt.step()
             self.loss_sum += losses.detach().float()
             self.step += 1
+            if (deadline is not None and time.time() >= deadline) or stop_requested():
+                return j + 1
+        return n
 
 
 def train_batched(

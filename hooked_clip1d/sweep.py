@@ -454,7 +454,7 @@ def run_sweep(
     ``resume=False`` refuses an ``out_dir`` that already holds runs.
     ``max_steps`` stops every group after that many steps in this call (checkpointed; the next call continues),
     for time-sliced or preemptible jobs; ``max_seconds`` likewise stops every group once this call has trained that
-    long (checked every 512 steps; groups not started by then wait for the next call), e.g. for a GPU lent in
+    long (checked after every step; groups not started by then wait for the next call), e.g. for a GPU lent in
     10-minute commands. ``cudagraphs`` overrides ``run.cudagraphs`` (with compile, on a GPU: each step replayed
     as CUDA graphs). ``compile`` overrides the spec's ``run.compile`` (an execution setting: the
     spec, and so the output folder, stays the same); so does ``threads`` (the spec's ``run.threads``: torch threads

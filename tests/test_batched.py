@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -322,3 +323,19 @@ def test_stacked_adamw_decay_factors_are_full_shape():
     masks = [torch.ones(3, 4, 5), None]
     opt = StackedAdamW(ps, lr=[1e-3] * 3, weight_decay=[0.1, 0.2, 0.3], decay_masks=masks)
     assert [d.shape for d in opt._decay] == [p.shape for p in ps]
+
+
+def test_deadline_stops_within_a_step_and_resumes_bit_exact(tmp_path):
+    # bug: the deadline (sweep --max-seconds) and stop signals were polled once per chunk of up to 512 steps, minutes
+    # for a full-model group on a CPU: a 20 s budget ran past 10 minutes. Now they are polled after every step.
+    members = [Member(tiny_config(), D6, _tc(epochs=3, seed=0), name="a")]
+    full = BatchedTrainer(members, tmp_path / "full", dropout_rng="fast").run(progress=False)
+    part = BatchedTrainer(members, tmp_path / "part", dropout_rng="fast")
+    assert part.run(progress=False, deadline=time.time() - 1) == []
+    assert part.step == 1  # one step, not the whole chunk (the 12 steps of the run)
+    resumed = BatchedTrainer(members, tmp_path / "part", resume=True, dropout_rng="fast")
+    assert resumed.step == 1
+    resumed.run(progress=False)
+    got = load_model_file(tmp_path / "part" / "a" / "model.safetensors")
+    for k, v in full[0].model.state_dict().items():
+        assert torch.equal(got.state_dict()[k], v), k
