@@ -48,12 +48,14 @@ def _cfg(preset: str, dropout: float = 0.0) -> CLIPConfig:
 
 
 def _group(device: str, preset: str, k: int, steps: int, *, amp: bool = False, compile: bool = False,  # noqa: A002
-           dropout: float = 0.0, cudagraphs: bool = False) -> tuple[BatchedTrainer, float]:  # fmt: skip
+           dropout: float = 0.0, cudagraphs: bool = False, graph_step: bool = False,
+           ) -> tuple[BatchedTrainer, float]:  # fmt: skip
     members = [
         Member(_cfg(preset, dropout), DATA, TrainConfig(seed=s, device=device, epochs=10_000, eval_every=10_000))
         for s in range(k)
     ]
-    bt = BatchedTrainer(members, None, dropout_rng="fast", amp=amp, compile=compile, cudagraphs=cudagraphs)
+    bt = BatchedTrainer(members, None, dropout_rng="fast", amp=amp, compile=compile, cudagraphs=cudagraphs,
+                        graph_step=graph_step)  # fmt: skip
     t0 = time.perf_counter()
     bt.run(progress=False, max_steps=steps)
     if device.startswith("cuda"):
@@ -103,6 +105,19 @@ def check_compiled(device: str, preset: str, steps: int) -> list[dict]:
              "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip
 
 
+def check_graph_step(device: str, preset: str, steps: int) -> list[dict]:
+    """The whole-step CUDA graph (``graph_step=True``) against eager on the same device (dropout 0: the same
+    kernels, so the weights should agree to rounding)."""
+    eager, _ = _group(device, preset, 2, steps)
+    graph, _ = _group(device, preset, 2, steps, graph_step=True)
+    worst = max(
+        (_rel(p, q), n) for n, p, q in zip(graph.model.names, graph.model.flat, eager.model.flat, strict=True)
+        if not n.endswith("attn.b_K")
+    )  # fmt: skip
+    return [{"check": f"{preset}: whole-step graph vs eager, {steps} steps (worst: {worst[1]})", "value": worst[0],
+             "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip
+
+
 def check_trainer(device: str, out: Path) -> list[dict]:
     d = Path(tempfile.mkdtemp()) / "trainer_run"  # not under --out: a device tool brings back only a few files
     cfg = CLIPConfig.from_preset("simplified", n_labels=8, d_model=32, d_head=8)
@@ -144,17 +159,19 @@ def throughput(devices: list[str], ks: dict[str, list[int]], seconds: float, com
     cuda = any(d.startswith("cuda") for d in devices)
     # eager rows first (cheap), then the mode the sweeps train with, then plain compile: under a budget the rows
     # that matter most come first
-    modes = ["eager"] + (["compile+cudagraphs"] if compile_too and cuda else []) + (["compile"] if compile_too else [])
+    modes = ["eager"] + (["graph-step"] if cuda else []) + (["compile+cudagraphs"] if compile_too and cuda else [])
+    modes += ["compile"] if compile_too else []
     for mode in modes:
         for preset, klist in ks.items():
             for k in klist:
                 for device in devices:
-                    if mode == "compile+cudagraphs" and not device.startswith("cuda"):
+                    if mode in ("compile+cudagraphs", "graph-step") and not device.startswith("cuda"):
                         continue
                     if time.perf_counter() - start > budget:
                         print(f"  (throughput budget of {budget:.0f} s spent: remaining rows skipped)")
                         return rows
-                    kw = dict(compile=mode != "eager", cudagraphs=mode == "compile+cudagraphs", dropout=0.1)
+                    kw = dict(compile=mode.startswith("compile"), cudagraphs=mode == "compile+cudagraphs",
+                              graph_step=mode == "graph-step", dropout=0.1)  # fmt: skip
                     row = {"preset": preset, "K": k, "device": device, "mode": mode}
                     t0 = time.perf_counter()
                     try:
@@ -180,6 +197,7 @@ def main() -> int:
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile throughput rows")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 on a busy machine)")
     ap.add_argument("--budget", type=float, default=float("inf"), help="seconds for the whole throughput table")
+    ap.add_argument("--no-throughput", action="store_true", help="the correctness checks only (~2 min on an H100)")
     ap.add_argument("--cpu-compile", action="store_true", help="also the compiled rows on the CPU (slow to compile)")
     a = ap.parse_args()
     if a.threads:
@@ -198,6 +216,12 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - recorded as a failed check; the eager rows still count
             err = f"compiled step vs eager: {type(e).__name__}: {str(e)[:200]}"
             checks.append({"check": err, "value": float("nan"), "tol": TRAJ_TOL, "ok": False})
+    if a.device.startswith("cuda"):
+        try:
+            checks += check_graph_step(a.device, "full", 50)
+        except Exception as e:  # noqa: BLE001 - recorded as a failed check; the queue then trains without it
+            err = f"whole-step graph vs eager: {type(e).__name__}: {str(e)[:200]}"
+            checks.append({"check": err, "value": float("nan"), "tol": TRAJ_TOL, "ok": False})
     print(f"{'check':<62} {'value':>10} {'tol':>8}  ok")
     for c in checks:
         tol = "-" if c["tol"] is None else f"{c['tol']:.0e}"
@@ -207,7 +231,7 @@ def main() -> int:
     print("throughput (batched engine, dropout 0.1, fp32):")
     compile_too = not a.no_compile and not a.quick
     rows = []
-    for dev in devices:  # the device first, then the CPU beside it
+    for dev in [] if a.no_throughput else devices:  # the device first, then the CPU beside it
         rows += throughput([dev], ks, 0.3 if a.quick else a.seconds, compile_too and (dev != "cpu" or a.cpu_compile),
                            budget=a.budget, log=out / f"throughput_{dev}.json")  # fmt: skip
     info = {"torch": torch.__version__, "device": a.device,

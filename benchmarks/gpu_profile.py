@@ -28,13 +28,14 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--preset", default="full", choices=["simplified", "full"])
     ap.add_argument("--k", type=int, default=5)
-    ap.add_argument("--mode", default="compile+cudagraphs", choices=["eager", "compile", "compile+cudagraphs"])
+    ap.add_argument("--mode", default="graph-step", choices=["eager", "compile", "compile+cudagraphs", "graph-step"])
     ap.add_argument("--steps", type=int, default=50, help="steps under the profiler")
     ap.add_argument("--out", default="results/gpu_profile")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    kw = dict(compile=a.mode != "eager", cudagraphs=a.mode == "compile+cudagraphs", dropout=0.1)
+    kw = dict(compile=a.mode.startswith("compile"), cudagraphs=a.mode == "compile+cudagraphs",
+              graph_step=a.mode == "graph-step", dropout=0.1)  # fmt: skip
     t0 = time.perf_counter()
     bt, _ = _group(a.device, a.preset, a.k, 10, **kw)
     print(f"build + 10 warm-up steps (compile): {time.perf_counter() - t0:.1f} s", flush=True)
@@ -59,7 +60,7 @@ def main() -> int:
     if cuda:
         text.append(ka.table(sort_by="self_cuda_time_total", row_limit=20))
     report = "\n".join(text)
-    (out / f"profile_{a.preset}_k{a.k}.txt").write_text(report)
+    (out / f"profile_{a.preset}_k{a.k}_{a.mode}.txt").write_text(report)
     print(report[:9000])
     return 0
 

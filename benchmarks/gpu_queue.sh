@@ -2,6 +2,8 @@
 # One chunk of the GPU queue, sized for a lent GPU's 10-minute command (run from the repository root there):
 #
 #     bash benchmarks/gpu_queue.sh check [ARGS] # first call on a machine: install check + benchmarks/gpu_check.py
+#                                               # (ARGS: --no-throughput, ~2 min: the table is recorded in
+#                                               # benchmarks/records/gpu_check_h100.json; --budget S)
 #     bash benchmarks/gpu_queue.sh [SECONDS]    # then: train the queue for SECONDS (default 480), pack what finished
 #
 # The queue, in order (docs/cli.md, "On a GPU"): fig10 (5 full models; its weight-decay-0.2 cell is the zoo's
@@ -36,9 +38,11 @@ hc() { python3 -m hooked_clip1d "$@"; }
 
 if [ "$MODE" = check ]; then  # extra arguments go to gpu_check.py (e.g. --budget 150)
   python3 benchmarks/gpu_check.py --out "$OUT" --seconds 1 "${@:2}" 2>&1 | tee "$OUT/check.log"
-  # the flags the queue trains with from here on: compiled with CUDA graphs only if that check passed
-  if grep -q "compile+cudagraphs vs eager.* yes$" "$OUT/check.log"; then echo "--compile --cudagraphs"; else echo ""; fi \
-    >"$STATE/flags"
+  # the flags the queue trains with: the whole-step graph if its check passed, else compiled with CUDA graphs if
+  # that passed, else eager
+  if grep -q "whole-step graph vs eager.* yes$" "$OUT/check.log"; then echo "--graph-step"
+  elif grep -q "compile+cudagraphs vs eager.* yes$" "$OUT/check.log"; then echo "--compile --cudagraphs"
+  else echo ""; fi >"$STATE/flags"
   echo "== queue flags on this machine: '$(cat "$STATE/flags")'"
   exit 0
 fi

@@ -51,6 +51,7 @@ from tqdm.auto import tqdm
 
 from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig, Dataset, EpochPermutations, build_dataset
+from hooked_clip1d.graph_step import StepGraph, check_graph_step
 from hooked_clip1d.group_io import GroupFiles
 from hooked_clip1d.param_groups import decay_mask, frozen_mask
 from hooked_clip1d.rundir import (
@@ -124,6 +125,8 @@ class BatchedTrainer(GroupFiles):
             ``checkpoint_every`` epochs).
         amp: run matmuls in bfloat16 autocast (measured in the benchmark; fp32 is the default).
         cudagraphs: with ``compile``, replay the compiled step as CUDA graphs on a GPU (fewer launches).
+        graph_step: on a GPU, capture the whole step (forward, backward, AdamW) as one CUDA graph and replay it
+            (``graph_step`` module; not with ``compile``).
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class BatchedTrainer(GroupFiles):
         compile: bool = False,  # noqa: A002
         member_dirs: Sequence[str | Path] | None = None,
         cudagraphs: bool = False,
+        graph_step: bool = False,
     ):
         if not members:
             raise ValueError("BatchedTrainer needs at least one member")
@@ -231,6 +235,9 @@ class BatchedTrainer(GroupFiles):
             decay_masks=decay_masks,
             grad_masks=grad_masks,
         )
+        self._graph = StepGraph() if graph_step else None
+        if graph_step:
+            check_graph_step(self)
         self.active = list(range(K))  # member indices still training, in stack order
         self.step = 0
         self.elapsed = 0.0
@@ -503,6 +510,9 @@ class BatchedTrainer(GroupFiles):
         any step, once ``deadline`` (a ``time.time()``) has passed or a stop signal came (a chunk of a full-model
         group takes minutes on a CPU). Returns the number of steps taken."""
         idx, valid, short = self._chunk(n)
+        if self._graph is not None:
+            done = lambda: (deadline is not None and time.time() >= deadline) or bool(stop_requested())  # noqa: E731
+            return self._graph.steps(self, idx, valid, autocast, done)
         K, bs = idx.shape[1], idx.shape[2]
         imgs_flat = self._images_all.view(-1, self._images_all.shape[-1])
         caps_flat = self._captions_all.view(-1, self._captions_all.shape[-1])

@@ -166,6 +166,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         threads=a.threads,
         max_seconds=a.max_seconds,
         cudagraphs=True if a.cudagraphs else None,
+        graph_step=True if a.graph_step else None,
     )
     print(_dumps(rows) if a.json else format_results(rows))
     return 0
@@ -304,6 +305,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sw.add_argument("--no-progress", action="store_true", help="no progress bars")
     sw.add_argument("--compile", action="store_true", help="torch.compile each group's step (overrides run.compile)")
     sw.add_argument("--cudagraphs", action="store_true", help="with --compile on a GPU: replay steps as CUDA graphs")
+    sw.add_argument(
+        "--graph-step", action="store_true", help="on a GPU, no --compile: each whole step replayed as one CUDA graph"
+    )
     sw.add_argument("--workers", type=int, default=1, help="train up to this many groups at once (local processes)")
     sw.add_argument(
         "--threads", type=int, default=None, help="torch threads per group (default: the spec's; use 1 on shared cores)"

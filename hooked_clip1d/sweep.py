@@ -211,6 +211,7 @@ def _run_group(task: _GroupTask) -> list[str]:
         ]
     kw = dict(dropout_rng=task.run["dropout_rng"], amp=task.run["amp"], compile=task.run["compile"])
     kw["cudagraphs"] = task.run["cudagraphs"] and task.run["compile"]
+    kw["graph_step"] = bool(task.run.get("graph_step"))
     resume = task.resume and (gdir / "group_checkpoint.safetensors").exists()
     if not resume:  # start the group afresh: drop partial files of an interrupted first attempt
         if not task.resume and any(d.exists() and any(d.iterdir()) for d in run_dirs):
@@ -445,6 +446,7 @@ def run_sweep(
     threads: int | None = None,
     max_seconds: float | int | None = None,
     cudagraphs: bool | None = None,
+    graph_step: bool | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep of ``spec_path``; returns the results table (also written to ``out_dir``).
 
@@ -456,7 +458,8 @@ def run_sweep(
     for time-sliced or preemptible jobs; ``max_seconds`` likewise stops every group once this call has trained that
     long (checked after every step; groups not started by then wait for the next call), e.g. for a GPU lent in
     10-minute commands. ``cudagraphs`` overrides ``run.cudagraphs`` (with compile, on a GPU: each step replayed
-    as CUDA graphs). ``compile`` overrides the spec's ``run.compile`` (an execution setting: the
+    as CUDA graphs); ``graph_step`` overrides ``run.graph_step`` (on a GPU, without compile: each whole step, optimizer
+    included, replayed as one CUDA graph). ``compile`` overrides the spec's ``run.compile`` (an execution setting: the
     spec, and so the output folder, stays the same); so does ``threads`` (the spec's ``run.threads``: torch threads
     per group; 1 when other processes share the cores, since oversubscribed threads can slow a step several-fold).
     The table has the runs finished so far. See the module
@@ -478,6 +481,10 @@ def run_sweep(
         if cudagraphs and not spec.run["compile"]:
             raise ValueError("cudagraphs=True needs compile (the spec's run.compile or compile=True)")
         spec = dataclasses.replace(spec, run={**spec.run, "cudagraphs": bool(cudagraphs)})
+    if graph_step is not None:
+        if graph_step and spec.run["compile"]:
+            raise ValueError("graph_step=True replaces compile: drop the spec's run.compile or compile=True")
+        spec = dataclasses.replace(spec, run={**spec.run, "graph_step": bool(graph_step)})
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
@@ -519,7 +526,12 @@ def _extends(old: SweepSpec, new: SweepSpec) -> bool:
         return r.model_cfg.to_dict(), r.data_cfg.to_dict(), r.train_cfg.to_dict()
 
     have = {r.name: configs(r) for r in new.runs}
-    execution = ("compile", "threads", "cudagraphs")  # execution settings (the command line may override them)
+    execution = (
+        "compile",
+        "threads",
+        "cudagraphs",
+        "graph_step",
+    )  # execution settings (the command line may override them)
     same_run = {k: v for k, v in old.run.items() if k not in execution} == {
         k: v for k, v in new.run.items() if k not in execution
     }

@@ -339,3 +339,20 @@ def test_deadline_stops_within_a_step_and_resumes_bit_exact(tmp_path):
     got = load_model_file(tmp_path / "part" / "a" / "model.safetensors")
     for k, v in full[0].model.state_dict().items():
         assert torch.equal(got.state_dict()[k], v), k
+
+
+def test_graph_step_refuses_what_it_cannot_capture():
+    # the whole-step CUDA graph (graph_step.py) runs only on a GPU; on the CPU it must say why, not fall back
+    m = Member(tiny_config(), D6, TrainConfig(epochs=1, batch_size=16))
+    with pytest.raises(ValueError, match="graph_step=True needs a CUDA device"):
+        BatchedTrainer([m], None, dropout_rng="fast", graph_step=True)
+
+
+def test_sweep_refuses_graph_step_with_compile(tmp_path):
+    from hooked_clip1d.sweep import run_sweep
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "s"\n[model]\npreset = "simplified"\n[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n'
+                    '[train]\nepochs = 1\n[grid]\nseed = [0]\n[run]\ncompile = true\n')  # fmt: skip
+    with pytest.raises(ValueError, match="graph_step=True replaces compile"):
+        run_sweep(spec, tmp_path / "out", progress=False, graph_step=True)

@@ -1,0 +1,98 @@
+"""Whole-step CUDA graphs for ``BatchedTrainer`` (``graph_step=True``): forward, backward, AdamW and the loss sum of
+one global step captured as one ``torch.cuda.CUDAGraph`` and replayed.
+
+Why: these models are tiny, so a GPU step is bound by the host. On an H100 (benchmarks/README.md, "On a GPU") a
+step of 5 full models took 8 ms compiled with inductor's CUDA graphs, of which the GPU was busy 2.8 ms: the rest was
+the launches outside the graphs (optimizer, gradient accumulation, input copies) and the graph-tree bookkeeping of
+each call. A whole-step graph replays everything with one launch; per step the host only copies the step's batch
+indices and mask into the graph's static inputs (PyTorch's "whole-network capture" recipe).
+
+How: the first ``WARMUP`` steps after a (re)start, or after the group's membership changed, run eagerly on a side
+stream (real training steps on the same static inputs, as the recipe asks); the next step is captured and every
+later step replays it. The graph is dropped when members leave the stack (``StackedCLIP.keep`` replaces the
+parameters). Needs a CUDA device, ``dropout_rng="fast"`` (dropout draws from the CUDA generator, which graphs
+support), one learning rate for the whole group (the fused AdamW path; per-member rates read a step count on the
+host) and no ``compile``. Every step computes what the eager step computes (the same kernels); the batch mask is
+always passed, as the compiled path does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from hooked_clip1d.batched import BatchedTrainer
+
+WARMUP = 3  # eager steps before a capture (the recipe's side-stream warm-up: cuBLAS handles, allocator, autograd)
+
+
+def check_graph_step(bt: BatchedTrainer) -> None:
+    """Raise ``ValueError`` naming the first setting a whole-step graph cannot take."""
+    if bt.device.type != "cuda":
+        raise ValueError(f"graph_step=True needs a CUDA device, got {bt.device}")
+    if bt.dropout_rng != "fast":
+        raise ValueError("graph_step=True needs dropout_rng='fast' (matched dropout draws on the host)")
+    if bt.compile:
+        raise ValueError("graph_step=True replaces compile/cudagraphs: pass one or the other")
+    if len(set(bt.opt.lr)) != 1:
+        raise ValueError("graph_step=True needs one learning rate for the whole group (the fused AdamW path)")
+
+
+class StepGraph:
+    """The captured step of one ``BatchedTrainer`` and its static inputs (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.key: tuple[int, ...] | None = None  # the active members the graph was captured for
+        self.warm = 0  # eager steps taken since the last (re)start or membership change
+        self.flat: torch.Tensor | None = None  # [K * bs] row indices into the padded pair tables
+        self.valid: torch.Tensor | None = None  # [K, bs] batch mask
+
+    def _body(self, bt: BatchedTrainer, autocast: Any) -> None:
+        K, bs, Pt = len(bt.active), bt.bs, bt.Pt
+        imgs_flat = bt._images_all.view(-1, bt._images_all.shape[-1])
+        caps_flat = bt._captions_all.view(-1, bt._captions_all.shape[-1])
+        images = imgs_flat.index_select(0, self.flat).view(K, bs, -1)
+        caps = caps_flat.index_select(0, self.flat).view(K, bs, -1)
+        with autocast:
+            r_t = caps[..., Pt] if bt.text_readout is None else bt.text_readout
+            losses = bt.model.loss(images, caps[..., :Pt], r_t, self.valid, None)
+        losses.sum().backward()
+        bt.opt.step()
+        bt.loss_sum += losses.detach().float()
+
+    def steps(self, bt: BatchedTrainer, idx: torch.Tensor, valid: torch.Tensor, autocast: Any, should_stop: Any) -> int:
+        """Take the steps of one chunk (``idx`` [S, K, bs], ``valid`` [S, K, bs]); stop early once
+        ``should_stop()``; return the number taken."""
+        key = tuple(bt.active)
+        if key != self.key:  # first chunk, or members left the stack: new shapes, new parameters
+            self.graph, self.key, self.warm = None, key, 0
+            self.flat = torch.empty(idx.shape[1] * idx.shape[2], dtype=torch.long, device=bt.device)
+            self.valid = torch.empty(idx.shape[1:], dtype=torch.bool, device=bt.device)
+        n = idx.shape[0]
+        for j in range(n):
+            self.flat.copy_(idx[j].view(-1), non_blocking=True)
+            self.valid.copy_(valid[j], non_blocking=True)
+            if self.graph is not None:
+                self.graph.replay()
+            elif self.warm < WARMUP:
+                side = torch.cuda.Stream(bt.device)
+                side.wait_stream(torch.cuda.current_stream(bt.device))
+                with torch.cuda.stream(side):
+                    bt.opt.zero_grad()
+                    self._body(bt, autocast)
+                torch.cuda.current_stream(bt.device).wait_stream(side)
+                self.warm += 1
+            else:  # capture this step, then replay it: capturing records the kernels without running them
+                bt.opt.zero_grad()  # gradients come back allocated from the graph's pool, rewritten each replay
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    self._body(bt, autocast)
+                graph.replay()
+                self.graph = graph
+            bt.step += 1
+            if should_stop():
+                return j + 1
+        return n
