@@ -18,12 +18,11 @@ always passed, as the compiled path does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from hooked_clip1d.batched import BatchedTrainer
+BatchedTrainer = Any  # a batched.BatchedTrainer (not imported: batched imports this module, one floor up)
 
 WARMUP = 3  # eager steps before a capture (the recipe's side-stream warm-up: cuBLAS handles, allocator, autograd)
 

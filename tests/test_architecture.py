@@ -19,7 +19,7 @@ LAYERS = [
     ["clip"],
     ["checkpoint", "rundir", "param_groups", "evaluation"],
     ["training"],
-    ["stacked", "stacked_adamw", "group_io"],
+    ["stacked", "stacked_adamw", "group_io", "graph_step"],
     ["batched"],
     ["sweep_spec"],
     ["sweep", "sweep_status", "transfer"],
