@@ -19,7 +19,8 @@ What it checks (dropout 0, so both devices compute the same function; tolerances
 
 A throughput row whose mode fails records its error and the table goes on; ``--budget S`` stops adding rows after S
 seconds per device (compiling is most of a row's time). Prints a table and writes ``gpu_check.json`` to ``--out``.
-Makes no assertions about timings; the correctness checks exit non-zero when one fails. The first run on an H100
+Makes no assertions about timings; the exit status is non-zero when a required (eager) check fails (a failed
+compiled or whole-step-graph check is optional: the queue trains without that mode). The first run on an H100
 (2026-11-24): ``benchmarks/README.md``, "On a GPU".
 """
 
@@ -214,14 +215,16 @@ def main() -> int:
         try:
             checks += check_compiled(a.device, "simplified" if a.quick else "full", 20 if a.quick else 50)
         except Exception as e:  # noqa: BLE001 - recorded as a failed check; the eager rows still count
-            err = f"compiled step vs eager: {type(e).__name__}: {str(e)[:200]}"
+            err = f"compiled step vs eager: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
             checks.append({"check": err, "value": float("nan"), "tol": TRAJ_TOL, "ok": False})
+        checks[-1]["optional"] = True
     if a.device.startswith("cuda"):
         try:
             checks += check_graph_step(a.device, "full", 50)
         except Exception as e:  # noqa: BLE001 - recorded as a failed check; the queue then trains without it
-            err = f"whole-step graph vs eager: {type(e).__name__}: {str(e)[:200]}"
+            err = f"whole-step graph vs eager: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
             checks.append({"check": err, "value": float("nan"), "tol": TRAJ_TOL, "ok": False})
+        checks[-1]["optional"] = True
     print(f"{'check':<62} {'value':>10} {'tol':>8}  ok")
     for c in checks:
         tol = "-" if c["tol"] is None else f"{c['tol']:.0e}"
@@ -238,7 +241,9 @@ def main() -> int:
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}  # fmt: skip
     (out / "gpu_check.json").write_text(json.dumps({"info": info, "checks": checks, "throughput": rows}, indent=2))
     print(f"wrote {out / 'gpu_check.json'}")
-    return 0 if all(c["ok"] for c in checks) else 1
+    # exit 1 only if a required (eager) check failed: a failed optional mode (compiled, whole-step graph) is trained
+    # without (gpu_queue.sh picks the flags from the table)
+    return 0 if all(c["ok"] for c in checks if not c.get("optional")) else 1
 
 
 if __name__ == "__main__":

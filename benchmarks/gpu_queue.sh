@@ -38,13 +38,14 @@ hc() { python3 -m hooked_clip1d "$@"; }
 
 if [ "$MODE" = check ]; then  # extra arguments go to gpu_check.py (e.g. --budget 150)
   python3 benchmarks/gpu_check.py --out "$OUT" --seconds 1 "${@:2}" 2>&1 | tee "$OUT/check.log"
+  rc=$?  # pipefail: gpu_check's status; non-zero when an eager (required) check failed: do not train
   # the flags the queue trains with: the whole-step graph if its check passed, else compiled with CUDA graphs if
   # that passed, else eager
   if grep -q "whole-step graph vs eager.* yes$" "$OUT/check.log"; then echo "--graph-step"
   elif grep -q "compile+cudagraphs vs eager.* yes$" "$OUT/check.log"; then echo "--compile --cudagraphs"
   else echo ""; fi >"$STATE/flags"
-  echo "== queue flags on this machine: '$(cat "$STATE/flags")'"
-  exit 0
+  echo "== queue flags on this machine: '$(cat "$STATE/flags")' (gpu_check exit $rc)"
+  exit $rc
 fi
 
 start=$(date +%s)
