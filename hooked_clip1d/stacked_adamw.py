@@ -75,9 +75,11 @@ class StackedAdamW:
             self._decay = []
             for p, mask in zip(self.params, self.decay_masks, strict=True):
                 lw = (lr_t * wd_t).view(-1, *([1] * (p.ndim - 1))).to(p.dtype)
-                # full-shape factors: one _foreach_mul_ over same-shape lists takes torch's multi-tensor fast path
-                # (a few kernels on a GPU), broadcast factors the per-tensor slow path (one launch per parameter)
-                self._decay.append((1 - lw if mask is None else 1 - lw * mask).expand_as(p).contiguous())
+                d = 1 - lw if mask is None else 1 - lw * mask
+                # on a GPU, full-shape factors: a _foreach_mul_ over same-shape lists takes torch's multi-tensor fast
+                # path (a few kernels), broadcast factors the per-tensor one (a launch per parameter, ~2 of 8 ms of
+                # a full-model step on an H100); on the CPU broadcasting reads less memory (0.8 vs 1.3 ms, K = 18)
+                self._decay.append(d.expand_as(p).contiguous() if dev.type == "cuda" else d)
 
     def zero_grad(self) -> None:
         for p in self.params:
