@@ -15,6 +15,16 @@
 #     hooked-clip1d unpack <files_at>/fig3/*.tar --into ~/.local/share/hooked_clip1d/sweeps/fig3
 #     hooked-clip1d reproduce fig3 --no-sweeps && hooked-clip1d results-page
 #
+# A session's plan (30 minutes of device time; learned on 2026-11-24): the machine goes back 30 s after a call ends,
+# taking $STATE with it, so issue each call at once after the last (no fixing in between), and put the check and
+# the first chunk in one command:
+#
+#     call 1: export STATE=/tmp/hc1d-gpu; bash benchmarks/gpu_queue.sh check --no-throughput && \
+#             bash benchmarks/gpu_queue.sh 420          (timeout_s 600, carry [".whl"])
+#     call 2, 3: export STATE=/tmp/hc1d-gpu; bash benchmarks/gpu_queue.sh 560
+#
+# Starting a machine costs 1-2 minutes of the 30, and the check ~2 (its full table, with --budget 150, ~5).
+#
 # The package is not installed there: it runs from this checkout (PYTHONPATH), with the machine's own torch, and
 # with the wheels carried in .whl/: run `bash benchmarks/gpu_wheels.sh` here first (no device time), then name .whl
 # in every call's `carry` (a call prints the first module it cannot import and exits 3).
