@@ -92,31 +92,28 @@ def check_trajectory(device: str, steps: int) -> list[dict]:
              "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip
 
 
-def check_compiled(device: str, preset: str, steps: int) -> list[dict]:
-    """The compiled step (with CUDA graphs on a GPU) against eager on the same device: what the sweeps train with."""
-    graphs = device.startswith("cuda")
+def _vs_eager(device: str, preset: str, steps: int, label: str, **kw) -> list[dict]:
+    """A fast mode (``kw``: compiled, CUDA graphs, whole-step graph) against eager on the same device (dropout 0)."""
     eager, _ = _group(device, preset, 2, steps)
-    comp, _ = _group(device, preset, 2, steps, compile=True, cudagraphs=graphs)
+    fast, _ = _group(device, preset, 2, steps, **kw)
     worst = max(
-        (_rel(p, q), n) for n, p, q in zip(comp.model.names, comp.model.flat, eager.model.flat, strict=True)
+        (_rel(p, q), n) for n, p, q in zip(fast.model.names, fast.model.flat, eager.model.flat, strict=True)
         if not n.endswith("attn.b_K")
     )  # fmt: skip
-    mode = "compile+cudagraphs" if graphs else "compile"
-    return [{"check": f"{preset}: {mode} vs eager, {steps} steps (worst: {worst[1]})", "value": worst[0],
+    return [{"check": f"{preset}: {label} vs eager, {steps} steps (worst: {worst[1]})", "value": worst[0],
              "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip
+
+
+def check_compiled(device: str, preset: str, steps: int) -> list[dict]:
+    """The compiled step (with CUDA graphs on a GPU) against eager: what the sweeps train with."""
+    graphs = device.startswith("cuda")
+    label = "compile+cudagraphs" if graphs else "compile"
+    return _vs_eager(device, preset, steps, label, compile=True, cudagraphs=graphs)
 
 
 def check_graph_step(device: str, preset: str, steps: int) -> list[dict]:
-    """The whole-step CUDA graph (``graph_step=True``) against eager on the same device (dropout 0: the same
-    kernels, so the weights should agree to rounding)."""
-    eager, _ = _group(device, preset, 2, steps)
-    graph, _ = _group(device, preset, 2, steps, graph_step=True)
-    worst = max(
-        (_rel(p, q), n) for n, p, q in zip(graph.model.names, graph.model.flat, eager.model.flat, strict=True)
-        if not n.endswith("attn.b_K")
-    )  # fmt: skip
-    return [{"check": f"{preset}: whole-step graph vs eager, {steps} steps (worst: {worst[1]})", "value": worst[0],
-             "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip
+    """The whole-step CUDA graph (``graph_step=True``) against eager: the same kernels, equal to rounding."""
+    return _vs_eager(device, preset, steps, "whole-step graph", graph_step=True)
 
 
 def check_trainer(device: str, out: Path) -> list[dict]:

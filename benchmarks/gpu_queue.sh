@@ -12,16 +12,16 @@
 # warm between calls) and, when a sweep finishes, packs its runs (configs, metrics, float16 weights) into
 # $OUT/<sweep>/runs-NNN.tar (at most 15 MiB each). Here, unpack them into the sweep folder and read the figure:
 #
-#     hooked-clip1d unpack <files_at>/fig3/*.tar --into ~/.local/share/hooked_clip1d/sweeps/fig3
+#     hooked-clip1d unpack <files_at>/fig3/*.tar --into <sweeps home>/fig3   (the sweeps home: docs/cli.md)
 #     hooked-clip1d reproduce fig3 --no-sweeps && hooked-clip1d results-page
 #
 # A session's plan (30 minutes of device time; learned on 2026-11-24): the machine goes back 30 s after a call ends,
 # taking $STATE with it, so issue each call at once after the last (no fixing in between), and put the check and
 # the first chunk in one command:
 #
-#     call 1: export STATE=/tmp/hc1d-gpu; bash benchmarks/gpu_queue.sh check --no-throughput && \
+#     call 1: bash benchmarks/gpu_queue.sh check --no-throughput && \
 #             bash benchmarks/gpu_queue.sh 420          (timeout_s 600, carry [".whl"])
-#     call 2, 3: export STATE=/tmp/hc1d-gpu; bash benchmarks/gpu_queue.sh 560
+#     call 2, 3: bash benchmarks/gpu_queue.sh 560   (the same default $STATE on the machine's disk)
 #
 # Starting a machine costs 1-2 minutes of the 30, and the check ~2 (its full table, with --budget 150, ~5).
 #
