@@ -505,6 +505,16 @@ class BatchedTrainer(GroupFiles):
             torch.set_rng_state(caller_rng)
         return [self.finished[i] for i in sorted(self.finished)]
 
+    def _losses(self, loss_fn: Any, flat: torch.Tensor, valid: torch.Tensor | None, n_valid: Any) -> torch.Tensor:
+        """Each active member's loss [K] on the batch whose rows of the padded pair tables are ``flat`` [K * bs]
+        (``valid`` [K, bs]: the batch mask, or None when every batch is full); shared by the eager step and the
+        whole-step graph (``graph_step``)."""
+        K, bs, Pt = len(self.active), self.bs, self.Pt
+        images = self._images_all.view(-1, self._images_all.shape[-1]).index_select(0, flat).view(K, bs, -1)
+        caps = self._captions_all.view(-1, self._captions_all.shape[-1]).index_select(0, flat).view(K, bs, -1)
+        r_t = caps[..., Pt] if self.text_readout is None else self.text_readout
+        return loss_fn(images, caps[..., :Pt], r_t, valid, n_valid)
+
     def _steps(self, n: int, loss_fn: Any, autocast: Any, deadline: float | None = None) -> int:
         """Take the next ``n`` global steps (forward, backward, AdamW) for every active member; stop early, after
         any step, once ``deadline`` (a ``time.time()``) has passed or a stop signal came (a chunk of a full-model
@@ -513,21 +523,13 @@ class BatchedTrainer(GroupFiles):
         if self._graph is not None:
             done = lambda: (deadline is not None and time.time() >= deadline) or bool(stop_requested())  # noqa: E731
             return self._graph.steps(self, idx, valid, autocast, done)
-        K, bs = idx.shape[1], idx.shape[2]
-        imgs_flat = self._images_all.view(-1, self._images_all.shape[-1])
-        caps_flat = self._captions_all.view(-1, self._captions_all.shape[-1])
-        Pt = self.Pt
         for j in range(n):
-            flat = idx[j].view(-1)
-            images = imgs_flat.index_select(0, flat).view(K, bs, -1)
-            caps = caps_flat.index_select(0, flat).view(K, bs, -1)
             with autocast:
                 sj = short[j]  # None: every batch full; else each member's valid rows
-                r_t = caps[..., Pt] if self.text_readout is None else self.text_readout
                 # compiled: always a mask (all True on full batches), so full and short batches share one graph
                 v_j = valid[j] if sj is not None or self.compile else None
                 n_v = sj if self.dropout_rng == "matched" else None
-                losses = loss_fn(images, caps[..., :Pt], r_t, v_j, n_v)
+                losses = self._losses(loss_fn, idx[j].view(-1), v_j, n_v)
             self.opt.zero_grad()
             losses.sum().backward()
             self.opt.step()

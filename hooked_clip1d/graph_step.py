@@ -50,14 +50,8 @@ class StepGraph:
         self.valid: torch.Tensor | None = None  # [K, bs] batch mask
 
     def _body(self, bt: BatchedTrainer, autocast: Any) -> None:
-        K, bs, Pt = len(bt.active), bt.bs, bt.Pt
-        imgs_flat = bt._images_all.view(-1, bt._images_all.shape[-1])
-        caps_flat = bt._captions_all.view(-1, bt._captions_all.shape[-1])
-        images = imgs_flat.index_select(0, self.flat).view(K, bs, -1)
-        caps = caps_flat.index_select(0, self.flat).view(K, bs, -1)
         with autocast:
-            r_t = caps[..., Pt] if bt.text_readout is None else bt.text_readout
-            losses = bt.model.loss(images, caps[..., :Pt], r_t, self.valid, None)
+            losses = bt._losses(bt.model.loss, self.flat, self.valid, None)
         losses.sum().backward()
         bt.opt.step()
         bt.loss_sum += losses.detach().float()

@@ -44,28 +44,24 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import functools
 import hashlib
 import io
 import json
-import multiprocessing
 import os
-import shutil
-import signal
 import time
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hooked_clip1d.batched import BatchedTrainer, Member, group_key
+from hooked_clip1d.batched import group_key
 from hooked_clip1d.clip import CLIPConfig
 from hooked_clip1d.data import SPLITS, DataConfig
-from hooked_clip1d.rundir import RunLock, TrainingInterrupted, atomic_write_text, stop_on_signal
+from hooked_clip1d.rundir import RunLock, atomic_write_text
+from hooked_clip1d.sweep_pool import GroupTask, run_groups
 from hooked_clip1d.sweep_spec import RunSpec, SweepSpec, load_spec
 
 __all__ = [
@@ -168,93 +164,6 @@ def plan_groups(runs: Sequence[RunSpec], max_group_size: int = 32, workers: int 
 def _group_name(index: int, group: Sequence[RunSpec]) -> str:
     h = hashlib.sha256(json.dumps([r.name for r in group]).encode()).hexdigest()[:8]
     return f"g{index:03d}-{h}"
-
-
-@dataclass(frozen=True)
-class _GroupTask:
-    """What one group needs to run (picklable, for Ray)."""
-
-    name: str
-    runs: list[RunSpec]
-    group_dir: str
-    run_dirs: list[str]
-    run: dict[str, Any]
-    resume: bool
-    progress: bool
-    max_steps: int | None = None
-    position: int | None = None  # progress-bar line, when several groups train at once
-    deadline: float | None = None  # time.time() after which the group checkpoints and stops
-
-
-_interrupted: list[int] = []  # a worker process whose group a signal stopped starts no other group
-
-
-def _run_group(task: _GroupTask) -> list[str]:
-    """Train one group (resuming when possible); returns the run names it finished."""
-    if _interrupted:
-        raise TrainingInterrupted(f"group {task.name} not started: the sweep was stopped by a signal", _interrupted[0])
-    gdir = Path(task.group_dir)
-    run_dirs = [Path(d) for d in task.run_dirs]
-    if all((d / "summary.json").exists() for d in run_dirs):
-        return [r.name for r in task.runs]
-    if task.deadline is not None and time.time() >= task.deadline:
-        return []  # out of time before this group started: it keeps its state for the next call
-    if not (gdir / "group_checkpoint.safetensors").exists():  # a fresh group never retrains (or deletes) a
-        keep = [i for i, d in enumerate(run_dirs) if not (d / "summary.json").exists()]  # finished run
-        task = dataclasses.replace(task, runs=[task.runs[i] for i in keep], run_dirs=[task.run_dirs[i] for i in keep])
-        run_dirs = [run_dirs[i] for i in keep]
-    members = [Member(r.model_cfg, r.data_cfg, r.train_cfg, name=r.name) for r in task.runs]
-    if task.run.get("threads"):
-        members = [
-            dataclasses.replace(m, train_cfg=dataclasses.replace(m.train_cfg, threads=task.run["threads"]))
-            for m in members
-        ]
-    kw = dict(dropout_rng=task.run["dropout_rng"], amp=task.run["amp"], compile=task.run["compile"])
-    kw["cudagraphs"] = task.run["cudagraphs"] and task.run["compile"]
-    kw["graph_step"] = bool(task.run.get("graph_step"))
-    resume = task.resume and (gdir / "group_checkpoint.safetensors").exists()
-    if not resume:  # start the group afresh: drop partial files of an interrupted first attempt
-        if not task.resume and any(d.exists() and any(d.iterdir()) for d in run_dirs):
-            raise FileExistsError(
-                f"runs of group {task.name} already have files ({run_dirs[0].parent}); resume the sweep or use a new "
-                "out_dir"
-            )
-        for d in run_dirs:
-            if d.exists():
-                shutil.rmtree(d)
-        if gdir.exists():
-            shutil.rmtree(gdir)
-    trainer = BatchedTrainer(members, gdir, resume=resume, member_dirs=run_dirs, **kw)
-    try:
-        trainer.run(progress=task.progress, max_steps=task.max_steps, desc=task.name, position=task.position,
-                    deadline=task.deadline)  # fmt: skip
-    except TrainingInterrupted as e:
-        if multiprocessing.parent_process() is not None:  # a worker of this sweep's pool (not the sweep process)
-            _interrupted.append(e.signum)
-        raise
-    return [r.name for r in task.runs if (Path(task.run_dirs[task.runs.index(r)]) / "summary.json").exists()]
-
-
-def _worker_init(threads: int) -> None:  # module-level so spawned workers can import it
-    import threading
-    import time
-
-    import torch
-
-    torch.set_num_threads(threads)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the sweep process, which stops the workers
-    parent = os.getppid()
-
-    def watch() -> None:  # a worker whose sweep process died stops too (else it trains on, orphaned)
-        while os.getppid() == parent:
-            time.sleep(2.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
-def _ray_task(task: _GroupTask) -> list[str]:  # module-level so Ray workers can import it
-    return _run_group(task)
 
 
 def _row(run: RunSpec, run_dir: Path) -> dict[str, Any]:
@@ -566,7 +475,7 @@ def _run_sweep_locked(
     tasks = []
     for gname, group in groups:
         tasks.append(
-            _GroupTask(
+            GroupTask(
                 name=gname,
                 runs=group,
                 group_dir=str(out / "groups" / gname),
@@ -579,40 +488,7 @@ def _run_sweep_locked(
                 position=len(tasks) % workers if workers > 1 else None,
             )
         )
-    if runner == "local" and workers > 1 and len(tasks) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        n = min(workers, len(tasks))
-        share = max(1, len(os.sched_getaffinity(0)) // n)  # threads per worker unless run.threads says
-        # spawn: a fresh interpreter per worker (forking a process that already ran torch threads can hang)
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init, initargs=(share,)) as pool:
-
-            def forward(signum: int) -> None:  # SIGTERM / SIGINT here: every worker checkpoints its group and stops
-                for p in list(getattr(pool, "_processes", None) or {}):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(p, signal.SIGTERM)
-
-            with stop_on_signal(forward):
-                try:
-                    for _ in pool.map(_run_group, tasks):  # re-raises a worker's error (or TrainingInterrupted) here
-                        pass
-                except BaseException:
-                    pool.shutdown(cancel_futures=True)  # groups not yet started stay as they are
-                    raise
-    elif runner == "local":
-        for t in tasks:
-            _run_group(t)
-    else:
-        try:
-            import ray
-        except ImportError:
-            raise ImportError("runner='ray' needs Ray: pip install ray") from None
-        if not ray.is_initialized():
-            ray.init(include_dashboard=False, log_to_driver=False)
-        cpus = spec.run.get("threads") or 1
-        remote = ray.remote(num_cpus=cpus)(_ray_task)
-        ray.get([remote.remote(t) for t in tasks])
+    run_groups(tasks, runner, workers, spec.run.get("threads"))
     rows = results_table(dataclasses.replace(spec, runs=runs), out)
     write_results(rows, out, spec.name)
     return rows

@@ -156,11 +156,13 @@ def test_max_seconds_stops_every_group_resumably(tiny_done, tmp_path, monkeypatc
     import types
 
     import hooked_clip1d.sweep as sweep_mod
+    import hooked_clip1d.sweep_pool as pool_mod
 
     out_full, _ = tiny_done
     out = tmp_path / "tiny"
     now = time.time()
-    monkeypatch.setattr(sweep_mod, "time", types.SimpleNamespace(time=lambda: now))  # the groups start in time,
+    for mod in (sweep_mod, pool_mod):  # the groups start in time,
+        monkeypatch.setattr(mod, "time", types.SimpleNamespace(time=lambda: now))
     partial = run_sweep(TINY, out, progress=False, max_seconds=1e-6)  # then find it spent after their first chunk
     monkeypatch.undo()
     assert partial == [] and any((out / "groups").rglob("group_checkpoint.safetensors"))
@@ -356,3 +358,10 @@ def test_status_says_how_far_a_sweep_has_come_without_training_it(tmp_path, caps
     assert all(r["unseen"] is not None for r in st["rows"])
     assert main(["sweep", str(spec), "--out", str(out), "--status"]) == 0
     assert "not running; " in capsys.readouterr().out
+
+
+def test_run_groups_refuses_an_unknown_runner():
+    from hooked_clip1d.sweep_pool import run_groups
+
+    with pytest.raises(ValueError, match="runner must be 'local' or 'ray', got 'slurm'"):
+        run_groups([], runner="slurm")
