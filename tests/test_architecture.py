@@ -21,7 +21,7 @@ LAYERS = [
     ["training"],
     ["stacked", "stacked_adamw", "group_io", "graph_step"],
     ["batched"],
-    ["sweep_spec"],
+    ["sweep_spec", "sweep_pool"],
     ["sweep", "sweep_status", "transfer"],
     ["analysis"],
     ["visualization"],

@@ -395,3 +395,22 @@ def test_compare_records_lists_every_difference(tmp_path):
     assert compare_records(old, new)["fig2"] == []
     with pytest.raises(FileNotFoundError, match="no records folder"):
         compare_records(tmp_path / "missing", new)
+
+
+def test_finished_sweep_record_has_no_machine_paths_and_states_its_clock(tmp_path, monkeypatch):
+    """A committed record carries the runs' paths relative to the sweep folder, and the groups' training time."""
+    import shutil
+    from pathlib import Path
+
+    sweeps = tmp_path / "specs"
+    sweeps.mkdir()
+    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
+    monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
+    rec = rp.reproduce("fig4a", tmp_path / "res")
+    text = (tmp_path / "res" / "fig4a" / "fig4a.json").read_text()
+    assert str(tmp_path) not in text
+    assert [r["path"] for r in rec["numbers"]["rows"]] == [f"runs/{r['run']}" for r in rec["numbers"]["rows"]]
+    clock = rec["sweep_clock"]
+    secs = [r["train_seconds"] for r in rec["numbers"]["rows"]]
+    assert clock["longest_group_s"] == max(secs) and clock["sum_s"] >= max(secs)
+    assert "Training clock" in rec["notes"] and "range over seeds" in rec["notes"]

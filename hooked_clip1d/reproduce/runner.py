@@ -34,6 +34,34 @@ ORDER = (
 )  # fmt: skip
 
 
+def _portable(obj: Any, base: Path) -> Any:
+    """``obj`` (a record's JSON value) with every path under ``base`` (the sweep's folder) made relative to it: a
+    record is committed, and a machine's paths do not belong in it."""
+    if isinstance(obj, dict):
+        return {k: _portable(v, base) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_portable(v, base) for v in obj]
+    if isinstance(obj, str) and obj.startswith(str(base) + "/"):
+        return obj[len(str(base)) + 1 :]
+    return obj
+
+
+def sweep_clock(rows: list[dict[str, Any]], sweep_out: str | Path) -> dict[str, Any]:
+    """A finished sweep's training time from its runs: each group's clock (its longest member's
+    ``train_seconds``, which a resumed group carries on), the longest and their sum (groups from the sweep's
+    ``plan.json``; without it, each run counts as its own group).
+
+    Example:
+        >>> sweep_clock([{"run": "a", "train_seconds": 5.0}, {"run": "b", "train_seconds": 7.0}], "/nonexistent")
+        {'groups': {'a': 5.0, 'b': 7.0}, 'longest_group_s': 7.0, 'sum_s': 12.0}
+    """
+    secs = {r["run"]: float(r["train_seconds"]) for r in rows}
+    plan_path = Path(sweep_out) / "plan.json"
+    plan = json.loads(plan_path.read_text()) if plan_path.exists() else [[n, [n]] for n in secs]
+    groups = {g: max(secs[n] for n in names if n in secs) for g, names in plan if any(n in secs for n in names)}
+    return {"groups": groups, "longest_group_s": max(groups.values(), default=0.0), "sum_s": sum(groups.values())}
+
+
 def _gather(*spec_tuples: tuple[FigureSpec, ...]) -> dict[str, FigureSpec]:
     by_key: dict[str, FigureSpec] = {}
     for spec in (s for specs in spec_tuples for s in specs):
@@ -156,6 +184,13 @@ def reproduce(
                 )
         else:
             record.update(_outcome_record(spec.run(rows), out, spec, f"sweep {spec.sweep}"))  # type: ignore[arg-type]
+            clock = sweep_clock(rows, sweep_out)
+            record["sweep_clock"] = clock
+            record["notes"] = (record["notes"] + " " if record["notes"] else "") + (
+                f"Training clock (each group's own, summed over the sessions that resumed it): longest group "
+                f"{clock['longest_group_s'] / 3600:.2f} h, all {len(clock['groups'])} groups "
+                f"{clock['sum_s'] / 3600:.2f} h; groups trained side by side (`--workers`) take the longest group's."
+            )
     elif missing:
         record.update(verdict="not run", summary=f"needs zoo model(s) {missing}, not shipped yet", checks=[], plots=[])
     else:
@@ -165,5 +200,7 @@ def reproduce(
         record["model_epochs_planned"] = {
             m: manifest(m).get("epochs_planned", manifest(m)["epochs"]) for m in spec.models
         }
+    if spec.sweep is not None:  # the runs' paths, relative to the sweep's folder
+        record = _portable(record, sweep_out)
     atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")
     return record

@@ -56,7 +56,20 @@ def _fig4a(rows: list[dict[str, Any]], title: str = "Fig. 4a sweep") -> Outcome:
     )
     numbers = {"ntot": ntot, "n2": n2s, "mean_unseen_acc": mean.tolist(), "rows": rows}
     epochs = sorted({r["epochs"] for r in rows})
-    notes = f"{len(rows)} runs trained {epochs} epochs each (the paper: 10,000)."
+    seeds = sorted({r["seed"] for r in rows})
+    ranges = "; ".join(
+        f"Ntot {nt}: "
+        + "/".join(
+            f"{min(a):.2f}-{max(a):.2f}"
+            for n2 in n2s
+            if (a := [r["val_unseen.acc"] for r in rows if r["n_labels"] == nt and r["n2"] == n2])
+        )
+        for nt in ntot
+    )
+    notes = (
+        f"{len(rows)} runs trained {epochs} epochs each (the paper: 10,000), seeds {seeds}; unseen-pair accuracy "
+        f"range over seeds [Ntot x n2]: {ranges}."
+    )
     return Outcome(numbers, summary + ".", checks, {"sweep": fig}, notes)
 
 
