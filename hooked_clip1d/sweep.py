@@ -104,9 +104,10 @@ def planned_steps(r: RunSpec) -> int:
 
 
 # What one group step costs beside its members' own work, in member-steps: a group of K simplified members takes
-# about (GROUP_STEP_OVERHEAD + K) single-member step times (benchmarks/README.md: K = 1 at 474 model-steps/s, K = 32
-# at 1017, i.e. ~0.98 ms per member and ~1.2 ms per step on one core).
-GROUP_STEP_OVERHEAD = 1.3
+# about (GROUP_STEP_OVERHEAD + K) single-member step times. Measured on Fig. 4a's protocol run (one thread per group,
+# benchmarks/README.md): K = 1 at 3.1 ms a step, K = 18 at 21.7 ms, i.e. b = 1.09 ms per member and a = 2.0 ms per
+# step; a x 1.17 M steps + b x 6.66 M model-steps predicts 9,599 s per group, and its groups took 9,606 and 9,517 s.
+GROUP_STEP_OVERHEAD = 1.84
 
 
 def group_cost(steps: Sequence[int]) -> float:
@@ -125,9 +126,11 @@ def plan_groups(runs: Sequence[RunSpec], max_group_size: int = 32, workers: int 
     """Pack runs into batched groups of the same ``group_key`` and at most ``max_group_size`` members.
 
     With one worker, runs of similar length go together (a group runs as long as its longest member, so this
-    spends the least time in all). With ``workers`` > 1 a shape's runs are spread over at least ``workers`` groups
-    of about equal estimated cost (``group_cost``; longest run first, each to the cheapest group with room), so
-    the workers stay busy until the end instead of one training a long group alone. Groups come longest first.
+    spends the least time in all). With ``workers`` > 1 a shape's runs go to at least ``workers`` groups of about
+    equal estimated cost (``group_cost``), so the workers stay busy until the end instead of one training a long
+    group alone: of two packings, the one whose costliest group costs less: spreading the runs (longest first, each
+    to the group it leaves cheapest) or keeping long runs together under a cost cap (``_pack_under_cap``). Groups
+    come longest first.
 
     Example:
         >>> spec = load_spec(text='[grid]\\nn_labels = [10, 20]\\nseed = [0, 1, 2]\\n[model]\\npreset = "simplified"')
@@ -151,14 +154,64 @@ def plan_groups(runs: Sequence[RunSpec], max_group_size: int = 32, workers: int 
         if workers == 1:
             groups += [members[i : i + max_group_size] for i in range(0, len(members), max_group_size)]
             continue
-        bins: list[list[RunSpec]] = [[] for _ in range(max(n_groups, min(workers, len(members))))]
-        for r in members:
-            open_bins = [b for b in bins if len(b) < max_group_size]
-            best = min(open_bins, key=lambda b: group_cost([steps[m.name] for m in b] + [steps[r.name]]))
-            best.append(r)
-        groups += bins
+        n_bins = max(n_groups, min(workers, len(members)))
+        bins = _spread(members, steps, n_bins, max_group_size)
+        packed = _pack_under_cap(members, steps, n_bins, max_group_size, _makespan(bins, steps))
+        groups += [b for b in packed if b] if _makespan(packed, steps) < _makespan(bins, steps) else bins
     cost = {id(g): group_cost([steps[r.name] for r in g]) for g in groups}
     return sorted(groups, key=lambda g: cost[id(g)], reverse=True)  # stable
+
+
+def _spread(members: Sequence[RunSpec], steps: dict[str, int], n_bins: int, max_size: int) -> list[list[RunSpec]]:
+    """``members`` (longest first) in ``n_bins`` groups, each run to the group it leaves cheapest (the plan for
+    several workers before 2026-11-25; ``benchmarks/bench_sweep.py`` times it as ``spread``)."""
+    bins: list[list[RunSpec]] = [[] for _ in range(n_bins)]
+    for r in members:
+        open_bins = [b for b in bins if len(b) < max_size]
+        min(open_bins, key=lambda b: group_cost([steps[m.name] for m in b] + [steps[r.name]])).append(r)
+    return bins
+
+
+def _makespan(bins: Sequence[Sequence[RunSpec]], steps: dict[str, int]) -> float:
+    return max((group_cost([steps[r.name] for r in b]) for b in bins), default=0.0)
+
+
+def _pack_under_cap(
+    members: Sequence[RunSpec], steps: dict[str, int], n_bins: int, max_size: int, hi: float
+) -> list[list[RunSpec]]:
+    """``members`` (longest first) in ``n_bins`` groups under the smallest cost cap found by bisection below ``hi``:
+    each run goes where it adds least (``group_cost`` after minus before), among the groups it fits under the cap.
+    Unlike spreading the longest runs over the groups, this keeps long runs together, so fewer groups pay the
+    per-step overhead for the longest time (Fig. 4a on two workers: 2.53 h predicted by ``group_cost`` at the
+    measured step costs, against the 2.67 h its protocol run took with the longest runs spread, benchmarks/README.md).
+    """
+
+    def pack(cap: float) -> list[list[RunSpec]] | None:
+        bins: list[list[RunSpec]] = [[] for _ in range(n_bins)]
+        longest, total = [0] * n_bins, [0] * n_bins  # group_cost = GROUP_STEP_OVERHEAD * longest + total
+        for r in members:
+            s = steps[r.name]
+            fits = []
+            for i, b in enumerate(bins):
+                after = GROUP_STEP_OVERHEAD * max(longest[i], s) + total[i] + s
+                if len(b) < max_size and after <= cap:
+                    fits.append((after - GROUP_STEP_OVERHEAD * longest[i] - total[i], i))
+            if not fits:
+                return None
+            i = min(fits)[1]
+            bins[i].append(r)
+            longest[i], total[i] = max(longest[i], s), total[i] + s
+        return bins
+
+    lo, best = 0.0, None
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        packed = pack(mid)
+        if packed is None:
+            lo = mid
+        else:
+            hi, best = mid, packed
+    return best if best is not None else pack(float("inf")) or [list(members)]
 
 
 def _group_name(index: int, group: Sequence[RunSpec]) -> str:

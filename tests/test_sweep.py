@@ -325,6 +325,23 @@ def test_plans_for_several_workers_balance_the_groups():
         plan_groups(runs, 32, workers=0)
 
 
+def test_plans_keep_long_runs_together_when_that_costs_less():
+    """Spreading Fig. 4a's three longest runs (1.17 M steps) over two workers makes both groups pay the per-step
+    overhead for 1.17 M steps; keeping them together costs less, as the protocol run's step costs predict."""
+    from hooked_clip1d.sweep import _makespan, _spread, group_cost, planned_steps
+
+    runs = load_spec(Path(__file__).parents[1] / "hooked_clip1d" / "sweeps" / "fig4a.toml").runs
+    steps = {r.name: planned_steps(r) for r in runs}
+    longest = sorted(runs, key=lambda r: steps[r.name], reverse=True)
+    groups = plan_groups(runs, 32, workers=2)
+    spread = _spread(longest, steps, 2, 32)
+    assert sorted(max(steps[r.name] for r in g) for g in spread) == [1_170_000, 1_170_000]
+    assert sorted(max(steps[r.name] for r in g) for g in groups) == [650_000, 1_170_000]
+    assert _makespan(groups, steps) < 0.97 * _makespan(spread, steps)
+    costs = [group_cost([steps[r.name] for r in g]) for g in groups]
+    assert costs[-1] / costs[0] > 0.99, costs
+
+
 def test_status_says_how_far_a_sweep_has_come_without_training_it(tmp_path, capsys):
     """`sweep --status`: model-steps done, groups with their active members, finished runs, and who holds the lock;
     it trains nothing and refuses a folder that holds no sweep."""
