@@ -10,7 +10,7 @@ evaluation at the end) with ``--workers`` worker processes, under these plans:
 - ``spread`` (``sweep._spread``, what ``--workers N`` planned until 2026-11-25): N groups, each run (longest first)
   to the group it leaves cheapest, which spreads the longest runs over the groups;
 - ``by-length`` (``plan_groups(..., workers=1)``, the one-worker plan: the 32 longest runs in one group, the rest in
-  another), trained with the same N workers: what ``--workers N`` did before.
+  another), trained with the same N workers: what ``--workers N`` did before ``spread``.
 
 In the same process it measures the single-member rates on one thread (``bench_training``'s ``plain`` reference loop
 and the batched engine at K = 1, eager or compiled like the sweep), before and after the sweeps (the mean of the two
@@ -123,7 +123,12 @@ def main(argv: list[str] | None = None) -> None:
     total = sum(steps.values())
     plans = {
         "balanced": plan_groups(runs, 32, workers=a.workers),
-        "spread": _spread(sorted(runs, key=lambda r: steps[r.name], reverse=True), steps, a.workers, 32),
+        "spread": _spread(  # as plan_groups did with several workers (one shape, groups of at most 32)
+            sorted(runs, key=lambda r: steps[r.name], reverse=True),
+            steps,
+            max(-(-len(runs) // 32), min(a.workers, len(runs))),
+            32,
+        ),
         "by-length": plan_groups(runs, 32, workers=1),
     }
     plans = {k: v for k, v in plans.items() if k in a.plans.split(",")}

@@ -7,7 +7,8 @@
 #     bash benchmarks/gpu_queue.sh [SECONDS]    # then: train the queue for SECONDS (default 480), pack what finished
 #
 # The queue, in order (docs/cli.md, "On a GPU"): fig10 (5 full models; its weight-decay-0.2 cell is the zoo's
-# full-ntot20-n2-10 under the default recipe), fig3 (12 full models), fig4a (36 simplified models). Each call resumes
+# full-ntot20-n2-10 under the default recipe), fig3 (12 full models), fig4a (36 simplified models; finished on the
+# CPU on 2026-11-25, so on a GPU it only measures issue 15's target of under 10 minutes). Each call resumes
 # the first unfinished sweep from its checkpoints on the machine's local disk ($STATE: kept while the machine stays
 # warm between calls) and, when a sweep finishes, packs its runs (configs, metrics, float16 weights) into
 # $OUT/<sweep>/runs-NNN.tar (at most 15 MiB each). Here, unpack them into the sweep folder and read the figure:

@@ -104,10 +104,12 @@ def planned_steps(r: RunSpec) -> int:
 
 
 # What one group step costs beside its members' own work, in member-steps: a group of K simplified members takes
-# about (GROUP_STEP_OVERHEAD + K) single-member step times. Measured on Fig. 4a's protocol run (one thread per group,
-# benchmarks/README.md): K = 1 at 3.1 ms a step, K = 18 at 21.7 ms, i.e. b = 1.09 ms per member and a = 2.0 ms per
-# step; a x 1.17 M steps + b x 6.66 M model-steps predicts 9,599 s per group, and its groups took 9,606 and 9,517 s.
-GROUP_STEP_OVERHEAD = 1.84
+# about (GROUP_STEP_OVERHEAD + K) single-member step times. Fitted on Fig. 4a's protocol run (one thread per group;
+# benchmarks/README.md, "Measured to the end"): K = 18 at 46 steps/s (21.7 ms a step, its first minutes) and K = 1
+# at 323 steps/s (3.1 ms, its last member alone), i.e. b = 1.094 ms per member and a = 2.006 ms per step, a / b =
+# 1.83; a x 1.17 M steps + b x 6.66 M model-steps predicts 9,633 s for each of its two groups, which took 9,606 and
+# 9,517 s (one point of the model, both groups having the same longest run and total).
+GROUP_STEP_OVERHEAD = 1.83
 
 
 def group_cost(steps: Sequence[int]) -> float:
@@ -193,9 +195,9 @@ def _pack_under_cap(
             s = steps[r.name]
             fits = []
             for i, b in enumerate(bins):
-                after = GROUP_STEP_OVERHEAD * max(longest[i], s) + total[i] + s
-                if len(b) < max_size and after <= cap:
-                    fits.append((after - GROUP_STEP_OVERHEAD * longest[i] - total[i], i))
+                added = GROUP_STEP_OVERHEAD * max(0, s - longest[i]) + s  # group_cost after minus before
+                if len(b) < max_size and GROUP_STEP_OVERHEAD * longest[i] + total[i] + added <= cap:
+                    fits.append((added, i))
             if not fits:
                 return None
             i = min(fits)[1]
@@ -211,7 +213,11 @@ def _pack_under_cap(
             lo = mid
         else:
             hi, best = mid, packed
-    return best if best is not None else pack(float("inf")) or [list(members)]
+    if best is None:  # no cap below ``hi`` found: pack without one (always fits: n_bins x max_size >= members)
+        best = pack(float("inf"))
+    if best is None:
+        raise RuntimeError(f"cannot pack {len(members)} runs into {n_bins} groups of at most {max_size}")
+    return best
 
 
 def _group_name(index: int, group: Sequence[RunSpec]) -> str:

@@ -116,9 +116,9 @@ def _ray_task(task: GroupTask) -> list[str]:  # module-level so Ray workers can 
 
 def run_groups(tasks: Sequence[GroupTask], runner: str = "local", workers: int = 1, threads: int | None = None) -> None:
     """Train every group of ``tasks``: in turn in this process (``runner="local"``, ``workers=1``), up to ``workers``
-    at once in spawned worker processes (each with ``threads`` torch threads, else an equal share of the cores), or
-    as Ray tasks (``runner="ray"``, ``threads`` CPUs each). Re-raises the first group's error; a signal stops every
-    group at a checkpoint (``TrainingInterrupted``).
+    at once in spawned worker processes (each starting with an equal share of the cores; a spec's ``run.threads``
+    reaches each group through its task), or as Ray tasks (``runner="ray"``, ``threads`` CPUs each, default 1).
+    Re-raises the first group's error; a signal stops every group at a checkpoint (``TrainingInterrupted``).
 
     Example:
         >>> run_groups([])  # nothing to train

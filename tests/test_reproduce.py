@@ -398,19 +398,23 @@ def test_compare_records_lists_every_difference(tmp_path):
 
 
 def test_finished_sweep_record_has_no_machine_paths_and_states_its_clock(tmp_path, monkeypatch):
-    """A committed record carries the runs' paths relative to the sweep folder, and the groups' training time."""
-    import shutil
+    """A committed record carries the runs' paths relative to the sweep folder, and each group's training time (its
+    longest member's clock) from the sweep's plan: two groups here, of different lengths."""
     from pathlib import Path
 
     sweeps = tmp_path / "specs"
     sweeps.mkdir()
-    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
+    tiny = (Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml").read_text()
+    (sweeps / "fig4a.toml").write_text(tiny.replace("max_group_size = 4", "max_group_size = 2"))
     monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
     rec = rp.reproduce("fig4a", tmp_path / "res")
     text = (tmp_path / "res" / "fig4a" / "fig4a.json").read_text()
     assert str(tmp_path) not in text
-    assert [r["path"] for r in rec["numbers"]["rows"]] == [f"runs/{r['run']}" for r in rec["numbers"]["rows"]]
+    rows = rec["numbers"]["rows"]
+    assert [r["path"] for r in rows] == [f"runs/{r['run']}" for r in rows]
+    plan = json.loads((tmp_path / "res" / "sweeps" / "fig4a" / "plan.json").read_text())
+    secs = {r["run"]: r["train_seconds"] for r in rows}
     clock = rec["sweep_clock"]
-    secs = [r["train_seconds"] for r in rec["numbers"]["rows"]]
-    assert clock["longest_group_s"] == max(secs) and clock["sum_s"] >= max(secs)
+    assert len(plan) == 2 and clock["groups"] == {g: max(secs[n] for n in names) for g, names in plan}
+    assert clock["longest_group_s"] == max(clock["groups"].values()) < clock["sum_s"]
     assert "Training clock" in rec["notes"] and "range over seeds" in rec["notes"]

@@ -187,8 +187,9 @@ def reproduce(
             clock = sweep_clock(rows, sweep_out)
             record["sweep_clock"] = clock
             record["notes"] = (record["notes"] + " " if record["notes"] else "") + (
-                f"Training clock (each group's own, summed over the sessions that resumed it): longest group "
-                f"{clock['longest_group_s'] / 3600:.2f} h, all {len(clock['groups'])} groups "
+                "Training clock (each group's own, summed over the sessions that resumed it"
+                + ("" if (sweep_out / "plan.json").exists() else "; no plan.json: each run counted as a group")
+                + f"): longest group {clock['longest_group_s'] / 3600:.2f} h, all {len(clock['groups'])} groups "
                 f"{clock['sum_s'] / 3600:.2f} h; groups trained side by side (`--workers`) take the longest group's."
             )
     elif missing:
