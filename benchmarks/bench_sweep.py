@@ -48,6 +48,7 @@ import bench_training  # noqa: E402
 
 from hooked_clip1d.sweep import (  # noqa: E402
     _group_name,
+    _n_bins,
     _spread,
     group_cost,
     load_spec,
@@ -124,10 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     plans = {
         "balanced": plan_groups(runs, 32, workers=a.workers),
         "spread": _spread(  # as plan_groups did with several workers (one shape, groups of at most 32)
-            sorted(runs, key=lambda r: steps[r.name], reverse=True),
-            steps,
-            max(-(-len(runs) // 32), min(a.workers, len(runs))),
-            32,
+            sorted(runs, key=lambda r: steps[r.name], reverse=True), steps, _n_bins(len(runs), 32, a.workers), 32
         ),
         "by-length": plan_groups(runs, 32, workers=1),
     }

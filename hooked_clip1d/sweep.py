@@ -152,16 +152,22 @@ def plan_groups(runs: Sequence[RunSpec], max_group_size: int = 32, workers: int 
     groups: list[list[RunSpec]] = []
     for members in by_key.values():
         members = sorted(members, key=lambda r: steps[r.name], reverse=True)  # stable: spec order within ties
-        n_groups = -(-len(members) // max_group_size)
         if workers == 1:
             groups += [members[i : i + max_group_size] for i in range(0, len(members), max_group_size)]
             continue
-        n_bins = max(n_groups, min(workers, len(members)))
+        n_bins = _n_bins(len(members), max_group_size, workers)
         bins = _spread(members, steps, n_bins, max_group_size)
-        packed = _pack_under_cap(members, steps, n_bins, max_group_size, _makespan(bins, steps))
-        groups += [b for b in packed if b] if _makespan(packed, steps) < _makespan(bins, steps) else bins
+        spread_cost = _makespan(bins, steps)
+        packed = _pack_under_cap(members, steps, n_bins, max_group_size, spread_cost)
+        groups += [b for b in packed if b] if _makespan(packed, steps) < spread_cost else bins
     cost = {id(g): group_cost([steps[r.name] for r in g]) for g in groups}
     return sorted(groups, key=lambda g: cost[id(g)], reverse=True)  # stable
+
+
+def _n_bins(n_runs: int, max_group_size: int, workers: int) -> int:
+    """How many groups ``n_runs`` runs of one shape get with several workers: enough for the size limit, and one
+    per worker while there are runs for it."""
+    return max(-(-n_runs // max_group_size), min(workers, n_runs))
 
 
 def _spread(members: Sequence[RunSpec], steps: dict[str, int], n_bins: int, max_size: int) -> list[list[RunSpec]]:

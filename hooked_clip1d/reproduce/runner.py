@@ -46,22 +46,6 @@ def _portable(obj: Any, base: Path) -> Any:
     return obj
 
 
-def sweep_clock(rows: list[dict[str, Any]], sweep_out: str | Path) -> dict[str, Any]:
-    """A finished sweep's training time from its runs: each group's clock (its longest member's
-    ``train_seconds``, which a resumed group carries on), the longest and their sum (groups from the sweep's
-    ``plan.json``; without it, each run counts as its own group).
-
-    Example:
-        >>> sweep_clock([{"run": "a", "train_seconds": 5.0}, {"run": "b", "train_seconds": 7.0}], "/nonexistent")
-        {'groups': {'a': 5.0, 'b': 7.0}, 'longest_group_s': 7.0, 'sum_s': 12.0}
-    """
-    secs = {r["run"]: float(r["train_seconds"]) for r in rows}
-    plan_path = Path(sweep_out) / "plan.json"
-    plan = json.loads(plan_path.read_text()) if plan_path.exists() else [[n, [n]] for n in secs]
-    groups = {g: max(secs[n] for n in names if n in secs) for g, names in plan if any(n in secs for n in names)}
-    return {"groups": groups, "longest_group_s": max(groups.values(), default=0.0), "sum_s": sum(groups.values())}
-
-
 def _gather(*spec_tuples: tuple[FigureSpec, ...]) -> dict[str, FigureSpec]:
     by_key: dict[str, FigureSpec] = {}
     for spec in (s for specs in spec_tuples for s in specs):
@@ -184,13 +168,16 @@ def reproduce(
                 )
         else:
             record.update(_outcome_record(spec.run(rows), out, spec, f"sweep {spec.sweep}"))  # type: ignore[arg-type]
-            clock = sweep_clock(rows, sweep_out)
+            from hooked_clip1d.sweep_status import sweep_status
+
+            # each group's own clock (carried across resumes), as `sweep --status` reads it
+            groups = {g["group"]: g["elapsed_s"] for g in sweep_status(sweep_spec, sweep_out)["groups"]}
+            clock = {"groups": groups, "longest_group_s": max(groups.values()), "sum_s": sum(groups.values())}
             record["sweep_clock"] = clock
             record["notes"] = (record["notes"] + " " if record["notes"] else "") + (
-                "Training clock (each group's own, summed over the sessions that resumed it"
-                + ("" if (sweep_out / "plan.json").exists() else "; no plan.json: each run counted as a group")
-                + f"): longest group {clock['longest_group_s'] / 3600:.2f} h, all {len(clock['groups'])} groups "
-                f"{clock['sum_s'] / 3600:.2f} h; groups trained side by side (`--workers`) take the longest group's."
+                "Training clock (each group's own, summed over the sessions that resumed it): longest group "
+                f"{clock['longest_group_s'] / 3600:.2f} h, all {len(groups)} groups {clock['sum_s'] / 3600:.2f} h; "
+                "groups trained side by side (`--workers`) take the longest group's."
             )
     elif missing:
         record.update(verdict="not run", summary=f"needs zoo model(s) {missing}, not shipped yet", checks=[], plots=[])
