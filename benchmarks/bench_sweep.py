@@ -5,10 +5,11 @@ Fig. 4a (``hooked_clip1d/sweeps/fig4a.toml``) trains 36 simplified models (Ntot 
 trains the same 36 runs for ``--epochs`` epochs instead of 10,000 (same mix of sizes, same ratios between them, one
 evaluation at the end) with ``--workers`` worker processes, under these plans:
 
-- ``balanced`` (``plan_groups(..., workers=N)``, what a first start with ``--workers N`` now does): at least N groups
-  of equal estimated cost, long runs kept together where that costs less;
-- ``spread`` (``sweep._spread``, what ``--workers N`` planned until 2026-11-25): N groups, each run (longest first)
-  to the group it leaves cheapest, which spreads the longest runs over the groups;
+- ``spread`` (``plan_groups(..., workers=N)``, what a first start with ``--workers N`` does): N groups, each run
+  (longest first) to the group it leaves cheapest, which spreads the longest runs over the groups;
+- ``pack`` (``plan_groups(..., workers=N, pack_long=True)``; the default for a day, 2026-11-25, then called
+  ``balanced``): at least N groups of equal estimated cost, long runs kept together where ``group_cost`` says that
+  costs less;
 - ``by-length`` (``plan_groups(..., workers=1)``, the one-worker plan: the 32 longest runs in one group, the rest in
   another), trained with the same N workers: what ``--workers N`` did before ``spread``.
 
@@ -48,8 +49,6 @@ import bench_training  # noqa: E402
 
 from hooked_clip1d.sweep import (  # noqa: E402
     _group_name,
-    _n_bins,
-    _spread,
     group_cost,
     load_spec,
     plan_groups,
@@ -111,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=None, help="fewer runs (a multiple of 12), for a smoke test")
     ap.add_argument("--compile", action="store_true", help="compile every group (and the K = 1 reference)")
     ap.add_argument("--seconds", type=float, default=2.0, help="time per single-member measurement round")
-    ap.add_argument("--plans", default="balanced,spread,by-length", help="which plans to time (comma-separated)")
+    ap.add_argument("--plans", default="spread,pack,by-length", help="which plans to time (comma-separated)")
     ap.add_argument("--out", default=None, help="directory for bench_sweep.json")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -123,10 +122,8 @@ def main(argv: list[str] | None = None) -> None:
     steps = {r.name: planned_steps(r) for r in runs}
     total = sum(steps.values())
     plans = {
-        "balanced": plan_groups(runs, 32, workers=a.workers),
-        "spread": _spread(  # as plan_groups did with several workers (one shape, groups of at most 32)
-            sorted(runs, key=lambda r: steps[r.name], reverse=True), steps, _n_bins(len(runs), 32, a.workers), 32
-        ),
+        "spread": plan_groups(runs, 32, workers=a.workers),
+        "pack": plan_groups(runs, 32, workers=a.workers, pack_long=True),
         "by-length": plan_groups(runs, 32, workers=1),
     }
     plans = {k: v for k, v in plans.items() if k in a.plans.split(",")}

@@ -124,15 +124,20 @@ def group_cost(steps: Sequence[int]) -> float:
     return GROUP_STEP_OVERHEAD * max(steps, default=0) + sum(steps)
 
 
-def plan_groups(runs: Sequence[RunSpec], max_group_size: int = 32, workers: int = 1) -> list[list[RunSpec]]:
+def plan_groups(
+    runs: Sequence[RunSpec], max_group_size: int = 32, workers: int = 1, pack_long: bool = False
+) -> list[list[RunSpec]]:
     """Pack runs into batched groups of the same ``group_key`` and at most ``max_group_size`` members.
 
     With one worker, runs of similar length go together (a group runs as long as its longest member, so this
     spends the least time in all). With ``workers`` > 1 a shape's runs go to at least ``workers`` groups of about
     equal estimated cost (``group_cost``), so the workers stay busy until the end instead of one training a long
-    group alone: of two packings, the one whose costliest group costs less: spreading the runs (longest first, each
-    to the group it leaves cheapest) or keeping long runs together under a cost cap (``_pack_under_cap``). Groups
-    come longest first.
+    group alone: the runs are spread, longest first, each to the group it leaves cheapest. With ``pack_long`` the
+    plan is the cheaper, by ``group_cost``, of that and keeping long runs together under a cost cap
+    (``_pack_under_cap``); the default until 2026-11-25 (evening), dropped because the a + bK model of
+    ``group_cost`` misses what a big group pays beside a neighbour and on a compiled step: measured step times by
+    group size favour spreading (benchmarks/README.md, "A better plan for several workers"). Groups come longest
+    first.
 
     Example:
         >>> spec = load_spec(text='[grid]\\nn_labels = [10, 20]\\nseed = [0, 1, 2]\\n[model]\\npreset = "simplified"')
@@ -157,9 +162,11 @@ def plan_groups(runs: Sequence[RunSpec], max_group_size: int = 32, workers: int 
             continue
         n_bins = _n_bins(len(members), max_group_size, workers)
         bins = _spread(members, steps, n_bins, max_group_size)
-        spread_cost = _makespan(bins, steps)
-        packed = _pack_under_cap(members, steps, n_bins, max_group_size, spread_cost)
-        groups += [b for b in packed if b] if _makespan(packed, steps) < spread_cost else bins
+        if pack_long:
+            spread_cost = _makespan(bins, steps)
+            packed = _pack_under_cap(members, steps, n_bins, max_group_size, spread_cost)
+            bins = [b for b in packed if b] if _makespan(packed, steps) < spread_cost else bins
+        groups += bins
     cost = {id(g): group_cost([steps[r.name] for r in g]) for g in groups}
     return sorted(groups, key=lambda g: cost[id(g)], reverse=True)  # stable
 
@@ -172,7 +179,7 @@ def _n_bins(n_runs: int, max_group_size: int, workers: int) -> int:
 
 def _spread(members: Sequence[RunSpec], steps: dict[str, int], n_bins: int, max_size: int) -> list[list[RunSpec]]:
     """``members`` (longest first) in ``n_bins`` groups, each run to the group it leaves cheapest (the plan for
-    several workers before 2026-11-25; ``benchmarks/bench_sweep.py`` times it as ``spread``)."""
+    several workers; ``benchmarks/bench_sweep.py`` times it as ``spread``)."""
     bins: list[list[RunSpec]] = [[] for _ in range(n_bins)]
     for r in members:
         open_bins = [b for b in bins if len(b) < max_size]
@@ -190,8 +197,9 @@ def _pack_under_cap(
     """``members`` (longest first) in ``n_bins`` groups under the smallest cost cap found by bisection below ``hi``:
     each run goes where it adds least (``group_cost`` after minus before), among the groups it fits under the cap.
     Unlike spreading the longest runs over the groups, this keeps long runs together, so fewer groups pay the
-    per-step overhead for the longest time (Fig. 4a on two workers: 2.53 h predicted by ``group_cost`` at the
-    measured step costs, against the 2.67 h its protocol run took with the longest runs spread, benchmarks/README.md).
+    per-step overhead for the longest time (Fig. 4a on two workers: 2.53 h predicted by ``group_cost``, against the
+    2.67 h its eager protocol run took with the longest runs spread; but its big group pays more beside a neighbour
+    than a + bK says, so ``plan_groups`` uses it only with ``pack_long``: benchmarks/README.md).
     """
 
     def pack(cap: float) -> list[list[RunSpec]] | None:

@@ -327,14 +327,18 @@ def test_plans_for_several_workers_balance_the_groups():
 
 def test_plans_keep_long_runs_together_when_that_costs_less():
     """Spreading Fig. 4a's three longest runs (1.17 M steps) over two workers makes both groups pay the per-step
-    overhead for 1.17 M steps; keeping them together costs less, as the protocol run's step costs predict."""
+    overhead for 1.17 M steps; with ``pack_long`` they stay together where ``group_cost`` (a + bK) says that costs
+    less. Not the default: step times measured by group size favour spreading."""
     from hooked_clip1d.sweep import _makespan, _spread, group_cost, planned_steps
 
     runs = load_spec(Path(__file__).parents[1] / "hooked_clip1d" / "sweeps" / "fig4a.toml").runs
     steps = {r.name: planned_steps(r) for r in runs}
     longest = sorted(runs, key=lambda r: steps[r.name], reverse=True)
-    groups = plan_groups(runs, 32, workers=2)
+    groups = plan_groups(runs, 32, workers=2, pack_long=True)
     spread = _spread(longest, steps, 2, 32)
+    assert [sorted(r.name for r in g) for g in plan_groups(runs, 32, workers=2)] == [
+        sorted(r.name for r in g) for g in spread
+    ]  # the default: spread (a + bK favours packing; step times measured by group size do not)
     assert sorted(max(steps[r.name] for r in g) for g in spread) == [1_170_000, 1_170_000]
     assert sorted(max(steps[r.name] for r in g) for g in groups) == [650_000, 1_170_000]
     assert _makespan(groups, steps) < 0.97 * _makespan(spread, steps)
