@@ -440,10 +440,11 @@ def run_sweep(
     for time-sliced or preemptible jobs; ``max_seconds`` likewise stops every group once this call has trained that
     long (checked after every step; groups not started by then wait for the next call), e.g. for a GPU lent in
     10-minute commands. ``cudagraphs`` overrides ``run.cudagraphs`` (with compile, on a GPU: each step replayed
-    as CUDA graphs); ``graph_step`` overrides ``run.graph_step`` (on a GPU, without compile: each whole step, optimizer
-    included, replayed as one CUDA graph). ``compile`` overrides the spec's ``run.compile`` (an execution setting: the
-    spec, and so the output folder, stays the same); so does ``threads`` (the spec's ``run.threads``: torch threads
-    per group; 1 when other processes share the cores, since oversubscribed threads can slow a step several-fold).
+    as CUDA graphs); ``graph_step`` overrides ``run.graph_step`` (on a GPU, without compile: each whole step,
+    optimizer included, replayed as one CUDA graph; it replaces the spec's ``run.compile`` and ``run.cudagraphs``).
+    ``compile`` overrides the spec's ``run.compile`` (an execution setting: the spec, and so the output folder, stays
+    the same); so does ``threads`` (the spec's ``run.threads``: torch threads per group; 1 when other processes
+    share the cores, since oversubscribed threads can slow a step several-fold).
     The table has the runs finished so far. See the module
     docstring for the spec format and the files written.
     """
@@ -464,9 +465,12 @@ def run_sweep(
             raise ValueError("cudagraphs=True needs compile (the spec's run.compile or compile=True)")
         spec = dataclasses.replace(spec, run={**spec.run, "cudagraphs": bool(cudagraphs)})
     if graph_step is not None:
-        if graph_step and spec.run["compile"]:
-            raise ValueError("graph_step=True replaces compile: drop the spec's run.compile or compile=True")
-        spec = dataclasses.replace(spec, run={**spec.run, "graph_step": bool(graph_step)})
+        if graph_step and (compile or cudagraphs):
+            raise ValueError("graph_step=True replaces compile and cudagraphs: pass one of them")
+        run = {**spec.run, "graph_step": bool(graph_step)}
+        if graph_step:  # the call's whole-step graph replaces the spec's compile (both execution settings)
+            run |= {"compile": False, "cudagraphs": False}
+        spec = dataclasses.replace(spec, run=run)
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be an integer >= 1, got {threads!r}")

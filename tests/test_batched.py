@@ -354,11 +354,16 @@ def test_graph_step_refuses_what_it_cannot_capture():
         BatchedTrainer([m], None, dropout_rng="fast", graph_step=True)
 
 
-def test_sweep_refuses_graph_step_with_compile(tmp_path):
+def test_sweep_graph_step_replaces_the_specs_compile_but_not_a_requested_one(tmp_path):
+    # fig4a.toml compiles (the CPU's fastest step) and the GPU queue runs it with --graph-step: the call's execution
+    # setting wins over the spec's; asking for both in one call is refused
     from hooked_clip1d.sweep import run_sweep
 
     spec = tmp_path / "s.toml"
     spec.write_text('name = "s"\n[model]\npreset = "simplified"\n[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n'
-                    '[train]\nepochs = 1\n[grid]\nseed = [0]\n[run]\ncompile = true\n')  # fmt: skip
+                    '[train]\nepochs = 1\n[grid]\nseed = [0]\n'
+                    '[run]\ncompile = true\ndropout_rng = "fast"\n')  # fmt: skip
     with pytest.raises(ValueError, match="graph_step=True replaces compile"):
-        run_sweep(spec, tmp_path / "out", progress=False, graph_step=True)
+        run_sweep(spec, tmp_path / "out", progress=False, graph_step=True, compile=True)
+    with pytest.raises(ValueError, match="graph_step=True needs a CUDA device"):  # compile dropped: on to the GPU check
+        run_sweep(spec, tmp_path / "out2", progress=False, graph_step=True)
