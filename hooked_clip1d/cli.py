@@ -161,7 +161,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         progress=not a.no_progress,
         runner=a.runner,
         max_steps=a.max_steps,
-        compile=True if a.compile else None,
+        compile=a.compile,
         workers=a.workers,
         threads=a.threads,
         max_seconds=a.max_seconds,
@@ -206,7 +206,7 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
                 fig,
                 out_dir=a.out,
                 train_sweeps=not a.no_sweeps,
-                compile_sweeps=True if a.compile else None,
+                compile_sweeps=a.compile,
                 sweep_device=a.device,
                 sweep_workers=a.workers,
                 sweeps_dir=a.sweeps_dir,
@@ -303,7 +303,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--max-seconds", type=float, default=None, help="checkpoint and stop after this long (resumable; GPU chunks)"
     )
     sw.add_argument("--no-progress", action="store_true", help="no progress bars")
-    sw.add_argument("--compile", action="store_true", help="torch.compile each group's step (overrides run.compile)")
+    sw.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile each group's step, or not (--no-compile); default: the spec's run.compile",
+    )
     sw.add_argument("--cudagraphs", action="store_true", help="with --compile on a GPU: replay steps as CUDA graphs")
     sw.add_argument(
         "--graph-step", action="store_true", help="on a GPU, no --compile: each whole step replayed as one CUDA graph"
@@ -326,7 +331,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     r.add_argument(
         "--no-sweeps", action="store_true", help="do not train sweeps: read their finished runs (else the zoo's cells)"
     )
-    r.add_argument("--compile", action="store_true", help="torch.compile the sweeps' training step (faster on CPU)")
+    r.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile the sweeps' training step (faster on CPU), or not (--no-compile); default: each spec's",
+    )
     r.add_argument("--device", default="cpu", help="device the sweeps train on, e.g. cuda (an execution setting)")
     r.add_argument("--workers", type=int, default=1, help="sweeps: train up to this many groups at once (processes)")
     r.add_argument("--sweeps-dir", default=None, help=f"where the sweeps live (default {_SWEEPS_HOME})")

@@ -134,7 +134,7 @@ def plan_groups(
     equal estimated cost (``group_cost``), so the workers stay busy until the end instead of one training a long
     group alone: the runs are spread, longest first, each to the group it leaves cheapest. With ``pack_long`` the
     plan is the cheaper, by ``group_cost``, of that and keeping long runs together under a cost cap
-    (``_pack_under_cap``); the default until 2026-11-25 (evening), dropped because the a + bK model of
+    (``_pack_under_cap``); the default for a day (2026-11-25), dropped because the a + bK model of
     ``group_cost`` misses what a big group pays beside a neighbour and on a compiled step: measured step times by
     group size favour spreading (benchmarks/README.md, "A better plan for several workers"). Groups come longest
     first.
