@@ -126,6 +126,9 @@ def main(argv: list[str] | None = None) -> None:
         "pack": plan_groups(runs, 32, workers=a.workers, pack_long=True),
         "by-length": plan_groups(runs, 32, workers=1),
     }
+    unknown = set(a.plans.split(",")) - set(plans)
+    if unknown:
+        raise SystemExit(f"--plans: unknown {sorted(unknown)}; the plans are {list(plans)} (`balanced` is now `pack`)")
     plans = {k: v for k, v in plans.items() if k in a.plans.split(",")}
     print(f"{len(runs)} runs, {a.epochs} epochs, {total} model-steps; workers {a.workers}", flush=True)
 

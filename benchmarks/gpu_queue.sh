@@ -51,10 +51,10 @@ if [ "$MODE" = check ]; then  # extra arguments go to gpu_check.py (e.g. --budge
   python3 benchmarks/gpu_check.py --out "$OUT" --seconds 1 "${@:2}" 2>&1 | tee "$OUT/check.log"
   rc=$?  # pipefail: gpu_check's status; non-zero when an eager (required) check failed: do not train
   # the flags the queue trains with: the whole-step graph if its check passed, else compiled with CUDA graphs if
-  # that passed, else eager
+  # that passed, else eager (--no-compile: fig4a.toml compiles by itself, for the CPU)
   if grep -q "whole-step graph vs eager.* yes$" "$OUT/check.log"; then echo "--graph-step"
   elif grep -q "compile+cudagraphs vs eager.* yes$" "$OUT/check.log"; then echo "--compile --cudagraphs"
-  else echo ""; fi >"$STATE/flags"
+  else echo "--no-compile"; fi >"$STATE/flags"
   echo "== queue flags on this machine: '$(cat "$STATE/flags")' (gpu_check exit $rc)"
   exit $rc
 fi

@@ -309,9 +309,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         default=None,
         help="torch.compile each group's step, or not (--no-compile); default: the spec's run.compile",
     )
-    sw.add_argument("--cudagraphs", action="store_true", help="with --compile on a GPU: replay steps as CUDA graphs")
     sw.add_argument(
-        "--graph-step", action="store_true", help="on a GPU, no --compile: each whole step replayed as one CUDA graph"
+        "--cudagraphs", action="store_true", help="compiled (--compile or the spec's), on a GPU: steps as CUDA graphs"
+    )
+    sw.add_argument(
+        "--graph-step",
+        action="store_true",
+        help="on a GPU: each whole step replayed as one CUDA graph (replaces the spec's compile; not with --compile)",
     )
     sw.add_argument("--workers", type=int, default=1, help="train up to this many groups at once (local processes)")
     sw.add_argument(

@@ -164,7 +164,7 @@ def test_cli_reproduce_passes_the_sweep_execution_settings(tmp_path, monkeypatch
     assert main(["reproduce", "fig10", "--workers", "2", "--out", str(tmp_path)]) == 0
     assert seen["workers"] == 2
     assert seen["compile"] is None  # the spec's run.compile
-    # fig4a.toml compiles; --no-compile trains it eager (its first protocol run, the record of 2026-11-25, was eager)
+    # a spec may compile (fig4a.toml does): --no-compile passes compile=False, which trains it eager
     assert main(["reproduce", "fig10", "--no-compile", "--out", str(tmp_path)]) == 0
     assert seen["compile"] is False
     assert seen["out"] == tmp_path / "res" / "sweeps" / "fig10"  # sweeps_home(), whatever the device
