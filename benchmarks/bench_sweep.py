@@ -57,6 +57,11 @@ from hooked_clip1d.sweep import (  # noqa: E402
 )
 
 FIG4A = Path(__file__).resolve().parents[1] / "hooked_clip1d" / "sweeps" / "fig4a.toml"
+PLANS = {  # name -> the groups of (runs, workers), as described in the module docstring
+    "spread": lambda runs, workers: plan_groups(runs, 32, workers=workers),
+    "pack": lambda runs, workers: plan_groups(runs, 32, workers=workers, pack_long=True),
+    "by-length": lambda runs, workers: plan_groups(runs, 32, workers=1),
+}
 PAPER_EPOCHS = 10_000
 
 
@@ -110,9 +115,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=None, help="fewer runs (a multiple of 12), for a smoke test")
     ap.add_argument("--compile", action="store_true", help="compile every group (and the K = 1 reference)")
     ap.add_argument("--seconds", type=float, default=2.0, help="time per single-member measurement round")
-    ap.add_argument("--plans", default="spread,pack,by-length", help="which plans to time (comma-separated)")
+    ap.add_argument("--plans", default=",".join(PLANS), help="which plans to time (comma-separated)")
     ap.add_argument("--out", default=None, help="directory for bench_sweep.json")
     a = ap.parse_args(argv)
+    chosen = a.plans.split(",")
+    if unknown := sorted(set(chosen) - set(PLANS)):  # before any work (and before a temporary folder exists)
+        ap.error(f"--plans: unknown {unknown}; the plans are {list(PLANS)} (`balanced` is now `pack`)")
     torch.set_num_threads(1)
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
@@ -121,15 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = load_spec(spec_path).runs
     steps = {r.name: planned_steps(r) for r in runs}
     total = sum(steps.values())
-    plans = {
-        "spread": plan_groups(runs, 32, workers=a.workers),
-        "pack": plan_groups(runs, 32, workers=a.workers, pack_long=True),
-        "by-length": plan_groups(runs, 32, workers=1),
-    }
-    unknown = set(a.plans.split(",")) - set(plans)
-    if unknown:
-        raise SystemExit(f"--plans: unknown {sorted(unknown)}; the plans are {list(plans)} (`balanced` is now `pack`)")
-    plans = {k: v for k, v in plans.items() if k in a.plans.split(",")}
+    plans = {name: PLANS[name](runs, a.workers) for name in PLANS if name in chosen}
     print(f"{len(runs)} runs, {a.epochs} epochs, {total} model-steps; workers {a.workers}", flush=True)
 
     before = single_member_rates(a.compile, a.seconds)

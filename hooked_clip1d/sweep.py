@@ -134,10 +134,8 @@ def plan_groups(
     equal estimated cost (``group_cost``), so the workers stay busy until the end instead of one training a long
     group alone: the runs are spread, longest first, each to the group it leaves cheapest. With ``pack_long`` the
     plan is the cheaper, by ``group_cost``, of that and keeping long runs together under a cost cap
-    (``_pack_under_cap``); the default for a day (2026-11-25), dropped because the a + bK model of
-    ``group_cost`` misses what a big group pays beside a neighbour and on a compiled step: replayed on the compiled
-    step times measured by group size, spreading is 8 % faster for Fig. 4a (eager, packing would be 2 % faster:
-    within the replay's error; benchmarks/README.md, "Compiled"). Groups come longest first.
+    (``_pack_under_cap``): not the default, since ``group_cost``'s a + bK misses what a big group pays beside a
+    neighbour and on a compiled step (benchmarks/README.md, "Compiled"). Groups come longest first.
 
     Example:
         >>> spec = load_spec(text='[grid]\\nn_labels = [10, 20]\\nseed = [0, 1, 2]\\n[model]\\npreset = "simplified"')
