@@ -10,8 +10,8 @@
 # full-ntot20-n2-10 under the default recipe), fig3 (12 full models), fig4a (36 simplified models; finished on the
 # CPU on 2026-11-25, so on a GPU it only measures issue 15's target of under 10 minutes). Each call resumes
 # the first unfinished sweep from its checkpoints on the machine's local disk ($STATE: kept while the machine stays
-# warm between calls) and, when a sweep finishes, packs its runs (configs, metrics, float16 weights) into
-# $OUT/<sweep>/runs-NNN.tar (at most 15 MiB each). Here, unpack them into the sweep folder and read the figure:
+# warm between calls) and packs the runs finished so far (configs, metrics, float16 weights: 3.2 MB per full model)
+# into $OUT/<sweep>/runs-NNN.tar (at most 15 MiB each). Here, unpack them into the sweep folder and read the figure:
 #
 #     hooked-clip1d unpack <files_at>/fig3/*.tar --into <sweeps home>/fig3   (the sweeps home: docs/cli.md)
 #     hooked-clip1d reproduce fig3 --no-sweeps && hooked-clip1d results-page
@@ -26,15 +26,45 @@
 #
 # Starting a machine costs 1-2 minutes of the 30, and the check ~2 (its full table, with --budget 150, ~5).
 #
+# Across sessions: every call also packs the runs that finished in a sweep still training, so what a session
+# finished is never lost with the machine. A later session does not retrain them: unpack them here as above, then
+#
+#     bash benchmarks/gpu_queue.sh carry        # here: finished runs' configs, metrics, summaries -> .gpu-carry/
+#
+# and name .gpu-carry in every call's carry (beside .whl): a fresh $STATE starts each sweep from them, so its
+# groups train only the runs not yet finished (from their first step: a group's optimizer state, 19.4 MB per
+# full model, is not carried; benchmarks/README.md, "Across sessions").
+#
 # The package is not installed there: it runs from this checkout (PYTHONPATH), with the machine's own torch, and
 # with the wheels carried in .whl/: run `bash benchmarks/gpu_wheels.sh` here first (no device time), then name .whl
 # in every call's `carry` (a call prints the first module it cannot import and exits 3).
 set -uo pipefail
 MODE=${1:-480}
-OUT=${OUT:?set OUT to the folder whose files come back (the device tool sets it)}
-STATE=${STATE:-${TMPDIR:-/tmp}/hc1d-gpu}  # the machine's local disk; kept while it stays warm
 QUEUE=${QUEUE:-"fig10 fig3 fig4a"}                   # overridable, with the rest, for a smoke test on a CPU:
 SPEC_DIR=${SPEC_DIR:-hooked_clip1d/sweeps}            #   DEVICE=cpu FLAGS= QUEUE=t SPEC_DIR=my-specs bash ...
+CARRY=${CARRY:-.gpu-carry}
+spec_name() { python3 -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['name'])" "$1"; }
+
+if [ "$MODE" = carry ]; then  # here, not on the GPU: the finished runs of this machine's sweeps -> $CARRY
+  home=$(python3 -c "from hooked_clip1d.sweep import sweeps_home; print(sweeps_home())") || exit 3
+  rm -rf "$CARRY"
+  for sweep in $QUEUE; do
+    name=$(spec_name "$SPEC_DIR/$sweep.toml") || exit 3
+    for run in "$home/$name"/runs/*/; do
+      [ -f "$run/summary.json" ] || continue
+      mkdir -p "$CARRY/$name/runs/$(basename "$run")"
+      cp "$run"/config.json "$run"/summary.json "$run"/metrics.jsonl "$CARRY/$name/runs/$(basename "$run")/" || exit 3
+    done
+    if [ -d "$CARRY/$name" ]; then  # the spec they ran under: the GPU's sweep folder starts as this sweep's
+      cp "$SPEC_DIR/$sweep.toml" "$CARRY/$name/spec.toml" || exit 3
+    fi
+    echo "== $sweep: $(ls "$CARRY/$name/runs" 2>/dev/null | wc -l) finished runs from $home/$name -> $CARRY/$name"
+  done
+  exit 0
+fi
+
+OUT=${OUT:?set OUT to the folder whose files come back (the device tool sets it)}
+STATE=${STATE:-${TMPDIR:-/tmp}/hc1d-gpu}  # the machine's local disk; kept while it stays warm
 DEVICE=${DEVICE:-cuda}
 FLAGS=${FLAGS-$(cat "$STATE/flags" 2>/dev/null || echo --compile --cudagraphs)}  # the check's choice, if it ran
 export HOOKED_CLIP1D_SWEEPS=$STATE/sweeps PYTHONUNBUFFERED=1
@@ -62,18 +92,28 @@ fi
 start=$(date +%s)
 for sweep in $QUEUE; do
   [ -e "$STATE/done-$sweep" ] && continue
+  name=$(spec_name "$SPEC_DIR/$sweep.toml") || exit 3
+  if [ -d "$CARRY/$name/runs" ] && [ ! -e "$HOOKED_CLIP1D_SWEEPS/$name" ]; then  # a fresh machine: earlier sessions'
+    mkdir -p "$HOOKED_CLIP1D_SWEEPS" && cp -r "$CARRY/$name" "$HOOKED_CLIP1D_SWEEPS/$name" || exit 3
+    echo "== $sweep: $(ls "$CARRY/$name/runs" | wc -l) runs finished in earlier sessions (carried), not retrained"
+  fi
   left=$(( MODE - ($(date +%s) - start) ))
   [ "$left" -lt 60 ] && break
   echo "== $sweep: training for up to ${left} s"
   # shellcheck disable=SC2086
   hc sweep "$SPEC_DIR/$sweep.toml" --device "$DEVICE" $FLAGS --max-seconds "$left" --no-progress --json \
     >"$STATE/$sweep-rows.json" || exit 4
-  n_done=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))))" "$STATE/$sweep-rows.json")
-  n_all=$(python3 -c "from hooked_clip1d.sweep import load_spec; print(len(load_spec('$SPEC_DIR/$sweep.toml').runs))")
-  echo "== $sweep: $n_done of $n_all runs finished"
-  if [ "$n_done" = "$n_all" ]; then
-    name=$(python3 -c "from hooked_clip1d.sweep import load_spec; print(load_spec('$SPEC_DIR/$sweep.toml').name)")
-    hc pack "$HOOKED_CLIP1D_SWEEPS/$name" "$OUT/$sweep" --max-mib 15 && touch "$STATE/done-$sweep"
+  # finished runs (rows), of all the spec's runs, and those with weights here (not carried from an earlier session)
+  read -r n_done n_all n_new < <(python3 -c "
+import json, sys; from pathlib import Path
+rows = json.load(open(sys.argv[1]))
+n_all = sum(len(g[1]) for g in json.load(open(sys.argv[2])))
+print(len(rows), n_all, sum(1 for r in rows if (Path(r['path']) / 'model.safetensors').exists()))
+" "$STATE/$sweep-rows.json" "$HOOKED_CLIP1D_SWEEPS/$name/plan.json") || exit 4
+  echo "== $sweep: $n_done of $n_all runs finished ($n_new of them trained on this machine)"
+  if [ "$n_new" -gt 0 ]; then  # the finished runs come back with every call, also while the sweep trains on
+    hc pack "$HOOKED_CLIP1D_SWEEPS/$name" "$OUT/$sweep" --max-mib 15 || exit 5
   fi
+  [ "$n_done" = "$n_all" ] && touch "$STATE/done-$sweep"
 done
 ls -la "$OUT"/* 2>/dev/null
