@@ -41,24 +41,27 @@
 set -uo pipefail
 MODE=${1:-480}
 QUEUE=${QUEUE:-"fig10 fig3 fig4a"}                   # overridable, with the rest, for a smoke test on a CPU:
-SPEC_DIR=${SPEC_DIR:-hooked_clip1d/sweeps}            #   DEVICE=cpu FLAGS= QUEUE=t SPEC_DIR=my-specs bash ...
+SPEC_DIR=${SPEC_DIR:-hooked_clip1d/sweeps}            #   DEVICE=cpu FLAGS= WHEELS=- QUEUE=t SPEC_DIR=my-specs bash
 CARRY=${CARRY:-.gpu-carry}
-spec_name() { python3 -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['name'])" "$1"; }
 
 if [ "$MODE" = carry ]; then  # here, not on the GPU: the finished runs of this machine's sweeps -> $CARRY
-  home=$(python3 -c "from hooked_clip1d.sweep import sweeps_home; print(sweeps_home())") || exit 3
   rm -rf "$CARRY"
-  for sweep in $QUEUE; do
-    name=$(spec_name "$SPEC_DIR/$sweep.toml") || exit 3
-    for run in "$home/$name"/runs/*/; do
-      [ -f "$run/summary.json" ] || continue
-      mkdir -p "$CARRY/$name/runs/$(basename "$run")"
-      cp "$run"/config.json "$run"/summary.json "$run"/metrics.jsonl "$CARRY/$name/runs/$(basename "$run")/" || exit 3
-    done
-    if [ -d "$CARRY/$name" ]; then  # the spec they ran under: the GPU's sweep folder starts as this sweep's
-      cp "$SPEC_DIR/$sweep.toml" "$CARRY/$name/spec.toml" || exit 3
-    fi
-    echo "== $sweep: $(ls "$CARRY/$name/runs" 2>/dev/null | wc -l) finished runs from $home/$name -> $CARRY/$name"
+  for sweep in $QUEUE; do  # results_table checks each run against the spec here, before any device time is spent
+    python3 - "$SPEC_DIR/$sweep.toml" "$CARRY" <<'EOF' || exit 3
+import shutil, sys
+from pathlib import Path
+from hooked_clip1d.sweep import load_spec, results_table, sweeps_home
+spec = load_spec(sys.argv[1])
+src, dest = sweeps_home() / spec.name, Path(sys.argv[2]) / spec.name
+rows = results_table(spec, src)
+for r in rows:
+    (dest / "runs" / r["run"]).mkdir(parents=True)
+    for f in ("config.json", "summary.json", "metrics.jsonl"):
+        shutil.copy2(Path(r["path"]) / f, dest / "runs" / r["run"] / f)
+if rows:  # the spec they ran under: the GPU's sweep folder starts as this sweep's
+    shutil.copy2(sys.argv[1], dest / "spec.toml")
+print(f"== {spec.name}: {len(rows)} finished runs from {src} -> {dest}")
+EOF
   done
   exit 0
 fi
@@ -69,8 +72,9 @@ DEVICE=${DEVICE:-cuda}
 FLAGS=${FLAGS-$(cat "$STATE/flags" 2>/dev/null || echo --compile --cudagraphs)}  # the check's choice, if it ran
 export HOOKED_CLIP1D_SWEEPS=$STATE/sweeps PYTHONUNBUFFERED=1
 mkdir -p "$STATE" "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1 && [ ! -e "$STATE/wheels" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$STATE/site" .whl/*.whl \
+WHEELS=${WHEELS:-.whl}  # carried wheels for the GPU image's Python 3.12 (gpu_wheels.sh)
+if ls "$WHEELS"/*.whl >/dev/null 2>&1 && [ ! -e "$STATE/wheels" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$STATE/site" "$WHEELS"/*.whl \
     && touch "$STATE/wheels" || exit 3
 fi
 export PYTHONPATH=$PWD:$STATE/site${PYTHONPATH:+:$PYTHONPATH}
@@ -92,7 +96,8 @@ fi
 start=$(date +%s)
 for sweep in $QUEUE; do
   [ -e "$STATE/done-$sweep" ] && continue
-  name=$(spec_name "$SPEC_DIR/$sweep.toml") || exit 3
+  name=$(python3 -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['name'])" "$SPEC_DIR/$sweep.toml") \
+    || exit 3
   if [ -d "$CARRY/$name/runs" ] && [ ! -e "$HOOKED_CLIP1D_SWEEPS/$name" ]; then  # a fresh machine: earlier sessions'
     mkdir -p "$HOOKED_CLIP1D_SWEEPS" && cp -r "$CARRY/$name" "$HOOKED_CLIP1D_SWEEPS/$name" || exit 3
     echo "== $sweep: $(ls "$CARRY/$name/runs" | wc -l) runs finished in earlier sessions (carried), not retrained"

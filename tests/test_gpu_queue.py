@@ -35,12 +35,12 @@ n_labels = [5, 7]
 """
 
 
-def queue(tmp: Path, *args: str, **env: str) -> str:
+def queue(tmp: Path, *args: str, rc: int = 0, **env: str) -> str:
     full = {**os.environ, "QUEUE": "t", "SPEC_DIR": str(tmp / "specs"), "CARRY": str(tmp / "carry"),
-            "DEVICE": "cpu", "FLAGS": "", **env}  # fmt: skip
+            "DEVICE": "cpu", "FLAGS": "", "WHEELS": str(tmp / "no-wheels"), **env}  # fmt: skip
     r = subprocess.run(["bash", "benchmarks/gpu_queue.sh", *args], cwd=ROOT, env=full, capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
+    assert r.returncode == rc, r.stdout + r.stderr
+    return r.stdout + r.stderr
 
 
 def members(archive: Path) -> set[str]:
@@ -60,6 +60,10 @@ def test_a_sweep_finished_over_two_sessions_retrains_nothing(tmp_path):
     (a1,) = sorted((tmp_path / "o1" / "t").glob("*.tar"))
     assert members(a1) == {"n_labels-5"}
     unpack_runs([a1], home / "t")
+    (tmp_path / "other").mkdir()  # a spec that would not train them as they were: refused here, not on the GPU
+    (tmp_path / "other" / "t.toml").write_text(SPEC.replace("[train]", "[train]\nlr = 0.001"))
+    out = queue(tmp_path, "carry", rc=3, HOOKED_CLIP1D_SWEEPS=str(home), SPEC_DIR=str(tmp_path / "other"))
+    assert "train_config.lr: trained with 0.0001, the spec asks 0.001" in out
     out = queue(tmp_path, "carry", HOOKED_CLIP1D_SWEEPS=str(home))
     assert "1 finished runs" in out
     assert sorted(p.name for p in (tmp_path / "carry" / "t").iterdir()) == ["runs", "spec.toml"]
