@@ -108,6 +108,7 @@ for sweep in $QUEUE; do
   # shellcheck disable=SC2086
   hc sweep "$SPEC_DIR/$sweep.toml" --device "$DEVICE" $FLAGS --max-seconds "$left" --no-progress --json \
     >"$STATE/$sweep-rows.json" || exit 4
+  hc sweep "$SPEC_DIR/$sweep.toml" --status  # each group's steps/s on this machine: the next plan's input
   # finished runs (rows), of all the spec's runs, and those with weights here (not carried from an earlier session)
   read -r n_done n_all n_new < <(python3 -c "
 import json, sys; from pathlib import Path
