@@ -242,6 +242,26 @@ def test_unfinished_sweep_with_every_run_evaluated_gets_an_interim_verdict(tmp_p
     assert rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)["verdict"] == "not run"
 
 
+def test_unfinished_sweep_reports_its_finished_runs(tmp_path, monkeypatch):
+    """A sweep partly trained (e.g. the runs one GPU session finished, unpacked here): no interim reading, since the
+    others have no evaluation here, but the finished runs' numbers are in the record."""
+    import shutil
+
+    _, out = _interrupted_tiny_sweep(tmp_path, monkeypatch)
+    runs = sorted((out / "runs").iterdir())
+    rp.reproduce("fig4a", tmp_path / "full", sweeps_dir=tmp_path / "elsewhere")  # a finished copy of the sweep
+    done = tmp_path / "elsewhere" / "fig4a" / "runs" / runs[0].name
+    shutil.rmtree(runs[0])
+    shutil.copytree(done, runs[0])
+    for run in runs[1:]:
+        shutil.rmtree(run)
+    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)
+    assert rec["verdict"] == "not run"
+    acc = json.loads((done / "summary.json").read_text())["final_metrics"]["val_unseen"]["acc"]
+    assert f"Finished: `{runs[0].name}` (3 epochs) unseen-pair {acc:.2f}" in rec["summary"]
+    assert [r["run"] for r in rec["numbers"]["finished_runs"]] == [runs[0].name]
+
+
 def _fake_record(results, figure, summary, plot=None):
     """A minimal reproduce record under ``results/<figure>/`` (the page builder only reads these fields)."""
     d = results / figure

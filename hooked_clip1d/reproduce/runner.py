@@ -79,6 +79,16 @@ def _zoo_cells(cells: dict[str, dict[str, Any]]) -> str:
     return f". Meanwhile {'; '.join(parts)}" if parts else ""
 
 
+def _finished(rows: list[dict[str, Any]]) -> str:
+    """What the finished runs of an unfinished sweep (``results_table`` rows) measure, for a summary."""
+    parts = [
+        f"`{r['run']}` ({r['epochs']} epochs) unseen-pair {r['val_unseen.acc']:.2f}"
+        for r in rows
+        if r.get("val_unseen.acc") is not None
+    ]
+    return f". Finished: {'; '.join(parts)}" if parts else ""
+
+
 def reproduce(
     figure: str,
     out_dir: str | Path = "results",
@@ -155,8 +165,9 @@ def reproduce(
             )
             in_zoo = [m for m in spec.models if m in list_pretrained()]
             cells = {m: params for m in in_zoo if (params := grid_cell(m, sweep_spec)) is not None}
-            summary += _zoo_cells(cells)
-            record.update(verdict="not run", summary=summary, checks=[], plots=[])
+            summary += _finished(rows) + _zoo_cells(cells)  # e.g. the runs a lent GPU's session finished
+            numbers: dict[str, Any] = {"finished_runs": rows} if rows else {}
+            record.update(verdict="not run", summary=summary, checks=[], plots=[], numbers=numbers)
             if spec.cell_checks is not None and list(cells) == list(spec.models):
                 checks = spec.cell_checks({m: manifest(m) for m in cells})
                 verdict = verdict_of(checks)
@@ -164,7 +175,7 @@ def reproduce(
                     verdict="partly" if verdict == "reproduced" else verdict,
                     summary=summary + ". Verdict from these cells alone: the sweep's trend is untested",
                     checks=[{"check": c, "holds": bool(ok)} for c, ok in checks],
-                    numbers={"cells": cells},
+                    numbers={**numbers, "cells": cells},
                 )
         else:
             record.update(_outcome_record(spec.run(rows), out, spec, f"sweep {spec.sweep}"))  # type: ignore[arg-type]
