@@ -21,8 +21,9 @@
 # the first chunk in one command:
 #
 #     call 1: bash benchmarks/gpu_queue.sh check --no-throughput && \
-#             bash benchmarks/gpu_queue.sh 420          (timeout_s 600, carry [".whl"])
-#     call 2, 3: bash benchmarks/gpu_queue.sh 560   (the same default $STATE on the machine's disk)
+#             bash benchmarks/gpu_queue.sh 420          (timeout_s 600, carry [".whl", ".gpu-carry"])
+#     call 2, 3: bash benchmarks/gpu_queue.sh 560   (the same default $STATE on the machine's disk; SECONDS covers
+#                                                   training and packing, ~20 s of start-up come on top)
 #
 # Starting a machine costs 1-2 minutes of the 30, and the check ~2 (its full table, with --budget 150, ~5).
 #
@@ -45,9 +46,10 @@ SPEC_DIR=${SPEC_DIR:-hooked_clip1d/sweeps}            #   DEVICE=cpu FLAGS= WHEE
 CARRY=${CARRY:-.gpu-carry}
 
 if [ "$MODE" = carry ]; then  # here, not on the GPU: the finished runs of this machine's sweeps -> $CARRY
-  rm -rf "$CARRY"
-  for sweep in $QUEUE; do  # results_table checks each run against the spec here, before any device time is spent
-    python3 - "$SPEC_DIR/$sweep.toml" "$CARRY" <<'EOF' || exit 3
+  rm -rf "$CARRY.tmp"
+  for sweep in ${CARRY_SWEEPS-${QUEUE//fig4a/}}; do  # not fig4a's (on the CPU), as on a GPU it measures its time
+    # results_table checks each run against the spec here, before any device time is spent
+    python3 - "$SPEC_DIR/$sweep.toml" "$CARRY.tmp" <<'EOF' || exit 3
 import shutil, sys
 from pathlib import Path
 from hooked_clip1d.sweep import load_spec, results_table, sweeps_home
@@ -60,10 +62,11 @@ for r in rows:
         shutil.copy2(Path(r["path"]) / f, dest / "runs" / r["run"] / f)
 if rows:  # the spec they ran under: the GPU's sweep folder starts as this sweep's
     shutil.copy2(sys.argv[1], dest / "spec.toml")
-print(f"== {spec.name}: {len(rows)} finished runs from {src} -> {dest}")
+print(f"== {spec.name}: {len(rows)} finished runs from {src}")
 EOF
   done
-  exit 0
+  rm -rf "$CARRY" && mkdir -p "$CARRY.tmp" && mv "$CARRY.tmp" "$CARRY" && echo "== -> $CARRY"
+  exit
 fi
 
 OUT=${OUT:?set OUT to the folder whose files come back (the device tool sets it)}
@@ -98,28 +101,37 @@ for sweep in $QUEUE; do
   [ -e "$STATE/done-$sweep" ] && continue
   name=$(python3 -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['name'])" "$SPEC_DIR/$sweep.toml") \
     || exit 3
-  if [ -d "$CARRY/$name/runs" ] && [ ! -e "$HOOKED_CLIP1D_SWEEPS/$name" ]; then  # a fresh machine: earlier sessions'
-    mkdir -p "$HOOKED_CLIP1D_SWEEPS" && cp -r "$CARRY/$name" "$HOOKED_CLIP1D_SWEEPS/$name" || exit 3
-    echo "== $sweep: $(ls "$CARRY/$name/runs" | wc -l) runs finished in earlier sessions (carried), not retrained"
+  here=$HOOKED_CLIP1D_SWEEPS/$name
+  if [ -d "$CARRY/$name/runs" ]; then  # runs finished in earlier sessions (gpu_queue.sh carry)
+    if [ -e "$here" ]; then
+      [ -e "$STATE/carried-$sweep" ] || echo "== $sweep: WARNING: $CARRY/$name not used: $here was started without it"
+    elif ! cmp -s "$CARRY/$name/spec.toml" "$SPEC_DIR/$sweep.toml"; then
+      echo "== $sweep: WARNING: $CARRY/$name not used: its spec.toml differs from $SPEC_DIR/$sweep.toml (carry again)"
+    else
+      mkdir -p "$HOOKED_CLIP1D_SWEEPS" && cp -r "$CARRY/$name" "$here" && touch "$STATE/carried-$sweep" || exit 3
+      echo "== $sweep: $(ls "$CARRY/$name/runs" | wc -l) runs finished in earlier sessions (carried), not retrained"
+    fi
   fi
   left=$(( MODE - ($(date +%s) - start) ))
-  [ "$left" -lt 60 ] && break
-  echo "== $sweep: training for up to ${left} s"
+  [ "$left" -lt 90 ] && break
+  echo "== $sweep: training for up to $((left - 30)) s (30 s kept for packing)"
+  rc=0
   # shellcheck disable=SC2086
-  hc sweep "$SPEC_DIR/$sweep.toml" --device "$DEVICE" $FLAGS --max-seconds "$left" --no-progress --json \
-    >"$STATE/$sweep-rows.json" || exit 4
+  hc sweep "$SPEC_DIR/$sweep.toml" --device "$DEVICE" $FLAGS --max-seconds $((left - 30)) --no-progress --json \
+    >"$STATE/$sweep-rows.json" || rc=4
   hc sweep "$SPEC_DIR/$sweep.toml" --status  # each group's steps/s on this machine: the next plan's input
-  # finished runs (rows), of all the spec's runs, and those with weights here (not carried from an earlier session)
-  read -r n_done n_all n_new < <(python3 -c "
-import json, sys; from pathlib import Path
-rows = json.load(open(sys.argv[1]))
-n_all = sum(len(g[1]) for g in json.load(open(sys.argv[2])))
-print(len(rows), n_all, sum(1 for r in rows if (Path(r['path']) / 'model.safetensors').exists()))
-" "$STATE/$sweep-rows.json" "$HOOKED_CLIP1D_SWEEPS/$name/plan.json") || exit 4
-  echo "== $sweep: $n_done of $n_all runs finished ($n_new of them trained on this machine)"
-  if [ "$n_new" -gt 0 ]; then  # the finished runs come back with every call, also while the sweep trains on
-    hc pack "$HOOKED_CLIP1D_SWEEPS/$name" "$OUT/$sweep" --max-mib 15 || exit 5
+  # the finished runs come back with every call, also while the sweep trains on, and also when it failed; runs
+  # carried from an earlier session have no weights here and are not packed again
+  n_new=$(find "$here/runs" -mindepth 2 -maxdepth 2 -name model.safetensors 2>/dev/null | wc -l)
+  if [ "$n_new" -gt 0 ]; then
+    hc pack "$here" "$OUT/$sweep" --max-mib 15 || { [ "$rc" = 0 ] && rc=5; }
   fi
+  [ "$rc" = 0 ] || { echo "== $sweep: stopped with exit $rc ($n_new finished runs packed first)"; exit "$rc"; }
+  read -r n_done n_all < <(python3 -c "
+import json, sys
+print(len(json.load(open(sys.argv[1]))), sum(len(g[1]) for g in json.load(open(sys.argv[2]))))
+" "$STATE/$sweep-rows.json" "$here/plan.json") || exit 4
+  echo "== $sweep: $n_done of $n_all runs finished ($n_new of them trained on this machine)"
   [ "$n_done" = "$n_all" ] && touch "$STATE/done-$sweep"
 done
-ls -la "$OUT"/* 2>/dev/null
+ls -la "$OUT"/* 2>/dev/null || true

@@ -31,6 +31,7 @@ Example (a group checkpointed at step 3 resumes there):
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,25 @@ from hooked_clip1d.training import TrainRun, comparable_train_config, save_snaps
 if TYPE_CHECKING:
     from hooked_clip1d.stacked import StackedCLIP
     from hooked_clip1d.stacked_adamw import StackedAdamW
+
+
+def read_group_state(path: str | Path) -> dict[str, Any] | None:
+    """The ``group_state`` of a group checkpoint (``step``, ``elapsed_s``, ``names`` of the members it trains,
+    ``active``, ...) from its metadata alone, no tensor read; None if the file is missing, being replaced or not a
+    group checkpoint."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            gs = json.loads((f.metadata() or {}).get("group_state", "null"))
+    except Exception:  # noqa: BLE001 - a checkpoint being replaced or damaged: the caller falls back
+        return None
+    if not isinstance(gs, dict) or not isinstance(gs.get("step"), int):
+        return None
+    return gs
 
 
 class GroupFiles:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hooked_clip1d.batched import BatchedTrainer, Member
+from hooked_clip1d.group_io import read_group_state
 from hooked_clip1d.rundir import TrainingInterrupted, stop_on_signal
 from hooked_clip1d.sweep_spec import RunSpec
 
@@ -56,8 +57,13 @@ def run_group(task: GroupTask) -> list[str]:
         return [r.name for r in task.runs]
     if task.deadline is not None and time.time() >= task.deadline:
         return []  # out of time before this group started: it keeps its state for the next call
-    if not (gdir / "group_checkpoint.safetensors").exists():  # a fresh group never retrains (or deletes) a
-        keep = [i for i, d in enumerate(run_dirs) if not (d / "summary.json").exists()]  # finished run
+    state = read_group_state(gdir / "group_checkpoint.safetensors")
+    if state is None:  # a fresh group never retrains (or deletes) a finished run
+        keep = [i for i, d in enumerate(run_dirs) if not (d / "summary.json").exists()]
+    else:  # it resumes with the members it started with (runs finished elsewhere before it started are not)
+        names = state.get("names") or [r.name for r in task.runs]
+        keep = [i for i, r in enumerate(task.runs) if r.name in names]
+    if len(keep) < len(task.runs):
         task = dataclasses.replace(task, runs=[task.runs[i] for i in keep], run_dirs=[task.run_dirs[i] for i in keep])
         run_dirs = [run_dirs[i] for i in keep]
     members = [Member(r.model_cfg, r.data_cfg, r.train_cfg, name=r.name) for r in task.runs]

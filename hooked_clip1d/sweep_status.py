@@ -40,6 +40,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hooked_clip1d.group_io import read_group_state
 from hooked_clip1d.rundir import RunLock, read_metrics
 from hooked_clip1d.sweep import group_cost, load_spec, planned_steps, sweeps_home
 
@@ -69,7 +70,7 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
         raise ValueError(f"{str(out)!r} holds the sweep {held!r}, not {spec.name!r}: pass its --out")
     plan = json.loads((out / "plan.json").read_text()) if (out / "plan.json").exists() else []
     group_of = {name: gname for gname, names in plan for name in names}
-    saved = {gname: _group_state(out / "groups" / gname / "group_checkpoint.safetensors") for gname, _ in plan}
+    saved = {gname: read_group_state(out / "groups" / gname / "group_checkpoint.safetensors") for gname, _ in plan}
     rows = []
     for r in spec.runs:
         d = out / "runs" / r.name
@@ -79,7 +80,7 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
         step, elapsed = last.get("step", 0), last.get("elapsed_s")
         gs = saved.get(group_of.get(r.name, ""))
         if gs is not None and gs["step"] >= step:  # the group checkpoint is newer than the last metrics line
-            step, elapsed = min(gs["step"], planned), gs["elapsed_s"]
+            step, elapsed = min(gs["step"], planned), float(gs.get("elapsed_s") or 0.0)
         rows.append(
             {
                 "run": r.name,
@@ -98,6 +99,9 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
         mine = [r for r in rows if r["group"] == gname]
         if not mine:
             continue
+        gs = saved.get(gname) if gname is not None else None
+        if gs is not None and isinstance(gs.get("names"), list):  # runs finished before this group started (e.g.
+            mine = [r for r in mine if r["run"] in gs["names"]] or mine  # carried from another machine) are not its
         step = max(r["step"] for r in mine)
         elapsed = max((r["elapsed_s"] or 0.0 for r in mine), default=0.0)
         # time left: the planner's cost model (sweep.group_cost: a group step costs its members still training plus
@@ -127,22 +131,6 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
         "groups": groups,
         "rows": rows,
     }
-
-
-def _group_state(path: Path) -> dict[str, Any] | None:
-    """``step`` and ``elapsed_s`` of a group checkpoint, from its metadata alone (no tensor is read)."""
-    if not path.exists():
-        return None
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), "pt") as f:
-            gs = json.loads((f.metadata() or {}).get("group_state", "null"))
-    except Exception:  # noqa: BLE001 - a checkpoint being replaced or damaged: fall back to the metrics
-        return None
-    if not isinstance(gs, dict) or not isinstance(gs.get("step"), int):
-        return None
-    return {"step": gs["step"], "elapsed_s": float(gs.get("elapsed_s") or 0.0)}
 
 
 def format_status(st: dict[str, Any]) -> str:

@@ -2,7 +2,7 @@
 
 Two "sessions" (fresh $STATE each, as a GPU machine is after it goes back): the first stops after 7 steps, when one
 of the two runs has finished; its archive holds that run alone. Unpacked here and carried (`gpu_queue.sh carry`),
-it is not retrained by the second session, which trains and brings back only the other run.
+it is not retrained by the second session, which trains the other run over two calls and brings back only it.
 """
 
 from __future__ import annotations
@@ -68,9 +68,12 @@ def test_a_sweep_finished_over_two_sessions_retrains_nothing(tmp_path):
     assert "1 finished runs" in out
     assert sorted(p.name for p in (tmp_path / "carry" / "t").iterdir()) == ["runs", "spec.toml"]
     assert not list((tmp_path / "carry").rglob("*.safetensors"))  # configs, metrics, summaries: no weights
-    # session 2, a fresh machine: the carried run is not retrained, the other one is, from its first step
-    out = queue(tmp_path, "120", STATE=str(tmp_path / "s2"), OUT=str(tmp_path / "o2"))
+    # session 2, a fresh machine, two calls: the carried run is not retrained, the other one is, from its first step
+    out = queue(tmp_path, "120", STATE=str(tmp_path / "s2"), OUT=str(tmp_path / "o2"), FLAGS="--max-steps 3")
     assert "1 runs finished in earlier sessions (carried), not retrained" in out
+    assert "1 of 2 runs finished (0 of them trained on this machine)" in out and not any((tmp_path / "o2").iterdir())
+    out = queue(tmp_path, "120", STATE=str(tmp_path / "s2"), OUT=str(tmp_path / "o2"))  # resumes its checkpoint
+    assert "WARNING" not in out
     assert "2 of 2 runs finished (1 of them trained on this machine)" in out
     assert (tmp_path / "s2" / "done-t").exists()
     (a2,) = sorted((tmp_path / "o2" / "t").glob("*.tar"))

@@ -96,3 +96,28 @@ def test_pack_and_unpack_commands(trained, tmp_path, capsys):
     assert "4 runs in" in capsys.readouterr().out
     assert main(["pack", str(tmp_path / "back"), str(tmp_path / "x")]) == 2  # no runs there: one-line error
     assert "no finished run" in capsys.readouterr().err
+
+
+def test_a_group_with_runs_finished_elsewhere_resumes_over_several_calls(tmp_path):
+    """Runs finished in an earlier session arrive without weights (gpu_queue.sh carry); the fresh group trains the
+    others, and its checkpoint (which holds those alone) resumes in the next call: a bug once made it refuse."""
+    from hooked_clip1d.sweep_status import sweep_status
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(TINY.read_text().replace("n_labels = [6, 7]", "n_labels = [5, 7]").replace("seed = [0, 1]", ""))
+    first = tmp_path / "first"
+    run_sweep(spec, first, progress=False, max_steps=10)  # n_labels 5 finishes at 9 steps, 7 needs 15
+    done = finished_runs(first)
+    assert [p.name for p in done] == ["n_labels-5"]
+    here = tmp_path / "here"
+    (here / "runs" / "n_labels-5").mkdir(parents=True)
+    for f in ("config.json", "summary.json", "metrics.jsonl"):
+        shutil.copy(done[0] / f, here / "runs" / "n_labels-5" / f)
+    shutil.copy(spec, here / "spec.toml")
+    assert run_sweep(spec, here, progress=False, max_steps=4) == results_table(load_spec(spec), here)
+    group = sweep_status(spec, here)["groups"][0]
+    assert (group["step"], group["active"]) == (4, 1)  # this group's own step, not the carried run's 9
+    run_sweep(spec, here, progress=False, max_steps=4)  # resumed from the checkpoint of n_labels-7 alone
+    rows = run_sweep(spec, here, progress=False)
+    assert [(r["run"], r["steps"]) for r in rows] == [("n_labels-5", 9), ("n_labels-7", 15)]
+    assert not (here / "runs" / "n_labels-5" / "model.safetensors").exists()  # never retrained
