@@ -27,6 +27,9 @@ Example (a group checkpointed at step 3 resumes there):
     >>> t.save_group_checkpoint(); t.release_locks()
     >>> BatchedTrainer([member], out, resume=True).step
     3
+    >>> gs = read_group_state(t.group_ckpt)  # its metadata alone
+    >>> gs["step"], gs["active"]
+    (3, [0])
 """
 
 from __future__ import annotations
