@@ -46,6 +46,26 @@ def _dataset(model: CLIP1D) -> Dataset:
     return build_dataset(model.data_config)
 
 
+def _split(ds: Dataset, opts: dict[str, Any]) -> Any:
+    """The split named by option ``split`` (default ``val_unseen``), or a ValueError naming the known ones."""
+    name = opts.get("split", "val_unseen")
+    if name not in ds.splits:
+        raise ValueError(f"unknown split {name!r}; known: {', '.join(ds.splits)}")
+    return ds.splits[name]
+
+
+def _flag(opts: dict[str, Any], key: str, default: bool) -> bool:
+    """A yes/no option: a bool, or true/false (any case), 1/0; anything else is an error naming it."""
+    value = opts.get(key, default)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ValueError(f"option {key} must be true or false, got {value!r}")
+
+
 def _first_pair_image(ds: Dataset, split: str = "val_unseen") -> torch.Tensor:
     s = ds.splits[split]
     return s.images[s.is_pair][0]
@@ -123,7 +143,7 @@ def _pairs(model: CLIP1D, opts: dict[str, Any]) -> tuple[torch.Tensor, torch.Ten
     from hooked_clip1d.analysis.metrics import pair_inputs
 
     ds = _dataset(model)
-    return pair_inputs(ds.splits[opts.get("split", "val_unseen")], ds.vocab)
+    return pair_inputs(_split(ds, opts), ds.vocab)
 
 
 def _fmt_rows(title: str, cols: list[str], rows: dict[str, list[float]]) -> list[str]:
@@ -161,11 +181,17 @@ def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
     lines += _fmt_rows(
         "caption-swap patching (text tower)", cs.set_names, {lab: cf[i].tolist() for i, lab in enumerate(cs.labels)}
     )
-    lines += _fmt_rows("attention knockout: belief retained", ["vision", ""], {})
+    lines += ["attention knockout: fraction of the belief retained with each attention edge cut"]
     lines += [f"  vision {n:<28} {r:>7.3f}" for n, r in zip(kv.names, kv.retained().tolist(), strict=True)]
     lines += [f"  text   {n:<28} {r:>7.3f}" for n, r in zip(kt.names, kt.retained().tolist(), strict=True)]
     itf = it.fractions()
-    lines += ["", f"text interchange: {json.dumps(to_jsonable(itf))}"]
+    lines += ["", "text interchange (fraction of the caption's belief moved; beliefs as logit differences)"]
+    for key, value in to_jsonable(itf).items():
+        flat = value if isinstance(value, list) and value and isinstance(value[0], list) else [value]
+        for i, v in enumerate(flat):
+            vals = v if isinstance(v, list) else [v]
+            name = key if len(flat) == 1 else f"{key} (layer {i})"
+            lines.append(f"  {name:<28} " + " ".join(f"{x:>7.3f}" for x in vals))
     figs = {
         "mirror_map": vp.plot_patching_map(ms),
         "mirror_bars": vp.plot_recovery_bars(ms),
@@ -267,7 +293,7 @@ def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.visualization.plots import plot_head_bias
 
     ds = _dataset(model)
-    split = ds.splits[opts.get("split", "val_unseen")]
+    split = _split(ds, opts)
     bias = cls_object_bias(model.vision, split)
     eot = text_eot_bias(model.text, pair_captions(ds, "unseen" if split.name == "val_unseen" else "seen"))
     figs = {"bias": plot_head_bias(bias, layer=0), "eot": plot_eot_bias(eot)}
@@ -306,7 +332,7 @@ def _alignment(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.alignment import embedding_alignment
     from hooked_clip1d.visualization.alignment import plot_alignment
 
-    res = embedding_alignment(model, center=bool(opts.get("center", False)))
+    res = embedding_alignment(model, center=_flag(opts, "center", False))
     lines = [f"token-embedding alignment, fit on labels {res['fit_labels']}, scored on {res['test_labels']} (Fig. 7)"]
     for k in ("raw", "procrustes", "shuffled"):
         sc = res.get(k)
@@ -367,6 +393,38 @@ ANALYSES: dict[str, tuple[str, Callable[[CLIP1D, dict[str, Any]], Report]]] = {
 }
 
 
+# each analysis's options (`analyze NAME -o KEY=VALUE`), with what they do; any other key is an error
+OPTIONS: dict[str, dict[str, str]] = {
+    "attention": {
+        "image": "the image, e.g. 'C . . 17 . . 19 . . . .'",
+        "caption": "the caption, e.g. '17 is on the left of 19'",
+    },
+    "decompose": {"layer": "the attention layer (default 0)"},
+    "ablate": {"layer": "the attention layer whose terms are ablated (default 0)"},
+    "heads": {"split": "the validation split (default val_unseen)"},
+    "alignment": {"center": "center the embeddings before the fit (true/false, default false)"},
+    "rope": {},
+    "pruning": {
+        "kept": "head counts to keep (default 1..H-1), e.g. [1,2]",
+        "epochs": "retrain each pruned model this many epochs (default 0: no retraining)",
+        "runs_dir": "where the retraining runs go",
+        "engine": "retraining engine, batched or standard (default batched)",
+    },
+    "patching": {"split": "the validation split of the image/caption pairs (default val_unseen)"},
+    "probes": {"n": "images sampled (default 3000)", "seed": "sampling seed (default 0)"},
+    "steering": {"split": "the validation split of the image/caption pairs (default val_unseen)"},
+}
+
+
+def describe_analyses() -> str:
+    """Every analysis family, what it does and its options, one block each (the CLI's listing)."""
+    lines = []
+    for name, (what, _) in ANALYSES.items():
+        opts = ", ".join(OPTIONS.get(name, {})) or "none"
+        lines.append(f"  {name:<10} {what} (options: {opts})")
+    return "\n".join(lines)
+
+
 # the data each analysis's figures show (their footer names it with the model)
 ANALYSIS_DATA = {
     "attention": "the first unseen-pair validation image (val_unseen) and its caption",
@@ -387,7 +445,11 @@ def run_analysis(
 ) -> dict[str, Any]:
     """Run ``analysis`` (a key of ``ANALYSES``) on a pretrained name, run directory, model file or ``CLIP1D``."""
     if analysis not in ANALYSES:
-        raise ValueError(f"unknown analysis {analysis!r}; known: {sorted(ANALYSES)}")
+        raise ValueError(f"unknown analysis {analysis!r}; known:\n{describe_analyses()}")
+    unknown = sorted(set(options) - set(OPTIONS.get(analysis, {})))
+    if unknown:
+        known = "; ".join(f"{k}: {v}" for k, v in OPTIONS.get(analysis, {}).items()) or "none"
+        raise ValueError(f"unknown option(s) {unknown} for analysis {analysis!r}; its options: {known}")
     from hooked_clip1d.pretrained import model_name, resolve_model
 
     if isinstance(model, str):

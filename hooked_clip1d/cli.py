@@ -119,14 +119,15 @@ def cmd_export(a: argparse.Namespace) -> int:
 
 
 def _parse_options(items: list[str]) -> dict[str, Any]:
-    """``["layer=1", "center=true"]`` -> ``{"layer": 1, "center": True}`` (values parsed as JSON when they can be)."""
+    """``["layer=1", "center=true"]`` -> ``{"layer": 1, "center": True}`` (values parsed as JSON when they can be;
+    ``True`` / ``False`` / ``None`` as Python spells them too, so ``center=False`` is not the string "False")."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"bad option {item!r}: expected KEY=VALUE, e.g. layer=1")
         try:
-            out[key] = json.loads(value)
+            out[key] = json.loads({"True": "true", "False": "false", "None": "null"}.get(value, value))
         except json.JSONDecodeError:
             out[key] = value
     return out
@@ -222,7 +223,8 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
             for c in r["checks"]:
                 print(f"         [{'x' if c['holds'] else ' '}] {c['check']}")
         where = ", ".join(f"{a.out}/{r['figure']}/" for r in records)
-        print(f"wrote {where} (JSON + PNG); `hooked-clip1d results-page` builds docs/results.md")
+        page = "results-page" + ("" if a.out == "results" else f" --results {a.out}")
+        print(f"wrote {where} (JSON + PNG); `hooked-clip1d {page}` builds docs/results.md")
     if a.compare_to:
         from hooked_clip1d.reproduce.compare import compare_records
 
@@ -288,7 +290,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     an.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
     an.add_argument("--out", default=None, help="output folder (default results/analyze/<model>)")
     an.add_argument(
-        "--option", "-o", action="append", default=[], metavar="KEY=VALUE", help="analysis option, e.g. layer=1"
+        "--option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="analysis option, e.g. layer=1 (an unknown analysis name lists every family with its options)",
     )
     an.add_argument("--json", action="store_true", help="print JSON")
     an.set_defaults(func=cmd_analyze)

@@ -79,7 +79,10 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
     by_key.update({r["figure"]: r for r in fresh})
     records = sorted(by_key.values(), key=lambda r: _fig_sort_key(r["figure"]))
     if not records:
-        raise FileNotFoundError(f"no reproduce records under {results_dir}; run `hooked-clip1d reproduce all` first")
+        raise FileNotFoundError(
+            f"no reproduce records under {results_dir}: run `hooked-clip1d reproduce <figure> --out {results_dir}` "
+            "first, or pass the folder reproduce wrote (--results DIR)"
+        )
     fig_dir.mkdir(parents=True, exist_ok=True)
     rec_dir.mkdir(parents=True, exist_ok=True)
     for r in fresh:

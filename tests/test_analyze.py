@@ -44,6 +44,25 @@ def test_unknown_analysis_and_bad_option(tmp_path, capsys):
     assert "KEY=VALUE" in capsys.readouterr().err
 
 
+def test_options_are_checked(tmp_path, capsys):
+    """Unknown keys, splits and yes/no values are errors naming them, never silently ignored or misread (once,
+    `-o foo=1` was ignored, `-o split=bogus` printed 'error: bogus' and `-o center=False` turned centering on)."""
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['foo'\] for analysis 'heads'; its options: split"):
+        run_analysis("heads", _model(), out_dir=tmp_path, foo=1)
+    with pytest.raises(ValueError, match="unknown split 'bogus'; known: train, val_single, val_seen, val_unseen"):
+        run_analysis("heads", _model(), out_dir=tmp_path, split="bogus")
+    with pytest.raises(ValueError, match="option center must be true or false, got 'maybe'"):
+        run_analysis("alignment", _model(), out_dir=tmp_path, center="maybe")
+    with pytest.raises(ValueError, match="heads +CLS -> object"):  # the listing says what each family does
+        run_analysis("nope", _model(), out_dir=tmp_path)
+    from hooked_clip1d.cli import _parse_options
+
+    assert _parse_options(["center=False", "a=True", "b=None", "c=false", "kept=[1,2]", "image=C . 1"]) == {
+        "center": False, "a": True, "b": None, "c": False, "kept": [1, 2], "image": "C . 1"}  # fmt: skip
+    assert main(["analyze", "ablate", "-o", "heads=2", "--out", str(tmp_path)]) == 2
+    assert "unknown option(s) ['heads'] for analysis 'ablate'" in capsys.readouterr().err
+
+
 def test_cli_analyze_on_the_shipped_model(tmp_path, capsys):
     assert main(["analyze", "alignment", "--out", str(tmp_path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -30,8 +30,11 @@ def test_default_model_is_listed():
 def test_unknown_name_lists_known_ones(tmp_path):
     with pytest.raises(KeyError, match=DEFAULT):
         load_model("no-such-model")
-    with pytest.raises(KeyError, match="is a path: load a model file or run directory with resolve_model"):
+    with pytest.raises(KeyError, match="is a path: load a model file or run directory with `from hooked_clip1d"):
         load_model(str(tmp_path))  # a run directory given where a shipped name is expected
+    import hooked_clip1d
+
+    assert hooked_clip1d.resolve_model(DEFAULT).cfg.n_labels > 0  # the hint's import works (it once did not)
 
 
 def test_shipped_model_loads_in_eval_mode_with_manifest(shipped):

@@ -22,3 +22,18 @@ def test_readme_python_runs(capsys):
         exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     out = capsys.readouterr().out
     assert "'acc'" in out  # the hook example's evaluate() printed its metrics
+
+
+def test_docs_python_runs(capsys):
+    """The ```python blocks of docs/ run as written, continuing the README's example (a gradient line of
+    docs/hooks.md once passed 4 images with 2 captions)."""
+    ns = {"__name__": "readme"}
+    for code in re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S):
+        exec(compile(code, "README.md", "exec"), ns)
+    docs = sorted((README.parent / "docs").glob("*.md"))
+    ran = []
+    for doc in docs:
+        for code in re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S):
+            exec(compile(code, str(doc.name), "exec"), dict(ns))
+            ran.append(doc.name)
+    assert {"hooks.md", "analyses.md"} <= set(ran)

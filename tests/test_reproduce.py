@@ -38,6 +38,9 @@ def test_figure_with_missing_model_is_not_run(tmp_path, monkeypatch):
 
 
 def test_cli_reproduce_and_results_page(tmp_path, capsys):
+    assert main(["reproduce", "fig4c", "--out", str(tmp_path / "res")]) == 0
+    # the hint names the folder it wrote (it once named the default, where results-page then found nothing)
+    assert f"`hooked-clip1d results-page --results {tmp_path / 'res'}` builds" in capsys.readouterr().out
     assert main(["reproduce", "fig4c", "--out", str(tmp_path / "res"), "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)[0]
     # the record's numbers are the measured biases, and the verdict is the one its checks give
@@ -53,8 +56,8 @@ def test_cli_reproduce_and_results_page(tmp_path, capsys):
 
 
 def test_results_page_without_records_is_an_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="reproduce"):
-        build_results_page(tmp_path, tmp_path / "r.md")
+    with pytest.raises(FileNotFoundError, match=r"reproduce <figure> --out .*or pass the folder reproduce wrote"):
+        build_results_page(tmp_path, tmp_path / "r.md")  # not `reproduce all` (hours of sweeps) as it once said
 
 
 def test_sweep_figure_runs_its_sweep_and_reads_the_table(tmp_path, monkeypatch):

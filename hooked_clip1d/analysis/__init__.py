@@ -45,7 +45,14 @@ from hooked_clip1d.analysis.heads import (
     text_eot_bias,
     to_jsonable,
 )
-from hooked_clip1d.analysis.hooks import knockout_hooks, zero_heads_hooks
+from hooked_clip1d.analysis.hooks import (
+    add_hook,
+    knockout_hooks,
+    patch_hook,
+    splice_hook,
+    swap_slots_hook,
+    zero_heads_hooks,
+)
 from hooked_clip1d.analysis.interchange import text_interchange
 from hooked_clip1d.analysis.knockout import knockout_sweep
 from hooked_clip1d.analysis.mechanism import (
@@ -62,11 +69,19 @@ from hooked_clip1d.analysis.patching import caption_swap_patching, mirror_swap_p
 from hooked_clip1d.analysis.probes import fit_probe, probe_sweep, probe_targets
 from hooked_clip1d.analysis.pruning import head_subset_sweep, prune_and_retrain, prune_heads
 from hooked_clip1d.analysis.rope import consistency_condition, key_effective_rank, rope_mechanism
+from hooked_clip1d.analysis.sae import SparseAutoencoder, collect_activations, train_sae
 from hooked_clip1d.analysis.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
 from hooked_clip1d.analysis.terms import ABLATABLE_TERMS, POSITIONAL_TERMS, SCORE_TERMS, ablate_terms, attention_terms
 from hooked_clip1d.analysis.tl_adapter import tl_patching
 
 __all__ = [
+    "SparseAutoencoder",
+    "train_sae",
+    "collect_activations",
+    "swap_slots_hook",
+    "splice_hook",
+    "patch_hook",
+    "add_hook",
     "ablate_cls_key_position",
     "caption_attributions",
     "caption_directions",

@@ -50,7 +50,10 @@ def manifest(name: str) -> dict[str, Any]:
     if name not in known:
         hint = ""
         if Path(name).exists() or str(name).endswith(".safetensors"):  # a path, not a name
-            hint = f"; {name!r} is a path: load a model file or run directory with resolve_model({name!r})"
+            hint = (
+                f"; {name!r} is a path: load a model file or run directory with "
+                f"`from hooked_clip1d import resolve_model; resolve_model({name!r})`"
+            )
         raise KeyError(f"unknown pretrained model {name!r}{hint}; known models: {known}")
     path = WEIGHTS_DIR / f"{name}.json"
     try:
