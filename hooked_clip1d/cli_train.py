@@ -28,12 +28,22 @@ if TYPE_CHECKING:
     from hooked_clip1d.clip import CLIP1D, CLIPConfig
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default unless it is None or its help already says it (no "(default: None)")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or "default" in text or action.default is argparse.SUPPRESS:
+            return text
+        return super()._get_help_string(action)
+
+
 def add_train_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the ``train`` subcommand to ``sub`` (an ``add_subparsers()`` object), its defaults read from the configs."""
     t = sub.add_parser(
         "train",
         help="train one model with the paper's hyperparameters",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_DefaultsFormatter,
     )
     _add_model_args(t)
     _add_data_args(t)
@@ -44,7 +54,7 @@ def add_train_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--lr", type=float, default=tc.lr, help="paper: 1e-4")
     g.add_argument("--weight-decay", type=float, default=tc.weight_decay, help="paper: 0.2")
     g.add_argument("--batch-size", type=int, default=None, help="paper: 50 (left) / 100 (left_right)")
-    g.add_argument("--seed", type=int, default=tc.seed)
+    g.add_argument("--seed", type=int, default=tc.seed, help="seeds the weights, data order and dropout")
     g.add_argument(
         "--recipe",
         default=None,
@@ -72,7 +82,7 @@ def add_train_parser(sub: Any) -> argparse.ArgumentParser:
     )
     g.add_argument("--eval-every", type=int, default=tc.eval_every, help="epochs between metric lines")
     g.add_argument("--checkpoint-every", type=int, default=tc.checkpoint_every, help="epochs between checkpoints")
-    g.add_argument("--device", default="cpu")
+    g.add_argument("--device", default="cpu", help="e.g. cuda")
     g.add_argument("--threads", type=int, default=None, help="torch threads")
     g.add_argument("--resume", action="store_true", help="continue the run in --out")
     g.add_argument(
@@ -164,7 +174,12 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n1", type=int, default=d.n1, help="single-object images per label (paper: 5)")
     g.add_argument("--n2", type=int, default=d.n2, help="images per ordered training pair (paper Fig. 4: 10)")
     g.add_argument("--n-val", type=int, default=d.n_val, help="validation images per label / pair (paper: 5)")
-    g.add_argument("--caption-mode", default=d.caption_mode, choices=["left", "left_right"])
+    g.add_argument(
+        "--caption-mode",
+        default=d.caption_mode,
+        choices=["left", "left_right"],
+        help="captions 'X is on the left of Y' only, or also 'Y is on the right of X' (Fig. 8, App. J)",
+    )
     g.add_argument("--data-seed", type=int, default=None, help="dataset seed (default: --seed)")
 
 

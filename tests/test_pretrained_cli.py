@@ -300,3 +300,16 @@ def test_list_reads_manifests_without_importing_torch():
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip().endswith("[]"), r.stderr[-500:]
     assert "simplified-ntot20-n2-10" in r.stdout
+
+
+def test_train_help_shows_each_default_once_and_every_option_helps():
+    """`train --help` once printed "(default: --preset) (default: None)" and options without help."""
+    import argparse
+
+    from hooked_clip1d.cli import build_parser
+
+    p = build_parser("train")
+    train = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices["train"]
+    text = train.format_help()
+    assert "(default: None)" not in text and "(default: 10000)" in text
+    assert [a.dest for a in train._actions if not a.help] == []
