@@ -90,7 +90,8 @@ def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
             data[f"{tower}_L{layer}"] = {"tokens": view.tokens, "pattern": view.pattern}
             row = view.pattern[:, 0 if tower == "vision" else -1]
             lines.append(f"{tower} layer {layer}, input {x!r}, {'CLS' if tower == 'vision' else 'last'} row:")
-            lines.append("  head  " + " ".join(f"{t:>6.6}" for t in view.tokens))
+            short = {"is on the left of": "left", "is on the right of": "right", "in the image": "in-img"}
+            lines.append("  head  " + " ".join(f"{short.get(t, t):>6.6}" for t in view.tokens))
             lines += [f"  {h:<5} " + " ".join(f"{v:>6.2f}" for v in row[h].tolist()) for h in range(row.shape[0])]
     return Report("\n".join(lines), data, figs, pages)
 
@@ -370,7 +371,10 @@ def _pruning(model: CLIP1D, opts: dict[str, Any]) -> Report:
     out = opts.get("runs_dir")
     engine = opts.get("engine", "batched")
     res = head_subset_sweep(model, kept, epochs=epochs, out_dir=out, resume=True, progress=epochs > 0, engine=engine)
-    return Report(format_sweep(res), res, {"pruning": plot_pruning(res)})
+    table = "heads kept, unseen-pair accuracy (val_unseen) before / after retraining\n" + format_sweep(res)
+    if epochs == 0:
+        table += "\n(after: -o epochs=N retrains each pruned model for N epochs)"
+    return Report(table, res, {"pruning": plot_pruning(res)})
 
 
 ANALYSES: dict[str, tuple[str, Callable[[CLIP1D, dict[str, Any]], Report]]] = {
@@ -386,7 +390,10 @@ ANALYSES: dict[str, tuple[str, Callable[[CLIP1D, dict[str, Any]], Report]]] = {
     ),
     "alignment": ("Procrustes alignment of vision and text label embeddings vs raw cosine (Fig. 7)", _alignment),
     "rope": ("RoPE mechanism: consistency rates, Pi_bias, key PCA, effective rank, rho (Fig. 19)", _rope),
-    "pruning": ("every subset of kept heads, before (and with --epochs after) retraining (App. K, Fig. 22)", _pruning),
+    "pruning": (
+        "every subset of kept heads, before (with -o epochs=N also after) retraining (App. K, Fig. 22)",
+        _pruning,
+    ),
     "patching": ("mirror-swap / caption-swap patching, text interchange, attention knockout", _patching),
     "probes": ("linear probes of positions, labels and relation per depth, with shuffled controls", _probes),
     "steering": ("spatial IDs and steering a caption's belief by adding ID differences", _steering),
@@ -430,12 +437,12 @@ ANALYSIS_DATA = {
     "attention": "the first unseen-pair validation image (val_unseen) and its caption",
     "decompose": "the unseen-pair validation images (val_unseen)",
     "ablate": "validation splits val_seen and val_unseen",
-    "heads": "the unseen-pair validation images (val_unseen; option split=...)",
+    "heads": "the unseen-pair validation images and their captions (val_unseen unless -o split=...)",
     "alignment": "the label embeddings of both towers (no images)",
     "rope": "the unseen-pair validation images (val_unseen)",
     "pruning": "validation splits (before and after retraining)",
-    "patching": "unseen-pair validation images (val_unseen; option split=...)",
-    "probes": "a random sample of all two-object images (option n=3000; probes tested on held-out images)",
+    "patching": "the unseen-pair validation images and captions (val_unseen unless -o split=...)",
+    "probes": "a random sample of 3000 two-object images (-o n=...; probes tested on held-out images)",
     "steering": "unseen-pair validation images (val_unseen)",
 }
 
