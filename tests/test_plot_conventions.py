@@ -118,6 +118,15 @@ def test_zero_bars_are_drawn(fig):
     assert zero_lines and zeros
 
 
+def test_a_bar_too_small_to_see_reads_about_zero():
+    """A knockout bar of -0.0003 beside 0.6 was invisible (no bar, no mark)."""
+    fig, ax = plt.subplots()
+    style.bars(ax, [0, 1, 2], [0.6, -0.0003, 0.0])
+    assert [t.get_text() for t in ax.texts] == ["≈0", "0"]
+    assert sum(len(line.get_ydata()) == 2 for line in ax.get_lines()) == 2
+    plt.close(fig)
+
+
 def test_missing_values_read_n_a_not_zero():
     fig, ax = plt.subplots()
     style.bars(ax, [0, 1], [None, float("nan")])
