@@ -21,13 +21,17 @@ import dataclasses
 import json
 import multiprocessing
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hooked_clip1d.batched import BatchedTrainer, Member
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_training import cpu_info  # noqa: E402
+
+from hooked_clip1d.batched import BatchedTrainer, Member  # noqa: E402
 from hooked_clip1d.sweep import load_spec, planned_steps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         Path(a.out).mkdir(parents=True, exist_ok=True)
         record = {"ks": ks, "ms_per_step": [r["eager"] for r in results], "pair": a.pair, "warmup": a.warmup}
         record |= {"steps": a.steps, "spec": Path(a.spec).name, "run": a.run, "torch": torch.__version__}
-        record |= {"machine": platform.machine()}
+        record |= {"machine": platform.machine(), "cpu": cpu_info()}
         if a.compile:  # per process, as ms_per_step
             record |= {"compiled_ms_per_step": [r["compiled"] for r in results]}
             record |= {"compile_s": [r["compile_s"] for r in results]}

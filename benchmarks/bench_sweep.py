@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> None:
             "rows": rows,
             "torch": torch.__version__,
             "machine": platform.processor() or platform.machine(),
+            "cpu": bench_training.cpu_info(),
         }
         (out / "bench_sweep.json").write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {out / 'bench_sweep.json'}")

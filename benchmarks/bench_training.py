@@ -287,6 +287,23 @@ def markdown(rows: list[dict], peak: float) -> str:
     return "\n".join(lines)
 
 
+def cpu_info() -> dict[str, object]:
+    """The CPU a timing was taken on: model, clock, the SIMD extensions torch's kernels use, cores. Timings from
+    machines of the same name can differ 2x (2026-11-25: an AVX2-only "AMD EPYC" at 2.4 GHz took 38.7 ms for a
+    compiled K = 18 step that another had taken in 19.5 ms), so every record carries this."""
+    info: dict[str, object] = {"processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    fields = dict(ln.split(":", 1) for ln in text.splitlines() if ":" in ln)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
+    info |= {"model": fields.get("model name"), "mhz": fields.get("cpu MHz"), "simd": [f for f in wanted if f in flags]}
+    return info
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (the median is reported)")
@@ -325,6 +342,7 @@ def main(argv: list[str] | None = None) -> None:
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "loadavg_start": os.getloadavg(),
+        "cpu": cpu_info(),
     }
     print(
         f"machine: {machine['platform']} ({machine['processor']}), {machine['cpu_count']} CPUs; "
