@@ -134,8 +134,11 @@ def _parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def cmd_analyze(a: argparse.Namespace) -> int:
-    from hooked_clip1d.analyze import run_analysis
+    from hooked_clip1d.analyze import describe_analyses, run_analysis
 
+    if a.analysis == "list":
+        print("analysis families (hooked-clip1d analyze NAME [-o KEY=VALUE ...]):\n" + describe_analyses())
+        return 0
     out = a.out or f"results/analyze/{Path(a.model).name}"
     res = run_analysis(a.analysis, a.model, out_dir=out, **_parse_options(a.option))
     if a.json:
@@ -286,7 +289,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="run one family of analyses on a model: table + PNG + JSON",
         description="run one family of analyses (an unknown name lists them, with what each does)",
     )
-    an.add_argument("analysis", help="analysis family, e.g. heads, decompose, ablate, patching")
+    an.add_argument("analysis", help="analysis family, e.g. heads, decompose, patching (list: all, with options)")
     an.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
     an.add_argument("--out", default=None, help="output folder (default results/analyze/<model>)")
     an.add_argument(
@@ -295,7 +298,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="analysis option, e.g. layer=1 (an unknown analysis name lists every family with its options)",
+        help="analysis option, e.g. layer=1 (`analyze list` shows every family's options)",
     )
     an.add_argument("--json", action="store_true", help="print JSON")
     an.set_defaults(func=cmd_analyze)

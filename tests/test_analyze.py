@@ -61,6 +61,9 @@ def test_options_are_checked(tmp_path, capsys):
         "center": False, "a": True, "b": None, "c": False, "kept": [1, 2], "image": "C . 1"}  # fmt: skip
     assert main(["analyze", "ablate", "-o", "heads=2", "--out", str(tmp_path)]) == 2
     assert "unknown option(s) ['heads'] for analysis 'ablate'" in capsys.readouterr().err
+    assert main(["analyze", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in ANALYSES) and "(options: kept, epochs, runs_dir, engine)" in listing
 
 
 def test_cli_analyze_on_the_shipped_model(tmp_path, capsys):
