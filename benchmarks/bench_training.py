@@ -298,7 +298,7 @@ def cpu_info() -> dict[str, object]:
         return info
     fields = dict(ln.split(":", 1) for ln in text.splitlines() if ":" in ln)
     fields = {k.strip(): v.strip() for k, v in fields.items()}
-    flags = set(fields.get("flags", "").split())
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())  # x86 / Arm
     wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
     info |= {"model": fields.get("model name"), "mhz": fields.get("cpu MHz"), "simd": [f for f in wanted if f in flags]}
     return info

@@ -15,12 +15,14 @@ Example:
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
+import numpy as np
 import torch
 from matplotlib.figure import Figure
 
@@ -47,23 +49,40 @@ def _dataset(model: CLIP1D) -> Dataset:
 
 
 def _split(ds: Dataset, opts: dict[str, Any]) -> Any:
-    """The split named by option ``split`` (default ``val_unseen``), or a ValueError naming the known ones."""
+    """The split named by option ``split`` (default ``val_unseen``), one with two-object images, or a ValueError
+    naming those."""
     name = opts.get("split", "val_unseen")
-    if name not in ds.splits:
-        raise ValueError(f"unknown split {name!r}; known: {', '.join(ds.splits)}")
+    pairs = [n for n, sp in ds.splits.items() if bool(sp.is_pair.any())]
+    if name not in pairs:
+        raise ValueError(f"unknown split {name!r} for this analysis; splits with two-object images: {', '.join(pairs)}")
     return ds.splits[name]
 
 
 def _flag(opts: dict[str, Any], key: str, default: bool) -> bool:
-    """A yes/no option: a bool, or true/false (any case), 1/0; anything else is an error naming it."""
+    """A yes/no option: a bool (numpy's too), true/false (any case) or 1/0; anything else is an error naming it."""
     value = opts.get(key, default)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Number) and value in (0, 1):
         return bool(value)
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
     raise ValueError(f"option {key} must be true or false, got {value!r}")
+
+
+def check_options(analysis: str, options: dict[str, Any]) -> None:
+    """Raise ``ValueError`` for an unknown analysis (listing every family) or an option it does not take
+    (listing its options with what they do).
+
+    Example:
+        >>> check_options("decompose", {"layer": 1})
+    """
+    if analysis not in ANALYSES:
+        raise ValueError(f"unknown analysis {analysis!r}; known:\n{describe_analyses()}")
+    unknown = sorted(set(options) - set(OPTIONS.get(analysis, {})))
+    if unknown:
+        known = "; ".join(f"{k}: {v}" for k, v in OPTIONS.get(analysis, {}).items()) or "none"
+        raise ValueError(f"unknown option(s) {unknown} for analysis {analysis!r}; its options: {known}")
 
 
 def _first_pair_image(ds: Dataset, split: str = "val_unseen") -> torch.Tensor:
@@ -153,6 +172,28 @@ def _fmt_rows(title: str, cols: list[str], rows: dict[str, list[float]]) -> list
     return lines + [""]
 
 
+def _interchange_table(itf: dict[str, Any]) -> str:
+    """``InterchangeResult.fractions()`` as text: one line per intervention and layer (heads as columns), "n/a"
+    where an intervention does not apply (a position swap without learned positions), then the two beliefs."""
+
+    def num(x: float | None) -> str:
+        return f"{'n/a':>7}" if x is None else f"{x:>7.3f}"
+
+    lines = ["text interchange: fraction of the base -> counterfactual belief shift each intervention produces"]
+    for key in ("slot_swap", "position_id_swap", "eot_pattern"):
+        value = itf.get(key)
+        per_layer = value if isinstance(value, list) else [value]
+        for layer, v in enumerate(per_layer):
+            name = key if len(per_layer) == 1 and not isinstance(value, list) else f"{key}, layer {layer}"
+            lines.append(f"  {name:<28} {num(v)}")
+    for layer, heads in enumerate(itf.get("eot_pattern_heads") or []):
+        cells = " ".join(f"h{h} {num(v)}" for h, v in enumerate(heads))
+        lines.append(f"  {f'eot_pattern per head, L{layer}':<28} {cells}")
+    base, swapped = itf["base_belief"], itf["counterfactual_belief"]
+    lines.append(f"beliefs (logit differences): base {base:.3f}, counterfactual {swapped:.3f}")
+    return "\n".join(lines)
+
+
 def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.interchange import text_interchange
     from hooked_clip1d.analysis.knockout import knockout_sweep
@@ -186,13 +227,7 @@ def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
     lines += [f"  vision {n:<28} {r:>7.3f}" for n, r in zip(kv.names, kv.retained().tolist(), strict=True)]
     lines += [f"  text   {n:<28} {r:>7.3f}" for n, r in zip(kt.names, kt.retained().tolist(), strict=True)]
     itf = it.fractions()
-    lines += ["", "text interchange (fraction of the caption's belief moved; beliefs as logit differences)"]
-    for key, value in to_jsonable(itf).items():
-        flat = value if isinstance(value, list) and value and isinstance(value[0], list) else [value]
-        for i, v in enumerate(flat):
-            vals = v if isinstance(v, list) else [v]
-            name = key if len(flat) == 1 else f"{key} (layer {i})"
-            lines.append(f"  {name:<28} " + " ".join(f"{x:>7.3f}" for x in vals))
+    lines += ["", _interchange_table(itf)]
     figs = {
         "mirror_map": vp.plot_patching_map(ms),
         "mirror_bars": vp.plot_recovery_bars(ms),
@@ -408,7 +443,7 @@ OPTIONS: dict[str, dict[str, str]] = {
     },
     "decompose": {"layer": "the attention layer (default 0)"},
     "ablate": {"layer": "the attention layer whose terms are ablated (default 0)"},
-    "heads": {"split": "the validation split (default val_unseen)"},
+    "heads": {"split": "a split with two-object images: train, val_seen, val_unseen (default)"},
     "alignment": {"center": "center the embeddings before the fit (true/false, default false)"},
     "rope": {},
     "pruning": {
@@ -417,9 +452,9 @@ OPTIONS: dict[str, dict[str, str]] = {
         "runs_dir": "where the retraining runs go",
         "engine": "retraining engine, batched or standard (default batched)",
     },
-    "patching": {"split": "the validation split of the image/caption pairs (default val_unseen)"},
+    "patching": {"split": "the split of the image/caption pairs: train, val_seen, val_unseen (default)"},
     "probes": {"n": "images sampled (default 3000)", "seed": "sampling seed (default 0)"},
-    "steering": {"split": "the validation split of the image/caption pairs (default val_unseen)"},
+    "steering": {"split": "the split of the image/caption pairs: train, val_seen, val_unseen (default)"},
 }
 
 
@@ -427,8 +462,8 @@ def describe_analyses() -> str:
     """Every analysis family, what it does and its options, one block each (the CLI's listing)."""
     lines = []
     for name, (what, _) in ANALYSES.items():
-        opts = ", ".join(OPTIONS.get(name, {})) or "none"
-        lines.append(f"  {name:<10} {what} (options: {opts})")
+        lines.append(f"  {name:<10} {what}")
+        lines += [f"             -o {k}=...  {v}" for k, v in OPTIONS.get(name, {}).items()]
     return "\n".join(lines)
 
 
@@ -451,12 +486,7 @@ def run_analysis(
     analysis: str, model: str | CLIP1D, out_dir: str | Path = "results/analyze", **options: Any
 ) -> dict[str, Any]:
     """Run ``analysis`` (a key of ``ANALYSES``) on a pretrained name, run directory, model file or ``CLIP1D``."""
-    if analysis not in ANALYSES:
-        raise ValueError(f"unknown analysis {analysis!r}; known:\n{describe_analyses()}")
-    unknown = sorted(set(options) - set(OPTIONS.get(analysis, {})))
-    if unknown:
-        known = "; ".join(f"{k}: {v}" for k, v in OPTIONS.get(analysis, {}).items()) or "none"
-        raise ValueError(f"unknown option(s) {unknown} for analysis {analysis!r}; its options: {known}")
+    check_options(analysis, options)
     from hooked_clip1d.pretrained import model_name, resolve_model
 
     if isinstance(model, str):
@@ -476,7 +506,10 @@ def run_analysis(
 
     for key, fig in report.figures.items():
         path = out / f"{analysis}_{key}.png"
-        stamp(fig, name, ANALYSIS_DATA.get(analysis))
+        data_text = ANALYSIS_DATA.get(analysis)
+        if "split" in options and data_text is not None:  # the footer names the split these figures show
+            data_text = f"{data_text}; here split={options['split']}"
+        stamp(fig, name, data_text)
         try:
             atomic_write(path, lambda tmp, fig=fig: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
         finally:

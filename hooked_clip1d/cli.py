@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -134,13 +135,15 @@ def _parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def cmd_analyze(a: argparse.Namespace) -> int:
-    from hooked_clip1d.analyze import describe_analyses, run_analysis
+    from hooked_clip1d.analyze import check_options, describe_analyses, run_analysis
 
     if a.analysis == "list":
         print("analysis families (hooked-clip1d analyze NAME [-o KEY=VALUE ...]):\n" + describe_analyses())
         return 0
+    options = _parse_options(a.option)
+    check_options(a.analysis, options)  # here too: -o model=... would collide with run_analysis's own arguments
     out = a.out or f"results/analyze/{Path(a.model).name}"
-    res = run_analysis(a.analysis, a.model, out_dir=out, **_parse_options(a.option))
+    res = run_analysis(a.analysis, a.model, out_dir=out, **options)
     if a.json:
         print(_dumps({k: v for k, v in res.items() if k != "table"}))
     else:
@@ -226,7 +229,7 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
             for c in r["checks"]:
                 print(f"         [{'x' if c['holds'] else ' '}] {c['check']}")
         where = ", ".join(f"{a.out}/{r['figure']}/" for r in records)
-        page = "results-page" + ("" if a.out == "results" else f" --results {a.out}")
+        page = "results-page" + ("" if a.out == "results" else f" --results {shlex.quote(str(a.out))}")
         print(f"wrote {where} (JSON + PNG); `hooked-clip1d {page}` builds docs/results.md")
     if a.compare_to:
         from hooked_clip1d.reproduce.compare import compare_records

@@ -49,8 +49,11 @@ def test_options_are_checked(tmp_path, capsys):
     `-o foo=1` was ignored, `-o split=bogus` printed 'error: bogus' and `-o center=False` turned centering on)."""
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['foo'\] for analysis 'heads'; its options: split"):
         run_analysis("heads", _model(), out_dir=tmp_path, foo=1)
-    with pytest.raises(ValueError, match="unknown split 'bogus'; known: train, val_single, val_seen, val_unseen"):
-        run_analysis("heads", _model(), out_dir=tmp_path, split="bogus")
+    for bad in ("bogus", "val_single"):  # val_single has no two-object images: not offered
+        with pytest.raises(
+            ValueError, match=f"unknown split '{bad}' .*two-object images: train, val_seen, val_unseen$"
+        ):
+            run_analysis("heads", _model(), out_dir=tmp_path, split=bad)
     with pytest.raises(ValueError, match="option center must be true or false, got 'maybe'"):
         run_analysis("alignment", _model(), out_dir=tmp_path, center="maybe")
     with pytest.raises(ValueError, match="heads +CLS -> object"):  # the listing says what each family does
@@ -63,7 +66,14 @@ def test_options_are_checked(tmp_path, capsys):
     assert "unknown option(s) ['heads'] for analysis 'ablate'" in capsys.readouterr().err
     assert main(["analyze", "list"]) == 0
     listing = capsys.readouterr().out
-    assert all(name in listing for name in ANALYSES) and "(options: kept, epochs, runs_dir, engine)" in listing
+    assert all(name in listing for name in ANALYSES) and "-o epochs=...  retrain each pruned model" in listing
+    assert main(["analyze", "heads", "-o", "model=x", "--out", str(tmp_path)]) == 2  # not a TypeError
+    assert "unknown option(s) ['model'] for analysis 'heads'" in capsys.readouterr().err
+    import numpy as np
+
+    from hooked_clip1d.analyze import _flag
+
+    assert [_flag({"c": v}, "c", True) for v in (np.False_, np.int64(0), 0.0, "FALSE", False)] == [False] * 5
 
 
 def test_cli_analyze_on_the_shipped_model(tmp_path, capsys):
@@ -73,3 +83,13 @@ def test_cli_analyze_on_the_shipped_model(tmp_path, capsys):
     data = out["data"]
     assert data["procrustes"]["acc"] > data["raw"]["acc"]
     assert (tmp_path / "alignment.json").exists()
+
+
+def test_patching_on_a_text_tower_without_learned_positions(tmp_path):
+    """The interchange's position swap does not apply to a RoPE text tower (None): the table once crashed on it."""
+    cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, text_overrides={"positional": "rope"})
+    m = CLIP1D(cfg, seed=0).eval()
+    m.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)
+    res = run_analysis("patching", m, out_dir=tmp_path)
+    assert "position_id_swap                 n/a" in res["table"]
+    assert res["data"]["interchange"]["position_id_swap"] is None

@@ -122,8 +122,13 @@ def test_a_bar_too_small_to_see_reads_about_zero():
     """A knockout bar of -0.0003 beside 0.6 was invisible (no bar, no mark)."""
     fig, ax = plt.subplots()
     style.bars(ax, [0, 1, 2], [0.6, -0.0003, 0.0])
-    assert [t.get_text() for t in ax.texts] == ["≈0", "0"]
+    assert sorted(t.get_text() for t in ax.texts) == ["0", "≈0"]
     assert sum(len(line.get_ydata()) == 2 for line in ax.get_lines()) == 2
+    plt.close(fig)
+    fig, ax = plt.subplots()  # grouped bars, one call per series: the tiny series drawn first is marked too
+    style.bars(ax, [0.2, 1.2], [0.002, 0.001], width=0.4)
+    style.bars(ax, [-0.2, 0.8], [0.96, 0.9], width=0.4)
+    assert [t.get_text() for t in ax.texts] == ["≈0", "≈0"]
     plt.close(fig)
 
 

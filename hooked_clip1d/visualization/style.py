@@ -60,9 +60,10 @@ def bars(
 ) -> Any:
     """``ax.bar(x, heights, width, **kwargs)`` that shows zero and missing values.
 
-    A bar of height 0 is drawn as a flat line in the bar's colour with a small "0" above it, and one too small to see
-    (under 0.5 % of the tallest, e.g. -0.0003 beside 0.6) likewise with "≈0"; a None or NaN height is drawn as no
-    bar with "n/a" (so a missing number is never shown as a zero). Returns the ``BarContainer``.
+    A bar of height 0 is drawn as a flat line in the bar's colour with a small "0" at the zero line, and one too
+    small to see (under 0.5 % of the tallest bar drawn by ``bars`` on these axes so far, any series, e.g. -0.0003
+    beside 0.6) likewise with "≈0" (not on a log axis); a None or NaN height is drawn as no bar with "n/a" (so a
+    missing number is never shown as a zero). Returns the ``BarContainer``.
     """
     xs = np.asarray(x, dtype=float)
     h = np.array([np.nan if v is None else float(v) for v in heights], dtype=float)
@@ -70,16 +71,22 @@ def bars(
         raise ValueError(f"bars: {xs.shape[0]} positions but {h.shape[0]} heights")
     cont = ax.bar(xs, h, width=width, **kwargs)
     color = cont.patches[0].get_facecolor() if cont.patches else "k"
-    tallest = float(np.nanmax(np.abs(h))) if not np.isnan(h).all() else 0.0
+    drawn = ax.__dict__.setdefault("_hc1d_bars", [])  # (x, height, width, colour, marked) of every bars() call
     for xi, hi in zip(xs, h, strict=True):
         if np.isnan(hi):
             ax.text(
                 xi, 0.02, "n/a", ha="center", va="bottom", fontsize=6, rotation=90, transform=ax.get_xaxis_transform()
             )
-        elif hi == 0 or abs(hi) < 0.005 * tallest:
-            ax.plot([xi - width / 2, xi + width / 2], [0, 0], color=color, lw=2.5, solid_capstyle="butt", zorder=3)
-            mark = "0" if hi == 0 else "≈0"
-            ax.text(xi, 0.01, mark, ha="center", va="bottom", fontsize=6, transform=ax.get_xaxis_transform())
+        else:
+            drawn.append([xi, hi, width, color, False])
+    tallest = max((abs(b[1]) for b in drawn), default=0.0)
+    for b in drawn:  # earlier series too: a taller series drawn later makes their tiny bars invisible
+        xi, hi, w, c, marked = b
+        tiny = hi != 0 and abs(hi) < 0.005 * tallest and ax.get_yscale() != "log"
+        if not marked and (hi == 0 or tiny):
+            ax.plot([xi - w / 2, xi + w / 2], [0, 0], color=c, lw=2.5, solid_capstyle="butt", zorder=3)
+            ax.text(xi, 0, "0" if hi == 0 else "≈0", ha="center", va="bottom", fontsize=6)
+            b[4] = True
     return cont
 
 
