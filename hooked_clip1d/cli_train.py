@@ -53,7 +53,7 @@ def add_train_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--epochs", type=int, default=tc.epochs, help="paper: 10000")
     g.add_argument("--lr", type=float, default=tc.lr, help="paper: 1e-4")
     g.add_argument("--weight-decay", type=float, default=tc.weight_decay, help="paper: 0.2")
-    g.add_argument("--batch-size", type=int, default=None, help="paper: 50 (left) / 100 (left_right)")
+    g.add_argument("--batch-size", type=int, default=None, help="paper and default: 50 (left) / 100 (left_right)")
     g.add_argument("--seed", type=int, default=tc.seed, help="seeds the weights, data order and dropout")
     g.add_argument(
         "--recipe",
@@ -67,10 +67,14 @@ def add_train_parser(sub: Any) -> argparse.ArgumentParser:
         "--no-decay",
         default=None,
         metavar="G,...",
-        help="parameter groups exempt from weight decay: cls, embeddings, biases, norms, logit_scale ('' = none)",
+        help="parameter groups exempt from weight decay: cls, embeddings, biases, norms, logit_scale ('' = none; "
+        "default: the recipe's)",
     )
     g.add_argument(
-        "--frozen", default=None, metavar="G,...", help="parameter groups held at 0: qk_bias, cls_pos ('' = none)"
+        "--frozen",
+        default=None,
+        metavar="G,...",
+        help="groups held at 0: qk_bias, cls_pos ('' = none; default: the recipe's)",
     )
     g.add_argument(
         "--qk-bias-decay-scale",
@@ -135,11 +139,15 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--preset", default="simplified", help="preset of both towers: simplified | full")
     g.add_argument("--vision-preset", default=None, help="preset of the vision tower (default: --preset)")
     g.add_argument("--text-preset", default=None, help="preset of the text tower (default: --preset)")
-    g.add_argument("--vision-layers", type=int, default=None, help="override n_layers of the vision tower")
-    g.add_argument("--text-layers", type=int, default=None, help="override n_layers of the text tower")
-    g.add_argument("--vision-heads", type=int, default=None, help="override n_heads of the vision tower")
-    g.add_argument("--positional", default=None, choices=["learned", "rope", "none"], help="vision positional type")
-    g.add_argument("--text-positional", default=None, choices=["learned", "rope", "none"], help="text positional type")
+    g.add_argument("--vision-layers", type=int, default=None, help="vision tower n_layers (default: the preset's)")
+    g.add_argument("--text-layers", type=int, default=None, help="text tower n_layers (default: the preset's)")
+    g.add_argument("--vision-heads", type=int, default=None, help="vision tower n_heads (default: the preset's)")
+    g.add_argument(
+        "--positional", default=None, choices=["learned", "rope", "none"], help="vision positions (default: learned)"
+    )
+    g.add_argument(
+        "--text-positional", default=None, choices=["learned", "rope", "none"], help="text positions (default: learned)"
+    )
     g.add_argument(
         "--init-std", type=float, default=None, help="std of the W_E / W_pos init (default 0.02; 1.0 is nn.Embedding's)"
     )
@@ -156,7 +164,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         help="layer-0 vision attention terms removed in every forward pass, training included, e.g. EP "
         "(training-time ablation, beyond the paper; standard engine only)",
     )
-    g.add_argument("--dropout", type=float, default=None, help="dropout p (paper: 0.1)")
+    g.add_argument("--dropout", type=float, default=None, help="dropout p (paper: 0.1; default: the preset's, 0.1)")
     g.add_argument(
         "--init-from",
         default=None,
