@@ -162,3 +162,14 @@ def test_analyze_names_model_and_data_under_each_figure(tmp_path, monkeypatch):
     pngs = [f for f in res["files"] if f.endswith(".png")]
     assert len(stamped) == len(pngs) > 0
     assert all(m == "simplified-ntot20-n2-10" and "val_unseen" in d for m, d in stamped)
+
+
+def test_footer_sits_below_rotated_tick_labels():
+    """A knockout plot's rotated tick label once ran through the footer."""
+    fig, ax = plt.subplots(figsize=(4, 2))
+    ax.bar(range(3), [1, 2, 3])
+    ax.set_xticks(range(3), ["CLS->background", "CLS->objects", "a long rotated label"], rotation=30)
+    footer = style.stamp(fig, "m", "some data")
+    renderer = fig.canvas.get_renderer()
+    assert footer.get_window_extent(renderer).y1 <= ax.get_tightbbox(renderer).y0
+    plt.close(fig)

@@ -103,6 +103,14 @@ def legend_outside(ax: plt.Axes, fontsize: float = 7, **kwargs: Any) -> Any:
 
 
 def stamp(fig: Figure, model: str, data: str | None = None) -> Text:
-    """A footer under ``fig`` naming the model (or models) and the data shown; returns the text artist."""
+    """A footer under ``fig`` naming the model (or models) and the data shown, below everything the axes draw
+    (rotated tick labels included, which once ran through it); returns the text artist."""
     text = f"model: {model}" + (f" | data: {data}" if data else "")
-    return fig.text(0.01, -0.01, text, ha="left", va="top", fontsize=7, color="dimgray")
+    if not hasattr(fig.canvas, "get_renderer"):  # a bare Figure(): measure with the Agg canvas savefig would use
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig)
+    renderer = fig.canvas.get_renderer()
+    bottoms = [ax.get_tightbbox(renderer).y0 for ax in fig.axes if ax.get_visible()]
+    y = min([-0.01, *(b / fig.bbox.height - 0.02 for b in bottoms)])  # figure fraction, under the lowest label
+    return fig.text(0.01, y, text, ha="left", va="top", fontsize=7, color="dimgray")
