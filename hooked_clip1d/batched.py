@@ -52,7 +52,7 @@ from tqdm.auto import tqdm
 from hooked_clip1d.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.data import DataConfig, Dataset, EpochPermutations, build_dataset
 from hooked_clip1d.graph_step import StepGraph, check_graph_step
-from hooked_clip1d.group_io import GroupFiles
+from hooked_clip1d.group_io import GROUP_CHECKPOINT, GroupFiles
 from hooked_clip1d.param_groups import decay_mask, frozen_mask
 from hooked_clip1d.rundir import (
     RunLock,
@@ -255,7 +255,7 @@ class BatchedTrainer(GroupFiles):
 
         self.locks: list[RunLock] = []
         if self.out_dir is not None:
-            self.group_ckpt = self.out_dir / "group_checkpoint.safetensors"
+            self.group_ckpt = self.out_dir / GROUP_CHECKPOINT
             try:
                 for i in range(K):
                     check_run_dir(self.member_dir(i), f"member {names[i]!r}'s directory")

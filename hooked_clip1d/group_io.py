@@ -50,6 +50,9 @@ if TYPE_CHECKING:
     from hooked_clip1d.stacked_adamw import StackedAdamW
 
 
+GROUP_CHECKPOINT = "group_checkpoint.safetensors"  # a group's resumable state, in its folder
+
+
 def read_group_state(path: str | Path) -> dict[str, Any] | None:
     """The ``group_state`` of a group checkpoint (``step``, ``elapsed_s``, ``names`` of the members it trains,
     ``active``, ...) from its metadata alone, no tensor read; None if the file is missing, being replaced or not a

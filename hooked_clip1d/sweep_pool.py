@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hooked_clip1d.batched import BatchedTrainer, Member
-from hooked_clip1d.group_io import read_group_state
+from hooked_clip1d.group_io import GROUP_CHECKPOINT, read_group_state
 from hooked_clip1d.rundir import TrainingInterrupted, stop_on_signal
 from hooked_clip1d.sweep_spec import RunSpec
 
@@ -57,7 +57,7 @@ def run_group(task: GroupTask) -> list[str]:
         return [r.name for r in task.runs]
     if task.deadline is not None and time.time() >= task.deadline:
         return []  # out of time before this group started: it keeps its state for the next call
-    state = read_group_state(gdir / "group_checkpoint.safetensors")
+    state = read_group_state(gdir / GROUP_CHECKPOINT)
     if state is None:  # a fresh group never retrains (or deletes) a finished run
         keep = [i for i, d in enumerate(run_dirs) if not (d / "summary.json").exists()]
     else:  # it resumes with the members it started with (runs finished elsewhere before it started are not)
@@ -75,7 +75,7 @@ def run_group(task: GroupTask) -> list[str]:
     kw = dict(dropout_rng=task.run["dropout_rng"], amp=task.run["amp"], compile=task.run["compile"])
     kw["cudagraphs"] = task.run["cudagraphs"] and task.run["compile"]
     kw["graph_step"] = bool(task.run.get("graph_step"))
-    resume = task.resume and (gdir / "group_checkpoint.safetensors").exists()
+    resume = task.resume and (gdir / GROUP_CHECKPOINT).exists()
     if not resume:  # start the group afresh: drop partial files of an interrupted first attempt
         if not task.resume and any(d.exists() and any(d.iterdir()) for d in run_dirs):
             raise FileExistsError(

@@ -40,7 +40,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hooked_clip1d.group_io import read_group_state
+from hooked_clip1d.group_io import GROUP_CHECKPOINT, read_group_state
 from hooked_clip1d.rundir import RunLock, read_metrics
 from hooked_clip1d.sweep import group_cost, load_spec, planned_steps, sweeps_home
 
@@ -70,7 +70,7 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
         raise ValueError(f"{str(out)!r} holds the sweep {held!r}, not {spec.name!r}: pass its --out")
     plan = json.loads((out / "plan.json").read_text()) if (out / "plan.json").exists() else []
     group_of = {name: gname for gname, names in plan for name in names}
-    saved = {gname: read_group_state(out / "groups" / gname / "group_checkpoint.safetensors") for gname, _ in plan}
+    saved = {gname: read_group_state(out / "groups" / gname / GROUP_CHECKPOINT) for gname, _ in plan}
     rows = []
     for r in spec.runs:
         d = out / "runs" / r.name
@@ -99,7 +99,7 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
         mine = [r for r in rows if r["group"] == gname]
         if not mine:
             continue
-        gs = saved.get(gname) if gname is not None else None
+        gs = saved.get(gname)
         if gs is not None and isinstance(gs.get("names"), list):  # runs finished before this group started (e.g.
             mine = [r for r in mine if r["run"] in gs["names"]] or mine  # carried from another machine) are not its
         step = max(r["step"] for r in mine)
