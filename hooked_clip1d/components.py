@@ -137,6 +137,7 @@ class Attention(nn.Module):
         self.hook_attn_scores = HookPoint()  # [batch, head_index, query_pos, key_pos]
         self.hook_pattern = HookPoint()  # [batch, head_index, query_pos, key_pos]
         self.hook_result = HookPoint()  # [batch, pos, head_index, d_model]
+        self.attn_dropout = nn.Dropout(cfg.attn_dropout)  # on the pattern, after hook_pattern (train mode only)
         if cfg.positional == "rope":
             self.hook_rot_k = HookPoint()  # [batch, pos, head_index, d_head]
             self.hook_rot_q = HookPoint()  # [batch, pos, head_index, d_head]
@@ -218,7 +219,7 @@ class Attention(nn.Module):
         scores = self.hook_attn_scores(scores)
         pattern = F.softmax(scores, dim=-1)
         pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
-        pattern = self.hook_pattern(pattern)
+        pattern = self.attn_dropout(self.hook_pattern(pattern))
         z = (pattern @ v.transpose(1, 2)).transpose(1, 2)  # [b, q, h, d]
         if self.head_mask is not None:
             z = z * self.head_mask[:, None]

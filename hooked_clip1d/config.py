@@ -61,6 +61,9 @@ class EncoderConfig:
     rotary_dim: int | None = None  # dims of each head rotated by RoPE; None = d_head
     rotary_base: int = 10000  # RoPE frequency base
     dropout: float = 0.1  # p, applied to each sublayer's output (and the MLP hidden) in train mode only
+    attn_dropout: float = 0.0  # dropout on the attention probabilities (nn.MultiheadAttention's and
+    # nn.TransformerEncoderLayer's placement), train mode only; the paper says "dropout with rate p" but not where.
+    # 0.0: sublayer outputs only (what every shipped model was trained with); see docs/fidelity.md
     act_fn: Literal["gelu"] = "gelu"  # MLP nonlinearity (the paper's GeLU)
     attention_dir: Literal["causal", "bidirectional"] = "bidirectional"  # vision: bidirectional; text: causal
     n_ctx: int = 11  # sequence length: 1 CLS + d_image pixels (vision) or 4 caption tokens (text)
@@ -104,8 +107,10 @@ class EncoderConfig:
                 raise bad("use_hook_mlp_in", "an attention-only model has no MLP input")
         elif not isinstance(self.d_mlp, int) or isinstance(self.d_mlp, bool) or self.d_mlp < 1:
             raise bad("d_mlp", f"must be a positive int when attn_only=False, got {self.d_mlp!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise bad("dropout", f"must be in [0, 1), got {self.dropout!r}")
+        for name in ("dropout", "attn_dropout"):
+            v = getattr(self, name)
+            if not isinstance(v, int | float) or isinstance(v, bool) or not 0.0 <= v < 1.0:
+                raise bad(name, f"must be a number in [0, 1), got {v!r}")
         if not isinstance(self.rotary_base, int | float) or isinstance(self.rotary_base, bool) or self.rotary_base <= 1:
             raise bad("rotary_base", f"must be a number > 1, got {self.rotary_base!r}")
         if self.positional == "rope":

@@ -244,11 +244,19 @@ class TrainConfig:
 
 
 def _recipe(
-    no_decay: list[str], frozen: list[str], init_std: float, qk_bias_decay_scale: float = 1.0
+    no_decay: list[str],
+    frozen: list[str],
+    init_std: float,
+    qk_bias_decay_scale: float = 1.0,
+    attn_dropout: float | None = None,
 ) -> dict[str, Any]:
-    """A named recipe: every field the recipe study varies, so it means the same whatever the defaults are."""
-    return {"train.no_decay": no_decay, "train.frozen": frozen, "train.qk_bias_decay_scale": qk_bias_decay_scale,
-            "model.init_std": init_std}  # fmt: skip
+    """A named recipe: every field the recipe study varies, so it means the same whatever the defaults are
+    (``attn_dropout`` only where a recipe is about it: the recipes before it were trained at its default, 0)."""
+    r = {"train.no_decay": no_decay, "train.frozen": frozen, "train.qk_bias_decay_scale": qk_bias_decay_scale,
+         "model.init_std": init_std}  # fmt: skip
+    if attn_dropout is not None:
+        r["model.attn_dropout"] = attn_dropout
+    return r
 
 
 # Named recipes for sweeps (grid key ``recipe``) and ``train --recipe``: each sets every field it is about, so a
@@ -277,6 +285,12 @@ RECIPES: dict[str, dict[str, Any]] = {
     # kept small and cannot take over the CLS query
     "cls-exempt-qkdecay10-init002": _recipe(["cls"], [], 0.02, qk_bias_decay_scale=10.0),
     "cls-exempt-qkdecay30-init002": _recipe(["cls"], [], 0.02, qk_bias_decay_scale=30.0),
+    # the attention-dropout study (docs/fidelity.md states its hypothesis, written before the runs): the paper's
+    # "dropout with rate p" read as nn.TransformerEncoderLayer applies it, on the attention probabilities as well
+    # as on the sublayer outputs; on the default recipe, and on cls-exempt-init002 (q/k biases trained, as the
+    # paper's Fig. 12-13 model has them)
+    "cls-exempt-no-qk-bias-init002-attndrop": _recipe(["cls"], ["qk_bias"], 0.02, attn_dropout=0.1),
+    "cls-exempt-init002-attndrop": _recipe(["cls"], [], 0.02, attn_dropout=0.1),
     # open_clip's grouping: every 1-D parameter exempt (CLS, biases, LayerNorm, logit_scale)
     "open-clip": _recipe(["cls", "biases", "norms", "logit_scale"], [], 1.0),
     # minGPT's grouping: embeddings, biases and LayerNorm exempt

@@ -66,6 +66,7 @@ SHAPE_FIELDS = (  # must be equal across a group; the stacked forward implements
     "rotary_dim",
     "rotary_base",
     "dropout",
+    "attn_dropout",
     "act_fn",
     "attention_dir",
     "n_ctx",
@@ -194,6 +195,10 @@ class StackedCLIP(nn.Module):
         if len(seeds) != self.K:
             raise ValueError(f"got {len(seeds)} seeds for {self.K} models")
         if dropout_rng == "matched":
+            if any(tc.attn_dropout for tc in self.tower_cfg.values()):
+                raise ValueError(
+                    "attn_dropout needs dropout_rng='fast' (matched masks reproduce Trainer's sublayer dropout only)"
+                )
             if self.device.type != "cpu":
                 raise ValueError("dropout_rng='matched' reproduces the CPU trainer's masks and needs device 'cpu'")
             self.generators = [torch.Generator().manual_seed(s) for s in seeds]
@@ -329,6 +334,7 @@ class StackedCLIP(nn.Module):
         learned = cfg.positional == "learned"
         rope = cfg.positional == "rope"
         drop = cfg.dropout if self.training else 0.0
+        attn_drop = cfg.attn_dropout if self.training else 0.0
         W_E = p[pre + "embed.W_E"]
         W_pos = p[pre + "pos_embed.W_pos"][:, :P] if learned else None
         static = isinstance(readout, int)
@@ -390,7 +396,9 @@ class StackedCLIP(nn.Module):
                     k = rotate(k, sin[:, None, :], cos[:, None, :])
                 q, k, v = q.transpose(2, 3), k.transpose(2, 3), v.transpose(2, 3)  # [K, B, H, P, Dh]
                 # softmax(q k^T / sqrt(d_head)) v in one fused kernel (the scale is sqrt(d_head), as cfg.attn_scale)
-                z = F.scaled_dot_product_attention(q, k, v, is_causal=cfg.attention_dir == "causal")
+                z = F.scaled_dot_product_attention(
+                    q, k, v, dropout_p=attn_drop, is_causal=cfg.attention_dir == "causal"
+                )
                 if mask_h is not None:
                     z = z * mask_h[:, None, :, None, None]
                 z = z.transpose(2, 3).reshape(K, B * P, H * Dh)
@@ -417,7 +425,8 @@ class StackedCLIP(nn.Module):
             if cfg.attention_dir == "causal":
                 future = torch.arange(P, device=scores.device) > r_pos[:, :, None]  # [K, B, P]
                 scores = scores.masked_fill(future[:, :, None, :], float("-inf"))
-            z = torch.einsum("kbhp,kbphd->kbhd", scores.softmax(-1), v)  # [K, B, H, Dh]
+            pattern = self._dropout(scores.softmax(-1), (B, H, P), attn_drop, None)
+            z = torch.einsum("kbhp,kbphd->kbhd", pattern, v)  # [K, B, H, Dh]
             if mask_h is not None:
                 z = z * mask_h[:, None, :, None]
             attn = torch.baddbmm(b_O[:, None], z.reshape(K, B, H * Dh), W_O.reshape(K, H * Dh, D))
@@ -482,6 +491,8 @@ class StackedCLIP(nn.Module):
             future = torch.arange(P, device=tokens.device) > r
             scores = scores.masked_fill(future[:, None], float("-inf"))
         pattern = scores.softmax(2)
+        attn_drop = cfg.attn_dropout if self.training else 0.0
+        pattern = self._dropout(pattern, (B, P, H), attn_drop, None)  # attention-probability dropout
         A = torch.zeros(K, B, V, H, dtype=pattern.dtype, device=pattern.device).scatter_add(
             2, tokens[..., None].expand(K, B, P, H), pattern
         )  # attention weight per (input, token id, head)
@@ -492,7 +503,11 @@ class StackedCLIP(nn.Module):
         weights = A.view(K, B, V * H)
         if learned:
             weights = torch.cat((weights, pattern.reshape(K, B, P * H)), dim=-1)
-        const = torch.baddbmm(b_O[:, None], b_V.reshape(K, 1, H * Dh), W_Om.reshape(K, H * Dh, D))  # [K, 1, D]
+        if attn_drop:  # dropped weights no longer sum to 1: b_V's share is each head's weight sum
+            bVO = torch.einsum("khd,khde->khe", b_V, W_Om)  # [K, H, D]
+            const = torch.baddbmm(b_O[:, None], pattern.sum(2), bVO)  # [K, B, D]
+        else:
+            const = torch.baddbmm(b_O[:, None], b_V.reshape(K, 1, H * Dh), W_Om.reshape(K, H * Dh, D))  # [K, 1, D]
         out = torch.baddbmm(const, weights, OX.reshape(K, -1, D))
         drop = cfg.dropout if self.training else 0.0
         return x_r + self._dropout(out, (B, P, D), drop, r)

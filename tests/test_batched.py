@@ -367,3 +367,40 @@ def test_sweep_graph_step_replaces_the_specs_compile_but_not_a_requested_one(tmp
         run_sweep(spec, tmp_path / "out", progress=False, graph_step=True, compile=True)
     with pytest.raises(ValueError, match="graph_step=True needs a CUDA device"):  # compile dropped: on to the GPU check
         run_sweep(spec, tmp_path / "out2", progress=False, graph_step=True)
+
+
+@pytest.mark.parametrize("shared_query", [True, False])
+def test_attention_dropout_drops_pattern_weights_like_the_single_model(shared_query):
+    """The stacked forward's attention-probability dropout (``attn_dropout``) equals the single model's pattern
+    with the same mask applied: for the one-block shortcut (readout an int) and the general path (a readout
+    tensor), with random biases so that b_V's share of a dropped pattern (its weights no longer sum to 1) counts."""
+    cfg = tiny_config(attn_dropout=0.4, dropout=0.0)
+    model = CLIP1D(cfg, seed=0)
+    randomize_biases(model)
+    st = StackedCLIP([model], "fast").train()
+    B, P, H = 6, cfg.vision.n_ctx, cfg.vision.n_heads
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, cfg.vision.n_labels + 1, (1, B, P), generator=gen)
+    tokens[:, :, 0] = cfg.vision.n_labels + 1  # CLS
+    readout = 0 if shared_query else torch.zeros(1, B, dtype=torch.long)
+    torch.manual_seed(7)
+    got = st.tower("vision", tokens, readout)[0]
+    torch.manual_seed(7)  # the same draw: the mask of the pattern, [K, B, P, H] (shortcut) or [K, B, H, P]
+    mask = _keep_mask((1, B, P, H) if shared_query else (1, B, H, P), 0.6, torch.float32)[0]
+    mask = mask.transpose(1, 2) if shared_query else mask  # [B, H, P]: the CLS row of each head
+
+    def drop_cls_row(pattern, hook):
+        pattern = pattern.clone()
+        pattern[:, :, 0] = pattern[:, :, 0] * mask
+        return pattern
+
+    model.eval()
+    want = model.vision.run_with_hooks(tokens[0], fwd_hooks=[("blocks.0.attn.hook_pattern", drop_cls_row)])
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)  # the pooled CLS output [B, d_model]
+    assert not torch.allclose(got, st.eval().tower("vision", tokens, readout)[0], atol=1e-3)  # it did drop
+
+
+def test_attention_dropout_is_refused_with_matched_dropout():
+    model = CLIP1D(tiny_config(attn_dropout=0.1), seed=0)
+    with pytest.raises(ValueError, match="attn_dropout needs dropout_rng='fast'"):
+        StackedCLIP([model], "matched")
