@@ -51,15 +51,22 @@ def _recipe_run_text(rc: str, s: int, rep: dict[str, Any], pr: dict[str, Any]) -
     return _RunText(note, row, ablations)
 
 
-def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
-    """The recipe study (sweep ``recipe``): the mechanism checks per recipe, seed and kept snapshot."""
-    from hooked_clip1d.analysis.mechanism import (
-        PROBE,
-        core_checks_hold,
-        mechanism_checks,
-        run_mechanism_history,
-    )
-    from hooked_clip1d.settings import DEFAULT_RECIPE, RECIPES
+class _Judged(NamedTuple):
+    """A recipe sweep's runs judged by ``mechanism_checks`` at their latest snapshot."""
+
+    recipes: list[str]  # in settings.RECIPES' order
+    seeds: list[int]
+    hist: dict[tuple[str, int], dict[int, dict[str, Any]]]  # (recipe, seed) -> epoch -> mechanism_report
+    final: dict[tuple[str, int], dict[str, Any]]  # the latest report per run
+    per_run: dict[tuple[str, int], dict[str, Any]]  # its checks, core (bool) and epoch
+    n_core: dict[str, int]  # seeds at which the core checks hold, per recipe
+    frozen_qk: dict[str, bool]  # b_Q held at 0 (Fig. 13's check left out)
+
+
+def _judge(rows: list[dict[str, Any]]) -> _Judged:
+    """Every run's ``mechanism_report`` history (every 2000 epochs, cached per run) and its final checks."""
+    from hooked_clip1d.analysis.mechanism import PROBE, core_checks_hold, mechanism_checks, run_mechanism_history
+    from hooked_clip1d.settings import RECIPES
 
     recipes = [r for r in RECIPES if any(row["recipe"] == r for row in rows)]
     seeds = sorted({int(r["seed"]) for r in rows})
@@ -73,21 +80,15 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
         checks = mechanism_checks(rep, PROBE, qk_bias=not frozen_qk[rc])
         per_run[(rc, sd)] = {"checks": checks, "core": core_checks_hold(checks), "epoch": max(hist[(rc, sd)])}
     n_core = {rc: sum(per_run[(rc, s)]["core"] for s in seeds if (rc, s) in per_run) for rc in recipes}
-    best = max(recipes, key=lambda rc: (n_core[rc], sum(sum(ok for _, ok in per_run[(rc, s)]["checks"])
-                                                          for s in seeds if (rc, s) in per_run)))  # fmt: skip
-    checks = [
-        (
-            "the old default recipe (all-decay) lacks the mechanism (core checks fail) at >= 2 of 3 seeds, as the "
-            "flagship trained with it (now simplified-ntot20-n2-10-all-decay) does",
-            "all-decay" in recipes and sum(not per_run[("all-decay", s)]["core"] for s in seeds) >= 2,
-        ),
-        (
-            "some recipe passes the Fig. 4c, 5d, 5e, 13 and 14 checks at >= 2 of 3 seeds (probe set, final epoch)",
-            max(n_core.values()) >= 2,
-        ),
-    ]
-    # plots: probe accuracy and EP-ablated probe accuracy through training, per recipe (one line per seed)
-    # on a grid of at most 5 per row, one epoch axis for all (an unfinished recipe shows how far it has come)
+    return _Judged(recipes, seeds, hist, final, per_run, n_core, frozen_qk)
+
+
+def _accuracy_plot(j: _Judged, title: str) -> plt.Figure:
+    """Probe accuracy and EP-ablated probe accuracy through training, per recipe (one line per seed), on a grid of
+    at most 5 per row with one epoch axis for all (an unfinished recipe shows how far it has come)."""
+    from hooked_clip1d.analysis.mechanism import PROBE
+
+    recipes, seeds, hist = j.recipes, j.seeds, j.hist
     ncols = min(5, len(recipes))
     nrows = -(-len(recipes) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 3.2 * nrows), sharey=True, squeeze=False)
@@ -107,8 +108,57 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
     for row in axes:
         row[0].set_ylabel("unseen-pair accuracy\n(probe, 900 images)")
     axes.flat[len(recipes) - 1].legend(fontsize=6, loc="lower right")
-    fig.suptitle("recipe study: simplified Ntot=20, n2=10, probe set of unseen pairs", fontsize=9)
+    fig.suptitle(f"{title}: simplified Ntot=20, n2=10, probe set of unseen pairs", fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+def _table(j: _Judged) -> list[str]:
+    """The results page's table: one row per run, recipes in the study's order."""
+    table = [
+        "| recipe | seed | epoch | unseen acc: probe / paper split | EP ablated (label-set) | PP ablated "
+        "| all positional ablated | invariant CLS-key-position ablated | P(left) per head | EP Spearman per head "
+        "| XW_QKX^T share (min) | cos(W_E[CLS], W_pos[0]) | checks | core |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    order = sorted(j.final, key=lambda k: (j.recipes.index(k[0]), k[1]))
+    return table + [_recipe_run_text(rc, s, j.final[(rc, s)], j.per_run[(rc, s)]).row for rc, s in order]
+
+
+def _runs_record(j: _Judged) -> list[dict[str, Any]]:
+    """Each run's checks and mechanism-report history, for the record."""
+    return [
+        {
+            "recipe": rc,
+            "seed": s,
+            "epoch": j.per_run[(rc, s)]["epoch"],
+            "checks": [{"check": c, "holds": bool(ok)} for c, ok in j.per_run[(rc, s)]["checks"]],
+            "history": {str(e): rep for e, rep in sorted(j.hist[(rc, s)].items())},
+        }
+        for rc, s in sorted(j.final)
+    ]
+
+
+def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
+    """The recipe study (sweep ``recipe``): the mechanism checks per recipe, seed and kept snapshot."""
+    from hooked_clip1d.settings import DEFAULT_RECIPE
+
+    j = _judge(rows)
+    recipes, seeds, final, per_run, n_core, frozen_qk = j.recipes, j.seeds, j.final, j.per_run, j.n_core, j.frozen_qk
+    best = max(recipes, key=lambda rc: (n_core[rc], sum(sum(ok for _, ok in per_run[(rc, s)]["checks"])
+                                                          for s in seeds if (rc, s) in per_run)))  # fmt: skip
+    checks = [
+        (
+            "the old default recipe (all-decay) lacks the mechanism (core checks fail) at >= 2 of 3 seeds, as the "
+            "flagship trained with it (now simplified-ntot20-n2-10-all-decay) does",
+            "all-decay" in recipes and sum(not per_run[("all-decay", s)]["core"] for s in seeds) >= 2,
+        ),
+        (
+            "some recipe passes the Fig. 4c, 5d, 5e, 13 and 14 checks at >= 2 of 3 seeds (probe set, final epoch)",
+            max(n_core.values()) >= 2,
+        ),
+    ]
+    fig = _accuracy_plot(j, "recipe study")
 
     names = [c for c, _ in max((pr["checks"] for pr in per_run.values()), key=len)]
     counts = {
@@ -139,14 +189,8 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
         + ", ".join(f"{rc} {n}" for rc, n in in_range.items())
         + f". Seeds passing each check: {per_check}"
     )
-    table = [
-        "| recipe | seed | epoch | unseen acc: probe / paper split | EP ablated (label-set) | PP ablated "
-        "| all positional ablated | invariant CLS-key-position ablated | P(left) per head | EP Spearman per head "
-        "| XW_QKX^T share (min) | cos(W_E[CLS], W_pos[0]) | checks | core |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    table = _table(j)
     text = {(rc, s): _recipe_run_text(rc, s, final[(rc, s)], per_run[(rc, s)]) for rc, s in final}
-    table += [text[k].row for k in sorted(final, key=lambda k: (recipes.index(k[0]), k[1]))]
     notes = "Per run, at its latest snapshot: " + "; ".join(text[k].note for k in sorted(final)) + "."
     notes += (
         " Identifiability (CLS row): the paper's EP and PP ablations vs the invariant CLS-key-position ablation "
@@ -162,18 +206,68 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
         "best": best,
         "xwx_share_in_paper_range": in_range,
         "default": DEFAULT_RECIPE,
-        "runs": [
-            {
-                "recipe": rc,
-                "seed": s,
-                "epoch": per_run[(rc, s)]["epoch"],
-                "checks": [{"check": c, "holds": bool(ok)} for c, ok in per_run[(rc, s)]["checks"]],
-                "history": {str(e): rep for e, rep in sorted(hist[(rc, s)].items())},
-            }
-            for rc, s in sorted(final)
-        ],
+        "runs": _runs_record(j),
     }
     return Outcome(numbers, summary + ".", checks, {"recipes": fig}, notes, table=tuple(table))
+
+
+# a head carries an EP gradient (the attention-dropout study's count, docs/fidelity.md): its CLS-row EP std on the
+# probe set is at least this and its EP CLS-row |Spearman| at least EP_HEAD_RHO (the default has 1 such head per seed)
+EP_HEAD_STD, EP_HEAD_RHO = 0.5, 0.9
+
+
+def ep_heads(report: dict[str, Any]) -> list[int]:
+    """The heads of a ``mechanism_report`` that carry an EP gradient (EP_HEAD_STD, EP_HEAD_RHO).
+
+    Example:
+        >>> ep_heads({"row_std": {"EP": [7.2, 0.05, 0.6, 0.9]}, "ep_spearman": [-1.0, 0.95, 0.4, 0.92]})
+        [0, 3]
+    """
+    std, rho = report["row_std"]["EP"], report["ep_spearman"]
+    return [h for h, (sd, r) in enumerate(zip(std, rho, strict=True)) if sd >= EP_HEAD_STD and abs(r) >= EP_HEAD_RHO]
+
+
+def _x_attndrop(rows: list[dict[str, Any]]) -> Outcome:
+    """The attention-dropout study (sweep ``recipe-attndrop``): does dropout on the attention probabilities make
+    every head carry the EP gradient (Fig. 14)? Judged as the recipe study, plus the count of heads carrying one."""
+    j = _judge(rows)
+    recipes, seeds = j.recipes, j.seeds
+    heads = {k: ep_heads(rep) for k, rep in j.final.items()}
+    many = {rc: sum(len(heads[(rc, s)]) >= 3 for s in seeds if (rc, s) in heads) for rc in recipes}
+    checks = [
+        (
+            "some attention-dropout recipe has >= 3 heads carrying an EP gradient (CLS-row EP std >= 0.5 and "
+            "|Spearman| >= 0.9; the default recipe: 1 per seed) at >= 2 of 3 seeds",
+            max(many.values()) >= 2,
+        ),
+        (
+            "some attention-dropout recipe passes the Fig. 4c, 5d, 5e, 13 and 14 checks at >= 2 of 3 seeds (probe "
+            "set, final epoch)",
+            max(j.n_core.values()) >= 2,
+        ),
+    ]
+    order = sorted(j.final, key=lambda k: (recipes.index(k[0]), k[1]))
+    per_run = "; ".join(f"{rc} seed {s}: heads {heads[(rc, s)] or 'none'}" for rc, s in order)
+    most = max((len(h) for h in heads.values()), default=0)
+    verdict = "supported" if max(many.values()) >= 2 else "refuted" if most <= 1 else "inconclusive"
+    summary = (
+        f"heads carrying an EP gradient per run (epoch {min(p['epoch'] for p in j.per_run.values())}+): {per_run}. "
+        f"The hypothesis (>= 3 such heads at >= 2 of 3 seeds) is {verdict}; core checks (Fig. 4c, 5d, 5e, 13, 14) "
+        "hold at n of 3 seeds: " + ", ".join(f"{rc} {j.n_core[rc]}" for rc in recipes)
+    )
+    text = {k: _recipe_run_text(*k, j.final[k], j.per_run[k]) for k in j.final}
+    notes = "Per run, at its latest snapshot: " + "; ".join(text[k].note for k in sorted(j.final)) + "."
+    numbers = {
+        "recipes": recipes,
+        "seeds": seeds,
+        "core_seeds": j.n_core,
+        "ep_heads": {f"{rc}/{s}": h for (rc, s), h in sorted(heads.items())},
+        "seeds_with_3_ep_heads": many,
+        "hypothesis": verdict,
+        "runs": _runs_record(j),
+    }
+    fig = _accuracy_plot(j, "attention-dropout study")
+    return Outcome(numbers, summary + ".", checks, {"recipes": fig}, notes, table=tuple(_table(j)))
 
 
 # the experiment of this module (the results page's beyond-the-paper section)
@@ -189,6 +283,20 @@ SPECS: tuple[FigureSpec, ...] = (
         _x_recipe,  # type: ignore[arg-type]
         beyond_paper=True,
         sweep="recipe",
+        data="a probe set of 900 unseen-pair images per run",
+    ),
+    FigureSpec(
+        "x9-attndrop",
+        "Attention-probability dropout and the EP gradient in every head (Fig. 14; beyond the paper)",
+        "Question: the paper applies dropout with rate p = 0.1 without saying where. Our models drop each "
+        "sublayer's output; nn.TransformerEncoderLayer also drops the attention probabilities. Under the default "
+        "recipe one head carries the EP gradient and the others' EP rows are flat (Fig. 14 fails). Does "
+        "attention dropout spread it over the heads (>= 3 heads at >= 2 of 3 seeds), and does a recipe with it "
+        "reach the paper's mechanism (Fig. 4c, 5d, 5e, 13, 14)?",
+        (),
+        _x_attndrop,  # type: ignore[arg-type]
+        beyond_paper=True,
+        sweep="recipe-attndrop",
         data="a probe set of 900 unseen-pair images per run",
     ),
 )

@@ -29,8 +29,8 @@ from hooked_clip1d.rundir import atomic_write_text
 ORDER = (
     "fig4c", "fig4a", "fig3", "fig10", "fig21", "fig21b", "x2-fig4a-small-init", "x3-small-init", "x5-two-layer",
     "x4-train-ablate-ep", "fig4b", "fig13", "fig14", "fig5e", "fig11", "fig15", "fig5d", "fig6", "fig7", "fig8",
-    "fig18", "fig19", "fig20", "fig23", "x1-mirror-swap", "x7-single-head-seeds", "x8-recipe", "x6-spatial-ids",
-    "fig22",
+    "fig18", "fig19", "fig20", "fig23", "x1-mirror-swap", "x7-single-head-seeds", "x8-recipe", "x9-attndrop",
+    "x6-spatial-ids", "fig22",
 )  # fmt: skip
 
 
