@@ -42,8 +42,9 @@ def cmd_train(a: argparse.Namespace) -> int:
     if a.engine == "batched":  # the stacked engine (hooked_clip1d.batched): same files, same trajectory, faster
         from hooked_clip1d.batched import train_fast
 
-        # compiled steps draw dropout from one group stream ("fast"): the same distribution, not the same masks
-        rng = "fast" if a.compile else "matched"
+        # compiled steps draw dropout from one group stream ("fast"): the same distribution, not the same masks;
+        # so does attention dropout, which matched masks do not cover
+        rng = "fast" if a.compile or cfg.vision.attn_dropout or cfg.text.attn_dropout else "matched"
         run = train_fast(
             cfg, data_cfg, tc, a.out, resume=a.resume, progress=not a.no_progress, compile=a.compile,
             dropout_rng=rng, init_model=init,

@@ -114,7 +114,7 @@ def train_configs(a: argparse.Namespace) -> tuple[CLIPConfig, DataConfig, TrainC
             raise ValueError("--init-from starts a new run; it cannot be combined with --resume")
         cfg, data_cfg, tc = _resume_configs(a)
         return cfg, data_cfg, tc, None
-    no_decay, frozen, init_std, qk_scale = _recipe_fields(a)
+    no_decay, frozen, init_std, qk_scale, attn_dropout = _recipe_fields(a)
     tc = TrainConfig(
         lr=a.lr,
         weight_decay=a.weight_decay,
@@ -130,7 +130,8 @@ def train_configs(a: argparse.Namespace) -> tuple[CLIPConfig, DataConfig, TrainC
         threads=a.threads,
     )
     init = _init_model(a)
-    cfg = _model_cfg(argparse.Namespace(**{**vars(a), "init_std": init_std})) if init is None else init.cfg
+    resolved = argparse.Namespace(**{**vars(a), "init_std": init_std, "attn_dropout": attn_dropout})
+    cfg = _model_cfg(resolved) if init is None else init.cfg
     return cfg, _data_cfg(a), tc, init
 
 
@@ -165,6 +166,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         "(training-time ablation, beyond the paper; standard engine only)",
     )
     g.add_argument("--dropout", type=float, default=None, help="dropout p (paper: 0.1; default: the preset's, 0.1)")
+    g.add_argument(
+        "--attn-dropout",
+        type=float,
+        default=None,
+        help="dropout on the attention probabilities (the paper does not say where its dropout goes; default: "
+        "the recipe's, else 0: sublayer outputs only)",
+    )
     g.add_argument(
         "--init-from",
         default=None,
@@ -227,6 +235,8 @@ def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
     if a.ablate_vision_terms:
         v_over["ablated_terms"] = tuple(t.strip() for t in a.ablate_vision_terms.split(",") if t.strip())
     shared: dict[str, Any] = {} if a.init_std is None else {"init_std": a.init_std}
+    if a.attn_dropout is not None:
+        shared["attn_dropout"] = a.attn_dropout
     return CLIPConfig.from_preset(
         a.vision_preset or a.preset,
         a.text_preset or a.preset,
@@ -252,7 +262,7 @@ def _data_cfg(a: argparse.Namespace) -> DataConfig:
 
 
 _SHAPE_FLAGS = ("vision_preset", "text_preset", "vision_layers", "text_layers", "vision_heads", "positional",
-                "text_positional", "init_std", "dropout", "ablate_vision_terms")  # fmt: skip
+                "text_positional", "init_std", "dropout", "attn_dropout", "ablate_vision_terms")  # fmt: skip
 
 
 def _init_model(a: argparse.Namespace) -> CLIP1D | None:
@@ -306,7 +316,7 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
             diffs.append(f"train_config.{field}: the run has {getattr(tc, field)!r}, --{flag.replace('_', '-')} "
                          f"says {getattr(a, flag)!r}")  # fmt: skip
     if given & {"recipe", "no_decay", "frozen", "qk_bias_decay_scale"}:
-        no_decay, frozen, init_std, qk_scale = _recipe_fields(a)
+        no_decay, frozen, init_std, qk_scale, attn_dropout = _recipe_fields(a)
         for f, v in (("no_decay", no_decay), ("frozen", frozen)):
             if tuple(sorted(set(v))) != getattr(tc, f):
                 diffs.append(f"train_config.{f}: the run has {list(getattr(tc, f))}, the flags say {sorted(set(v))}")
@@ -316,6 +326,9 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
         if init_std is not None and init_std != model_cfg.vision.init_std:
             diffs.append(f"model_config.vision.init_std: the run has {model_cfg.vision.init_std!r}, the flags say "
                          f"{init_std!r}")  # fmt: skip
+        if attn_dropout is not None and attn_dropout != model_cfg.vision.attn_dropout:
+            diffs.append(f"model_config.vision.attn_dropout: the run has {model_cfg.vision.attn_dropout!r}, the "
+                         f"flags say {attn_dropout!r}")  # fmt: skip
     data_flags = {"n_labels", "n_heldout", "n1", "n2", "n_val", "caption_mode", "data_seed"}
     if given & data_flags:
         want = _data_cfg(argparse.Namespace(**{**vars(a), "seed": a.seed if "seed" in given else tc.seed}))
@@ -344,10 +357,12 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
     return model_cfg, data_cfg, tc
 
 
-def _recipe_fields(a: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...], float | None, float]:
-    """``(no_decay, frozen, init_std, qk_bias_decay_scale)`` asked for by ``--recipe`` / ``--no-decay`` /
-    ``--frozen`` / ``--init-std`` / ``--qk-bias-decay-scale`` (explicit flags override the recipe; None init_std =
-    the config default)."""
+def _recipe_fields(
+    a: argparse.Namespace,
+) -> tuple[tuple[str, ...], tuple[str, ...], float | None, float, float | None]:
+    """``(no_decay, frozen, init_std, qk_bias_decay_scale, attn_dropout)`` asked for by ``--recipe`` /
+    ``--no-decay`` / ``--frozen`` / ``--init-std`` / ``--qk-bias-decay-scale`` / ``--attn-dropout`` (explicit flags
+    override the recipe; None init_std / attn_dropout = the config default)."""
     rec = RECIPES[a.recipe] if a.recipe else {}
     default = TrainConfig()
 
@@ -357,10 +372,12 @@ def _recipe_fields(a: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, .
         return tuple(rec.get(key, dflt))
 
     init_std = a.init_std if a.init_std is not None else rec.get("model.init_std")
+    attn_dropout = a.attn_dropout if a.attn_dropout is not None else rec.get("model.attn_dropout")
     scale = a.qk_bias_decay_scale
     return (
         groups(a.no_decay, "train.no_decay", default.no_decay),
         groups(a.frozen, "train.frozen", default.frozen),
         init_std,
         scale if scale is not None else rec.get("train.qk_bias_decay_scale", default.qk_bias_decay_scale),
+        attn_dropout,
     )

@@ -313,3 +313,22 @@ def test_train_help_shows_each_default_once_and_every_option_helps():
     text = train.format_help()
     assert "(default: None)" not in text and "(default: 10000)" in text
     assert [a.dest for a in train._actions if not a.help] == []
+
+
+def test_cli_train_attention_dropout_from_recipe_or_flag_on_both_engines(tmp_path, capsys):
+    """An attention-dropout recipe reaches the model config (a recipe's model fields are not only init_std), the
+    flag overrides it, resume checks it, and the batched engine trains it (with its 'fast' dropout stream)."""
+    base = ["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--epochs", "1", "--no-progress", "--json"]
+    attn = lambda run: json.loads((run / "config.json").read_text())["model_config"]["vision"]["attn_dropout"]  # noqa: E731
+    assert main([*base, "--out", str(tmp_path / "d")]) == 0
+    assert attn(tmp_path / "d") == 0.0
+    assert main([*base, "--recipe", "cls-exempt-init002-attndrop", "--out", str(tmp_path / "r")]) == 0
+    assert attn(tmp_path / "r") == 0.1
+    assert main([*base, "--attn-dropout", "0.3", "--engine", "batched", "--out", str(tmp_path / "b")]) == 0
+    assert attn(tmp_path / "b") == 0.3
+    capsys.readouterr()
+    assert main([*base, "--resume", "--recipe", "cls-exempt-init002", "--attn-dropout", "0.2",
+                 "--out", str(tmp_path / "r")]) == 2  # fmt: skip
+    assert "attn_dropout: the run has 0.1, the flags say 0.2" in capsys.readouterr().err
+    assert main([*base, "--attn-dropout", "1.5", "--out", str(tmp_path / "x")]) == 2
+    assert "attn_dropout: must be a number in [0, 1), got 1.5" in capsys.readouterr().err
