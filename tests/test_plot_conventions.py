@@ -173,3 +173,25 @@ def test_footer_sits_below_rotated_tick_labels():
     renderer = fig.canvas.get_renderer()
     assert footer.get_window_extent(renderer).y1 <= ax.get_tightbbox(renderer).y0
     plt.close(fig)
+
+
+def _overlaps(texts, renderer) -> list[tuple[str, str]]:
+    shown = [t for t in texts if t.get_visible() and t.get_text().strip()]
+    boxes = [t.get_window_extent(renderer) for t in shown]
+    return [
+        (shown[i].get_text(), shown[j].get_text())
+        for i in range(len(shown))
+        for j in range(i + 1, len(shown))
+        if boxes[i].overlaps(boxes[j])
+    ]
+
+
+def test_tick_labels_and_panel_texts_do_not_run_into_each_other(fig):
+    """Neighbouring tick labels do not overlap (Fig. 7's bar labels did), nor does a panel's title overlap the
+    texts drawn in it (Fig. 7's "fit | test" ran into its title)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        assert not _overlaps(ax.get_xticklabels(), renderer), ax.get_title()
+        assert not _overlaps(ax.get_yticklabels(), renderer), ax.get_title()
+        assert not _overlaps([ax.title, *ax.texts], renderer), ax.get_title()

@@ -48,10 +48,11 @@ def plot_alignment(result: Mapping[str, Any]) -> Figure:
         ax.set_yticks(ticks.tolist(), [str(o) for o in order], fontsize=6)
         ax.axhline(len(fit) - 0.5, color="k", lw=0.8, label="fit | test labels")
         ax.axvline(len(fit) - 0.5, color="k", lw=0.8, label="fit | test labels")
-        ax.text(len(fit) - 0.5, -0.7, "fit | test", ha="center", va="bottom", fontsize=6)
+        ax.text(len(fit) - 0.5, 1.01, "fit | test", ha="center", va="bottom", fontsize=6,
+                transform=ax.get_xaxis_transform())  # fmt: skip
         ax.set_xlabel("vision label embedding")
         ax.set_ylabel("text label embedding")
-        ax.set_title(f"cosine, {title}", fontsize=9)
+        ax.set_title(f"cosine, {title}", fontsize=9, pad=14)  # room for "fit | test" above the top row
         fig.colorbar(im, ax=ax, fraction=0.046)
     ax = axes[2]
     names = [n for n in ("raw", "procrustes", "shuffled") if result.get(n)]
@@ -63,7 +64,7 @@ def plot_alignment(result: Mapping[str, Any]) -> Figure:
         bars(ax, x + (i - (len(names) - 1) / 2) * w, heights, width=w, label=_SCORE_NAMES.get(n, n))
     reference_line(ax, 1 / max(len(test), 1), "chance retrieval accuracy", ls=":")
     ax.axhline(0, color="grey", lw=0.5)
-    ax.set_xticks(x.tolist(), ["matched cos", "unmatched cos", "retrieval acc"])
+    ax.set_xticks(x.tolist(), ["matched\ncosine", "unmatched\ncosine", "retrieval\naccuracy"])
     ax.set_title(f"test labels {test[0]}..{test[-1]} (fit on {len(fit)})", fontsize=9)
     legend_outside(ax)
     fig.tight_layout()
