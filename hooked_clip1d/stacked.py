@@ -449,7 +449,8 @@ class StackedCLIP(nn.Module):
             out[b] = sum_{v,h} A[b, v, h] W_E[v] W_V^h W_O^h + sum_{p,h} pattern[b, p, h] W_pos[p] W_V^h W_O^h
                      + sum_h b_V^h W_O^h + b_O,        A[b, v, h] = sum_p pattern[b, p, h] [tok[b, p] = v]
 
-        (attention weights sum to 1 over p, and pruned heads are masked in every term).
+        (attention weights sum to 1 over p, so b_V enters once per head, except when attention dropout drops some;
+        pruned heads are masked in every term).
         """
         cfg = self.tower_cfg[name]
         p = self.params

@@ -445,3 +445,56 @@ def test_finished_sweep_record_has_no_machine_paths_and_states_its_clock(tmp_pat
     assert len(plan) == 2 and clock["groups"] == {g: max(secs[n] for n in names) for g, names in plan}
     assert clock["longest_group_s"] == max(clock["groups"].values()) < clock["sum_s"]
     assert "Training clock" in rec["notes"] and "range over seeds" in rec["notes"]
+
+
+RECIPE_SWEEP = """
+name = "recipe-tiny"
+[model]
+preset = "simplified"
+d_model = 16
+d_head = 4
+n_heads = 2
+[data]
+n_labels = 6
+n_heldout = 2
+n2 = 2
+[train]
+epochs = 2
+batch_size = 16
+eval_every = 1
+checkpoint_every = 1
+keep_snapshots = true
+[grid]
+recipe = ["cls-exempt-no-qk-bias-init002", "cls-exempt-init002-attndrop"]
+seed = [0, 1]
+[run]
+max_group_size = 2
+dropout_rng = "fast"
+"""
+
+
+def test_recipe_studies_judge_a_real_recipe_sweep(tmp_path):
+    """x8-recipe and x9-attndrop (one judging, two sets of checks) on a tiny trained recipe sweep: one table row
+    per run, the pre-registered checks, and x9's count of EP-gradient heads taken from each run's final report."""
+    from hooked_clip1d.checkpoint import load_model_file
+    from hooked_clip1d.reproduce.recipe_study import _x_attndrop, _x_recipe, ep_heads
+    from hooked_clip1d.sweep import run_sweep
+
+    spec = tmp_path / "recipe-tiny.toml"
+    spec.write_text(RECIPE_SWEEP)
+    rows = run_sweep(spec, tmp_path / "out", progress=False)
+    assert len(rows) == 4
+    for r in rows:  # the recipe's model field reached the trained model
+        want = 0.1 if r["recipe"].endswith("attndrop") else 0.0
+        assert load_model_file(f"{r['path']}/model.safetensors").cfg.vision.attn_dropout == want
+    x8, x9 = _x_recipe(rows), _x_attndrop(rows)
+    for out in (x8, x9):
+        assert len(out.table) == 2 + 4 and len(out.checks) == 2
+        assert [(r["recipe"], r["seed"], r["epoch"]) for r in out.numbers["runs"]] == sorted(
+            (r["recipe"], int(r["seed"]), 2) for r in rows
+        )
+    for run in x9.numbers["runs"]:
+        final = run["history"][str(run["epoch"])]
+        assert x9.numbers["ep_heads"][f"{run['recipe']}/{run['seed']}"] == ep_heads(final)
+    assert x9.numbers["hypothesis"] in ("supported", "refuted", "inconclusive")
+    assert x9.checks[0][0].startswith("some attention-dropout recipe has >= 3 heads")
