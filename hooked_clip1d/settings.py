@@ -248,15 +248,11 @@ def _recipe(
     frozen: list[str],
     init_std: float,
     qk_bias_decay_scale: float = 1.0,
-    attn_dropout: float | None = None,
+    attn_dropout: float = 0.0,
 ) -> dict[str, Any]:
-    """A named recipe: every field the recipe study varies, so it means the same whatever the defaults are
-    (``attn_dropout`` only where a recipe is about it: the recipes before it were trained at its default, 0)."""
-    r = {"train.no_decay": no_decay, "train.frozen": frozen, "train.qk_bias_decay_scale": qk_bias_decay_scale,
-         "model.init_std": init_std}  # fmt: skip
-    if attn_dropout is not None:
-        r["model.attn_dropout"] = attn_dropout
-    return r
+    """A named recipe: every field the recipe studies vary, so it means the same whatever the defaults are."""
+    return {"train.no_decay": no_decay, "train.frozen": frozen, "train.qk_bias_decay_scale": qk_bias_decay_scale,
+            "model.init_std": init_std, "model.attn_dropout": attn_dropout}  # fmt: skip
 
 
 # Named recipes for sweeps (grid key ``recipe``) and ``train --recipe``: each sets every field it is about, so a

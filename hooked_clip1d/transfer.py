@@ -84,6 +84,12 @@ def _weights_bytes(path: Path, dtype: torch.dtype) -> bytes:
         return out.read_bytes()
 
 
+def _tar_bytes(members: int) -> int:
+    """The size of a tar file whose members (headers and 512-byte data blocks) take ``members`` bytes: plus the
+    1 KiB end marker, rounded up to tarfile's 10 KiB record (which alone can add up to 10 KiB)."""
+    return -(-(members + 1024) // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+
+
 def pack_runs(
     src: str | os.PathLike,
     dest: str | os.PathLike,
@@ -113,9 +119,9 @@ def pack_runs(
         weights = _weights_bytes(run / "model.safetensors", _DTYPES[weights_dtype])
         files.append((f"{run.name}/model.safetensors", weights))
         n = sum(1536 + -(-len(b) // 512) * 512 for _, b in files)  # tar: (pax) headers, 512-byte blocks
-        if n + 2048 > limit:
-            raise ValueError(f"run {run.name} needs {n / 2**20:.1f} MiB, more than max_mib={max_mib}")
-        if size + n + 2048 > limit:  # 1 KiB end marker, rounded to tar's record
+        if _tar_bytes(n) > limit:
+            raise ValueError(f"run {run.name} needs {_tar_bytes(n) / 2**20:.1f} MiB, more than max_mib={max_mib}")
+        if _tar_bytes(size + n) > limit:
             batches.append([])
             size = 0
         batches[-1].extend(files)
