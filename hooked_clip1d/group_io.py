@@ -151,15 +151,12 @@ class GroupFiles:
         save_tensors(self.group_ckpt, tensors, meta)
 
     def _resume(self) -> None:
+        dirs = [self.member_dir(i) for i in range(len(self.members))]
+        if all((d / "summary.json").exists() and (d / "checkpoint.safetensors").exists() for d in dirs):
+            self._resume_from_members()  # every member finished: the group checkpoint (if any) is older
+            return
         if not self.group_ckpt.exists():
-            hint = ""
-            dirs = self._member_dirs or []
-            if dirs and all((d / "checkpoint.safetensors").exists() for d in dirs):
-                hint = (
-                    " (a finished group keeps only each run's Trainer-format checkpoint.safetensors: continue "
-                    "those runs with training.Trainer, i.e. `hooked-clip1d train --engine standard --resume`)"
-                )
-            raise FileNotFoundError(f"cannot resume: no group checkpoint at {str(self.group_ckpt)!r}{hint}")
+            raise FileNotFoundError(f"cannot resume: no group checkpoint at {str(self.group_ckpt)!r}")
         tensors, meta = read_tensors(self.group_ckpt)
         gs = meta.get("group_state")
         if not isinstance(gs, dict) or "members" not in meta:
@@ -211,6 +208,55 @@ class GroupFiles:
                 summary = self.member_dir(i) / "summary.json"
                 if not summary.exists():
                     raise CheckpointError(f"member {self.names[i]!r} is marked finished but has no {summary}")
+
+    def _resume_from_members(self) -> None:
+        """Continue a finished group from its members' ``Trainer``-format checkpoints with more epochs: weights,
+        AdamW moments and step count, data order and dropout stream.
+
+        The members must have stopped at the same step (a group steps them together) with the configs they are
+        resumed with, ``epochs`` aside; a member's ``summary.json`` is removed, as it is no longer finished.
+        """
+        ckpts = [read_tensors(self.member_dir(i) / "checkpoint.safetensors") for i in range(len(self.members))]
+        where = f"the members' checkpoints ({str(self.member_dir(0) / 'checkpoint.safetensors')!r}, ...)"
+        steps = sorted({int(meta["train_state"]["step"]) for _, meta in ckpts})
+        if len(steps) != 1:
+            raise CheckpointError(f"cannot resume from {where}: they stopped at different steps {steps}")
+        for i, (_, saved) in enumerate(ckpts):
+            now = self._configs(i)
+            for key in ("model_config", "data_config"):
+                if canonical_config(key, saved[key]) != now[key]:
+                    raise CheckpointError(f"cannot resume member {self.names[i]!r}: its {key} differs")
+            old_t, new_t = (
+                {k: v for k, v in comparable_train_config(d).items() if k != "epochs"}
+                for d in (saved["train_config"], now["train_config"])
+            )
+            if old_t != new_t:
+                raise CheckpointError(
+                    f"cannot resume member {self.names[i]!r}: train_config differs: {old_t} vs {new_t}"
+                )
+        self.step = steps[0]
+        if self.step >= max(self.total_steps):
+            raise ValueError(
+                f"nothing to continue: every member finished at step {self.step} ({where}); give more epochs"
+            )
+        self.elapsed = max(float(meta["train_state"]["elapsed_s"]) for _, meta in ckpts)
+        with torch.no_grad():
+            for j, (name, p) in enumerate(zip(self.model.names, self.model.flat, strict=True)):
+                p.copy_(self.model.stack(name, [t[f"model.{name}"] for t, _ in ckpts]))
+                st = self.opt.state[j]
+                st["step"].copy_(ckpts[0][0][f"optim.{j}.step"])
+                for key in ("exp_avg", "exp_avg_sq"):
+                    st[key].copy_(self.model.stack(name, [t[f"optim.{j}.{key}"] for t, _ in ckpts]))
+        for k, i in enumerate(self.active):
+            s = self.streams[i]
+            s.restore(self.step // s.spe, ckpts[i][0]["rng.data"])
+            if self.dropout_rng == "matched":
+                self.model.generators[k].set_state(ckpts[i][0]["rng.torch"])
+        if self.dropout_rng == "fast":
+            torch.set_rng_state(ckpts[0][0]["rng.torch"])
+        for i in range(len(self.members)):
+            drop_metrics_after(self.member_dir(i), "step", self.step)
+            (self.member_dir(i) / "summary.json").unlink(missing_ok=True)
 
     # ---- member run directories ---------------------------------------------------------------------------------
     def _write_configs(self) -> None:

@@ -19,8 +19,9 @@ from hooked_clip1d.batched import (
     group_key,
     train_fast,
 )
-from hooked_clip1d.checkpoint import load_model_file, read_tensors
+from hooked_clip1d.checkpoint import CheckpointError, load_model_file, read_tensors
 from hooked_clip1d.evaluation import similarity_matrix
+from hooked_clip1d.group_io import GROUP_CHECKPOINT
 from hooked_clip1d.stacked import StackedCLIP, _keep_mask
 from hooked_clip1d.stacked_adamw import StackedAdamW
 from hooked_clip1d.training import TrainConfig, Trainer
@@ -404,3 +405,31 @@ def test_attention_dropout_is_refused_with_matched_dropout():
     model = CLIP1D(tiny_config(attn_dropout=0.1), seed=0)
     with pytest.raises(ValueError, match="attn_dropout needs dropout_rng='fast'"):
         StackedCLIP([model], "matched")
+
+
+@pytest.mark.parametrize("dropout_rng", ["matched", "fast"])
+def test_a_finished_group_continues_from_its_members_checkpoints(tmp_path, dropout_rng):
+    """A finished group keeps only its members' Trainer-format checkpoints; the batched engine continues them to
+    more epochs (weights, AdamW state, data order, dropout stream) bit-exactly like one uninterrupted run, and
+    refuses members that stopped at different steps or were trained otherwise."""
+    members = [Member(tiny_config(), D6, _tc(epochs=4, seed=s, checkpoint_every=2), name=n) for s, n in ((0, "a"),
+               (1, "b"))]  # fmt: skip
+    longer = [dataclasses.replace(m, train_cfg=dataclasses.replace(m.train_cfg, epochs=6)) for m in members]
+    full = BatchedTrainer(longer, tmp_path / "full", dropout_rng=dropout_rng).run(progress=False)
+    BatchedTrainer(members, tmp_path / "part", dropout_rng=dropout_rng).run(progress=False)
+    assert (tmp_path / "part" / GROUP_CHECKPOINT).exists()  # from before the last steps: the members are newer
+    more = BatchedTrainer(longer, tmp_path / "part", resume=True, dropout_rng=dropout_rng)
+    assert more.step == 4 * 4 and not (tmp_path / "part" / "a" / "summary.json").exists()  # 4 steps an epoch
+    more.run(progress=False)
+    for name, want in (("a", full[0].model), ("b", full[1].model)):
+        got = load_model_file(tmp_path / "part" / name / "model.safetensors")
+        for k, v in want.state_dict().items():
+            assert torch.equal(got.state_dict()[k], v), (name, k)
+        first, *rest = _lines(tmp_path / "part" / name)
+        assert first["epoch"] == 4  # the 4-epoch run's final evaluation stays; then the same lines as one run,
+        ref = _lines(tmp_path / "full" / name)
+        rest[0]["loss"] = ref[0]["loss"]  # except the first one's loss, a mean over the steps since the continuation
+        assert rest == [{**ln, "elapsed_s": pytest.approx(ln["elapsed_s"], abs=1e9)} for ln in ref]
+    other = [dataclasses.replace(m, train_cfg=dataclasses.replace(m.train_cfg, lr=1e-3)) for m in longer]
+    with pytest.raises(CheckpointError, match="train_config differs"):
+        BatchedTrainer(other, tmp_path / "part", resume=True, dropout_rng=dropout_rng)
