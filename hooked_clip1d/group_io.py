@@ -152,11 +152,12 @@ class GroupFiles:
 
     def _resume(self) -> None:
         dirs = [self.member_dir(i) for i in range(len(self.members))]
-        if all((d / "summary.json").exists() and (d / "checkpoint.safetensors").exists() for d in dirs):
-            self._resume_from_members()  # every member finished: the group checkpoint (if any) is older
+        finished = all((d / "summary.json").exists() and (d / "checkpoint.safetensors").exists() for d in dirs)
+        if finished and self._resume_from_members():  # asked for more epochs: the group checkpoint is older
             return
         if not self.group_ckpt.exists():
-            raise FileNotFoundError(f"cannot resume: no group checkpoint at {str(self.group_ckpt)!r}")
+            hint = " (every member has finished its epochs; give more epochs to continue them)" if finished else ""
+            raise FileNotFoundError(f"cannot resume: no group checkpoint at {str(self.group_ckpt)!r}{hint}")
         tensors, meta = read_tensors(self.group_ckpt)
         gs = meta.get("group_state")
         if not isinstance(gs, dict) or "members" not in meta:
@@ -209,18 +210,21 @@ class GroupFiles:
                 if not summary.exists():
                     raise CheckpointError(f"member {self.names[i]!r} is marked finished but has no {summary}")
 
-    def _resume_from_members(self) -> None:
+    def _resume_from_members(self) -> bool:
         """Continue a finished group from its members' ``Trainer``-format checkpoints with more epochs: weights,
         AdamW moments and step count, data order and dropout stream.
 
         The members must have stopped at the same step (a group steps them together) with the configs they are
         resumed with, ``epochs`` aside; a member's ``summary.json`` is removed, as it is no longer finished.
+        Returns False, changing nothing, when no member has epochs left (resuming a finished group as it was).
         """
         ckpts = [read_tensors(self.member_dir(i) / "checkpoint.safetensors") for i in range(len(self.members))]
         where = f"the members' checkpoints ({str(self.member_dir(0) / 'checkpoint.safetensors')!r}, ...)"
-        steps = sorted({int(meta["train_state"]["step"]) for _, meta in ckpts})
-        if len(steps) != 1:
-            raise CheckpointError(f"cannot resume from {where}: they stopped at different steps {steps}")
+        steps = [int(meta["train_state"]["step"]) for _, meta in ckpts]
+        if all(st >= total for st, total in zip(steps, self.total_steps, strict=True)):
+            return False
+        if len(set(steps)) != 1:
+            raise CheckpointError(f"cannot resume from {where}: they stopped at different steps {sorted(set(steps))}")
         for i, (_, saved) in enumerate(ckpts):
             now = self._configs(i)
             for key in ("model_config", "data_config"):
@@ -235,10 +239,6 @@ class GroupFiles:
                     f"cannot resume member {self.names[i]!r}: train_config differs: {old_t} vs {new_t}"
                 )
         self.step = steps[0]
-        if self.step >= max(self.total_steps):
-            raise ValueError(
-                f"nothing to continue: every member finished at step {self.step} ({where}); give more epochs"
-            )
         self.elapsed = max(float(meta["train_state"]["elapsed_s"]) for _, meta in ckpts)
         with torch.no_grad():
             for j, (name, p) in enumerate(zip(self.model.names, self.model.flat, strict=True)):
@@ -257,6 +257,7 @@ class GroupFiles:
         for i in range(len(self.members)):
             drop_metrics_after(self.member_dir(i), "step", self.step)
             (self.member_dir(i) / "summary.json").unlink(missing_ok=True)
+        return True
 
     # ---- member run directories ---------------------------------------------------------------------------------
     def _write_configs(self) -> None:

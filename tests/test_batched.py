@@ -433,3 +433,12 @@ def test_a_finished_group_continues_from_its_members_checkpoints(tmp_path, dropo
     other = [dataclasses.replace(m, train_cfg=dataclasses.replace(m.train_cfg, lr=1e-3)) for m in longer]
     with pytest.raises(CheckpointError, match="train_config differs"):
         BatchedTrainer(other, tmp_path / "part", resume=True, dropout_rng=dropout_rng)
+
+
+def test_finished_members_that_stopped_at_different_steps_do_not_continue_together(tmp_path):
+    a = Member(tiny_config(), D6, _tc(epochs=2, seed=0), name="a")  # 4 steps an epoch
+    b = Member(tiny_config(n_labels=7), D7, _tc(epochs=2, seed=1), name="b")  # 5 steps an epoch
+    BatchedTrainer([a, b], tmp_path / "g").run(progress=False)
+    more = [dataclasses.replace(m, train_cfg=dataclasses.replace(m.train_cfg, epochs=3)) for m in (a, b)]
+    with pytest.raises(CheckpointError, match=r"stopped at different steps \[8, 10\]"):
+        BatchedTrainer(more, tmp_path / "g", resume=True)
