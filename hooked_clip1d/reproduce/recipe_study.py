@@ -61,6 +61,8 @@ class _Judged(NamedTuple):
     per_run: dict[tuple[str, int], dict[str, Any]]  # its checks, core (bool) and epoch
     n_core: dict[str, int]  # seeds at which the core checks hold, per recipe
     frozen_qk: dict[str, bool]  # b_Q held at 0 (Fig. 13's check left out)
+    order: list[tuple[str, int]]  # the runs in the study's order (recipe, then seed)
+    text: dict[tuple[str, int], _RunText]  # each run formatted once (note, table row, ablations)
 
 
 def _judge(rows: list[dict[str, Any]]) -> _Judged:
@@ -80,7 +82,9 @@ def _judge(rows: list[dict[str, Any]]) -> _Judged:
         checks = mechanism_checks(rep, PROBE, qk_bias=not frozen_qk[rc])
         per_run[(rc, sd)] = {"checks": checks, "core": core_checks_hold(checks), "epoch": max(hist[(rc, sd)])}
     n_core = {rc: sum(per_run[(rc, s)]["core"] for s in seeds if (rc, s) in per_run) for rc in recipes}
-    return _Judged(recipes, seeds, hist, final, per_run, n_core, frozen_qk)
+    order = sorted(final, key=lambda k: (recipes.index(k[0]), k[1]))
+    text = {k: _recipe_run_text(*k, final[k], per_run[k]) for k in order}
+    return _Judged(recipes, seeds, hist, final, per_run, n_core, frozen_qk, order, text)
 
 
 def _accuracy_plot(j: _Judged, title: str) -> plt.Figure:
@@ -121,8 +125,7 @@ def _table(j: _Judged) -> list[str]:
         "| XW_QKX^T share (min) | cos(W_E[CLS], W_pos[0]) | checks | core |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    order = sorted(j.final, key=lambda k: (j.recipes.index(k[0]), k[1]))
-    return table + [_recipe_run_text(rc, s, j.final[(rc, s)], j.per_run[(rc, s)]).row for rc, s in order]
+    return table + [j.text[k].row for k in j.order]
 
 
 def _runs_record(j: _Judged) -> list[dict[str, Any]]:
@@ -189,8 +192,7 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
         + ", ".join(f"{rc} {n}" for rc, n in in_range.items())
         + f". Seeds passing each check: {per_check}"
     )
-    table = _table(j)
-    text = {(rc, s): _recipe_run_text(rc, s, final[(rc, s)], per_run[(rc, s)]) for rc, s in final}
+    table, text = _table(j), j.text
     notes = "Per run, at its latest snapshot: " + "; ".join(text[k].note for k in sorted(final)) + "."
     notes += (
         " Identifiability (CLS row): the paper's EP and PP ablations vs the invariant CLS-key-position ablation "
@@ -246,17 +248,15 @@ def _x_attndrop(rows: list[dict[str, Any]]) -> Outcome:
             max(j.n_core.values()) >= 2,
         ),
     ]
-    order = sorted(j.final, key=lambda k: (recipes.index(k[0]), k[1]))
-    per_run = "; ".join(f"{rc} seed {s}: heads {heads[(rc, s)] or 'none'}" for rc, s in order)
+    per_run = "; ".join(f"{rc} seed {s}: heads {heads[(rc, s)] or 'none'}" for rc, s in j.order)
     most = max((len(h) for h in heads.values()), default=0)
     verdict = "supported" if max(many.values()) >= 2 else "refuted" if most <= 1 else "inconclusive"
     summary = (
         f"heads carrying an EP gradient per run (epoch {min(p['epoch'] for p in j.per_run.values())}+): {per_run}. "
         f"The hypothesis (>= 3 such heads at >= 2 of 3 seeds) is {verdict}; core checks (Fig. 4c, 5d, 5e, 13, 14) "
-        "hold at n of 3 seeds: " + ", ".join(f"{rc} {j.n_core[rc]}" for rc in recipes)
+        f"hold at n of {len(seeds)} seeds: " + ", ".join(f"{rc} {j.n_core[rc]}" for rc in recipes)
     )
-    text = {k: _recipe_run_text(*k, j.final[k], j.per_run[k]) for k in j.final}
-    notes = "Per run, at its latest snapshot: " + "; ".join(text[k].note for k in sorted(j.final)) + "."
+    notes = "Per run, at its latest snapshot: " + "; ".join(j.text[k].note for k in sorted(j.final)) + "."
     numbers = {
         "recipes": recipes,
         "seeds": seeds,
