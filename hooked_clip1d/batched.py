@@ -64,13 +64,18 @@ from hooked_clip1d.rundir import (
 )
 from hooked_clip1d.stacked import SHAPE_FIELDS, DropoutRNG, StackedCLIP, check_supported, refuse_unknown
 from hooked_clip1d.stacked_adamw import StackedAdamW
-from hooked_clip1d.training import TrainConfig, TrainRun
+from hooked_clip1d.training import TrainConfig, TrainRun, save_snapshot
 
 # TrainConfig fields that must be equal in a group (the rest may differ per member)
-_TRAIN_SHARED = ("betas", "eps", "device")
+_TRAIN_SHARED = ("betas", "eps", "device", "optimizer", "lr_schedule")
 _TRAIN_KNOWN = {"lr", "weight_decay", "epochs", "batch_size", "seed", "eval_every", "checkpoint_every", "threads"}
 _TRAIN_KNOWN |= {"no_decay", "frozen", "qk_bias_decay_scale", "keep_snapshots"}  # per-member masks, snapshots
+_TRAIN_KNOWN |= {"snapshot_epochs", "warmup_epochs"}
 _TRAIN_KNOWN |= set(_TRAIN_SHARED)
+# with a learning-rate schedule every member follows the same one: these fields (and the training set's size, so
+# the same steps per epoch) are equal in a group
+_SCHEDULE_SHARED = ("lr", "warmup_epochs", "epochs")
+_DATA_SIZE = ("n_labels", "n_heldout", "n1", "n2", "d_image", "caption_mode")
 
 
 def group_key(model_cfg: CLIPConfig, data_cfg: DataConfig, train_cfg: TrainConfig) -> str:
@@ -91,6 +96,9 @@ def group_key(model_cfg: CLIPConfig, data_cfg: DataConfig, train_cfg: TrainConfi
         towers[name] = {f: str(getattr(tower, f)) for f in SHAPE_FIELDS}
     bs = train_cfg.batch_size or data_cfg.batch_size
     shared = {f: str(getattr(train_cfg, f)) for f in _TRAIN_SHARED}
+    if train_cfg.lr_schedule != "constant":
+        shared |= {f: str(getattr(train_cfg, f)) for f in _SCHEDULE_SHARED}
+        shared |= {f"data.{f}": str(getattr(data_cfg, f)) for f in _DATA_SIZE}
     return json.dumps({"towers": towers, "batch_size": bs, "train": shared}, sort_keys=True)
 
 
@@ -160,8 +168,8 @@ class BatchedTrainer(GroupFiles):
         if len(set(keys)) > 1:
             bad = next(i for i, k in enumerate(keys) if k != keys[0])
             raise ValueError(
-                f"member {bad} cannot train in one group with member 0: shapes, batch size, betas, eps or device "
-                f"differ (see batched.group_key)"
+                f"member {bad} cannot train in one group with member 0: shapes, batch size, betas, eps, device, "
+                "optimizer or learning-rate schedule differ (see batched.group_key)"
             )
         names = [m.name or f"member{i}" for i, m in enumerate(members)]
         if len(set(names)) != len(names):
@@ -234,7 +242,14 @@ class BatchedTrainer(GroupFiles):
             eps=tc0.eps,
             decay_masks=decay_masks,
             grad_masks=grad_masks,
+            coupled=tc0.optimizer == "adam",
         )
+        self.scheduled = tc0.lr_schedule != "constant"  # every member's lr follows tc0.lr_at (group_key)
+        if graph_step and (self.scheduled or tc0.optimizer != "adamw"):
+            raise ValueError(
+                "graph_step=True replays AdamW at a fixed learning rate; it does not implement "
+                f"optimizer={tc0.optimizer!r} or lr_schedule={tc0.lr_schedule!r}"
+            )
         self._graph = StepGraph() if graph_step else None
         if graph_step:
             check_graph_step(self)
@@ -376,6 +391,9 @@ class BatchedTrainer(GroupFiles):
             nxt = min(nxt, self.total_steps[i])
             every = math.gcd(m.eval_every, m.checkpoint_every) * s.spe
             nxt = min(nxt, (self.step // every + 1) * every)
+            later = [e * s.spe for e in m.snapshot_epochs if e * s.spe > self.step]
+            if later:
+                nxt = min(nxt, later[0])
         return nxt
 
     def _events(self) -> None:
@@ -391,6 +409,8 @@ class BatchedTrainer(GroupFiles):
                 self._write_metrics(i, epoch)
             if self.out_dir is not None and (epoch % m.checkpoint_every == 0 or last):
                 self._save_member_checkpoint(i, epoch)
+            if self.out_dir is not None and epoch in m.snapshot_epochs:
+                save_snapshot(self.member_model(i), self.member_dir(i), epoch, self.members[i].data_cfg)
             if last:
                 done.append(i)
         for i in done:
@@ -465,6 +485,10 @@ class BatchedTrainer(GroupFiles):
             opts = {"pattern_matcher": False, "triton.cudagraphs": self.cudagraphs}
             self._compiled_loss = torch.compile(model.loss, options=opts)
         loss_fn = self._compiled_loss if self.compile else model.loss
+        if self.step == 0 and self.out_dir is not None:  # the initial weights, where a schedule asks for them
+            for i in self.active:
+                if 0 in self.members[i].train_cfg.snapshot_epochs:
+                    save_snapshot(self.member_model(i), self.member_dir(i), 0, self.members[i].data_cfg)
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp)
         # a compiled group recompiles as members finish and leave the stack (a new K; at most two graphs per size, as
         # dynamo may first specialise and then mark K dynamic); dynamo's default limit of 8 would send a group of more
@@ -532,6 +556,9 @@ class BatchedTrainer(GroupFiles):
                 losses = self._losses(loss_fn, idx[j].view(-1), v_j, n_v)
             self.opt.zero_grad()
             losses.sum().backward()
+            if self.scheduled:
+                i0 = self.active[0]
+                self.opt.set_lr(self.members[i0].train_cfg.lr_at(self.step, self.total_steps[i0], self.streams[i0].spe))
             self.opt.step()
             self.loss_sum += losses.detach().float()
             self.step += 1

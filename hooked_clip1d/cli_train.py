@@ -365,6 +365,12 @@ def _recipe_fields(
     override the recipe; None init_std / attn_dropout = the config default)."""
     rec = RECIPES[a.recipe] if a.recipe else {}
     default = TrainConfig()
+    applied = {"train.no_decay", "train.frozen", "train.qk_bias_decay_scale", "model.init_std", "model.attn_dropout"}
+    if set(rec) - applied:
+        raise ValueError(
+            f"--recipe {a.recipe}: sets {sorted(set(rec) - applied)}, which `train` does not apply yet; train it "
+            "with a sweep spec ([grid] recipe = [...]), which applies every field"
+        )
 
     def groups(flag: str | None, key: str, dflt: tuple[str, ...]) -> tuple[str, ...]:
         if flag is not None:

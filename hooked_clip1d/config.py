@@ -64,6 +64,8 @@ class EncoderConfig:
     attn_dropout: float = 0.0  # dropout on the attention probabilities (nn.MultiheadAttention's and
     # nn.TransformerEncoderLayer's placement), train mode only; the paper says "dropout with rate p" but not where.
     # 0.0: sublayer outputs only (what every shipped model was trained with); see docs/fidelity.md
+    embed_dropout: float = 0.0  # dropout on the embeddings E + P before block 0 (nanoGPT's, timm ViT's and BERT's
+    # placement), train mode only; 0.0: none (what every shipped model was trained with)
     act_fn: Literal["gelu"] = "gelu"  # MLP nonlinearity (the paper's GeLU)
     attention_dir: Literal["causal", "bidirectional"] = "bidirectional"  # vision: bidirectional; text: causal
     n_ctx: int = 11  # sequence length: 1 CLS + d_image pixels (vision) or 4 caption tokens (text)
@@ -107,7 +109,7 @@ class EncoderConfig:
                 raise bad("use_hook_mlp_in", "an attention-only model has no MLP input")
         elif not isinstance(self.d_mlp, int) or isinstance(self.d_mlp, bool) or self.d_mlp < 1:
             raise bad("d_mlp", f"must be a positive int when attn_only=False, got {self.d_mlp!r}")
-        for name in ("dropout", "attn_dropout"):
+        for name in ("dropout", "attn_dropout", "embed_dropout"):
             v = getattr(self, name)
             if not isinstance(v, int | float) or isinstance(v, bool) or not 0.0 <= v < 1.0:
                 raise bad(name, f"must be a number in [0, 1), got {v!r}")
@@ -146,6 +148,11 @@ class EncoderConfig:
             raise ValueError(
                 f"EncoderConfig.ablated_terms: unknown {unknown}; choose from {list(TRAINABLE_ABLATIONS)} "
                 "(layer-0 query x key parts E token, P position, B bias; VP the positional part of the values)"
+            )
+        if terms and self.embed_dropout:
+            raise ValueError(
+                "EncoderConfig.ablated_terms: not with embed_dropout (the layer-0 terms are read from the embeddings "
+                "before dropout)"
             )
         if terms and self.normalization_type is not None:
             raise ValueError(

@@ -84,6 +84,7 @@ class HookedEncoder(HookedRootModule):
         if cfg.positional == "learned":
             self.pos_embed = PosEmbed(cfg, gen)
             self.hook_pos_embed = HookPoint()  # [batch, pos, d_model]
+        self.embed_dropout = nn.Dropout(cfg.embed_dropout)  # on E + P before block 0 (train mode only)
         self.blocks = nn.ModuleList([TransformerBlock(cfg, layer, gen) for layer in range(cfg.n_layers)])
         if cfg.normalization_type == "LN":
             self.ln_final = LayerNorm(cfg)
@@ -172,6 +173,8 @@ class HookedEncoder(HookedRootModule):
         if self.cfg.positional == "learned":
             pos = self.hook_pos_embed(self.pos_embed(tokens))
             resid = resid + pos
+        if self.cfg.embed_dropout:
+            resid = self.embed_dropout(resid)
         embeddings = (E, pos) if self.cfg.ablated_terms else None
         for i, block in enumerate(self.blocks[:stop_at_layer]):
             resid = block(resid, embeddings if i == 0 else None)

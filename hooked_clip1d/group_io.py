@@ -43,7 +43,7 @@ import torch
 from hooked_clip1d.checkpoint import CheckpointError, canonical_config, read_tensors, save_model, save_tensors
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.rundir import append_metrics, drop_metrics_after, provenance, write_config, write_summary
-from hooked_clip1d.training import TrainRun, comparable_train_config, save_snapshot
+from hooked_clip1d.training import TrainRun, comparable_train_config, resume_differences, save_snapshot
 
 if TYPE_CHECKING:
     from hooked_clip1d.stacked import StackedCLIP
@@ -230,10 +230,7 @@ class GroupFiles:
             for key in ("model_config", "data_config"):
                 if canonical_config(key, saved[key]) != now[key]:
                     raise CheckpointError(f"cannot resume member {self.names[i]!r}: its {key} differs")
-            old_t, new_t = (
-                {k: v for k, v in comparable_train_config(d).items() if k != "epochs"}
-                for d in (saved["train_config"], now["train_config"])
-            )
+            old_t, new_t = resume_differences(saved["train_config"], now["train_config"])
             if old_t != new_t:
                 raise CheckpointError(
                     f"cannot resume member {self.names[i]!r}: train_config differs: {old_t} vs {new_t}"

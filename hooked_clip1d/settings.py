@@ -174,6 +174,14 @@ class TrainConfig:
     device: str = "cpu"  # "cpu" or "cuda"
     threads: int | None = None  # torch.set_num_threads for training; None leaves torch's default
     keep_snapshots: bool = False  # also keep the weights of every checkpoint as snapshots/epoch_NNNNN.safetensors
+    snapshot_epochs: tuple[int, ...] = ()  # also keep the weights at these epochs (0: the initial weights), as
+    # snapshots/epoch_NNNNN.safetensors: a training trajectory (``dense_schedule`` gives one dense early, sparse late)
+    # The optimiser and its schedule: the paper names lr and weight decay but no optimiser and no schedule.
+    optimizer: Literal["adamw", "adam"] = "adamw"  # "adamw": decoupled decay (p *= 1 - lr * w); "adam": Adam with
+    # coupled L2 decay (grad += w * p, as torch.optim.Adam(weight_decay=w)); both honour no_decay / frozen
+    lr_schedule: Literal["constant", "warmup_cosine"] = "constant"  # "warmup_cosine": linear warmup over
+    # warmup_epochs, then cosine decay to 0 at the last step (open_clip's cosine_lr), per optimizer step
+    warmup_epochs: int = 0  # epochs of linear warmup (lr_schedule "warmup_cosine" only)
 
     def __post_init__(self) -> None:
         def is_int(v: Any) -> bool:
@@ -182,6 +190,27 @@ class TrainConfig:
         def is_real(v: Any) -> bool:
             return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
+        if self.optimizer not in ("adamw", "adam"):
+            raise ValueError(f"TrainConfig.optimizer must be 'adamw' or 'adam', got {self.optimizer!r}")
+        if self.lr_schedule not in ("constant", "warmup_cosine"):
+            raise ValueError(
+                f"TrainConfig.lr_schedule must be 'constant' or 'warmup_cosine', got {self.lr_schedule!r}"
+            )
+        if not is_int(self.warmup_epochs) or self.warmup_epochs < 0:
+            raise ValueError(f"TrainConfig.warmup_epochs must be an int >= 0, got {self.warmup_epochs!r}")
+        if self.warmup_epochs and self.lr_schedule == "constant":
+            raise ValueError("TrainConfig.warmup_epochs needs lr_schedule='warmup_cosine' (a constant lr has no warmup)")
+        if is_int(self.epochs) and self.warmup_epochs >= self.epochs:
+            raise ValueError(
+                f"TrainConfig.warmup_epochs={self.warmup_epochs} must be less than epochs={self.epochs} (the cosine "
+                "decay needs steps after the warmup)"
+            )
+        snaps = self.snapshot_epochs
+        if isinstance(snaps, str) or not isinstance(snaps, tuple | list) or not all(is_int(e) for e in snaps):
+            raise ValueError(f"TrainConfig.snapshot_epochs must be a tuple of epochs (ints), got {snaps!r}")
+        if any(e < 0 for e in snaps):
+            raise ValueError(f"TrainConfig.snapshot_epochs must be epochs >= 0, got {sorted(snaps)}")
+        object.__setattr__(self, "snapshot_epochs", tuple(sorted(set(snaps))))
         for f in ("epochs", "eval_every", "checkpoint_every"):
             v = getattr(self, f)
             if not is_int(v) or v < 1:
@@ -223,16 +252,35 @@ class TrainConfig:
             )
         object.__setattr__(self, "qk_bias_decay_scale", float(scale))
 
+    def lr_at(self, step: int, total_steps: int, steps_per_epoch: int) -> float:
+        """The learning rate of optimizer step ``step`` (0-based) of a run of ``total_steps`` steps.
+
+        ``"constant"``: ``lr``. ``"warmup_cosine"``: open_clip's ``cosine_lr``: ``lr * (step + 1) / w`` for the
+        first ``w = warmup_epochs * steps_per_epoch`` steps, then ``lr * (1 + cos(pi * (step - w) / (total - w))) / 2``.
+
+        Example:
+            >>> cfg = TrainConfig(lr=1.0, epochs=4, lr_schedule="warmup_cosine", warmup_epochs=1)
+            >>> [round(cfg.lr_at(s, 8, 2), 3) for s in range(8)]
+            [0.5, 1.0, 1.0, 0.933, 0.75, 0.5, 0.25, 0.067]
+        """
+        if self.lr_schedule == "constant":
+            return self.lr
+        w = self.warmup_epochs * steps_per_epoch
+        if step < w:
+            return self.lr * (step + 1) / w
+        return 0.5 * (1 + math.cos(math.pi * (step - w) / (total_steps - w))) * self.lr
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["betas"] = list(self.betas)
         d["no_decay"], d["frozen"] = list(self.no_decay), list(self.frozen)
+        d["snapshot_epochs"] = list(self.snapshot_epochs)
         return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> TrainConfig:
         d = dict(d)
-        for k in ("betas", "no_decay", "frozen"):
+        for k in ("betas", "no_decay", "frozen", "snapshot_epochs"):
             if k in d:
                 d[k] = tuple(d[k])
         for k, legacy in LEGACY_TRAIN_FIELDS.items():  # saved before the field existed: trained without it
@@ -243,16 +291,40 @@ class TrainConfig:
         return TrainConfig(**d)
 
 
+def dense_schedule(epochs: int, early_every: int = 100, early_until: int = 2000, late_every: int = 500) -> tuple[int, ...]:
+    """Epochs at which a training trajectory keeps its weights: 0, 1, 2, 5, 10, 20, 50, then every ``early_every``
+    to ``early_until``, then every ``late_every``, and ``epochs`` itself (for ``TrainConfig.snapshot_epochs``).
+
+    Example:
+        >>> s = dense_schedule(10_000)
+        >>> s[:10], s[-3:], len(s)
+        ((0, 1, 2, 5, 10, 20, 50, 100, 200, 300), (9000, 9500, 10000), 43)
+    """
+    pts = {0, 1, 2, 5, 10, 20, 50, epochs}
+    pts |= set(range(early_every, min(early_until, epochs) + 1, early_every))
+    pts |= set(range(early_until + late_every, epochs + 1, late_every))
+    return tuple(sorted(e for e in pts if e <= epochs))
+
+
 def _recipe(
     no_decay: list[str],
     frozen: list[str],
     init_std: float,
     qk_bias_decay_scale: float = 1.0,
     attn_dropout: float = 0.0,
+    **more: Any,
 ) -> dict[str, Any]:
-    """A named recipe: every field the recipe studies vary, so it means the same whatever the defaults are."""
+    """A named recipe: every field the recipe studies vary, so it means the same whatever the defaults are;
+    ``more``: further fields a recipe sets (``train__lr_schedule=...`` for ``train.lr_schedule``)."""
     return {"train.no_decay": no_decay, "train.frozen": frozen, "train.qk_bias_decay_scale": qk_bias_decay_scale,
-            "model.init_std": init_std, "model.attn_dropout": attn_dropout}  # fmt: skip
+            "model.init_std": init_std, "model.attn_dropout": attn_dropout,
+            **{k.replace("__", "."): v for k, v in more.items()}}  # fmt: skip
+
+
+# lr x weight decay x optimizer steps of the flagship's protocol (1e-4 x 0.2 x 440,000 steps): how far decoupled
+# weight decay has gone by the end of a run. The dynamics study's arm (c) holds it near 1 with a smaller decay.
+FLAGSHIP_STEPS = 440_000
+EXPOSURE1_WEIGHT_DECAY = round(1 / (1e-4 * FLAGSHIP_STEPS), 4)  # 0.0227
 
 
 # Named recipes for sweeps (grid key ``recipe``) and ``train --recipe``: each sets every field it is about, so a
@@ -287,6 +359,17 @@ RECIPES: dict[str, dict[str, Any]] = {
     # paper's Fig. 12-13 model has them)
     "cls-exempt-no-qk-bias-init002-attndrop": _recipe(["cls"], ["qk_bias"], 0.02, attn_dropout=0.1),
     "cls-exempt-init002-attndrop": _recipe(["cls"], [], 0.02, attn_dropout=0.1),
+    # the dynamics study (docs/fidelity.md states its hypothesis and criteria, written before the runs): the paper's
+    # b_Q trained (cls-exempt-init002) with (b) linear warmup + cosine decay of the lr, as CLIP / open_clip train;
+    # (c) decay exposure lr x w x steps held near 1 by a smaller w (beyond the protocol's w = 0.2); (d) dropout on
+    # the embeddings E + P (nanoGPT's, timm ViT's, BERT's placement); (e) Adam with coupled L2 decay (the paper
+    # names no optimiser)
+    "cls-exempt-init002-cosine": _recipe(
+        ["cls"], [], 0.02, train__lr_schedule="warmup_cosine", train__warmup_epochs=500
+    ),
+    "cls-exempt-init002-exposure1": _recipe(["cls"], [], 0.02, train__weight_decay=EXPOSURE1_WEIGHT_DECAY),
+    "cls-exempt-init002-embdrop": _recipe(["cls"], [], 0.02, model__embed_dropout=0.1),
+    "cls-exempt-init002-adam-l2": _recipe(["cls"], [], 0.02, train__optimizer="adam"),
     # open_clip's grouping: every 1-D parameter exempt (CLS, biases, LayerNorm, logit_scale)
     "open-clip": _recipe(["cls", "biases", "norms", "logit_scale"], [], 1.0),
     # minGPT's grouping: embeddings, biases and LayerNorm exempt

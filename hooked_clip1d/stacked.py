@@ -67,6 +67,7 @@ SHAPE_FIELDS = (  # must be equal across a group; the stacked forward implements
     "rotary_base",
     "dropout",
     "attn_dropout",
+    "embed_dropout",
     "act_fn",
     "attention_dir",
     "n_ctx",
@@ -195,9 +196,10 @@ class StackedCLIP(nn.Module):
         if len(seeds) != self.K:
             raise ValueError(f"got {len(seeds)} seeds for {self.K} models")
         if dropout_rng == "matched":
-            if any(tc.attn_dropout for tc in self.tower_cfg.values()):
+            if any(tc.attn_dropout or tc.embed_dropout for tc in self.tower_cfg.values()):
                 raise ValueError(
-                    "attn_dropout needs dropout_rng='fast' (matched masks reproduce Trainer's sublayer dropout only)"
+                    "attn_dropout and embed_dropout need dropout_rng='fast' (matched masks reproduce Trainer's "
+                    "sublayer dropout only)"
                 )
             if self.device.type != "cpu":
                 raise ValueError("dropout_rng='matched' reproduces the CPU trainer's masks and needs device 'cpu'")
@@ -323,7 +325,8 @@ class StackedCLIP(nn.Module):
         allows the shared-query shortcut of ``_tower_shared_query`` for one-block towers without LayerNorm.
         """
         cfg = self.tower_cfg[name]
-        if cfg.n_layers == 1 and cfg.normalization_type is None and isinstance(readout, int):
+        emb_drop = cfg.embed_dropout if self.training else 0.0  # dropped embeddings: no table shortcuts
+        if cfg.n_layers == 1 and cfg.normalization_type is None and isinstance(readout, int) and not emb_drop:
             return self._tower_shared_query(name, tokens, readout)
         p = self.params
         pre = f"{name}."
@@ -364,7 +367,7 @@ class StackedCLIP(nn.Module):
             Ws = (W_K, W_V) if last else (W_Q, W_K, W_V)
             W_cat = torch.cat(Ws, dim=2).reshape(K, D, len(Ws) * H * Dh)
             b_cat = torch.cat((b_K, b_V) if last else (b_Q, b_K, b_V), dim=1).reshape(K, 1, len(Ws) * H * Dh)
-            if layer == 0 and not ln:
+            if layer == 0 and not ln and not emb_drop:
                 # block-0 projections from tables: (W_E @ W)[tok] + (W_pos @ W)[pos] + b
                 proj = self._rows(torch.bmm(W_E, W_cat), tokens.reshape(K, B * P))  # [K, B*P, n*H*Dh]
                 if learned:
@@ -384,6 +387,7 @@ class StackedCLIP(nn.Module):
                     x = self._rows(W_E, tokens.reshape(K, B * P)).view(K, B, P, D)
                     if learned:
                         x = x + W_pos[:, None]
+                    x = self._dropout(x, (B, P, D), emb_drop, None)  # embedding dropout (E + P)
                 h = self._ln(x, p[blk + "ln1.w"], p[blk + "ln1.b"]) if ln else x
                 proj = torch.baddbmm(b_cat, h.view(K, B * P, D), W_cat)
                 x_r = readout_rows(x) if last else None
@@ -409,7 +413,7 @@ class StackedCLIP(nn.Module):
                 continue
             # last block: keys/values at every position, everything else at the readout only
             k, v = proj.unbind(3)  # [K, B, P, H, Dh]
-            if layer == 0 and not ln:
+            if layer == 0 and not ln and not emb_drop:
                 q_in = x_r
             else:
                 q_in = self._ln(x_r, p[blk + "ln1.w"], p[blk + "ln1.b"]) if ln else x_r

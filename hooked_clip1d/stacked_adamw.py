@@ -36,7 +36,10 @@ class StackedAdamW:
         eps: float = 1e-8,
         decay_masks: Sequence[torch.Tensor | None] | None = None,
         grad_masks: Sequence[torch.Tensor | None] | None = None,
+        coupled: bool = False,
     ):
+        """``coupled``: Adam with L2 decay in the gradient (``grad += wd * mask * p``, torch's
+        ``Adam(weight_decay=wd)``; ``TrainConfig.optimizer="adam"``) instead of AdamW's decoupled decay."""
         self.params = list(params)
         # per parameter, None or a 0/1 tensor of its stacked shape: decayed where 1 (TrainConfig.no_decay); the
         # gradient is kept where 1 (0: TrainConfig.frozen, never moved: zero gradient, zero Adam moments, no decay)
@@ -53,6 +56,7 @@ class StackedAdamW:
         if not self.params or len(self.lr) != self.params[0].shape[0] or len(self.wd) != len(self.lr):
             raise ValueError("StackedAdamW needs one lr and one weight_decay per member (leading axis)")
         self.betas, self.eps = betas, eps
+        self.coupled = coupled
         dev = self.params[0].device
         self.state: list[dict[str, torch.Tensor]] = [
             {
@@ -65,9 +69,22 @@ class StackedAdamW:
         self.fused = dev.type in ("cpu", "cuda")
         self._set_factors(self.lr, self.wd)
 
+    def set_lr(self, lr: float) -> None:
+        """Give every member the learning rate ``lr`` from the next step on (a schedule: ``TrainConfig.lr_at``)."""
+        lrs = [float(lr)] * len(self.lr)
+        if lrs != self.lr:
+            self._set_factors(lrs, self.wd)
+
     def _set_factors(self, lr: list[float], wd: list[float]) -> None:
         self.lr, self.wd = lr, wd
         self.uniform = len(set(lr)) == 1 and len(set(wd)) == 1 and not self.masked
+        if self.coupled:  # per parameter: wd (per member) x decay mask, the factor of p added to the gradient
+            dev = self.params[0].device
+            wd_t = torch.tensor(wd, device=dev)
+            self._l2 = []
+            for p, mask in zip(self.params, self.decay_masks, strict=True):
+                f = wd_t.view(-1, *([1] * (p.ndim - 1))).to(p.dtype)
+                self._l2.append(f if mask is None else f * mask)
         if not self.uniform:
             dev = self.params[0].device
             lr_t, wd_t = torch.tensor(lr, device=dev), torch.tensor(wd, device=dev)
@@ -99,7 +116,18 @@ class StackedAdamW:
         m = [self.state[i]["exp_avg"] for i in idx]
         v = [self.state[i]["exp_avg_sq"] for i in idx]
         steps = [self.state[i]["step"] for i in idx]
-        if self.uniform and self.fused:
+        if self.coupled:
+            for i in idx:  # L2 decay enters the gradient (and so the Adam moments), as torch.optim.Adam's
+                self.params[i].grad.addcmul_(self.params[i], self._l2[i])
+            if self.fused and len(set(self.lr)) == 1:
+                torch._foreach_add_(steps, 1)
+                torch._fused_adamw_(
+                    params, grads, m, v, [], steps,
+                    lr=self.lr[0], beta1=b1, beta2=b2, weight_decay=0.0, eps=self.eps,
+                    amsgrad=False, maximize=False,
+                )  # fmt: skip
+                return
+        if self.uniform and self.fused and not self.coupled:
             torch._foreach_add_(steps, 1)
             torch._fused_adamw_(
                 params, grads, m, v, [], steps,
@@ -107,7 +135,7 @@ class StackedAdamW:
                 amsgrad=False, maximize=False,
             )  # fmt: skip
             return
-        if self.fused and len(set(self.lr)) == 1:
+        if self.fused and len(set(self.lr)) == 1 and not self.coupled:
             # per-member or masked decay, one lr: decay first (as AdamW does), then the fused kernel without decay
             torch._foreach_add_(steps, 1)
             torch._foreach_mul_(params, [self._decay[i] for i in idx])
@@ -121,7 +149,9 @@ class StackedAdamW:
         step = float(steps[0].item())
         bc1 = 1 - b1**step
         bc2_sqrt = math.sqrt(1 - b2**step)
-        if self.uniform:
+        if self.coupled:
+            pass  # the decay is in the gradient
+        elif self.uniform:
             torch._foreach_mul_(params, 1 - self.lr[0] * self.wd[0])
         else:
             torch._foreach_mul_(params, [self._decay[i] for i in idx])

@@ -13,6 +13,9 @@ A spec (``examples/sweeps/fig3_small.toml``) has five tables::
     n_labels = [10, 15, 20, 25]
     n2 = [5, 10, 15]
     seed = [0]
+    [zip]                # optional: lists of one length taken row by row (lr[i] with epochs[i]), times the
+    lr = [1e-4, 3e-4]    # grid (a key is in [grid] or [zip], not both)
+    epochs = [1000, 300]
     [run]                # how to execute: max_group_size, dropout_rng ("fast" | "matched"), threads, compile, amp,
                          # cudagraphs
     max_group_size = 32
@@ -164,6 +167,9 @@ def load_spec(path: str | Path | None = None, *, text: str | None = None) -> Swe
         ['n_labels-10_n2-5', 'n_labels-10_n2-10', 'n_labels-20_n2-5', 'n_labels-20_n2-10']
         >>> spec.runs[3].data_cfg.n2, spec.runs[3].model_cfg.n_labels, spec.runs[3].train_cfg.epochs
         (10, 20, 3)
+        >>> spec = load_spec(text='[zip]\nn_labels = [10, 20]\nepochs = [8, 2]\n[grid]\nseed = [0, 1]')
+        >>> [(r.name, r.train_cfg.epochs) for r in spec.runs][:3]
+        [('n_labels-10_epochs-8_seed-0', 8), ('n_labels-10_epochs-8_seed-1', 8), ('n_labels-20_epochs-2_seed-0', 2)]
     """
     if (path is None) == (text is None):
         raise ValueError("load_spec needs a path or text (exactly one)")
@@ -176,7 +182,7 @@ def load_spec(path: str | Path | None = None, *, text: str | None = None) -> Swe
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"sweep spec is not valid TOML: {e}") from None
-    allowed = {"name", "description", "model", "data", "train", "grid", "run"}
+    allowed = {"name", "description", "model", "data", "train", "grid", "zip", "run"}
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ValueError(f"sweep spec: unknown top-level keys {unknown}; allowed: {sorted(allowed)}")
@@ -205,6 +211,17 @@ def load_spec(path: str | Path | None = None, *, text: str | None = None) -> Swe
         _route(k)
         if not isinstance(v, list) or not v:
             raise ValueError(f"sweep spec: grid.{k} must be a non-empty list, got {v!r}")
+    zipped = dict(raw.get("zip", {}))  # lists of one length, taken together (row i of each), times the grid
+    for k, v in zipped.items():
+        _route(k)
+        if k in grid:
+            raise ValueError(f"sweep spec: {k!r} is in both [grid] and [zip]")
+        if not isinstance(v, list) or not v:
+            raise ValueError(f"sweep spec: zip.{k} must be a non-empty list, got {v!r}")
+    lengths = {k: len(v) for k, v in zipped.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"sweep spec: the [zip] lists must have one length, got {lengths}")
+    zrows = [dict(zip(zipped, vals, strict=True)) for vals in zip(*zipped.values(), strict=True)] or [{}]
     run = dict(_RUN_DEFAULTS)
     for k, v in dict(raw.get("run", {})).items():
         if k not in _RUN_DEFAULTS:
@@ -216,8 +233,9 @@ def load_spec(path: str | Path | None = None, *, text: str | None = None) -> Swe
         raise ValueError(f"sweep spec: run.dropout_rng must be 'fast' or 'matched', got {run['dropout_rng']!r}")
     runs = []
     keys = list(grid)
-    for values in itertools.product(*(grid[k] for k in keys)):
-        runs.append(_build_run(base, dict(zip(keys, values, strict=True)), preset, text_preset))
+    for zrow in zrows:
+        for values in itertools.product(*(grid[k] for k in keys)):
+            runs.append(_build_run(base, {**zrow, **dict(zip(keys, values, strict=True))}, preset, text_preset))
     names = [r.name for r in runs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

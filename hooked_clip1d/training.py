@@ -73,10 +73,11 @@ class TrainRun:
 
 class MaskedAdamW(torch.optim.AdamW):
     """AdamW whose decoupled weight decay follows ``TrainConfig.no_decay`` (and ``qk_bias_decay_scale``) and which
-    holds ``frozen`` groups at 0.
+    holds ``frozen`` groups at 0; with ``TrainConfig.optimizer="adam"``, Adam with coupled L2 decay instead.
 
     torch's AdamW multiplies each parameter by ``1 - lr * wd`` and then takes the Adam step; this does the same
     multiplication itself, per element (``param_groups.decay_mask``), and runs the kernel with ``weight_decay=0``.
+    Coupled (``optimizer="adam"``, torch's ``Adam(weight_decay=wd)``): ``grad += wd * mask * p`` before the step.
     Frozen entries (``param_groups.frozen_mask``) are set to 0 here and get no gradient: a wholly frozen parameter
     has ``grad = None`` (no Adam state), a partly frozen one a gradient that is 0 there (zero Adam moments, so it
     never moves).
@@ -96,6 +97,7 @@ class MaskedAdamW(torch.optim.AdamW):
         names, params = zip(*model.named_parameters(), strict=True)
         super().__init__(list(params), lr=cfg.lr, weight_decay=0.0, betas=cfg.betas, eps=cfg.eps, fused=True)
         self.weight_decay = cfg.weight_decay
+        self.coupled = cfg.optimizer == "adam"
         self._frozen: list[torch.Tensor] = []  # held at 0 whole
         self._grad_masks: list[tuple[torch.Tensor, torch.Tensor]] = []  # (parameter, trained where 1)
         # (parameter, its decay mask: None = decayed everywhere, a float = at that multiple of the weight decay, a
@@ -129,18 +131,28 @@ class MaskedAdamW(torch.optim.AdamW):
         for p, mask in self._decayed:
             if p.grad is None:  # torch's AdamW neither decays nor moves a parameter without a gradient
                 continue
-            if mask is None:
+            if self.coupled:  # L2 in the gradient, as torch.optim.Adam(weight_decay=wd)
+                if isinstance(mask, torch.Tensor):
+                    p.grad.addcmul_(p, mask, value=self.weight_decay)
+                else:
+                    p.grad.add_(p, alpha=self.weight_decay * (1.0 if mask is None else mask))
+            elif mask is None:
                 p.mul_(1 - lr * self.weight_decay)
             else:
                 p.mul_(1 - lr * self.weight_decay * mask)
         return super().step(closure)
 
 
-def make_optimizer(model: CLIP1D, cfg: TrainConfig) -> torch.optim.AdamW:
+def make_optimizer(model: CLIP1D, cfg: TrainConfig) -> torch.optim.Optimizer:
     """AdamW over all parameters: weight decay on every one, as ``AdamW(model.parameters())`` does, unless
-    ``cfg.no_decay`` / ``cfg.frozen`` name groups or ``cfg.qk_bias_decay_scale`` is not 1 (then ``MaskedAdamW``)."""
+    ``cfg.no_decay`` / ``cfg.frozen`` name groups or ``cfg.qk_bias_decay_scale`` is not 1 (then ``MaskedAdamW``);
+    ``cfg.optimizer="adam"``: ``Adam(weight_decay=wd)`` (coupled L2), masked the same way."""
     if masks_needed(cfg.no_decay, cfg.frozen, cfg.qk_bias_decay_scale):
         return MaskedAdamW(model, cfg)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(
+            model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps, fused=True
+        )
     return torch.optim.AdamW(
         model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps, fused=True
     )
@@ -160,9 +172,23 @@ def comparable_train_config(d: dict[str, Any]) -> dict[str, Any]:
         False
     """
     out = TrainConfig.from_dict(d).to_dict()
-    for k in ("eval_every", "checkpoint_every", "threads", "device", "keep_snapshots"):
+    for k in EXECUTION_FIELDS:
         out.pop(k, None)
     return out
+
+
+# TrainConfig fields that say how a run executes, not what it trains (a resumed run may change them)
+EXECUTION_FIELDS = ("eval_every", "checkpoint_every", "threads", "device", "keep_snapshots", "snapshot_epochs")
+
+
+def resume_differences(saved: dict[str, Any], now: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two ``train_config`` dicts as they must agree for ``now`` to resume ``saved`` (``comparable_train_config``
+    of each, without ``epochs``, which may grow, unless a learning-rate schedule depends on it)."""
+    old_t, new_t = comparable_train_config(saved), comparable_train_config(now)
+    if old_t.get("lr_schedule", "constant") == "constant":
+        old_t.pop("epochs", None)
+        new_t.pop("epochs", None)
+    return old_t, new_t
 
 
 def save_snapshot(model: CLIP1D, out_dir: Path, epoch: int, data_cfg: DataConfig) -> Path:
@@ -299,10 +325,7 @@ class Trainer:
         for k in ("model_config", "data_config"):
             if canonical_config(k, saved[k]) != now[k]:
                 raise CheckpointError(f"cannot resume {str(self.ckpt_path)!r}: its {k} differs from this run's")
-        old_t = comparable_train_config(saved["train_config"] or {})
-        new_t = comparable_train_config(now["train_config"])
-        old_t.pop("epochs", None)  # may grow between sessions
-        new_t.pop("epochs", None)
+        old_t, new_t = resume_differences(saved["train_config"] or {}, now["train_config"])
         if old_t != new_t:
             raise CheckpointError(
                 f"cannot resume {str(self.ckpt_path)!r}: its train_config differs: {old_t} vs {new_t}"
@@ -350,6 +373,10 @@ class Trainer:
         model, opt = self.model, self.opt
         model.train()
         m, bs = len(self.images), self.batch_size
+        spe = -(-m // bs)  # optimizer steps per epoch (the last batch may be short)
+        scheduled = cfg.lr_schedule != "constant"
+        if self.epoch == 0 and 0 in cfg.snapshot_epochs:
+            save_snapshot(model, self.out_dir, 0, self.data_cfg)  # the initial weights
         loss_sum = torch.zeros((), device=self.device)
         n_loss = 0
         metrics: dict[str, dict[str, Any]] = {}
@@ -368,12 +395,17 @@ class Trainer:
                         )
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
+                    if scheduled:
+                        for group in opt.param_groups:
+                            group["lr"] = cfg.lr_at(self.step, cfg.epochs * spe, spe)
                     opt.step()
                     loss_sum += loss.detach()
                     n_loss += 1
                     self.step += 1
                 self.epoch += 1
                 bar.update(1)
+                if self.epoch in cfg.snapshot_epochs:
+                    save_snapshot(model, self.out_dir, self.epoch, self.data_cfg)
                 last = self.epoch == cfg.epochs
                 if self.epoch % cfg.eval_every == 0 or last:
                     metrics = self.evaluate()

@@ -403,7 +403,7 @@ def test_attention_dropout_drops_pattern_weights_like_the_single_model(shared_qu
 
 def test_attention_dropout_is_refused_with_matched_dropout():
     model = CLIP1D(tiny_config(attn_dropout=0.1), seed=0)
-    with pytest.raises(ValueError, match="attn_dropout needs dropout_rng='fast'"):
+    with pytest.raises(ValueError, match="attn_dropout and embed_dropout need dropout_rng='fast'"):
         StackedCLIP([model], "matched")
 
 
