@@ -31,8 +31,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_training import cpu_info  # noqa: E402
 
-from hooked_clip1d.batched import BatchedTrainer, Member  # noqa: E402
-from hooked_clip1d.sweep import load_spec, planned_steps
+from hooked_clip1d.sweeps.runner import load_spec, planned_steps
+from hooked_clip1d.training.batched import BatchedTrainer, Member  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_training  # noqa: E402
 
-from hooked_clip1d.sweep import (  # noqa: E402
+from hooked_clip1d.sweeps.runner import (  # noqa: E402
     _group_name,
     group_cost,
     load_spec,

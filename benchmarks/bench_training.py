@@ -4,8 +4,8 @@ Implementations (each trains on the real training pairs of ``DataConfig(n_labels
 
 - ``plain``: ``plain_reference.py`` (one-file PyTorch model, ``AdamW(model.parameters())``, torch's default
   implementation), K = 1: the baseline of every ratio;
-- ``trainer``: the loop body of ``hooked_clip1d.training.Trainer.run`` (the single-model trainer), K = 1;
-- ``batched``: ``hooked_clip1d.batched.BatchedTrainer.run`` with K members (different seeds), fast dropout
+- ``trainer``: the loop body of ``hooked_clip1d.training.trainer.Trainer.run`` (the single-model trainer), K = 1;
+- ``batched``: ``hooked_clip1d.training.batched.BatchedTrainer.run`` with K members (different seeds), fast dropout
   (masks drawn only where the loss reads them, a different random stream than ``Trainer``), fp32, eager;
 - ``batched+matched``: the same with ``dropout_rng="matched"`` (each member's masks equal ``Trainer``'s);
 - ``batched+compile`` / ``batched+bf16``: with ``torch.compile`` of the stacked loss / bfloat16 autocast;
@@ -53,9 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plain_reference  # noqa: E402
 
 from hooked_clip1d import CLIPConfig, DataConfig, TrainConfig, build_dataset  # noqa: E402
-from hooked_clip1d.batched import BatchedTrainer, Member  # noqa: E402
-from hooked_clip1d.clip import CLIP1D, clip_loss  # noqa: E402
-from hooked_clip1d.training import Trainer  # noqa: E402
+from hooked_clip1d.model.clip import CLIP1D, clip_loss  # noqa: E402
+from hooked_clip1d.training.batched import BatchedTrainer, Member  # noqa: E402
+from hooked_clip1d.training.trainer import Trainer  # noqa: E402
 
 BATCH = 50
 N_LABELS = 20

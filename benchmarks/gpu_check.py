@@ -35,10 +35,10 @@ from pathlib import Path
 
 import torch
 
-from hooked_clip1d.batched import BatchedTrainer, Member
-from hooked_clip1d.clip import CLIPConfig
-from hooked_clip1d.data import DataConfig
-from hooked_clip1d.training import TrainConfig, Trainer
+from hooked_clip1d.data.dataset import DataConfig
+from hooked_clip1d.model.clip import CLIPConfig
+from hooked_clip1d.training.batched import BatchedTrainer, Member
+from hooked_clip1d.training.trainer import TrainConfig, Trainer
 
 GRAD_TOL, LOSS_TOL, TRAJ_TOL, BF16_TOL = 1e-4, 1e-5, 1e-3, 2e-2
 DATA = DataConfig(n_labels=20, n2=10)

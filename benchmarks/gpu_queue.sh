@@ -52,7 +52,7 @@ if [ "$MODE" = carry ]; then  # here, not on the GPU: the finished runs of this 
     python3 - "$SPEC_DIR/$sweep.toml" "$CARRY.tmp" <<'EOF' || exit 3
 import shutil, sys
 from pathlib import Path
-from hooked_clip1d.sweep import load_spec, results_table, sweeps_home
+from hooked_clip1d.sweeps.runner import load_spec, results_table, sweeps_home
 spec = load_spec(sys.argv[1])
 src, dest = sweeps_home() / spec.name, Path(sys.argv[2]) / spec.name
 rows = results_table(spec, src)
@@ -81,7 +81,7 @@ if ls "$WHEELS"/*.whl >/dev/null 2>&1 && [ ! -e "$STATE/wheels" ]; then
     && touch "$STATE/wheels" || exit 3
 fi
 export PYTHONPATH=$PWD:$STATE/site${PYTHONPATH:+:$PYTHONPATH}
-python3 -c "import hooked_clip1d.sweep, torch; assert '$DEVICE' == 'cpu' or torch.cuda.is_available()" || exit 3
+python3 -c "import hooked_clip1d.sweeps.runner, torch; assert '$DEVICE' == 'cpu' or torch.cuda.is_available()" || exit 3
 hc() { python3 -m hooked_clip1d "$@"; }
 
 if [ "$MODE" = check ]; then  # extra arguments go to gpu_check.py (e.g. --budget 150)

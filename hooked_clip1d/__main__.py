@@ -1,5 +1,5 @@
 import sys
 
-from hooked_clip1d.cli import main
+from hooked_clip1d.cli.commands import main
 
 sys.exit(main())

@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 import torch
 from jaxtyping import Float
 
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.data import SPLITS, Dataset
+from hooked_clip1d.data.dataset import SPLITS, Dataset
+from hooked_clip1d.model.clip import CLIP1D
 
 Hooks = Sequence[tuple[str | Callable, Callable]]
 
@@ -152,7 +152,7 @@ def evaluate(
 
 def format_metrics(res: dict[str, dict[str, float | int | None]]) -> str:
     """A small text table of ``evaluate`` output."""
-    from hooked_clip1d.data import SPLIT_TITLES
+    from hooked_clip1d.data.dataset import SPLIT_TITLES
 
     lines = [f"{'split':<28}{'n':>6}{'acc':>8}{'relaxed':>9}{'label-set':>11}"]
     for k, m in res.items():

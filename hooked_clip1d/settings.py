@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from hooked_clip1d.vocab import Vocabulary
+    from hooked_clip1d.data.vocab import Vocabulary
 
 MAX_IMAGES = 1_000_000  # a DataConfig whose splits would hold more images is refused before anything is built
 
@@ -105,7 +105,7 @@ class DataConfig:
 
     @property
     def vocab(self) -> Vocabulary:
-        from hooked_clip1d.vocab import Vocabulary  # imports torch: not at module level
+        from hooked_clip1d.data.vocab import Vocabulary  # imports torch: not at module level
 
         return Vocabulary(self.n_labels)
 
@@ -193,13 +193,13 @@ class TrainConfig:
         if self.optimizer not in ("adamw", "adam"):
             raise ValueError(f"TrainConfig.optimizer must be 'adamw' or 'adam', got {self.optimizer!r}")
         if self.lr_schedule not in ("constant", "warmup_cosine"):
-            raise ValueError(
-                f"TrainConfig.lr_schedule must be 'constant' or 'warmup_cosine', got {self.lr_schedule!r}"
-            )
+            raise ValueError(f"TrainConfig.lr_schedule must be 'constant' or 'warmup_cosine', got {self.lr_schedule!r}")
         if not is_int(self.warmup_epochs) or self.warmup_epochs < 0:
             raise ValueError(f"TrainConfig.warmup_epochs must be an int >= 0, got {self.warmup_epochs!r}")
         if self.warmup_epochs and self.lr_schedule == "constant":
-            raise ValueError("TrainConfig.warmup_epochs needs lr_schedule='warmup_cosine' (a constant lr has no warmup)")
+            raise ValueError(
+                "TrainConfig.warmup_epochs needs lr_schedule='warmup_cosine' (a constant lr has no warmup)"
+            )
         if is_int(self.epochs) and self.warmup_epochs >= self.epochs:
             raise ValueError(
                 f"TrainConfig.warmup_epochs={self.warmup_epochs} must be less than epochs={self.epochs} (the cosine "
@@ -291,7 +291,9 @@ class TrainConfig:
         return TrainConfig(**d)
 
 
-def dense_schedule(epochs: int, early_every: int = 100, early_until: int = 2000, late_every: int = 500) -> tuple[int, ...]:
+def dense_schedule(
+    epochs: int, early_every: int = 100, early_until: int = 2000, late_every: int = 500
+) -> tuple[int, ...]:
     """Epochs at which a training trajectory keeps its weights: 0, 1, 2, 5, 10, 20, 50, then every ``early_every``
     to ``early_until``, then every ``late_every``, and ``epochs`` itself (for ``TrainConfig.snapshot_epochs``).
 

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
-from hooked_clip1d.analyze import ANALYSES, run_analysis
-from hooked_clip1d.cli import main
+from hooked_clip1d.cli.analyze import ANALYSES, run_analysis
+from hooked_clip1d.cli.commands import main
 
 
 def _model(n_layers=1, **over):
@@ -58,7 +58,7 @@ def test_options_are_checked(tmp_path, capsys):
         run_analysis("alignment", _model(), out_dir=tmp_path, center="maybe")
     with pytest.raises(ValueError, match="heads +CLS -> object"):  # the listing says what each family does
         run_analysis("nope", _model(), out_dir=tmp_path)
-    from hooked_clip1d.cli import _parse_options
+    from hooked_clip1d.cli.commands import _parse_options
 
     assert _parse_options(["center=False", "a=True", "b=None", "c=false", "kept=[1,2]", "image=C . 1"]) == {
         "center": False, "a": True, "b": None, "c": False, "kept": [1, 2], "image": "C . 1"}  # fmt: skip
@@ -71,7 +71,7 @@ def test_options_are_checked(tmp_path, capsys):
     assert "unknown option(s) ['model'] for analysis 'heads'" in capsys.readouterr().err
     import numpy as np
 
-    from hooked_clip1d.analyze import _flag
+    from hooked_clip1d.cli.analyze import _flag
 
     assert [_flag({"c": v}, "c", True) for v in (np.False_, np.int64(0), 0.0, "FALSE", False)] == [False] * 5
 

@@ -13,21 +13,16 @@ ROOT = Path(hooked_clip1d.__file__).parent
 
 # the pipeline, bottom to top: a module may import from its own layer or below, never above
 LAYERS = [
-    ["_version", "settings", "functional", "vocab", "config"],
-    ["data", "components"],
-    ["encoders"],
-    ["clip"],
-    ["checkpoint", "rundir", "param_groups", "evaluation"],
-    ["training"],
-    ["stacked", "stacked_adamw", "group_io", "graph_step"],
-    ["batched"],
-    ["sweep_spec", "sweep_pool"],
-    ["sweep", "sweep_status", "transfer"],
-    ["analysis"],
-    ["visualization"],
-    ["pretrained"],
-    ["demo", "analyze", "reproduce", "results_page"],
-    ["cli", "cli_train", "__main__", "__init__"],
+    ["_version", "settings", "files", "data"],  # what a user sets (torch-free), atomic files; vocabulary, dataset
+    ["model"],  # configs, components, towers, CLIP, model files
+    ["evaluation"],  # accuracies of a model on the data
+    ["training"],  # recipes' parameter groups, run directories, Trainer, the batched engine
+    ["sweeps"],  # grids of runs, their plan, pool, status, transfer
+    ["analysis"],  # hook factories and analyses
+    ["visualization"],  # figures
+    ["pretrained"],  # the zoo
+    ["reproduce"],  # the paper's figures, verdicts, results page
+    ["cli", "__main__", "__init__"],  # the command line
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 
@@ -99,8 +94,8 @@ def test_no_import_cycles():
 @pytest.mark.parametrize(
     "code",
     [
-        "import hooked_clip1d.cli as c; c.build_parser(None)",  # --help, argument errors
-        "import hooked_clip1d.cli as c; c.build_parser('train')",  # train --help: its defaults come from settings
+        "import hooked_clip1d.cli.commands as c; c.build_parser(None)",  # --help, argument errors
+        "import hooked_clip1d.cli.commands as c; c.build_parser('train')",  # train --help: defaults from settings
         "from hooked_clip1d import DataConfig, TrainConfig, settings; DataConfig(); TrainConfig(); settings.RECIPES",
     ],
 )

@@ -261,7 +261,7 @@ def test_bad_inputs(simplified_model, dataset):
 
 
 def test_analyze_attention_writes_offline_html_naming_model_and_input(tmp_path):
-    from hooked_clip1d.analyze import run_analysis
+    from hooked_clip1d.cli.analyze import run_analysis
 
     res = run_analysis("attention", "simplified-ntot20-n2-10", out_dir=tmp_path)
     pages = [f for f in res["files"] if f.endswith(".html")]

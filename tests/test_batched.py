@@ -12,19 +12,19 @@ import torch
 from conftest import randomize_biases, tiny_config
 
 from hooked_clip1d import CLIP1D, DataConfig, VisionConfig, build_dataset
-from hooked_clip1d.batched import (
+from hooked_clip1d.evaluation import similarity_matrix
+from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file, read_tensors
+from hooked_clip1d.training.batched import (
     BatchedTrainer,
     Member,
     check_supported,
     group_key,
     train_fast,
 )
-from hooked_clip1d.checkpoint import CheckpointError, load_model_file, read_tensors
-from hooked_clip1d.evaluation import similarity_matrix
-from hooked_clip1d.group_io import GROUP_CHECKPOINT
-from hooked_clip1d.stacked import StackedCLIP, _keep_mask
-from hooked_clip1d.stacked_adamw import StackedAdamW
-from hooked_clip1d.training import TrainConfig, Trainer
+from hooked_clip1d.training.group_io import GROUP_CHECKPOINT
+from hooked_clip1d.training.stacked import StackedCLIP, _keep_mask
+from hooked_clip1d.training.stacked_adamw import StackedAdamW
+from hooked_clip1d.training.trainer import TrainConfig, Trainer
 
 # m = 54 (6 labels, n2=2) and m = 78 (7 labels, n2=2, data seed 3) training pairs: with batch 16 both epochs end
 # in a short batch (6 and 14 rows), so the masked loss and per-member matched dropout are exercised.
@@ -358,7 +358,7 @@ def test_graph_step_refuses_what_it_cannot_capture():
 def test_sweep_graph_step_replaces_the_specs_compile_but_not_a_requested_one(tmp_path):
     # fig4a.toml compiles (the CPU's fastest step) and the GPU queue runs it with --graph-step: the call's execution
     # setting wins over the spec's; asking for both in one call is refused
-    from hooked_clip1d.sweep import run_sweep
+    from hooked_clip1d.sweeps.runner import run_sweep
 
     spec = tmp_path / "s.toml"
     spec.write_text('name = "s"\n[model]\npreset = "simplified"\n[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n'

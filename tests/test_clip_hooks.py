@@ -7,7 +7,7 @@ import torch
 from transformer_lens import ActivationCache
 
 from hooked_clip1d import CLIP1D, load_model
-from hooked_clip1d.clip import HEAD_HOOKS, CLIPCache
+from hooked_clip1d.model.clip import HEAD_HOOKS, CLIPCache
 
 IMGS = ["C . . 17 . . 19 . . . .", "C . . 19 . . 17 . . . ."]
 CAPS = ["17 is on the left of 19", "19 is on the left of 17"]

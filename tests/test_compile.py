@@ -10,8 +10,8 @@ SCRIPT = r"""
 import dataclasses, json, sys, torch
 torch.set_num_threads(1)
 from hooked_clip1d import CLIPConfig, DataConfig
-from hooked_clip1d.batched import BatchedTrainer, Member
-from hooked_clip1d.training import TrainConfig
+from hooked_clip1d.training.batched import BatchedTrainer, Member
+from hooked_clip1d.training.trainer import TrainConfig
 
 kind, out = sys.argv[1], sys.argv[2]
 if kind == "vision2":  # paper shapes, 2-layer vision tower: the silent case
@@ -50,8 +50,8 @@ torch._dynamo.config.recompile_limit = 1  # the trainer must raise it to a graph
 torch._dynamo.config.fail_on_recompile_limit_hit = True  # instead of silently running eager from there on
 from torch._dynamo.utils import counters
 from hooked_clip1d import CLIPConfig, DataConfig
-from hooked_clip1d.batched import BatchedTrainer, Member
-from hooked_clip1d.training import TrainConfig
+from hooked_clip1d.training.batched import BatchedTrainer, Member
+from hooked_clip1d.training.trainer import TrainConfig
 
 out = sys.argv[1]
 cfg = CLIPConfig.from_preset("simplified", n_labels=8, dropout=0.0, d_model=16, d_head=4, n_heads=2)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hooked_clip1d import CLIP1D, CLIPConfig, VisionConfig
-from hooked_clip1d.checkpoint import load_model_file, save_model
+from hooked_clip1d.model.checkpoint import load_model_file, save_model
 
 
 def test_init_std_scales_both_embeddings():
@@ -21,7 +21,7 @@ def test_defaults_are_the_reproducing_recipe_and_old_configs_keep_theirs():
     """The default recipe (x8-recipe's choice) is what TrainConfig / EncoderConfig default to; a config saved
     before init_std / no_decay / frozen existed reads back as what it was trained with (N(0, 1), all decayed)."""
     from hooked_clip1d.settings import DEFAULT_RECIPE, RECIPES
-    from hooked_clip1d.training import TrainConfig, comparable_train_config
+    from hooked_clip1d.training.trainer import TrainConfig, comparable_train_config
 
     rec, tc = RECIPES[DEFAULT_RECIPE], TrainConfig()
     assert (list(tc.no_decay), list(tc.frozen)) == (rec["train.no_decay"], rec["train.frozen"])
@@ -156,7 +156,7 @@ def test_ablated_terms_follow_a_patched_embedding():
 
 def test_ablated_terms_train_save_and_load(tmp_path):
     from hooked_clip1d import DataConfig, TrainConfig
-    from hooked_clip1d.training import Trainer
+    from hooked_clip1d.training.trainer import Trainer
 
     m, _ = _ablated_pair(("VP", "EP", "EP"))
     assert m.cfg.vision.ablated_terms == ("EP", "VP")  # canonical: sorted, distinct
@@ -166,7 +166,7 @@ def test_ablated_terms_train_save_and_load(tmp_path):
     assert back.cfg.vision.ablated_terms == ("EP", "VP")
     img = back.vision.to_tokens(IMGS)
     torch.testing.assert_close(back.vision(img), run.model.vision(img))
-    from hooked_clip1d.batched import check_supported
+    from hooked_clip1d.training.batched import check_supported
 
     with pytest.raises(ValueError, match="ablated_terms"):  # the stacked engine does not implement it
         check_supported(m.cfg)

@@ -23,7 +23,7 @@ from hooked_clip1d import (
     TextConfig,
     VisionConfig,
 )
-from hooked_clip1d.config import preset
+from hooked_clip1d.model.config import preset
 
 TOWERS = ("vision", "text")
 

@@ -7,7 +7,7 @@ import torch
 from conftest import make_model, no_hooks_left
 
 from hooked_clip1d import DataConfig, build_dataset
-from hooked_clip1d.data import SPLITS
+from hooked_clip1d.data.dataset import SPLITS
 from hooked_clip1d.evaluation import (
     caption_label_sets,
     evaluate,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hooked_clip1d.sweep import load_spec, results_table
-from hooked_clip1d.transfer import unpack_runs
+from hooked_clip1d.sweeps.runner import load_spec, results_table
+from hooked_clip1d.sweeps.transfer import unpack_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = """name = "t"

@@ -16,7 +16,7 @@ from hooked_clip1d.analysis.heads import (
     to_jsonable,
 )
 from hooked_clip1d.analysis.terms import attention_terms
-from hooked_clip1d.data import build_dataset
+from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.visualization.heads import plot_eot_bias, plot_head_roles, plot_label_pe_scatter
 
 

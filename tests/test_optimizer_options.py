@@ -11,11 +11,11 @@ import torch
 from conftest import randomize_biases, tiny_config
 
 from hooked_clip1d import CLIP1D, DataConfig
-from hooked_clip1d.batched import BatchedTrainer, Member, group_key
-from hooked_clip1d.checkpoint import CheckpointError, load_model_file
+from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file
 from hooked_clip1d.settings import TrainConfig, dense_schedule
-from hooked_clip1d.stacked import StackedCLIP, _keep_mask
-from hooked_clip1d.training import Trainer, make_optimizer
+from hooked_clip1d.training.batched import BatchedTrainer, Member, group_key
+from hooked_clip1d.training.stacked import StackedCLIP, _keep_mask
+from hooked_clip1d.training.trainer import Trainer, make_optimizer
 
 D6 = DataConfig(n_labels=6, n_heldout=2, n2=2)  # 54 training pairs: 4 steps of 16 an epoch, the last short
 
@@ -50,7 +50,9 @@ def test_batched_engine_follows_trainer(tmp_path, kw):
                           dropout_rng="matched").run(progress=False)  # fmt: skip
     _close(single.model, runs[0].model)
     plain = Trainer(cfg, D6, _tc(frozen=kw.get("frozen", ("qk_bias",))), tmp_path / "plain").run(progress=False)
-    diff = max((a - b).abs().max().item() for a, b in zip(plain.model.parameters(), single.model.parameters()))
+    diff = max(
+        (a - b).abs().max().item() for a, b in zip(plain.model.parameters(), single.model.parameters(), strict=True)
+    )
     assert diff > 1e-3  # the option did something
 
 
@@ -75,7 +77,7 @@ def test_lr_schedule_values_and_validation():
     assert lrs[0] == pytest.approx(2.0 / 8) and lrs[7] == pytest.approx(2.0)  # linear warmup over 8 steps
     assert lrs[8] == pytest.approx(2.0) and lrs[24] == pytest.approx(1.0)  # cosine: half way down at its middle
     assert lrs[-1] == pytest.approx(2.0 * (1 + math.cos(math.pi * 31 / 32)) / 2)
-    assert all(a >= b for a, b in zip(lrs[8:], lrs[9:]))  # decreasing after the warmup
+    assert all(a >= b for a, b in zip(lrs[8:], lrs[9:], strict=False))  # decreasing after the warmup
     assert TrainConfig(lr=0.5).lr_at(123, 1000, 10) == 0.5
     with pytest.raises(ValueError, match="warmup_epochs needs lr_schedule='warmup_cosine'"):
         TrainConfig(warmup_epochs=3)

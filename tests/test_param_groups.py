@@ -10,12 +10,12 @@ from conftest import tiny_config
 from test_batched import _assert_same_model
 
 from hooked_clip1d import DataConfig, build_dataset
-from hooked_clip1d.batched import BatchedTrainer, Member
-from hooked_clip1d.checkpoint import load_model_file
-from hooked_clip1d.param_groups import decay_mask
+from hooked_clip1d.model.checkpoint import load_model_file
 from hooked_clip1d.settings import RECIPES
-from hooked_clip1d.sweep import load_spec
-from hooked_clip1d.training import TrainConfig, Trainer
+from hooked_clip1d.sweeps.runner import load_spec
+from hooked_clip1d.training.batched import BatchedTrainer, Member
+from hooked_clip1d.training.param_groups import decay_mask
+from hooked_clip1d.training.trainer import TrainConfig, Trainer
 
 D6 = DataConfig(n_labels=6, n_heldout=2, n2=2)
 
@@ -123,8 +123,8 @@ def _same_after_three_steps(a, oa, b, ob) -> None:
 
 def test_qk_bias_decay_scale_equals_torch_adamw_with_a_qk_bias_group():
     """``qk_bias_decay_scale=s`` is torch's AdamW with b_Q and b_K in a parameter group of weight decay w * s."""
-    from hooked_clip1d.clip import CLIP1D
-    from hooked_clip1d.training import MaskedAdamW
+    from hooked_clip1d.model.clip import CLIP1D
+    from hooked_clip1d.training.trainer import MaskedAdamW
 
     cfg = tiny_config()
     a, b = CLIP1D(cfg, seed=0).eval(), CLIP1D(cfg, seed=0).eval()  # no dropout: the same function
@@ -166,7 +166,7 @@ def test_resume_keeps_recipe_and_refuses_another(tmp_path):
 
 
 def test_old_train_config_without_recipe_fields_resumes_as_all_decay():
-    from hooked_clip1d.training import comparable_train_config
+    from hooked_clip1d.training.trainer import comparable_train_config
 
     old = TrainConfig().to_dict()
     for k in ("no_decay", "frozen", "keep_snapshots"):
@@ -189,8 +189,8 @@ def test_sweep_recipe_key_expands_named_recipes():
 def test_masked_step_equals_torch_adamw_when_nothing_is_exempt():
     """MaskedAdamW with an exemption that touches no parameter of the model equals torch's AdamW."""
     torch.manual_seed(0)
-    from hooked_clip1d.clip import CLIP1D
-    from hooked_clip1d.training import MaskedAdamW
+    from hooked_clip1d.model.clip import CLIP1D
+    from hooked_clip1d.training.trainer import MaskedAdamW
 
     cfg = tiny_config()  # attention-only: no LayerNorm, so "norms" exempts nothing
     a, b = CLIP1D(cfg, seed=0).eval(), CLIP1D(cfg, seed=0).eval()  # no dropout: the same function
@@ -216,8 +216,8 @@ def test_frozen_cls_pos_is_zero_and_held_in_both_engines(tmp_path):
 
 
 def test_frozen_cls_pos_needs_learned_positions():
-    from hooked_clip1d.clip import CLIP1D
-    from hooked_clip1d.training import MaskedAdamW
+    from hooked_clip1d.model.clip import CLIP1D
+    from hooked_clip1d.training.trainer import MaskedAdamW
 
     model = CLIP1D(tiny_config(vision_overrides={"positional": "rope"}), seed=0)
     with pytest.raises(ValueError, match="'cls_pos'.*positional='rope'"):

@@ -148,7 +148,7 @@ def test_reference_line_needs_a_label():
 
 
 def test_analyze_names_model_and_data_under_each_figure(tmp_path, monkeypatch):
-    from hooked_clip1d.analyze import run_analysis
+    from hooked_clip1d.cli.analyze import run_analysis
 
     stamped = []
     real = style.stamp

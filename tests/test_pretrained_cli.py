@@ -11,8 +11,8 @@ import torch
 
 import hooked_clip1d.pretrained as reg
 from hooked_clip1d import build_dataset, evaluate, list_pretrained, load_model
-from hooked_clip1d.checkpoint import CheckpointError, load_model_file
-from hooked_clip1d.cli import main
+from hooked_clip1d.cli.commands import main
+from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = reg.DEFAULT_MODEL
@@ -161,7 +161,7 @@ def test_example_notebook_executes():
 def test_run_demo_names_a_custom_model_by_itself(tmp_path):
     # regression: a model passed in was reported under the default pretrained name
     from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
-    from hooked_clip1d.demo import run_demo
+    from hooked_clip1d.cli.demo import run_demo
 
     m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6), seed=0).eval()
     m.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)
@@ -203,7 +203,7 @@ def test_cli_train_init_from_a_pruned_shipped_model(tmp_path, capsys):
 
 def test_cli_train_compile_uses_the_group_dropout_stream(tmp_path, monkeypatch):
     """--compile used to fail whenever dropout > 0 (compiled steps need dropout_rng="fast"); the CLI now asks for it."""
-    import hooked_clip1d.batched as batched
+    import hooked_clip1d.training.batched as batched
 
     seen = {}
     real = batched.train_fast
@@ -225,7 +225,7 @@ def test_cli_train_compiled_with_dropout(tmp_path):
     import subprocess
     import sys
 
-    args = [sys.executable, "-m", "hooked_clip1d.cli", "train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2",
+    args = [sys.executable, "-m", "hooked_clip1d", "train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2",
             "--no-progress", "--engine", "batched", "--compile", "--out", str(tmp_path)]  # fmt: skip
     subprocess.run([*args, "--epochs", "2"], check=True)
     assert json.loads((tmp_path / "summary.json").read_text())["epochs"] == 2
@@ -262,7 +262,7 @@ def test_export_measures_and_ships_the_stored_weights(tmp_path, monkeypatch):
 
 
 def test_save_model_refuses_weights_the_dtype_cannot_hold(tmp_path):
-    from hooked_clip1d.checkpoint import save_model
+    from hooked_clip1d.model.checkpoint import save_model
 
     model = load_model_file(reg.WEIGHTS_DIR / f"{DEFAULT}.safetensors")
     with torch.no_grad():
@@ -293,7 +293,7 @@ def test_cli_json_has_no_float32_noise(capsys):
 def test_list_reads_manifests_without_importing_torch():
     """`hooked-clip1d list` only reads the manifests: it answers without importing torch (or TransformerLens)."""
     code = (
-        "import sys; from hooked_clip1d.cli import main; main(['list', '--json']); "
+        "import sys; from hooked_clip1d.cli.commands import main; main(['list', '--json']); "
         "sys.stderr.write(str(sorted(m for m in ('torch', 'transformer_lens') if m in sys.modules)))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -306,7 +306,7 @@ def test_train_help_shows_each_default_once_and_every_option_helps():
     """`train --help` once printed "(default: --preset) (default: None)" and options without help."""
     import argparse
 
-    from hooked_clip1d.cli import build_parser
+    from hooked_clip1d.cli.commands import build_parser
 
     p = build_parser("train")
     train = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices["train"]

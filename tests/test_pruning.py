@@ -17,7 +17,7 @@ from hooked_clip1d.analysis.pruning import (
     prune_heads,
     zero_heads_hooks,
 )
-from hooked_clip1d.checkpoint import load_model_file, save_model
+from hooked_clip1d.model.checkpoint import load_model_file, save_model
 from hooked_clip1d.visualization.heads import plot_pruning
 
 

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from hooked_clip1d import reproduce as rp
-from hooked_clip1d import results_page as rp_page
-from hooked_clip1d.cli import main
+from hooked_clip1d.cli.commands import main
 from hooked_clip1d.reproduce import core as rp_core  # what reproduce() reads SWEEPS_DIR from
-from hooked_clip1d.results_page import build_results_page, load_records
+from hooked_clip1d.reproduce import results_page as rp_page
+from hooked_clip1d.reproduce.results_page import build_results_page, load_records
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_sweep_figure_runs_its_sweep_and_reads_the_table(tmp_path, monkeypatch):
 
 
 def test_every_sweep_figure_has_a_valid_shipped_spec():
-    from hooked_clip1d.sweep import load_spec
+    from hooked_clip1d.sweeps.runner import load_spec
 
     sweep_figs = {k: s.sweep for k, s in rp.FIGURES.items() if s.sweep}
     assert {"fig3", "fig4a", "fig10", "fig21", "x2-fig4a-small-init"} <= set(sweep_figs)
@@ -152,7 +152,7 @@ def test_unfinished_sweep_ignores_zoo_models_outside_its_grid(tmp_path, monkeypa
 
 
 def test_cli_reproduce_passes_the_sweep_execution_settings(tmp_path, monkeypatch):
-    import hooked_clip1d.sweep as sweep_mod
+    import hooked_clip1d.sweeps.runner as sweep_mod
 
     seen = {}
 
@@ -177,7 +177,7 @@ def test_fig21_reads_each_runs_head_bias_and_ep_gradient(tmp_path):
     from conftest import make_model
 
     from hooked_clip1d import DataConfig
-    from hooked_clip1d.checkpoint import save_model
+    from hooked_clip1d.model.checkpoint import save_model
 
     model = make_model(n_labels=20, n_heads=1, d_head=16)  # a single-head vision tower
     run = tmp_path / "run"
@@ -213,7 +213,7 @@ def _interrupted_tiny_sweep(tmp_path, monkeypatch):
 
 
 def test_progress_table_reads_unfinished_runs_latest_evaluation(tmp_path, monkeypatch):
-    from hooked_clip1d.sweep import load_spec, progress_table, results_table
+    from hooked_clip1d.sweeps.runner import load_spec, progress_table, results_table
 
     spec_path, out = _interrupted_tiny_sweep(tmp_path, monkeypatch)
     spec = load_spec(spec_path)
@@ -476,9 +476,9 @@ dropout_rng = "fast"
 def test_recipe_studies_judge_a_real_recipe_sweep(tmp_path):
     """x8-recipe and x9-attndrop (one judging, two sets of checks) on a tiny trained recipe sweep: one table row
     per run, the pre-registered checks, and x9's count of EP-gradient heads taken from each run's final report."""
-    from hooked_clip1d.checkpoint import load_model_file
+    from hooked_clip1d.model.checkpoint import load_model_file
     from hooked_clip1d.reproduce.recipe_study import _x_attndrop, _x_recipe, ep_heads
-    from hooked_clip1d.sweep import run_sweep
+    from hooked_clip1d.sweeps.runner import run_sweep
 
     spec = tmp_path / "recipe-tiny.toml"
     spec.write_text(RECIPE_SWEEP)

@@ -16,7 +16,7 @@ from hooked_clip1d.analysis.rope import (
     rho_profile,
     rope_mechanism,
 )
-from hooked_clip1d.data import build_dataset
+from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.visualization.rope import plot_rope_mechanism
 
 VISION_ROPE = dict(vision_overrides={"positional": "rope"})

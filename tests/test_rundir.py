@@ -12,8 +12,8 @@ import torch
 from conftest import tiny_config
 
 from hooked_clip1d import CLIP1D, DataConfig
-from hooked_clip1d.rundir import RunDirBusy, RunLock, check_run_dir, read_metrics
-from hooked_clip1d.training import TrainConfig, Trainer, train
+from hooked_clip1d.training.rundir import RunDirBusy, RunLock, check_run_dir, read_metrics
+from hooked_clip1d.training.trainer import TrainConfig, Trainer, train
 
 DATA = DataConfig(n_labels=6, n_heldout=2, n2=2)
 
@@ -24,7 +24,7 @@ def _tc(**kw) -> TrainConfig:
 
 def _hold_lock(d) -> subprocess.Popen:
     code = (
-        "import sys, time; from hooked_clip1d.rundir import RunLock; "
+        "import sys, time; from hooked_clip1d.training.rundir import RunLock; "
         f"RunLock({str(d)!r}).acquire(); print('locked', flush=True); time.sleep(60)"
     )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -154,14 +154,14 @@ def test_runlock_is_exclusive_and_released():
 
 @pytest.mark.parametrize("name", ["../../x", "/abs/path", "a/b", "..", ""])
 def test_sweep_names_are_identifiers(name):
-    from hooked_clip1d.sweep import load_spec
+    from hooked_clip1d.sweeps.runner import load_spec
 
     with pytest.raises(ValueError, match="plain identifier"):
         load_spec(text=f'name = "{name}"\n[grid]\nseed = [0]')
 
 
 def test_sweep_refuses_a_foreign_folder_and_a_busy_one(tmp_path):
-    from hooked_clip1d.sweep import run_sweep
+    from hooked_clip1d.sweeps.runner import run_sweep
 
     spec = tmp_path / "s.toml"
     spec.write_text(
@@ -184,7 +184,7 @@ def test_sweep_refuses_a_foreign_folder_and_a_busy_one(tmp_path):
 
 
 def test_batched_group_locks_its_member_directories(tmp_path):
-    from hooked_clip1d.batched import BatchedTrainer, Member
+    from hooked_clip1d.training.batched import BatchedTrainer, Member
 
     bt = BatchedTrainer([Member(tiny_config(), DATA, _tc())], tmp_path / "g", dropout_rng="matched")
     with pytest.raises(RunDirBusy):
@@ -197,7 +197,7 @@ def test_an_edited_file_is_recognised_on_load(tmp_path):
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    from hooked_clip1d.checkpoint import CheckpointError, load_model_file, save_model
+    from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file, save_model
 
     m = CLIP1D(tiny_config(), seed=0)
     save_model(m, tmp_path / "m.safetensors", DATA)
@@ -216,7 +216,7 @@ def test_an_edited_file_is_recognised_on_load(tmp_path):
 
 
 def test_loading_a_directory_says_so(tmp_path):
-    from hooked_clip1d.checkpoint import CheckpointError, load_model_file
+    from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file
 
     Trainer(tiny_config(), DATA, _tc(epochs=1), tmp_path / "run").run(progress=False)
     with pytest.raises(CheckpointError, match="is a directory.*model.safetensors"):
@@ -230,7 +230,7 @@ def test_dataset_size_is_refused_before_building():
 
 def test_run_analysis_restores_the_callers_mode(tmp_path):
     from hooked_clip1d import load_model
-    from hooked_clip1d.analyze import run_analysis
+    from hooked_clip1d.cli.analyze import run_analysis
 
     m = load_model("simplified-ntot20-n2-10").train()
     run_analysis("heads", m, tmp_path)
@@ -271,7 +271,7 @@ def test_export_refuses_a_run_in_use_and_a_foreign_config(tmp_path):
 
 
 def test_resume_reads_the_runs_own_config_and_names_disagreeing_flags(tmp_path, capsys):
-    from hooked_clip1d.cli import main
+    from hooked_clip1d.cli.commands import main
 
     out = str(tmp_path / "run")
     base = ["train", "--preset", "simplified", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--batch-size",
@@ -285,7 +285,7 @@ def test_resume_reads_the_runs_own_config_and_names_disagreeing_flags(tmp_path, 
 
 
 def test_resume_with_a_disagreeing_data_flag_is_an_error(tmp_path, capsys):
-    from hooked_clip1d.cli import main
+    from hooked_clip1d.cli.commands import main
 
     out = str(tmp_path / "run")
     assert main(["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--batch-size", "16", "--epochs", "1",

@@ -17,10 +17,10 @@ import torch
 from conftest import tiny_config
 
 from hooked_clip1d import DataConfig
-from hooked_clip1d.batched import BatchedTrainer, Member
-from hooked_clip1d.checkpoint import load_model_file, read_tensors
-from hooked_clip1d.rundir import TrainingInterrupted, stop_on_signal, stop_requested
-from hooked_clip1d.training import TrainConfig, Trainer
+from hooked_clip1d.model.checkpoint import load_model_file, read_tensors
+from hooked_clip1d.training.batched import BatchedTrainer, Member
+from hooked_clip1d.training.rundir import TrainingInterrupted, stop_on_signal, stop_requested
+from hooked_clip1d.training.trainer import TrainConfig, Trainer
 
 D6 = DataConfig(n_labels=6, n_heldout=2, n2=2)
 ROOT = Path(__file__).resolve().parent.parent

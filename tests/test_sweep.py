@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hooked_clip1d.checkpoint import load_model_file
-from hooked_clip1d.sweep import format_results, load_spec, plan_groups, results_table, run_sweep
+from hooked_clip1d.model.checkpoint import load_model_file
+from hooked_clip1d.sweeps.runner import format_results, load_spec, plan_groups, results_table, run_sweep
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "sweeps"
 ROOT_SWEEPS = Path(__file__).resolve().parent.parent / "hooked_clip1d" / "sweeps"
@@ -155,8 +155,8 @@ def test_max_seconds_stops_every_group_resumably(tiny_done, tmp_path, monkeypatc
     ends with the uninterrupted weights."""
     import types
 
-    import hooked_clip1d.sweep as sweep_mod
-    import hooked_clip1d.sweep_pool as pool_mod
+    import hooked_clip1d.sweeps.pool as pool_mod
+    import hooked_clip1d.sweeps.runner as sweep_mod
 
     out_full, _ = tiny_done
     out = tmp_path / "tiny"
@@ -309,7 +309,7 @@ def test_a_finished_run_trained_with_another_recipe_is_an_error_not_a_result(tin
 def test_plans_for_several_workers_balance_the_groups():
     """Fig. 4a's 36 runs for 2 workers: two groups of equal estimated cost (one worker alone used to train a group of
     the 32 longest runs while the other finished 4 short ones), every run once, longest group first."""
-    from hooked_clip1d.sweep import group_cost, planned_steps
+    from hooked_clip1d.sweeps.runner import group_cost, planned_steps
 
     runs = load_spec(Path(__file__).parents[1] / "hooked_clip1d" / "sweeps" / "fig4a.toml").runs
     one = plan_groups(runs, 32)
@@ -329,7 +329,7 @@ def test_plans_keep_long_runs_together_when_that_costs_less():
     """Spreading Fig. 4a's three longest runs (1.17 M steps) over two workers makes both groups pay the per-step
     overhead for 1.17 M steps; with ``pack_long`` they stay together where ``group_cost`` (a + bK) says that costs
     less. Not the default: step times measured by group size favour spreading."""
-    from hooked_clip1d.sweep import _makespan, _spread, group_cost, planned_steps
+    from hooked_clip1d.sweeps.runner import _makespan, _spread, group_cost, planned_steps
 
     runs = load_spec(Path(__file__).parents[1] / "hooked_clip1d" / "sweeps" / "fig4a.toml").runs
     steps = {r.name: planned_steps(r) for r in runs}
@@ -349,9 +349,9 @@ def test_plans_keep_long_runs_together_when_that_costs_less():
 def test_status_says_how_far_a_sweep_has_come_without_training_it(tmp_path, capsys):
     """`sweep --status`: model-steps done, groups with their active members, finished runs, and who holds the lock;
     it trains nothing and refuses a folder that holds no sweep."""
-    from hooked_clip1d.cli import main
-    from hooked_clip1d.rundir import RunLock
-    from hooked_clip1d.sweep_status import sweep_status
+    from hooked_clip1d.cli.commands import main
+    from hooked_clip1d.sweeps.status import sweep_status
+    from hooked_clip1d.training.rundir import RunLock
 
     spec = EXAMPLES / "tiny.toml"
     out = tmp_path / "out"
@@ -382,7 +382,7 @@ def test_status_says_how_far_a_sweep_has_come_without_training_it(tmp_path, caps
 
 
 def test_run_groups_refuses_an_unknown_runner():
-    from hooked_clip1d.sweep_pool import run_groups
+    from hooked_clip1d.sweeps.pool import run_groups
 
     with pytest.raises(ValueError, match="runner must be 'local' or 'ray', got 'slurm'"):
         run_groups([], runner="slurm")

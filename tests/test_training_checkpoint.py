@@ -14,7 +14,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from hooked_clip1d import CLIP1D, DataConfig, build_dataset, clip_loss
-from hooked_clip1d.checkpoint import (
+from hooked_clip1d.model.checkpoint import (
     FORMAT,
     CheckpointError,
     atomic_write,
@@ -23,7 +23,7 @@ from hooked_clip1d.checkpoint import (
     save_model,
     save_tensors,
 )
-from hooked_clip1d.training import TrainConfig, Trainer, make_optimizer, train
+from hooked_clip1d.training.trainer import TrainConfig, Trainer, make_optimizer, train
 
 DATA = DataConfig(n_labels=6, n_heldout=2, n2=2)
 
@@ -420,7 +420,7 @@ def test_dataset_of_the_data_config_rebuilds(saved):
 def test_atomic_write_uses_normal_file_permissions(tmp_path):
     import os
 
-    from hooked_clip1d.rundir import atomic_write_text
+    from hooked_clip1d.files import atomic_write_text
 
     atomic_write_text(tmp_path / "x.txt", "hi")
     umask = os.umask(0)
@@ -432,7 +432,7 @@ def test_saved_models_use_normal_file_permissions(tmp_path):
     import os
 
     from hooked_clip1d import CLIP1D, CLIPConfig
-    from hooked_clip1d.checkpoint import save_model
+    from hooked_clip1d.model.checkpoint import save_model
 
     save_model(
         CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, d_model=8, d_head=2)), tmp_path / "m.safetensors"
@@ -447,9 +447,9 @@ def test_resume_a_checkpoint_saved_before_a_config_field_existed(tmp_path, engin
     """Bug: a run saved before EncoderConfig.ablated_terms existed could not be resumed ("model_config differs").
     Saved configs are now read with today's defaults for fields they lack."""
     from hooked_clip1d import CLIPConfig, DataConfig, TrainConfig
-    from hooked_clip1d.batched import BatchedTrainer, Member
-    from hooked_clip1d.checkpoint import read_tensors, save_tensors
-    from hooked_clip1d.cli import main
+    from hooked_clip1d.cli.commands import main
+    from hooked_clip1d.model.checkpoint import read_tensors, save_tensors
+    from hooked_clip1d.training.batched import BatchedTrainer, Member
 
     args = ["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--no-progress", "--engine", engine,
             "--out", str(tmp_path)]  # fmt: skip

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hooked_clip1d.checkpoint import load_model_file
-from hooked_clip1d.sweep import load_spec, results_table, run_sweep
-from hooked_clip1d.transfer import RUN_FILES, _tar_bytes, finished_runs, pack_runs, unpack_runs
+from hooked_clip1d.model.checkpoint import load_model_file
+from hooked_clip1d.sweeps.runner import load_spec, results_table, run_sweep
+from hooked_clip1d.sweeps.transfer import RUN_FILES, _tar_bytes, finished_runs, pack_runs, unpack_runs
 
 TINY = Path(__file__).resolve().parent.parent / "examples" / "sweeps" / "tiny.toml"
 
@@ -93,7 +93,7 @@ def test_unpack_refuses_foreign_members_and_conflicting_runs(trained, tmp_path):
 
 
 def test_pack_and_unpack_commands(trained, tmp_path, capsys):
-    from hooked_clip1d.cli import main
+    from hooked_clip1d.cli.commands import main
 
     assert main(["pack", str(trained), str(tmp_path / "back"), "--max-mib", "16"]) == 0
     assert "runs-000.tar" in capsys.readouterr().out
@@ -106,7 +106,7 @@ def test_pack_and_unpack_commands(trained, tmp_path, capsys):
 def test_a_group_with_runs_finished_elsewhere_resumes_over_several_calls(tmp_path):
     """Runs finished in an earlier session arrive without weights (gpu_queue.sh carry); the fresh group trains the
     others, and its checkpoint (which holds those alone) resumes in the next call: a bug once made it refuse."""
-    from hooked_clip1d.sweep_status import sweep_status
+    from hooked_clip1d.sweeps.status import sweep_status
 
     spec = tmp_path / "s.toml"
     spec.write_text(TINY.read_text().replace("n_labels = [6, 7]", "n_labels = [5, 7]").replace("seed = [0, 1]", ""))

@@ -6,7 +6,7 @@ import sys
 
 def test_import_keeps_the_users_backend():
     code = (
-        "import matplotlib; matplotlib.use('svg'); import hooked_clip1d.visualization, hooked_clip1d.analyze, "
+        "import matplotlib; matplotlib.use('svg'); import hooked_clip1d.visualization, hooked_clip1d.cli.analyze, "
         "hooked_clip1d.reproduce; print(matplotlib.get_backend())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hooked_clip1d import DataConfig, Vocabulary, build_dataset
-from hooked_clip1d.data import SPLITS
+from hooked_clip1d.data.dataset import SPLITS
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Vocabulary
@@ -392,7 +392,7 @@ def test_data_config_dict_round_trip():
     ],
 )
 def test_impossible_data_config_raises_before_any_work(kw, field, monkeypatch):
-    import hooked_clip1d.data as data_mod
+    import hooked_clip1d.data.dataset as data_mod
 
     def boom(*a, **k):  # the generator must not even be created
         raise AssertionError("DataConfig validation ran after work started")

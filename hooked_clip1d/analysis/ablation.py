@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hooked_clip1d.analysis.terms import ablate_terms
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.data import SPLITS, Dataset
+from hooked_clip1d.data.dataset import SPLITS, Dataset
 from hooked_clip1d.evaluation import evaluate
+from hooked_clip1d.model.clip import CLIP1D
 
 #: the conditions of Fig. 5e / 16 (EP, PE, PP, BP) and Fig. 17 (VP; all position-dependent terms)
 PAPER_ABLATIONS: dict[str, tuple[str, ...]] = {

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float
 
-from hooked_clip1d.clip import CLIP1D
+from hooked_clip1d.model.clip import CLIP1D
 
 
 def procrustes(

@@ -80,8 +80,8 @@ from jaxtyping import Float, Int
 from transformer_lens import ActivationCache
 
 from hooked_clip1d.analysis.hooks import check_tower
-from hooked_clip1d.components import apply_rotary
-from hooked_clip1d.encoders import HookedEncoder
+from hooked_clip1d.model.components import apply_rotary
+from hooked_clip1d.model.encoders import HookedEncoder
 
 #: the nine layer-0 token/position/bias terms (query part, key part), Eq. 2 and App. D of the paper
 SCORE_TERMS = ("EE", "EP", "PE", "PP", "BE", "BP", "EB", "PB", "BB")

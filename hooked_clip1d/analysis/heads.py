@@ -31,8 +31,8 @@ import torch
 from jaxtyping import Int
 
 from hooked_clip1d.analysis.hooks import Hooks
-from hooked_clip1d.data import Dataset, Split
-from hooked_clip1d.encoders import HookedEncoder, HookedTextEncoder, HookedVisionEncoder
+from hooked_clip1d.data.dataset import Dataset, Split
+from hooked_clip1d.model.encoders import HookedEncoder, HookedTextEncoder, HookedVisionEncoder
 
 
 def to_jsonable(obj: Any) -> Any:

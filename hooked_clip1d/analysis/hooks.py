@@ -29,9 +29,9 @@ from jaxtyping import Bool, Float
 from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.analysis.metrics import BeliefMetric
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.encoders import HookedEncoder
 from hooked_clip1d.evaluation import Hooks
+from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.model.encoders import HookedEncoder
 
 #: one forward hook: (hook point name, fn(activation, hook) -> new activation or None)
 Hook = tuple[str, Callable]

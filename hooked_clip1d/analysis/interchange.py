@@ -25,7 +25,7 @@ from hooked_clip1d.analysis.metrics import (
     shift_fraction,
     swap_captions,
 )
-from hooked_clip1d.clip import CLIP1D
+from hooked_clip1d.model.clip import CLIP1D
 
 
 @dataclass

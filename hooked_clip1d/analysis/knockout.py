@@ -37,8 +37,8 @@ from hooked_clip1d.analysis.metrics import (
     image_belief_metric,
     object_token_positions,
 )
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.encoders import HookedEncoder
+from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.model.encoders import HookedEncoder
 
 
 def cls_object_edges(

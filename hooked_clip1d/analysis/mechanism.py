@@ -39,9 +39,9 @@ from hooked_clip1d.analysis.ablation import evaluate_ablations
 from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
 from hooked_clip1d.analysis.heads import classify_head_roles, cls_object_bias, label_pe_deltas
 from hooked_clip1d.analysis.hooks import Hook
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.data import Dataset, Split, build_dataset
-from hooked_clip1d.encoders import HookedVisionEncoder
+from hooked_clip1d.data.dataset import Dataset, Split, build_dataset
+from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.model.encoders import HookedVisionEncoder
 
 PROBE = "probe_unseen"
 FIG4B_IMAGE = "C . . 17 . . 19 . . . ."  # Fig. 4b's first image: the unseen pair (17, 19)
@@ -362,8 +362,8 @@ def run_mechanism_history(run_dir: str | Path, every: int = 1000) -> dict[int, d
     Reports are cached in ``run_dir/mechanism.json`` (keyed by epoch and the snapshot's size and mtime), so a
     second call computes only new snapshots.
     """
-    from hooked_clip1d.checkpoint import load_model_file
-    from hooked_clip1d.rundir import atomic_write_text
+    from hooked_clip1d.files import atomic_write_text
+    from hooked_clip1d.model.checkpoint import load_model_file
 
     run_dir = Path(run_dir)
     snaps = sorted((run_dir / "snapshots").glob("epoch_*.safetensors"))
@@ -400,7 +400,7 @@ def single_head_mechanism(row: dict[str, Any], image: str = FIG4B_IMAGE) -> dict
         >>> single_head_mechanism({"weight_decay": 0.2, "path": "/no/such/run"}) is None  # weights gone
         True
     """
-    from hooked_clip1d.checkpoint import load_model_file
+    from hooked_clip1d.model.checkpoint import load_model_file
 
     path = Path(row.get("path", "")) / "model.safetensors"
     if "path" not in row or not path.exists():

@@ -41,9 +41,9 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.data import Split
-from hooked_clip1d.vocab import Vocabulary
+from hooked_clip1d.data.dataset import Split
+from hooked_clip1d.data.vocab import Vocabulary
+from hooked_clip1d.model.clip import CLIP1D
 
 BeliefMetric = Callable[[torch.Tensor], torch.Tensor]
 

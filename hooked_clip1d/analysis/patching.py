@@ -69,8 +69,8 @@ from hooked_clip1d.analysis.metrics import (
     swap_captions,
 )
 from hooked_clip1d.analysis.tl_adapter import TL_KINDS, tl_patching
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.encoders import HookedEncoder
+from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.model.encoders import HookedEncoder
 
 VISION_SETS = ("all", "pixels", "objects", "cls")
 TEXT_SETS = ("all", "subject", "relation", "object", "eot", "labels")

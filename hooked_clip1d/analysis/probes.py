@@ -36,7 +36,7 @@ from jaxtyping import Float, Int
 
 from hooked_clip1d.analysis.hooks import check_eval, check_tower, depth_labels, residual_hook_names
 from hooked_clip1d.analysis.metrics import check_pair_captions, check_pair_images, object_token_positions
-from hooked_clip1d.encoders import HookedEncoder, HookedVisionEncoder
+from hooked_clip1d.model.encoders import HookedEncoder, HookedVisionEncoder
 
 VISION_TARGETS = ("left_pos", "right_pos", "left_label", "right_label", "relation", "distance")
 TEXT_TARGETS = ("subject", "object", "relation")

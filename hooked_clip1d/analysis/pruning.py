@@ -36,12 +36,12 @@ import torch
 
 from hooked_clip1d.analysis.hooks import Head, check_heads
 from hooked_clip1d.analysis.hooks import zero_heads_hooks as zero_heads_hooks  # re-exported: its old home
-from hooked_clip1d.checkpoint import load_model_file
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.data import DataConfig, Dataset, build_dataset
+from hooked_clip1d.data.dataset import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
-from hooked_clip1d.rundir import atomic_write_text
-from hooked_clip1d.training import TrainConfig, Trainer, TrainRun
+from hooked_clip1d.files import atomic_write_text
+from hooked_clip1d.model.checkpoint import load_model_file
+from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.training.trainer import TrainConfig, Trainer, TrainRun
 
 
 def prune_heads(
@@ -234,7 +234,7 @@ def _retrain_batched(
     progress: bool,
 ) -> list[CLIP1D]:
     """Retrain every pruned copy of ``model`` in one ``BatchedTrainer`` group; returns the retrained models."""
-    from hooked_clip1d.batched import BatchedTrainer, Member
+    from hooked_clip1d.training.batched import BatchedTrainer, Member
 
     tc = dataclasses.replace(train_cfg or TrainConfig(), epochs=epochs)
     members = []

@@ -42,9 +42,9 @@ from typing import Any
 import torch
 
 from hooked_clip1d.analysis.heads import _pair_images
-from hooked_clip1d.components import apply_rotary
-from hooked_clip1d.data import Split
-from hooked_clip1d.encoders import HookedEncoder, HookedVisionEncoder
+from hooked_clip1d.data.dataset import Split
+from hooked_clip1d.model.components import apply_rotary
+from hooked_clip1d.model.encoders import HookedEncoder, HookedVisionEncoder
 
 
 def _check_vision(model: HookedEncoder, what: str) -> None:

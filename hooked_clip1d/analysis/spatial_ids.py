@@ -67,8 +67,8 @@ from hooked_clip1d.analysis.metrics import (
     swap_captions,
     swap_objects,
 )
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.encoders import HookedTextEncoder, HookedVisionEncoder
+from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.model.encoders import HookedTextEncoder, HookedVisionEncoder
 
 
 @dataclass

@@ -66,7 +66,7 @@ from hooked_clip1d.analysis.decompose import (
     rotate,
 )
 from hooked_clip1d.analysis.hooks import Hook, check_indices
-from hooked_clip1d.encoders import HookedEncoder
+from hooked_clip1d.model.encoders import HookedEncoder
 
 __all__ = [
     "ABLATABLE_TERMS",

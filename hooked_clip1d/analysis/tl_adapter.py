@@ -16,7 +16,7 @@ from transformer_lens import patching as tl_patch
 
 from hooked_clip1d.analysis.hooks import Metric, check_eval, check_tower
 from hooked_clip1d.analysis.metrics import shift_fraction
-from hooked_clip1d.encoders import HookedEncoder
+from hooked_clip1d.model.encoders import HookedEncoder
 
 TL_KINDS: dict[str, tuple[str, bool]] = {  # kind -> (transformer_lens.patching function, needs an MLP)
     "resid_pre": ("get_act_patch_resid_pre", False),

@@ -1,7 +1,7 @@
 """Pretrained registry: models trained by this package, shipped as package data, loaded offline.
 
 Each model is two files in ``hooked_clip1d/pretrained/weights/``: ``<name>.safetensors`` (weights + configs, see
-``hooked_clip1d.checkpoint``) and ``<name>.json``, its manifest: description, configs, the exact training command,
+``hooked_clip1d.model.checkpoint``) and ``<name>.json``, its manifest: description, configs, the exact training command,
 seed, epochs, steps, training time, the accuracies measured on its dataset, the sha256 of the weights and
 provenance (git commit, versions). ``load_model`` checks the sha256 before loading.
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from hooked_clip1d._version import DEFAULT_MODEL as DEFAULT_MODEL  # defined torch-free, for the CLI's parser
 
 if TYPE_CHECKING:  # torch is imported where weights are read: listing the zoo and its manifests needs none
-    from hooked_clip1d.clip import CLIP1D
+    from hooked_clip1d.model.clip import CLIP1D
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
@@ -73,7 +73,7 @@ def resolve_model(spec: str | os.PathLike) -> CLIP1D:
         >>> resolve_model("simplified-ntot20-n2-10").cfg.n_labels
         20
     """
-    from hooked_clip1d.checkpoint import load_model_file
+    from hooked_clip1d.model.checkpoint import load_model_file
 
     p = Path(spec)
     if p.is_dir():
@@ -102,7 +102,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "cpu") -> CLIP1D:
     Raises ``KeyError`` listing the known names for an unknown name, and ``CheckpointError`` if the weights do
     not match the manifest's sha256.
     """
-    from hooked_clip1d.checkpoint import CheckpointError, load_model_file
+    from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file
 
     man = manifest(name)
     path = WEIGHTS_DIR / f"{name}.safetensors"
@@ -166,7 +166,7 @@ def export_run(
     ``checkpoint.safetensors``; the manifest then records the epochs actually trained. ``dest`` defaults to the
     package's ``WEIGHTS_DIR``.
     """
-    from hooked_clip1d.rundir import RunLock, is_run_dir
+    from hooked_clip1d.training.rundir import RunLock, is_run_dir
 
     run_dir, dest = Path(run_dir), Path(dest) if dest is not None else WEIGHTS_DIR
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or ".." in name:
@@ -195,10 +195,10 @@ def portable_command(cmd: str) -> str:
 def _export_locked(run_dir: Path, name: str, description: str, dest: Path, weights_dtype: str) -> Path:
     import torch
 
-    from hooked_clip1d.checkpoint import load_model_file, read_tensors, save_model
-    from hooked_clip1d.data import build_dataset
+    from hooked_clip1d.data.dataset import build_dataset
     from hooked_clip1d.evaluation import evaluate
-    from hooked_clip1d.rundir import atomic_write_text
+    from hooked_clip1d.files import atomic_write_text
+    from hooked_clip1d.model.checkpoint import load_model_file, read_tensors, save_model
 
     config = json.loads((run_dir / "config.json").read_text())
     final = run_dir / "model.safetensors"

@@ -8,8 +8,8 @@ built on an unfinished sweep is judged on every run's latest evaluation once eac
 (``sweep.progress_table``; an interim reading, at most ``partly``), else on the zoo models that are cells of its
 grid (``grid_cell``) where it has ``cell_checks`` — at most ``partly``, as cells alone do not measure the sweep's
 trend — and is ``not run`` otherwise.
-``reproduce`` writes ``<out>/<figure>/<figure>.json`` and its PNGs; ``hooked_clip1d.results_page`` turns the JSON
-files into ``docs/results.md``.
+``reproduce`` writes ``<out>/<figure>/<figure>.json`` and its PNGs; ``reproduce.results_page`` turns the JSON files
+into ``docs/results.md``.
 
 The package, by module:
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.data import build_dataset
+from hooked_clip1d.data.dataset import build_dataset
+from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import list_pretrained, load_model
 from hooked_clip1d.reproduce.core import FLAGSHIP, PRUNED, VISION2, FigureSpec, Outcome
 from hooked_clip1d.reproduce.mechanism_figs import FIG4B_IMAGES, _ep_gradient_outcome

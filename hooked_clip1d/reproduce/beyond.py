@@ -21,8 +21,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import torch
 
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.data import build_dataset
+from hooked_clip1d.data.dataset import build_dataset
+from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import manifest
 from hooked_clip1d.reproduce.core import (
     ABLATE_EP,

@@ -19,8 +19,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.rundir import atomic_write
+from hooked_clip1d.files import atomic_write
+from hooked_clip1d.model.clip import CLIP1D
 
 VERDICTS = ("reproduced", "partly", "not reproduced", "not run")
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import torch
 
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.data import build_dataset
+from hooked_clip1d.data.dataset import build_dataset
+from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.reproduce.core import FLAGSHIP, NONGEN, FigureSpec, Outcome
 
 

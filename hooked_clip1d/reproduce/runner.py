@@ -20,10 +20,10 @@ import hooked_clip1d.reproduce.core as core
 import hooked_clip1d.reproduce.mechanism_figs as mechanism_figs
 import hooked_clip1d.reproduce.recipe_study as recipe_study
 import hooked_clip1d.reproduce.sweep_figs as sweep_figs
+from hooked_clip1d.files import atomic_write_text
 from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
 from hooked_clip1d.reproduce.core import FigureSpec, _outcome_record, verdict_of
 from hooked_clip1d.reproduce.sweep_figs import grid_cell
-from hooked_clip1d.rundir import atomic_write_text
 
 # FIGURES' key order (kept from the single-module version); every key of the modules' SPECS, once
 ORDER = (
@@ -125,7 +125,7 @@ def reproduce(
     }
     missing = [m for m in spec.models if m not in list_pretrained()]
     if spec.sweep is not None:
-        from hooked_clip1d.sweep import load_spec, progress_table, results_table, run_sweep, sweeps_home
+        from hooked_clip1d.sweeps.runner import load_spec, progress_table, results_table, run_sweep, sweeps_home
 
         sweep_spec = core.SWEEPS_DIR / f"{spec.sweep}.toml"
         sweep_out = Path(sweeps_dir if sweeps_dir is not None else sweeps_home()) / spec.sweep
@@ -179,7 +179,7 @@ def reproduce(
                 )
         else:
             record.update(_outcome_record(spec.run(rows), out, spec, f"sweep {spec.sweep}"))  # type: ignore[arg-type]
-            from hooked_clip1d.sweep_status import sweep_status
+            from hooked_clip1d.sweeps.status import sweep_status
 
             # each group's own clock (carried across resumes), as `sweep --status` reads it
             groups = {g["group"]: g["elapsed_s"] for g in sweep_status(sweep_spec, sweep_out)["groups"]}

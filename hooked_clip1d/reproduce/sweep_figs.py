@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
-from hooked_clip1d.checkpoint import canonical_config
+from hooked_clip1d.model.checkpoint import canonical_config
 from hooked_clip1d.pretrained import manifest
 from hooked_clip1d.reproduce.core import FLAGSHIP, FULL, NONGEN, FigureSpec, Outcome
 
@@ -207,8 +207,8 @@ def grid_cell(name: str, sweep: str | Path) -> dict[str, Any] | None:
         >>> grid_cell("simplified-ntot20-n2-10", SWEEPS_DIR / "fig4a.toml")
         {'n_labels': 20, 'n2': 10, 'seed': 0}
     """
-    from hooked_clip1d.sweep import load_spec
-    from hooked_clip1d.training import comparable_train_config
+    from hooked_clip1d.sweeps.runner import load_spec
+    from hooked_clip1d.training.trainer import comparable_train_config
 
     def recipe(model: dict[str, Any], data: dict[str, Any], train: dict[str, Any], epochs: int) -> Any:
         model, data = canonical_config("model_config", model), canonical_config("data_config", data)

@@ -38,9 +38,9 @@ from circuitsvis.utils.render import RenderedHTML
 from jaxtyping import Float
 from matplotlib.figure import Figure
 
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.encoders import HookedEncoder
-from hooked_clip1d.rundir import atomic_write
+from hooked_clip1d.files import atomic_write
+from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.model.encoders import HookedEncoder
 
 Tower = Literal["vision", "text"]
 IMAGE_EXAMPLE = "C . 3 . . 5 . . . . ."

@@ -35,7 +35,7 @@ import torch
 from matplotlib.figure import Figure
 
 from hooked_clip1d.analysis.decompose import TERM_LABELS
-from hooked_clip1d.data import SPLIT_TITLES
+from hooked_clip1d.data.dataset import SPLIT_TITLES
 from hooked_clip1d.visualization.plots import plot_ablation_accuracy
 from hooked_clip1d.visualization.style import bars, legend_outside
 

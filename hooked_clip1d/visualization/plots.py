@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from hooked_clip1d.data import SPLIT_TITLES
+from hooked_clip1d.data.dataset import SPLIT_TITLES
 from hooked_clip1d.visualization.style import bars, legend_outside, metric_label, reference_line
 
 

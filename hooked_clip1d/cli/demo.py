@@ -15,11 +15,11 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from hooked_clip1d.analysis import ablate_terms, cls_object_bias
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.data import build_dataset
+from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.evaluation import evaluate, format_metrics
+from hooked_clip1d.files import atomic_write, atomic_write_text
+from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import DEFAULT_MODEL, load_model, model_name
-from hooked_clip1d.rundir import atomic_write, atomic_write_text
 from hooked_clip1d.visualization import plot_ablation_accuracy, plot_head_bias
 
 ABLATIONS = ("EP", "PE", "PP", "BP", "VP")

@@ -28,8 +28,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from hooked_clip1d.files import atomic_write, atomic_write_text
 from hooked_clip1d.pretrained import registry_table
-from hooked_clip1d.rundir import atomic_write, atomic_write_text
 
 ICON = {"reproduced": "reproduced", "partly": "partly", "not reproduced": "**not reproduced**", "not run": "not run"}
 

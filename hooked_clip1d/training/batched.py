@@ -25,9 +25,9 @@ benchmark use ``"fast"``. ``amp=True`` runs the towers under bfloat16 autocast (
 
 Example:
     >>> import tempfile
-    >>> from hooked_clip1d.clip import CLIPConfig
-    >>> from hooked_clip1d.data import DataConfig
-    >>> from hooked_clip1d.training import TrainConfig
+    >>> from hooked_clip1d.model.clip import CLIPConfig
+    >>> from hooked_clip1d.data.dataset import DataConfig
+    >>> from hooked_clip1d.training.trainer import TrainConfig
     >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2)
     >>> members = [Member(cfg, DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig(epochs=2, batch_size=16, seed=s))
     ...            for s in (0, 1)]
@@ -49,12 +49,12 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from hooked_clip1d.clip import CLIP1D, CLIPConfig
-from hooked_clip1d.data import DataConfig, Dataset, EpochPermutations, build_dataset
-from hooked_clip1d.graph_step import StepGraph, check_graph_step
-from hooked_clip1d.group_io import GROUP_CHECKPOINT, GroupFiles
-from hooked_clip1d.param_groups import decay_mask, frozen_mask
-from hooked_clip1d.rundir import (
+from hooked_clip1d.data.dataset import DataConfig, Dataset, EpochPermutations, build_dataset
+from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
+from hooked_clip1d.training.graph_step import StepGraph, check_graph_step
+from hooked_clip1d.training.group_io import GROUP_CHECKPOINT, GroupFiles
+from hooked_clip1d.training.param_groups import decay_mask, frozen_mask
+from hooked_clip1d.training.rundir import (
     RunLock,
     TrainingInterrupted,
     check_run_dir,
@@ -62,9 +62,9 @@ from hooked_clip1d.rundir import (
     stop_on_signal,
     stop_requested,
 )
-from hooked_clip1d.stacked import SHAPE_FIELDS, DropoutRNG, StackedCLIP, check_supported, refuse_unknown
-from hooked_clip1d.stacked_adamw import StackedAdamW
-from hooked_clip1d.training import TrainConfig, TrainRun, save_snapshot
+from hooked_clip1d.training.stacked import SHAPE_FIELDS, DropoutRNG, StackedCLIP, check_supported, refuse_unknown
+from hooked_clip1d.training.stacked_adamw import StackedAdamW
+from hooked_clip1d.training.trainer import TrainConfig, TrainRun, save_snapshot
 
 # TrainConfig fields that must be equal in a group (the rest may differ per member)
 _TRAIN_SHARED = ("betas", "eps", "device", "optimizer", "lr_schedule")
@@ -82,7 +82,7 @@ def group_key(model_cfg: CLIPConfig, data_cfg: DataConfig, train_cfg: TrainConfi
     """A string equal for runs that can train in one batched group (same shapes and shared settings).
 
     Example:
-        >>> from hooked_clip1d.clip import CLIPConfig
+        >>> from hooked_clip1d.model.clip import CLIPConfig
         >>> a = group_key(CLIPConfig.from_preset("simplified", n_labels=10), DataConfig(n_labels=10), TrainConfig())
         >>> b = group_key(CLIPConfig.from_preset("simplified", n_labels=20), DataConfig(n_labels=20, n2=5),
         ...               TrainConfig(seed=3, weight_decay=0.1))
@@ -578,7 +578,7 @@ def train_batched(
     """Train ``members`` as one batched group (see ``BatchedTrainer``); returns one ``TrainRun`` per member.
 
     Example:
-        >>> from hooked_clip1d.clip import CLIPConfig
+        >>> from hooked_clip1d.model.clip import CLIPConfig
         >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2)
         >>> runs = train_batched([Member(cfg, DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig(epochs=1))],
         ...                      None, progress=False)
@@ -605,7 +605,7 @@ def train_fast(
 
     Example:
         >>> import tempfile
-        >>> from hooked_clip1d.clip import CLIPConfig
+        >>> from hooked_clip1d.model.clip import CLIPConfig
         >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2)
         >>> run = train_fast(cfg, DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig(epochs=2, batch_size=16),
         ...                  tempfile.mkdtemp(), progress=False)

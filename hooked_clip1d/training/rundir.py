@@ -36,7 +36,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,38 +43,10 @@ from pathlib import Path
 from typing import Any
 
 # torch-free at import: the CLI's error handling imports RunDirBusy, `list` reads manifests
+from hooked_clip1d.files import atomic_write, atomic_write_text  # noqa: F401  (used here and by the trainers)
 
 LOCK = ".lock"
 CONFIG_KEYS = ("model_config", "data_config", "train_config")
-
-
-def atomic_write(path: str | os.PathLike, write: Any) -> None:
-    """Call ``write(tmp_path)`` then rename onto ``path``, so readers never see a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600 files (and writers may recreate them): fix afterwards
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write a text file atomically."""
-
-    def w(tmp: str) -> None:
-        Path(tmp).write_text(text, encoding="utf-8")
-
-    atomic_write(path, w)
 
 
 class RunDirBusy(RuntimeError):

@@ -28,9 +28,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from hooked_clip1d.clip import CLIP1D, CLIPConfig
-from hooked_clip1d.data import DataConfig
-from hooked_clip1d.rundir import atomic_write
+from hooked_clip1d.data.dataset import DataConfig
+from hooked_clip1d.files import atomic_write
+from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 
 FORMAT = "hooked_clip1d/1"
 

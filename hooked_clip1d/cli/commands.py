@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hooked_clip1d._version import DEFAULT_MODEL, __version__
-from hooked_clip1d.cli_train import add_train_parser, train_configs  # the parser is built without torch
+from hooked_clip1d.cli.train import add_train_parser, train_configs  # the parser is built without torch
 
 
 def _dumps(obj: Any) -> str:
@@ -36,11 +36,13 @@ def _dumps(obj: Any) -> str:
 
 def cmd_train(a: argparse.Namespace) -> int:
     from hooked_clip1d.evaluation import format_metrics
-    from hooked_clip1d.training import train
+    from hooked_clip1d.training.trainer import train
 
     cfg, data_cfg, tc, init = train_configs(a)
-    if a.engine == "batched":  # the stacked engine (hooked_clip1d.batched): same files, same trajectory, faster
-        from hooked_clip1d.batched import train_fast
+    if (
+        a.engine == "batched"
+    ):  # the stacked engine (hooked_clip1d.training.batched): same files, same trajectory, faster
+        from hooked_clip1d.training.batched import train_fast
 
         # compiled steps draw dropout from one group stream ("fast"): the same distribution, not the same masks;
         # so does attention dropout, which matched masks do not cover
@@ -74,7 +76,7 @@ def _load(spec: str):
 
 
 def cmd_eval(a: argparse.Namespace) -> int:
-    from hooked_clip1d.data import build_dataset
+    from hooked_clip1d.data.dataset import build_dataset
     from hooked_clip1d.evaluation import evaluate, format_metrics
 
     model = _load(a.model)
@@ -86,7 +88,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
-    from hooked_clip1d.demo import format_demo, run_demo
+    from hooked_clip1d.cli.demo import format_demo, run_demo
 
     model = _load(a.model)
     res = run_demo(a.model, a.out, model=model)
@@ -136,7 +138,7 @@ def _parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def cmd_analyze(a: argparse.Namespace) -> int:
-    from hooked_clip1d.analyze import check_options, describe_analyses, run_analysis
+    from hooked_clip1d.cli.analyze import check_options, describe_analyses, run_analysis
 
     if a.analysis == "list":
         print("analysis families (hooked-clip1d analyze NAME [-o KEY=VALUE ...]):\n" + describe_analyses())
@@ -154,10 +156,10 @@ def cmd_analyze(a: argparse.Namespace) -> int:
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
-    from hooked_clip1d.sweep import format_results, run_sweep
+    from hooked_clip1d.sweeps.runner import format_results, run_sweep
 
     if a.status:
-        from hooked_clip1d.sweep_status import format_status, sweep_status
+        from hooked_clip1d.sweeps.status import format_status, sweep_status
 
         st = sweep_status(a.spec, a.out)
         print(_dumps(st) if a.json else format_status(st))
@@ -181,7 +183,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def cmd_pack(a: argparse.Namespace) -> int:
-    from hooked_clip1d.transfer import pack_runs
+    from hooked_clip1d.sweeps.transfer import pack_runs
 
     archives = pack_runs(a.src, a.dest, max_mib=a.max_mib, weights_dtype=a.weights_dtype)
     rows = [{"archive": str(p), "mib": round(p.stat().st_size / 2**20, 2)} for p in archives]
@@ -194,7 +196,7 @@ def cmd_pack(a: argparse.Namespace) -> int:
 
 
 def cmd_unpack(a: argparse.Namespace) -> int:
-    from hooked_clip1d.transfer import unpack_runs
+    from hooked_clip1d.sweeps.transfer import unpack_runs
 
     names = unpack_runs(a.archives, a.into)
     print(_dumps(names) if a.json else f"{len(names)} runs in {os.path.join(a.into, 'runs')}: " + ", ".join(names))
@@ -246,7 +248,7 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
 
 
 def cmd_results_page(a: argparse.Namespace) -> int:
-    from hooked_clip1d.results_page import build_results_page
+    from hooked_clip1d.reproduce.results_page import build_results_page
 
     path = build_results_page(a.results, a.out)
     print(_dumps({"page": str(path)}) if a.json else f"wrote {path}")
@@ -405,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     command = next((x for x in args if not x.startswith("-")), None)
     parser = build_parser(command)
     a = parser.parse_args(args)
-    from hooked_clip1d.rundir import RunDirBusy, TrainingInterrupted
+    from hooked_clip1d.training.rundir import RunDirBusy, TrainingInterrupted
 
     try:
         return a.func(a)

@@ -33,8 +33,8 @@ from torch import nn
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from hooked_clip1d.components import Embed, LayerNorm, PosEmbed, TransformerBlock
-from hooked_clip1d.config import EncoderConfig, TextConfig, VisionConfig
+from hooked_clip1d.model.components import Embed, LayerNorm, PosEmbed, TransformerBlock
+from hooked_clip1d.model.config import EncoderConfig, TextConfig, VisionConfig
 
 ReturnType = Literal["pooled", "resid", None]
 

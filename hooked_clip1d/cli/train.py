@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from hooked_clip1d.settings import DEFAULT_RECIPE, RECIPES, DataConfig, TrainConfig
 
 if TYPE_CHECKING:
-    from hooked_clip1d.clip import CLIP1D, CLIPConfig
+    from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 
 
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -216,7 +216,7 @@ def parse_heads(spec: str) -> tuple[tuple[int, int], ...]:
 
 
 def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
-    from hooked_clip1d.clip import CLIPConfig
+    from hooked_clip1d.model.clip import CLIPConfig
 
     v_over: dict[str, Any] = {}
     t_over: dict[str, Any] = {}
@@ -270,7 +270,7 @@ def _init_model(a: argparse.Namespace) -> CLIP1D | None:
     if a.init_from is None:
         return None
     from hooked_clip1d.analysis.pruning import prune_heads
-    from hooked_clip1d.checkpoint import load_model_file
+    from hooked_clip1d.model.checkpoint import load_model_file
     from hooked_clip1d.pretrained import list_pretrained, load_model
 
     given = [f"--{f.replace('_', '-')}" for f in _SHAPE_FLAGS if getattr(a, f) is not None]
@@ -301,7 +301,7 @@ def _given(a: argparse.Namespace) -> set[str]:
 def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
     """``--resume``: the run's own configs from ``config.json``; flags given must agree (an error names the field
     and both values), except the execution settings (epochs, eval/checkpoint every, device, threads)."""
-    from hooked_clip1d.clip import CLIPConfig
+    from hooked_clip1d.model.clip import CLIPConfig
 
     path = Path(a.out) / "config.json"
     saved = json.loads(path.read_text())

@@ -11,7 +11,7 @@ Presets (``preset(...)``) give the paper's two architectures:
 - ``"simplified"``: 1 block, 4 heads, attention only, no LayerNorm (Sec. 4 onwards).
 
 Example:
-    >>> from hooked_clip1d.config import VisionConfig, preset
+    >>> from hooked_clip1d.model.config import VisionConfig, preset
     >>> cfg = preset("simplified", VisionConfig, n_labels=20)
     >>> (cfg.n_layers, cfg.n_heads, cfg.d_head, cfg.attn_only, cfg.n_ctx, cfg.d_vocab)
     (1, 4, 32, True, 11, 22)
@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 import torch
 
-from hooked_clip1d import functional
-from hooked_clip1d.vocab import Vocabulary
+import hooked_clip1d.model.functional as functional
+from hooked_clip1d.data.vocab import Vocabulary
 
 Positional = Literal["learned", "rope", "none"]
 

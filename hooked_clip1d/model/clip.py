@@ -30,9 +30,9 @@ from torch import nn
 from transformer_lens import ActivationCache
 from transformer_lens.hook_points import HookPoint
 
-from hooked_clip1d import functional
-from hooked_clip1d.config import EncoderConfig, TextConfig, VisionConfig, preset
-from hooked_clip1d.encoders import HookedTextEncoder, HookedVisionEncoder, _checked_hook
+import hooked_clip1d.model.functional as functional
+from hooked_clip1d.model.config import EncoderConfig, TextConfig, VisionConfig, preset
+from hooked_clip1d.model.encoders import HookedTextEncoder, HookedVisionEncoder, _checked_hook
 
 HEAD_HOOKS = ("hook_image_embed", "hook_text_embed", "hook_image_feat", "hook_text_feat", "hook_logits")
 RETURN_TYPES = ("logits", "loss", None)

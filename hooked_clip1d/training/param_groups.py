@@ -21,7 +21,7 @@ limits the query bias). Both trainers (``training.Trainer`` and the batched engi
 (``RECIPES``, ``DEFAULT_RECIPE``) are in ``settings``, beside ``TrainConfig``, where they can be read without torch.
 
 Example:
-    >>> from hooked_clip1d.clip import CLIPConfig
+    >>> from hooked_clip1d.model.clip import CLIPConfig
     >>> cfg = CLIPConfig.from_preset("simplified", n_labels=5, d_model=8, d_head=4)
     >>> decay_mask("vision.embed.W_E", cfg, ("cls",))[:, 0].tolist()  # the CLS row (id 6) is exempt
     [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from hooked_clip1d.clip import CLIPConfig
+    from hooked_clip1d.model.clip import CLIPConfig
 
 
 def _leaf(name: str) -> str:

@@ -32,7 +32,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from hooked_clip1d.checkpoint import (
+from hooked_clip1d.data.dataset import DataConfig, Dataset, build_dataset
+from hooked_clip1d.evaluation import evaluate
+from hooked_clip1d.model.checkpoint import (
     CheckpointError,
     build_model_from,
     canonical_config,
@@ -41,11 +43,10 @@ from hooked_clip1d.checkpoint import (
     save_model,
     save_tensors,
 )
-from hooked_clip1d.clip import CLIP1D, CLIPConfig
-from hooked_clip1d.data import DataConfig, Dataset, build_dataset
-from hooked_clip1d.evaluation import evaluate
-from hooked_clip1d.param_groups import decay_mask, frozen_mask, masks_needed
-from hooked_clip1d.rundir import (
+from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
+from hooked_clip1d.settings import TrainConfig
+from hooked_clip1d.training.param_groups import decay_mask, frozen_mask, masks_needed
+from hooked_clip1d.training.rundir import (
     RunLock,
     TrainingInterrupted,
     check_run_dir,
@@ -56,7 +57,6 @@ from hooked_clip1d.rundir import (
     write_config,
     write_summary,
 )
-from hooked_clip1d.settings import TrainConfig
 
 
 @dataclass
@@ -83,7 +83,7 @@ class MaskedAdamW(torch.optim.AdamW):
     never moves).
 
     Example:
-        >>> from hooked_clip1d.clip import CLIP1D, CLIPConfig
+        >>> from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
         >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, d_model=8, d_head=4), seed=0)
         >>> opt = MaskedAdamW(m, TrainConfig(frozen=("qk_bias", "cls_pos")))
         >>> m.loss(m.vision.to_tokens(["C 1 . . . . . . . . .", "C 2 . . . . . . . . ."]),

@@ -15,10 +15,10 @@ directories get ``config.json`` (with provenance), ``metrics.jsonl`` lines, ``ch
 
 Example (a group checkpointed at step 3 resumes there):
     >>> import tempfile
-    >>> from hooked_clip1d.batched import BatchedTrainer, Member
-    >>> from hooked_clip1d.clip import CLIPConfig
-    >>> from hooked_clip1d.data import DataConfig
-    >>> from hooked_clip1d.training import TrainConfig
+    >>> from hooked_clip1d.training.batched import BatchedTrainer, Member
+    >>> from hooked_clip1d.model.clip import CLIPConfig
+    >>> from hooked_clip1d.data.dataset import DataConfig
+    >>> from hooked_clip1d.training.trainer import TrainConfig
     >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2)
     >>> out = tempfile.mkdtemp()
     >>> member = Member(cfg, DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig(epochs=2, batch_size=16))
@@ -40,14 +40,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hooked_clip1d.checkpoint import CheckpointError, canonical_config, read_tensors, save_model, save_tensors
 from hooked_clip1d.evaluation import evaluate
-from hooked_clip1d.rundir import append_metrics, drop_metrics_after, provenance, write_config, write_summary
-from hooked_clip1d.training import TrainRun, comparable_train_config, resume_differences, save_snapshot
+from hooked_clip1d.model.checkpoint import CheckpointError, canonical_config, read_tensors, save_model, save_tensors
+from hooked_clip1d.training.rundir import append_metrics, drop_metrics_after, provenance, write_config, write_summary
+from hooked_clip1d.training.trainer import TrainRun, comparable_train_config, resume_differences, save_snapshot
 
 if TYPE_CHECKING:
-    from hooked_clip1d.stacked import StackedCLIP
-    from hooked_clip1d.stacked_adamw import StackedAdamW
+    from hooked_clip1d.training.stacked import StackedCLIP
+    from hooked_clip1d.training.stacked_adamw import StackedAdamW
 
 
 GROUP_CHECKPOINT = "group_checkpoint.safetensors"  # a group's resumable state, in its folder

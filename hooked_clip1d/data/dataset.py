@@ -36,8 +36,8 @@ import numpy as np
 import torch
 from jaxtyping import Int
 
+from hooked_clip1d.data.vocab import Vocabulary
 from hooked_clip1d.settings import DataConfig
-from hooked_clip1d.vocab import Vocabulary
 
 SPLITS = ("train", "val_single", "val_seen", "val_unseen")
 SPLIT_TITLES = {

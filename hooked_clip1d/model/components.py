@@ -21,8 +21,8 @@ from torch import nn
 from transformer_lens import FactoredMatrix
 from transformer_lens.hook_points import HookPoint
 
-from hooked_clip1d.config import EncoderConfig
-from hooked_clip1d.functional import LN_EPS, rotary_tables, rotate
+from hooked_clip1d.model.config import EncoderConfig
+from hooked_clip1d.model.functional import LN_EPS, rotary_tables, rotate
 
 Resid = Float[torch.Tensor, "batch pos d_model"]
 

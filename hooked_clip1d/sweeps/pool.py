@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hooked_clip1d.batched import BatchedTrainer, Member
-from hooked_clip1d.group_io import GROUP_CHECKPOINT, read_group_state
-from hooked_clip1d.rundir import TrainingInterrupted, stop_on_signal
-from hooked_clip1d.sweep_spec import RunSpec
+from hooked_clip1d.sweeps.spec import RunSpec
+from hooked_clip1d.training.batched import BatchedTrainer, Member
+from hooked_clip1d.training.group_io import GROUP_CHECKPOINT, read_group_state
+from hooked_clip1d.training.rundir import TrainingInterrupted, stop_on_signal
 
 __all__ = ["GroupTask", "run_group", "run_groups"]
 

@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hooked_clip1d.clip import CLIPConfig
-from hooked_clip1d.config import PRESETS, EncoderConfig, TextConfig, VisionConfig
+from hooked_clip1d.model.clip import CLIPConfig
+from hooked_clip1d.model.config import PRESETS, EncoderConfig, TextConfig, VisionConfig
 from hooked_clip1d.settings import RECIPES, DataConfig, TrainConfig
 
 _DATA_FIELDS = {f.name for f in dataclasses.fields(DataConfig)}
@@ -167,7 +167,7 @@ def load_spec(path: str | Path | None = None, *, text: str | None = None) -> Swe
         ['n_labels-10_n2-5', 'n_labels-10_n2-10', 'n_labels-20_n2-5', 'n_labels-20_n2-10']
         >>> spec.runs[3].data_cfg.n2, spec.runs[3].model_cfg.n_labels, spec.runs[3].train_cfg.epochs
         (10, 20, 3)
-        >>> spec = load_spec(text='[zip]\nn_labels = [10, 20]\nepochs = [8, 2]\n[grid]\nseed = [0, 1]')
+        >>> spec = load_spec(text='[zip]\\nn_labels = [10, 20]\\nepochs = [8, 2]\\n[grid]\\nseed = [0, 1]')
         >>> [(r.name, r.train_cfg.epochs) for r in spec.runs][:3]
         [('n_labels-10_epochs-8_seed-0', 8), ('n_labels-10_epochs-8_seed-1', 8), ('n_labels-20_epochs-2_seed-0', 2)]
     """

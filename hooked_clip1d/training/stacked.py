@@ -45,10 +45,10 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import nn
 
-from hooked_clip1d.clip import CLIP1D, CLIPConfig
-from hooked_clip1d.components import rotary_sin_cos
-from hooked_clip1d.config import EncoderConfig
-from hooked_clip1d.functional import LN_EPS, cosine, rotate, symmetric_ce, temperature
+from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
+from hooked_clip1d.model.components import rotary_sin_cos
+from hooked_clip1d.model.config import EncoderConfig
+from hooked_clip1d.model.functional import LN_EPS, cosine, rotate, symmetric_ce, temperature
 
 DropoutRNG = Literal["matched", "fast"]
 
@@ -98,7 +98,7 @@ def check_supported(cfg: CLIPConfig) -> None:
     """Raise ``ValueError`` if ``cfg`` uses a setting the stacked forward does not implement.
 
     Example:
-        >>> from hooked_clip1d.clip import CLIPConfig
+        >>> from hooked_clip1d.model.clip import CLIPConfig
         >>> check_supported(CLIPConfig.from_preset("full", n_labels=8, positional="rope"))
     """
     if not isinstance(cfg, CLIPConfig):
@@ -125,7 +125,7 @@ class StackedCLIP(nn.Module):
     shortcuts of the module docstring; ``member_state_dict(k)`` gives member k back in ``CLIP1D``'s own shapes.
 
     Example:
-        >>> from hooked_clip1d.clip import CLIP1D, CLIPConfig
+        >>> from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
         >>> ms = [CLIP1D(CLIPConfig.from_preset("simplified", n_labels=n, d_model=16, d_head=4), seed=0)
         ...       for n in (5, 7)]
         >>> st = StackedCLIP(ms)

@@ -57,12 +57,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hooked_clip1d.batched import group_key
-from hooked_clip1d.clip import CLIPConfig
-from hooked_clip1d.data import SPLITS, DataConfig
-from hooked_clip1d.rundir import RunLock, atomic_write_text
-from hooked_clip1d.sweep_pool import GroupTask, run_groups
-from hooked_clip1d.sweep_spec import RunSpec, SweepSpec, load_spec
+from hooked_clip1d.data.dataset import SPLITS, DataConfig
+from hooked_clip1d.files import atomic_write_text
+from hooked_clip1d.model.clip import CLIPConfig
+from hooked_clip1d.sweeps.pool import GroupTask, run_groups
+from hooked_clip1d.sweeps.spec import RunSpec, SweepSpec, load_spec
+from hooked_clip1d.training.batched import group_key
+from hooked_clip1d.training.rundir import RunLock
 
 __all__ = [
     "RunSpec",
@@ -86,7 +87,7 @@ def _with_device(r: RunSpec, device: str) -> RunSpec:
 @functools.lru_cache(maxsize=256)
 def _n_pairs(data_cfg: DataConfig) -> int:
     """Training pairs of a dataset (built once per distinct config: a grid repeats them over seeds)."""
-    from hooked_clip1d.data import build_dataset
+    from hooked_clip1d.data.dataset import build_dataset
 
     return len(build_dataset(data_cfg).training_pairs()[0])
 
@@ -281,7 +282,7 @@ def results_table(spec: SweepSpec, out_dir: str | Path) -> list[dict[str, Any]]:
 def _check_trained_as_specified(r: RunSpec, run_dir: Path) -> None:
     """A finished run whose recipe differs from what the spec now asks (e.g. a spec that relies on a package
     default which has changed since the run trained) is an error naming the field, never a silent result."""
-    from hooked_clip1d.training import comparable_train_config
+    from hooked_clip1d.training.trainer import comparable_train_config
 
     saved = json.loads((run_dir / "config.json").read_text())
     have, want = comparable_train_config(saved["train_config"]), comparable_train_config(r.train_cfg.to_dict())

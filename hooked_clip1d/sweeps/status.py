@@ -8,7 +8,7 @@ folder's ``.lock``), so it is safe to run beside the sweep, from another shell.
 
 Example:
     >>> import tempfile, pathlib
-    >>> from hooked_clip1d.sweep import run_sweep
+    >>> from hooked_clip1d.sweeps.runner import run_sweep
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (d / "s.toml").write_text('''
     ... name = "doc"
@@ -40,9 +40,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hooked_clip1d.group_io import GROUP_CHECKPOINT, read_group_state
-from hooked_clip1d.rundir import RunLock, read_metrics
-from hooked_clip1d.sweep import group_cost, load_spec, planned_steps, sweeps_home
+from hooked_clip1d.sweeps.runner import group_cost, load_spec, planned_steps, sweeps_home
+from hooked_clip1d.training.group_io import GROUP_CHECKPOINT, read_group_state
+from hooked_clip1d.training.rundir import RunLock, read_metrics
 
 
 def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> dict[str, Any]:

@@ -9,7 +9,7 @@ back), not its optimizer checkpoint. ``unpack_runs`` puts them into another fold
 
 Example:
     >>> import tempfile, pathlib
-    >>> from hooked_clip1d.sweep import run_sweep
+    >>> from hooked_clip1d.sweeps.runner import run_sweep
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (d / "s.toml").write_text('''
     ... name = "doc"
@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from hooked_clip1d.checkpoint import read_tensors, save_tensors
+from hooked_clip1d.model.checkpoint import read_tensors, save_tensors
 
 RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "model.safetensors")
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}

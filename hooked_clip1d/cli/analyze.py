@@ -27,9 +27,9 @@ import torch
 from matplotlib.figure import Figure
 
 from hooked_clip1d.analysis.heads import to_jsonable
-from hooked_clip1d.clip import CLIP1D
-from hooked_clip1d.data import Dataset, build_dataset
-from hooked_clip1d.rundir import atomic_write, atomic_write_text
+from hooked_clip1d.data.dataset import Dataset, build_dataset
+from hooked_clip1d.files import atomic_write, atomic_write_text
+from hooked_clip1d.model.clip import CLIP1D
 
 
 @dataclass

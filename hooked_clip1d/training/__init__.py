@@ -1,0 +1,40 @@
+"""Training (Sec. 2.2, App. B, C): the weight-decay groups of a recipe (``param_groups``), run directories
+(``rundir``), the single-model ``Trainer`` (``trainer``), and the batched engine that trains K models as one
+(``stacked`` forward, ``stacked_adamw`` optimizer, ``group_io`` files, ``graph_step`` CUDA graph, ``batched``).
+
+Example:
+    >>> from hooked_clip1d.training import TrainConfig
+    >>> TrainConfig().weight_decay
+    0.2
+"""
+
+import importlib
+from typing import Any
+
+# public names and their modules, imported on first use (PEP 562): importing one module of this folder
+# (e.g. a torch-free one) does not import the others
+_LAZY = {
+    "TrainConfig": "hooked_clip1d.settings",
+    "BatchedTrainer": "hooked_clip1d.training.batched",
+    "Member": "hooked_clip1d.training.batched",
+    "train_batched": "hooked_clip1d.training.batched",
+    "train_fast": "hooked_clip1d.training.batched",
+    "TrainRun": "hooked_clip1d.training.trainer",
+    "Trainer": "hooked_clip1d.training.trainer",
+    "train": "hooked_clip1d.training.trainer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+__all__ = ["BatchedTrainer", "Member", "TrainConfig", "TrainRun", "Trainer", "train", "train_batched", "train_fast"]
