@@ -5,7 +5,7 @@ import json
 import pytest
 
 from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
-from hooked_clip1d.cli.analyze import ANALYSES, run_analysis
+from hooked_clip1d.cli.analyze import FAMILIES, run_analysis
 from hooked_clip1d.cli.commands import main
 
 
@@ -19,7 +19,7 @@ def _model(n_layers=1, **over):
 
 
 @pytest.mark.parametrize("n_layers", [1, 2])
-@pytest.mark.parametrize("analysis", sorted(ANALYSES))
+@pytest.mark.parametrize("analysis", sorted(FAMILIES))
 def test_every_analysis_runs_and_writes_files(analysis, n_layers, tmp_path):
     opts = {"probes": {"n": 300}, "pruning": {"kept": [1]}}.get(analysis, {})
     res = run_analysis(analysis, _model(n_layers), out_dir=tmp_path, **opts)
@@ -66,7 +66,7 @@ def test_options_are_checked(tmp_path, capsys):
     assert "unknown option(s) ['heads'] for analysis 'ablate'" in capsys.readouterr().err
     assert main(["analyze", "list"]) == 0
     listing = capsys.readouterr().out
-    assert all(name in listing for name in ANALYSES) and "-o epochs=...  retrain each pruned model" in listing
+    assert all(name in listing for name in FAMILIES) and "-o epochs=...  retrain each pruned model" in listing
     assert main(["analyze", "heads", "-o", "model=x", "--out", str(tmp_path)]) == 2  # not a TypeError
     assert "unknown option(s) ['model'] for analysis 'heads'" in capsys.readouterr().err
     import numpy as np

@@ -1,9 +1,10 @@
 """``hooked-clip1d analyze <analysis> --model NAME``: run one family of analyses on a model, print a table and
 write PNG + JSON.
 
-Each entry of ``ANALYSES`` is a function ``(model, options) -> Report`` built only from the public functions of
-``hooked_clip1d.analysis`` and ``hooked_clip1d.visualization``; ``run_analysis`` writes
-``<out>/<analysis>.json`` and ``<out>/<analysis>_<plot>.png``.
+Each family is a function ``(model, options) -> Report`` built only from the public functions of
+``hooked_clip1d.analysis`` and ``hooked_clip1d.visualization``, declared with ``@family(name, what=..., data=...,
+options=...)`` (``FAMILIES``: the CLI's listing, option checks and figure footers follow from it; a new family is one
+decorated function); ``run_analysis`` writes ``<out>/<analysis>.json`` and ``<out>/<analysis>_<plot>.png``.
 
 Example:
     >>> import tempfile
@@ -42,6 +43,37 @@ class Report:
     pages: dict[str, tuple[Any, str]] = field(default_factory=dict)  # key -> (circuitsvis view, heading): HTML
 
 
+@dataclass(frozen=True)
+class Family:
+    """One analysis family of ``analyze``: its name, what it does, the data its figures show, its options (key ->
+    what it does; any other key is an error) and the function ``(model, options) -> Report``."""
+
+    name: str
+    what: str
+    data: str
+    options: dict[str, str]
+    run: Callable[[CLIP1D, dict[str, Any]], Report]
+
+
+# every analysis family, in declaration order: a family declares itself with @family (the CLI's listing, option
+# checking and figure footers follow from the declaration)
+FAMILIES: dict[str, Family] = {}
+
+
+def family(
+    name: str, *, what: str, data: str, options: dict[str, str] | None = None
+) -> Callable[[Callable[[CLIP1D, dict[str, Any]], Report]], Callable[[CLIP1D, dict[str, Any]], Report]]:
+    """Declare the decorated function ``(model, options) -> Report`` as the analysis family ``name``."""
+
+    def register(fn: Callable[[CLIP1D, dict[str, Any]], Report]) -> Callable[[CLIP1D, dict[str, Any]], Report]:
+        if name in FAMILIES:
+            raise ValueError(f"two analysis families are named {name!r}")
+        FAMILIES[name] = Family(name, what, data, dict(options or {}), fn)
+        return fn
+
+    return register
+
+
 def _dataset(model: CLIP1D) -> Dataset:
     if getattr(model, "data_config", None) is None:
         raise ValueError("the model has no data_config; load it with load_model or from a training run")
@@ -77,11 +109,11 @@ def check_options(analysis: str, options: dict[str, Any]) -> None:
     Example:
         >>> check_options("decompose", {"layer": 1})
     """
-    if analysis not in ANALYSES:
+    if analysis not in FAMILIES:
         raise ValueError(f"unknown analysis {analysis!r}; known:\n{describe_analyses()}")
-    unknown = sorted(set(options) - set(OPTIONS.get(analysis, {})))
+    unknown = sorted(set(options) - set(FAMILIES[analysis].options))
     if unknown:
-        known = "; ".join(f"{k}: {v}" for k, v in OPTIONS.get(analysis, {}).items()) or "none"
+        known = "; ".join(f"{k}: {v}" for k, v in FAMILIES[analysis].options.items()) or "none"
         raise ValueError(f"unknown option(s) {unknown} for analysis {analysis!r}; its options: {known}")
 
 
@@ -91,6 +123,15 @@ def _first_pair_image(ds: Dataset, split: str = "val_unseen") -> torch.Tensor:
 
 
 # ---- analyses -------------------------------------------------------------------------------------------------------
+@family(
+    "attention",
+    what="attention patterns of both towers on one image and caption (Fig. 4b)",
+    data="the first unseen-pair validation image (val_unseen) and its caption",
+    options={
+        "image": "the image, e.g. 'C . . 17 . . 19 . . . .'",
+        "caption": "the caption, e.g. '17 is on the left of 19'",
+    },
+)
 def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.pretrained import model_name
     from hooked_clip1d.visualization.attention import attention_view, plot_attention, show_attention
@@ -115,6 +156,12 @@ def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
     return Report("\n".join(lines), data, figs, pages)
 
 
+@family(
+    "decompose",
+    what="weight-bias and token-position score decompositions, CLS-row std shares (Fig. 5a, 12-14)",
+    data="the unseen-pair validation images (val_unseen)",
+    options={"layer": "the attention layer (default 0)"},
+)
 def _decompose(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
     from hooked_clip1d.visualization.decomposition import plot_row_profiles, plot_std_shares, plot_term_maps
@@ -151,6 +198,12 @@ def _decompose(model: CLIP1D, opts: dict[str, Any]) -> Report:
     return Report("\n".join(lines).rstrip(), data, figs)
 
 
+@family(
+    "ablate",
+    what="term ablations EP, PE, PP, BP, VP and combinations (Fig. 5e, 16, 17)",
+    data="validation splits val_seen and val_unseen",
+    options={"layer": "the attention layer whose terms are ablated (default 0)"},
+)
 def _ablate(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.ablation import evaluate_ablations, format_ablations
     from hooked_clip1d.visualization.decomposition import plot_ablations
@@ -194,6 +247,12 @@ def _interchange_table(itf: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@family(
+    "patching",
+    what="mirror-swap / caption-swap patching, text interchange, attention knockout",
+    data="the unseen-pair validation images and captions (val_unseen unless -o split=...)",
+    options={"split": "the split of the image/caption pairs: train, val_seen, val_unseen (default)"},
+)
 def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.interchange import text_interchange
     from hooked_clip1d.analysis.knockout import knockout_sweep
@@ -248,6 +307,12 @@ def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
     return Report("\n".join(lines).rstrip(), data, figs)
 
 
+@family(
+    "probes",
+    what="linear probes of positions, labels and relation per depth, with shuffled controls",
+    data="a random sample of 3000 two-object images (-o n=...; probes tested on held-out images)",
+    options={"n": "images sampled (default 3000)", "seed": "sampling seed (default 0)"},
+)
 def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.metrics import pair_grid
     from hooked_clip1d.analysis.probes import probe_sweep, probe_targets
@@ -283,6 +348,12 @@ def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
     )
 
 
+@family(
+    "steering",
+    what="spatial IDs and steering a caption's belief by adding ID differences",
+    data="unseen-pair validation images (val_unseen)",
+    options={"split": "the split of the image/caption pairs: train, val_seen, val_unseen (default)"},
+)
 def _steering(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
     from hooked_clip1d.visualization.patching import plot_spatial_ids, plot_steering_curves
@@ -317,6 +388,12 @@ def _steering(model: CLIP1D, opts: dict[str, Any]) -> Report:
     return Report("\n".join(lines), {"steering": data, "not_run": errors}, figs)
 
 
+@family(
+    "heads",
+    what="CLS -> object left/right bias, relational vs label-specific heads, text EOT bias (Fig. 4c, 5c-d, 6)",
+    data="the unseen-pair validation images and their captions (val_unseen unless -o split=...)",
+    options={"split": "a split with two-object images: train, val_seen, val_unseen (default)"},
+)
 def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.heads import (
         classify_head_roles,
@@ -364,6 +441,12 @@ def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
     return Report("\n".join(lines), to_jsonable(data), figs)
 
 
+@family(
+    "alignment",
+    what="Procrustes alignment of vision and text label embeddings vs raw cosine (Fig. 7)",
+    data="the label embeddings of both towers (no images)",
+    options={"center": "center the embeddings before the fit (true/false, default false)"},
+)
 def _alignment(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.alignment import embedding_alignment
     from hooked_clip1d.visualization.alignment import plot_alignment
@@ -377,6 +460,12 @@ def _alignment(model: CLIP1D, opts: dict[str, Any]) -> Report:
     return Report("\n".join(lines), res, {"alignment": plot_alignment(res)})
 
 
+@family(
+    "rope",
+    what="RoPE mechanism: consistency rates, Pi_bias, key PCA, effective rank, rho (Fig. 19)",
+    data="the unseen-pair validation images (val_unseen)",
+    options={},
+)
 def _rope(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.rope import key_effective_rank, rope_mechanism
     from hooked_clip1d.visualization.rope import plot_rope_mechanism
@@ -396,6 +485,17 @@ def _rope(model: CLIP1D, opts: dict[str, Any]) -> Report:
     return Report("\n".join(lines), res, {"mechanism": plot_rope_mechanism(res)})
 
 
+@family(
+    "pruning",
+    what="every subset of kept heads, before (with -o epochs=N also after) retraining (App. K, Fig. 22)",
+    data="validation splits (before and after retraining)",
+    options={
+        "kept": "head counts to keep (default 1..H-1), e.g. [1,2]",
+        "epochs": "retrain each pruned model this many epochs (default 0: no retraining)",
+        "runs_dir": "where the retraining runs go",
+        "engine": "retraining engine, batched or standard (default batched)",
+    },
+)
 def _pruning(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.pruning import format_sweep, head_subset_sweep
     from hooked_clip1d.visualization.heads import plot_pruning
@@ -412,80 +512,19 @@ def _pruning(model: CLIP1D, opts: dict[str, Any]) -> Report:
     return Report(table, res, {"pruning": plot_pruning(res)})
 
 
-ANALYSES: dict[str, tuple[str, Callable[[CLIP1D, dict[str, Any]], Report]]] = {
-    "attention": ("attention patterns of both towers on one image and caption (Fig. 4b)", _attention),
-    "decompose": (
-        "weight-bias and token-position score decompositions, CLS-row std shares (Fig. 5a, 12-14)",
-        _decompose,
-    ),
-    "ablate": ("term ablations EP, PE, PP, BP, VP and combinations (Fig. 5e, 16, 17)", _ablate),
-    "heads": (
-        "CLS -> object left/right bias, relational vs label-specific heads, text EOT bias (Fig. 4c, 5c-d, 6)",
-        _heads,
-    ),
-    "alignment": ("Procrustes alignment of vision and text label embeddings vs raw cosine (Fig. 7)", _alignment),
-    "rope": ("RoPE mechanism: consistency rates, Pi_bias, key PCA, effective rank, rho (Fig. 19)", _rope),
-    "pruning": (
-        "every subset of kept heads, before (with -o epochs=N also after) retraining (App. K, Fig. 22)",
-        _pruning,
-    ),
-    "patching": ("mirror-swap / caption-swap patching, text interchange, attention knockout", _patching),
-    "probes": ("linear probes of positions, labels and relation per depth, with shuffled controls", _probes),
-    "steering": ("spatial IDs and steering a caption's belief by adding ID differences", _steering),
-}
-
-
-# each analysis's options (`analyze NAME -o KEY=VALUE`), with what they do; any other key is an error
-OPTIONS: dict[str, dict[str, str]] = {
-    "attention": {
-        "image": "the image, e.g. 'C . . 17 . . 19 . . . .'",
-        "caption": "the caption, e.g. '17 is on the left of 19'",
-    },
-    "decompose": {"layer": "the attention layer (default 0)"},
-    "ablate": {"layer": "the attention layer whose terms are ablated (default 0)"},
-    "heads": {"split": "a split with two-object images: train, val_seen, val_unseen (default)"},
-    "alignment": {"center": "center the embeddings before the fit (true/false, default false)"},
-    "rope": {},
-    "pruning": {
-        "kept": "head counts to keep (default 1..H-1), e.g. [1,2]",
-        "epochs": "retrain each pruned model this many epochs (default 0: no retraining)",
-        "runs_dir": "where the retraining runs go",
-        "engine": "retraining engine, batched or standard (default batched)",
-    },
-    "patching": {"split": "the split of the image/caption pairs: train, val_seen, val_unseen (default)"},
-    "probes": {"n": "images sampled (default 3000)", "seed": "sampling seed (default 0)"},
-    "steering": {"split": "the split of the image/caption pairs: train, val_seen, val_unseen (default)"},
-}
-
-
 def describe_analyses() -> str:
     """Every analysis family, what it does and its options, one block each (the CLI's listing)."""
     lines = []
-    for name, (what, _) in ANALYSES.items():
-        lines.append(f"  {name:<10} {what}")
-        lines += [f"             -o {k}=...  {v}" for k, v in OPTIONS.get(name, {}).items()]
+    for name, fam in FAMILIES.items():
+        lines.append(f"  {name:<10} {fam.what}")
+        lines += [f"             -o {k}=...  {v}" for k, v in fam.options.items()]
     return "\n".join(lines)
-
-
-# the data each analysis's figures show (their footer names it with the model)
-ANALYSIS_DATA = {
-    "attention": "the first unseen-pair validation image (val_unseen) and its caption",
-    "decompose": "the unseen-pair validation images (val_unseen)",
-    "ablate": "validation splits val_seen and val_unseen",
-    "heads": "the unseen-pair validation images and their captions (val_unseen unless -o split=...)",
-    "alignment": "the label embeddings of both towers (no images)",
-    "rope": "the unseen-pair validation images (val_unseen)",
-    "pruning": "validation splits (before and after retraining)",
-    "patching": "the unseen-pair validation images and captions (val_unseen unless -o split=...)",
-    "probes": "a random sample of 3000 two-object images (-o n=...; probes tested on held-out images)",
-    "steering": "unseen-pair validation images (val_unseen)",
-}
 
 
 def run_analysis(
     analysis: str, model: str | CLIP1D, out_dir: str | Path = "results/analyze", **options: Any
 ) -> dict[str, Any]:
-    """Run ``analysis`` (a key of ``ANALYSES``) on a pretrained name, run directory, model file or ``CLIP1D``."""
+    """Run ``analysis`` (a key of ``FAMILIES``) on a pretrained name, run directory, model file or ``CLIP1D``."""
     check_options(analysis, options)
     from hooked_clip1d.pretrained import model_name, resolve_model
 
@@ -496,7 +535,7 @@ def run_analysis(
     was_training = model.training
     model.eval()
     try:
-        report = ANALYSES[analysis][1](model, options)
+        report = FAMILIES[analysis].run(model, options)
     finally:
         model.train(was_training)  # the caller's model is left in the mode it came in
     out = Path(out_dir)
@@ -506,7 +545,7 @@ def run_analysis(
 
     for key, fig in report.figures.items():
         path = out / f"{analysis}_{key}.png"
-        data_text = ANALYSIS_DATA.get(analysis)
+        data_text = FAMILIES[analysis].data
         if "split" in options and data_text is not None:  # the footer names the split these figures show
             data_text = f"{data_text}; here split={options['split']}"
         stamp(fig, name, data_text)
