@@ -9,6 +9,7 @@ from hooked_clip1d.cli.commands import main
 from hooked_clip1d.reproduce import core as rp_core  # what reproduce() reads SWEEPS_DIR from
 from hooked_clip1d.reproduce import results_page as rp_page
 from hooked_clip1d.reproduce.results_page import build_results_page, load_records
+from hooked_clip1d.reproduce.sweep_figs import grid_cell
 
 
 @pytest.mark.parametrize(
@@ -96,13 +97,13 @@ def _rows(accs):
 
 
 def test_weight_decay_figures_judge_the_measured_trend():
-    up = rp._fig10(_rows([(0.0, 0.3), (0.1, 0.5), (0.2, 0.7), (0.2, 0.9)]))
+    up = rp.FIGURES["fig10"].run(_rows([(0.0, 0.3), (0.1, 0.5), (0.2, 0.7), (0.2, 0.9)]))
     assert up.numbers["weight_decay"] == [0.0, 0.1, 0.2] and up.numbers["unseen_acc"][-1] == pytest.approx(0.8)
     assert rp.verdict_of(up.checks) == "reproduced"
-    flat = rp._fig10(_rows([(0.0, 0.6), (0.1, 0.5), (0.2, 0.4)]))
+    flat = rp.FIGURES["fig10"].run(_rows([(0.0, 0.6), (0.1, 0.5), (0.2, 0.4)]))
     assert rp.verdict_of(flat.checks) == "not reproduced"
-    assert rp.verdict_of(rp._fig21(_rows([(0.0, 0.5), (0.2, 0.45)])).checks) == "reproduced"
-    assert rp.verdict_of(rp._fig21(_rows([(0.0, 0.5), (0.2, 0.9)])).checks) == "not reproduced"
+    assert rp.verdict_of(rp.FIGURES["fig21"].run(_rows([(0.0, 0.5), (0.2, 0.45)])).checks) == "reproduced"
+    assert rp.verdict_of(rp.FIGURES["fig21"].run(_rows([(0.0, 0.5), (0.2, 0.9)])).checks) == "not reproduced"
 
 
 def test_unfinished_sweep_figure_judges_its_zoo_cells(tmp_path):
@@ -130,13 +131,13 @@ def test_unfinished_sweep_cells_that_contradict_the_paper_are_not_reproduced(tmp
 
 
 def test_grid_cell_matches_the_recipe_not_the_name():
-    assert rp.grid_cell(rp.FLAGSHIP, rp.SWEEPS_DIR / "fig4a.toml") == {"n_labels": 20, "n2": 10, "seed": 0}
+    assert grid_cell(rp.FLAGSHIP, rp.SWEEPS_DIR / "fig4a.toml") == {"n_labels": 20, "n2": 10, "seed": 0}
     # the shipped full model was trained with the pre-study recipe (all decayed): not a cell of today's fig10
-    assert rp.grid_cell(rp.FULL, rp.SWEEPS_DIR / "fig10.toml") is None
-    assert rp.grid_cell("simplified-ntot20-n2-10-all-decay", rp.SWEEPS_DIR / "fig4a.toml") is None
-    assert rp.grid_cell(rp.FULL, rp.SWEEPS_DIR / "fig4a.toml") is None  # another architecture
+    assert grid_cell(rp.FULL, rp.SWEEPS_DIR / "fig10.toml") is None
+    assert grid_cell("simplified-ntot20-n2-10-all-decay", rp.SWEEPS_DIR / "fig4a.toml") is None
+    assert grid_cell(rp.FULL, rp.SWEEPS_DIR / "fig4a.toml") is None  # another architecture
     # same model and data as a fig4a-init002 cell, but 10,000 planned epochs instead of the sweep's 300
-    assert rp.grid_cell(rp.SMALL_INIT, rp.SWEEPS_DIR / "fig4a-init002.toml") is None
+    assert grid_cell(rp.SMALL_INIT, rp.SWEEPS_DIR / "fig4a-init002.toml") is None
 
 
 def test_unfinished_sweep_ignores_zoo_models_outside_its_grid(tmp_path, monkeypatch):
@@ -187,7 +188,7 @@ def test_fig21_reads_each_runs_head_bias_and_ep_gradient(tmp_path):
         {"weight_decay": 0.0, "val_unseen.acc": 0.9, "val_unseen.label_set": 1.0, "epochs": 10, "path": str(run)},
         {"weight_decay": 0.2, "val_unseen.acc": 0.3, "val_unseen.label_set": 0.4, "epochs": 10},  # weights gone
     ]
-    out = rp._fig21(rows)
+    out = rp.FIGURES["fig21"].run(rows)
     (mech,) = out.numbers["mechanism"]  # only the run whose weights exist
     assert mech["weight_decay"] == 0.0 and mech["left"] + mech["right"] <= 1.0 + 1e-6
     assert -1.0 <= mech["ep_spearman"] <= 1.0 and "wd 0:" in out.summary
@@ -360,12 +361,12 @@ def test_single_head_seeds_checks_each_seed_not_the_mean():
         return [{"seed": s, "weight_decay": w, "val_unseen.acc": a, "epochs": 10} for (s, w), a in accs.items()]
 
     grid = {(s, w): 0.9 if w in (0.0, 0.05) else 0.1 for s in (1, 2) for w in (0.0, 0.05, 0.1, 0.2, 0.5)}
-    out = rp._x_single_head_seeds(rows(grid))
+    out = rp.FIGURES["x7-single-head-seeds"].run(rows(grid))
     assert [ok for _, ok in out.checks] == [True, True, False]  # no head bias measured -> the mechanism check fails
     assert "seed 1: 0.90 / 0.90 / 0.10 / 0.10 / 0.10" in out.summary and "4 of 10 runs" in out.notes
     one_fails = {**grid, (2, 0.05): 0.75, (1, 0.2): 0.7}  # means over seeds (0.82, 0.40) would pass both
-    assert [ok for _, ok in rp._x_single_head_seeds(rows(one_fails)).checks][:2] == [False, False]
-    assert set(rp._x_single_head_seeds(rows(grid)).figures) == {"seeds"}
+    assert [ok for _, ok in rp.FIGURES["x7-single-head-seeds"].run(rows(one_fails)).checks][:2] == [False, False]
+    assert set(rp.FIGURES["x7-single-head-seeds"].run(rows(grid)).figures) == {"seeds"}
 
 
 def test_beyond_the_paper_sections_say_question_once(tmp_path):
@@ -380,11 +381,11 @@ def test_fig21b_judges_every_run_over_head_dimension():
         return [{"vision.d_head": d, "seed": s, "val_unseen.acc": a, "epochs": 10} for (d, s), a in accs.items()]
 
     low = {(d, s): 0.4 + 0.01 * s for d in (32, 128) for s in (0, 1)}
-    out = rp._fig21b(rows(low))
+    out = rp.FIGURES["fig21b"].run(rows(low))
     assert out.numbers["d_head"] == [32, 128] and out.numbers["unseen_acc_mean"] == pytest.approx([0.405, 0.405])
     assert rp.verdict_of(out.checks) == "reproduced" and "32: 0.41 (0.40 / 0.41)" in out.summary
     one_high = {**low, (128, 1): 0.9}  # one run above 0.6 is enough to contradict the claim
-    out = rp._fig21b(rows(one_high))
+    out = rp.FIGURES["fig21b"].run(rows(one_high))
     assert rp.verdict_of(out.checks) == "not reproduced" and "d_head 128 seed 1: 0.90" in out.notes
 
 
@@ -395,7 +396,7 @@ def test_fig13_is_not_judged_on_a_model_without_query_key_biases(tmp_path):
     from hooked_clip1d import load_model
 
     name = "simplified-ntot20-n2-10-all-decay"
-    out = rp._fig13({name: load_model(name)}, name)
+    out = rp.FIGURES["fig13"].run({name: load_model(name)}, name)
     assert out.not_run == "" and not all(ok for _, ok in out.checks)
 
 

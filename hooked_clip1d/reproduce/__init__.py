@@ -18,10 +18,10 @@ The package, by module:
 - ``sweep_figs``: figures built on a sweep (fig3, 4a, 10, 21, 21b) and ``grid_cell`` for unfinished sweeps.
 - ``appendix_figs``: other architectures and captions (Sec. 6, App. I-L: fig8, 18, 19, 20, 22, 23).
 - ``beyond``: the beyond-the-paper experiments x1-x7; ``recipe_study``: x8, the training-recipe study.
-- ``runner``: ``reproduce()`` and ``FIGURES``, every figure's spec by key.
+- ``runner``: ``reproduce()``; it imports every module of the package, so ``FIGURES`` (``core``) holds every figure.
 
-Each figure module ends with its ``SPECS``; to add a figure, write its function and spec there and add its key to
-``runner.ORDER``.
+A figure declares itself: its module ends with ``SPECS = register(FigureSpec(...), ...)``. To add a figure, write
+its function and spec in a module of this package (a new module is found on its own); nothing else lists it.
 
 Example:
     >>> import tempfile
@@ -30,18 +30,9 @@ Example:
     (True, 'fig11')
 """
 
-from hooked_clip1d.reproduce.appendix_figs import _fig18, _fig19, _fig22, _fig23
-from hooked_clip1d.reproduce.beyond import (
-    STEER_ALPHAS,
-    _x_mirror_swap,
-    _x_single_head_seeds,
-    _x_small_init,
-    _x_spatial_ids,
-    _x_train_ablate_ep,
-    _x_two_layer,
-)
 from hooked_clip1d.reproduce.core import (
     ABLATE_EP,
+    FIGURES,
     FLAGSHIP,
     FULL,
     NONGEN,
@@ -53,70 +44,26 @@ from hooked_clip1d.reproduce.core import (
     VISION2,
     FigureSpec,
     Outcome,
+    register,
     verdict_of,
 )
-from hooked_clip1d.reproduce.mechanism_figs import (
-    FIG4B_IMAGES,
-    PAPER_XWX_SHARE,
-    _fig4b,
-    _fig4c,
-    _fig5d,
-    _fig5e,
-    _fig6,
-    _fig7,
-    _fig11,
-    _fig13,
-    _fig14,
-    _fig15,
-)
-from hooked_clip1d.reproduce.recipe_study import _x_recipe
-from hooked_clip1d.reproduce.runner import FIGURES, reproduce
-from hooked_clip1d.reproduce.sweep_figs import _fig4a, _fig10, _fig21, _fig21b, grid_cell
+from hooked_clip1d.reproduce.runner import reproduce  # imports every figure module: FIGURES is complete
 
 __all__ = [
     "ABLATE_EP",
-    "FIG4B_IMAGES",
     "FIGURES",
     "FLAGSHIP",
     "FULL",
     "NONGEN",
-    "PAPER_XWX_SHARE",
     "PRUNED",
     "SMALL_INIT",
     "SPATIAL_ID_MODELS",
-    "STEER_ALPHAS",
     "SWEEPS_DIR",
     "VERDICTS",
     "VISION2",
     "FigureSpec",
     "Outcome",
-    "grid_cell",
+    "register",
     "reproduce",
     "verdict_of",
-    # the figure functions (private: called through FIGURES; re-exported for tests and interactive use)
-    "_fig4a",
-    "_fig4b",
-    "_fig4c",
-    "_fig5d",
-    "_fig5e",
-    "_fig6",
-    "_fig7",
-    "_fig10",
-    "_fig11",
-    "_fig13",
-    "_fig14",
-    "_fig15",
-    "_fig18",
-    "_fig19",
-    "_fig21",
-    "_fig21b",
-    "_fig22",
-    "_fig23",
-    "_x_mirror_swap",
-    "_x_recipe",
-    "_x_single_head_seeds",
-    "_x_small_init",
-    "_x_spatial_ids",
-    "_x_train_ablate_ep",
-    "_x_two_layer",
 ]

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import list_pretrained, load_model
-from hooked_clip1d.reproduce.core import FLAGSHIP, PRUNED, VISION2, FigureSpec, Outcome
+from hooked_clip1d.reproduce.core import FLAGSHIP, PRUNED, VISION2, FigureSpec, Outcome, register
 from hooked_clip1d.reproduce.mechanism_figs import FIG4B_IMAGES, _ep_gradient_outcome
 
 
@@ -150,7 +150,7 @@ def _fig23(models: dict[str, CLIP1D]) -> Outcome:
 
 
 # the figures of this module, each with its claim, thresholds (in its function) and zoo models
-SPECS: tuple[FigureSpec, ...] = (
+SPECS: tuple[FigureSpec, ...] = register(
     FigureSpec(
         "fig8",
         "left_right captions: 1-layer vision, 2-layer text encoder generalizes (Fig. 8)",

@@ -32,6 +32,7 @@ from hooked_clip1d.reproduce.core import (
     VISION2,
     FigureSpec,
     Outcome,
+    register,
 )
 from hooked_clip1d.reproduce.mechanism_figs import _fig4b, _fig4c, _fig5d, _fig5e, _fig11, _fig13, _fig14, _first_epoch
 from hooked_clip1d.reproduce.sweep_figs import _fig4a, _one_sided
@@ -354,7 +355,7 @@ def _x_single_head_seeds(rows: list[dict[str, Any]]) -> Outcome:
 
 
 # the experiments of this module (the results page's beyond-the-paper section)
-SPECS: tuple[FigureSpec, ...] = (
+SPECS: tuple[FigureSpec, ...] = register(
     FigureSpec(
         "x2-fig4a-small-init",
         "Label vs layout diversity with small embedding init (Fig. 4a's sweep, init_std 0.02, 300 epochs)",

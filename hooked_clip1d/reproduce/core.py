@@ -70,6 +70,21 @@ class FigureSpec:
         return f"hooked-clip1d reproduce {self.key}"
 
 
+# every figure by key, in declaration order: a figure module declares its specs with ``register`` (the runner imports
+# every module of the package, so a new module's figures need no other entry; the CLI listing and the results page
+# follow from these declarations)
+FIGURES: dict[str, FigureSpec] = {}
+
+
+def register(*specs: FigureSpec) -> tuple[FigureSpec, ...]:
+    """Declare figures: add each spec to ``FIGURES`` under its key (two specs with one key are an error)."""
+    for spec in specs:
+        if spec.key in FIGURES and FIGURES[spec.key] is not spec:
+            raise ValueError(f"two figure specs have the key {spec.key!r}")
+        FIGURES[spec.key] = spec
+    return specs
+
+
 def verdict_of(checks: list[tuple[str, bool]]) -> str:
     """``reproduced`` if every check holds, ``partly`` if some do, ``not reproduced`` if none does.
 

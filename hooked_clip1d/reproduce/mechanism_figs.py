@@ -19,7 +19,7 @@ import torch
 
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.model.clip import CLIP1D
-from hooked_clip1d.reproduce.core import FLAGSHIP, NONGEN, FigureSpec, Outcome
+from hooked_clip1d.reproduce.core import FLAGSHIP, NONGEN, FigureSpec, Outcome, register
 
 
 def _first_epoch(history: dict[str, list], key: str, level: float) -> int | None:
@@ -337,7 +337,7 @@ def _fig7(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
 
 
 # the figures of this module, each with its claim, thresholds (in its function) and zoo models
-SPECS: tuple[FigureSpec, ...] = (
+SPECS: tuple[FigureSpec, ...] = register(
     FigureSpec(
         "fig4c",
         "CLS -> object attention bias per head (Fig. 4c)",

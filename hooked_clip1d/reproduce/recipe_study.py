@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import matplotlib.pyplot as plt
 
-from hooked_clip1d.reproduce.core import FigureSpec, Outcome
+from hooked_clip1d.reproduce.core import FigureSpec, Outcome, register
 from hooked_clip1d.reproduce.mechanism_figs import PAPER_XWX_SHARE
 
 
@@ -271,7 +271,7 @@ def _x_attndrop(rows: list[dict[str, Any]]) -> Outcome:
 
 
 # the experiment of this module (the results page's beyond-the-paper section)
-SPECS: tuple[FigureSpec, ...] = (
+SPECS: tuple[FigureSpec, ...] = register(
     FigureSpec(
         "x8-recipe",
         "The training recipe behind the mechanism (fidelity study, beyond the paper)",

@@ -1,8 +1,8 @@
 """``reproduce(figure)``: run one figure's experiment and write its record; ``FIGURES``, every figure by key.
 
-``FIGURES`` gathers the ``SPECS`` of the figure modules (``mechanism_figs``, ``sweep_figs``, ``appendix_figs``,
-``beyond``, ``recipe_study``) in the key order of ``ORDER`` (``FIGURES``' order before the package was split; the
-CLI and the results page sort the keys themselves). ``reproduce`` loads the zoo models a figure needs, or trains /
+``FIGURES`` (``core``) holds every figure a module of this package declares with ``core.register``; importing this
+module imports every module of the package, so a new figure module needs no other entry (the CLI and the results
+page sort the keys themselves). ``reproduce`` loads the zoo models a figure needs, or trains /
 reads its sweep (reading the spec under ``core.SWEEPS_DIR``), and handles unfinished sweeps: an interim reading
 once every run has an evaluation, else the zoo's cells of the grid (``sweep_figs.grid_cell``), else "not run".
 """
@@ -10,28 +10,17 @@ once every run has an evaluation, else the zoo's cells of the grid (``sweep_figs
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
+import pkgutil
 from pathlib import Path
 from typing import Any
 
-import hooked_clip1d.reproduce.appendix_figs as appendix_figs
-import hooked_clip1d.reproduce.beyond as beyond
 import hooked_clip1d.reproduce.core as core
-import hooked_clip1d.reproduce.mechanism_figs as mechanism_figs
-import hooked_clip1d.reproduce.recipe_study as recipe_study
-import hooked_clip1d.reproduce.sweep_figs as sweep_figs
 from hooked_clip1d.files import atomic_write_text
 from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
-from hooked_clip1d.reproduce.core import FigureSpec, _outcome_record, verdict_of
+from hooked_clip1d.reproduce.core import FIGURES, _outcome_record, verdict_of
 from hooked_clip1d.reproduce.sweep_figs import grid_cell
-
-# FIGURES' key order (kept from the single-module version); every key of the modules' SPECS, once
-ORDER = (
-    "fig4c", "fig4a", "fig3", "fig10", "fig21", "fig21b", "x2-fig4a-small-init", "x3-small-init", "x5-two-layer",
-    "x4-train-ablate-ep", "fig4b", "fig13", "fig14", "fig5e", "fig11", "fig15", "fig5d", "fig6", "fig7", "fig8",
-    "fig18", "fig19", "fig20", "fig23", "x1-mirror-swap", "x7-single-head-seeds", "x8-recipe", "x9-attndrop",
-    "x6-spatial-ids", "fig22",
-)  # fmt: skip
 
 
 def _portable(obj: Any, base: Path) -> Any:
@@ -46,20 +35,14 @@ def _portable(obj: Any, base: Path) -> Any:
     return obj
 
 
-def _gather(*spec_tuples: tuple[FigureSpec, ...]) -> dict[str, FigureSpec]:
-    by_key: dict[str, FigureSpec] = {}
-    for spec in (s for specs in spec_tuples for s in specs):
-        if spec.key in by_key:
-            raise ValueError(f"two figure specs have the key {spec.key!r}")
-        by_key[spec.key] = spec
-    if sorted(by_key) != sorted(ORDER):
-        raise ValueError(f"ORDER and the figure modules' SPECS disagree: {sorted(set(by_key) ^ set(ORDER))}")
-    return {key: by_key[key] for key in ORDER}
+def _declare_figures() -> None:
+    """Import every module of this package, so each figure module's ``register(...)`` declares its figures."""
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        if info.name not in ("runner", "__main__"):
+            importlib.import_module(f"{__package__}.{info.name}")
 
 
-FIGURES: dict[str, FigureSpec] = _gather(
-    mechanism_figs.SPECS, sweep_figs.SPECS, appendix_figs.SPECS, beyond.SPECS, recipe_study.SPECS
-)
+_declare_figures()
 
 
 def _zoo_cells(cells: dict[str, dict[str, Any]]) -> str:

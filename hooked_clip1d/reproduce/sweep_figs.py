@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from hooked_clip1d.model.checkpoint import canonical_config
 from hooked_clip1d.pretrained import manifest
-from hooked_clip1d.reproduce.core import FLAGSHIP, FULL, NONGEN, FigureSpec, Outcome
+from hooked_clip1d.reproduce.core import FLAGSHIP, FULL, NONGEN, FigureSpec, Outcome, register
 
 
 def _fig4a(rows: list[dict[str, Any]], title: str = "Fig. 4a sweep") -> Outcome:
@@ -250,7 +250,7 @@ def _fig4a_cells(manifests: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]
 
 
 # the figures of this module: each reads the finished runs of its sweep (hooked_clip1d/sweeps/<sweep>.toml)
-SPECS: tuple[FigureSpec, ...] = (
+SPECS: tuple[FigureSpec, ...] = register(
     FigureSpec(
         "fig4a",
         "Label diversity vs layout diversity (Fig. 3, 4a)",
