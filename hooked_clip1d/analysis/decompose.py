@@ -82,9 +82,8 @@ from transformer_lens import ActivationCache
 from hooked_clip1d.analysis.hooks import check_tower
 from hooked_clip1d.model.components import apply_rotary
 from hooked_clip1d.model.encoders import HookedEncoder
+from hooked_clip1d.model.terms import SCORE_TERMS  # the nine layer-0 terms, Eq. 2 and App. D (one table, the model's)
 
-#: the nine layer-0 token/position/bias terms (query part, key part), Eq. 2 and App. D of the paper
-SCORE_TERMS = ("EE", "EP", "PE", "PP", "BE", "BP", "EB", "PB", "BB")
 #: terms with R, the rest of the residual stream (earlier layers' outputs, LayerNorm bias): later layers / LN
 REST_TERMS = ("ER", "RE", "PR", "RP", "BR", "RB", "RR")
 #: every token/position term name, in display order

@@ -67,6 +67,7 @@ from hooked_clip1d.analysis.decompose import (
 )
 from hooked_clip1d.analysis.hooks import Hook, check_indices
 from hooked_clip1d.model.encoders import HookedEncoder
+from hooked_clip1d.model.terms import VALUE_TERMS, term_scores
 
 __all__ = [
     "ABLATABLE_TERMS",
@@ -78,7 +79,6 @@ __all__ = [
     "attention_terms",
 ]
 
-VALUE_TERMS = ("VP",)
 #: every term name ``ablate_terms`` accepts
 ABLATABLE_TERMS = TOKEN_POSITION_TERMS + VALUE_TERMS
 #: the position-dependent terms of Fig. 17 ("all position-dependent terms from attention and value")
@@ -158,7 +158,8 @@ def ablate_terms(
     be concatenated.
 
     (``EncoderConfig.ablated_terms`` makes a model remove terms itself, in every forward pass; see
-    ``components.Attention.ablated_scores``.)
+    ``components.Attention.ablated_scores``. Both sum the terms with ``model.terms.term_scores``, from one table of
+    term names.)
 
     Example:
         >>> from hooked_clip1d import CLIP1D, CLIPConfig
@@ -206,8 +207,7 @@ def ablate_terms(
     def fix_scores(scores: torch.Tensor, hook: HookPoint) -> torch.Tensor:
         qs = parts("q", {t[0] for t in score_terms})
         ks = parts("k", {t[1] for t in score_terms})
-        removed = sum(qs[t[0]].transpose(1, 2) @ ks[t[1]].permute(0, 2, 3, 1) for t in score_terms)
-        removed = removed / cfg.attn_scale
+        removed = term_scores(qs, ks, score_terms, cfg.attn_scale)
         if heads is not None:
             removed = removed * _head_mask(heads, scores.shape[1], scores)[None, :, None, None]
         return scores - removed

@@ -22,7 +22,8 @@ from transformer_lens import FactoredMatrix
 from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.model.config import EncoderConfig
-from hooked_clip1d.model.functional import LN_EPS, rotary_tables, rotate
+from hooked_clip1d.model.functional import LN_EPS, layer_norm, rotary_tables, rotate
+from hooked_clip1d.model.terms import term_scores
 
 Resid = Float[torch.Tensor, "batch pos d_model"]
 
@@ -79,9 +80,7 @@ class LayerNorm(nn.Module):
         self.hook_normalized = HookPoint()  # [batch, pos, d_model]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x - x.mean(-1, keepdim=True)
-        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized(x / scale * self.w + self.b)
+        return self.hook_normalized(layer_norm(x, self.w, self.b, hook_scale=self.hook_scale))
 
 
 def rotary_sin_cos(cfg: EncoderConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,19 +172,16 @@ class Attention(nn.Module):
     def ablated_scores(self, E: torch.Tensor, P: torch.Tensor | None) -> torch.Tensor:
         """The sum of the ``cfg.ablated_terms`` score terms [batch, head, q, k] (÷ sqrt(d_head)), from the token
         embeddings ``E`` and positional embeddings ``P`` of this forward pass: the part (E, P or bias B) of each
-        query times the part of each key (``analysis.terms`` names them). Layer 0 without LayerNorm only."""
+        query times the part of each key (``model.terms``, shared with ``analysis.terms``). Layer 0 without
+        LayerNorm only."""
         parts_q = {"E": self._project(E, self.W_Q, 0.0), "B": self.b_Q.expand(*E.shape[:2], -1, -1)}
         parts_k = {"E": self._project(E, self.W_K, 0.0), "B": self.b_K.expand(*E.shape[:2], -1, -1)}
         zero = torch.zeros_like(parts_q["E"])
         parts_q["P"] = self._project(P, self.W_Q, 0.0) if P is not None else zero
         parts_k["P"] = self._project(P, self.W_K, 0.0) if P is not None else zero
-        removed = torch.zeros((), dtype=E.dtype, device=E.device)
-        for t in self.cfg.ablated_terms:
-            if t == "VP":
-                continue
-            qa, ka = self._rot(parts_q[t[0]]), self._rot(parts_k[t[1]])
-            removed = removed + qa.transpose(1, 2) @ ka.permute(0, 2, 3, 1)
-        return removed / self.cfg.attn_scale
+        rot_q = {g: self._rot(x) for g, x in parts_q.items()}
+        rot_k = {g: self._rot(x) for g, x in parts_k.items()}
+        return term_scores(rot_q, rot_k, self.cfg.ablated_terms, self.cfg.attn_scale)
 
     def forward(
         self,

@@ -27,14 +27,16 @@ import torch
 
 import hooked_clip1d.model.functional as functional
 from hooked_clip1d.data.vocab import Vocabulary
+from hooked_clip1d.model.terms import LAYER0_TERMS
 
 Positional = Literal["learned", "rope", "none"]
 
 _TL_POSITIONAL = {"learned": "standard", "rope": "rotary", "none": "none"}
 
 
-# the layer-0 terms ``ablated_terms`` may remove (query part x key part; VP: positional part of the values)
-TRAINABLE_ABLATIONS = ("EE", "EP", "PE", "PP", "BE", "BP", "EB", "PB", "BB", "VP")
+# the layer-0 terms ``ablated_terms`` may remove (query part x key part; VP: positional part of the values): the
+# table of ``model.terms``, which the analysis shares
+TRAINABLE_ABLATIONS = LAYER0_TERMS
 
 
 # init_std of a saved config that predates the field (every such model was initialised like nn.Embedding)

@@ -1,9 +1,10 @@
 """The maths both model definitions share, as plain functions of tensors (no parameters, no hooks).
 
 ``components``/``clip`` (the hooked model: one batch, a hook beside every op) and ``stacked`` (K models on a leading
-axis, fused for speed) compute the same function two ways; what they have in common lives here once: LayerNorm's
-epsilon, the rotary tables and rotation, the attention-score scale, and the CLIP head (cosine logits with a clamped
-temperature, the symmetric contrastive loss). Leading dimensions are free: ``[B, ...]`` for the hooked model,
+axis, fused for speed) compute the same function two ways; what they have in common lives here once: LayerNorm
+(``layer_norm``, its epsilon), the rotary tables and rotation, the attention-score scale, and the CLIP head (cosine
+logits with a clamped temperature, the symmetric contrastive loss). The attention-score terms (E, P, B parts) live
+beside this module in ``terms``. Leading dimensions are free: ``[B, ...]`` for the hooked model,
 ``[K, B, ...]`` for the stacked one.
 
 Example:
@@ -16,11 +17,41 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float
 
 LN_EPS = 1e-5  # LayerNorm's epsilon (TransformerLens's and torch's default)
+
+
+def layer_norm(
+    x: Float[torch.Tensor, "*lead d_model"],
+    w: torch.Tensor,
+    b: torch.Tensor,
+    hook_scale: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> Float[torch.Tensor, "*lead d_model"]:
+    """LayerNorm over the last dim, ``(x - mean) / sqrt(var + LN_EPS) * w + b`` (biased variance, as torch and TL).
+
+    ``w`` and ``b`` broadcast against ``x`` (``[d_model]`` for one model; ``[K, 1, ..., d_model]`` stacked).
+    ``hook_scale``: given (the hooked model's ``hook_scale``, fired on the scale ``[..., 1]``), the scale is computed
+    explicitly and passed through it, so a hook may read or replace it; without it the same formula runs as torch's
+    fused ``F.layer_norm`` kernel (the stacked engine). The two agree to float rounding (~1e-7), each is bit for bit
+    what its caller computed before the two were merged here.
+
+    Example:
+        >>> x, w, b = torch.randn(2, 3, 8), torch.rand(8), torch.randn(8)
+        >>> torch.allclose(layer_norm(x, w, b), layer_norm(x, w, b, hook_scale=lambda s: s), atol=1e-6)
+        True
+        >>> torch.allclose(layer_norm(x, w, b), F.layer_norm(x, (8,), w, b), atol=1e-6)
+        True
+    """
+    if hook_scale is None:
+        return torch.addcmul(b, F.layer_norm(x, (x.shape[-1],), eps=LN_EPS), w)
+    x = x - x.mean(-1, keepdim=True)
+    scale = hook_scale((x.pow(2).mean(-1, keepdim=True) + LN_EPS).sqrt())
+    return x / scale * w + b
 
 
 def attn_scale(d_head: int) -> float:

@@ -48,7 +48,7 @@ from torch import nn
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.model.components import rotary_sin_cos
 from hooked_clip1d.model.config import EncoderConfig
-from hooked_clip1d.model.functional import LN_EPS, cosine, rotate, symmetric_ce, temperature
+from hooked_clip1d.model.functional import cosine, layer_norm, rotate, symmetric_ce, temperature
 
 DropoutRNG = Literal["matched", "fast"]
 
@@ -309,7 +309,7 @@ class StackedCLIP(nn.Module):
     def _ln(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """LayerNorm with per-member weight/bias [K, d] (x: [K, ..., d])."""
         shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (x.shape[-1],)
-        return torch.addcmul(b.view(shape), F.layer_norm(x, (x.shape[-1],), eps=LN_EPS), w.view(shape))
+        return layer_norm(x, w.view(shape), b.view(shape))
 
     # ---- forward ------------------------------------------------------------------------------------------------
     def tower(
