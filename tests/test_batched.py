@@ -101,6 +101,14 @@ VARIANTS = {
     "full_1_layer": ("full", dict(n_layers=1)),
     "full_rope": ("full", dict(positional="rope")),
     "init_std": ("simplified", dict(init_std=0.02)),
+    # the open choices of docs/configs.md: weight-tied repeats (Mrep) and post-LN blocks
+    "full_tied": ("full", dict(n_layers=4, tied_repeats=2)),
+    "full_tied_4x1": ("full", dict(n_layers=3, tied_repeats=3, text_overrides={"pruned_heads": ((1, 0),)})),
+    "full_post_ln": ("full", dict(ln_position="post")),
+    "full_tied_post_ln": ("full", dict(n_layers=4, tied_repeats=2, ln_position="post")),
+    "full_post_ln_1_layer": ("full", dict(n_layers=1, ln_position="post")),
+    "ln_attn_only_post": ("simplified", dict(normalization_type="LN", ln_position="post", n_layers=2)),
+    "simplified_tied": ("simplified", dict(n_layers=2, tied_repeats=2)),
 }
 
 

@@ -106,6 +106,11 @@ Components = Float[torch.Tensor, "component batch pos d_model"]
 # ---- residual components -----------------------------------------------------------------------------------------
 def _check_layer(model: HookedEncoder, layer: int, allow_final: bool = False) -> None:
     check_tower(model)
+    if model.cfg.normalization_type == "LN" and model.cfg.ln_position == "post":
+        raise ValueError(
+            "the score decompositions assume pre-LN blocks (the residual stream a sum of the embeddings and the "
+            "sublayer outputs, ln1 before each attention); this tower is post-LN (ln_position='post')"
+        )
     if isinstance(layer, bool) or not isinstance(layer, int):
         raise TypeError(f"layer must be an int, got {type(layer).__name__}")
     n = model.cfg.n_layers

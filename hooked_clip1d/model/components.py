@@ -7,11 +7,17 @@ fused kernel that would hide the pattern.
 
 Weights use TL's right-multiplying, per-head layout: ``q[..., h, :] = x @ W_Q[h] + b_Q[h]`` with
 ``W_Q[h, d_model, d_head]`` and ``W_O[h, d_head, d_model]``.
+
+Weight tying (``EncoderConfig.tied_repeats``): a repeated layer is a block of its own (its own hook points, named
+by the layer it is, ``blocks.{layer}``, and its own pruned-head mask) whose ``LayerNorm``, ``Attention`` and ``MLP``
+hold no parameters: they read those of the block they repeat (``tied_to``), so the state dict, ``parameters()`` and
+every optimizer see each weight once (under the first block), and gradients of every application add up there.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import einops
 import torch
@@ -34,6 +40,28 @@ def _normal(shape: tuple[int, ...], std: float, gen: torch.Generator | None, dty
 
 def _zeros(shape: tuple[int, ...], dtype: torch.dtype) -> nn.Parameter:
     return nn.Parameter(torch.zeros(shape, dtype=dtype))
+
+
+class _Tieable(nn.Module):
+    """A module that may hold no parameters of its own and read those of another module of its class (``tied_to``,
+    weight tying). The source is kept outside ``_modules``, so its parameters are counted once, under the source;
+    it is read on every access, so ``load_state_dict``, ``.to()`` and ``torch.func.functional_call`` on the source
+    reach the repeat as well."""
+
+    def _tie(self, source: nn.Module | None) -> bool:
+        """Tie to ``source`` (None: no tying); returns whether this module creates its own parameters."""
+        if source is None:
+            return True
+        if type(source) is not type(self):
+            raise TypeError(f"cannot tie a {type(self).__name__} to a {type(source).__name__}")
+        self.__dict__["tied_to"] = source
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        src = self.__dict__.get("tied_to")
+        if src is not None and name in src._parameters:
+            return getattr(src, name)
+        return super().__getattr__(name)
 
 
 class Embed(nn.Module):
@@ -64,18 +92,20 @@ class PosEmbed(nn.Module):
         return self.W_pos[:p].unsqueeze(0).repeat(b, 1, 1)
 
 
-class LayerNorm(nn.Module):
+class LayerNorm(_Tieable):
     """TL-style LayerNorm with ``hook_scale`` [batch, pos, 1] and ``hook_normalized`` [batch, pos, d_model].
 
-    Also accepts per-head input [batch, pos, head_index, d_model] (split q/k/v inputs).
+    Also accepts per-head input [batch, pos, head_index, d_model] (split q/k/v inputs). ``tied_to``: read ``w`` and
+    ``b`` from that LayerNorm (weight tying).
     """
 
-    def __init__(self, cfg: EncoderConfig):
+    def __init__(self, cfg: EncoderConfig, tied_to: LayerNorm | None = None):
         super().__init__()
         self.cfg = cfg
         self.eps = LN_EPS
-        self.w = nn.Parameter(torch.ones(cfg.d_model, dtype=cfg.dtype))
-        self.b = nn.Parameter(torch.zeros(cfg.d_model, dtype=cfg.dtype))
+        if self._tie(tied_to):
+            self.w = nn.Parameter(torch.ones(cfg.d_model, dtype=cfg.dtype))
+            self.b = nn.Parameter(torch.zeros(cfg.d_model, dtype=cfg.dtype))
         self.hook_scale = HookPoint()  # [batch, pos, 1]
         self.hook_normalized = HookPoint()  # [batch, pos, d_model]
 
@@ -96,7 +126,7 @@ def apply_rotary(
     return rotate(x, sin[:p, None, :], cos[:p, None, :])  # tables [pos, 1, rd]
 
 
-class Attention(nn.Module):
+class Attention(_Tieable):
     """Multi-head self-attention with TL hooks and per-head weights.
 
     Hooks: ``hook_q``, ``hook_k``, ``hook_v``, ``hook_z`` [batch, pos, head_index, d_head]; ``hook_rot_q``,
@@ -106,7 +136,11 @@ class Attention(nn.Module):
     diagonal there, exactly as in TL.
     """
 
-    def __init__(self, cfg: EncoderConfig, gen: torch.Generator | None = None, layer: int = 0):
+    def __init__(
+        self, cfg: EncoderConfig, gen: torch.Generator | None = None, layer: int = 0, tied_to: Attention | None = None
+    ):
+        """``tied_to``: read every weight from that attention (a repeated layer, ``cfg.tied_repeats``); it draws
+        nothing from ``gen``. Hooks and the pruned-head mask (of ``layer``) are its own."""
         super().__init__()
         self.cfg = cfg
         h, dm, dh = cfg.n_heads, cfg.d_model, cfg.d_head
@@ -114,14 +148,15 @@ class Attention(nn.Module):
         # pruned heads (App. K): z is multiplied by this [head_index] mask before hook_z; None when nothing is pruned
         self.head_mask: torch.Tensor | None
         self.register_buffer("head_mask", None if all(kept) else torch.tensor(kept, dtype=cfg.dtype), persistent=False)
-        self.W_Q = _normal((h, dm, dh), 1 / math.sqrt(dm), gen, cfg.dtype)
-        self.W_K = _normal((h, dm, dh), 1 / math.sqrt(dm), gen, cfg.dtype)
-        self.W_V = _normal((h, dm, dh), 1 / math.sqrt(dm), gen, cfg.dtype)
-        self.W_O = _normal((h, dh, dm), 1 / math.sqrt(h * dh), gen, cfg.dtype)
-        self.b_Q = _zeros((h, dh), cfg.dtype)
-        self.b_K = _zeros((h, dh), cfg.dtype)
-        self.b_V = _zeros((h, dh), cfg.dtype)
-        self.b_O = _zeros((dm,), cfg.dtype)
+        if self._tie(tied_to):
+            self.W_Q = _normal((h, dm, dh), 1 / math.sqrt(dm), gen, cfg.dtype)
+            self.W_K = _normal((h, dm, dh), 1 / math.sqrt(dm), gen, cfg.dtype)
+            self.W_V = _normal((h, dm, dh), 1 / math.sqrt(dm), gen, cfg.dtype)
+            self.W_O = _normal((h, dh, dm), 1 / math.sqrt(h * dh), gen, cfg.dtype)
+            self.b_Q = _zeros((h, dh), cfg.dtype)
+            self.b_K = _zeros((h, dh), cfg.dtype)
+            self.b_V = _zeros((h, dh), cfg.dtype)
+            self.b_O = _zeros((dm,), cfg.dtype)
         self.register_buffer("mask", torch.tril(torch.ones(cfg.n_ctx, cfg.n_ctx, dtype=torch.bool)), persistent=False)
         self.register_buffer("IGNORE", torch.tensor(-torch.inf, dtype=cfg.dtype), persistent=False)
         if cfg.positional == "rope":
@@ -227,17 +262,19 @@ class Attention(nn.Module):
         return z.flatten(-2) @ self.W_O.reshape(h * dh, dm) + self.b_O
 
 
-class MLP(nn.Module):
-    """GeLU MLP: ``W_in[d_model, d_mlp]``, ``W_out[d_mlp, d_model]``; hooks ``hook_pre``/``hook_post`` [b, p, d_mlp]."""
+class MLP(_Tieable):
+    """GeLU MLP: ``W_in[d_model, d_mlp]``, ``W_out[d_mlp, d_model]``; hooks ``hook_pre``/``hook_post`` [b, p, d_mlp].
+    ``tied_to``: read the weights from that MLP (weight tying)."""
 
-    def __init__(self, cfg: EncoderConfig, gen: torch.Generator | None = None):
+    def __init__(self, cfg: EncoderConfig, gen: torch.Generator | None = None, tied_to: MLP | None = None):
         super().__init__()
         self.cfg = cfg
         assert cfg.d_mlp is not None
-        self.W_in = _normal((cfg.d_model, cfg.d_mlp), 1 / math.sqrt(cfg.d_model), gen, cfg.dtype)
-        self.b_in = _zeros((cfg.d_mlp,), cfg.dtype)
-        self.W_out = _normal((cfg.d_mlp, cfg.d_model), 1 / math.sqrt(cfg.d_mlp), gen, cfg.dtype)
-        self.b_out = _zeros((cfg.d_model,), cfg.dtype)
+        if self._tie(tied_to):
+            self.W_in = _normal((cfg.d_model, cfg.d_mlp), 1 / math.sqrt(cfg.d_model), gen, cfg.dtype)
+            self.b_in = _zeros((cfg.d_mlp,), cfg.dtype)
+            self.W_out = _normal((cfg.d_mlp, cfg.d_model), 1 / math.sqrt(cfg.d_mlp), gen, cfg.dtype)
+            self.b_out = _zeros((cfg.d_model,), cfg.dtype)
         self.hook_pre = HookPoint()  # [batch, pos, d_mlp]
         self.hook_post = HookPoint()  # [batch, pos, d_mlp]
         self.dropout = nn.Dropout(cfg.dropout)
@@ -249,23 +286,37 @@ class MLP(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    """Pre-LN block: ``resid_mid = resid_pre + attn(ln1(resid_pre))``, ``resid_post = resid_mid + mlp(ln2(.))``.
+    """Pre-LN block (``cfg.ln_position="pre"``, the default): ``resid_mid = resid_pre + attn(ln1(resid_pre))``,
+    ``resid_post = resid_mid + mlp(ln2(resid_mid))``. Post-LN (``"post"``): ``resid_mid = ln1(resid_pre +
+    attn(resid_pre))``, ``resid_post = ln2(resid_mid + mlp(resid_mid))`` (attention-only: ``resid_post =
+    ln1(resid_pre + attn(resid_pre))``); the hooks keep their names and sit on what the residual stream holds.
 
     Without LayerNorm ``ln1``/``ln2`` are ``nn.Identity``; attention-only blocks have no MLP and no ``hook_resid_mid``.
     Dropout (train mode only) is applied to each sublayer output before its hook, so ``hook_attn_out`` and
-    ``hook_mlp_out`` always hold exactly what is added to the residual stream.
+    ``hook_mlp_out`` always hold exactly what is added to the residual stream. ``tied_to``: the block this layer
+    repeats (``cfg.tied_repeats``): its sublayers read that block's weights (module docstring).
     """
 
-    def __init__(self, cfg: EncoderConfig, layer: int, gen: torch.Generator | None = None):
+    def __init__(
+        self,
+        cfg: EncoderConfig,
+        layer: int,
+        gen: torch.Generator | None = None,
+        tied_to: TransformerBlock | None = None,
+    ):
         super().__init__()
         self.cfg = cfg
         self.layer = layer
         ln = cfg.normalization_type == "LN"
-        self.ln1 = LayerNorm(cfg) if ln else nn.Identity()
-        self.attn = Attention(cfg, gen, layer=layer)
+
+        def source(name: str) -> Any:  # the repeated block's sublayer, whose weights this one reads
+            return None if tied_to is None else getattr(tied_to, name)
+
+        self.ln1 = LayerNorm(cfg, source("ln1")) if ln else nn.Identity()
+        self.attn = Attention(cfg, gen, layer=layer, tied_to=source("attn"))
         if not cfg.attn_only:
-            self.ln2 = LayerNorm(cfg) if ln else nn.Identity()
-            self.mlp = MLP(cfg, gen)
+            self.ln2 = LayerNorm(cfg, source("ln2")) if ln else nn.Identity()
+            self.mlp = MLP(cfg, gen, tied_to=source("mlp"))
         self.dropout = nn.Dropout(cfg.dropout)
 
         self.hook_attn_in = HookPoint()  # [batch, pos, head_index, d_model]
@@ -283,6 +334,8 @@ class TransformerBlock(nn.Module):
     def forward(self, resid_pre: Resid, embeddings: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> Resid:
         """``embeddings``: (E, P) for the model's own term removal (``cfg.ablated_terms``, layer 0)."""
         cfg = self.cfg
+        post = cfg.ln_position == "post" and cfg.normalization_type == "LN"
+        norm_in = _identity if post else self.ln1  # the LayerNorm before the attention (pre-LN)
         resid_pre = self.hook_resid_pre(resid_pre)
         if cfg.use_attn_in or cfg.use_split_qkv_input:
             per_head = einops.repeat(resid_pre, "b p d -> b p h d", h=cfg.n_heads)
@@ -292,14 +345,22 @@ class TransformerBlock(nn.Module):
                 q_in = self.hook_q_input(per_head.clone())
                 k_in = self.hook_k_input(per_head.clone())
                 v_in = self.hook_v_input(per_head.clone())
-            attn_out = self.attn(self.ln1(q_in), self.ln1(k_in), self.ln1(v_in), embeddings)
+            attn_out = self.attn(norm_in(q_in), norm_in(k_in), norm_in(v_in), embeddings)
         else:
-            x = self.ln1(resid_pre)
+            x = norm_in(resid_pre)
             attn_out = self.attn(x, x, x, embeddings)
         attn_out = self.hook_attn_out(self.dropout(attn_out))
         if cfg.attn_only:
+            if post:
+                return self.hook_resid_post(self.ln1(resid_pre + attn_out))
             return self.hook_resid_post(resid_pre + attn_out)
-        resid_mid = self.hook_resid_mid(resid_pre + attn_out)
+        resid_mid = self.hook_resid_mid(self.ln1(resid_pre + attn_out) if post else resid_pre + attn_out)
         mlp_in = self.hook_mlp_in(resid_mid.clone()) if cfg.use_hook_mlp_in else resid_mid
-        mlp_out = self.hook_mlp_out(self.dropout(self.mlp(self.ln2(mlp_in))))
+        mlp_out = self.hook_mlp_out(self.dropout(self.mlp(mlp_in if post else self.ln2(mlp_in))))
+        if post:
+            return self.hook_resid_post(self.ln2(resid_mid + mlp_out))
         return self.hook_resid_post(resid_mid + mlp_out)
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x

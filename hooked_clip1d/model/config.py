@@ -8,6 +8,8 @@ encoders unchanged. Paper names are given in the comments: MB x Mrep = ``n_layer
 Presets (``preset(...)``) give the paper's two architectures:
 
 - ``"full"``: MB = 2, Mrep = 2 (4 blocks), 4 heads, d_head 32, d_model 128, LayerNorm, GeLU MLP 512 (Fig. 3).
+  Two readings of the paper are open choices (docs/configs.md): ``tied_repeats=2`` applies 2 distinct blocks twice
+  instead of 4 independent blocks, ``ln_position="post"`` puts LayerNorm after each residual add.
 - ``"simplified"``: 1 block, 4 heads, attention only, no LayerNorm (Sec. 4 onwards).
 
 Example:
@@ -52,13 +54,21 @@ class EncoderConfig:
     """
 
     n_labels: int = 20  # Ntot: object categories 1..n_labels; sets d_vocab
-    n_layers: int = 1  # MB x Mrep Transformer blocks
+    n_layers: int = 1  # MB x Mrep Transformer layers applied (distinct blocks: n_layers // tied_repeats)
     n_heads: int = 4  # Mh attention heads per block
     d_head: int = 32  # dimension of each head's query/key/value
     d_model: int = 128  # residual stream width (token and positional embeddings too)
     d_mlp: int | None = None  # MLP hidden width; None when attn_only
     attn_only: bool = True  # no MLP sublayer (the paper's simplified model)
-    normalization_type: Literal["LN"] | None = None  # "LN": pre-LN blocks + final LN; None: no LayerNorm
+    normalization_type: Literal["LN"] | None = None  # "LN": LayerNorm blocks (see ln_position); None: no LayerNorm
+    ln_position: Literal["pre", "post"] = "pre"  # where LayerNorm sits (with normalization_type="LN"). The paper says
+    # only "LayerNorm ... applied". "pre": x + attn(ln1(x)), x + mlp(ln2(x)), then ln_final (GPT-2, CLIP, TL: what
+    # every shipped model uses); "post": ln1(x + attn(x)), ln2(x + mlp(x)), no ln_final (the original Transformer's
+    # and nn.TransformerEncoderLayer's default). See docs/configs.md, "Open choices"
+    tied_repeats: int = 1  # the paper's "Mrep repetitions of MB blocks" read as weight tying: the
+    # n_layers // tied_repeats distinct blocks (MB) are applied tied_repeats (Mrep) times in turn (0, 1, 0, 1 for
+    # MB = Mrep = 2), each application a layer with its own hooks (blocks.{layer}) sharing its block's weights.
+    # 1: every layer has its own weights (MB x Mrep independent blocks: what every shipped model uses)
     positional: Positional = "learned"  # learned absolute embeddings (paper), rotary (App. I) or none
     rotary_dim: int | None = None  # dims of each head rotated by RoPE; None = d_head
     rotary_base: int = 10000  # RoPE frequency base
@@ -102,6 +112,17 @@ class EncoderConfig:
             raise bad("positional", f"must be one of {sorted(_TL_POSITIONAL)}, got {self.positional!r}")
         if self.normalization_type not in (None, "LN"):
             raise bad("normalization_type", f"must be 'LN' or None, got {self.normalization_type!r}")
+        if self.ln_position not in ("pre", "post"):
+            raise bad("ln_position", f"must be 'pre' or 'post', got {self.ln_position!r}")
+        if self.ln_position == "post" and self.normalization_type is None:
+            raise bad("ln_position", "'post' needs normalization_type='LN' (there is no LayerNorm to place)")
+        v = self.tied_repeats
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1 or self.n_layers % v:
+            raise bad(
+                "tied_repeats",
+                f"must be a positive int dividing n_layers={self.n_layers} (n_layers // tied_repeats distinct "
+                f"blocks applied tied_repeats times), got {v!r}",
+            )
         if self.attention_dir not in ("causal", "bidirectional"):
             raise bad("attention_dir", f"must be 'causal' or 'bidirectional', got {self.attention_dir!r}")
         if self.attn_only:
@@ -199,6 +220,16 @@ class EncoderConfig:
     @property
     def use_attn_scale(self) -> bool:
         return True
+
+    @property
+    def n_blocks(self) -> int:
+        """Distinct blocks (the paper's MB): layer ``l`` applies block ``l % n_blocks`` (``tied_repeats``)."""
+        return self.n_layers // self.tied_repeats
+
+    @property
+    def final_ln(self) -> bool:
+        """Whether the tower ends in ``ln_final``: pre-LN towers do, post-LN ones (already normalised) do not."""
+        return self.normalization_type == "LN" and self.ln_position == "pre"
 
     def heads_kept(self, layer: int) -> list[bool]:
         """For each head of ``layer``, False when it is in ``pruned_heads``."""

@@ -85,8 +85,12 @@ class HookedEncoder(HookedRootModule):
             self.pos_embed = PosEmbed(cfg, gen)
             self.hook_pos_embed = HookPoint()  # [batch, pos, d_model]
         self.embed_dropout = nn.Dropout(cfg.embed_dropout)  # on E + P before block 0 (train mode only)
-        self.blocks = nn.ModuleList([TransformerBlock(cfg, layer, gen) for layer in range(cfg.n_layers)])
-        if cfg.normalization_type == "LN":
+        blocks: list[TransformerBlock] = []
+        for layer in range(cfg.n_layers):  # a repeated layer (tied_repeats) reads its block's weights, draws nothing
+            tied = blocks[layer % cfg.n_blocks] if layer >= cfg.n_blocks else None
+            blocks.append(TransformerBlock(cfg, layer, gen, tied_to=tied))
+        self.blocks = nn.ModuleList(blocks)
+        if cfg.final_ln:  # pre-LN towers end in a LayerNorm; post-LN ones are normalised by their last block
             self.ln_final = LayerNorm(cfg)
         self.hook_pooled = HookPoint()  # [batch, d_model]: the readout (CLS or EOT) of the final residual
         self.to(cfg.device)
@@ -180,7 +184,7 @@ class HookedEncoder(HookedRootModule):
             resid = block(resid, embeddings if i == 0 else None)
         if stop_at_layer is not None:
             return resid
-        if self.cfg.normalization_type == "LN":
+        if self.cfg.final_ln:
             resid = self.ln_final(resid)
         if return_type == "resid":
             return resid

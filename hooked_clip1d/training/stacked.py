@@ -62,6 +62,8 @@ SHAPE_FIELDS = (  # must be equal across a group; the stacked forward implements
     "d_mlp",
     "attn_only",
     "normalization_type",
+    "ln_position",
+    "tied_repeats",
     "positional",
     "rotary_dim",
     "rotary_base",
@@ -334,6 +336,8 @@ class StackedCLIP(nn.Module):
         H, Dh, D = cfg.n_heads, cfg.d_head, cfg.d_model
         L = cfg.n_layers
         ln = cfg.normalization_type == "LN"
+        pre_ln = ln and cfg.ln_position == "pre"  # LayerNorm before each sublayer (and ln_final)
+        post_ln = ln and not pre_ln  # LayerNorm after each residual add (ln_position="post")
         learned = cfg.positional == "learned"
         rope = cfg.positional == "rope"
         drop = cfg.dropout if self.training else 0.0
@@ -358,7 +362,7 @@ class StackedCLIP(nn.Module):
 
         x: torch.Tensor | None = None  # residual stream [K, B, P, D] (built lazily for block 0 without LN)
         for layer in range(L):
-            blk = f"{pre}blocks.{layer}."
+            blk = f"{pre}blocks.{layer % cfg.n_blocks}."  # a repeated layer (tied_repeats) uses its block's weights
             last = layer == L - 1
             W_Q, W_K, W_V = p[blk + "attn.W_Q"], p[blk + "attn.W_K"], p[blk + "attn.W_V"]
             b_Q, b_K, b_V = p[blk + "attn.b_Q"], p[blk + "attn.b_K"], p[blk + "attn.b_V"]
@@ -367,7 +371,8 @@ class StackedCLIP(nn.Module):
             Ws = (W_K, W_V) if last else (W_Q, W_K, W_V)
             W_cat = torch.cat(Ws, dim=2).reshape(K, D, len(Ws) * H * Dh)
             b_cat = torch.cat((b_K, b_V) if last else (b_Q, b_K, b_V), dim=1).reshape(K, 1, len(Ws) * H * Dh)
-            if layer == 0 and not ln and not emb_drop:
+            tables = layer == 0 and not pre_ln and not emb_drop  # block 0 reads E + P itself (no LN before it)
+            if tables:
                 # block-0 projections from tables: (W_E @ W)[tok] + (W_pos @ W)[pos] + b
                 proj = self._rows(torch.bmm(W_E, W_cat), tokens.reshape(K, B * P))  # [K, B*P, n*H*Dh]
                 if learned:
@@ -388,7 +393,7 @@ class StackedCLIP(nn.Module):
                     if learned:
                         x = x + W_pos[:, None]
                     x = self._dropout(x, (B, P, D), emb_drop, None)  # embedding dropout (E + P)
-                h = self._ln(x, p[blk + "ln1.w"], p[blk + "ln1.b"]) if ln else x
+                h = self._ln(x, p[blk + "ln1.w"], p[blk + "ln1.b"]) if pre_ln else x
                 proj = torch.baddbmm(b_cat, h.view(K, B * P, D), W_cat)
                 x_r = readout_rows(x) if last else None
             proj = proj.view(K, B, P, len(Ws), H, Dh)
@@ -408,15 +413,19 @@ class StackedCLIP(nn.Module):
                 z = z.transpose(2, 3).reshape(K, B * P, H * Dh)
                 attn = torch.baddbmm(b_O[:, None], z, W_O.reshape(K, H * Dh, D)).view(K, B, P, D)
                 x = x + self._dropout(attn, (B, P, D), drop, None)
+                if post_ln:
+                    x = self._ln(x, p[blk + "ln1.w"], p[blk + "ln1.b"])
                 if not cfg.attn_only:
-                    x = x + self._mlp(blk, x, (B, P), drop, None, ln)
+                    x = x + self._mlp(blk, x, (B, P), drop, None, pre_ln)
+                    if post_ln:
+                        x = self._ln(x, p[blk + "ln2.w"], p[blk + "ln2.b"])
                 continue
             # last block: keys/values at every position, everything else at the readout only
             k, v = proj.unbind(3)  # [K, B, P, H, Dh]
-            if layer == 0 and not ln and not emb_drop:
+            if tables or not pre_ln:
                 q_in = x_r
             else:
-                q_in = self._ln(x_r, p[blk + "ln1.w"], p[blk + "ln1.b"]) if ln else x_r
+                q_in = self._ln(x_r, p[blk + "ln1.w"], p[blk + "ln1.b"])
             q = torch.baddbmm(b_Q.reshape(K, 1, H * Dh), q_in, W_Q.reshape(K, D, H * Dh))
             q = q.view(K, B, H, Dh)
             if rope:
@@ -435,10 +444,14 @@ class StackedCLIP(nn.Module):
                 z = z * mask_h[:, None, :, None]
             attn = torch.baddbmm(b_O[:, None], z.reshape(K, B, H * Dh), W_O.reshape(K, H * Dh, D))
             x_r = x_r + self._dropout(attn, (B, P, D), drop, r_pos)
+            if post_ln:
+                x_r = self._ln(x_r, p[blk + "ln1.w"], p[blk + "ln1.b"])
             if not cfg.attn_only:
-                x_r = x_r + self._mlp(blk, x_r, (B, P), drop, r_pos, ln, readout=True)
+                x_r = x_r + self._mlp(blk, x_r, (B, P), drop, r_pos, pre_ln, readout=True)
+                if post_ln:
+                    x_r = self._ln(x_r, p[blk + "ln2.w"], p[blk + "ln2.b"])
         assert x_r is not None
-        if ln:
+        if pre_ln:
             x_r = self._ln(x_r, p[pre + "ln_final.w"], p[pre + "ln_final.b"])
         return x_r
 
