@@ -33,16 +33,16 @@ def test_unknown_figure_lists_known():
 def test_figure_with_missing_model_is_not_run(tmp_path, monkeypatch):
     spec = rp.FigureSpec("figx", "t", "claim", ("no-such-model",), lambda models: None)
     monkeypatch.setitem(rp.FIGURES, "figx", spec)
-    rec = rp.reproduce("figx", tmp_path)
+    rec = rp.reproduce("figx", tmp_path, controls=False)
     assert rec["verdict"] == "not run" and "no-such-model" in rec["summary"]
     assert json.loads((tmp_path / "figx" / "figx.json").read_text())["verdict"] == "not run"
 
 
 def test_cli_reproduce_and_results_page(tmp_path, capsys):
-    assert main(["reproduce", "fig4c", "--out", str(tmp_path / "res")]) == 0
+    assert main(["reproduce", "fig4c", "--out", str(tmp_path / "res"), "--no-controls"]) == 0
     # the hint names the folder it wrote (it once named the default, where results-page then found nothing)
     assert f"`hooked-clip1d results-page --results {tmp_path / 'res'}` builds" in capsys.readouterr().out
-    assert main(["reproduce", "fig4c", "--out", str(tmp_path / "res"), "--json"]) == 0
+    assert main(["reproduce", "fig4c", "--out", str(tmp_path / "res"), "--json", "--no-controls"]) == 0
     rec = json.loads(capsys.readouterr().out)[0]
     # the record's numbers are the measured biases, and the verdict is the one its checks give
     assert len(rec["numbers"]["left"]) == 4
@@ -69,7 +69,7 @@ def test_sweep_figure_runs_its_sweep_and_reads_the_table(tmp_path, monkeypatch):
     sweeps.mkdir()
     shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
     monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
-    rec = rp.reproduce("fig4a", tmp_path / "res")
+    rec = rp.reproduce("fig4a", tmp_path / "res", controls=False)
     assert rec["verdict"] in rp.VERDICTS and len(rec["numbers"]["rows"]) == 4
     assert rec["numbers"]["ntot"] == [6, 7]
     assert (tmp_path / "res" / "sweeps" / "fig4a" / "results.json").exists()
@@ -109,7 +109,7 @@ def test_weight_decay_figures_judge_the_measured_trend():
 def test_unfinished_sweep_figure_judges_its_zoo_cells(tmp_path):
     from hooked_clip1d.pretrained import manifest
 
-    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)
+    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False, controls=False)
     unseen = manifest(rp.FLAGSHIP)["metrics"]["val_unseen"]["acc"]
     assert "0 finished runs" in rec["summary"] and "trend is untested" in rec["summary"]
     assert f"`{rp.FLAGSHIP}` (the cell n_labels=20, n2=10, seed=0; 10000 epochs)" in rec["summary"]
@@ -127,7 +127,7 @@ def test_unfinished_sweep_cells_that_contradict_the_paper_are_not_reproduced(tmp
 
     spec = dataclasses.replace(rp.FIGURES["fig4a"], cell_checks=lambda manifests: [("cells agree", False)])
     monkeypatch.setitem(rp.FIGURES, "fig4a", spec)
-    assert rp.reproduce("fig4a", tmp_path, train_sweeps=False)["verdict"] == "not reproduced"
+    assert rp.reproduce("fig4a", tmp_path, train_sweeps=False, controls=False)["verdict"] == "not reproduced"
 
 
 def test_grid_cell_matches_the_recipe_not_the_name():
@@ -148,7 +148,7 @@ def test_unfinished_sweep_ignores_zoo_models_outside_its_grid(tmp_path, monkeypa
     sweeps.mkdir()
     shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
     monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
-    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)  # the flagship is not a cell of tiny's grid
+    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False, controls=False)  # the flagship is not a cell of tiny's grid
     assert rec["verdict"] == "not run" and "0 finished runs" in rec["summary"] and rp.FLAGSHIP not in rec["summary"]
 
 
@@ -162,14 +162,14 @@ def test_cli_reproduce_passes_the_sweep_execution_settings(tmp_path, monkeypatch
         return []
 
     monkeypatch.setattr(sweep_mod, "run_sweep", run_sweep)
-    assert main(["reproduce", "fig10", "--device", "cuda", "--compile", "--out", str(tmp_path)]) == 0
+    assert main(["reproduce", "fig10", "--device", "cuda", "--compile", "--out", str(tmp_path), "--no-controls"]) == 0
     assert (seen["device"], seen["compile"], seen["spec"]) == ("cuda", True, "fig10.toml")
     assert seen["workers"] == 1
-    assert main(["reproduce", "fig10", "--workers", "2", "--out", str(tmp_path)]) == 0
+    assert main(["reproduce", "fig10", "--workers", "2", "--out", str(tmp_path), "--no-controls"]) == 0
     assert seen["workers"] == 2
     assert seen["compile"] is None  # the spec's run.compile
     # a spec may compile (fig4a.toml does): --no-compile passes compile=False, which trains it eager
-    assert main(["reproduce", "fig10", "--no-compile", "--out", str(tmp_path)]) == 0
+    assert main(["reproduce", "fig10", "--no-compile", "--out", str(tmp_path), "--no-controls"]) == 0
     assert seen["compile"] is False
     assert seen["out"] == tmp_path / "res" / "sweeps" / "fig10"  # sweeps_home(), whatever the device
 
@@ -205,7 +205,7 @@ def _interrupted_tiny_sweep(tmp_path, monkeypatch):
     sweeps.mkdir()
     shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
     monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
-    rp.reproduce("fig4a", tmp_path / "res")
+    rp.reproduce("fig4a", tmp_path / "res", controls=False)
     out = tmp_path / "res" / "sweeps" / "fig4a"
     for run in (out / "runs").iterdir():
         (run / "summary.json").unlink()
@@ -233,17 +233,17 @@ def test_unfinished_sweep_with_every_run_evaluated_gets_an_interim_verdict(tmp_p
     import dataclasses
 
     _, out = _interrupted_tiny_sweep(tmp_path, monkeypatch)
-    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)
+    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False, controls=False)
     assert rec["summary"].startswith("INTERIM: its sweep (4 models) has 0 finished runs")
     assert rec["interim"] == {"finished": 0, "runs": 4, "epochs_reached": [3]} and len(rec["numbers"]["rows"]) == 4
     assert rec["models"] == []  # read from the sweep, not from zoo models
     # every check holding is still only "partly" for an interim reading
     spec = dataclasses.replace(rp.FIGURES["fig4a"], run=lambda rows: rp.Outcome({}, "ok.", [("holds", True)], {}))
     monkeypatch.setitem(rp.FIGURES, "fig4a", spec)
-    assert rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)["verdict"] == "partly"
+    assert rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False, controls=False)["verdict"] == "partly"
     # one run without any evaluation: no interim reading (here, and no zoo cells in tiny's grid: not run)
     next((out / "runs").iterdir()).joinpath("metrics.jsonl").unlink()
-    assert rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)["verdict"] == "not run"
+    assert rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False, controls=False)["verdict"] == "not run"
 
 
 def test_unfinished_sweep_reports_its_finished_runs(tmp_path, monkeypatch):
@@ -253,13 +253,13 @@ def test_unfinished_sweep_reports_its_finished_runs(tmp_path, monkeypatch):
 
     _, out = _interrupted_tiny_sweep(tmp_path, monkeypatch)
     runs = sorted((out / "runs").iterdir())
-    rp.reproduce("fig4a", tmp_path / "full", sweeps_dir=tmp_path / "elsewhere")  # a finished copy of the sweep
+    rp.reproduce("fig4a", tmp_path / "full", sweeps_dir=tmp_path / "elsewhere", controls=False)  # a finished copy of the sweep
     done = tmp_path / "elsewhere" / "fig4a" / "runs" / runs[0].name
     shutil.rmtree(runs[0])
     shutil.copytree(done, runs[0])
     for run in runs[1:]:
         shutil.rmtree(run)
-    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False)
+    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False, controls=False)
     assert rec["verdict"] == "not run"
     acc = json.loads((done / "summary.json").read_text())["final_metrics"]["val_unseen"]["acc"]
     assert f"Finished: `{runs[0].name}` (3 epochs) unseen-pair {acc:.2f}" in rec["summary"]
@@ -323,7 +323,7 @@ def test_results_page_refuses_a_corrupt_kept_record(tmp_path, content):
 
 
 def test_x6_spatial_ids_steers_the_readout_of_the_zoo_models(tmp_path):
-    rec = rp.reproduce("x6-spatial-ids", tmp_path)
+    rec = rp.reproduce("x6-spatial-ids", tmp_path, controls=False)
     assert rec["beyond_paper"] and rec["models"] == list(rp.SPATIAL_ID_MODELS)
     nums = rec["numbers"]
     # learned positions: exchanging depth-0 IDs is the swap itself; RoPE has no depth-0 IDs
@@ -391,7 +391,7 @@ def test_fig21b_judges_every_run_over_head_dimension():
 
 def test_fig13_is_not_judged_on_a_model_without_query_key_biases(tmp_path):
     """Without b_Q / b_K the XW_QKX^T share is 1 by construction: a check that cannot fail is not a verdict."""
-    rec = rp.reproduce("fig13", tmp_path)
+    rec = rp.reproduce("fig13", tmp_path, controls=False)
     assert rec["verdict"] == "not run" and "no query/key biases" in rec["summary"]
     from hooked_clip1d import load_model
 
@@ -435,7 +435,7 @@ def test_finished_sweep_record_has_no_machine_paths_and_states_its_clock(tmp_pat
     tiny = (Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml").read_text()
     (sweeps / "fig4a.toml").write_text(tiny.replace("max_group_size = 4", "max_group_size = 2"))
     monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
-    rec = rp.reproduce("fig4a", tmp_path / "res")
+    rec = rp.reproduce("fig4a", tmp_path / "res", controls=False)
     text = (tmp_path / "res" / "fig4a" / "fig4a.json").read_text()
     assert str(tmp_path) not in text
     rows = rec["numbers"]["rows"]

@@ -1,5 +1,7 @@
 """The ``hooked-clip1d`` command line: ``train`` (its flags and configs in ``cli_train``), ``eval``, ``demo``,
-``list``, ``export``, ``analyze``, ``sweep``, ``pack``, ``unpack``, ``reproduce`` and ``results-page``.
+``list``, ``export``, ``ship-trajectory``, ``analyze``, ``sweep``, ``pack``, ``unpack``, ``reproduce`` and
+``results-page``. ``eval`` and ``analyze`` take ``--checkpoint-index`` / ``--checkpoint-value`` (an epoch) to load a
+checkpoint of a shipped trajectory or of a run directory's snapshots; ``list --checkpoints NAME`` lists them.
 
 Every command prints a human-readable table and, with ``--json``, a machine-readable JSON object instead.
 """
@@ -68,18 +70,24 @@ def cmd_train(a: argparse.Namespace) -> int:
     return 0
 
 
-def _load(spec: str):
-    """A pretrained name or a path to a .safetensors model / training run directory (``pretrained.resolve_model``)."""
+def _load(spec: str, a: argparse.Namespace | None = None):
+    """A pretrained name or a path to a .safetensors model / training run directory (``pretrained.resolve_model``),
+    at the checkpoint that ``a.checkpoint_index`` / ``a.checkpoint_value`` name, if any."""
     from hooked_clip1d.pretrained import resolve_model
 
-    return resolve_model(spec)
+    index, value = getattr(a, "checkpoint_index", None), getattr(a, "checkpoint_value", None)
+    return resolve_model(spec, checkpoint_index=index, checkpoint_value=value)
+
+
+def _checkpointed(a: argparse.Namespace) -> bool:
+    return getattr(a, "checkpoint_index", None) is not None or getattr(a, "checkpoint_value", None) is not None
 
 
 def cmd_eval(a: argparse.Namespace) -> int:
     from hooked_clip1d.data.dataset import build_dataset
     from hooked_clip1d.evaluation import evaluate, format_metrics
 
-    model = _load(a.model)
+    model = _load(a.model, a)
     if model.data_config is None:
         raise ValueError(f"{a.model} carries no data config")
     res = evaluate(model, build_dataset(model.data_config))
@@ -96,21 +104,68 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_list(a: argparse.Namespace) -> int:
-    from hooked_clip1d.pretrained import list_pretrained, manifest
+def _list_checkpoints(a: argparse.Namespace) -> int:
+    """``list --checkpoints NAME``: the checkpoints of a shipped trajectory (or of a run directory's snapshots)."""
+    from hooked_clip1d.pretrained import list_checkpoints, list_pretrained, manifest, trajectory_manifest
 
+    epochs = list_checkpoints(a.checkpoints)
+    if a.checkpoints not in list_pretrained():  # a run directory: its snapshots
+        rows = [{"index": i, "epoch": e} for i, e in enumerate(epochs)]
+        print(
+            _dumps({"run": a.checkpoints, "checkpoints": rows})
+            if a.json
+            else "\n".join(f"{i:>4}  epoch {e}" for i, e in enumerate(epochs))
+        )
+        return 0
+    man = trajectory_manifest(a.checkpoints)
+    measured = dict(man["precision"]["metrics"])  # the stored checkpoints' accuracies, measured at shipping
+    measured[str(man["final_epoch"])] = {man["dtype"]: manifest(a.checkpoints)["metrics"]}  # the shipped model's
+    rows = [
+        {
+            "index": i,
+            "epoch": e,
+            "dtype": "shipped model" if e == man["final_epoch"] else man["dtype"],
+            "unseen": measured[str(e)][man["dtype"]]["val_unseen"]["acc"],
+        }
+        for i, e in enumerate(epochs)
+    ]
+    if a.json:
+        print(_dumps({"name": a.checkpoints, "dtype": man["dtype"], "checkpoints": rows}))
+        return 0
+    print(f"{a.checkpoints}: {len(rows)} checkpoints ({man['dtype']}; the last is the shipped model)")
+    print(f"{'index':>5}  {'epoch':>6}  {'unseen-pair acc':>15}")
+    for r in rows:
+        print(f"{r['index']:>5}  {r['epoch']:>6}  {r['unseen']:>15.3f}")
+    return 0
+
+
+def cmd_list(a: argparse.Namespace) -> int:
+    from hooked_clip1d.pretrained import list_pretrained, list_trajectories, manifest
+
+    if a.checkpoints:
+        return _list_checkpoints(a)
     rows = [manifest(n) for n in list_pretrained()]
     if a.markdown:
-        from hooked_clip1d.pretrained import registry_table
+        from hooked_clip1d.pretrained import registry_table, trajectory_table
 
         print(registry_table())
+        print("\nTraining trajectories (`hooked-clip1d list --checkpoints NAME`):\n")
+        print(trajectory_table())
         return 0
+    trajectories = {n: None for n in list_trajectories()}
+    if trajectories:
+        from hooked_clip1d.pretrained import list_checkpoints
+
+        trajectories = {n: list_checkpoints(n) for n in trajectories}
     if a.json:
-        print(_dumps([{k: r[k] for k in ("name", "description", "epochs", "metrics")} for r in rows]))
+        keys = ("name", "description", "epochs", "metrics")
+        print(_dumps([{**{k: r[k] for k in keys}, "checkpoints": trajectories.get(r["name"])} for r in rows]))
     else:
         for r in rows:
             u = r["metrics"]["val_unseen"]["acc"]
-            print(f"{r['name']:<32} {r['epochs']:>6} epochs  unseen-pair acc {u:.3f}  {r['description']}")
+            ck = trajectories.get(r["name"])
+            mark = f"  [trajectory: {len(ck)} checkpoints]" if ck else ""
+            print(f"{r['name']:<32} {r['epochs']:>6} epochs  unseen-pair acc {u:.3f}{mark}  {r['description']}")
     return 0
 
 
@@ -119,6 +174,38 @@ def cmd_export(a: argparse.Namespace) -> int:
 
     target = export_run(a.run, a.name, a.description, weights_dtype=a.weights_dtype)
     print(f"exported {a.run} -> {target}")
+    return 0
+
+
+def _epoch_list(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ValueError(
+            f"--epochs must be a comma-separated list of epochs, e.g. 0,1,2,5,10000; got {text!r}"
+        ) from None
+
+
+def cmd_ship_trajectory(a: argparse.Namespace) -> int:
+    from hooked_clip1d.pretrained import ship_trajectory, trajectory_manifest
+
+    dtypes = [d for d in a.dtypes.split(",") if d]
+    target = ship_trajectory(a.run, a.name, epochs=_epoch_list(a.epochs), dtypes=dtypes)
+    man = trajectory_manifest(a.name)
+    res = {k: man[k] for k in ("name", "epochs", "dtype", "bytes", "sha256")}
+    if a.json:
+        print(_dumps({**res, "file": str(target), "candidates": man["precision"]["candidates"]}))
+    else:
+        tried = ", ".join(
+            f"{c['dtype']} {'kept' if c['accepted'] else 'refused'}" for c in man["precision"]["candidates"]
+        )
+        print(
+            f"shipped {len(man['epochs'])} checkpoints of {a.name} ({tried}; {man['bytes'] / 1e6:.2f} MB) -> {target}"
+        )
+        print("epochs: " + ", ".join(map(str, man["epochs"])))
+        print("update docs/zoo.md with `hooked-clip1d list --markdown` (its trajectory table)")
     return 0
 
 
@@ -145,8 +232,17 @@ def cmd_analyze(a: argparse.Namespace) -> int:
         return 0
     options = _parse_options(a.option)
     check_options(a.analysis, options)  # here too: -o model=... would collide with run_analysis's own arguments
+    model: Any = a.model
     out = a.out or f"results/analyze/{Path(a.model).name}"
-    res = run_analysis(a.analysis, a.model, out_dir=out, **options)
+    if _checkpointed(a):  # a checkpoint of a trajectory: loaded here, named with its epoch by run_analysis
+        model = _load(a.model, a)
+        epoch = (getattr(model, "manifest", None) or {}).get("checkpoint", {}).get("epoch")
+        if epoch is None:  # a run directory's snapshot
+            from hooked_clip1d.pretrained import checkpoint_epoch, list_checkpoints
+
+            epoch = checkpoint_epoch(list_checkpoints(a.model), a.checkpoint_index, a.checkpoint_value)
+        out = a.out or f"results/analyze/{Path(a.model).name}-epoch{epoch}"
+    res = run_analysis(a.analysis, model, out_dir=out, **options)
     if a.json:
         print(_dumps({k: v for k, v in res.items() if k != "table"}))
     else:
@@ -203,12 +299,29 @@ def cmd_unpack(a: argparse.Namespace) -> int:
     return 0
 
 
+def _model_substitutes(items: list[str] | None) -> dict[str, str] | str | None:
+    """``--model`` values: one bare SPEC, or NAME=SPEC pairs (a bare SPEC with '=' in a path is read as a pair)."""
+    if not items:
+        return None
+    if len(items) == 1 and "=" not in items[0]:
+        return items[0]
+    pairs = {}
+    for item in items:
+        name, sep, spec = item.partition("=")
+        if not sep or not name or not spec:
+            raise ValueError(f"--model {item!r}: with several --model options each is NAME=SPEC")
+        pairs[name] = spec
+    return pairs
+
+
 def cmd_reproduce(a: argparse.Namespace) -> int:
     from hooked_clip1d.reproduce import FIGURES, reproduce
 
     if a.figure != "all" and a.figure not in FIGURES:
         raise ValueError(f"unknown figure {a.figure!r}; known: {', '.join(sorted(FIGURES))}, all")
     figures = sorted(FIGURES) if a.figure == "all" else [a.figure]
+    if a.model and a.figure == "all":
+        raise ValueError("--model names one figure's model: give a figure key, not all")
     records = []
     for fig in _progress(figures, desc="reproduce", disable=len(figures) == 1):
         records.append(
@@ -221,6 +334,8 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
                 sweep_workers=a.workers,
                 sweeps_dir=a.sweeps_dir,
                 sweep_max_seconds=a.max_seconds,
+                models=_model_substitutes(a.model),
+                controls=not a.no_controls,
             )
         )
     if a.json:
@@ -230,7 +345,10 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
             print(f"{r['figure']:<8} {r['verdict']:<15} {r['title']}")
             print(f"         {r['summary']}")
             for c in r["checks"]:
-                print(f"         [{'x' if c['holds'] else ' '}] {c['check']}")
+                null = f"  (untrained: {c['null_passes']}/{c['null_n']} pass" if "null_n" in c else ""
+                if null:
+                    null += ", counted)" if c.get("counted") else ", not counted)"
+                print(f"         [{'x' if c['holds'] else ' '}] {c['check']}{null}")
         where = ", ".join(f"{a.out}/{r['figure']}/" for r in records)
         page = "results-page" + ("" if a.out == "results" else f" --results {shlex.quote(str(a.out))}")
         print(f"wrote {where} (JSON + PNG); `hooked-clip1d {page}` builds docs/results.md")
@@ -276,6 +394,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="retrieval accuracy of a model on its dataset splits")
     e.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
+    _add_checkpoint_flags(e)
     e.add_argument("--json", action="store_true", help="print JSON")
     e.set_defaults(func=cmd_eval)
 
@@ -287,7 +406,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list the shipped pretrained models")
     ls.add_argument("--json", action="store_true", help="print JSON")
-    ls.add_argument("--markdown", action="store_true", help="print the zoo table of docs/zoo.md")
+    ls.add_argument("--markdown", action="store_true", help="print the zoo tables of docs/zoo.md")
+    ls.add_argument(
+        "--checkpoints",
+        metavar="NAME",
+        default=None,
+        help="list the checkpoints (index, epoch, accuracy) of NAME's trajectory, or of a run directory's snapshots",
+    )
     ls.set_defaults(func=cmd_list)
 
     an = sub.add_parser(
@@ -298,6 +423,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     an.add_argument("analysis", help="analysis family, e.g. heads, decompose, patching (list: all, with options)")
     an.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
     an.add_argument("--out", default=None, help="output folder (default results/analyze/<model>)")
+    _add_checkpoint_flags(an)
     an.add_argument(
         "--option",
         "-o",
@@ -367,6 +493,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         metavar="DIR",
         help="then compare the records' numbers with DIR's (e.g. docs/records); exit 1 if any differs",
     )
+    r.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        metavar="[NAME=]SPEC",
+        help="run the figure on another model: a run folder, a model file, a zoo name or untrained:SEED[:INIT_STD] "
+        "(the figure's model's config, untrained); NAME=SPEC replaces zoo model NAME of a figure with several "
+        "(repeatable)",
+    )
+    r.add_argument(
+        "--no-controls",
+        action="store_true",
+        help="skip the null control (the checks on 10 untrained models) and the seed replicates",
+    )
     r.add_argument("--json", action="store_true", help="print JSON")
     r.set_defaults(func=cmd_reproduce)
 
@@ -396,7 +536,42 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     x.add_argument("--description", required=True)
     x.add_argument("--weights-dtype", default="float32", choices=["float32", "float16"], help="float16: half the file")
     x.set_defaults(func=cmd_export)
+
+    st = sub.add_parser(
+        "ship-trajectory",
+        help="ship a finished run's snapshots as the training trajectory of a zoo model (maintainers)",
+        description="ship RUN's snapshots as the trajectory of the zoo's NAME, which must have been exported from RUN "
+        "(hooked-clip1d export RUN --name NAME ...): the last checkpoint is the shipped model, the others are stored "
+        "at the first of --dtypes that keeps every checkpoint's accuracies (measured and recorded)",
+    )
+    st.add_argument("run", help="finished training run directory with snapshots/ and model.safetensors")
+    st.add_argument("--name", required=True, help="the zoo model exported from this run")
+    st.add_argument(
+        "--epochs", default=None, help="comma-separated epochs (default: 0, 1, 2, 5, ..., 700, 1000, every 500)"
+    )
+    st.add_argument("--dtypes", default="float16,bfloat16,float32", help="precisions to try, in order")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    st.set_defaults(func=cmd_ship_trajectory)
     return p
+
+
+def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint-index`` / ``--checkpoint-value``: TransformerLens's checkpoint arguments, one or the other."""
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument(
+        "--checkpoint-index",
+        type=int,
+        default=None,
+        metavar="I",
+        help="load checkpoint I of the model's trajectory (-1: the last; `list --checkpoints NAME` lists them)",
+    )
+    g.add_argument(
+        "--checkpoint-value",
+        type=int,
+        default=None,
+        metavar="EPOCH",
+        help="load the checkpoint of the model's trajectory at this epoch",
+    )
 
 
 _SWEEPS_HOME = "$HOOKED_CLIP1D_SWEEPS or ~/.local/share/hooked_clip1d/sweeps"

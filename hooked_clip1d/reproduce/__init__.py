@@ -25,7 +25,7 @@ its function and spec in a module of this package (a new module is found on its 
 
 Example:
     >>> import tempfile
-    >>> rec = reproduce("fig11", out_dir=tempfile.mkdtemp())
+    >>> rec = reproduce("fig11", out_dir=tempfile.mkdtemp(), controls=False)  # controls: the null control too
     >>> rec["verdict"] in VERDICTS, rec["figure"]
     (True, 'fig11')
 """

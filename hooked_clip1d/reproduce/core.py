@@ -11,6 +11,7 @@ model names and where the sweep specs live, and the writing of a figure's record
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,9 @@ from matplotlib.figure import Figure
 from hooked_clip1d.files import atomic_write
 from hooked_clip1d.model.clip import CLIP1D
 
-VERDICTS = ("reproduced", "partly", "not reproduced", "not run")
+# "inconclusive": every check the figure states also passes on untrained models (its null control), so none is
+# evidence about training
+VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not run")
 
 # zoo models (hooked_clip1d/pretrained) the figures use by name
 FLAGSHIP = "simplified-ntot20-n2-10"
@@ -49,6 +52,11 @@ class Outcome:
     notes: str = ""
     table: tuple[str, ...] = ()  # markdown table lines shown under the checks on the results page
     not_run: str = ""  # set when the experiment measured is not the paper's (e.g. a step skipped): verdict "not run"
+    # a check's scalar and the direction the paper claims (">" larger, "<" smaller): where untrained models pass the
+    # check, it counts only if this value lies beyond the most extreme untrained value (controls.counted_checks)
+    values: dict[str, tuple[float, str]] = dataclasses.field(default_factory=dict)
+    # checks shown but not counted toward the verdict, with why (true by construction, or coordinate-dependent)
+    secondary: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,9 @@ class FigureSpec:
     # manifests. The verdict is then at most "partly": the sweep's trend itself is untested.
     cell_checks: Callable[[dict[str, dict[str, Any]]], list[tuple[str, bool]]] | None = None
     data: str = ""  # the data its figures show (named under each PNG with the models)
+    # read the checks again on every seed of the shipped model's recipe found in the replicate sweeps (study seeds
+    # 0-2, fresh seeds 3-5): a verdict then holds only where it holds at >= 2 of the 3 fresh seeds
+    replicate: bool = False
 
     @property
     def command(self) -> str:

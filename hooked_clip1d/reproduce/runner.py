@@ -13,13 +13,23 @@ import datetime
 import importlib
 import json
 import pkgutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import hooked_clip1d.reproduce.core as core
 from hooked_clip1d.files import atomic_write_text
+from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
-from hooked_clip1d.reproduce.core import FIGURES, _outcome_record, verdict_of
+from hooked_clip1d.reproduce.controls import (
+    STUDY_SEEDS,
+    _run_closed,
+    counted_checks,
+    null_control,
+    replicate_runs,
+    substitutes,
+)
+from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, _outcome_record, verdict_of
 from hooked_clip1d.reproduce.sweep_figs import grid_cell
 
 
@@ -81,8 +91,17 @@ def reproduce(
     sweep_workers: int = 1,
     sweeps_dir: str | Path | None = None,
     sweep_max_seconds: float | int | None = None,
+    models: Mapping[str, str | CLIP1D] | str | CLIP1D | None = None,
+    controls: bool = True,
 ) -> dict[str, Any]:
     """Run one figure's experiment; write ``<out_dir>/<figure>/<figure>.json`` and PNGs; return the record.
+
+    ``models`` substitutes the figure's zoo models (``controls.substitutes``: a run folder, a model file, another
+    zoo name or ``untrained:SEED[:INIT_STD]``, by zoo name or alone for a one-model figure): the paper's checks on
+    your own model. ``controls`` (default on) adds the null control (the checks on untrained models; a check counts
+    toward the verdict only if every untrained model fails it, ``controls.counted_checks``) and, for figures with
+    ``FigureSpec.replicate``, the checks at every seed of the shipped model's recipe found in the replicate sweeps
+    under ``sweeps_dir`` (a verdict then needs >= 2 of 3 fresh seeds).
 
     A figure built on a sweep (``FigureSpec.sweep``) trains or resumes it under ``<sweeps_dir>/<name>``
     (default ``sweep.sweeps_home()``, outside the work tree) on
@@ -95,6 +114,8 @@ def reproduce(
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}")
     spec = FIGURES[figure]
+    if models is not None and spec.sweep is not None:
+        raise ValueError(f"{figure} reads its sweep's runs, not zoo models: --model does not apply")
     out = Path(out_dir) / figure
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
@@ -161,7 +182,10 @@ def reproduce(
                     numbers={**numbers, "cells": cells},
                 )
         else:
-            record.update(_outcome_record(spec.run(rows), out, spec, f"sweep {spec.sweep}"))  # type: ignore[arg-type]
+            outcome = spec.run(rows)  # type: ignore[arg-type]
+            record.update(_outcome_record(outcome, out, spec, f"sweep {spec.sweep}"))
+            if controls and not outcome.not_run:
+                _add_controls(record, spec, outcome, sweeps_dir, substituted=False)
             from hooked_clip1d.sweeps.status import sweep_status
 
             # each group's own clock (carried across resumes), as `sweep --status` reads it
@@ -176,13 +200,63 @@ def reproduce(
     elif missing:
         record.update(verdict="not run", summary=f"needs zoo model(s) {missing}, not shipped yet", checks=[], plots=[])
     else:
-        models = {m: load_model(m) for m in spec.models}
-        record.update(_outcome_record(spec.run(models), out, spec, ", ".join(spec.models)))
-        record["model_epochs"] = {m: manifest(m)["epochs"] for m in spec.models}
+        if models is not None:
+            loaded = substitutes(spec, models)
+            record["substituted"] = {m: loaded[m].manifest["name"] for m in spec.models if loaded[m].manifest.get(
+                "name") != m}  # fmt: skip
+            source = ", ".join(loaded[m].manifest.get("name", m) for m in spec.models)
+        else:
+            loaded = {m: load_model(m) for m in spec.models}
+            source = ", ".join(spec.models)
+        outcome = spec.run(loaded)
+        record.update(_outcome_record(outcome, out, spec, source))
+        record["model_epochs"] = {m: loaded[m].manifest.get("epochs") for m in spec.models}
         record["model_epochs_planned"] = {
-            m: manifest(m).get("epochs_planned", manifest(m)["epochs"]) for m in spec.models
+            m: loaded[m].manifest.get("epochs_planned", loaded[m].manifest.get("epochs")) for m in spec.models
         }
+        if controls and not outcome.not_run:
+            _add_controls(record, spec, outcome, sweeps_dir, substituted=models is not None)
     if spec.sweep is not None:  # the runs' paths, relative to the sweep's folder
         record = _portable(record, sweep_out)
     atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")
     return record
+
+
+def _add_controls(
+    record: dict[str, Any], spec: FigureSpec, outcome: Outcome, sweeps_dir: str | Path | None, substituted: bool
+) -> None:
+    """Put the null control (and, for replicated figures, the seeds) into ``record`` and judge the verdict on the
+    checks that count: ``controls.counted_checks``; a check of a replicated figure holds only if it also holds at
+    >= 2 of 3 fresh seeds (when the replicate sweeps hold >= 3 of them)."""
+    from hooked_clip1d.sweeps.runner import sweeps_home
+
+    null = null_control(spec)
+    rows = counted_checks(outcome, null)
+    record["null_control"] = {
+        "models": [v["model"] for v in null["variants"]],
+        "errors": {v["model"]: v["error"] for v in null["variants"] if "error" in v},
+    }
+    if spec.replicate and not substituted:
+        runs = replicate_runs(spec.models[0], sweeps_dir if sweeps_dir is not None else sweeps_home())
+        seeds: dict[str, dict[str, bool]] = {}
+        for seed, run in runs.items():
+            res = _run_closed(spec.run, substitutes(spec, {spec.models[0]: str(run)}))
+            seeds[str(seed)] = dict(res.checks)
+        fresh = [s for s in seeds if int(s) not in STUDY_SEEDS]
+        for row in rows:
+            row["seeds"] = {s: bool(c.get(row["check"], False)) for s, c in seeds.items()}
+            if row["counted"] and len(fresh) >= 3:
+                row["fresh_holds"] = sum(row["seeds"][s] for s in fresh)
+                row["counted_holds"] = row["counted_holds"] and row["fresh_holds"] >= 2
+        record["replicates"] = {
+            "study_seeds": sorted(int(s) for s in seeds if int(s) in STUDY_SEEDS),
+            "fresh_seeds": sorted(int(s) for s in fresh),
+            "runs": {s: str(runs[int(s)]) for s in seeds},
+        }
+        if len(fresh) < 3:
+            record["replicates"]["note"] = f"only {len(fresh)} fresh seeds found: judged on the shipped model alone"
+    record["checks"] = rows
+    counted = [(r["check"], r["counted_holds"]) for r in rows if r["counted"]]
+    if record.get("verdict") == "not run":
+        return
+    record["verdict"] = verdict_of(counted) if counted else "inconclusive"

@@ -1,0 +1,302 @@
+"""A figure's models substituted, and its null control: the same checks on untrained models.
+
+``substitute(zoo_name, spec)`` gives the model that replaces a figure's zoo model: a training run directory, a model
+file (a snapshot too), another zoo name, a ``CLIP1D``, or ``untrained:SEED[:INIT_STD]`` (the zoo model's own config,
+freshly initialised with that seed and embedding init std). A substitute must have the zoo model's configuration
+(every shape and the dataset; the init, dropout and seeds may differ) or it is refused naming the field. It carries
+what the figures read from a zoo model: ``data_config`` and a ``manifest`` (``metrics`` on its dataset, ``history``
+from its run's ``metrics.jsonl`` where there is one, ``epochs``).
+
+``null_control(spec)`` runs a figure's checks on untrained models of its configs (``NULL_SEEDS`` x
+``NULL_INIT_STDS``, the two init scales of the zoo) by the same code path, and ``counted_checks`` applies the
+pre-registered rule (docs/fidelity.md): a check counts toward a verdict only if it fails on every untrained model, or,
+where the figure states the check's value (``Outcome.values``), if the trained value lies beyond the most extreme
+untrained value in the direction the paper claims.
+
+Example:
+    >>> m = substitute("simplified-ntot20-n2-10", "untrained:3")
+    >>> m.cfg.vision.init_seed, m.manifest["epochs"], m.manifest["name"]
+    (3, 0, 'untrained:3:0.02')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+from hooked_clip1d.data.dataset import build_dataset
+from hooked_clip1d.evaluation import evaluate
+from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
+from hooked_clip1d.reproduce.core import FigureSpec, Outcome
+
+UNTRAINED = "untrained"
+NULL_SEEDS = (0, 1, 2, 3, 4)
+NULL_INIT_STDS = (0.02, 1.0)  # the zoo's two embedding inits: N(0, 0.02) (the recipe study's) and nn.Embedding's
+# model-config fields a substitute may change (how it was initialised or trained), everything else must be equal
+_FREE_FIELDS = {"init_seed", "init_std", "dropout", "attn_dropout", "embed_dropout", "device", "dtype"}
+_FREE_FIELDS |= {"use_attn_result", "use_split_qkv_input", "use_attn_in", "use_hook_mlp_in"}
+
+
+def _model_differences(a: CLIPConfig, b: CLIPConfig) -> list[str]:
+    da, db = a.to_dict(), b.to_dict()
+    out = []
+    for key in sorted(set(da) | set(db)):
+        if key in ("vision", "text"):
+            for f in sorted(set(da[key]) | set(db[key])):
+                if f not in _FREE_FIELDS and da[key].get(f) != db[key].get(f):
+                    out.append(f"model {key}.{f}: {db[key].get(f)!r} (the figure's model has {da[key].get(f)!r})")
+        elif da.get(key) != db.get(key) and key not in ("init_logit_scale",):
+            out.append(f"model {key}: {db.get(key)!r} (the figure's model has {da.get(key)!r})")
+    return out
+
+
+def _untrained(zoo_model: CLIP1D, text: str) -> CLIP1D:
+    parts = text.split(":")
+    try:
+        seed = int(parts[1])
+        std = float(parts[2]) if len(parts) > 2 else zoo_model.cfg.vision.init_std
+        if len(parts) > 3 or seed < 0 or not std > 0:
+            raise ValueError
+    except (ValueError, IndexError):
+        raise ValueError(
+            f"{text!r}: an untrained substitute is 'untrained:SEED' or 'untrained:SEED:INIT_STD' (SEED >= 0, "
+            "INIT_STD > 0), e.g. 'untrained:3' or 'untrained:3:1.0'"
+        ) from None
+    cfg = zoo_model.cfg
+    cfg = dataclasses.replace(cfg, vision=cfg.vision.replace(init_std=std), text=cfg.text.replace(init_std=std))
+    model = CLIP1D(cfg, seed=seed).eval()
+    model.data_config = zoo_model.data_config
+    model.manifest = {"name": f"{UNTRAINED}:{seed}:{std:g}", "epochs": 0}
+    return model
+
+
+def _history_of(path: Path, epoch: int | None) -> dict[str, list[Any]] | None:
+    """The training curve of the run a model file belongs to (its folder, or the run above ``snapshots/``)."""
+    from hooked_clip1d.pretrained import read_history
+
+    run = path.parent.parent if path.parent.name == "snapshots" else path.parent
+    metrics = run / "metrics.jsonl"
+    return read_history(metrics, max_epoch=epoch) if metrics.exists() else None
+
+
+def substitute(zoo_name: str, spec: str | Path | CLIP1D) -> CLIP1D:
+    """The model that replaces zoo model ``zoo_name`` in a figure (module docstring), in eval mode."""
+    from hooked_clip1d.model.checkpoint import load_model_file
+    from hooked_clip1d.pretrained import list_pretrained, load_model, resolve_model
+
+    if zoo_name not in list_pretrained():
+        raise ValueError(f"{zoo_name!r} is not a zoo model; known: {list_pretrained()}")
+    zoo = load_model(zoo_name)
+    if isinstance(spec, str) and spec.startswith(f"{UNTRAINED}:"):
+        model = _untrained(zoo, spec)
+    else:
+        if isinstance(spec, CLIP1D):
+            model, path = spec, None
+        else:
+            p = Path(spec)
+            if p.is_dir() and not (p / "model.safetensors").exists() and not (p / "checkpoint.safetensors").exists():
+                raise ValueError(f"{str(p)!r} is a folder without model.safetensors or checkpoint.safetensors")
+            if not p.exists() and str(spec) not in list_pretrained():
+                raise ValueError(
+                    f"{str(spec)!r} is not a run folder, a model file, a zoo model or 'untrained:SEED[:INIT_STD]'; "
+                    f"zoo models: {list_pretrained()}"
+                )
+            path = (p / "model.safetensors" if (p / "model.safetensors").exists() else p) if p.is_dir() else p
+            model = resolve_model(spec) if str(spec) in list_pretrained() else load_model_file(path)
+        if getattr(model, "data_config", None) is None:
+            raise ValueError(f"substitute {spec!r} has no data_config (load it from a training run or a model file)")
+        diffs = _model_differences(zoo.cfg, model.cfg)
+        data_a, data_b = zoo.data_config.to_dict(), model.data_config.to_dict()
+        diffs += [f"data {k}: {data_b[k]!r} (the figure's model has {data_a[k]!r})" for k in data_a
+                  if k != "seed" and data_a[k] != data_b.get(k)]  # fmt: skip
+        if diffs:
+            raise ValueError(f"{spec!r} cannot stand in for {zoo_name!r}: " + "; ".join(diffs))
+        model = model.eval()
+        if getattr(model, "manifest", None) is None:
+            epoch = getattr(model, "epoch", None)
+            if path is not None and epoch is None:
+                from hooked_clip1d.model.checkpoint import read_tensors
+
+                meta = read_tensors(path)[1] if path.suffix == ".safetensors" else {}
+                epoch = meta.get("epoch", meta.get("train_state", {}).get("epoch"))
+            history = _history_of(path, epoch) if path is not None else None
+            epochs = epoch if epoch is not None else (history["epoch"][-1] if history and history["epoch"] else None)
+            model.manifest = {"name": str(spec) if path is None else str(path), "epochs": epochs, "history": history}
+    ds = build_dataset(model.data_config)
+    model.manifest["metrics"] = evaluate(model, ds)
+    if not model.manifest.get("history"):
+        m = model.manifest["metrics"]
+        model.manifest["history"] = {
+            "epoch": [model.manifest.get("epochs") or 0], "step": [0], "loss": [None],
+            "single": [m["val_single"]["acc"]], "seen": [m["val_seen"]["acc"]], "unseen": [m["val_unseen"]["acc"]],
+            "unseen_label_set": [m["val_unseen"]["label_set"]],
+        }  # fmt: skip
+    return model
+
+
+def substitutes(spec: FigureSpec, given: Mapping[str, str | CLIP1D] | str | CLIP1D) -> dict[str, CLIP1D]:
+    """Every model of figure ``spec``: the ``given`` substitutes (zoo name -> spec; a lone spec stands in for a
+    figure with one model, or for every model when it is ``untrained:...``) and the zoo's for the rest."""
+    from hooked_clip1d.pretrained import load_model
+
+    if spec.sweep is not None or not spec.models:
+        raise ValueError(f"{spec.key} reads a sweep's runs, not zoo models: it has no model to substitute")
+    if not isinstance(given, Mapping):
+        if len(spec.models) > 1 and not (isinstance(given, str) and given.startswith(f"{UNTRAINED}:")):
+            raise ValueError(
+                f"{spec.key} uses {len(spec.models)} models {list(spec.models)}: name the one to substitute "
+                "(--model NAME=SPEC)"
+            )
+        given = dict.fromkeys(spec.models, given)
+    unknown = sorted(set(given) - set(spec.models))
+    if unknown:
+        raise ValueError(f"{spec.key} does not use {unknown}; its models: {list(spec.models)}")
+    return {m: substitute(m, given[m]) if m in given else load_model(m) for m in spec.models}
+
+
+def _run_closed(run: Callable[[Any], Outcome], arg: Any) -> Outcome:
+    out = run(arg)
+    for fig in out.figures.values():
+        plt.close(fig)
+    out.figures = {}
+    return out
+
+
+def null_rows(spec_path: Path, seed: int, init_std: float, workdir: Path) -> list[dict[str, Any]]:
+    """A sweep's ``results_table`` rows as its runs would give untrained: each run's model at init (``seed``,
+    ``init_std``) evaluated on its dataset, saved as ``<workdir>/<run>/model.safetensors`` (rows' ``path``)."""
+    from hooked_clip1d.data.dataset import SPLITS
+    from hooked_clip1d.model.checkpoint import save_model
+    from hooked_clip1d.sweeps.runner import load_spec
+
+    rows = []
+    for r in load_spec(spec_path).runs:
+        cfg = dataclasses.replace(
+            r.model_cfg,
+            vision=r.model_cfg.vision.replace(init_std=init_std),
+            text=r.model_cfg.text.replace(init_std=init_std),
+        )
+        model = CLIP1D(cfg, seed=seed).eval()
+        model.data_config = r.data_cfg
+        metrics = evaluate(model, build_dataset(r.data_cfg))
+        d = workdir / r.name
+        d.mkdir(parents=True, exist_ok=True)
+        save_model(model, d / "model.safetensors", r.data_cfg, extra={"train_config": r.train_cfg.to_dict()})
+        (d / "config.json").write_text(json.dumps({"train_config": r.train_cfg.to_dict()}))
+        row: dict[str, Any] = {"run": r.name, **r.params, "n_labels": r.model_cfg.n_labels, "n2": r.data_cfg.n2,
+                               "seed": r.train_cfg.seed, "epochs": 0, "steps": 0, "train_seconds": 0.0,
+                               "final_loss": None, "path": str(d)}  # fmt: skip
+        for split in SPLITS:
+            for metric in ("acc", "relaxed", "label_set"):
+                row[f"{split}.{metric}"] = metrics.get(split, {}).get(metric)
+        rows.append(row)
+    return rows
+
+
+def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, Any]:
+    """The figure's checks on untrained models (``NULL_SEEDS`` x ``NULL_INIT_STDS``): per check, how many pass and
+    the values the figure states for it (``Outcome.values``); the models' names. A variant whose run raises is
+    reported with its error (and counts as passing every check: it cannot show that a check fails)."""
+    from hooked_clip1d.reproduce import core
+
+    variants: list[dict[str, Any]] = []
+    for std in NULL_INIT_STDS:
+        for seed in NULL_SEEDS:
+            name = f"{UNTRAINED}:{seed}:{std:g}"
+            try:
+                if spec.sweep is not None:
+                    with tempfile.TemporaryDirectory() as tmp:
+                        rows = null_rows(core.SWEEPS_DIR / f"{spec.sweep}.toml", seed, std, Path(tmp))
+                        out = _run_closed(spec.run, rows)  # type: ignore[arg-type]
+                else:
+                    out = _run_closed(spec.run, substitutes(spec, name))
+                variants.append({"model": name, "checks": dict(out.checks), "values": dict(out.values)})
+            except Exception as e:  # noqa: BLE001 - reported, and then no check of the figure counts for it
+                variants.append({"model": name, "error": f"{type(e).__name__}: {e}"})
+    return {"variants": variants}
+
+
+def counted_checks(outcome: Outcome, null: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each check of ``outcome`` with its null control: ``null_passes`` (of ``null_n`` untrained models),
+    ``counted`` by the pre-registered rule (module docstring), and the null's extreme value where one is stated.
+
+    Example:
+        >>> out = Outcome({}, "", [("a", True), ("b", True), ("c", True)], {}, values={"c": (0.9, ">")})
+        >>> null = {"variants": [{"model": "u", "checks": {"a": False, "b": True, "c": True}, "values": {"c": 0.6}}]}
+        >>> [(c["check"], c["counted"], c["counted_holds"]) for c in counted_checks(out, null)]
+        [('a', True, True), ('b', False, None), ('c', True, True)]
+    """
+    variants = null.get("variants", [])
+    rows = []
+    for name, ok in outcome.checks:
+        passes = sum(1 for v in variants if "error" in v or v["checks"].get(name, False))
+        row: dict[str, Any] = {"check": name, "holds": bool(ok), "null_passes": passes, "null_n": len(variants)}
+        counted, holds = passes == 0 and bool(variants), bool(ok)
+        if name in outcome.values and passes and not any("error" in v for v in variants):
+            value, direction = outcome.values[name]
+            nulls = [v["values"][name] for v in variants if name in v.get("values", {})]
+            if len(nulls) == len(variants):  # restated: beyond the most extreme untrained value
+                extreme = max(nulls) if direction == ">" else min(nulls)
+                beyond = value > extreme if direction == ">" else value < extreme
+                row.update(value=value, direction=direction, null_extreme=extreme, beyond_null=beyond)
+                counted, holds = True, bool(ok) and beyond
+        if name in outcome.secondary:
+            counted = False
+            row["secondary"] = outcome.secondary[name]
+        row["counted"] = counted
+        row["counted_holds"] = holds if counted else None
+        rows.append(row)
+    return rows
+
+
+def _without_init_seed(cfg: CLIPConfig) -> dict[str, Any]:
+    d = cfg.to_dict()
+    for tower in ("vision", "text"):
+        d[tower] = {k: v for k, v in d[tower].items() if k != "init_seed"}
+    return d
+
+
+# sweeps whose finished runs may be seeds of a zoo model's recipe (read from the sweeps folder), and the seeds that
+# chose the default recipe (the recipe study's); every other seed is fresh (docs/fidelity.md)
+REPLICATE_SWEEPS = ("study-seeds", "fresh-seeds", "dynamics", "trajectories")
+STUDY_SEEDS = (0, 1, 2)
+
+
+def replicate_runs(zoo_name: str, sweeps_dir: str | Path) -> dict[int, Path]:
+    """Finished runs under ``sweeps_dir`` (in ``REPLICATE_SWEEPS``) trained as zoo model ``zoo_name`` was, seed
+    aside: the same model and data configs and the same training recipe. By training seed; the zoo model's own
+    seed is left out (it is the shipped model).
+
+    Example:
+        >>> replicate_runs("simplified-ntot20-n2-10", "/nonexistent")
+        {}
+    """
+    from hooked_clip1d.pretrained import manifest
+    from hooked_clip1d.training.trainer import comparable_train_config
+
+    man = manifest(zoo_name)
+    want_t = comparable_train_config(man["train_config"])
+    own_seed = want_t.pop("seed")
+    want_m = CLIPConfig.from_dict(man["model_config"])
+    found: dict[int, Path] = {}
+    for sweep in REPLICATE_SWEEPS:
+        for run in sorted((Path(sweeps_dir) / sweep / "runs").glob("*")):
+            if not (run / "summary.json").exists() or not (run / "model.safetensors").exists():
+                continue
+            saved = json.loads((run / "config.json").read_text())
+            have_t = comparable_train_config(saved["train_config"])
+            seed = have_t.pop("seed")
+            if have_t != want_t or seed == own_seed or seed in found:
+                continue
+            if saved["data_config"] != man["data_config"] or _without_init_seed(
+                CLIPConfig.from_dict(saved["model_config"])
+            ) != _without_init_seed(want_m):
+                continue
+            found[int(seed)] = run
+    return dict(sorted(found.items()))

@@ -1,0 +1,169 @@
+"""reproduce on any model (run folder, model file, untrained:SEED), the null control and counted checks, replicates."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hooked_clip1d import reproduce as rp
+from hooked_clip1d.cli.commands import main
+from hooked_clip1d.model.checkpoint import save_model
+from hooked_clip1d.pretrained import load_model, manifest
+from hooked_clip1d.reproduce.controls import (
+    NULL_INIT_STDS,
+    NULL_SEEDS,
+    counted_checks,
+    replicate_runs,
+    substitute,
+    substitutes,
+)
+from hooked_clip1d.reproduce.core import Outcome
+from hooked_clip1d.training.trainer import Trainer
+
+FLAGSHIP = rp.FLAGSHIP
+
+
+def test_untrained_substitute_has_the_zoo_models_config():
+    zoo = load_model(FLAGSHIP)
+    m = substitute(FLAGSHIP, "untrained:4:1.0")
+    assert m.cfg.vision.init_seed == 4 and m.cfg.vision.init_std == m.cfg.text.init_std == 1.0
+    assert m.cfg.vision.n_heads == zoo.cfg.vision.n_heads and m.data_config == zoo.data_config
+    assert not m.training and m.manifest["epochs"] == 0
+    assert m.manifest["metrics"]["val_unseen"]["acc"] < 0.3  # untrained: far from generalizing
+    assert m.manifest["history"]["epoch"] == [0]
+    assert substitute(FLAGSHIP, "untrained:4").cfg.vision.init_std == zoo.cfg.vision.init_std
+    a, b = substitute(FLAGSHIP, "untrained:4"), substitute(FLAGSHIP, "untrained:4")
+    assert torch.equal(a.vision.W_E, b.vision.W_E)  # seeded
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("untrained:x", "untrained:SEED"),
+        ("untrained:-1", "untrained:SEED"),
+        ("untrained:1:0", "INIT_STD > 0"),
+        ("/no/such/run", "not a run folder, a model file"),
+        ("full-ntot20-n2-10", "cannot stand in for 'simplified-ntot20-n2-10': model text.attn_only"),
+        ("simplified-ntot10-n2-5", "model text.n_labels: 10"),
+    ],
+)
+def test_bad_substitutes_are_refused_naming_the_problem(spec, match):
+    with pytest.raises(ValueError, match=match):
+        substitute(FLAGSHIP, spec)
+
+
+def test_substitutes_name_the_model_to_replace():
+    spec = rp.FIGURES["x6-spatial-ids"]  # four models
+    with pytest.raises(ValueError, match="name the one to substitute"):
+        substitutes(spec, "simplified-ntot20-n2-10-init002")
+    with pytest.raises(ValueError, match="does not use"):
+        substitutes(rp.FIGURES["fig4c"], {"rope-ntot20-n2-15": "untrained:0"})
+    with pytest.raises(ValueError, match="reads a sweep"):
+        substitutes(rp.FIGURES["fig4a"], "untrained:0")
+    both = substitutes(spec, "untrained:1")  # an untrained stand-in for every model of the figure
+    assert all(m.manifest["name"] == f"untrained:1:{m.cfg.vision.init_std:g}" for m in both.values())
+
+
+def test_a_training_run_substitutes_with_its_history(tmp_path):
+    zoo = load_model(FLAGSHIP)
+    tc = manifest(FLAGSHIP)["train_config"]
+    from hooked_clip1d.settings import TrainConfig
+
+    cfg = TrainConfig.from_dict({**tc, "epochs": 1, "eval_every": 1, "seed": 9})
+    Trainer(zoo.cfg, zoo.data_config, cfg, tmp_path / "run").run(progress=False)
+    m = substitute(FLAGSHIP, str(tmp_path / "run"))
+    assert m.manifest["history"]["epoch"] == [1] and m.manifest["epochs"] == 1
+    rec = rp.reproduce("fig4c", tmp_path / "res", models=str(tmp_path / "run"), controls=False)
+    assert rec["substituted"] == {FLAGSHIP: str(tmp_path / "run" / "model.safetensors")}
+    with pytest.raises(ValueError, match="reads its sweep's runs"):
+        rp.reproduce("fig4a", tmp_path / "res", models="untrained:0", controls=False)
+
+
+def test_counted_checks_follow_the_preregistered_rule():
+    out = Outcome(
+        {}, "", [("a", True), ("b", True), ("c", False), ("d", True), ("e", True)], {},
+        values={"b": (0.9, ">"), "c": (0.1, "<")}, secondary={"e": "by construction"},
+    )  # fmt: skip
+    null = {
+        "variants": [
+            {"model": "u0", "checks": {"a": False, "b": True, "c": True, "d": True, "e": False}, "values": {"b": 0.7,
+             "c": 0.3}},
+            {"model": "u1", "checks": {"a": False, "b": True, "c": False, "d": False, "e": False}, "values": {"b": 0.95,
+             "c": 0.2}},
+        ]
+    }  # fmt: skip
+    rows = {r["check"]: r for r in counted_checks(out, null)}
+    assert (rows["a"]["counted"], rows["a"]["counted_holds"], rows["a"]["null_passes"]) == (True, True, 0)
+    # restated relative to the null: 0.9 is not beyond the untrained 0.95, so it counts and fails
+    assert (rows["b"]["counted"], rows["b"]["counted_holds"], rows["b"]["null_extreme"]) == (True, False, 0.95)
+    assert rows["c"]["counted"] and rows["c"]["beyond_null"] and rows["c"]["counted_holds"] is False  # fails itself
+    assert (rows["d"]["counted"], rows["d"]["counted_holds"]) == (False, None)  # passes an untrained model, no value
+    assert rows["e"]["counted"] is False and rows["e"]["secondary"] == "by construction"
+    # a variant that raised cannot show that any check fails
+    broken = {"variants": [{"model": "u0", "error": "RuntimeError: x"}]}
+    assert not any(r["counted"] for r in counted_checks(out, broken))
+
+
+def test_null_control_in_a_record(tmp_path):
+    """fig4c with its null control: 10 untrained models, the restated check fails on every one and counts."""
+    rec = rp.reproduce("fig4c", tmp_path, controls=True)
+    assert len(rec["null_control"]["models"]) == len(NULL_SEEDS) * len(NULL_INIT_STDS) == 10
+    assert rec["null_control"]["errors"] == {}
+    (check,) = rec["checks"]
+    assert check["null_n"] == 10 and check["null_passes"] == 0 and check["counted"]
+    saved = json.loads((tmp_path / "fig4c" / "fig4c.json").read_text())
+    assert saved["checks"] == rec["checks"]
+
+
+def test_ties_fail_the_order_check():
+    """Fig. 11's order check fails when two generalizations are first reached at the same evaluation."""
+    model = load_model(FLAGSHIP)
+    h = {"epoch": [100, 200, 300], "step": [1, 2, 3], "loss": [1.0, 0.5, 0.2], "single": [0.96, 1.0, 1.0],
+         "seen": [0.5, 0.98, 1.0], "unseen": [0.5, 0.91, 0.95], "unseen_label_set": [1.0, 1.0, 1.0]}  # fmt: skip
+    model.manifest = {**model.manifest, "history": h}
+    out = rp.FIGURES["fig11"].run({FLAGSHIP: model})
+    order = "they are reached in the paper's order, strictly (single before seen before unseen; ties fail)"
+    assert dict(out.checks)[order] is False
+    h["seen"] = [0.5, 0.98, 1.0]
+    h["unseen"] = [0.5, 0.5, 0.95]
+    out = rp.FIGURES["fig11"].run({FLAGSHIP: model})
+    assert all(ok for _, ok in out.checks)
+
+
+def _fake_run(root, name, train_cfg, model_cfg, data_cfg, model):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"train_config": train_cfg, "model_config": model_cfg,
+                                               "data_config": data_cfg}))  # fmt: skip
+    (d / "summary.json").write_text(json.dumps({"epochs": train_cfg["epochs"]}))
+    save_model(model, d / "model.safetensors", model.data_config)
+    return d
+
+
+def test_replicate_runs_are_found_by_recipe_not_by_name(tmp_path):
+    man = manifest(FLAGSHIP)
+    model = substitute(FLAGSHIP, "untrained:0")
+    runs = tmp_path / "fresh-seeds" / "runs"
+    tc = dict(man["train_config"])
+    good = _fake_run(runs, "a", {**tc, "seed": 4, "snapshot_epochs": [0, 5]}, man["model_config"], man["data_config"],
+                     model)  # fmt: skip
+    _fake_run(runs, "b", {**tc, "seed": 5, "weight_decay": 0.1}, man["model_config"], man["data_config"], model)
+    _fake_run(runs, "c", {**tc, "seed": tc["seed"]}, man["model_config"], man["data_config"], model)  # the shipped seed
+    other = dict(man["model_config"])
+    other["vision"] = {**other["vision"], "init_std": 1.0}
+    _fake_run(runs, "d", {**tc, "seed": 6}, other, man["data_config"], model)
+    assert replicate_runs(FLAGSHIP, tmp_path) == {4: good}
+
+
+def test_cli_model_option(tmp_path, capsys):
+    assert main(["reproduce", "fig4c", "--model", "untrained:0", "--out", str(tmp_path), "--no-controls"]) == 0
+    assert "not reproduced" in capsys.readouterr().out
+    assert main(["reproduce", "fig4c", "--model", f"{FLAGSHIP}=untrained:1", "--out", str(tmp_path),
+                 "--no-controls"]) == 0  # fmt: skip
+    assert json.loads((tmp_path / "fig4c" / "fig4c.json").read_text())["substituted"] == {FLAGSHIP: "untrained:1:0.02"}
+    assert main(["reproduce", "fig4c", "--model", "a", "--model", "b", "--out", str(tmp_path)]) == 2
+    assert "each is NAME=SPEC" in capsys.readouterr().err
+    assert main(["reproduce", "all", "--model", "untrained:0", "--out", str(tmp_path)]) == 2
+    assert "give a figure key, not all" in capsys.readouterr().err
