@@ -10,6 +10,9 @@ or ``evaluate(..., vision_hooks=...)``: a ``(name, fn)`` pair, a list of them, o
 - ``zero_heads_hooks``: zero chosen heads' ``z`` (what ``prune_heads`` does, without a copy).
 - ``knockout_hooks``: remove chosen query -> key attention edges.
 - ``splice_hook``: replace an activation by a sparse autoencoder's reconstruction.
+- ``mean_ablation_hooks`` / ``resample_ablation_hooks``: replace any hook point (or some heads of it) by its mean over
+  a reference set, or by its value on other inputs drawn from it; ``mean_heads_hooks`` / ``resample_heads_hooks`` do
+  it for (layer, head) outputs. (Score terms: ``term_ablation.mean_ablate_terms`` / ``resample_ablate_terms``.)
 
 Two factories stay with the maths they are built from: ``terms.ablate_terms`` (score / value term ablation, built on
 ``decompose``) and ``mechanism.ablate_cls_key_position`` (built on the CLS query of that module).
@@ -25,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.analysis.metrics import BeliefMetric
@@ -395,6 +398,134 @@ def splice_hook(sae: Callable[[torch.Tensor], torch.Tensor], pos: int | None = N
     return fn
 
 
+def _reference_acts(tower: HookedEncoder, names: Sequence[str], tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each hook's activation on ``tokens`` (the reference set), after the input checks."""
+    tower = check_eval(check_tower(tower))
+    check_hook_names(tower, list(names))
+    tower.validate_tokens(tokens)
+    with torch.no_grad():
+        _, cache = tower.run_with_cache(tokens.to(tower.W_E.device), names_filter=list(names))
+    return {n: cache[n] for n in names}
+
+
+def _replace_fn(name: str, value: torch.Tensor, head: int | None, rows: bool) -> Callable:
+    """fn(act) -> act with ``value`` written in (all of it, or ``head``'s slice); ``rows``: ``value`` has the run's
+    batch (resampling) instead of broadcasting over it (a mean)."""
+    _, head_axis = _axes(name) if head is not None else (1, None)
+    if head is not None and head_axis is None:
+        raise ValueError(f"{name} has no head axis; per-head ablation needs hook_z, hook_q/k/v, hook_pattern, ...")
+
+    def fn(act: torch.Tensor, hook: HookPoint) -> torch.Tensor:
+        v = value.to(act.device, act.dtype)
+        if rows and v.shape != act.shape:
+            raise ValueError(f"{name}: resampled activation {tuple(v.shape)} != run activation {tuple(act.shape)}; "
+                             "draw as many resampled rows as the run has")  # fmt: skip
+        if not rows and v.shape != act.shape[1:]:
+            raise ValueError(f"{name}: mean activation {tuple(v.shape)} != run activation {tuple(act.shape[1:])}")
+        if head is None:
+            return v.expand_as(act).clone()
+        out = act.clone()
+        index = [slice(None)] * act.ndim
+        index[head_axis] = head  # type: ignore[index]
+        src = v if rows else v[None].expand_as(act)
+        out[tuple(index)] = src[tuple(index)]
+        return out
+
+    return fn
+
+
+def mean_ablation_hooks(
+    tower: HookedEncoder,
+    names: Sequence[str],
+    reference: Int[torch.Tensor, "n_ref pos"],
+    heads: Sequence[int] | None = None,
+) -> list[Hook]:
+    """Mean ablation: forward hooks that replace each hook point of ``names`` (or only ``heads`` of it, for hooks with
+    a head axis) by its mean over the ``reference`` inputs, per position (the mean ablation of Wang et al. 2022 over
+    a reference distribution; EAP-IG's ``mean-positional``). The mean is computed once, here.
+
+    >>> from hooked_clip1d import CLIP1D, CLIPConfig
+    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+    >>> ref = m.vision.to_tokens(["C 1 . 2 . . . . . . .", "C 2 . 1 . . . . . . ."])
+    >>> hooks = mean_ablation_hooks(m.vision, ["blocks.0.attn.hook_z"], ref, heads=[2])
+    >>> m.vision.run_with_hooks(ref, fwd_hooks=hooks).shape
+    torch.Size([2, 128])
+    """
+    acts = _reference_acts(tower, names, reference)
+    head_list: list[int | None] = [None] if heads is None else list(heads)
+    if heads is not None:
+        check_indices(list(heads), tower.cfg.n_heads, "heads")
+    return [(n, _replace_fn(n, acts[n].mean(0), h, rows=False)) for n in names for h in head_list]
+
+
+def resample_ablation_hooks(
+    tower: HookedEncoder,
+    names: Sequence[str],
+    reference: Int[torch.Tensor, "n_ref pos"],
+    n: int,
+    heads: Sequence[int] | None = None,
+    seed: int = 0,
+) -> list[Hook]:
+    """Resample ablation: forward hooks that replace each hook point of ``names`` (or ``heads`` of it) by its value on
+    other inputs: ``n`` rows drawn with replacement from ``reference`` (a ``torch.Generator`` seeded with ``seed``;
+    the global RNG is untouched), row ``i`` of the run getting draw ``i`` (Chan et al. 2022's resampling ablation).
+    The run must have ``n`` rows.
+
+    >>> from hooked_clip1d import CLIP1D, CLIPConfig
+    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+    >>> ref = m.vision.to_tokens(["C 1 . 2 . . . . . . .", "C 2 . 1 . . . . . . ."])
+    >>> img = m.vision.to_tokens(["C . 3 . . 4 . . . . ."])
+    >>> hooks = resample_ablation_hooks(m.vision, ["blocks.0.hook_resid_pre"], ref, n=1)
+    >>> out = m.vision.run_with_hooks(img, fwd_hooks=hooks)  # the whole input resampled: a reference image's output
+    >>> any(torch.allclose(out[0], m.vision(ref)[i], atol=1e-5) for i in range(2))
+    True
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n (rows of the run) must be a positive int, got {n!r}")
+    tower.validate_tokens(reference)
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.randint(0, reference.shape[0], (n,), generator=gen)
+    acts = _reference_acts(tower, names, reference[rows.to(reference.device)])
+    head_list: list[int | None] = [None] if heads is None else list(heads)
+    if heads is not None:
+        check_indices(list(heads), tower.cfg.n_heads, "heads")
+    return [(nm, _replace_fn(nm, acts[nm], h, rows=True)) for nm in names for h in head_list]
+
+
+def mean_heads_hooks(
+    tower: HookedEncoder, heads: Sequence[Sequence[int]], reference: Int[torch.Tensor, "n_ref pos"]
+) -> list[Hook]:
+    """Mean-ablate (layer, head) outputs: ``mean_ablation_hooks`` on each layer's ``hook_z`` for its heads.
+
+    >>> from hooked_clip1d import CLIP1D, CLIPConfig
+    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+    >>> ref = m.vision.to_tokens(["C 1 . 2 . . . . . . .", "C 2 . 1 . . . . . . ."])
+    >>> [name for name, _ in mean_heads_hooks(m.vision, [(0, 1), (0, 3)], ref)]
+    ['blocks.0.attn.hook_z', 'blocks.0.attn.hook_z']
+    """
+    tower = check_tower(tower)
+    out: list[Hook] = []
+    for layer, head in check_heads(heads, tower.cfg, "mean_heads_hooks"):
+        out += mean_ablation_hooks(tower, [f"blocks.{layer}.attn.hook_z"], reference, heads=[head])
+    return out
+
+
+def resample_heads_hooks(
+    tower: HookedEncoder,
+    heads: Sequence[Sequence[int]],
+    reference: Int[torch.Tensor, "n_ref pos"],
+    n: int,
+    seed: int = 0,
+) -> list[Hook]:
+    """Resample-ablate (layer, head) outputs: ``resample_ablation_hooks`` on each layer's ``hook_z`` (one draw of
+    ``n`` reference rows, shared by every head, so the heads see the same other inputs)."""
+    tower = check_tower(tower)
+    out: list[Hook] = []
+    for layer, head in check_heads(heads, tower.cfg, "resample_heads_hooks"):
+        out += resample_ablation_hooks(tower, [f"blocks.{layer}.attn.hook_z"], reference, n, heads=[head], seed=seed)
+    return out
+
+
 __all__ = [
     "Head",
     "Hook",
@@ -409,7 +540,11 @@ __all__ = [
     "depth_labels",
     "hook_label",
     "knockout_hooks",
+    "mean_ablation_hooks",
+    "mean_heads_hooks",
     "patch_hook",
+    "resample_ablation_hooks",
+    "resample_heads_hooks",
     "residual_hook_names",
     "splice_hook",
     "swap_slots_hook",

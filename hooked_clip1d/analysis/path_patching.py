@@ -104,7 +104,8 @@ def path_patching(
             ref = parse_node(r)
             ports += [f"{r}.{c}" for c in CHANNELS] if ref.kind == "head" and ref.channel is None else [r]
         ports = check_nodes(graph, list(dict.fromkeys(ports)), "port")
-    pairs = [(s, p) for s in senders for p in ports if (s, p) in graph.edges]
+    chosen_s, chosen_p = set(senders), set(ports)
+    pairs = [(s, p) for s, p in graph.edges if s in chosen_s and p in chosen_p]  # in the graph's edge order
     if not pairs:
         raise ValueError(f"none of the senders {senders} feeds any of the receivers {ports}")
     with graph_flags(task.target):

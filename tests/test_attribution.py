@@ -1,0 +1,267 @@
+"""Circuit discovery: the graph and task, exact patching, AtP, AtP*, EAP, EAP-IG, path patching (issue 37).
+
+Exactness: with every attention pattern frozen at its clean value, the attention-only towers without LayerNorm are
+linear in their embeddings, so with a linear metric AtP / EAP must equal exact node / edge patching to float
+tolerance; the QK fix must be exact for score terms, queries and keys of a one-layer tower. Elsewhere the tests pin
+the approximation error of a known case.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_model, no_hooks_left
+
+from hooked_clip1d import load_model
+from hooked_clip1d.analysis.attribution import (
+    NODE_KINDS,
+    Attribution,
+    atp,
+    atp_star,
+    eap,
+    eap_ig,
+    exact_edge_patching,
+    exact_patching,
+    linear_metric,
+)
+from hooked_clip1d.analysis.graph import (
+    Task,
+    build_graph,
+    clip_belief_metric,
+    edge_name,
+    graph_flags,
+    mirror_task,
+    parse_node,
+)
+from hooked_clip1d.analysis.metrics import mirror_images, pair_inputs
+from hooked_clip1d.analysis.path_patching import path_patch, path_patching
+
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def pairs(dataset):
+    return pair_inputs(dataset.splits["val_unseen"], dataset.vocab, n=8, seed=0)
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from hooked_clip1d import build_dataset
+
+    model = load_model("simplified-ntot20-n2-10")
+    ds = build_dataset(model.data_config)
+    imgs, caps = pair_inputs(ds.splits["val_unseen"], ds.vocab, n=16, seed=0)
+    return model, imgs, caps
+
+
+def _linear_task(model, tokens, tower="vision", seed=0):
+    enc = model.vision if tower == "vision" else model.text
+    d = torch.randn(enc.cfg.d_model, generator=torch.Generator().manual_seed(seed))
+    corrupted = mirror_images(tokens) if tower == "vision" else tokens[:, [2, 1, 0, 3]]
+    return Task(enc, tokens, corrupted, linear_metric(d))
+
+
+def _close(a: Attribution, b: Attribution, rel: float = 1e-4) -> None:
+    assert a.names == b.names
+    scale = float(b.scores.abs().max()) + 1e-12
+    assert float((a.scores - b.scores).abs().max()) <= rel * scale + ATOL, (a.ranked(3), b.ranked(3))
+
+
+# ---- the graph ------------------------------------------------------------------------------------------------------
+def test_graph_of_each_architecture(simplified_model, full_model, two_layer_model, rope_model):
+    g = build_graph(two_layer_model.vision)
+    # embed, pos, 2 x 2 heads; ports: 2 x 2 heads x (q, k, v) + readout
+    assert len(g.writers) == 6 and len(g.ports) == 13
+    assert ("vision.L0.H1", "vision.L1.H0.k") in g.edges and ("vision.L1.H0", "vision.L1.H1.q") not in g.edges
+    full = build_graph(full_model)
+    assert ("vision.L0.H1", "vision.L0.mlp") in full.edges and ("text.L1.mlp", "text.readout") in full.edges
+    assert not any(parse_node(w).tower != parse_node(p).tower for w, p in full.edges)
+    assert "vision.pos" not in build_graph(rope_model.vision).writers  # RoPE: no additive positions
+    assert build_graph(simplified_model).components() == [f"{t}.L0.H{h}" for t in ("vision", "text") for h in (0, 1)]
+
+
+def test_names_and_bad_inputs_raise_clear_errors(simplified_model, pairs):
+    imgs, caps = pairs
+    with pytest.raises(ValueError, match="not a node name"):
+        parse_node("vision.head0")
+    with pytest.raises(ValueError, match="same shape"):
+        Task(simplified_model.vision, imgs, imgs[:2], linear_metric(torch.ones(16)))
+    with pytest.raises(TypeError, match="images, captions"):
+        Task(simplified_model, imgs, imgs, clip_belief_metric(8))
+    task = mirror_task(simplified_model, imgs, caps, target="vision")
+    with pytest.raises(ValueError, match="unknown node kinds"):
+        atp(task, ["head"])
+    with pytest.raises(ValueError, match="no 'mlp' nodes"):
+        atp(task, ["mlp"])
+    with pytest.raises(ValueError, match="is not an edge"):
+        eap(task, [("vision.L0.H0", "vision.L0.H1.q")])
+    with pytest.raises(ValueError, match="steps"):
+        eap_ig(task, steps=0)
+    with pytest.raises(ValueError, match="freeze_pattern"):
+        from hooked_clip1d.analysis.attribution import _atp
+
+        _atp(task, ["heads"], True, False, True, "x")
+    with pytest.raises(ValueError, match="does not feed"):
+        path_patch(task, "vision.L0.H0", ["vision.L0.H1.q"])
+    with pytest.raises(ValueError, match="metric must return one value per example"):
+        atp(Task(simplified_model.vision, imgs, mirror_images(imgs), lambda pooled: pooled.sum()))
+    with pytest.raises(ValueError, match="not a writer"):
+        path_patch(task, "vision.readout", ["vision.readout"])
+    train = make_model("simplified").train()
+    with pytest.raises(ValueError, match="training mode"):
+        Task(train.vision, imgs, mirror_images(imgs), linear_metric(torch.ones(16)))
+
+
+# ---- exactness ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("model_name", ["simplified_model", "two_layer_model"])
+def test_atp_and_eap_are_exact_with_frozen_patterns(request, model_name, pairs):
+    """Attention-only, no LayerNorm, patterns frozen, linear metric: every path is linear, so the first-order
+    estimate is the effect."""
+    model = request.getfixturevalue(model_name)
+    task = _linear_task(model, pairs[0])
+    kinds = ["heads", "embed", "resid", "v"]
+    _close(atp(task, kinds, freeze_pattern=True), exact_patching(task, kinds, freeze_pattern=True))
+    _close(eap(task, freeze_pattern=True), exact_edge_patching(task, freeze_pattern=True))
+    text = _linear_task(model, pairs[1], tower="text")
+    _close(eap(text, freeze_pattern=True), exact_edge_patching(text, freeze_pattern=True))
+
+
+def test_qk_fix_is_exact_where_the_pattern_acts_linearly(simplified_model, pairs):
+    """One attention-only layer, linear metric: a term's / query's / key's effect passes only through its head's
+    softmax, which the QK fix computes exactly; plain AtP linearises the softmax and misses (the known case)."""
+    task = _linear_task(simplified_model, pairs[0])
+    kinds = ["terms", "q", "k"]
+    exact = exact_patching(task, kinds)
+    fixed = atp_star(task, kinds, grad_drop=False)
+    _close(fixed, exact)
+    plain = atp(task, kinds)
+    err = float((plain.scores - exact.scores).abs().max()) / float(exact.scores.abs().max())
+    assert err > 1e-2  # the softmax's linearisation error on this model: what the QK fix removes
+
+
+def test_qk_fix_on_edges_is_exact_into_queries_and_keys(simplified_model, pairs):
+    task = _linear_task(simplified_model, pairs[0])
+    qk = [e for e in build_graph(task.target).edges if e[1].endswith((".q", ".k"))]
+    _close(eap(task, qk, qk_fix=True), exact_edge_patching(task, qk))
+
+
+def test_eap_ig_is_complete_up_to_its_riemann_error(two_layer_model, pairs):
+    """IG completeness: the input edges' EAP-IG scores sum to M(corrupted) - M(clean) (every input difference flows
+    through them), up to the left Riemann sum's error, which shrinks with the steps; EAP's sum is the plain
+    linearisation, further off on this model."""
+    task = _linear_task(two_layer_model, pairs[0])
+    total = float(task.corrupted_metric().mean() - task.clean_metric().mean())
+
+    def input_sum(res):
+        return sum(v for n, v in res.as_dict().items() if n.split("->")[0] in ("vision.embed", "vision.pos"))
+
+    errs = [abs(input_sum(eap_ig(task, steps=s)) - total) for s in (4, 32)]
+    assert errs[1] < errs[0] and errs[1] < 0.1 * abs(total)
+    assert abs(input_sum(eap(task)) - total) > errs[1]
+
+
+def test_grad_drop_is_a_mean_of_magnitudes(two_layer_model, pairs):
+    task = _linear_task(two_layer_model, pairs[0])
+    plain, gd = atp(task, ["heads", "embed"]), atp_star(task, ["heads", "embed"], qk_fix=False)
+    assert bool((gd.scores >= 0).all())
+    # layer-1 heads: the only other layer is 0, upstream of them, so dropping it leaves their gradient: |AtP|
+    for h in range(2):
+        assert gd[f"vision.L1.H{h}"] == pytest.approx(abs(plain[f"vision.L1.H{h}"]), abs=ATOL)
+    # one-layer towers have no other layer: |AtP|
+    one = _linear_task(make_model("simplified", seed=5), pairs[0])
+    assert torch.allclose(atp_star(one, qk_fix=False).scores, atp(one).scores.abs(), atol=ATOL)
+
+
+# ---- path patching --------------------------------------------------------------------------------------------------
+def test_path_patching_through_every_reader_is_exact_patching(two_layer_model, pairs):
+    task = mirror_task(two_layer_model, *pairs, target="vision")
+    graph = build_graph(task.target)
+    exact = exact_patching(task, ["heads", "embed"])
+    for sender in ("vision.L0.H1", "vision.embed"):
+        ports = [p for w, p in graph.edges if w == sender]
+        assert path_patch(task, sender, ports) == pytest.approx(exact[sender], abs=1e-4)
+    edges = exact_edge_patching(task)
+    pp = path_patching(task)
+    assert pp.names == edges.names and torch.allclose(pp.scores, edges.scores, atol=ATOL)
+    # head -> head: L0.H1 through the two layer-1 heads only, as whole heads (their three ports each)
+    via = path_patch(task, "vision.L0.H1", ["vision.L1.H0", "vision.L1.H1"])
+    direct = path_patch(task, "vision.L0.H1", ["vision.readout"])
+    assert via != pytest.approx(0.0, abs=1e-7) and direct != pytest.approx(via, abs=1e-7)
+    keys = path_patching(task, senders=["vision.embed", "vision.pos"], receivers=["vision.L0.H0"])
+    assert keys.names == [f"vision.{w}->vision.L0.H0.{c}" for c in "qkv" for w in ("embed", "pos")]
+    assert float(keys["vision.pos->vision.L0.H0.k"]) == 0.0  # positions do not change under a mirror
+
+
+# ---- every method on both towers and the whole CLIP ------------------------------------------------------------------
+@pytest.mark.parametrize("target", ["vision", "text", "clip"])
+def test_every_method_runs_on_each_target(full_model, pairs, target):
+    task = mirror_task(full_model, *pairs, target=target)
+    towers = ["vision", "text"] if target == "clip" else [target]
+    for res in (exact_patching(task, ["heads", "mlp"]), atp(task, ["heads", "mlp", "neurons"]), atp_star(task)):
+        assert {n.split(".")[0] for n in res.names} == set(towers)
+        assert torch.isfinite(res.scores).all() and res.seconds > 0
+    edges = list(build_graph(task.target).edges)[:40]
+    for res in (eap(task, edges), eap(task, edges, qk_fix=True, grad_drop=True), eap_ig(task, edges, steps=3),
+                exact_edge_patching(task, edges), path_patching(task, senders=[e[0] for e in edges[:2]])):  # fmt: skip
+        assert torch.isfinite(res.scores).all()
+    assert eap(task, edges).names == [edge_name(e) for e in edges]
+
+
+def test_clip_task_scores_each_tower_by_its_own_corruption(shipped):
+    """On the whole CLIP, a vision node's exact effect is the image mirror's and a text node's the caption swap's:
+    the same as on the tower alone; AtP's likewise (the clean gradient does not depend on the corruption)."""
+    model, imgs, caps = shipped
+    clip, vision = mirror_task(model, imgs, caps, "clip"), mirror_task(model, imgs, caps, "vision")
+    a, b = exact_patching(clip), exact_patching(vision)
+    assert a["vision.L0.H2"] == pytest.approx(b["vision.L0.H2"], rel=1e-4)
+    assert atp(clip)["vision.L0.H2"] == pytest.approx(atp(vision)["vision.L0.H2"], rel=1e-4)
+    logits = model(clip.tokens("vision"), clip.tokens("text"))
+    assert torch.allclose(clip.clean_metric(), clip.metric(logits), atol=1e-4)  # the task's head is CLIP1D's
+
+
+def test_on_the_shipped_model_head_2_carries_left_right(shipped):
+    model, imgs, caps = shipped
+    task = mirror_task(model, imgs, caps, target="vision")
+    for res in (exact_patching(task), atp(task), atp_star(task)):
+        assert res.ranked(1)[0][0] == "vision.L0.H2"
+    assert eap_ig(task, steps=5).ranked(1)[0][0] == "vision.L0.H2->vision.readout"
+
+
+# ---- state is left as it was ----------------------------------------------------------------------------------------
+def test_methods_leave_model_rng_and_grads_untouched(pairs):
+    model = make_model("full", seed=7)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    towers = (model.vision, model.text)
+    flags = [(t.cfg.use_attn_result, t.cfg.use_split_qkv_input, t.cfg.use_hook_mlp_in) for t in towers]
+    rng = torch.get_rng_state()
+    task = mirror_task(model, *pairs, target="clip")
+    edges = [e for e in build_graph(model).edges if e[1].startswith("vision.L1")]
+    atp_star(task, ["heads", "terms", "q"])
+    eap(task, edges, qk_fix=True, grad_drop=True)
+    eap_ig(task, edges, steps=2)
+    path_patch(task, "vision.L0.H0", ["vision.readout"])
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert [(t.cfg.use_attn_result, t.cfg.use_split_qkv_input, t.cfg.use_hook_mlp_in) for t in towers] == flags
+    assert not model.training and no_hooks_left(model.vision) and no_hooks_left(model.text)
+
+
+def test_flags_are_restored_after_an_error(pairs):
+    model = make_model("simplified", seed=8)
+    model.vision.set_use_attn_result(False)
+    with pytest.raises(RuntimeError), graph_flags(model):
+        assert model.vision.cfg.use_attn_result
+        raise RuntimeError("boom")
+    assert not model.vision.cfg.use_attn_result and not model.vision.cfg.use_split_qkv_input
+
+
+def test_attribution_result_helpers():
+    res = Attribution("x", ["a", "b", "c"], torch.tensor([0.1, -0.5, 0.2]))
+    assert res.ranked(2) == [("b", -0.5), ("c", pytest.approx(0.2))]
+    assert res["a"] == pytest.approx(0.1) and res.to_dict()["method"] == "x"
+    with pytest.raises(KeyError, match="not scored"):
+        res["d"]
+    with pytest.raises(ValueError, match="3 names"):
+        Attribution("x", ["a", "b", "c"], torch.zeros(2))
+    assert set(NODE_KINDS) >= {"heads", "terms", "resid", "neurons"}
