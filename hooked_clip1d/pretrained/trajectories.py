@@ -1,0 +1,295 @@
+"""The file format of a training trajectory and the precision measurement behind it (the zoo's API on top of these is
+in ``hooked_clip1d.pretrained``: ``list_checkpoints``, ``load_model(name, checkpoint_index=...)``,
+``load_trajectory``, ``trajectory_emergence``, ``ship_trajectory``).
+
+A shipped trajectory is two files in ``hooked_clip1d/pretrained/trajectories/``:
+
+- ``<name>.safetensors``: every checkpoint but the last, keys ``epoch_NNNNN.<state-dict key>`` (e.g.
+  ``epoch_00100.vision.embed.W_E``), at one precision for the whole trajectory (``measure_precision``: the first of
+  float16, bfloat16, float32 at which every checkpoint's accuracies equal its float32 ones); loading upcasts to
+  float32. Its safetensors metadata carries the configs and a content digest, like every model file of the package
+  (``model.checkpoint``).
+- ``<name>.json``: the manifest (``MANIFEST_FORMAT``): the epochs (the last is the shipped model's, which is not
+  stored again: it is ``weights/<name>.safetensors``), the dtype, the file's sha256, each stored checkpoint's content
+  sha256 (``checkpoint_digest``; for the last, the shipped file's sha256), the precision measurement and the
+  emergence rows measured on the stored weights.
+
+A run directory's ``snapshots/epoch_NNNNN.safetensors`` (``TrainConfig.snapshot_epochs``) is the same trajectory
+before shipping: ``run_snapshots`` lists them. Nothing here imports torch at module level.
+
+Example:
+    >>> trajectory_schedule(10_000)[:8], checkpoint_key(100)
+    ((0, 1, 2, 5, 10, 20, 50, 100), 'epoch_00100')
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from hooked_clip1d.data.dataset import Dataset
+    from hooked_clip1d.model.clip import CLIP1D
+
+MANIFEST_FORMAT = "hooked_clip1d-trajectory/1"
+STORE_DTYPES = ("float16", "bfloat16", "float32")  # tried in this order: the first whose accuracies match is kept
+PRECISION_METHOD = (
+    "each checkpoint's weights rounded to the candidate dtype (and back to float32) are evaluated on every split of "
+    "the dataset plus probe_unseen (every unseen ordered pair at every position pair); a candidate is kept when every "
+    "checkpoint's acc, relaxed and label-set equal those of its float32 weights exactly; candidates in order "
+    "float16, bfloat16, float32 (float16 and bfloat16 take the same bytes; float16 keeps more mantissa bits)"
+)
+
+
+class NoTrajectoryError(ValueError):
+    """A model has no shipped training trajectory, or a checkpoint index / epoch it does not have."""
+
+
+def checkpoint_key(epoch: int) -> str:
+    """The key prefix of one checkpoint in a trajectory file (as a run's snapshot file names it)."""
+    return f"epoch_{epoch:05d}"
+
+
+def trajectory_schedule(epochs: int) -> tuple[int, ...]:
+    """The epochs a shipped trajectory keeps by default: 0, 1, 2, 5, 10, 20, 50, 100, 200, 300, 500, 700, 1000, then
+    every 500, and ``epochs`` itself (31 checkpoints for 10,000 epochs; a subset of ``settings.dense_schedule``).
+
+    Example:
+        >>> s = trajectory_schedule(10_000)
+        >>> s[:13], s[-2:], len(s)
+        ((0, 1, 2, 5, 10, 20, 50, 100, 200, 300, 500, 700, 1000), (9500, 10000), 31)
+        >>> trajectory_schedule(30)
+        (0, 1, 2, 5, 10, 20, 30)
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+    pts = {0, 1, 2, 5, 10, 20, 50, 100, 200, 300, 500, 700, epochs} | set(range(1000, epochs + 1, 500))
+    return tuple(sorted(e for e in pts if e <= epochs))
+
+
+def run_snapshots(run_dir: str | Path) -> dict[int, Path]:
+    """A run directory's kept snapshots, ``{epoch: snapshots/epoch_NNNNN.safetensors}`` in epoch order ({} if none)."""
+    snaps: dict[int, Path] = {}
+    for p in (Path(run_dir) / "snapshots").glob("epoch_*.safetensors"):
+        m = re.fullmatch(r"epoch_(\d+)", p.stem)
+        if m:
+            snaps[int(m.group(1))] = p
+    return dict(sorted(snaps.items()))
+
+
+def checkpoint_epoch(epochs: Sequence[int], checkpoint_index: int | None, checkpoint_value: int | None) -> int:
+    """The epoch that ``checkpoint_index`` (a position in ``epochs``, negative from the end) or ``checkpoint_value``
+    (an epoch) names; an error listing ``epochs`` for one that does not exist.
+
+    Example:
+        >>> checkpoint_epoch([0, 10, 100], -1, None), checkpoint_epoch([0, 10, 100], None, 10)
+        (100, 10)
+        >>> try:
+        ...     checkpoint_epoch([0, 10, 100], None, 50)
+        ... except NoTrajectoryError as e:
+        ...     print(e)
+        no checkpoint at epoch 50; the trajectory has epochs [0, 10, 100] (indexes 0..2)
+    """
+    epochs = list(epochs)
+    where = f"the trajectory has epochs {epochs} (indexes 0..{len(epochs) - 1})"
+    if checkpoint_index is not None and checkpoint_value is not None:
+        raise ValueError("give checkpoint_index or checkpoint_value, not both (TransformerLens's rule)")
+    for what, v in (("checkpoint_index", checkpoint_index), ("checkpoint_value", checkpoint_value)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise TypeError(f"{what} must be an int, got {v!r}")
+    if checkpoint_index is None and checkpoint_value is None:
+        raise ValueError("give checkpoint_index or checkpoint_value")
+    if checkpoint_index is not None:
+        if not -len(epochs) <= checkpoint_index < len(epochs):
+            raise NoTrajectoryError(f"no checkpoint index {checkpoint_index}; {where}")
+        return epochs[checkpoint_index]
+    if checkpoint_value not in epochs:
+        raise NoTrajectoryError(f"no checkpoint at epoch {checkpoint_value}; {where}")
+    return int(checkpoint_value)  # type: ignore[arg-type]
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """A trajectory manifest, checked to be one (``MANIFEST_FORMAT``)."""
+    path = Path(path)
+    try:
+        man = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the trajectory manifest {str(path)!r} is not valid JSON (corrupt file?): {e}") from None
+    if not isinstance(man, dict) or man.get("format") != MANIFEST_FORMAT:
+        raise ValueError(f"{str(path)!r} is not a hooked_clip1d trajectory manifest (format {MANIFEST_FORMAT!r})")
+    return man
+
+
+def read_trajectory_file(path: str | Path, sha256: str | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A trajectory file's tensors and metadata (``model.checkpoint.read_tensors``: format and content digest checked,
+    nothing unpickled), after checking the file's sha256 against the manifest's ``sha256``."""
+    from hooked_clip1d.model.checkpoint import CheckpointError, read_tensors
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"the trajectory file {str(path)!r} is missing")
+    digest = file_sha256(path)
+    if digest != sha256:
+        raise CheckpointError(f"trajectory file {path.name}: sha256 {digest} does not match its manifest")
+    return read_tensors(path)
+
+
+def checkpoint_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """The content sha256 of one checkpoint's tensors as stored (names, dtypes, shapes, bytes)."""
+    from hooked_clip1d.model.checkpoint import content_digest
+
+    return content_digest(dict(state), {})
+
+
+def stored_checkpoint(
+    tensors: Mapping[str, torch.Tensor], meta: dict[str, Any], epoch: int, digest: str | None, source: str
+) -> CLIP1D:
+    """The model of ``epoch`` in a trajectory file (``read_trajectory_file`` output), its weights upcast to float32,
+    in eval mode with ``.data_config``; its content must match ``digest``."""
+    from hooked_clip1d.model.checkpoint import CheckpointError, build_model_from
+
+    prefix = checkpoint_key(epoch) + "."
+    state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+    if not state:
+        raise CheckpointError(f"{source}: the trajectory file holds no tensors for epoch {epoch}")
+    if checkpoint_digest(state) != digest:
+        raise CheckpointError(f"{source}: the weights of epoch {epoch} do not match their sha256 in the manifest")
+    return build_model_from({f"model.{k}": v for k, v in state.items()}, meta, f"{source} epoch {epoch}")
+
+
+def trajectory_tensors(models: Mapping[int, CLIP1D], dtype: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors of a trajectory file (``epoch_NNNNN.<key>``, floating-point weights in ``dtype``) and each
+    checkpoint's ``checkpoint_digest``."""
+    import torch
+
+    store = getattr(torch, dtype)
+    tensors: dict[str, torch.Tensor] = {}
+    digests: dict[str, str] = {}
+    for e, model in models.items():
+        state = {k: v.detach().to(store) if v.is_floating_point() else v for k, v in model.state_dict().items()}
+        digests[str(e)] = checkpoint_digest(state)
+        tensors.update({f"{checkpoint_key(e)}.{k}": v for k, v in state.items()})
+    return tensors, digests
+
+
+def rounded(model: CLIP1D, dtype: str) -> CLIP1D | None:
+    """A copy of ``model`` whose floating-point weights are rounded to ``dtype`` and back (the weights a trajectory
+    stored in ``dtype`` loads as), or None where a weight does not fit in ``dtype``."""
+    import copy
+
+    import torch
+
+    out = copy.deepcopy(model)
+    store = getattr(torch, dtype)
+    with torch.no_grad():
+        for p in out.state_dict().values():
+            if p.is_floating_point():
+                r = p.to(store)
+                if not torch.isfinite(r).all():
+                    return None
+                p.copy_(r)
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal metrics (an empty split's NaN equal to itself)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def measure_precision(
+    models: Mapping[int, CLIP1D], dataset: Dataset, dtypes: Sequence[str] = STORE_DTYPES
+) -> tuple[str | None, dict[int, CLIP1D], list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The precision measurement (``PRECISION_METHOD``) of checkpoints ``{epoch: model}`` on ``dataset`` (every split
+    of it is evaluated): returns the kept dtype (None if no candidate keeps the accuracies), the checkpoints rounded to
+    it, one record per candidate tried (``dtype``, ``accepted``, ``mismatched_epochs``, ``overflow_epochs``) and the
+    accuracies ``{epoch: {"float32": ..., dtype: ...}}``.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig, build_dataset
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4), seed=0).eval()
+        >>> m.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)
+        >>> kept, _, tried, acc = measure_precision({0: m}, build_dataset(m.data_config))
+        >>> kept, [t["accepted"] for t in tried], acc["0"]["float16"] == acc["0"]["float32"]
+        ('float16', [True], True)
+    """
+    from hooked_clip1d.evaluation import evaluate
+
+    unknown = [d for d in dtypes if d not in STORE_DTYPES]
+    if unknown or not dtypes:
+        raise ValueError(f"dtypes must be a non-empty list of {list(STORE_DTYPES)}, got {list(dtypes)}")
+    splits = list(dataset.splits)
+    metrics = {str(e): {"float32": evaluate(m, dataset, splits=splits)} for e, m in models.items()}
+    candidates: list[dict[str, Any]] = []
+    for dt in dtypes:
+        kept: dict[int, CLIP1D] = {}
+        mismatch, overflow = [], []
+        for e, m in models.items():
+            r = m if dt == "float32" else rounded(m, dt)
+            if r is None:
+                overflow.append(e)
+                continue
+            kept[e] = r
+            got = metrics[str(e)]["float32"] if dt == "float32" else evaluate(r, dataset, splits=splits)
+            metrics[str(e)][dt] = got
+            if not _same(got, metrics[str(e)]["float32"]):
+                mismatch.append(e)
+        ok = not mismatch and not overflow
+        candidates.append({"dtype": dt, "accepted": ok, "mismatched_epochs": mismatch, "overflow_epochs": overflow})
+        if ok:
+            return dt, kept, candidates, metrics
+    return None, {}, candidates, metrics
+
+
+def numeric_diff(a: Any, b: Any) -> float:
+    """The largest absolute difference between the numbers of two JSON-like values of the same shape (booleans and
+    None must be equal, else inf).
+
+    Example:
+        >>> numeric_diff({"x": [1.0, 2.0], "y": 0.5}, {"x": [1.0, 2.25], "y": 0.5})
+        0.25
+    """
+    if isinstance(a, dict) and isinstance(b, dict):
+        return max((numeric_diff(a[k], b.get(k)) for k in a if k != "checks"), default=0.0)
+    if isinstance(a, list) and isinstance(b, list):
+        return max((numeric_diff(x, y) for x, y in zip(a, b, strict=False)), default=0.0)
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        return 0.0 if a == b else float("inf")
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return abs(float(a) - float(b))
+    return 0.0 if a == b else float("inf")
+
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "NoTrajectoryError",
+    "PRECISION_METHOD",
+    "STORE_DTYPES",
+    "checkpoint_digest",
+    "checkpoint_epoch",
+    "checkpoint_key",
+    "file_sha256",
+    "measure_precision",
+    "numeric_diff",
+    "read_manifest",
+    "read_trajectory_file",
+    "rounded",
+    "run_snapshots",
+    "stored_checkpoint",
+    "trajectory_schedule",
+    "trajectory_tensors",
+]

@@ -1,0 +1,382 @@
+"""Training trajectories in the zoo (issue 35): shipping a finished run's snapshots, loading a checkpoint by index or
+by epoch (TransformerLens's ``checkpoint_index`` / ``checkpoint_value``), the emergence analysis over a trajectory, its
+figure, the CLI, and the shipped trajectories themselves (once they ship).
+
+Everything but the last group runs on a tiny model trained here with ``TrainConfig.snapshot_epochs`` and exported to
+a zoo in a temporary folder (the registry's folders point there for the test: ``WEIGHTS_DIR``, ``TRAJECTORIES_DIR``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_config
+from safetensors import safe_open
+
+import hooked_clip1d.pretrained as reg
+from hooked_clip1d import DataConfig, TrainConfig, build_dataset, evaluate
+from hooked_clip1d.analysis.mechanism import unseen_probe
+from hooked_clip1d.cli.commands import main
+from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file, save_model
+from hooked_clip1d.training.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+D6 = DataConfig(n_labels=6, n_heldout=2, n2=2)
+SNAPS = (0, 1, 2, 4, 6)
+EPOCHS = [0, 1, 2, 6]  # trajectory_schedule(6) among the snapshots: 4 is not in the default schedule
+
+
+def _train(out: Path, seed: int = 0, epochs: int = 6, snapshots=SNAPS) -> Path:
+    tc = TrainConfig(epochs=epochs, batch_size=16, eval_every=2, seed=seed, snapshot_epochs=snapshots)
+    Trainer(tiny_config(), D6, tc, out).run(progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A tiny run with snapshots, exported as zoo model "tiny" and shipped with its trajectory; "plain" is exported
+    without one."""
+    root = tmp_path_factory.mktemp("zoo")
+    run = _train(root / "run")
+    other = _train(root / "other", seed=1, snapshots=())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(reg, "WEIGHTS_DIR", root / "weights")
+        mp.setattr(reg, "TRAJECTORIES_DIR", root / "trajectories")
+        reg.export_run(run, "tiny", "a tiny test model")
+        reg.export_run(other, "plain", "a tiny model without a trajectory")
+        rng = torch.get_rng_state()
+        target = reg.ship_trajectory(run, "tiny")
+        assert torch.equal(rng, torch.get_rng_state())  # the caller's global RNG is left alone
+    return {"root": root, "run": run, "other": other, "target": target}
+
+
+@pytest.fixture
+def zoo(built, monkeypatch):
+    monkeypatch.setattr(reg, "WEIGHTS_DIR", built["root"] / "weights")
+    monkeypatch.setattr(reg, "TRAJECTORIES_DIR", built["root"] / "trajectories")
+    return built
+
+
+def _state(model):
+    return model.state_dict()
+
+
+def _equal(a, b) -> bool:
+    sa, sb = _state(a), _state(b)
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+# ---- shipping ------------------------------------------------------------------------------------------------------
+def test_ship_writes_one_file_and_a_manifest(zoo):
+    assert reg.list_trajectories() == ["tiny"]
+    assert reg.list_checkpoints("tiny") == EPOCHS
+    man = reg.trajectory_manifest("tiny")
+    assert man["dtype"] == "float16" and man["final_epoch"] == 6 and man["file"] == "tiny.safetensors"
+    assert man["sha256"] == reg.sha256_file(zoo["target"]) and man["bytes"] == zoo["target"].stat().st_size
+    assert man["checkpoint_sha256"]["6"] == reg.manifest("tiny")["sha256"]  # the last: the shipped weights file
+    with safe_open(str(zoo["target"]), "pt") as f:
+        keys = list(f.keys())
+        dtypes = {f.get_tensor(k).dtype for k in keys}
+    assert {k.split(".")[0] for k in keys} == {"epoch_00000", "epoch_00001", "epoch_00002"}  # not the last again
+    assert dtypes == {torch.float16}
+    assert "epoch_00000.vision.embed.W_E" in keys
+    # what it costs: about half the float32 weights per stored checkpoint
+    per = (reg.WEIGHTS_DIR / "tiny.safetensors").stat().st_size
+    assert man["bytes"] < 0.6 * 3 * per
+    assert not [p.name for p in zoo["target"].parent.iterdir() if p.name.startswith(".")]  # no temp file left
+
+
+def test_precision_is_measured_and_recorded(zoo):
+    man = reg.trajectory_manifest("tiny")
+    prec = man["precision"]
+    kept = {"dtype": "float16", "accepted": True, "mismatched_epochs": [], "overflow_epochs": []}
+    assert prec["candidates"] == [kept]
+    ds = unseen_probe(build_dataset(D6))
+    for e in (0, 1, 2):
+        measured = prec["metrics"][str(e)]
+        assert measured["float16"] == measured["float32"]
+        assert set(measured["float32"]) == {"train", "val_single", "val_seen", "val_unseen", "probe_unseen"}
+        # the recorded accuracies are those of the stored weights, and of the float32 snapshot
+        stored = reg.load_model("tiny", checkpoint_value=e)
+        assert evaluate(stored, ds, splits=list(ds.splits)) == measured["float16"]
+        snap = load_model_file(zoo["run"] / "snapshots" / f"epoch_{e:05d}.safetensors")
+        assert evaluate(snap, ds, splits=list(ds.splits)) == measured["float32"]
+    assert man["emergence"]["max_change_from_float32"] < 0.05
+
+
+def test_precision_falls_back_when_float16_cannot_hold_a_weight(zoo, tmp_path):
+    """A weight past float16's range refuses float16 (recorded); the next precision that keeps the accuracies wins."""
+    run = tmp_path / "run"
+    shutil.copytree(zoo["run"], run)
+    snap = run / "snapshots" / "epoch_00001.safetensors"
+    model = load_model_file(snap)
+    with torch.no_grad():
+        model.W_proj[0, 0] = 1e6
+    save_model(model, snap, extra={"epoch": 1})
+    dest = tmp_path / "trajectories"
+    reg.ship_trajectory(run, "tiny", dest=dest)
+    cands = json.loads((dest / "tiny.json").read_text())["precision"]["candidates"]
+    assert cands[0] == {"dtype": "float16", "accepted": False, "mismatched_epochs": [], "overflow_epochs": [1]}
+    assert cands[-1]["accepted"] and cands[-1]["dtype"] in ("bfloat16", "float32")
+    assert [c["dtype"] for c in cands] == ["float16", "bfloat16", "float32"][: len(cands)]
+
+
+def test_explicit_epochs_and_dtypes(zoo, tmp_path):
+    dest = tmp_path / "t"
+    reg.ship_trajectory(zoo["run"], "tiny", epochs=[0, 4], dtypes=["float32"], dest=dest)
+    man = json.loads((dest / "tiny.json").read_text())
+    assert man["epochs"] == [0, 4, 6] and man["dtype"] == "float32"  # the last epoch is always added
+    with pytest.raises(ValueError, match=r"no snapshot at epochs \[3\]; its snapshots: \[0, 1, 2, 4, 6\]"):
+        reg.ship_trajectory(zoo["run"], "tiny", epochs=[0, 3], dest=dest)
+    with pytest.raises(ValueError, match="dtypes must be"):
+        reg.ship_trajectory(zoo["run"], "tiny", dtypes=["int8"], dest=dest)
+
+
+def test_ship_refuses_a_zoo_model_not_exported_from_the_run(zoo, tmp_path):
+    with pytest.raises(ValueError, match="was not exported from .*export this run first"):
+        reg.ship_trajectory(zoo["run"], "plain", dest=tmp_path)
+    with pytest.raises(KeyError, match="unknown pretrained model 'nope'"):
+        reg.ship_trajectory(zoo["run"], "nope", dest=tmp_path)
+    with pytest.raises(FileNotFoundError, match="has no snapshots/"):
+        reg.ship_trajectory(zoo["other"], "plain", dest=tmp_path)
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(zoo["run"], unfinished)
+    (unfinished / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="the run has not finished"):
+        reg.ship_trajectory(unfinished, "tiny", dest=tmp_path)
+    assert not list(tmp_path.glob("*.json"))  # nothing written by a refused shipment
+
+
+# ---- loading -------------------------------------------------------------------------------------------------------
+def test_last_checkpoint_is_the_shipped_model_bit_for_bit(zoo):
+    shipped = reg.load_model("tiny")
+    for kw in ({"checkpoint_index": -1}, {"checkpoint_index": 3}, {"checkpoint_value": 6}):
+        m = reg.load_model("tiny", **kw)
+        assert _equal(m, shipped), kw
+        assert m.manifest["checkpoint"] == {"index": 3, "epoch": 6, "epochs": EPOCHS, "final": True, "dtype": "float32"}
+        assert reg.model_name(m) == "tiny"
+
+
+def test_checkpoints_are_the_snapshots_at_the_stored_precision(zoo):
+    for i, e in enumerate(EPOCHS[:-1]):
+        m = reg.load_model("tiny", checkpoint_index=i)
+        snap = load_model_file(zoo["run"] / "snapshots" / f"epoch_{e:05d}.safetensors")
+        for k, v in _state(m).items():
+            assert v.dtype == torch.float32 and torch.equal(v, _state(snap)[k].half().float()), (e, k)
+        assert not m.training and m.data_config == D6
+        assert m.manifest["epochs"] == e and m.manifest["checkpoint"]["dtype"] == "float16"
+        measured = reg.trajectory_manifest("tiny")["precision"]["metrics"][str(e)]["float16"]
+        assert m.manifest["metrics"] == {k: v for k, v in measured.items() if k != "probe_unseen"}
+        assert reg.model_name(m) == f"tiny @ epoch {e}"
+        assert all(h <= e for h in m.manifest["history"]["epoch"])
+    init = tiny_config()  # epoch 0 is the untrained model (the trainer's seed), rounded to float16
+    from hooked_clip1d import CLIP1D
+
+    fresh = CLIP1D(init, seed=0)
+    for k, v in _state(reg.load_model("tiny", checkpoint_value=0)).items():
+        assert torch.equal(v, _state(fresh)[k].half().float()), k
+
+
+def test_load_trajectory_reads_every_checkpoint_once(zoo):
+    rng = torch.get_rng_state()
+    ckpts = reg.load_trajectory("tiny")
+    assert torch.equal(rng, torch.get_rng_state())
+    assert [e for e, _ in ckpts] == EPOCHS
+    for e, m in ckpts:
+        assert _equal(m, reg.load_model("tiny", checkpoint_value=e))
+    assert [e for e, _ in reg.load_trajectory("tiny", epochs=[6, 0])] == [0, 6]
+
+
+def test_errors_list_what_exists(zoo):
+    listing = r"the trajectory has epochs \[0, 1, 2, 6\] \(indexes 0..3\)"
+    with pytest.raises(reg.NoTrajectoryError, match=rf"no checkpoint index 4; {listing}"):
+        reg.load_model("tiny", checkpoint_index=4)
+    with pytest.raises(ValueError, match=rf"no checkpoint at epoch 4; {listing}"):
+        reg.load_model("tiny", checkpoint_value=4)
+    with pytest.raises(ValueError, match="not both"):
+        reg.load_model("tiny", checkpoint_index=0, checkpoint_value=0)
+    with pytest.raises(TypeError, match="checkpoint_index must be an int"):
+        reg.load_model("tiny", checkpoint_index=True)
+    with pytest.raises(ValueError, match="'plain' ships no training trajectory; models with one: tiny"):
+        reg.load_model("plain", checkpoint_index=0)
+    with pytest.raises(ValueError, match="'plain' ships no training trajectory"):
+        reg.list_checkpoints("plain")
+    with pytest.raises(KeyError, match="known models: .*'tiny'"):
+        reg.list_checkpoints("nope")
+    with pytest.raises(reg.NoTrajectoryError, match=r"no checkpoint at epochs \[5\]"):
+        reg.load_trajectory("tiny", epochs=[0, 5])
+
+
+def test_a_tampered_trajectory_is_refused(zoo, tmp_path, monkeypatch):
+    traj = tmp_path / "trajectories"
+    shutil.copytree(zoo["root"] / "trajectories", traj)
+    monkeypatch.setattr(reg, "TRAJECTORIES_DIR", traj)
+    blob = bytearray((traj / "tiny.safetensors").read_bytes())
+    blob[-3] ^= 0xFF
+    (traj / "tiny.safetensors").write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match="sha256 .* does not match its manifest"):
+        reg.load_model("tiny", checkpoint_index=0)
+    reg.load_model("tiny", checkpoint_index=-1)  # the last is the shipped weights file, untouched
+
+
+def test_run_directories_have_checkpoints_too(zoo):
+    run = zoo["run"]
+    assert reg.list_checkpoints(run) == list(SNAPS)
+    m = reg.resolve_model(str(run), checkpoint_value=4)
+    assert _equal(m, load_model_file(run / "snapshots" / "epoch_00004.safetensors"))
+    assert [e for e, _ in reg.load_trajectory(run, epochs=[0, 6])] == [0, 6]
+    with pytest.raises(ValueError, match="one model file, with no checkpoints"):
+        reg.resolve_model(str(run / "model.safetensors"), checkpoint_index=0)
+    with pytest.raises(ValueError, match="folder without snapshots"):
+        reg.list_checkpoints(zoo["other"])
+
+
+# ---- emergence -----------------------------------------------------------------------------------------------------
+def test_emergence_rows_recorded_at_shipping_equal_a_recomputation(zoo):
+    stored = reg.trajectory_emergence("tiny")
+    assert [r["epoch"] for r in stored.rows] == EPOCHS
+    again = reg.trajectory_emergence("tiny", recompute=True)
+    assert again.rows == stored.rows and again.windows == stored.windows
+    row = stored.rows[0]
+    for key in ("loss", "single", "seen", "unseen", "probe", "p_left", "p_right", "ep_std", "ep_spearman", "invariant",
+                "xwx_share", "qk_rank", "exposure", "checks"):  # fmt: skip
+        assert key in row, key
+    assert row["exposure"] == 0.0 and stored.rows[-1]["exposure"] > 0
+    assert set(stored.windows) >= {"generalizes", "picture"}
+    sub = reg.trajectory_emergence("tiny", epochs=[0, 6])
+    assert [r["epoch"] for r in sub.rows] == [0, 6]
+
+
+def test_emergence_figure_follows_the_conventions(zoo):
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from hooked_clip1d.visualization.dynamics import plot_checkpoints, plot_emergence
+
+    fig = plot_emergence(reg.trajectory_emergence("tiny"))
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert len(panels) == 5 and all(ax.get_xscale() == "symlog" for ax in panels)
+    assert panels[0].get_xlim()[0] < 0  # epoch 0 is drawn, not lost to a log axis
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            x, y = (np.asarray(v, dtype=float) for v in line.get_data())
+            if len(y) == 2 and y[0] == y[1] and tuple(x) == (0.0, 1.0) and y[0] != 0:  # a reference line
+                assert not line.get_label().startswith("_") or y[0] == -0.9, line.get_label()
+    texts = {t.get_text() for ax in panels for t in ax.get_legend().get_texts()}
+    assert "unseen-pair accuracy" in texts and "P(left object)" in texts and not texts & {"acc", "p_left", "ep_std"}
+    plt.close(fig)
+    fig = plot_checkpoints(reg.load_trajectory("tiny", epochs=[0, 2, 6]))
+    assert [ax.get_title() for ax in fig.axes[:3]] == ["epoch 0", "epoch 2", "epoch 6"]
+    plt.close(fig)
+
+
+def test_attention_page_steps_through_the_checkpoints(zoo, tmp_path):
+    from hooked_clip1d.visualization.attention import save_html
+    from hooked_clip1d.visualization.dynamics import show_attention_over_checkpoints
+
+    ckpts = reg.load_trajectory("tiny")
+    view = show_attention_over_checkpoints(ckpts, image="C . 5 . . 6 . . . . .", heads=[1])
+    page = save_html(view, tmp_path / "steps.html").read_text()
+    assert [f'"epoch {e} L0H1"' in page for e in EPOCHS] == [True] * 4
+    assert "unpkg.com" not in page and '"maskUpperTri": false' in page
+
+
+# ---- command line --------------------------------------------------------------------------------------------------
+def test_cli_list_eval_and_analyze_take_checkpoints(zoo, tmp_path, capsys):
+    assert main(["list", "--checkpoints", "tiny", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["epoch"] for r in listed["checkpoints"]] == EPOCHS and listed["dtype"] == "float16"
+    assert main(["list", "--json"]) == 0
+    rows = {r["name"]: r["checkpoints"] for r in json.loads(capsys.readouterr().out)}
+    assert rows == {"tiny": EPOCHS, "plain": None}
+    assert main(["list"]) == 0
+    assert "[trajectory: 4 checkpoints]" in capsys.readouterr().out
+    assert main(["list", "--checkpoints", str(zoo["run"])]) == 0
+    assert "epoch 4" in capsys.readouterr().out
+
+    assert main(["eval", "--model", "tiny", "--checkpoint-index", "1", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    want = reg.load_model("tiny", checkpoint_index=1).manifest["metrics"]
+    assert {k: v["acc"] for k, v in res.items()} == pytest.approx({k: v["acc"] for k, v in want.items()}, abs=1e-6)
+    assert main(["eval", "--model", "tiny", "--checkpoint-value", "5"]) == 2
+    assert "no checkpoint at epoch 5; the trajectory has epochs [0, 1, 2, 6]" in capsys.readouterr().err
+    assert main(["eval", "--model", "plain", "--checkpoint-value", "0"]) == 2
+    assert "ships no training trajectory; models with one: tiny" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse: one or the other
+        main(["eval", "--model", "tiny", "--checkpoint-index", "0", "--checkpoint-value", "0"])
+    capsys.readouterr()
+
+    out = tmp_path / "heads"
+    assert main(["analyze", "heads", "--model", "tiny", "--checkpoint-value", "2", "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "tiny @ epoch 2"
+
+
+def test_cli_analyze_dynamics(zoo, tmp_path, capsys):
+    out = tmp_path / "dyn"
+    assert main(["analyze", "dynamics", "--model", "tiny", "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "tiny: 4 checkpoints, epochs 0..6" in table and "generalizes" in table
+    record = json.loads((out / "dynamics.json").read_text())
+    assert [r["epoch"] for r in record["data"]["rows"]] == EPOCHS and record["data"]["show"] == [0, 2, 6]
+    for f in ("dynamics_emergence.png", "dynamics_checkpoints.png", "dynamics_attention_steps.html"):
+        assert (out / f).exists(), f
+    assert main(["analyze", "dynamics", "--model", "plain", "--out", str(out)]) == 2
+    assert "'plain' ships no training trajectory; models with one: tiny" in capsys.readouterr().err
+    assert main(["analyze", "dynamics", "--model", "tiny", "-o", "show=[3]", "--out", str(out)]) == 2
+    assert "option show: no checkpoint at epochs [3]" in capsys.readouterr().err
+
+
+def test_cli_ship_trajectory(zoo, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(reg, "TRAJECTORIES_DIR", tmp_path)
+    assert main(["ship-trajectory", str(zoo["run"]), "--name", "tiny", "--epochs", "0,2,6", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["epochs"] == [0, 2, 6] and res["dtype"] == "float16" and (tmp_path / "tiny.safetensors").exists()
+    assert main(["ship-trajectory", str(zoo["run"]), "--name", "tiny", "--epochs", "0,x"]) == 2
+    assert "--epochs must be a comma-separated list" in capsys.readouterr().err
+
+
+def test_list_checkpoints_reads_manifests_without_importing_torch(zoo):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pathlib; import hooked_clip1d.pretrained as reg; "
+        f"reg.WEIGHTS_DIR = pathlib.Path({str(zoo['root'] / 'weights')!r}); "
+        f"reg.TRAJECTORIES_DIR = pathlib.Path({str(zoo['root'] / 'trajectories')!r}); "
+        "from hooked_clip1d.cli.commands import main; main(['list', '--checkpoints', 'tiny']); "
+        "sys.stderr.write(str('torch' in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr.strip().endswith("False"), r.stderr
+
+
+# ---- the shipped trajectories --------------------------------------------------------------------------------------
+def test_docs_zoo_states_the_trajectories_and_their_size():
+    """docs/zoo.md holds the trajectory table (`hooked-clip1d list --markdown`), with the size each adds."""
+    zoo_md = (ROOT / "docs" / "zoo.md").read_text()
+    assert reg.trajectory_table() in zoo_md
+
+
+def test_shipped_trajectories_stay_within_budget():
+    total = sum(p.stat().st_size for p in reg.TRAJECTORIES_DIR.glob("*") if p.is_file())
+    assert total <= 25e6, f"the shipped trajectories add {total / 1e6:.1f} MB (budget 25 MB)"
+
+
+@pytest.mark.parametrize("name", reg.list_trajectories())
+def test_a_shipped_trajectory(name):
+    """>= 20 checkpoints from epoch 0 to the last; the last is the shipped model; epoch 0 is at chance on unseen
+    pairs; every stored checkpoint loads and its sha256 holds; the accuracies at the stored precision are float32's."""
+    epochs = reg.list_checkpoints(name)
+    man = reg.trajectory_manifest(name)
+    assert len(epochs) >= 20 and epochs[0] == 0 and epochs[-1] == reg.manifest(name)["epochs"]
+    assert _equal(reg.load_model(name, checkpoint_index=-1), reg.load_model(name))
+    at0 = man["precision"]["metrics"]["0"][man["dtype"]]
+    assert at0["val_unseen"]["acc"] <= 0.05 and at0["probe_unseen"]["acc"] <= 0.05  # chance: 1 / n_captions
+    for e in epochs[:-1]:
+        assert man["precision"]["metrics"][str(e)][man["dtype"]] == man["precision"]["metrics"][str(e)]["float32"]
+    assert len(reg.load_trajectory(name)) == len(epochs)
+    assert [r["epoch"] for r in reg.trajectory_emergence(name).rows] == epochs
