@@ -308,19 +308,66 @@ def dense_schedule(
     return tuple(sorted(e for e in pts if e <= epochs))
 
 
-def _recipe(
-    no_decay: list[str],
-    frozen: list[str],
-    init_std: float,
-    qk_bias_decay_scale: float = 1.0,
-    attn_dropout: float = 0.0,
-    **more: Any,
-) -> dict[str, Any]:
-    """A named recipe: every field the recipe studies vary, so it means the same whatever the defaults are;
-    ``more``: further fields a recipe sets (``train__lr_schedule=...`` for ``train.lr_schedule``)."""
-    return {"train.no_decay": no_decay, "train.frozen": frozen, "train.qk_bias_decay_scale": qk_bias_decay_scale,
-            "model.init_std": init_std, "model.attn_dropout": attn_dropout,
-            **{k.replace("__", "."): v for k, v in more.items()}}  # fmt: skip
+@dataclass(frozen=True)
+class Recipe:
+    """A training recipe: how a run makes the choices the paper leaves open. Every field is one of ``TrainConfig``'s
+    (``TRAIN_FIELDS``) or of both towers' ``EncoderConfig`` (``MODEL_FIELDS``), with its default, so a recipe means
+    the same thing whatever a config's defaults are; ``fields()`` is the one place a recipe is expanded (the
+    ``train`` command and sweeps both use it). A new recipe field: add it here and to the config that owns it.
+
+    Example:
+        >>> r = RECIPES["cls-exempt-init002-cosine"]
+        >>> r.fields()["train"]["lr_schedule"], r.fields()["model"]["init_std"]
+        ('warmup_cosine', 0.02)
+        >>> RECIPES[DEFAULT_RECIPE].fields()["train"]["frozen"]
+        ('qk_bias',)
+    """
+
+    no_decay: tuple[str, ...]  # parameter groups exempt from weight decay (NO_DECAY_GROUPS)
+    frozen: tuple[str, ...]  # groups held at 0 (FROZEN_GROUPS): "qk_bias" = no query/key biases
+    init_std: float  # N(0, std) init of W_E and W_pos
+    qk_bias_decay_scale: float = 1.0  # b_Q, b_K decay at weight_decay x this
+    attn_dropout: float = 0.0  # dropout on the attention probabilities
+    embed_dropout: float = 0.0  # dropout on E + P before block 0
+    weight_decay: float = 0.2  # the paper's w
+    optimizer: Literal["adamw", "adam"] = "adamw"
+    lr_schedule: Literal["constant", "warmup_cosine"] = "constant"
+    warmup_epochs: int = 0
+
+    # what each field does, for the ``train`` command's flags (``--no-decay``, ``--init-std``, ...)
+    HELP = {
+        "no_decay": "parameter groups exempt from weight decay, comma-separated: cls, embeddings, biases, norms, "
+        "logit_scale ('' = none)",
+        "frozen": "groups held at 0: qk_bias (no query/key biases), cls_pos ('' = none)",
+        "init_std": "std of the N(0, std) init of W_E and W_pos (1.0 is nn.Embedding's)",
+        "qk_bias_decay_scale": "b_Q and b_K decay at weight decay x this (beyond the paper; needs them trained)",
+        "attn_dropout": "dropout on the attention probabilities (the paper does not say where its dropout goes)",
+        "embed_dropout": "dropout on the embeddings E + P before block 0",
+        "weight_decay": "weight decay w (paper: 0.2)",
+        "optimizer": "adamw (decoupled decay) or adam (coupled L2 decay); the paper names none",
+        "lr_schedule": "constant, or warmup_cosine (linear warmup over --warmup-epochs, then cosine to 0)",
+        "warmup_epochs": "epochs of linear warmup (warmup_cosine only)",
+    }
+    TRAIN_FIELDS = (
+        "no_decay", "frozen", "qk_bias_decay_scale", "weight_decay", "optimizer", "lr_schedule", "warmup_epochs",
+    )  # fmt: skip
+    MODEL_FIELDS = ("init_std", "attn_dropout", "embed_dropout")  # set on both towers
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "no_decay", check_groups("no_decay", self.no_decay, NO_DECAY_GROUPS))
+        object.__setattr__(self, "frozen", check_groups("frozen", self.frozen, FROZEN_GROUPS))
+        names = {f.name for f in dataclasses.fields(self)}
+        if names != set(self.TRAIN_FIELDS) | set(self.MODEL_FIELDS) or names != set(self.HELP):
+            raise ValueError(
+                f"every Recipe field needs a place (TRAIN_FIELDS / MODEL_FIELDS) and a HELP: {sorted(names)}"
+            )
+
+    def fields(self) -> dict[str, dict[str, Any]]:
+        """``{"train": {TrainConfig field: value}, "model": {EncoderConfig field: value}}`` (model: both towers)."""
+        return {
+            "train": {f: getattr(self, f) for f in self.TRAIN_FIELDS},
+            "model": {f: getattr(self, f) for f in self.MODEL_FIELDS},
+        }
 
 
 # lr x weight decay x optimizer steps of the flagship's protocol (1e-4 x 0.2 x 440,000 steps): how far decoupled
@@ -332,49 +379,47 @@ EXPOSURE1_WEIGHT_DECAY = round(1 / (1e-4 * FLAGSHIP_STEPS), 4)  # 0.0227
 # Named recipes for sweeps (grid key ``recipe``) and ``train --recipe``: each sets every field it is about, so a
 # recipe means the same thing whatever the defaults are. The candidates of the recipe study (reproduce x8-recipe);
 # the package's default (TrainConfig / EncoderConfig) is DEFAULT_RECIPE.
-RECIPES: dict[str, dict[str, Any]] = {
+RECIPES: dict[str, Recipe] = {
     # AdamW(model.parameters(), weight_decay=0.2) at nn.Embedding's N(0, 1) init: every parameter decayed, q/k
     # biases trained (the package's default before the recipe study; the flagship variant ...-all-decay)
-    "all-decay": _recipe([], [], 1.0),
+    "all-decay": Recipe((), (), 1.0),
     # open_clip's treatment of a ViT class embedding (a 1-D parameter): CLS exempt from decay
-    "cls-exempt": _recipe(["cls"], [], 1.0),
+    "cls-exempt": Recipe(("cls",), (), 1.0),
     # CLS exempt and no query/key biases (b_Q, b_K fixed at 0): the CLS query must come from W_E[CLS] + W_pos[0]
-    "cls-exempt-no-qk-bias": _recipe(["cls"], ["qk_bias"], 1.0),
+    "cls-exempt-no-qk-bias": Recipe(("cls",), ("qk_bias",), 1.0),
     # the same at GPT-2 / CLIP's small embedding init (0.02 instead of nn.Embedding's N(0, 1)): the default
-    "cls-exempt-no-qk-bias-init002": _recipe(["cls"], ["qk_bias"], 0.02),
+    "cls-exempt-no-qk-bias-init002": Recipe(("cls",), ("qk_bias",), 0.02),
     # CLS exempt at the small init, q/k biases trained and decayed: does the init alone do what fixing b_Q does?
-    "cls-exempt-init002": _recipe(["cls"], [], 0.02),
+    "cls-exempt-init002": Recipe(("cls",), (), 0.02),
     # plain AdamW(model.parameters()) at the small init, q/k biases trained, and a CLS token without a positional
     # embedding (prepended after the positions are added): CLS then shares no parameter with position 0, so nothing
     # needs exempting (added after the five above; docs/fidelity.md states its hypothesis)
-    "cls-nopos-init002": _recipe([], ["cls_pos"], 0.02),
+    "cls-nopos-init002": Recipe((), ("cls_pos",), 0.02),
     # the same at nn.Embedding's N(0, 1) init, where the CLS query starts in W_E[CLS] rather than b_Q
-    "cls-nopos": _recipe([], ["cls_pos"], 1.0),
+    "cls-nopos": Recipe((), ("cls_pos",), 1.0),
     # the eighth and ninth (beyond the paper; docs/fidelity.md states their hypothesis, written before the runs):
     # cls-exempt-init002 with the q/k biases decayed 10x / 30x more strongly than the other weights, so that b_Q is
     # kept small and cannot take over the CLS query
-    "cls-exempt-qkdecay10-init002": _recipe(["cls"], [], 0.02, qk_bias_decay_scale=10.0),
-    "cls-exempt-qkdecay30-init002": _recipe(["cls"], [], 0.02, qk_bias_decay_scale=30.0),
+    "cls-exempt-qkdecay10-init002": Recipe(("cls",), (), 0.02, qk_bias_decay_scale=10.0),
+    "cls-exempt-qkdecay30-init002": Recipe(("cls",), (), 0.02, qk_bias_decay_scale=30.0),
     # the attention-dropout study (docs/fidelity.md states its hypothesis, written before the runs): the paper's
     # "dropout with rate p" read as nn.TransformerEncoderLayer applies it, on the attention probabilities as well
     # as on the sublayer outputs; on the default recipe, and on cls-exempt-init002 (q/k biases trained, as the
     # paper's Fig. 12-13 model has them)
-    "cls-exempt-no-qk-bias-init002-attndrop": _recipe(["cls"], ["qk_bias"], 0.02, attn_dropout=0.1),
-    "cls-exempt-init002-attndrop": _recipe(["cls"], [], 0.02, attn_dropout=0.1),
+    "cls-exempt-no-qk-bias-init002-attndrop": Recipe(("cls",), ("qk_bias",), 0.02, attn_dropout=0.1),
+    "cls-exempt-init002-attndrop": Recipe(("cls",), (), 0.02, attn_dropout=0.1),
     # the dynamics study (docs/fidelity.md states its hypothesis and criteria, written before the runs): the paper's
     # b_Q trained (cls-exempt-init002) with (b) linear warmup + cosine decay of the lr, as CLIP / open_clip train;
     # (c) decay exposure lr x w x steps held near 1 by a smaller w (beyond the protocol's w = 0.2); (d) dropout on
     # the embeddings E + P (nanoGPT's, timm ViT's, BERT's placement); (e) Adam with coupled L2 decay (the paper
     # names no optimiser)
-    "cls-exempt-init002-cosine": _recipe(
-        ["cls"], [], 0.02, train__lr_schedule="warmup_cosine", train__warmup_epochs=500
-    ),
-    "cls-exempt-init002-exposure1": _recipe(["cls"], [], 0.02, train__weight_decay=EXPOSURE1_WEIGHT_DECAY),
-    "cls-exempt-init002-embdrop": _recipe(["cls"], [], 0.02, model__embed_dropout=0.1),
-    "cls-exempt-init002-adam-l2": _recipe(["cls"], [], 0.02, train__optimizer="adam"),
+    "cls-exempt-init002-cosine": Recipe(("cls",), (), 0.02, lr_schedule="warmup_cosine", warmup_epochs=500),
+    "cls-exempt-init002-exposure1": Recipe(("cls",), (), 0.02, weight_decay=EXPOSURE1_WEIGHT_DECAY),
+    "cls-exempt-init002-embdrop": Recipe(("cls",), (), 0.02, embed_dropout=0.1),
+    "cls-exempt-init002-adam-l2": Recipe(("cls",), (), 0.02, optimizer="adam"),
     # open_clip's grouping: every 1-D parameter exempt (CLS, biases, LayerNorm, logit_scale)
-    "open-clip": _recipe(["cls", "biases", "norms", "logit_scale"], [], 1.0),
+    "open-clip": Recipe(("cls", "biases", "norms", "logit_scale"), (), 1.0),
     # minGPT's grouping: embeddings, biases and LayerNorm exempt
-    "mingpt": _recipe(["embeddings", "biases", "norms"], [], 1.0),
+    "mingpt": Recipe(("embeddings", "biases", "norms"), (), 1.0),
 }
 DEFAULT_RECIPE = "cls-exempt-no-qk-bias-init002"

@@ -20,12 +20,15 @@ def test_init_std_scales_both_embeddings():
 def test_defaults_are_the_reproducing_recipe_and_old_configs_keep_theirs():
     """The default recipe (x8-recipe's choice) is what TrainConfig / EncoderConfig default to; a config saved
     before init_std / no_decay / frozen existed reads back as what it was trained with (N(0, 1), all decayed)."""
-    from hooked_clip1d.settings import DEFAULT_RECIPE, RECIPES
-    from hooked_clip1d.training.trainer import TrainConfig, comparable_train_config
+    from hooked_clip1d.settings import DEFAULT_RECIPE, RECIPES, TrainConfig
+    from hooked_clip1d.training.run_config import comparable_train_config
 
     rec, tc = RECIPES[DEFAULT_RECIPE], TrainConfig()
-    assert (list(tc.no_decay), list(tc.frozen)) == (rec["train.no_decay"], rec["train.frozen"])
-    assert VisionConfig().init_std == rec["model.init_std"]
+    fields = rec.fields()
+    # the defaults are the default recipe, field by field (a field added to Recipe is checked here too)
+    assert {f: getattr(tc, f) for f in fields["train"]} == fields["train"]
+    for tower in (VisionConfig(), CLIPConfig.from_preset("simplified", n_labels=6).text):
+        assert {f: getattr(tower, f) for f in fields["model"]} == fields["model"]
     cfg = CLIPConfig.from_preset("simplified", n_labels=6).to_dict()
     for tower in ("vision", "text"):
         del cfg[tower]["init_std"]
@@ -35,10 +38,35 @@ def test_defaults_are_the_reproducing_recipe_and_old_configs_keep_theirs():
     del saved["no_decay"], saved["frozen"]
     assert (TrainConfig.from_dict(saved).no_decay, TrainConfig.from_dict(saved).frozen) == ((), ())
     assert comparable_train_config(saved) == comparable_train_config(TrainConfig(no_decay=(), frozen=()).to_dict())
-    # every named recipe sets all five fields, so it means the same whatever the defaults are
-    fields = {"train.no_decay", "train.frozen", "train.qk_bias_decay_scale", "model.init_std", "model.attn_dropout"}
-    assert all(set(r) >= fields for r in RECIPES.values())
-    assert tc.qk_bias_decay_scale == rec["train.qk_bias_decay_scale"] == 1.0
+
+
+def test_recipes_are_typed_and_expanded_once_for_the_cli_and_sweeps():
+    """A recipe is a Recipe (every field owned by TrainConfig or EncoderConfig); the train command and a sweep
+    expand it the same way, for every named recipe (the CLI and sweeps once disagreed on which fields applied)."""
+    import argparse
+    import dataclasses
+
+    from hooked_clip1d.cli.train import add_train_parser, train_configs
+    from hooked_clip1d.settings import RECIPES, Recipe, TrainConfig
+    from hooked_clip1d.sweeps.spec import load_spec
+
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    model_fields = {f.name for f in dataclasses.fields(VisionConfig)}
+    assert set(Recipe.TRAIN_FIELDS) <= train_fields and set(Recipe.MODEL_FIELDS) <= model_fields
+    parser = add_train_parser(argparse.ArgumentParser().add_subparsers())
+    for name in RECIPES:
+        cli = train_configs(parser.parse_args(["--out", "r", "--recipe", name, "--n-labels", "6", "--n-heldout",
+                                               "2", "--n2", "2", "--epochs", "600"]))  # fmt: skip
+        run = load_spec(text=f'[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n[train]\nepochs = 600\n'
+                             f'[grid]\nrecipe = ["{name}"]').runs[0]  # fmt: skip
+        assert cli[2] == run.train_cfg, name
+        assert cli[0].vision == run.model_cfg.vision and cli[0].text == run.model_cfg.text, name
+    # explicit flags and spec keys override the recipe, the same way
+    cli = train_configs(parser.parse_args(["--out", "r", "--recipe", "all-decay", "--frozen", "qk_bias", "--init-std",
+                                           "0.5", "--n-labels", "6", "--n-heldout", "2", "--n2", "2"]))  # fmt: skip
+    run = load_spec(text='[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n[train]\nfrozen = ["qk_bias"]\n'
+                         '[model]\ninit_std = 0.5\n[grid]\nrecipe = ["all-decay"]').runs[0]  # fmt: skip
+    assert cli[2] == run.train_cfg and cli[0].vision.init_std == run.model_cfg.vision.init_std == 0.5
 
 
 def test_shipped_pre_recipe_models_load_with_their_recipe():

@@ -148,7 +148,9 @@ def test_unfinished_sweep_ignores_zoo_models_outside_its_grid(tmp_path, monkeypa
     sweeps.mkdir()
     shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
     monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
-    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False, controls=False)  # the flagship is not a cell of tiny's grid
+    rec = rp.reproduce(
+        "fig4a", tmp_path / "res", train_sweeps=False, controls=False
+    )  # the flagship is not a cell of tiny's grid
     assert rec["verdict"] == "not run" and "0 finished runs" in rec["summary"] and rp.FLAGSHIP not in rec["summary"]
 
 
@@ -253,7 +255,9 @@ def test_unfinished_sweep_reports_its_finished_runs(tmp_path, monkeypatch):
 
     _, out = _interrupted_tiny_sweep(tmp_path, monkeypatch)
     runs = sorted((out / "runs").iterdir())
-    rp.reproduce("fig4a", tmp_path / "full", sweeps_dir=tmp_path / "elsewhere", controls=False)  # a finished copy of the sweep
+    rp.reproduce(
+        "fig4a", tmp_path / "full", sweeps_dir=tmp_path / "elsewhere", controls=False
+    )  # a finished copy of the sweep
     done = tmp_path / "elsewhere" / "fig4a" / "runs" / runs[0].name
     shutil.rmtree(runs[0])
     shutil.copytree(done, runs[0])

@@ -47,8 +47,9 @@ def cmd_train(a: argparse.Namespace) -> int:
         from hooked_clip1d.training.batched import train_fast
 
         # compiled steps draw dropout from one group stream ("fast"): the same distribution, not the same masks;
-        # so does attention dropout, which matched masks do not cover
-        rng = "fast" if a.compile or cfg.vision.attn_dropout or cfg.text.attn_dropout else "matched"
+        # so do attention and embedding dropout, which matched masks do not cover
+        extra_dropout = any(t.attn_dropout or t.embed_dropout for t in (cfg.vision, cfg.text))
+        rng = "fast" if a.compile or extra_dropout else "matched"
         run = train_fast(
             cfg, data_cfg, tc, a.out, resume=a.resume, progress=not a.no_progress, compile=a.compile,
             dropout_rng=rng, init_model=init,

@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hooked_clip1d.settings import DEFAULT_RECIPE, RECIPES, DataConfig, TrainConfig
+from hooked_clip1d.settings import DEFAULT_RECIPE, RECIPES, DataConfig, Recipe, TrainConfig
 
 if TYPE_CHECKING:
     from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
@@ -52,38 +53,16 @@ def add_train_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--out", required=True, help="run directory (metrics.jsonl, checkpoints, model.safetensors)")
     g.add_argument("--epochs", type=int, default=tc.epochs, help="paper: 10000")
     g.add_argument("--lr", type=float, default=tc.lr, help="paper: 1e-4")
-    g.add_argument("--weight-decay", type=float, default=tc.weight_decay, help="paper: 0.2")
     g.add_argument("--batch-size", type=int, default=None, help="paper and default: 50 (left) / 100 (left_right)")
     g.add_argument("--seed", type=int, default=tc.seed, help="seeds the weights, data order and dropout")
     g.add_argument(
         "--recipe",
         default=None,
         choices=sorted(RECIPES),
-        help="a named recipe of the recipe study (which parameters are decayed or frozen, embedding init); "
-        f"default: the package's defaults (= {DEFAULT_RECIPE}); "
-        "--no-decay / --frozen / --init-std override it",
+        help="a named training recipe (settings.RECIPES: which parameters are decayed or frozen, the embedding init, "
+        f"dropout placement, optimiser and schedule); default: {DEFAULT_RECIPE}; the flags below override it",
     )
-    g.add_argument(
-        "--no-decay",
-        default=None,
-        metavar="G,...",
-        help="parameter groups exempt from weight decay: cls, embeddings, biases, norms, logit_scale ('' = none; "
-        "default: the recipe's)",
-    )
-    g.add_argument(
-        "--frozen",
-        default=None,
-        metavar="G,...",
-        help="groups held at 0: qk_bias, cls_pos ('' = none; default: the recipe's)",
-    )
-    g.add_argument(
-        "--qk-bias-decay-scale",
-        type=float,
-        default=None,
-        metavar="S",
-        help=f"b_Q and b_K decay at weight decay x S (beyond the paper; default {tc.qk_bias_decay_scale:g}, or the "
-        "recipe's; needs the q/k biases trained, e.g. --frozen '')",
-    )
+    _add_recipe_args(g)
     g.add_argument("--eval-every", type=int, default=tc.eval_every, help="epochs between metric lines")
     g.add_argument("--checkpoint-every", type=int, default=tc.checkpoint_every, help="epochs between checkpoints")
     g.add_argument("--device", default="cpu", help="e.g. cuda")
@@ -114,13 +93,9 @@ def train_configs(a: argparse.Namespace) -> tuple[CLIPConfig, DataConfig, TrainC
             raise ValueError("--init-from starts a new run; it cannot be combined with --resume")
         cfg, data_cfg, tc = _resume_configs(a)
         return cfg, data_cfg, tc, None
-    no_decay, frozen, init_std, qk_scale, attn_dropout = _recipe_fields(a)
+    fields = recipe_of(a).fields()
     tc = TrainConfig(
         lr=a.lr,
-        weight_decay=a.weight_decay,
-        no_decay=no_decay,
-        frozen=frozen,
-        qk_bias_decay_scale=qk_scale,
         epochs=a.epochs,
         batch_size=a.batch_size,
         seed=a.seed,
@@ -128,10 +103,10 @@ def train_configs(a: argparse.Namespace) -> tuple[CLIPConfig, DataConfig, TrainC
         checkpoint_every=a.checkpoint_every,
         device=a.device,
         threads=a.threads,
+        **fields["train"],
     )
     init = _init_model(a)
-    resolved = argparse.Namespace(**{**vars(a), "init_std": init_std, "attn_dropout": attn_dropout})
-    cfg = _model_cfg(resolved) if init is None else init.cfg
+    cfg = _model_cfg(a, fields["model"]) if init is None else init.cfg
     return cfg, _data_cfg(a), tc, init
 
 
@@ -150,9 +125,6 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         "--text-positional", default=None, choices=["learned", "rope", "none"], help="text positions (default: learned)"
     )
     g.add_argument(
-        "--init-std", type=float, default=None, help="std of the W_E / W_pos init (default 0.02; 1.0 is nn.Embedding's)"
-    )
-    g.add_argument(
         "--prune-vision-heads",
         default=None,
         metavar="L:H,...",
@@ -166,13 +138,6 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         "(training-time ablation, beyond the paper; standard engine only)",
     )
     g.add_argument("--dropout", type=float, default=None, help="dropout p (paper: 0.1; default: the preset's, 0.1)")
-    g.add_argument(
-        "--attn-dropout",
-        type=float,
-        default=None,
-        help="dropout on the attention probabilities (the paper does not say where its dropout goes; default: "
-        "the recipe's, else 0: sublayer outputs only)",
-    )
     g.add_argument(
         "--init-from",
         default=None,
@@ -215,7 +180,7 @@ def parse_heads(spec: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
+def _model_cfg(a: argparse.Namespace, recipe_fields: dict[str, Any] | None = None) -> CLIPConfig:
     from hooked_clip1d.model.clip import CLIPConfig
 
     v_over: dict[str, Any] = {}
@@ -234,9 +199,7 @@ def _model_cfg(a: argparse.Namespace) -> CLIPConfig:
         v_over["pruned_heads"] = parse_heads(a.prune_vision_heads)
     if a.ablate_vision_terms:
         v_over["ablated_terms"] = tuple(t.strip() for t in a.ablate_vision_terms.split(",") if t.strip())
-    shared: dict[str, Any] = {} if a.init_std is None else {"init_std": a.init_std}
-    if a.attn_dropout is not None:
-        shared["attn_dropout"] = a.attn_dropout
+    shared = dict(recipe_fields if recipe_fields is not None else recipe_of(a).fields()["model"])
     return CLIPConfig.from_preset(
         a.vision_preset or a.preset,
         a.text_preset or a.preset,
@@ -262,7 +225,7 @@ def _data_cfg(a: argparse.Namespace) -> DataConfig:
 
 
 _SHAPE_FLAGS = ("vision_preset", "text_preset", "vision_layers", "text_layers", "vision_heads", "positional",
-                "text_positional", "init_std", "dropout", "attn_dropout", "ablate_vision_terms")  # fmt: skip
+                "text_positional", "dropout", "ablate_vision_terms", *Recipe.MODEL_FIELDS)  # fmt: skip
 
 
 def _init_model(a: argparse.Namespace) -> CLIP1D | None:
@@ -310,25 +273,17 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
     tc = TrainConfig.from_dict(saved["train_config"])
     given = _given(a)
     diffs = []
-    for flag, field in (("lr", "lr"), ("weight_decay", "weight_decay"), ("batch_size", "batch_size"),
-                        ("seed", "seed")):  # fmt: skip
-        if flag in given and getattr(a, flag) != getattr(tc, field):
-            diffs.append(f"train_config.{field}: the run has {getattr(tc, field)!r}, --{flag.replace('_', '-')} "
+    for flag in ("lr", "batch_size", "seed"):
+        if flag in given and getattr(a, flag) != getattr(tc, flag):
+            diffs.append(f"train_config.{flag}: the run has {getattr(tc, flag)!r}, --{flag.replace('_', '-')} "
                          f"says {getattr(a, flag)!r}")  # fmt: skip
-    if given & {"recipe", "no_decay", "frozen", "qk_bias_decay_scale"}:
-        no_decay, frozen, init_std, qk_scale, attn_dropout = _recipe_fields(a)
-        for f, v in (("no_decay", no_decay), ("frozen", frozen)):
-            if tuple(sorted(set(v))) != getattr(tc, f):
-                diffs.append(f"train_config.{f}: the run has {list(getattr(tc, f))}, the flags say {sorted(set(v))}")
-        if qk_scale != tc.qk_bias_decay_scale:
-            diffs.append(f"train_config.qk_bias_decay_scale: the run has {tc.qk_bias_decay_scale!r}, the flags say "
-                         f"{qk_scale!r}")  # fmt: skip
-        if init_std is not None and init_std != model_cfg.vision.init_std:
-            diffs.append(f"model_config.vision.init_std: the run has {model_cfg.vision.init_std!r}, the flags say "
-                         f"{init_std!r}")  # fmt: skip
-        if attn_dropout is not None and attn_dropout != model_cfg.vision.attn_dropout:
-            diffs.append(f"model_config.vision.attn_dropout: the run has {model_cfg.vision.attn_dropout!r}, the "
-                         f"flags say {attn_dropout!r}")  # fmt: skip
+    asked = recipe_of(a).fields()  # every field of --recipe, or the fields whose flags were given
+    named = set(Recipe.TRAIN_FIELDS) | set(Recipe.MODEL_FIELDS) if "recipe" in given else given
+    for section, have in (("train", tc), ("model", model_cfg.vision)):
+        for f, want in asked[section].items():
+            if f in named and getattr(have, f) != want:
+                where = "train_config" if section == "train" else "model_config.vision"
+                diffs.append(f"{where}.{f}: the run has {getattr(have, f)!r}, the flags say {want!r}")
     data_flags = {"n_labels", "n_heldout", "n1", "n2", "n_val", "caption_mode", "data_seed"}
     if given & data_flags:
         want = _data_cfg(argparse.Namespace(**{**vars(a), "seed": a.seed if "seed" in given else tc.seed}))
@@ -357,33 +312,40 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
     return model_cfg, data_cfg, tc
 
 
-def _recipe_fields(
-    a: argparse.Namespace,
-) -> tuple[tuple[str, ...], tuple[str, ...], float | None, float, float | None]:
-    """``(no_decay, frozen, init_std, qk_bias_decay_scale, attn_dropout)`` asked for by ``--recipe`` /
-    ``--no-decay`` / ``--frozen`` / ``--init-std`` / ``--qk-bias-decay-scale`` / ``--attn-dropout`` (explicit flags
-    override the recipe; None init_std / attn_dropout = the config default)."""
-    rec = RECIPES[a.recipe] if a.recipe else {}
-    default = TrainConfig()
-    applied = {"train.no_decay", "train.frozen", "train.qk_bias_decay_scale", "model.init_std", "model.attn_dropout"}
-    if set(rec) - applied:
-        raise ValueError(
-            f"--recipe {a.recipe}: sets {sorted(set(rec) - applied)}, which `train` does not apply yet; train it "
-            "with a sweep spec ([grid] recipe = [...]), which applies every field"
-        )
+def _add_recipe_args(g: Any) -> None:
+    """One flag per ``Recipe`` field (``--no-decay``, ``--init-std``, ``--optimizer``, ...), default None: the
+    recipe's value (a new recipe field gets its flag here without further code)."""
+    hints = typing.get_type_hints(Recipe)
+    for f in dataclasses.fields(Recipe):
+        hint = hints[f.name]
+        kw: dict[str, Any] = {"default": None, "help": f"{Recipe.HELP[f.name]} (default: the recipe's)"}
+        if typing.get_origin(hint) is tuple:
+            kw["metavar"] = "G,..."
+        elif typing.get_origin(hint) is typing.Literal:
+            kw["choices"] = list(typing.get_args(hint))
+        else:
+            kw["type"] = hint
+        g.add_argument("--" + f.name.replace("_", "-"), **kw)
 
-    def groups(flag: str | None, key: str, dflt: tuple[str, ...]) -> tuple[str, ...]:
-        if flag is not None:
-            return tuple(g.strip() for g in flag.split(",") if g.strip())
-        return tuple(rec.get(key, dflt))
 
-    init_std = a.init_std if a.init_std is not None else rec.get("model.init_std")
-    attn_dropout = a.attn_dropout if a.attn_dropout is not None else rec.get("model.attn_dropout")
-    scale = a.qk_bias_decay_scale
-    return (
-        groups(a.no_decay, "train.no_decay", default.no_decay),
-        groups(a.frozen, "train.frozen", default.frozen),
-        init_std,
-        scale if scale is not None else rec.get("train.qk_bias_decay_scale", default.qk_bias_decay_scale),
-        attn_dropout,
-    )
+def recipe_of(a: argparse.Namespace) -> Recipe:
+    """The recipe a ``train`` command asks for: ``--recipe`` (default ``DEFAULT_RECIPE``) with every recipe flag
+    given overriding its field.
+
+    Example:
+        >>> import argparse
+        >>> t = add_train_parser(argparse.ArgumentParser().add_subparsers())
+        >>> r = recipe_of(t.parse_args(["--out", "r", "--recipe", "all-decay", "--frozen", "qk_bias"]))
+        >>> r.frozen, r.init_std
+        (('qk_bias',), 1.0)
+    """
+    rec = RECIPES[a.recipe or DEFAULT_RECIPE]
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(Recipe):
+        value = getattr(a, f.name, None)
+        if value is None:
+            continue
+        if typing.get_origin(typing.get_type_hints(Recipe)[f.name]) is tuple:
+            value = tuple(g.strip() for g in value.split(",") if g.strip())
+        changes[f.name] = value
+    return dataclasses.replace(rec, **changes)

@@ -278,7 +278,7 @@ def replicate_runs(zoo_name: str, sweeps_dir: str | Path) -> dict[int, Path]:
         {}
     """
     from hooked_clip1d.pretrained import manifest
-    from hooked_clip1d.training.trainer import comparable_train_config
+    from hooked_clip1d.training.run_config import comparable_train_config
 
     man = manifest(zoo_name)
     want_t = comparable_train_config(man["train_config"])

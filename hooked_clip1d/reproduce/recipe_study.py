@@ -76,7 +76,7 @@ def _judge(rows: list[dict[str, Any]]) -> _Judged:
     for r in rows:
         hist[(r["recipe"], int(r["seed"]))] = run_mechanism_history(r["path"], every=2000)
     final = {k: h[max(h)] for k, h in hist.items()}
-    frozen_qk = {rc: "qk_bias" in RECIPES[rc].get("train.frozen", []) for rc in recipes}
+    frozen_qk = {rc: "qk_bias" in RECIPES[rc].frozen for rc in recipes}
     per_run = {}
     for (rc, sd), rep in final.items():
         checks = mechanism_checks(rep, PROBE, qk_bias=not frozen_qk[rc])

@@ -208,7 +208,7 @@ def grid_cell(name: str, sweep: str | Path) -> dict[str, Any] | None:
         {'n_labels': 20, 'n2': 10, 'seed': 0}
     """
     from hooked_clip1d.sweeps.runner import load_spec
-    from hooked_clip1d.training.trainer import comparable_train_config
+    from hooked_clip1d.training.run_config import comparable_train_config
 
     def recipe(model: dict[str, Any], data: dict[str, Any], train: dict[str, Any], epochs: int) -> Any:
         model, data = canonical_config("model_config", model), canonical_config("data_config", data)

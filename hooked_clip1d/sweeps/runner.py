@@ -282,7 +282,7 @@ def results_table(spec: SweepSpec, out_dir: str | Path) -> list[dict[str, Any]]:
 def _check_trained_as_specified(r: RunSpec, run_dir: Path) -> None:
     """A finished run whose recipe differs from what the spec now asks (e.g. a spec that relies on a package
     default which has changed since the run trained) is an error naming the field, never a silent result."""
-    from hooked_clip1d.training.trainer import comparable_train_config
+    from hooked_clip1d.training.run_config import comparable_train_config
 
     saved = json.loads((run_dir / "config.json").read_text())
     have, want = comparable_train_config(saved["train_config"]), comparable_train_config(r.train_cfg.to_dict())

@@ -120,13 +120,15 @@ def _fmt(v: Any) -> str:
 
 
 def _build_run(base: dict[str, dict[str, Any]], params: dict[str, Any], preset: str, text_preset: str) -> RunSpec:
-    sec: dict[str, dict[str, Any]] = {k: dict(v) for k, v in base.items()}
-    if "recipe" in params:  # first, so that the run's other keys override what the recipe sets
+    sec: dict[str, dict[str, Any]] = {k: {} for k in base}
+    if "recipe" in params:  # first, so that the spec's own keys and the run's override what the recipe sets
         if params["recipe"] not in RECIPES:
             raise ValueError(f"sweep spec: unknown recipe {params['recipe']!r}; known: {sorted(RECIPES)}")
-        for key, value in RECIPES[params["recipe"]].items():
-            for section, name in _route(key):
-                sec[section][name] = tuple(value) if isinstance(value, list) else value
+        fields = RECIPES[params["recipe"]].fields()
+        sec["train"].update(fields["train"])
+        sec["model"].update(fields["model"])
+    for k, v in base.items():
+        sec[k].update(v)
     for key, value in params.items():
         for section, name in _route(key):
             if isinstance(value, list) and name in ("betas", "pruned_heads", "no_decay", "frozen"):

@@ -54,6 +54,7 @@ from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.training.graph_step import StepGraph, check_graph_step
 from hooked_clip1d.training.group_io import GROUP_CHECKPOINT, GroupFiles
 from hooked_clip1d.training.param_groups import decay_mask, frozen_mask
+from hooked_clip1d.training.run_config import RunConfig
 from hooked_clip1d.training.rundir import (
     RunLock,
     TrainingInterrupted,
@@ -156,14 +157,10 @@ class BatchedTrainer(GroupFiles):
         for i, mb in enumerate(members):
             if not isinstance(mb, Member):
                 raise TypeError(f"members[{i}] is a {type(mb).__name__}, expected batched.Member")
-            if mb.model_cfg.n_labels != mb.data_cfg.n_labels:
-                raise ValueError(
-                    f"member {i}: model n_labels={mb.model_cfg.n_labels} but data n_labels={mb.data_cfg.n_labels}"
-                )
-            if mb.model_cfg.vision.d_image != mb.data_cfg.d_image:
-                raise ValueError(
-                    f"member {i}: model d_image={mb.model_cfg.vision.d_image} but data d_image={mb.data_cfg.d_image}"
-                )
+            try:
+                RunConfig(mb.model_cfg, mb.data_cfg, mb.train_cfg)  # the three fit together
+            except ValueError as e:
+                raise ValueError(f"member {i}: {e}") from None
         keys = [group_key(m.model_cfg, m.data_cfg, m.train_cfg) for m in members]
         if len(set(keys)) > 1:
             bad = next(i for i, k in enumerate(keys) if k != keys[0])
@@ -345,13 +342,13 @@ class BatchedTrainer(GroupFiles):
         model.load_state_dict(self.model.member_state_dict(self.active.index(i)))
         return model.eval()
 
-    def _configs(self, i: int) -> dict[str, Any]:
+    def _run_config(self, i: int) -> RunConfig:
+        """Member ``i``'s run (its model config with the init seeds filled in, as ``Trainer`` saves it)."""
         m = self.members[i]
-        return {
-            "model_config": self.member_cfgs[i].to_dict(),
-            "data_config": m.data_cfg.to_dict(),
-            "train_config": m.train_cfg.to_dict(),
-        }
+        return RunConfig(self.member_cfgs[i], m.data_cfg, m.train_cfg)
+
+    def _configs(self, i: int) -> dict[str, Any]:
+        return self._run_config(i).to_dict()
 
     # ---- checkpoints and member files: group_io.GroupFiles -----------------------------------------------------
 

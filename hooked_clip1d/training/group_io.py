@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hooked_clip1d.evaluation import evaluate
-from hooked_clip1d.model.checkpoint import CheckpointError, canonical_config, read_tensors, save_model, save_tensors
+from hooked_clip1d.model.checkpoint import CheckpointError, read_tensors, save_model, save_tensors
 from hooked_clip1d.training.rundir import append_metrics, drop_metrics_after, provenance, write_config, write_summary
-from hooked_clip1d.training.trainer import TrainRun, comparable_train_config, resume_differences, save_snapshot
+from hooked_clip1d.training.trainer import TrainRun, save_snapshot
 
 if TYPE_CHECKING:
     from hooked_clip1d.training.stacked import StackedCLIP
@@ -169,15 +169,9 @@ class GroupFiles:
                 f"cannot resume {str(self.group_ckpt)!r}: it was trained with dropout_rng={gs['dropout_rng']!r}"
             )
         for i, saved in enumerate(meta["members"]):
-            now = self._configs(i)
-            for key in ("model_config", "data_config"):
-                if canonical_config(key, saved[key]) != now[key]:
-                    raise CheckpointError(f"cannot resume {str(self.group_ckpt)!r}: member {i}'s {key} differs")
-            old_t, new_t = comparable_train_config(saved["train_config"]), comparable_train_config(now["train_config"])
-            if old_t != new_t:
-                raise CheckpointError(
-                    f"cannot resume {str(self.group_ckpt)!r}: member {i}'s train_config differs: {old_t} vs {new_t}"
-                )
+            problems = self._run_config(i).resume_problems(saved)
+            if problems:
+                raise CheckpointError(f"cannot resume {str(self.group_ckpt)!r}: member {i}: " + "; ".join(problems))
         active = [int(i) for i in gs["active"]]
         self.step = int(gs["step"])
         self.elapsed = float(gs["elapsed_s"])
@@ -226,15 +220,9 @@ class GroupFiles:
         if len(set(steps)) != 1:
             raise CheckpointError(f"cannot resume from {where}: they stopped at different steps {sorted(set(steps))}")
         for i, (_, saved) in enumerate(ckpts):
-            now = self._configs(i)
-            for key in ("model_config", "data_config"):
-                if canonical_config(key, saved[key]) != now[key]:
-                    raise CheckpointError(f"cannot resume member {self.names[i]!r}: its {key} differs")
-            old_t, new_t = resume_differences(saved["train_config"], now["train_config"])
-            if old_t != new_t:
-                raise CheckpointError(
-                    f"cannot resume member {self.names[i]!r}: train_config differs: {old_t} vs {new_t}"
-                )
+            problems = self._run_config(i).resume_problems(saved)
+            if problems:
+                raise CheckpointError(f"cannot resume member {self.names[i]!r}: " + "; ".join(problems))
         self.step = steps[0]
         self.elapsed = max(float(meta["train_state"]["elapsed_s"]) for _, meta in ckpts)
         with torch.no_grad():

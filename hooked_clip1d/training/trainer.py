@@ -37,7 +37,6 @@ from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.checkpoint import (
     CheckpointError,
     build_model_from,
-    canonical_config,
     model_tensors,
     read_tensors,
     save_model,
@@ -46,6 +45,7 @@ from hooked_clip1d.model.checkpoint import (
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.settings import TrainConfig
 from hooked_clip1d.training.param_groups import decay_mask, frozen_mask, masks_needed
+from hooked_clip1d.training.run_config import RunConfig
 from hooked_clip1d.training.rundir import (
     RunLock,
     TrainingInterrupted,
@@ -158,39 +158,6 @@ def make_optimizer(model: CLIP1D, cfg: TrainConfig) -> torch.optim.Optimizer:
     )
 
 
-def comparable_train_config(d: dict[str, Any]) -> dict[str, Any]:
-    """A saved ``train_config`` dict with fields added since filled in (defaults, or for ``no_decay`` / ``frozen``
-    the recipe runs saved before them were trained with: ``settings.LEGACY_TRAIN_FIELDS``) and the execution settings
-    (``eval_every``, ``checkpoint_every``, ``threads``, ``device``, ``keep_snapshots``) removed: two runs whose
-    dicts compare equal here trained the same way.
-
-    Example:
-        >>> old = comparable_train_config({"lr": 1e-4})  # saved before no_decay / frozen existed
-        >>> old == comparable_train_config(TrainConfig(threads=2, no_decay=(), frozen=()).to_dict())
-        True
-        >>> old == comparable_train_config(TrainConfig().to_dict())  # today's default recipe differs
-        False
-    """
-    out = TrainConfig.from_dict(d).to_dict()
-    for k in EXECUTION_FIELDS:
-        out.pop(k, None)
-    return out
-
-
-# TrainConfig fields that say how a run executes, not what it trains (a resumed run may change them)
-EXECUTION_FIELDS = ("eval_every", "checkpoint_every", "threads", "device", "keep_snapshots", "snapshot_epochs")
-
-
-def resume_differences(saved: dict[str, Any], now: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The two ``train_config`` dicts as they must agree for ``now`` to resume ``saved`` (``comparable_train_config``
-    of each, without ``epochs``, which may grow, unless a learning-rate schedule depends on it)."""
-    old_t, new_t = comparable_train_config(saved), comparable_train_config(now)
-    if old_t.get("lr_schedule", "constant") == "constant":
-        old_t.pop("epochs", None)
-        new_t.pop("epochs", None)
-    return old_t, new_t
-
-
 def save_snapshot(model: CLIP1D, out_dir: Path, epoch: int, data_cfg: DataConfig) -> Path:
     """Keep the weights of a run at ``epoch`` as ``out_dir/snapshots/epoch_NNNNN.safetensors`` (a model file)."""
     path = Path(out_dir) / "snapshots" / f"epoch_{epoch:05d}.safetensors"
@@ -230,12 +197,7 @@ class Trainer:
         resume: bool = False,
         init_model: CLIP1D | None = None,
     ):
-        if model_cfg.n_labels != data_cfg.n_labels:
-            raise ValueError(
-                f"model n_labels={model_cfg.n_labels} but data n_labels={data_cfg.n_labels}; they must match"
-            )
-        if model_cfg.vision.d_image != data_cfg.d_image:
-            raise ValueError(f"model d_image={model_cfg.vision.d_image} but data d_image={data_cfg.d_image}")
+        RunConfig(model_cfg, data_cfg, train_cfg)  # validates that the three fit together
         self.model_cfg, self.data_cfg, self.cfg = model_cfg, data_cfg, train_cfg
         self.out_dir = Path(out_dir)
         self.ckpt_path = self.out_dir / "checkpoint.safetensors"
@@ -320,16 +282,9 @@ class Trainer:
         if not self.ckpt_path.exists():
             raise FileNotFoundError(f"cannot resume: no checkpoint at {str(self.ckpt_path)!r}")
         tensors, meta = read_tensors(self.ckpt_path)
-        saved = {k: meta.get(k) for k in ("model_config", "data_config", "train_config")}
-        now = self._configs()
-        for k in ("model_config", "data_config"):
-            if canonical_config(k, saved[k]) != now[k]:
-                raise CheckpointError(f"cannot resume {str(self.ckpt_path)!r}: its {k} differs from this run's")
-        old_t, new_t = resume_differences(saved["train_config"] or {}, now["train_config"])
-        if old_t != new_t:
-            raise CheckpointError(
-                f"cannot resume {str(self.ckpt_path)!r}: its train_config differs: {old_t} vs {new_t}"
-            )
+        problems = RunConfig(self.model.cfg, self.data_cfg, self.cfg).resume_problems(meta)
+        if problems:
+            raise CheckpointError(f"cannot resume {str(self.ckpt_path)!r}: " + "; ".join(problems))
         loaded = build_model_from(tensors, meta, repr(str(self.ckpt_path)))
         self.model.load_state_dict(loaded.state_dict())
         _load_optimizer(self.opt, tensors)

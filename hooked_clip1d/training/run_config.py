@@ -1,0 +1,150 @@
+"""``RunConfig``: everything one training run is — the model, data and training configs — built from a recipe once,
+validated in one place, and compared in one place when a run is resumed (by ``Trainer``, the batched engine and the
+``train`` command alike).
+
+Example:
+    >>> from hooked_clip1d.model.clip import CLIPConfig
+    >>> from hooked_clip1d.settings import DataConfig, TrainConfig
+    >>> rc = RunConfig.from_recipe(
+    ...     "cls-exempt-init002-cosine", CLIPConfig.from_preset("simplified", n_labels=6),
+    ...     DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig(epochs=600))
+    >>> rc.train.lr_schedule, rc.train.frozen, rc.model.vision.init_std
+    ('warmup_cosine', (), 0.02)
+    >>> RunConfig(rc.model, DataConfig(n_labels=7, n_heldout=2, n2=2), rc.train)
+    Traceback (most recent call last):
+    ...
+    ValueError: model n_labels=6 but data n_labels=7; they must match
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hooked_clip1d.model.checkpoint import canonical_config
+from hooked_clip1d.model.clip import CLIPConfig
+from hooked_clip1d.settings import RECIPES, DataConfig, Recipe, TrainConfig
+
+# TrainConfig fields that say how a run executes, not what it trains (a resumed run may change them)
+EXECUTION_FIELDS = ("eval_every", "checkpoint_every", "threads", "device", "keep_snapshots", "snapshot_epochs")
+
+
+def comparable_train_config(d: dict[str, Any]) -> dict[str, Any]:
+    """A saved ``train_config`` dict with fields added since filled in (defaults, or for ``no_decay`` / ``frozen``
+    the recipe runs saved before them were trained with: ``settings.LEGACY_TRAIN_FIELDS``) and the execution settings
+    (``EXECUTION_FIELDS``) removed: two runs whose dicts compare equal here trained the same way.
+
+    Example:
+        >>> old = comparable_train_config({"lr": 1e-4})  # saved before no_decay / frozen existed
+        >>> old == comparable_train_config(TrainConfig(threads=2, no_decay=(), frozen=()).to_dict())
+        True
+        >>> old == comparable_train_config(TrainConfig().to_dict())  # today's default recipe differs
+        False
+    """
+    out = TrainConfig.from_dict(d).to_dict()
+    for k in EXECUTION_FIELDS:
+        out.pop(k, None)
+    return out
+
+
+def resume_differences(saved: dict[str, Any], now: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two ``train_config`` dicts as they must agree for ``now`` to resume ``saved`` (``comparable_train_config``
+    of each, without ``epochs``, which may grow, unless a learning-rate schedule depends on it)."""
+    old_t, new_t = comparable_train_config(saved), comparable_train_config(now)
+    if old_t.get("lr_schedule", "constant") == "constant":
+        old_t.pop("epochs", None)
+        new_t.pop("epochs", None)
+    return old_t, new_t
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run's configs; construction checks that they fit together (label count, image size)."""
+
+    model: CLIPConfig
+    data: DataConfig
+    train: TrainConfig
+
+    def __post_init__(self) -> None:
+        for name, cls in (("model", CLIPConfig), ("data", DataConfig), ("train", TrainConfig)):
+            if not isinstance(getattr(self, name), cls):
+                raise TypeError(f"RunConfig.{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+        if self.model.n_labels != self.data.n_labels:
+            raise ValueError(
+                f"model n_labels={self.model.n_labels} but data n_labels={self.data.n_labels}; they must match"
+            )
+        if self.model.vision.d_image != self.data.d_image:
+            raise ValueError(f"model d_image={self.model.vision.d_image} but data d_image={self.data.d_image}")
+
+    @classmethod
+    def from_recipe(
+        cls, recipe: str | Recipe, model: CLIPConfig, data: DataConfig, train: TrainConfig | None = None
+    ) -> RunConfig:
+        """``model`` and ``train`` with every field of ``recipe`` (a name of ``settings.RECIPES`` or a ``Recipe``)
+        set: its training fields on ``train`` (default ``TrainConfig()``), its model fields on both towers."""
+        if isinstance(recipe, str):
+            if recipe not in RECIPES:
+                raise ValueError(f"unknown recipe {recipe!r}; known: {sorted(RECIPES)}")
+            recipe = RECIPES[recipe]
+        fields = recipe.fields()
+        train = dataclasses.replace(train if train is not None else TrainConfig(), **fields["train"])
+        model = dataclasses.replace(
+            model, vision=model.vision.replace(**fields["model"]), text=model.text.replace(**fields["model"])
+        )
+        return cls(model, data, train)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The three configs as a run's ``config.json`` holds them."""
+        return {
+            "model_config": self.model.to_dict(),
+            "data_config": self.data.to_dict(),
+            "train_config": self.train.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunConfig:
+        """Inverse of ``to_dict`` (a run's ``config.json``, or a checkpoint's metadata)."""
+        return cls(
+            CLIPConfig.from_dict(d["model_config"]),
+            DataConfig.from_dict(d["data_config"]),
+            TrainConfig.from_dict(d["train_config"]),
+        )
+
+    def resume_problems(self, saved: Mapping[str, Any]) -> list[str]:
+        """Why this run cannot continue the one saved as ``saved`` (a ``to_dict``-shaped dict: a checkpoint's
+        metadata or ``config.json``): each config that differs, by field. Empty when it can. The one comparison every
+        resume uses (``Trainer``, the batched engine's group and member checkpoints).
+
+        Example:
+            >>> rc = RunConfig(CLIPConfig.from_preset("simplified", n_labels=6), DataConfig(n_labels=6, n_heldout=2,
+            ...                n2=2), TrainConfig(epochs=10))
+            >>> rc.resume_problems(dataclasses.replace(rc, train=TrainConfig(epochs=20, lr=1e-3)).to_dict())
+            ['train_config.lr: saved 0.001, now 0.0001']
+        """
+        now = self.to_dict()
+        out = []
+        for key in ("model_config", "data_config"):
+            old = canonical_config(key, saved.get(key))
+            if old != now[key]:
+                if isinstance(old, dict):
+                    fields = _diff(old, now[key])
+                    out += [f"{key}.{f}" for f in fields] or [f"{key} differs"]
+                else:
+                    out.append(f"{key} is unreadable")
+        old_t, new_t = resume_differences(saved.get("train_config") or {}, now["train_config"])
+        for k in sorted(set(old_t) | set(new_t)):
+            if old_t.get(k) != new_t.get(k):
+                out.append(f"train_config.{k}: saved {old_t.get(k)!r}, now {new_t.get(k)!r}")
+        return out
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if isinstance(a.get(k), dict) and isinstance(b.get(k), dict):
+            out += _diff(a[k], b[k], f"{prefix}{k}.")
+        elif a.get(k) != b.get(k):
+            out.append(f"{prefix}{k}: saved {a.get(k)!r}, now {b.get(k)!r}")
+    return out
