@@ -30,3 +30,12 @@ def test_clip_interpretability_notebook_executes():
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "sum of attributions == belief: True" in text
     assert any("image/png" in o.get("data", {}) for o in outputs), "no cell displayed a PNG figure"
+
+
+def test_training_dynamics_notebook_executes():
+    """The trajectory notebook (issue 35): emergence figure, checkpoints side by side, the stepping circuitsvis page
+    (on the flagship's shipped trajectory, or on a small model it trains when none has shipped)."""
+    outputs = _execute("training_dynamics.ipynb")
+    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert "checkpoints at epochs" in text and "no checkpoint at epoch" in text and "offline" in text
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 3, "the figures were not displayed"
