@@ -18,6 +18,8 @@ always passed, as the compiled path does.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -39,6 +41,58 @@ def check_graph_step(bt: BatchedTrainer) -> None:
         raise ValueError("graph_step=True needs one learning rate for the whole group (the fused AdamW path)")
 
 
+#: matmul precisions of a training step (``matmul_precision``): fp32 weights and AdamW moments in every one
+PRECISIONS = ("fp32", "tf32")
+
+
+@contextlib.contextmanager
+def matmul_precision(precision: str, device: str | torch.device) -> Iterator[None]:
+    """Run the enclosed steps with fp32 matmuls (``"fp32"``) or, on a CUDA device, TF32 tensor-core matmuls
+    (``"tf32"``: 10-bit mantissa products, fp32 accumulation; weights, gradients and AdamW moments stay fp32). The
+    backend flags are restored on exit, so the caller's setting is unchanged. ``"tf32"`` is refused on other
+    devices (a CPU's fp32 matmuls have no TF32 mode); bf16 is the other reduced precision, ``amp=True``
+    (bfloat16 autocast of the towers, the CLIP head in fp32).
+
+    Example:
+        >>> with matmul_precision("fp32", "cpu"):
+        ...     pass
+        >>> try:
+        ...     with matmul_precision("tf32", "cpu"):
+        ...         pass
+        ... except ValueError as e:
+        ...     print(str(e)[:44])
+        precision='tf32' is a CUDA matmul mode (tens
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    dev = torch.device(device)
+    if precision == "fp32":
+        yield
+        return
+    if dev.type != "cuda":
+        raise ValueError(
+            f"precision={precision!r} is a CUDA matmul mode (tensor cores); on {dev.type} matmuls are fp32: use "
+            "'fp32' (or amp=True for bfloat16 autocast)"
+        )
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def set_flat(bt: BatchedTrainer, on: bool) -> None:
+    """Switch a ``BatchedTrainer`` between the per-tensor layout and the flat one (``StackedCLIP.flat_layout``:
+    fused QKV views, one fused AdamW call over flat buffers), keeping weights and AdamW state; a captured
+    whole-step graph is dropped (it is captured again). The default is flat on a GPU, per tensor on a CPU; both
+    compute the same step (bit for bit on the CPU, ``tests/test_fast_step.py``)."""
+    bt.model.flat_layout(on)
+    bt.opt.rebind(flat=on)
+    if bt._graph is not None:
+        bt._graph = StepGraph()
+
+
 class StepGraph:
     """The captured step of one ``BatchedTrainer`` and its static inputs (see the module docstring)."""
 
@@ -50,6 +104,7 @@ class StepGraph:
         self.valid: torch.Tensor | None = None  # [K, bs] batch mask
 
     def _body(self, bt: BatchedTrainer, autocast: Any) -> None:
+        bt.opt.zero_grad()  # in the graph: the flat gradient buffer (StackedAdamW) is zeroed by every replay
         with autocast:
             losses = bt._losses(bt.model.loss, self.flat, self.valid, None)
         losses.sum().backward()

@@ -143,8 +143,13 @@ class StackedCLIP(nn.Module):
         dropout_rng: DropoutRNG = "fast",
         seeds: Sequence[int] | None = None,
         device: str | torch.device | None = None,
+        flat: bool | None = None,
     ):
-        """``device``: where the stacked parameters live (default: the members' config device)."""
+        """``device``: where the stacked parameters live (default: the members' config device). ``flat``: lay every
+        parameter out in one flat buffer, each block's q/k/v weights and biases side by side (``flat_layout``):
+        the fused QKV projection then reads them in place, and ``StackedAdamW`` updates the buffer with one fused
+        call. It computes what the per-tensor layout computes, bit for bit on the CPU (``tests/test_fast_step.py``);
+        it saves kernel launches, which bound a GPU step. None (default): on a CUDA device only."""
         super().__init__()
         if not models:
             raise ValueError("StackedCLIP needs at least one model")
@@ -211,6 +216,74 @@ class StackedCLIP(nn.Module):
         self._koff: dict[int, torch.Tensor] = {}
         self._n_valid: Sequence[int] | None = None
         self._labels: dict[tuple[int, int], torch.Tensor] = {}
+        self.flat_data: torch.Tensor | None = None  # the one buffer every parameter is a view of (flat layout)
+        if self.device.type == "cuda" if flat is None else flat:
+            self.flat_layout()
+
+    # ---- layout -------------------------------------------------------------------------------------------------
+    def qkv_groups(self) -> list[tuple[int, int, int]]:
+        """Indices (into ``names`` / ``flat``) of each block's (W_Q, W_K, W_V) and (b_Q, b_K, b_V)."""
+        index = {n: i for i, n in enumerate(self.names)}
+        groups = []
+        for n in self.names:
+            if n.endswith(("attn.W_Q", "attn.b_Q")):
+                stem, kind = n[:-3], n[-3:-1]  # "...attn.", "W_" | "b_"
+                groups.append(tuple(index[f"{stem}{kind}{c}"] for c in "QKV"))
+        return groups
+
+    @torch.no_grad()
+    def flat_layout(self, on: bool = True) -> None:
+        """Re-point every parameter into one flat buffer (``on``; values kept, parameter objects kept), or back into
+        a tensor of its own each (``on=False``). In the buffer each block's ``W_Q``, ``W_K``, ``W_V`` ``[K, D, H,
+        Dh]`` are the three slices of one ``[K, D, 3, H, Dh]`` block (biases: ``[K, 3, H, Dh]``), so the fused
+        projection's ``[K, D, 3 * H * Dh]`` matrix is a view of them (``_Adjacent``), no concatenation per step.
+
+        Example:
+            >>> from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
+            >>> st = StackedCLIP([CLIP1D(CLIPConfig.from_preset("full", n_labels=5, d_model=8, d_head=2), seed=0)])
+            >>> W_Q, W_K = st.params["vision.blocks.0.attn.W_Q"], st.params["vision.blocks.0.attn.W_K"]
+            >>> W_Q.shape, W_Q.stride(), W_K.storage_offset() - W_Q.storage_offset()  # [K, D, H, Dh], q|k|v rows
+            (torch.Size([1, 8, 4, 2]), (192, 24, 2, 1), 8)
+            >>> st.flat_layout(False); W_Q.is_contiguous()
+            True
+        """
+        if not on:
+            for p in self.flat:
+                p.data = p.data.clone(memory_format=torch.contiguous_format)
+            self.flat_data = None
+            return
+        ps = list(self.flat)
+        buf = torch.empty(sum(p.numel() for p in ps), dtype=ps[0].dtype, device=ps[0].device)
+        lead = {g[0]: g for g in self.qkv_groups()}
+        grouped = {i for g in lead.values() for i in g}
+        off = 0
+        for i, p in enumerate(ps):
+            if i in lead:  # [*rows, H, Dh] x3 -> one [*rows, 3, H, Dh] block
+                *rows, H, Dh = p.shape
+                block = buf[off : off + 3 * p.numel()].view(*rows, 3, H, Dh)
+                for j, idx in enumerate(lead[i]):
+                    block.select(-3, j).copy_(ps[idx])
+                    ps[idx].data = block.select(-3, j)
+                off += 3 * p.numel()
+            elif i not in grouped:
+                view = buf[off : off + p.numel()].view(p.shape)
+                view.copy_(p)
+                p.data = view
+                off += p.numel()
+        assert off == buf.numel()
+        self.flat_data = buf
+
+    def _adjacent(self, ws: Sequence[torch.Tensor]) -> torch.Tensor:
+        """``torch.cat(ws, dim=-2)`` of per-head tensors ``[*rows, H, Dh]`` flattened to ``[*rows, n * H * Dh]``: a view
+        of them in the flat layout (eager: the fused QKV projection; n = 1: one strided weight, whose gradient then
+        goes straight into the flat buffer too), else a concatenation (also under ``torch.compile``, whose inputs
+        should not be read through another input's storage)."""
+        *rows, H, Dh = ws[0].shape
+        if self.flat_data is not None and not torch.compiler.is_compiling():
+            return _Adjacent.apply(*ws)
+        if len(ws) == 1:
+            return ws[0].reshape(*rows, H * Dh)
+        return torch.cat(ws, dim=-2).reshape(*rows, len(ws) * H * Dh)
 
     # ---- members ------------------------------------------------------------------------------------------------
     def stack(self, name: str, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -257,6 +330,8 @@ class StackedCLIP(nn.Module):
         new = [nn.Parameter(p.detach().index_select(0, idx).clone()) for p in self.flat]
         self.flat = nn.ParameterList(new)
         self.params = dict(zip(self.names, self.flat, strict=True))
+        if self.flat_data is not None:
+            self.flat_layout()
         self.member_cfgs = [self.member_cfgs[i] for i in keep_l]
         self.n_labels = [self.n_labels[i] for i in keep_l]
         self.K = len(keep_l)
@@ -369,8 +444,8 @@ class StackedCLIP(nn.Module):
             W_O, b_O = p[blk + "attn.W_O"], p[blk + "attn.b_O"]
             # [K, D, H, Dh] x3 -> [K, D, 3 * H * Dh] (q | k | v); only k | v in the last block
             Ws = (W_K, W_V) if last else (W_Q, W_K, W_V)
-            W_cat = torch.cat(Ws, dim=2).reshape(K, D, len(Ws) * H * Dh)
-            b_cat = torch.cat((b_K, b_V) if last else (b_Q, b_K, b_V), dim=1).reshape(K, 1, len(Ws) * H * Dh)
+            W_cat = self._adjacent(Ws)  # [K, D, n * H * Dh]: one fused projection (a view in the flat layout)
+            b_cat = self._adjacent((b_K, b_V) if last else (b_Q, b_K, b_V)).view(K, 1, len(Ws) * H * Dh)
             tables = layer == 0 and not pre_ln and not emb_drop  # block 0 reads E + P itself (no LN before it)
             if tables:
                 # block-0 projections from tables: (W_E @ W)[tok] + (W_pos @ W)[pos] + b
@@ -426,7 +501,7 @@ class StackedCLIP(nn.Module):
                 q_in = x_r
             else:
                 q_in = self._ln(x_r, p[blk + "ln1.w"], p[blk + "ln1.b"])
-            q = torch.baddbmm(b_Q.reshape(K, 1, H * Dh), q_in, W_Q.reshape(K, D, H * Dh))
+            q = torch.baddbmm(self._adjacent((b_Q,)).view(K, 1, H * Dh), q_in, self._adjacent((W_Q,)))
             q = q.view(K, B, H, Dh)
             if rope:
                 k = rotate(k, sin[:, None, :], cos[:, None, :])
@@ -480,6 +555,10 @@ class StackedCLIP(nn.Module):
         W_pos = p[pre + "pos_embed.W_pos"][:, :P] if learned else None
         W_Q, W_K, W_V, W_O = (p[blk + f"attn.W_{c}"] for c in "QKVO")
         b_Q, b_K, b_V, b_O = (p[blk + f"attn.b_{c}"] for c in "QKVO")
+        if self.flat_data is not None:  # read the strided q/k/v weights of the flat layout through _Adjacent
+            W_Q, W_K, W_V, b_Q, b_K, b_V = (
+                self._adjacent((w,)).unflatten(-1, (H, Dh)) for w in (W_Q, W_K, W_V, b_Q, b_K, b_V)
+            )
         # the shared readout residual and query
         x_r = self._rows(W_E, tokens[:, :1, r])  # [K, 1, D]
         if learned:
@@ -600,6 +679,52 @@ def _keep_mask(shape: tuple[int, ...] | torch.Size, keep: float, dtype: torch.dt
     threshold = round(keep * 2**32)  # P(u32 < threshold) = threshold / 2**32
     mask = bits < (threshold - 2**31)  # int32 = u32 - 2**31
     return mask.view(shape).to(dtype).mul_(2**32 / threshold)
+
+
+class _Adjacent(torch.autograd.Function):
+    """``[*rows, n * H * Dh]`` view of n per-head tensors ``[*rows, H, Dh]`` that lie side by side in one block of
+    the flat layout (``StackedCLIP.flat_layout``: q | k | v of a block); its gradient splits back into the n."""
+
+    @staticmethod
+    def forward(ctx: Any, *ws: torch.Tensor) -> torch.Tensor:
+        """The view; ``ctx.target``: the same view of the gradients when they are views of one buffer laid out like
+        the weights (``StackedAdamW``'s flat gradients), where the backward then adds the gradient in one kernel."""
+        w = ws[0]
+        *rows, H, Dh = w.shape
+        ptr = w.untyped_storage().data_ptr()
+        for i, x in enumerate(ws):  # each next to the last, rows strided over all n: what flat_layout builds
+            if (
+                x.untyped_storage().data_ptr() != ptr
+                or x.storage_offset() != w.storage_offset() + i * H * Dh
+                or x.stride() != w.stride()
+                or w.stride()[-2:] != (Dh, 1)
+                or (len(rows) and w.stride(-3) < len(ws) * H * Dh)
+            ):
+                raise RuntimeError("fused QKV: the weights are not laid out side by side (StackedCLIP.flat_layout)")
+        ctx.hd = (H, Dh)
+        ctx.target = None
+        grads = [x.grad for x in ws]
+        g0 = grads[0]
+        if g0 is not None and all(
+            gr is not None
+            and gr.untyped_storage().data_ptr() == g0.untyped_storage().data_ptr()
+            and gr.storage_offset() - g0.storage_offset() == x.storage_offset() - w.storage_offset()
+            and gr.stride() == x.stride()
+            for gr, x in zip(grads, ws, strict=True)
+        ):
+            ctx.target = g0.as_strided((*rows, len(ws) * H * Dh), (*g0.stride()[:-2], 1), g0.storage_offset())
+        return w.as_strided((*rows, len(ws) * H * Dh), (*w.stride()[:-2], 1), w.storage_offset())
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        H, Dh = ctx.hd
+        n = g.shape[-1] // (H * Dh)
+        if ctx.target is not None and not torch.is_grad_enabled():
+            # the flat gradient buffer: one add for the n weights, instead of n accumulations into strided views
+            # (autograd accepts those, with a warning that they break its gradient layout contract)
+            ctx.target.add_(g)
+            return (None,) * n
+        return tuple(g[..., i * H * Dh : (i + 1) * H * Dh].unflatten(-1, (H, Dh)) for i in range(n))
 
 
 def _is_qkv(name: str) -> bool:

@@ -1,5 +1,11 @@
 """``StackedAdamW``: torch's AdamW over parameters stacked on a leading model axis, with per-member ``lr``,
-``weight_decay``, decay masks and gradient masks (``TrainConfig.no_decay`` / ``frozen``)."""
+``weight_decay``, decay masks and gradient masks (``TrainConfig.no_decay`` / ``frozen``).
+
+Flat buffers: when the parameters are views that tile one buffer (``StackedCLIP(flat=True)``, the default), the
+gradients and both moments are views of buffers of the same layout, and a step is one fused AdamW call on one tensor
+(plus one multiply for masks or per-member decay) instead of a call over ~70 tensors; ``zero_grad`` zeroes the
+gradient buffer, which the backward accumulates into. Every update is elementwise, so each entry gets exactly what
+the per-tensor path gives it (bit for bit on the CPU: ``tests/test_fast_step.py``)."""
 
 from __future__ import annotations
 
@@ -37,9 +43,12 @@ class StackedAdamW:
         decay_masks: Sequence[torch.Tensor | None] | None = None,
         grad_masks: Sequence[torch.Tensor | None] | None = None,
         coupled: bool = False,
+        flat: bool | None = None,
     ):
         """``coupled``: Adam with L2 decay in the gradient (``grad += wd * mask * p``, torch's
-        ``Adam(weight_decay=wd)``; ``TrainConfig.optimizer="adam"``) instead of AdamW's decoupled decay."""
+        ``Adam(weight_decay=wd)``; ``TrainConfig.optimizer="adam"``) instead of AdamW's decoupled decay.
+        ``flat``: one fused update over flat buffers (module docstring); None: when the parameters tile one buffer;
+        True: a ``ValueError`` when they do not; False: per tensor."""
         self.params = list(params)
         # per parameter, None or a 0/1 tensor of its stacked shape: decayed where 1 (TrainConfig.no_decay); the
         # gradient is kept where 1 (0: TrainConfig.frozen, never moved: zero gradient, zero Adam moments, no decay)
@@ -67,7 +76,59 @@ class StackedAdamW:
             for p in self.params
         ]
         self.fused = dev.type in ("cpu", "cuda")
+        if flat not in (None, True, False):
+            raise ValueError(f"flat must be None, True or False, got {flat!r}")
+        self.flat_requested = flat
+        self._bind_flat()
         self._set_factors(self.lr, self.wd)
+
+    # ---- flat buffers ---------------------------------------------------------------------------------------------
+    def rebind(self, flat: bool | None = None) -> None:
+        """Follow a change of the parameters' layout (``StackedCLIP.flat_layout``): moments kept, gradients
+        dropped; ``flat`` as in the constructor."""
+        self.flat_requested = flat
+        for st in self.state:
+            st["exp_avg"], st["exp_avg_sq"] = st["exp_avg"].clone(), st["exp_avg_sq"].clone()
+        for p in self.params:
+            p.grad = None
+        self._bind_flat()
+        self._set_factors(self.lr, self.wd)
+
+    def _bind_flat(self) -> None:
+        """Put the moments (values kept) and the gradients into buffers laid out like the parameters' one buffer,
+        when they tile one and ``flat`` allows it; else the per-tensor layout."""
+        self.flat_param: torch.Tensor | None = None
+        base = None if self.flat_requested is False else _flat_base(self.params)
+        if base is None:
+            if self.flat_requested:
+                raise ValueError(
+                    "StackedAdamW(flat=True) needs parameters that tile one buffer (StackedCLIP(flat=True))"
+                )
+            return
+        lo = base.storage_offset()
+        self._views = [(tuple(p.shape), tuple(p.stride()), p.storage_offset() - lo) for p in self.params]
+        m, v = torch.zeros_like(base), torch.zeros_like(base)
+        for st, view in zip(self.state, self._views, strict=True):
+            for key, buf in (("exp_avg", m), ("exp_avg_sq", v)):
+                new = buf.as_strided(*view)
+                new.copy_(st[key])
+                st[key] = new
+        self.flat_param, self._m, self._v = base, m, v
+        self._g = torch.zeros_like(base)
+        self._grads = [self._g.as_strided(*view) for view in self._views]
+        for p, g in zip(self.params, self._grads, strict=True):
+            p.grad = g
+
+    def _flatten(self, per_param: Sequence[torch.Tensor | float | None], fill: float) -> torch.Tensor:
+        """One flat tensor holding each parameter's factor (a tensor broadcast to its shape, a number, or None for
+        ``fill``) where that parameter lies in the buffer."""
+        assert self.flat_param is not None
+        out = torch.full_like(self.flat_param, fill)
+        for f, view in zip(per_param, self._views, strict=True):
+            if f is not None:
+                t = out.as_strided(*view)
+                t.copy_(torch.as_tensor(f, dtype=t.dtype, device=t.device).expand_as(t))
+        return out
 
     def set_lr(self, lr: float) -> None:
         """Give every member the learning rate ``lr`` from the next step on (a schedule: ``TrainConfig.lr_at``)."""
@@ -97,13 +158,30 @@ class StackedAdamW:
                 # path (a few kernels), broadcast factors the per-tensor one (a launch per parameter, ~2 of 8 ms of
                 # a full-model step on an H100); on the CPU broadcasting reads less memory (0.8 vs 1.3 ms, K = 18)
                 self._decay.append(d.expand_as(p).contiguous() if dev.type == "cuda" else d)
+        if self.flat_param is not None:  # the same factors, each where its parameter lies in the flat buffer
+            self._flat_gmask = (
+                None if not any(m is not None for m in self.grad_masks) else self._flatten(self.grad_masks, 1.0)
+            )
+            self._flat_l2 = self._flatten(self._l2, 0.0) if self.coupled else None
+            self._flat_decay = None if self.uniform else self._flatten(self._decay, 1.0)
+            self._flat_lr = None if self.uniform else self._flatten(self._lr, 0.0)
 
     def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
+        """Gradients to None (per tensor), or the flat gradient buffer to zero (its views stay the gradients)."""
+        if self.flat_param is None:
+            for p in self.params:
+                p.grad = None
+            return
+        self._g.zero_()
+        for p, g in zip(self.params, self._grads, strict=True):
+            if p.grad is not g:
+                p.grad = g
 
     @torch.no_grad()
     def step(self) -> None:
+        if self.flat_param is not None:
+            self._step_flat()
+            return
         b1, b2 = self.betas
         params = [p for p in self.params if p.grad is not None]
         if not params:
@@ -168,6 +246,60 @@ class StackedAdamW:
             torch._foreach_mul_(upd, [self._lr[i] / bc1 for i in idx])
         torch._foreach_sub_(params, upd)
 
+    @torch.no_grad()
+    def _step_flat(self) -> None:
+        """``step`` on the flat buffers: the per-tensor path's operations, each once over the whole buffer."""
+        b1, b2 = self.betas
+        p, g, m, v = self.flat_param, self._g, self._m, self._v
+        for i, (q, view) in enumerate(zip(self.params, self._grads, strict=True)):
+            if q.grad is not view:  # replaced (nn.Module.zero_grad(), an assignment): take it into the buffer
+                if q.grad is None:
+                    raise RuntimeError(
+                        f"StackedAdamW (flat): parameter {i} has no gradient; zero the gradients with "
+                        "StackedAdamW.zero_grad(), which keeps them in the flat buffer"
+                    )
+                view.copy_(q.grad)
+                q.grad = view
+        steps = [st["step"] for st in self.state]  # one per parameter (saved per parameter), equal
+        if self._flat_gmask is not None:
+            g.mul_(self._flat_gmask)
+        if self.coupled:
+            g.addcmul_(p, self._flat_l2)  # L2 decay enters the gradient, as torch.optim.Adam's
+        one_lr = len(set(self.lr)) == 1
+        if self.fused and one_lr:
+            torch._foreach_add_(steps, 1)
+            decay_in_kernel = self.uniform and not self.coupled
+            if not decay_in_kernel and not self.coupled:
+                p.mul_(self._flat_decay)  # per-member or masked decay first (as AdamW does), then no decay
+            torch._fused_adamw_(
+                [p], [g], [m], [v], [], steps[:1],
+                lr=self.lr[0], beta1=b1, beta2=b2, weight_decay=self.wd[0] if decay_in_kernel else 0.0,
+                eps=self.eps, amsgrad=False, maximize=False,
+            )  # fmt: skip
+            return
+        torch._foreach_add_(steps, 1)
+        step = float(steps[0].item())
+        bc1 = 1 - b1**step
+        bc2_sqrt = math.sqrt(1 - b2**step)
+        if self.coupled:
+            pass
+        elif self.uniform:
+            p.mul_(1 - self.lr[0] * self.wd[0])
+        else:
+            p.mul_(self._flat_decay)
+        m.lerp_(g, 1 - b1)
+        v.mul_(b2)
+        v.addcmul_(g, g, value=1 - b2)
+        denom = v.sqrt()
+        denom.div_(bc2_sqrt)
+        denom.add_(self.eps)
+        upd = m / denom
+        if self.uniform:
+            upd.mul_(self.lr[0] / bc1)
+        else:
+            upd.mul_(self._flat_lr / bc1)
+        p.sub_(upd)
+
     def keep(self, members: Sequence[int], params: Sequence[nn.Parameter]) -> None:
         """Restrict to ``members`` after ``StackedCLIP.keep`` replaced the parameters with ``params``."""
         idx = torch.tensor(list(members), device=self.params[0].device)
@@ -177,4 +309,33 @@ class StackedAdamW:
             st["exp_avg_sq"] = st["exp_avg_sq"].index_select(0, idx).clone()
         self.decay_masks = [None if m is None else m.index_select(0, idx) for m in self.decay_masks]
         self.grad_masks = [None if m is None else m.index_select(0, idx) for m in self.grad_masks]
+        self._bind_flat()
         self._set_factors([self.lr[i] for i in members], [self.wd[i] for i in members])
+
+
+def _flat_base(params: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """A 1-D view of the buffer the parameters are views of, when they tile it exactly (each entry in exactly one
+    parameter, as ``StackedCLIP.flat_layout`` lays them out); else None.
+
+    Example:
+        >>> buf = torch.zeros(6)
+        >>> _flat_base([buf[:2].view(2, 1), buf[2:]]).shape, _flat_base([buf[:2], buf[3:]])
+        (torch.Size([6]), None)
+    """
+    p0 = params[0]
+    ptr = p0.untyped_storage().data_ptr()
+    if any(p.untyped_storage().data_ptr() != ptr or p.dtype != p0.dtype for p in params):
+        return None
+    lo = min(p.storage_offset() for p in params)
+    total = sum(p.numel() for p in params)
+    if (lo + total) * p0.element_size() > p0.untyped_storage().nbytes():
+        return None
+    cover = torch.zeros(total, dtype=torch.int32)
+    for p in params:
+        last = p.storage_offset() - lo + sum((n - 1) * st for n, st in zip(p.shape, p.stride(), strict=True))
+        if p.numel() and last >= total:
+            return None
+        cover.as_strided(tuple(p.shape), tuple(p.stride()), p.storage_offset() - lo).add_(1)
+    if not bool((cover == 1).all()):
+        return None
+    return p0.detach().as_strided((total,), (1,), lo)
