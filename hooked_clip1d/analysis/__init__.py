@@ -21,6 +21,13 @@
 - ``captions``: caption directions (CLIP's unembedding), direct attribution of residual components to caption
   logits, the CLS logit lens.
 - ``sae``: sparse autoencoders on any hook point (collect, train ReLU / top-k, splice back in).
+- ``graph``: the writer / port graph of a tower or the whole CLIP that circuit discovery scores, the patching
+  ``Task`` (``mirror_task``) and edge interventions.
+- ``attribution``: exact node and edge patching, AtP, AtP* (QK fix, GradDrop), EAP, EAP-IG.
+- ``path_patching``: a sender's effect through chosen receivers only.
+- ``term_ablation``: mean and resample ablation of score terms (beside ``hooks``' mean / resample factories).
+- ``circuits``: ground-truth circuits as data, faithfulness / completeness / minimality, ACDC-style pruning, and
+  ROC AUC / precision at k / rank correlation of a method against a ground truth.
 - ``mechanism``: the EP-gradient mechanism as one report per model (the recipe study's checks), the unseen-pair
   probe set, the CLS row's identifiability (``move_cls_embedding``, ``ablate_cls_key_position``), where a CLS-row
   gradient comes from (``gradient_sources``), a single-head run's bias and gradient (``single_head_mechanism``).
@@ -28,7 +35,26 @@
 
 from hooked_clip1d.analysis.ablation import PAPER_ABLATIONS, evaluate_ablations, format_ablations
 from hooked_clip1d.analysis.alignment import embedding_alignment, procrustes
+from hooked_clip1d.analysis.attribution import (
+    Attribution,
+    atp,
+    atp_star,
+    eap,
+    eap_ig,
+    exact_edge_patching,
+    exact_patching,
+)
 from hooked_clip1d.analysis.captions import caption_attributions, caption_directions, cls_logit_lens
+from hooked_clip1d.analysis.circuits import (
+    Circuit,
+    acdc,
+    circuit_scores,
+    ground_truth_circuit,
+    precision_at_k,
+    rank_correlation,
+    roc_auc,
+    score_method,
+)
 from hooked_clip1d.analysis.decompose import (
     TOKEN_POSITION_TERMS,
     WEIGHT_BIAS_TERMS,
@@ -37,6 +63,7 @@ from hooked_clip1d.analysis.decompose import (
     residual_components,
     row_std_shares,
 )
+from hooked_clip1d.analysis.graph import Task, build_graph, mirror_task, run_with_edges
 from hooked_clip1d.analysis.heads import (
     classify_head_roles,
     cls_object_bias,
@@ -48,7 +75,11 @@ from hooked_clip1d.analysis.heads import (
 from hooked_clip1d.analysis.hooks import (
     add_hook,
     knockout_hooks,
+    mean_ablation_hooks,
+    mean_heads_hooks,
     patch_hook,
+    resample_ablation_hooks,
+    resample_heads_hooks,
     splice_hook,
     swap_slots_hook,
     zero_heads_hooks,
@@ -66,64 +97,93 @@ from hooked_clip1d.analysis.mechanism import (
 )
 from hooked_clip1d.analysis.metrics import caption_belief, image_belief, mirror_images, pair_inputs
 from hooked_clip1d.analysis.patching import caption_swap_patching, mirror_swap_patching, patch_sweep
+from hooked_clip1d.analysis.path_patching import path_patch, path_patching
 from hooked_clip1d.analysis.probes import fit_probe, probe_sweep, probe_targets
 from hooked_clip1d.analysis.pruning import head_subset_sweep, prune_and_retrain, prune_heads
 from hooked_clip1d.analysis.rope import consistency_condition, key_effective_rank, rope_mechanism
 from hooked_clip1d.analysis.sae import SparseAutoencoder, collect_activations, train_sae
 from hooked_clip1d.analysis.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
+from hooked_clip1d.analysis.term_ablation import mean_ablate_terms, resample_ablate_terms
 from hooked_clip1d.analysis.terms import ABLATABLE_TERMS, POSITIONAL_TERMS, SCORE_TERMS, ablate_terms, attention_terms
 from hooked_clip1d.analysis.tl_adapter import tl_patching
 
 __all__ = [
     "ABLATABLE_TERMS",
+    "Attribution",
+    "Circuit",
     "PAPER_ABLATIONS",
     "POSITIONAL_TERMS",
     "SCORE_TERMS",
-    "TOKEN_POSITION_TERMS",
-    "WEIGHT_BIAS_TERMS",
     "ScoreDecomposition",
     "SparseAutoencoder",
+    "TOKEN_POSITION_TERMS",
+    "Task",
+    "WEIGHT_BIAS_TERMS",
     "ablate_cls_key_position",
     "ablate_terms",
+    "acdc",
     "add_hook",
+    "atp",
+    "atp_star",
     "attention_terms",
+    "build_graph",
     "caption_attributions",
     "caption_belief",
     "caption_directions",
     "caption_swap_patching",
+    "circuit_scores",
     "classify_head_roles",
     "cls_logit_lens",
     "cls_object_bias",
     "collect_activations",
     "consistency_condition",
     "decompose_attention_scores",
+    "eap",
+    "eap_ig",
     "embedding_alignment",
     "evaluate_ablations",
+    "exact_edge_patching",
+    "exact_patching",
     "fit_probe",
     "format_ablations",
     "gradient_sources",
+    "ground_truth_circuit",
     "head_subset_sweep",
     "image_belief",
     "key_effective_rank",
     "knockout_hooks",
     "knockout_sweep",
     "label_pe_deltas",
+    "mean_ablate_terms",
+    "mean_ablation_hooks",
+    "mean_heads_hooks",
     "mechanism_report",
     "mirror_images",
     "mirror_swap_patching",
+    "mirror_task",
     "move_cls_embedding",
     "pair_captions",
     "pair_inputs",
     "patch_hook",
     "patch_sweep",
+    "path_patch",
+    "path_patching",
+    "precision_at_k",
     "probe_sweep",
     "probe_targets",
     "procrustes",
     "prune_and_retrain",
     "prune_heads",
+    "rank_correlation",
+    "resample_ablate_terms",
+    "resample_ablation_hooks",
+    "resample_heads_hooks",
     "residual_components",
+    "roc_auc",
     "rope_mechanism",
     "row_std_shares",
+    "run_with_edges",
+    "score_method",
     "single_head_mechanism",
     "spearman_position",
     "splice_hook",

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,8 @@ from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.model.clip import CLIP1D
 
 THRESHOLD = 0.05
+#: a ranking's scores: numbers or a 1-D tensor
+Scores = Sequence[float | int] | torch.Tensor
 CIRCUIT_FORMAT = 1
 
 
@@ -106,7 +108,8 @@ class Circuit:
         return [n for n in self.nodes if parse_node(n).kind in ("head", "mlp")]
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=False) + "\n"
+        """JSON text, floats rounded to 6 decimals (what a file holds)."""
+        return json.dumps(_rounded(asdict(self)), indent=1) + "\n"
 
     @staticmethod
     def from_json(text: str) -> Circuit:
@@ -134,6 +137,16 @@ class Circuit:
         return Circuit.from_json(Path(path).read_text())
 
 
+def _rounded(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return round(obj, 6) + 0.0
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_rounded(v) for v in obj]
+    return obj
+
+
 # ---- ablation values and circuit runs -------------------------------------------------------------------------------
 def reference_inputs(task: Task) -> dict[str, torch.Tensor]:
     """The reference set of each tower for mean ablation: its clean and corrupted inputs together (images and their
@@ -152,7 +165,7 @@ def ablation_values(task: Task, reference: Mapping[str, torch.Tensor] | None = N
 
 
 def run_circuit(
-    task: Task, keep: Sequence[Edge], values: Mapping[str, torch.Tensor], graph: Graph | None = None
+    task: Task, keep: Collection[Edge], values: Mapping[str, torch.Tensor], graph: Graph | None = None
 ) -> Float[torch.Tensor, " batch"]:
     """The metric per example with every edge not in ``keep`` ablated to its writer's ``values``. Call inside
     ``graph_flags``."""
@@ -396,7 +409,7 @@ def _ranks(x: torch.Tensor) -> torch.Tensor:
     return below + (equal - 1) / 2
 
 
-def roc_auc(scores: Sequence[float] | torch.Tensor, labels: Sequence[bool] | torch.Tensor) -> float:
+def roc_auc(scores: Scores, labels: Sequence[bool] | torch.Tensor) -> float:
     """Area under the ROC curve of ``scores`` for binary ``labels`` (Mann-Whitney; ties count 1/2); NaN when one
     class is empty.
 
@@ -411,9 +424,7 @@ def roc_auc(scores: Sequence[float] | torch.Tensor, labels: Sequence[bool] | tor
     return float((r[y].sum() - n_pos * (n_pos - 1) / 2) / (n_pos * n_neg))
 
 
-def precision_at_k(
-    scores: Sequence[float] | torch.Tensor, labels: Sequence[bool] | torch.Tensor, k: int | None = None
-) -> float:
+def precision_at_k(scores: Scores, labels: Sequence[bool] | torch.Tensor, k: int | None = None) -> float:
     """The fraction of ground-truth members among the ``k`` highest scores (default ``k`` = the number of members;
     ties broken by order).
 
@@ -428,10 +439,10 @@ def precision_at_k(
     return float(y[top].double().mean())
 
 
-def rank_correlation(a: Sequence[float] | torch.Tensor, b: Sequence[float] | torch.Tensor) -> float:
+def rank_correlation(a: Scores, b: Scores) -> float:
     """Spearman's rank correlation (average ranks for ties; NaN when either is constant).
 
-    >>> rank_correlation([1.0, 2.0, 3.0], [10.0, 30.0, 20.0])
+    >>> round(rank_correlation([1.0, 2.0, 3.0], [10.0, 30.0, 20.0]), 6)
     0.5
     """
     ra, rb = _ranks(torch.as_tensor(a)), _ranks(torch.as_tensor(b))

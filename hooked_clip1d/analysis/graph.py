@@ -217,10 +217,18 @@ def check_nodes(graph: Graph, names: Sequence[str], kind: Literal["writer", "por
 # ---- the task -------------------------------------------------------------------------------------------------------
 def _towers(target: object) -> dict[str, HookedEncoder]:
     if isinstance(target, CLIP1D):
-        return {"vision": target.vision, "text": target.text}
-    if isinstance(target, HookedEncoder):
-        return {target.cfg.tower: target}
-    raise TypeError(f"expected a tower (model.vision / model.text) or a CLIP1D model, got {type(target).__name__}")
+        towers = {"vision": target.vision, "text": target.text}
+    elif isinstance(target, HookedEncoder):
+        towers = {target.cfg.tower: target}
+    else:
+        raise TypeError(f"expected a tower (model.vision / model.text) or a CLIP1D model, got {type(target).__name__}")
+    for tower in towers.values():
+        if tower.cfg.normalization_type == "LN" and getattr(tower.cfg, "ln_position", "pre") == "post":
+            raise ValueError(
+                f"the {tower.cfg.tower} tower is post-LN (ln_position='post'): its residual stream is normalised "
+                "after every block, so it is not a sum of component outputs and has no writer/port graph"
+            )
+    return towers
 
 
 @dataclass

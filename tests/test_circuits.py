@@ -1,0 +1,214 @@
+"""Ground-truth circuits (shipped files, measurement, faithfulness / completeness / minimality), ACDC, method scores,
+and the mean / resample ablation factories (issue 37)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import make_model, no_hooks_left
+
+from hooked_clip1d import load_model
+from hooked_clip1d.analysis.attribution import Attribution, exact_patching
+from hooked_clip1d.analysis.circuits import (
+    Circuit,
+    ablation_values,
+    acdc,
+    circuit_scores,
+    ground_truth_circuit,
+    ground_truth_inputs,
+    node_scores_from_edges,
+    precision_at_k,
+    rank_correlation,
+    roc_auc,
+    run_circuit,
+    score_method,
+)
+from hooked_clip1d.analysis.graph import build_graph, graph_flags, mirror_task, parse_node
+from hooked_clip1d.analysis.hooks import (
+    mean_ablation_hooks,
+    mean_heads_hooks,
+    resample_ablation_hooks,
+    resample_heads_hooks,
+)
+from hooked_clip1d.analysis.metrics import pair_inputs
+from hooked_clip1d.analysis.term_ablation import mean_ablate_terms, resample_ablate_terms
+from hooked_clip1d.analysis.terms import ablate_terms
+from hooked_clip1d.pretrained.circuit_files import CIRCUIT_MODELS, list_circuits, load_circuit, measure_circuit
+
+FLAGSHIP = "simplified-ntot20-n2-10"
+
+
+@pytest.fixture(scope="module")
+def flagship():
+    return load_model(FLAGSHIP)
+
+
+# ---- shipped ground truth -------------------------------------------------------------------------------------------
+def test_every_shipped_circuit_is_faithful_and_fits_its_model():
+    assert list_circuits() == sorted(CIRCUIT_MODELS) and len(CIRCUIT_MODELS) >= 4
+    for name in CIRCUIT_MODELS:
+        c = load_circuit(name)
+        graph = build_graph(load_model(name))
+        assert c.model == name and c.components()
+        assert set(c.edge_pairs()) <= set(graph.edges) and set(c.nodes) <= set(graph.writers)
+        assert c.scores["faithfulness"] >= 0.8 and c.scores["completeness"] >= 0.9, name
+        assert {"edge_cost", "node_cost", "mirror_effect", "terms", "knockouts"} <= set(c.measurements)
+        # every kept edge passed the rule; every kept component reaches a readout
+        assert all(c.measurements["edge_cost"][e] >= c.definition["threshold"] for e in c.edges)
+        for comp in c.components():
+            assert any(e.startswith(comp + "->") for e in c.edges)
+
+
+def test_the_flagship_file_is_what_the_function_measures_today():
+    shipped, fresh = load_circuit(FLAGSHIP), measure_circuit(FLAGSHIP)
+    assert fresh.nodes == shipped.nodes and fresh.edges == shipped.edges
+    assert fresh.definition == shipped.definition
+    for key in ("faithfulness", "completeness", "minimality_min", "incompleteness_max"):
+        assert fresh.scores[key] == pytest.approx(shipped.scores[key], abs=1e-4)
+    for e, v in shipped.measurements["edge_cost"].items():
+        assert fresh.measurements["edge_cost"][e] == pytest.approx(v, abs=1e-4)
+
+
+def test_flagship_circuit_is_the_papers_mechanism():
+    """Head 2 reads where the objects are through its keys (E and P: the EP term) and what they are through its
+    values; ablating its EP term costs the whole belief (Fig. 5e); knocking out CLS -> right object in head 2 flips
+    it (Fig. 4c: head 2 attends right)."""
+    c = load_circuit(FLAGSHIP)
+    assert {"vision.embed->vision.L0.H2.k", "vision.pos->vision.L0.H2.k", "vision.embed->vision.L0.H2.v",
+            "vision.L0.H2->vision.readout"} <= set(c.edges)  # fmt: skip
+    assert [n for n in c.components() if n.startswith("vision")] == ["vision.L0.H2"]
+    assert c.measurements["terms"]["vision.L0.H2.EP"] > 0.9
+    assert c.measurements["knockouts"]["vision.H2.CLS->right"] > 1.5
+
+
+# ---- measuring and scoring a circuit --------------------------------------------------------------------------------
+def test_ground_truth_round_trip_and_scores(flagship, tmp_path):
+    imgs, caps = ground_truth_inputs(flagship, n=6)
+    c = ground_truth_circuit(flagship, imgs, caps, name="x")
+    again = Circuit.load(c.save(tmp_path / "c.json"))
+    assert again.nodes == c.nodes and again.edges == c.edges
+    assert again.scores["faithfulness"] == pytest.approx(c.scores["faithfulness"], abs=1e-6)
+    s = circuit_scores(flagship, imgs, caps, c)
+    assert s["faithfulness"] == pytest.approx(c.scores["faithfulness"], abs=1e-5)
+    # the whole graph is perfectly faithful and the empty circuit carries nothing
+    whole = Circuit("x", [], [f"{w}->{p}" for w, p in build_graph(flagship).edges])
+    w = circuit_scores(flagship, imgs, caps, whole)
+    assert w["faithfulness"] == pytest.approx(1.0, abs=1e-5) and w["completeness"] == pytest.approx(1.0, abs=1e-5)
+    empty = circuit_scores(flagship, imgs, caps, Circuit("x", [], []))
+    assert empty["faithfulness"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_run_circuit_keeps_everything_or_nothing(flagship):
+    imgs, caps = ground_truth_inputs(flagship, n=8)
+    task = mirror_task(flagship, imgs, caps)
+    with graph_flags(flagship):
+        values = ablation_values(task)
+        full = run_circuit(task, build_graph(flagship).edges, values)
+        assert torch.allclose(full, task.clean_metric(), atol=1e-4)
+        assert float(run_circuit(task, [], values).abs().max()) < 1e-4  # every image and caption looks the same
+        assert float(values["vision.pos"].abs().max()) == 0.0  # constant input: ablated to zero
+
+
+def test_bad_circuits_and_inputs_raise(flagship, tmp_path):
+    imgs, caps = ground_truth_inputs(flagship, n=4)
+    with pytest.raises(ValueError, match="threshold"):
+        ground_truth_circuit(flagship, imgs, caps, threshold=1.5)
+    with pytest.raises(ValueError, match="not edges"):
+        circuit_scores(flagship, imgs, caps, Circuit("x", [], ["vision.L0.H0->vision.L0.H1.q"]))
+    with pytest.raises(ValueError, match="writer->port"):
+        Circuit.from_json(json.dumps({"model": "x", "nodes": [], "edges": ["a"]}))
+    with pytest.raises(ValueError, match="not a circuit"):
+        Circuit.from_json("[]")
+    with pytest.raises(KeyError, match="no ground-truth circuit"):
+        load_circuit("full-ntot20-n2-10")
+    with pytest.raises(ValueError, match="post-LN"):
+        build_graph(make_model("full", ln_position="post"))
+
+
+def test_acdc_keeps_the_head_that_carries_left_right(flagship):
+    imgs, caps = ground_truth_inputs(flagship, n=12)
+    task = mirror_task(flagship, imgs, caps, target="vision")
+    res = acdc(task, threshold=0.05)
+    assert "vision.L0.H2->vision.readout" in res.info["kept"]
+    assert res.names == [f"{w}->{p}" for w, p in build_graph(task.target).edges]
+    with pytest.raises(ValueError, match="threshold"):
+        acdc(task, threshold=0.0)
+    assert no_hooks_left(flagship.vision)
+
+
+def test_method_scores():
+    assert roc_auc([3, 2, 1], [True, False, False]) == 1.0 and roc_auc([1, 2, 3], [True, False, False]) == 0.0
+    assert roc_auc([1, 1], [True, False]) == 0.5 and roc_auc([1, 2], [True, True]) != roc_auc([1, 2], [True, True])
+    assert precision_at_k([5, 4, 3], [False, True, True], k=1) == 0.0
+    assert rank_correlation([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    res = Attribution("m", ["a", "b", "c"], torch.tensor([-3.0, 0.1, 2.0]))
+    out = score_method(res, ["a", "c"], ["a", "b", "c"], exact=res)
+    assert out == {"auc": 1.0, "precision_at_k": 1.0, "k": 2, "rank_correlation": pytest.approx(1.0)}
+    with pytest.raises(ValueError, match="scores no"):
+        score_method(res, ["a"], ["a", "d"])
+    edges = Attribution("e", ["x->p", "x->q", "y->p"], torch.tensor([1.0, -2.0, 0.5]))
+    assert node_scores_from_edges(edges, ["x", "y", "z"]).as_dict() == {"x": 3.0, "y": 0.5, "z": 0.0}
+
+
+# ---- mean and resample ablation -------------------------------------------------------------------------------------
+def test_mean_and_resample_hooks(pairs_tiny):
+    model, imgs = pairs_tiny
+    tower = model.vision
+    _, cache = tower.run_with_cache(imgs)
+    z_mean = cache["blocks.0.attn.hook_z"].mean(0)
+
+    def manual(z, hook):
+        z = z.clone()
+        z[:, :, 1] = z_mean[None, :, 1]
+        return z
+
+    ours = tower.run_with_hooks(imgs, fwd_hooks=mean_heads_hooks(tower, [(0, 1)], imgs))
+    assert torch.allclose(ours, tower.run_with_hooks(imgs, fwd_hooks=[("blocks.0.attn.hook_z", manual)]), atol=1e-6)
+    whole = mean_ablation_hooks(tower, ["blocks.0.hook_resid_post"], imgs)
+    out = tower.run_with_hooks(imgs, fwd_hooks=whole)
+    assert torch.allclose(out, out[:1].expand_as(out), atol=1e-6)  # every image mapped to the same output
+    rng = torch.get_rng_state()
+    a = tower.run_with_hooks(imgs, fwd_hooks=resample_heads_hooks(tower, [(0, 0)], imgs, n=len(imgs), seed=3))
+    b = tower.run_with_hooks(imgs, fwd_hooks=resample_heads_hooks(tower, [(0, 0)], imgs, n=len(imgs), seed=3))
+    assert torch.equal(a, b) and torch.equal(torch.get_rng_state(), rng)
+    with pytest.raises(ValueError, match="draw as many"):
+        tower.run_with_hooks(imgs, fwd_hooks=resample_ablation_hooks(tower, ["hook_embed"], imgs, n=1))
+    with pytest.raises(ValueError, match="no head axis"):
+        mean_ablation_hooks(tower, ["hook_embed"], imgs, heads=[0])
+    with pytest.raises(ValueError, match="out of range"):
+        mean_heads_hooks(tower, [(0, 5)], imgs)
+    assert no_hooks_left(tower)
+
+
+def test_mean_ablating_ep_leaves_the_readout_but_zeroing_it_does_not(flagship):
+    """The EP term's CLS row is the same on every image (CLS and its position never change), so its mean is itself
+    and a one-layer readout (CLS) does not move; the paper's zero ablation removes it (Fig. 5e)."""
+    imgs, _ = ground_truth_inputs(flagship, n=16)
+    v = flagship.vision
+    base = v(imgs)
+    assert torch.allclose(v.run_with_hooks(imgs, fwd_hooks=mean_ablate_terms(v, ["EP"], imgs)), base, atol=1e-4)
+    assert not torch.allclose(v.run_with_hooks(imgs, fwd_hooks=ablate_terms(v, ["EP"])), base, atol=1e-2)
+    drawn = resample_ablate_terms(v, ["EE"], imgs, n=16, heads=[2], seed=1)
+    assert v.run_with_hooks(imgs, fwd_hooks=drawn).shape == base.shape
+    with pytest.raises(ValueError, match="VP"):
+        mean_ablate_terms(v, ["VP"], imgs)
+    with pytest.raises(ValueError, match="do not exist"):
+        mean_ablate_terms(v, ["ER"], imgs)
+
+
+def test_exact_patching_of_a_circuit_head_matches_its_measured_mirror_effect(flagship):
+    c = load_circuit(FLAGSHIP)
+    imgs, caps = ground_truth_inputs(flagship)
+    task = mirror_task(flagship, imgs, caps)
+    full = float(task.clean_metric().mean())
+    got = exact_patching(task)["vision.L0.H2"] / full
+    assert got == pytest.approx(c.measurements["mirror_effect"]["vision.L0.H2"], abs=1e-3)
+    assert parse_node("vision.L0.H2").head == 2
+
+
+@pytest.fixture(scope="module")
+def pairs_tiny(dataset):
+    model = make_model("simplified", seed=11)
+    return model, pair_inputs(dataset.splits["val_unseen"], dataset.vocab, n=6, seed=0)[0]
