@@ -76,6 +76,7 @@ def test_ship_writes_one_file_and_a_manifest(zoo):
     assert reg.list_checkpoints("tiny") == EPOCHS
     man = reg.trajectory_manifest("tiny")
     assert man["dtype"] == "float16" and man["final_epoch"] == 6 and man["file"] == "tiny.safetensors"
+    assert man["dtypes"] == {"0": "float16", "1": "float16", "2": "float16"}
     assert man["sha256"] == reg.sha256_file(zoo["target"]) and man["bytes"] == zoo["target"].stat().st_size
     assert man["checkpoint_sha256"]["6"] == reg.manifest("tiny")["sha256"]  # the last: the shipped weights file
     with safe_open(str(zoo["target"]), "pt") as f:
@@ -93,11 +94,13 @@ def test_ship_writes_one_file_and_a_manifest(zoo):
 def test_precision_is_measured_and_recorded(zoo):
     man = reg.trajectory_manifest("tiny")
     prec = man["precision"]
-    kept = {"dtype": "float16", "accepted": True, "mismatched_epochs": [], "overflow_epochs": []}
-    assert prec["candidates"] == [kept]
+    assert prec["candidates"] == ["float16", "bfloat16", "float32"]
     ds = unseen_probe(build_dataset(D6))
     for e in (0, 1, 2):
-        measured = prec["metrics"][str(e)]
+        rec = prec["checkpoints"][str(e)]
+        kept = {"dtype": "float16", "accepted": True, "images_differing": 0, "why": None}
+        assert rec["dtype"] == "float16" and rec["tried"] == [kept]
+        measured = rec["metrics"]
         assert measured["float16"] == measured["float32"]
         assert set(measured["float32"]) == {"train", "val_single", "val_seen", "val_unseen", "probe_unseen"}
         # the recorded accuracies are those of the stored weights, and of the float32 snapshot
@@ -109,7 +112,8 @@ def test_precision_is_measured_and_recorded(zoo):
 
 
 def test_precision_falls_back_when_float16_cannot_hold_a_weight(zoo, tmp_path):
-    """A weight past float16's range refuses float16 (recorded); the next precision that keeps the accuracies wins."""
+    """A weight past float16's range refuses float16 for that checkpoint (recorded); the next precision that keeps
+    its accuracies stores it, and the other checkpoints stay float16."""
     run = tmp_path / "run"
     shutil.copytree(zoo["run"], run)
     snap = run / "snapshots" / "epoch_00001.safetensors"
@@ -119,10 +123,19 @@ def test_precision_falls_back_when_float16_cannot_hold_a_weight(zoo, tmp_path):
     save_model(model, snap, extra={"epoch": 1})
     dest = tmp_path / "trajectories"
     reg.ship_trajectory(run, "tiny", dest=dest)
-    cands = json.loads((dest / "tiny.json").read_text())["precision"]["candidates"]
-    assert cands[0] == {"dtype": "float16", "accepted": False, "mismatched_epochs": [], "overflow_epochs": [1]}
-    assert cands[-1]["accepted"] and cands[-1]["dtype"] in ("bfloat16", "float32")
-    assert [c["dtype"] for c in cands] == ["float16", "bfloat16", "float32"][: len(cands)]
+    man = json.loads((dest / "tiny.json").read_text())
+    tried = man["precision"]["checkpoints"]["1"]["tried"]
+    assert tried[0] == {"dtype": "float16", "accepted": False, "images_differing": None, "why": "a weight does not fit"}
+    assert tried[-1]["accepted"] and [t["dtype"] for t in tried] == ["float16", "bfloat16", "float32"][: len(tried)]
+    assert man["dtypes"] == {"0": "float16", "1": tried[-1]["dtype"], "2": "float16"}
+    assert man["dtype"] == f"float16 x 2, {tried[-1]['dtype']} x 1"
+    with safe_open(str(dest / "tiny.safetensors"), "pt") as f:
+        assert f.get_tensor("epoch_00001.W_proj").dtype == getattr(torch, tried[-1]["dtype"])
+        assert f.get_tensor("epoch_00002.W_proj").dtype == torch.float16
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(reg, "TRAJECTORIES_DIR", dest)
+        stored = torch.tensor(1e6).to(getattr(torch, tried[-1]["dtype"])).item()
+        assert reg.load_model("tiny", checkpoint_value=1).W_proj[0, 0].item() == stored
 
 
 def test_explicit_epochs_and_dtypes(zoo, tmp_path):
@@ -134,6 +147,14 @@ def test_explicit_epochs_and_dtypes(zoo, tmp_path):
         reg.ship_trajectory(zoo["run"], "tiny", epochs=[0, 3], dest=dest)
     with pytest.raises(ValueError, match="dtypes must be"):
         reg.ship_trajectory(zoo["run"], "tiny", dtypes=["int8"], dest=dest)
+
+
+def test_the_size_budget_is_enforced_before_anything_is_written(zoo, tmp_path):
+    (tmp_path / "other.safetensors").write_bytes(b"x" * 30_000)  # another trajectory already shipped
+    with pytest.raises(ValueError, match=r"past the budget of 0.04 MB \(the others: 0.0 MB\): ship fewer checkpoints"):
+        reg.ship_trajectory(zoo["run"], "tiny", dest=tmp_path, budget_mb=0.04)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.safetensors"]  # nothing written, no temp file
+    reg.ship_trajectory(zoo["run"], "tiny", dest=tmp_path, budget_mb=1)
 
 
 def test_ship_refuses_a_zoo_model_not_exported_from_the_run(zoo, tmp_path):
@@ -169,7 +190,7 @@ def test_checkpoints_are_the_snapshots_at_the_stored_precision(zoo):
             assert v.dtype == torch.float32 and torch.equal(v, _state(snap)[k].half().float()), (e, k)
         assert not m.training and m.data_config == D6
         assert m.manifest["epochs"] == e and m.manifest["checkpoint"]["dtype"] == "float16"
-        measured = reg.trajectory_manifest("tiny")["precision"]["metrics"][str(e)]["float16"]
+        measured = reg.trajectory_manifest("tiny")["precision"]["checkpoints"][str(e)]["metrics"]["float16"]
         assert m.manifest["metrics"] == {k: v for k, v in measured.items() if k != "probe_unseen"}
         assert reg.model_name(m) == f"tiny @ epoch {e}"
         assert all(h <= e for h in m.manifest["history"]["epoch"])
@@ -332,9 +353,13 @@ def test_cli_analyze_dynamics(zoo, tmp_path, capsys):
 
 def test_cli_ship_trajectory(zoo, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(reg, "TRAJECTORIES_DIR", tmp_path)
-    assert main(["ship-trajectory", str(zoo["run"]), "--name", "tiny", "--epochs", "0,2,6", "--json"]) == 0
+    args = ["ship-trajectory", str(zoo["run"]), "--name", "tiny", "--epochs", "0,2,6", "--tolerance-images", "1"]
+    assert main([*args, "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["epochs"] == [0, 2, 6] and res["dtype"] == "float16" and (tmp_path / "tiny.safetensors").exists()
+    assert json.loads((tmp_path / "tiny.json").read_text())["precision"]["tolerance_images"] == 1
+    with pytest.raises(ValueError, match="tolerance must be an int >= 0"):
+        reg.ship_trajectory(zoo["run"], "tiny", dest=tmp_path, tolerance_images=-1)
     assert main(["ship-trajectory", str(zoo["run"]), "--name", "tiny", "--epochs", "0,x"]) == 2
     assert "--epochs must be a comma-separated list" in capsys.readouterr().err
 
@@ -374,9 +399,11 @@ def test_a_shipped_trajectory(name):
     man = reg.trajectory_manifest(name)
     assert len(epochs) >= 20 and epochs[0] == 0 and epochs[-1] == reg.manifest(name)["epochs"]
     assert _equal(reg.load_model(name, checkpoint_index=-1), reg.load_model(name))
-    at0 = man["precision"]["metrics"]["0"][man["dtype"]]
+    from hooked_clip1d.pretrained.trajectories import stored_metrics
+
+    at0 = stored_metrics(man, 0)
     assert at0["val_unseen"]["acc"] <= 0.05 and at0["probe_unseen"]["acc"] <= 0.05  # chance: 1 / n_captions
     for e in epochs[:-1]:
-        assert man["precision"]["metrics"][str(e)][man["dtype"]] == man["precision"]["metrics"][str(e)]["float32"]
+        assert stored_metrics(man, e) == man["precision"]["checkpoints"][str(e)]["metrics"]["float32"]
     assert len(reg.load_trajectory(name)) == len(epochs)
     assert [r["epoch"] for r in reg.trajectory_emergence(name).rows] == epochs

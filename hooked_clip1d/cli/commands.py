@@ -108,6 +108,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
 def _list_checkpoints(a: argparse.Namespace) -> int:
     """``list --checkpoints NAME``: the checkpoints of a shipped trajectory (or of a run directory's snapshots)."""
     from hooked_clip1d.pretrained import list_checkpoints, list_pretrained, manifest, trajectory_manifest
+    from hooked_clip1d.pretrained.trajectories import stored_metrics
 
     epochs = list_checkpoints(a.checkpoints)
     if a.checkpoints not in list_pretrained():  # a run directory: its snapshots
@@ -119,24 +120,20 @@ def _list_checkpoints(a: argparse.Namespace) -> int:
         )
         return 0
     man = trajectory_manifest(a.checkpoints)
-    measured = dict(man["precision"]["metrics"])  # the stored checkpoints' accuracies, measured at shipping
-    measured[str(man["final_epoch"])] = {man["dtype"]: manifest(a.checkpoints)["metrics"]}  # the shipped model's
-    rows = [
-        {
-            "index": i,
-            "epoch": e,
-            "dtype": "shipped model" if e == man["final_epoch"] else man["dtype"],
-            "unseen": measured[str(e)][man["dtype"]]["val_unseen"]["acc"],
-        }
-        for i, e in enumerate(epochs)
-    ]
+    final = manifest(a.checkpoints)
+    rows = []
+    for i, e in enumerate(epochs):
+        last = e == man["final_epoch"]  # the shipped model: its manifest's accuracies
+        acc = final["metrics"] if last else stored_metrics(man, e)
+        dtype = f"{final.get('weights_dtype', 'float32')} (shipped model)" if last else man["dtypes"][str(e)]
+        rows.append({"index": i, "epoch": e, "dtype": dtype, "unseen": acc["val_unseen"]["acc"]})
     if a.json:
         print(_dumps({"name": a.checkpoints, "dtype": man["dtype"], "checkpoints": rows}))
         return 0
-    print(f"{a.checkpoints}: {len(rows)} checkpoints ({man['dtype']}; the last is the shipped model)")
-    print(f"{'index':>5}  {'epoch':>6}  {'unseen-pair acc':>15}")
+    print(f"{a.checkpoints}: {len(rows)} checkpoints, stored as {man['dtype']}; the last is the shipped model")
+    print(f"{'index':>5}  {'epoch':>6}  {'unseen-pair acc':>15}  stored as")
     for r in rows:
-        print(f"{r['index']:>5}  {r['epoch']:>6}  {r['unseen']:>15.3f}")
+        print(f"{r['index']:>5}  {r['epoch']:>6}  {r['unseen']:>15.3f}  {r['dtype']}")
     return 0
 
 
@@ -193,18 +190,22 @@ def cmd_ship_trajectory(a: argparse.Namespace) -> int:
     from hooked_clip1d.pretrained import ship_trajectory, trajectory_manifest
 
     dtypes = [d for d in a.dtypes.split(",") if d]
-    target = ship_trajectory(a.run, a.name, epochs=_epoch_list(a.epochs), dtypes=dtypes)
+    target = ship_trajectory(
+        a.run,
+        a.name,
+        epochs=_epoch_list(a.epochs),
+        dtypes=dtypes,
+        budget_mb=a.budget_mb,
+        tolerance_images=a.tolerance_images,
+    )
     man = trajectory_manifest(a.name)
-    res = {k: man[k] for k in ("name", "epochs", "dtype", "bytes", "sha256")}
+    res = {k: man[k] for k in ("name", "epochs", "dtype", "dtypes", "bytes", "sha256")}
     if a.json:
-        print(_dumps({**res, "file": str(target), "candidates": man["precision"]["candidates"]}))
+        print(_dumps({**res, "file": str(target)}))
     else:
-        tried = ", ".join(
-            f"{c['dtype']} {'kept' if c['accepted'] else 'refused'}" for c in man["precision"]["candidates"]
-        )
-        print(
-            f"shipped {len(man['epochs'])} checkpoints of {a.name} ({tried}; {man['bytes'] / 1e6:.2f} MB) -> {target}"
-        )
+        print(f"shipped {len(man['epochs'])} checkpoints of {a.name} -> {target} ({man['bytes'] / 1e6:.2f} MB)")
+        tol = f", within {a.tolerance_images} images" if a.tolerance_images else ""
+        print(f"stored as {man['dtype']} (each at the first of {', '.join(dtypes)} that keeps its accuracies{tol})")
         print("epochs: " + ", ".join(map(str, man["epochs"])))
         print("update docs/zoo.md with `hooked-clip1d list --markdown` (its trajectory table)")
     return 0
@@ -542,8 +543,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "ship-trajectory",
         help="ship a finished run's snapshots as the training trajectory of a zoo model (maintainers)",
         description="ship RUN's snapshots as the trajectory of the zoo's NAME, which must have been exported from RUN "
-        "(hooked-clip1d export RUN --name NAME ...): the last checkpoint is the shipped model, the others are stored "
-        "at the first of --dtypes that keeps every checkpoint's accuracies (measured and recorded)",
+        "(hooked-clip1d export RUN --name NAME ...): the last checkpoint is the shipped model, each other one is "
+        "stored at the first of --dtypes that keeps its accuracies (measured and recorded)",
     )
     st.add_argument("run", help="finished training run directory with snapshots/ and model.safetensors")
     st.add_argument("--name", required=True, help="the zoo model exported from this run")
@@ -551,6 +552,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--epochs", default=None, help="comma-separated epochs (default: 0, 1, 2, 5, ..., 700, 1000, every 500)"
     )
     st.add_argument("--dtypes", default="float16,bfloat16,float32", help="precisions to try, in order")
+    st.add_argument(
+        "--budget-mb", type=float, default=25.0, help="refuse if all shipped trajectories would exceed this (MB)"
+    )
+    st.add_argument(
+        "--tolerance-images",
+        type=int,
+        default=0,
+        help="keep a precision whose accuracies differ from float32's by at most this many images (default 0: equal)",
+    )
     st.add_argument("--json", action="store_true", help="print JSON")
     st.set_defaults(func=cmd_ship_trajectory)
     return p

@@ -36,12 +36,14 @@ from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file fo
     STORE_DTYPES,
     NoTrajectoryError,
     checkpoint_epoch,
+    dtype_summary,
     measure_precision,
     numeric_diff,
     read_manifest,
     read_trajectory_file,
     run_snapshots,
     stored_checkpoint,
+    stored_metrics,
     trajectory_schedule,
     trajectory_tensors,
 )
@@ -373,9 +375,9 @@ def _attach_checkpoint(model: CLIP1D, name: str, man: dict[str, Any], epoch: int
     epochs = [int(e) for e in man["epochs"]]
     final = epoch == int(man["final_epoch"])
     info = {"index": epochs.index(epoch), "epoch": epoch, "epochs": epochs, "final": final}
-    info["dtype"] = base.get("weights_dtype", "float32") if final else man["dtype"]
+    info["dtype"] = base.get("weights_dtype", "float32") if final else man["dtypes"][str(epoch)]
     if not final:
-        measured = man["precision"]["metrics"][str(epoch)][man["dtype"]]
+        measured = stored_metrics(man, epoch)
         base["metrics"] = {k: v for k, v in measured.items() if k in base["metrics"]}
         base["epochs"] = epoch
         hist = base.get("history") or {}
@@ -501,6 +503,8 @@ def ship_trajectory(
     epochs: Sequence[int] | None = None,
     dtypes: Sequence[str] = STORE_DTYPES,
     dest: str | os.PathLike | None = None,
+    budget_mb: int | float = 25.0,
+    tolerance_images: int = 0,
 ) -> Path:
     """Ship a finished training run's snapshots as the training trajectory of zoo model ``name``; returns the path of
     the trajectory's ``.safetensors`` (its manifest ``.json`` beside it, in ``dest``, default ``TRAJECTORIES_DIR``).
@@ -508,9 +512,13 @@ def ship_trajectory(
     The zoo's ``name`` must have been exported from this run (``hooked-clip1d export RUN --name NAME ...``): its
     weights must equal the run's ``model.safetensors`` at the zoo file's precision, bit for bit; the last checkpoint
     is that shipped file. ``epochs`` defaults to ``trajectory_schedule(last epoch)`` among the run's snapshots.
-    The stored checkpoints take the first of ``dtypes`` at which every checkpoint's accuracies on every split equal
-    the float32 ones (``trajectories.measure_precision``; recorded in the manifest). The emergence rows are measured on
-    the stored weights and recorded, with the largest change of any of their numbers from the float32 weights.
+    Each stored checkpoint takes the first of ``dtypes`` at which its accuracies on every split equal its float32 ones
+    (``trajectories.measure_precision``; recorded in the manifest); ``tolerance_images`` > 0 accepts a precision whose
+    accuracies differ by at most that many images in any split (recorded too; rounding flips near-ties, e.g. in a
+    left/right-symmetric plateau, where float32 on another machine may flip them as well). The emergence rows are
+    measured on the stored weights and recorded, with the largest change of any of their numbers from the float32
+    weights. A trajectory that would bring all shipped trajectories (in ``dest``) past ``budget_mb`` MB is refused,
+    naming the sizes.
     Everything is measured before anything is written; each file is written atomically.
 
     Example (the command line: ``hooked-clip1d ship-trajectory RUN_DIR --name NAME``):
@@ -577,9 +585,13 @@ def ship_trajectory(
                 raise ValueError(f"snapshot {snaps[e]} has another model config than the run's model.safetensors")
 
         ds = unseen_probe(build_dataset(final.data_config))
-        store, kept, candidates, metrics = measure_precision(models, ds, dtypes)
-        if store is None:
-            raise ValueError(f"no precision of {list(dtypes)} keeps every checkpoint's accuracies: {candidates}")
+        kept_dtypes, kept, record = measure_precision(models, ds, dtypes, tolerance=tolerance_images)
+        refused = [e for e in stored if e not in kept_dtypes]
+        if refused:
+            raise ValueError(
+                f"no precision of {list(dtypes)} keeps the accuracies of the checkpoints at epochs {refused}: "
+                "add float32 to dtypes"
+            )
 
         # the emergence rows, on the stored weights and (to record what the rounding moved) on the float32 ones
         train_cfg = TrainConfig.from_dict(config["train_config"])
@@ -587,7 +599,7 @@ def ship_trajectory(
         try:
             em = emergence([*kept.items(), (last, shipped)], train_cfg, dataset=ds)
             moved, flipped = 0.0, []
-            if store != "float32":
+            if any(d != "float32" for d in kept_dtypes.values()):
                 em32 = emergence([*models.items(), (last, shipped)], train_cfg, dataset=ds)
                 moved = max(numeric_diff(a, b) for a, b in zip(em32.rows, em.rows, strict=True))
                 flipped = [
@@ -598,38 +610,62 @@ def ship_trajectory(
         except ValueError as err:  # not the paper's simplified vision tower: no mechanism report
             emerg = {"not_run": str(err)}
 
-        tensors, digests = trajectory_tensors(kept, store)
+        tensors, digests = trajectory_tensors(kept, kept_dtypes)
         digests[str(last)] = zman["sha256"]  # the last checkpoint: the shipped weights file
         epochs_all = [*stored, last]
+        dtype_map = {str(e): kept_dtypes[e] for e in stored}
         meta = {
             "model_config": config["model_config"],
             "data_config": config["data_config"],
             "train_config": config["train_config"],
-            "trajectory": {"name": name, "epochs": epochs_all, "final_epoch": last, "dtype": store},
+            "trajectory": {"name": name, "epochs": epochs_all, "final_epoch": last, "dtypes": dtype_map},
         }
         target = dest / f"{name}.safetensors"
-        save_tensors(target, tensors, meta)
-        man = {
-            "format": MANIFEST_FORMAT,
-            "name": name,
-            "epochs": epochs_all,
-            "final_epoch": last,
-            "final": f"weights/{name}.safetensors (the shipped model, sha256 {zman['sha256']})",
-            "dtype": store,
-            "file": target.name,
-            "sha256": sha256_file(target),
-            "bytes": target.stat().st_size,
-            "checkpoint_sha256": digests,
-            "chance": round(1.0 / len(ds.captions), 6),
-            "precision": {"method": PRECISION_METHOD, "candidates": candidates, "metrics": metrics},
-            "emergence": emerg,
-            "source": {
-                "run": portable_command(str(run_dir.resolve())),
-                "command": portable_command(config["provenance"]["command"]),
-                "snapshots": list(snaps),
-            },
-        }
-        atomic_write_text(dest / f"{name}.json", json.dumps(man, indent=2) + "\n")
+        pending = dest / f".{name}.pending.safetensors"  # checked against the budget before it replaces anything
+        save_tensors(pending, tensors, meta)
+        try:
+            man = {
+                "format": MANIFEST_FORMAT,
+                "name": name,
+                "epochs": epochs_all,
+                "final_epoch": last,
+                "final": f"weights/{name}.safetensors (the shipped model, sha256 {zman['sha256']})",
+                "dtype": dtype_summary(kept_dtypes),
+                "dtypes": dtype_map,
+                "file": target.name,
+                "sha256": sha256_file(pending),
+                "bytes": pending.stat().st_size,
+                "checkpoint_sha256": digests,
+                "chance": round(1.0 / len(ds.captions), 6),
+                "precision": {
+                    "method": PRECISION_METHOD,
+                    "candidates": list(dtypes),
+                    "tolerance_images": tolerance_images,
+                    "checkpoints": record,
+                },
+                "emergence": emerg,
+                "source": {
+                    "run": portable_command(str(run_dir.resolve())),
+                    "command": portable_command(config["provenance"]["command"]),
+                    "snapshots": list(snaps),
+                },
+            }
+            text = json.dumps(man, indent=2) + "\n"
+            size = man["bytes"] + len(text.encode())
+            present = [p for p in dest.glob("*") if p.is_file() and p.stem != name and not p.name.startswith(".")]
+            others = sum(p.stat().st_size for p in present)
+            if others + size > budget_mb * 1e6:
+                raise ValueError(
+                    f"shipping {name!r} ({size / 1e6:.1f} MB, {dtype_summary(kept_dtypes)}) would bring the "
+                    f"trajectories in {str(dest)!r} to {(others + size) / 1e6:.1f} MB, past the budget of "
+                    f"{budget_mb} MB (the others: {others / 1e6:.1f} MB): ship fewer checkpoints (--epochs) or "
+                    "raise the budget (--budget-mb)"
+                )
+            os.replace(pending, target)
+        finally:
+            if pending.exists():
+                pending.unlink()
+        atomic_write_text(dest / f"{name}.json", text)
     return target
 
 
@@ -649,13 +685,13 @@ def trajectory_table() -> str:
     for name in list_trajectories():
         m = trajectory_manifest(name)
         ep = m["epochs"]
-        first = m["precision"]["metrics"][str(ep[0])][m["dtype"]]["val_unseen"]["acc"]
+        first = stored_metrics(m, ep[0])["val_unseen"]["acc"]
         last = manifest(name)["metrics"]["val_unseen"]["acc"]
         size = m["bytes"] + (Path(TRAJECTORIES_DIR) / f"{name}.json").stat().st_size
         total += size
         shown = ", ".join(map(str, ep)) if len(ep) <= 4 else f"{ep[0]}, {ep[1]}, {ep[2]}, ..., {ep[-1]}"
         rows.append(
-            f"| `{name}` | {len(ep)} | {shown} | {m['dtype']} (the last: the shipped model) | {size / 1e6:.1f} MB | "
+            f"| `{name}` | {len(ep)} | {shown} | {m['dtype']}; the last: the shipped model | {size / 1e6:.1f} MB | "
             f"{first:.2f} -> {last:.2f} |"
         )
     if len(rows) == 2:

@@ -5,14 +5,15 @@ in ``hooked_clip1d.pretrained``: ``list_checkpoints``, ``load_model(name, checkp
 A shipped trajectory is two files in ``hooked_clip1d/pretrained/trajectories/``:
 
 - ``<name>.safetensors``: every checkpoint but the last, keys ``epoch_NNNNN.<state-dict key>`` (e.g.
-  ``epoch_00100.vision.embed.W_E``), at one precision for the whole trajectory (``measure_precision``: the first of
-  float16, bfloat16, float32 at which every checkpoint's accuracies equal its float32 ones); loading upcasts to
+  ``epoch_00100.vision.embed.W_E``), each at the smallest precision that keeps its accuracies (``measure_precision``:
+  the first of float16, bfloat16, float32 at which its accuracies on every split equal its float32 ones: float16
+  mostly; float32 where rounding flips a near-tie, as in a left/right-symmetric plateau); loading upcasts to
   float32. Its safetensors metadata carries the configs and a content digest, like every model file of the package
   (``model.checkpoint``).
 - ``<name>.json``: the manifest (``MANIFEST_FORMAT``): the epochs (the last is the shipped model's, which is not
-  stored again: it is ``weights/<name>.safetensors``), the dtype, the file's sha256, each stored checkpoint's content
-  sha256 (``checkpoint_digest``; for the last, the shipped file's sha256), the precision measurement and the
-  emergence rows measured on the stored weights.
+  stored again: it is ``weights/<name>.safetensors``), each checkpoint's dtype, the file's sha256, each stored
+  checkpoint's content sha256 (``checkpoint_digest``; for the last, the shipped file's sha256), the precision
+  measurement and the emergence rows measured on the stored weights.
 
 A run directory's ``snapshots/epoch_NNNNN.safetensors`` (``TrainConfig.snapshot_epochs``) is the same trajectory
 before shipping: ``run_snapshots`` lists them. Nothing here imports torch at module level.
@@ -40,10 +41,11 @@ if TYPE_CHECKING:
 MANIFEST_FORMAT = "hooked_clip1d-trajectory/1"
 STORE_DTYPES = ("float16", "bfloat16", "float32")  # tried in this order: the first whose accuracies match is kept
 PRECISION_METHOD = (
-    "each checkpoint's weights rounded to the candidate dtype (and back to float32) are evaluated on every split of "
-    "the dataset plus probe_unseen (every unseen ordered pair at every position pair); a candidate is kept when every "
-    "checkpoint's acc, relaxed and label-set equal those of its float32 weights exactly; candidates in order "
-    "float16, bfloat16, float32 (float16 and bfloat16 take the same bytes; float16 keeps more mantissa bits)"
+    "each checkpoint's weights rounded to a candidate dtype (and back to float32) are evaluated on every split of "
+    "the dataset plus probe_unseen (every unseen ordered pair at every position pair); a checkpoint is stored at the "
+    "first candidate at which its acc, relaxed and label-set accuracies on every split equal those of its float32 "
+    "weights (exactly, or within the recorded tolerance in images); candidates in order float16, bfloat16, float32 "
+    "(float16 and bfloat16 take the same bytes; float16 keeps more mantissa bits)"
 )
 
 
@@ -172,15 +174,17 @@ def stored_checkpoint(
     return build_model_from({f"model.{k}": v for k, v in state.items()}, meta, f"{source} epoch {epoch}")
 
 
-def trajectory_tensors(models: Mapping[int, CLIP1D], dtype: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """The tensors of a trajectory file (``epoch_NNNNN.<key>``, floating-point weights in ``dtype``) and each
-    checkpoint's ``checkpoint_digest``."""
+def trajectory_tensors(
+    models: Mapping[int, CLIP1D], dtypes: Mapping[int, str]
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors of a trajectory file (``epoch_NNNNN.<key>``, each checkpoint's floating-point weights in its dtype
+    of ``dtypes``) and each checkpoint's ``checkpoint_digest``."""
     import torch
 
-    store = getattr(torch, dtype)
     tensors: dict[str, torch.Tensor] = {}
     digests: dict[str, str] = {}
     for e, model in models.items():
+        store = getattr(torch, dtypes[e])
         state = {k: v.detach().to(store) if v.is_floating_point() else v for k, v in model.state_dict().items()}
         digests[str(e)] = checkpoint_digest(state)
         tensors.update({f"{checkpoint_key(e)}.{k}": v for k, v in state.items()})
@@ -206,53 +210,104 @@ def rounded(model: CLIP1D, dtype: str) -> CLIP1D | None:
     return out
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Equal metrics (an empty split's NaN equal to itself)."""
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+def images_differing(got: Mapping[str, Any], ref: Mapping[str, Any], dataset: Dataset) -> int:
+    """The largest number of images by which two ``evaluate`` results differ, over every split and metric (``acc``
+    and ``relaxed`` count over a split's images, ``label_set`` over its two-object images); 0 when they are equal.
+
+    Example:
+        >>> from hooked_clip1d import DataConfig, build_dataset
+        >>> ds = build_dataset(DataConfig(n_labels=6, n_heldout=2, n2=2))
+        >>> a = {"val_unseen": {"n": 10, "acc": 0.5, "relaxed": 0.5, "label_set": 1.0}}
+        >>> images_differing(a, {"val_unseen": {**a["val_unseen"], "acc": 0.7}}, ds)
+        2
+    """
+    worst = 0
+    for split, r in ref.items():
+        g = got[split]
+        n_pair = int(dataset.splits[split].is_pair.sum())
+        for metric, denom in (("acc", r["n"]), ("relaxed", r["n"]), ("label_set", n_pair)):
+            a, b = r.get(metric), g.get(metric)
+            if a is None or b is None or a != a or b != b:  # no such metric here, or an empty split's NaN
+                if (a is None) != (b is None) or (a != a) != (b != b):
+                    return 1 << 30
+                continue
+            worst = max(worst, round(abs(a - b) * denom))
+    return worst
 
 
 def measure_precision(
-    models: Mapping[int, CLIP1D], dataset: Dataset, dtypes: Sequence[str] = STORE_DTYPES
-) -> tuple[str | None, dict[int, CLIP1D], list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    models: Mapping[int, CLIP1D], dataset: Dataset, dtypes: Sequence[str] = STORE_DTYPES, tolerance: int = 0
+) -> tuple[dict[int, str], dict[int, CLIP1D], dict[str, dict[str, Any]]]:
     """The precision measurement (``PRECISION_METHOD``) of checkpoints ``{epoch: model}`` on ``dataset`` (every split
-    of it is evaluated): returns the kept dtype (None if no candidate keeps the accuracies), the checkpoints rounded to
-    it, one record per candidate tried (``dtype``, ``accepted``, ``mismatched_epochs``, ``overflow_epochs``) and the
-    accuracies ``{epoch: {"float32": ..., dtype: ...}}``.
+    of it is evaluated): per checkpoint the first of ``dtypes`` at which its accuracies equal its float32 ones
+    (``tolerance`` > 0: differ by at most that many images in any split and metric; 0, the default: equal).
+
+    Returns ``{epoch: dtype}`` (a checkpoint that no candidate keeps is left out), the checkpoints rounded to their
+    dtype, and the record ``{epoch: {"dtype": kept or None, "tried": [{"dtype", "accepted", "images_differing",
+    "why"}, ...], "metrics": {"float32": ..., dtype: ...}}}`` (``why``: "accuracies differ" or "a weight does not
+    fit").
 
     Example:
         >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig, build_dataset
         >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4), seed=0).eval()
         >>> m.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)
-        >>> kept, _, tried, acc = measure_precision({0: m}, build_dataset(m.data_config))
-        >>> kept, [t["accepted"] for t in tried], acc["0"]["float16"] == acc["0"]["float32"]
-        ('float16', [True], True)
+        >>> kept, _, record = measure_precision({0: m}, build_dataset(m.data_config))
+        >>> kept, [t["accepted"] for t in record["0"]["tried"]]
+        ({0: 'float16'}, [True])
     """
     from hooked_clip1d.evaluation import evaluate
 
     unknown = [d for d in dtypes if d not in STORE_DTYPES]
     if unknown or not dtypes:
         raise ValueError(f"dtypes must be a non-empty list of {list(STORE_DTYPES)}, got {list(dtypes)}")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int) or tolerance < 0:
+        raise ValueError(f"tolerance must be an int >= 0 (images), got {tolerance!r}")
     splits = list(dataset.splits)
-    metrics = {str(e): {"float32": evaluate(m, dataset, splits=splits)} for e, m in models.items()}
-    candidates: list[dict[str, Any]] = []
-    for dt in dtypes:
-        kept: dict[int, CLIP1D] = {}
-        mismatch, overflow = [], []
-        for e, m in models.items():
+    kept: dict[int, str] = {}
+    models_kept: dict[int, CLIP1D] = {}
+    record: dict[str, dict[str, Any]] = {}
+    for e, m in models.items():
+        ref = evaluate(m, dataset, splits=splits)
+        rec: dict[str, Any] = {"dtype": None, "tried": [], "metrics": {"float32": ref}}
+        for dt in dtypes:
             r = m if dt == "float32" else rounded(m, dt)
             if r is None:
-                overflow.append(e)
+                no_fit = {"dtype": dt, "accepted": False, "images_differing": None, "why": "a weight does not fit"}
+                rec["tried"].append(no_fit)
                 continue
-            kept[e] = r
-            got = metrics[str(e)]["float32"] if dt == "float32" else evaluate(r, dataset, splits=splits)
-            metrics[str(e)][dt] = got
-            if not _same(got, metrics[str(e)]["float32"]):
-                mismatch.append(e)
-        ok = not mismatch and not overflow
-        candidates.append({"dtype": dt, "accepted": ok, "mismatched_epochs": mismatch, "overflow_epochs": overflow})
-        if ok:
-            return dt, kept, candidates, metrics
-    return None, {}, candidates, metrics
+            got = ref if dt == "float32" else evaluate(r, dataset, splits=splits)
+            rec["metrics"][dt] = got
+            diff = images_differing(got, ref, dataset)
+            ok = diff <= tolerance
+            why = None if ok else "accuracies differ"
+            rec["tried"].append({"dtype": dt, "accepted": ok, "images_differing": diff, "why": why})
+            if ok:
+                rec["dtype"], kept[e], models_kept[e] = dt, dt, r
+                break
+        record[str(e)] = rec
+    return kept, models_kept, record
+
+
+def stored_metrics(man: Mapping[str, Any], epoch: int) -> dict[str, Any]:
+    """The accuracies of a stored checkpoint, measured at shipping on the weights as stored (every split and the
+    unseen probe)."""
+    rec = man["precision"]["checkpoints"][str(epoch)]
+    return rec["metrics"][rec["dtype"]]
+
+
+def dtype_summary(dtypes: Mapping[Any, str]) -> str:
+    """``"float16"`` when every checkpoint has that dtype, else the counts: ``"float16 x 20, float32 x 10"``.
+
+    Example:
+        >>> dtype_summary({0: "float32", 1: "float16", 2: "float16"}), dtype_summary({0: "float16"})
+        ('float16 x 2, float32 x 1', 'float16')
+    """
+    counts: dict[str, int] = {}
+    for d in dtypes.values():
+        counts[d] = counts.get(d, 0) + 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{d} x {n}" for d, n in sorted(counts.items(), key=lambda kv: STORE_DTYPES.index(kv[0])))
 
 
 def numeric_diff(a: Any, b: Any) -> float:
@@ -282,7 +337,9 @@ __all__ = [
     "checkpoint_digest",
     "checkpoint_epoch",
     "checkpoint_key",
+    "dtype_summary",
     "file_sha256",
+    "images_differing",
     "measure_precision",
     "numeric_diff",
     "read_manifest",
@@ -290,6 +347,7 @@ __all__ = [
     "rounded",
     "run_snapshots",
     "stored_checkpoint",
+    "stored_metrics",
     "trajectory_schedule",
     "trajectory_tensors",
 ]
