@@ -44,3 +44,16 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         Path(tmp).write_text(text, encoding="utf-8")
 
     atomic_write(path, w)
+
+
+class UnknownNameError(KeyError, ValueError):
+    """A name the caller gave is not one this package knows (a zoo model, a circuit, a figure): a ``KeyError`` for
+    lookups, and a ``ValueError`` so the command line reports it as a usage error. Its message lists what exists.
+
+    Example:
+        >>> str(UnknownNameError("unknown model 'x'; known: ['a']"))
+        "unknown model 'x'; known: ['a']"
+    """
+
+    def __str__(self) -> str:  # KeyError's repr-quoting would wrap the message in quotes
+        return str(self.args[0]) if self.args else ""

@@ -94,8 +94,8 @@ def test_no_import_cycles():
 @pytest.mark.parametrize(
     "code",
     [
-        "import hooked_clip1d.cli.commands as c; c.build_parser(None)",  # --help, argument errors
-        "import hooked_clip1d.cli.commands as c; c.build_parser('train')",  # train --help: defaults from settings
+        "import hooked_clip1d.cli.commands as c; c.build_parser()",  # --help, argument errors
+        "import hooked_clip1d.cli.commands as c; c.build_parser().parse_args(['train', '--out', 'x'])",  # defaults
         "from hooked_clip1d import DataConfig, TrainConfig, settings; DataConfig(); TrainConfig(); settings.RECIPES",
     ],
 )

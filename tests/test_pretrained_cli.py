@@ -308,7 +308,7 @@ def test_train_help_shows_each_default_once_and_every_option_helps():
 
     from hooked_clip1d.cli.commands import build_parser
 
-    p = build_parser("train")
+    p = build_parser()
     train = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices["train"]
     text = train.format_help()
     assert "(default: None)" not in text and "(default: 10000)" in text

@@ -14,8 +14,8 @@ def main(argv: list[str] | None = None) -> int:
     return _main(argv)
 
 
-def build_parser(command: str | None = None) -> Any:
+def build_parser() -> Any:
     """The command line's parser (``cli.commands.build_parser``)."""
     from hooked_clip1d.cli.commands import build_parser as _build
 
-    return _build(command)
+    return _build()

@@ -381,9 +381,9 @@ def _progress(items: list[str], desc: str, disable: bool = False):
     return tqdm(items, desc=desc, disable=disable)
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser. Only the subcommand being run (``command``) loads what its arguments need (config
-    defaults, analysis and figure names), so ``--help`` and argument errors answer without importing torch."""
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser. It imports no torch: defaults come from the torch-free ``settings``, and analysis and
+    figure names are checked when a command runs, so ``--help`` and argument errors answer at once."""
     p = argparse.ArgumentParser(
         prog="hooked-clip1d",
         description="Train, load, hook, dissect and visualise the tiny 1D CLIP models of arXiv 2601.12809.",
@@ -590,9 +590,7 @@ _SWEEPS_HOME = "$HOOKED_CLIP1D_SWEEPS or ~/.local/share/hooked_clip1d/sweeps"
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    command = next((x for x in args if not x.startswith("-")), None)
-    parser = build_parser(command)
-    a = parser.parse_args(args)
+    a = build_parser().parse_args(args)
     from hooked_clip1d.training.rundir import RunDirBusy, TrainingInterrupted
 
     try:
@@ -606,18 +604,10 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return 0
-    except (
-        ValueError,
-        TypeError,
-        FileExistsError,
-        FileNotFoundError,
-        NotADirectoryError,
-        KeyError,
-        RunDirBusy,
-        FloatingPointError,
-    ) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"hooked-clip1d {a.command}: error: {msg}", file=sys.stderr)
+    except (ValueError, FileExistsError, FileNotFoundError, NotADirectoryError, RunDirBusy, FloatingPointError) as e:
+        # what a user can cause (a bad value, name or path, a busy or used folder, a diverged run): one line, exit 2;
+        # anything else (a TypeError, a KeyError, ...) is a bug of ours and keeps its traceback
+        print(f"hooked-clip1d {a.command}: error: {e}", file=sys.stderr)
         return 2
 
 

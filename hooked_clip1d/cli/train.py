@@ -283,7 +283,8 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
         for f, want in asked[section].items():
             if f in named and getattr(have, f) != want:
                 where = "train_config" if section == "train" else "model_config.vision"
-                diffs.append(f"{where}.{f}: the run has {getattr(have, f)!r}, the flags say {want!r}")
+                shown = [_listed(getattr(have, f)), _listed(want)]
+                diffs.append(f"{where}.{f}: the run has {shown[0]!r}, the flags say {shown[1]!r}")
     data_flags = {"n_labels", "n_heldout", "n1", "n2", "n_val", "caption_mode", "data_seed"}
     if given & data_flags:
         want = _data_cfg(argparse.Namespace(**{**vars(a), "seed": a.seed if "seed" in given else tc.seed}))
@@ -310,6 +311,11 @@ def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
         threads=a.threads,
     )
     return model_cfg, data_cfg, tc
+
+
+def _listed(v: Any) -> Any:
+    """A tuple field shown as the list ``config.json`` holds."""
+    return list(v) if isinstance(v, tuple) else v
 
 
 def _add_recipe_args(g: Any) -> None:

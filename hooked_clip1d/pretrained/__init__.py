@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hooked_clip1d._version import DEFAULT_MODEL as DEFAULT_MODEL  # defined torch-free, for the CLI's parser
+from hooked_clip1d._version import DEFAULT_MODEL as DEFAULT_MODEL
+from hooked_clip1d.files import UnknownNameError  # defined torch-free, for the CLI's parser
 from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file format (torch-free at import)
     MANIFEST_FORMAT,
     PRECISION_METHOD,
@@ -79,7 +80,7 @@ def manifest(name: str) -> dict[str, Any]:
                 f"; {name!r} is a path: load a model file or run directory with "
                 f"`from hooked_clip1d import resolve_model; resolve_model({name!r})`"
             )
-        raise KeyError(f"unknown pretrained model {name!r}{hint}; known models: {known}")
+        raise UnknownNameError(f"unknown pretrained model {name!r}{hint}; known models: {known}")
     path = WEIGHTS_DIR / f"{name}.json"
     try:
         d = json.loads(path.read_text())

@@ -188,7 +188,12 @@ def null_rows(spec_path: Path, seed: int, init_std: float, workdir: Path) -> lis
         d = workdir / r.name
         d.mkdir(parents=True, exist_ok=True)
         save_model(model, d / "model.safetensors", r.data_cfg, extra={"train_config": r.train_cfg.to_dict()})
-        (d / "config.json").write_text(json.dumps({"train_config": r.train_cfg.to_dict()}))
+        save_model(model, d / "snapshots" / "epoch_00000.safetensors", r.data_cfg, extra={"epoch": 0})
+        configs = {"model_config": cfg.to_dict(), "data_config": r.data_cfg.to_dict(),
+                   "train_config": r.train_cfg.to_dict()}  # fmt: skip
+        (d / "config.json").write_text(json.dumps(configs))
+        (d / "metrics.jsonl").write_text(json.dumps({"epoch": 0, "step": 0, "loss": None, "eval": metrics}) + "\n")
+        (d / "summary.json").write_text(json.dumps({"epochs": 0, "steps": 0, "final_metrics": metrics}))
         row: dict[str, Any] = {"run": r.name, **r.params, "n_labels": r.model_cfg.n_labels, "n2": r.data_cfg.n2,
                                "seed": r.train_cfg.seed, "epochs": 0, "steps": 0, "train_seconds": 0.0,
                                "final_loss": None, "path": str(d)}  # fmt: skip
@@ -203,7 +208,7 @@ def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, 
     """The figure's checks on untrained models (``NULL_SEEDS`` x ``NULL_INIT_STDS``): per check, how many pass and
     the values the figure states for it (``Outcome.values``); the models' names. A variant whose run raises is
     reported with its error (and counts as passing every check: it cannot show that a check fails)."""
-    from hooked_clip1d.reproduce import core
+    import hooked_clip1d.reproduce.core as core
 
     variants: list[dict[str, Any]] = []
     for std in NULL_INIT_STDS:

@@ -68,6 +68,7 @@ class FigureSpec:
     run: Callable[[dict[str, CLIP1D]], Outcome]
     beyond_paper: bool = False  # an experiment the paper does not run (own section of the results page)
     sweep: str | None = None  # a sweep spec in hooked_clip1d/sweeps/ whose results the figure reads
+    extra_sweeps: tuple[str, ...] = ()  # further sweeps whose finished runs are added to its rows (key "sweep")
     # While the sweep is unfinished: checks on the zoo models (``models``) that are cells of its grid, given their
     # manifests. The verdict is then at most "partly": the sweep's trend itself is untested.
     cell_checks: Callable[[dict[str, dict[str, Any]]], list[tuple[str, bool]]] | None = None

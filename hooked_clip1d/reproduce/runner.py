@@ -146,6 +146,13 @@ def reproduce(
         else:
             rows = results_table(load_spec(sweep_spec), sweep_out)
         n_runs = len(load_spec(sweep_spec).runs)
+        if len(rows) == n_runs and spec.extra_sweeps:  # finished: add the other sweeps' finished runs
+            rows = [{**r, "sweep": spec.sweep} for r in rows]
+            for extra in spec.extra_sweeps:
+                home = Path(sweeps_dir if sweeps_dir is not None else sweeps_home()) / extra
+                rows += [
+                    {**r, "sweep": extra} for r in results_table(load_spec(core.SWEEPS_DIR / f"{extra}.toml"), home)
+                ]
         interim = progress_table(load_spec(sweep_spec), sweep_out) if len(rows) < n_runs else []
         if len(rows) < n_runs and len(interim) == n_runs:
             record.update(_outcome_record(spec.run(interim), out, spec, f"sweep {spec.sweep} (interim)"))  # type: ignore[arg-type]
