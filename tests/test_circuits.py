@@ -212,3 +212,19 @@ def test_exact_patching_of_a_circuit_head_matches_its_measured_mirror_effect(fla
 def pairs_tiny(dataset):
     model = make_model("simplified", seed=11)
     return model, pair_inputs(dataset.splits["val_unseen"], dataset.vocab, n=6, seed=0)[0]
+
+
+def test_x_circuits_benchmark_on_one_model(monkeypatch):
+    """The benchmark's figure function on the flagship alone (EAP-IG with 2 steps to keep it short): a row per
+    method with its AUCs, times and ranks, and an untrained model is reported as having no circuit."""
+    import hooked_clip1d.reproduce.circuits as xc
+    from hooked_clip1d.reproduce.controls import substitute
+
+    monkeypatch.setattr(xc, "IG_STEPS", 2)
+    out = xc._x_circuits({FLAGSHIP: load_model(FLAGSHIP), "untrained": substitute(FLAGSHIP, "untrained:0")})
+    rows = out.numbers["models"][FLAGSHIP]["rows"]
+    assert [r["method"] for r in rows] == list(xc.METHODS)
+    assert all(r["seconds"] > 0 and r["node_auc"] == 1.0 for r in rows)
+    assert out.numbers["models"]["untrained"]["circuit"] is None
+    assert not any(ok for _, ok in out.checks[:5])  # the untrained model does not do the task: every claim fails
+    assert set(out.figures) == {"benchmark"} and out.table[0].startswith("Mean over the 1 models")

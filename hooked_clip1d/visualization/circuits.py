@@ -1,0 +1,69 @@
+"""Figures of circuit discovery: how each method ranks a ground-truth circuit, and what it costs.
+
+``plot_circuit_benchmark(rows)`` draws, per method, the ROC AUC of its node and edge rankings against the
+ground-truth circuits (bar: the mean over models; dots: each model; dashed line: chance) and its wall time (log
+scale), from the rows ``reproduce x-circuits`` records.
+
+Example:
+    >>> rows = [{"model": "m", "method": "AtP", "node_auc": 1.0, "edge_auc": None, "seconds": 0.1},
+    ...         {"model": "m", "method": "EAP", "node_auc": 0.5, "edge_auc": 0.75, "seconds": 0.2}]
+    >>> fig = plot_circuit_benchmark(rows)
+    >>> [ax.get_title() for ax in fig.axes]
+    ['nodes (heads, MLPs)', 'edges', 'wall time']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from hooked_clip1d.visualization.style import bars, legend_outside, reference_line
+
+
+def _mean(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    return float(np.mean(vals)) if vals else None
+
+
+def plot_circuit_benchmark(rows: Sequence[Mapping[str, Any]]) -> Figure:
+    """Node AUC, edge AUC and wall time per method (module docstring). ``rows``: one per (model, method) with keys
+    ``model``, ``method``, ``node_auc``, ``edge_auc`` (None where the method has no such ranking) and ``seconds``."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    if not methods:
+        raise ValueError("no benchmark rows to plot")
+    fig, axes = plt.subplots(1, 3, figsize=(12.5, 3.6), gridspec_kw={"width_ratios": [1, 1, 1]})
+    x = np.arange(len(methods))
+    markers = "osD^v<>ph"
+    for ax, key, title in ((axes[0], "node_auc", "nodes (heads, MLPs)"), (axes[1], "edge_auc", "edges")):
+        per = {m: [r[key] for r in rows if r["method"] == m] for m in methods}
+        bars(ax, x, [_mean(per[m]) for m in methods], width=0.6, color="lightsteelblue")
+        for j, model in enumerate(models):
+            ys = [next((r[key] for r in rows if r["method"] == m and r["model"] == model), None) for m in methods]
+            pts = [(xi, y) for xi, y in zip(x, ys, strict=True) if y is not None and not math.isnan(y)]
+            if pts:
+                ax.scatter(*zip(*pts, strict=True), s=14, marker=markers[j % len(markers)], color="k", zorder=4,
+                           label=model)  # fmt: skip
+        reference_line(ax, 0.5, "chance (AUC 0.5)", color="gray")
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("ROC AUC against the ground truth")
+        ax.set_title(title, fontsize=9)
+        ax.set_xticks(x, methods, rotation=40, ha="right", fontsize=7)
+    secs = {m: _mean([r["seconds"] for r in rows if r["method"] == m]) for m in methods}
+    bars(axes[2], x, [secs[m] for m in methods], width=0.6, color="tan")
+    axes[2].set_yscale("log")
+    axes[2].set_ylabel("seconds per model (mean)")
+    axes[2].set_title("wall time", fontsize=9)
+    axes[2].set_xticks(x, methods, rotation=40, ha="right", fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    legend_outside(axes[2], handles=handles, labels=labels)
+    fig.tight_layout()
+    return fig
+
+
+__all__ = ["plot_circuit_benchmark"]
