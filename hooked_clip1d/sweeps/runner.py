@@ -19,25 +19,9 @@ Either way each run's weights are those of a one-group-at-a-time sweep.
 
 Example:
     >>> import tempfile, pathlib
+    >>> from hooked_clip1d.sweeps.spec import TINY_SPEC  # 2 label counts x 2 seeds, 1 epoch
     >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (d / "s.toml").write_text('''
-    ... name = "doc"
-    ... [model]
-    ... preset = "simplified"
-    ... d_model = 16
-    ... d_head = 4
-    ... n_heads = 2
-    ... [data]
-    ... n_heldout = 2
-    ... n2 = 2
-    ... [train]
-    ... epochs = 1
-    ... batch_size = 16
-    ... [grid]
-    ... n_labels = [5, 6]
-    ... seed = [0, 1]
-    ... ''')
-    >>> rows = run_sweep(d / "s.toml", d / "out", progress=False)
+    >>> rows = run_sweep(TINY_SPEC, d / "out", progress=False)
     >>> [(r["run"], r["steps"]) for r in rows]
     [('n_labels-5_seed-0', 3), ('n_labels-5_seed-1', 3), ('n_labels-6_seed-0', 4), ('n_labels-6_seed-1', 4)]
 """

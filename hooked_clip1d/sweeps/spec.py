@@ -46,6 +46,10 @@ from hooked_clip1d.model.clip import CLIPConfig
 from hooked_clip1d.model.config import PRESETS, EncoderConfig, TextConfig, VisionConfig
 from hooked_clip1d.settings import RECIPES, DataConfig, TrainConfig
 
+# the folder of the shipped sweep specs (the figures' sweeps), and a tiny one for examples and doctests
+SPECS_DIR = Path(__file__).resolve().parent
+TINY_SPEC = SPECS_DIR / "tiny.toml"
+
 _DATA_FIELDS = {f.name for f in dataclasses.fields(DataConfig)}
 _TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
 _ENC_FIELDS = {f.name for f in dataclasses.fields(EncoderConfig) if f.init} - {"device"}

@@ -9,29 +9,12 @@ folder's ``.lock``), so it is safe to run beside the sweep, from another shell.
 Example:
     >>> import tempfile, pathlib
     >>> from hooked_clip1d.sweeps.runner import run_sweep
+    >>> from hooked_clip1d.sweeps.spec import TINY_SPEC
     >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (d / "s.toml").write_text('''
-    ... name = "doc"
-    ... [model]
-    ... preset = "simplified"
-    ... d_model = 16
-    ... d_head = 4
-    ... n_heads = 2
-    ... [data]
-    ... n_labels = 6
-    ... n_heldout = 2
-    ... n2 = 2
-    ... [train]
-    ... epochs = 2
-    ... batch_size = 16
-    ... eval_every = 1
-    ... [grid]
-    ... seed = [0, 1]
-    ... ''')
-    >>> _ = run_sweep(d / "s.toml", d / "out", progress=False, max_steps=4)  # stopped half-way
-    >>> st = sweep_status(d / "s.toml", d / "out")
+    >>> _ = run_sweep(TINY_SPEC, d / "out", progress=False, max_steps=2)  # stopped before the end
+    >>> st = sweep_status(TINY_SPEC, d / "out")
     >>> st["model_steps"], st["model_steps_planned"], st["runs_finished"], st["running"]
-    (8, 16, 0, None)
+    (8, 14, 0, None)
 """
 
 from __future__ import annotations
