@@ -1,20 +1,25 @@
 """benchmarks/gpu_queue.sh on the CPU: a sweep that does not finish in one lent session comes back in parts.
 
 Two "sessions" (fresh $STATE each, as a GPU machine is after it goes back): the first stops after 7 steps, when one
-of the two runs has finished; its archive holds that run alone. Unpacked here and carried (`gpu_queue.sh carry`),
-it is not retrained by the second session, which trains the other run over two calls and brings back only it.
+of the two runs has finished; it brings back that run and the resumable state of the other (its group's weights,
+AdamW moments, data order and dropout stream). Unpacked here and carried (`gpu_queue.sh carry`), the finished run
+is not retrained by the second session, and the other resumes at step 7: both end bit for bit where one
+uninterrupted sweep ends.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
+import torch
 
-from hooked_clip1d.sweeps.runner import load_spec, results_table
+from hooked_clip1d.model.checkpoint import read_tensors
+from hooked_clip1d.sweeps.runner import load_spec, results_table, run_sweep
 from hooked_clip1d.sweeps.transfer import unpack_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,35 +54,50 @@ def members(archive: Path) -> set[str]:
 
 
 @pytest.mark.slow
-def test_a_sweep_finished_over_two_sessions_retrains_nothing(tmp_path):
+def test_a_sweep_finished_over_two_sessions_retrains_nothing_and_resumes_bit_for_bit(tmp_path):
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "t.toml").write_text(SPEC)
     home = tmp_path / "home"
     # session 1: 7 steps; n_labels 5 has 3 steps an epoch (finishes at 6), n_labels 7 has 5 (needs 10)
     out = queue(tmp_path, "120", STATE=str(tmp_path / "s1"), OUT=str(tmp_path / "o1"), FLAGS="--max-steps 7")
     assert "1 of 2 runs finished (1 of them trained on this machine)" in out
+    assert "packed 1 new runs, 0 sent before, resumable state: g000" in out and "at step 7" in out
     assert not (tmp_path / "s1" / "done-t").exists()
-    (a1,) = sorted((tmp_path / "o1" / "t").glob("*.tar"))
-    assert members(a1) == {"n_labels-5"}
-    unpack_runs([a1], home / "t")
+    assert sorted(p.name for p in (tmp_path / "o1" / "t").iterdir()) == ["runs-000.tar", "state-000.tar"]
+    assert members(tmp_path / "o1" / "t" / "runs-000.tar") == {"n_labels-5"}
+    out = queue(tmp_path, "unpack", str(tmp_path / "o1"), HOOKED_CLIP1D_SWEEPS=str(home))
+    assert "t: 1 runs and the resumable state" in out
     (tmp_path / "other").mkdir()  # a spec that would not train them as they were: refused here, not on the GPU
     (tmp_path / "other" / "t.toml").write_text(SPEC.replace("[train]", "[train]\nlr = 0.001"))
     out = queue(tmp_path, "carry", rc=3, HOOKED_CLIP1D_SWEEPS=str(home), SPEC_DIR=str(tmp_path / "other"))
     assert "train_config.lr: trained with 0.0001, the spec asks 0.001" in out
+    out = queue(tmp_path, "carry", HOOKED_CLIP1D_SWEEPS=str(home), CARRY_MIB="0.001")  # no room for the state
+    assert "1 finished runs" in out and "WARNING: the state of" in out
+    assert not (tmp_path / "carry" / "t" / "groups").exists()
     out = queue(tmp_path, "carry", HOOKED_CLIP1D_SWEEPS=str(home))
-    assert "1 finished runs" in out
-    assert sorted(p.name for p in (tmp_path / "carry" / "t").iterdir()) == ["runs", "spec.toml"]
-    assert not list((tmp_path / "carry").rglob("*.safetensors"))  # configs, metrics, summaries: no weights
-    # session 2, a fresh machine, two calls: the carried run is not retrained, the other one is, from its first step
-    out = queue(tmp_path, "120", STATE=str(tmp_path / "s2"), OUT=str(tmp_path / "o2"), FLAGS="--max-steps 3")
-    assert "1 runs finished in earlier sessions (carried), not retrained" in out
-    assert "1 of 2 runs finished (0 of them trained on this machine)" in out and not any((tmp_path / "o2").iterdir())
-    out = queue(tmp_path, "120", STATE=str(tmp_path / "s2"), OUT=str(tmp_path / "o2"))  # resumes its checkpoint
+    assert "1 finished runs" in out and "resumable state: g000" in out
+    assert sorted(p.name for p in (tmp_path / "carry" / "t").iterdir()) == ["groups", "plan.json", "runs", "spec.toml"]
+    assert [p.name for p in (tmp_path / "carry").rglob("*.safetensors")] == ["group_checkpoint.safetensors"]
+    # session 2, a fresh machine: the carried run is not retrained, the other resumes at step 7 and finishes
+    out = queue(tmp_path, "120", STATE=str(tmp_path / "s2"), OUT=str(tmp_path / "o2"))
+    assert "1 runs finished in earlier sessions (carried), not retrained; 1 groups resume" in out
     assert "WARNING" not in out
     assert "2 of 2 runs finished (1 of them trained on this machine)" in out
     assert (tmp_path / "s2" / "done-t").exists()
-    (a2,) = sorted((tmp_path / "o2" / "t").glob("*.tar"))
-    assert members(a2) == {"n_labels-7"}
-    unpack_runs([a2], home / "t")
+    assert sorted(p.name for p in (tmp_path / "o2" / "t").iterdir()) == ["runs-000.tar"]
+    assert members(tmp_path / "o2" / "t" / "runs-000.tar") == {"n_labels-7"}
+    unpack_runs(sorted((tmp_path / "o2" / "t").glob("*.tar")), home / "t")
     rows = results_table(load_spec(tmp_path / "specs" / "t.toml"), home / "t")
     assert [(r["run"], r["steps"]) for r in rows] == [("n_labels-5", 6), ("n_labels-7", 10)]
+    # what two sessions trained is what one uninterrupted session trains, bit for bit (fp32 weights on the machine)
+    whole = tmp_path / "whole"
+    run_sweep(tmp_path / "specs" / "t.toml", whole, progress=False)
+    for run, machine in (("n_labels-5", "s1"), ("n_labels-7", "s2")):
+        a = read_tensors(whole / "runs" / run / "model.safetensors")[0]
+        b = read_tensors(tmp_path / machine / "sweeps" / "t" / "runs" / run / "model.safetensors")[0]
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), run
+        lines = [
+            [{k: v for k, v in json.loads(x).items() if k != "elapsed_s"} for x in (d / "metrics.jsonl").open()]
+            for d in (whole / "runs" / run, tmp_path / machine / "sweeps" / "t" / "runs" / run)
+        ]
+        assert lines[0] == lines[1], run

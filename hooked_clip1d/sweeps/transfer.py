@@ -151,8 +151,9 @@ def pack_runs(
 def unpack_runs(archives: Sequence[str | os.PathLike], dest: str | os.PathLike) -> list[str]:
     """Put the runs of ``archives`` (from ``pack_runs``) into ``dest/runs/<run>/``; return the run names.
 
-    Only the run files are accepted (no links, no other paths); a run already there with different contents is an
-    error naming it (identical ones are skipped), and each run appears whole or not at all. State archives among
+    Only the run files are accepted (no links, no other paths); a finished run already there with different
+    contents is an error naming it (identical ones are skipped; an unfinished one's files, from resumable state, are
+    replaced), and each run appears whole or not at all. State archives among
     them (``pack_state``) go to ``unpack_state`` (the same ``dest``, a sweep folder).
     """
     archives = [Path(a) for a in archives]
@@ -179,16 +180,21 @@ def unpack_runs(archives: Sequence[str | os.PathLike], dest: str | os.PathLike) 
     root.mkdir(parents=True, exist_ok=True)
     for name, files in sorted(runs.items()):
         final = root / name
+        stale = None
         if final.exists():
             same = all((final / f).exists() and (final / f).read_bytes() == b for f, b in files.items())
             if same:
                 continue
-            raise FileExistsError(f"run {name} is already in {str(root)!r} with other contents; unpack elsewhere")
+            if (final / "summary.json").exists():
+                raise FileExistsError(f"run {name} is already in {str(root)!r} with other contents; unpack elsewhere")
+            stale = final  # an unfinished run's files (from resumable state): the finished run replaces them
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
         try:
             for f, b in files.items():
                 (tmp / f).write_bytes(b)
             read_tensors(tmp / "model.safetensors")  # a readable checkpoint before it becomes a run
+            if stale is not None:
+                shutil.rmtree(stale)
             os.replace(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -216,8 +222,9 @@ def _unshuffle(b: bytes, width: int = 4) -> bytes:
 
 
 def unfinished_groups(sweep_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """The groups of a sweep folder that have a group checkpoint and members still training: per group its
-    ``name``, ``step``, ``active`` (run names), ``bytes`` (the checkpoint's size), longest-trained first.
+    """The groups of a sweep folder whose group checkpoint has members still training (none of them finished since):
+    per group its ``name``, ``step``, ``active`` (run names), ``bytes`` (the checkpoint's size), longest-trained
+    first.
 
     Example:
         >>> unfinished_groups("/nonexistent")
@@ -232,6 +239,8 @@ def unfinished_groups(sweep_dir: str | os.PathLike) -> list[dict[str, Any]]:
             continue
         names = gs["names"]
         active = [names[i] for i in gs["active"]]
+        if any((Path(sweep_dir) / "runs" / r / "summary.json").exists() for r in active):
+            continue  # a checkpoint older than its members' end (the group finished): nothing to resume
         out.append({"name": g.name, "step": gs["step"], "active": active, "bytes": ckpt.stat().st_size})
     return sorted(out, key=lambda g: (-g["step"], g["name"]))
 
