@@ -401,7 +401,7 @@ def test_plots_write_files(tmp_path, two_layer_model, pairs):
 
 def test_hook_factories_have_one_home_and_their_old_import_paths_still_work():
     from hooked_clip1d import analysis
-    from hooked_clip1d.analysis import hooks, interchange, knockout, patching, pruning, sae, spatial_ids, tl_adapter
+    from hooked_clip1d.analysis import hooks, interchange, knockout, patching, tl_adapter
 
     moved = {
         hooks: ["patch_hook", "knockout_hooks", "residual_hook_names", "depth_labels"],
@@ -412,6 +412,5 @@ def test_hook_factories_have_one_home_and_their_old_import_paths_still_work():
     for home, names in moved.items():
         for name in names:
             assert getattr(patching, name) is getattr(home, name) and name in patching.__all__, name
-    assert pruning.zero_heads_hooks is analysis.zero_heads_hooks is hooks.zero_heads_hooks
-    assert sae.splice_hook is hooks.splice_hook and spatial_ids.add_hook is hooks.add_hook
+    assert analysis.zero_heads_hooks is hooks.zero_heads_hooks and analysis.splice_hook is hooks.splice_hook
     assert analysis.knockout_hooks is hooks.knockout_hooks

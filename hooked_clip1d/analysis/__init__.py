@@ -99,7 +99,7 @@ from hooked_clip1d.analysis.metrics import caption_belief, image_belief, mirror_
 from hooked_clip1d.analysis.patching import caption_swap_patching, mirror_swap_patching, patch_sweep
 from hooked_clip1d.analysis.path_patching import path_patch, path_patching
 from hooked_clip1d.analysis.probes import fit_probe, probe_sweep, probe_targets
-from hooked_clip1d.analysis.pruning import head_subset_sweep, prune_and_retrain, prune_heads
+from hooked_clip1d.analysis.pruning import head_subset_sweep
 from hooked_clip1d.analysis.rope import consistency_condition, key_effective_rank, rope_mechanism
 from hooked_clip1d.analysis.sae import SparseAutoencoder, collect_activations, train_sae
 from hooked_clip1d.analysis.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
@@ -172,8 +172,6 @@ __all__ = [
     "probe_sweep",
     "probe_targets",
     "procrustes",
-    "prune_and_retrain",
-    "prune_heads",
     "rank_correlation",
     "resample_ablate_terms",
     "resample_ablation_hooks",

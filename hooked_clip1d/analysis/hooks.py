@@ -34,6 +34,7 @@ from transformer_lens.hook_points import HookPoint
 from hooked_clip1d.analysis.metrics import BeliefMetric
 from hooked_clip1d.evaluation import Hooks
 from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.model.config import check_heads
 from hooked_clip1d.model.encoders import HookedEncoder
 
 #: one forward hook: (hook point name, fn(activation, hook) -> new activation or None)
@@ -97,28 +98,6 @@ def check_indices(values: Sequence[int], n: int, what: str) -> None:
     bad = [x for x in values if not 0 <= x < n]
     if bad:
         raise ValueError(f"{what} {bad} out of range 0..{n - 1}")
-
-
-def check_heads(heads: Sequence[Sequence[int]], cfg: Any, what: str) -> tuple[Head, ...]:
-    """``heads`` as a tuple of (layer, head) pairs of ints, each inside the tower config ``cfg``.
-
-    >>> from hooked_clip1d import VisionConfig
-    >>> check_heads([[0, 1]], VisionConfig(n_labels=5), "prune_heads")
-    ((0, 1),)
-    """
-    out = []
-    for lh in heads:
-        if isinstance(lh, str | bytes) or not isinstance(lh, Sequence) or len(lh) != 2:
-            raise TypeError(f"{what}: heads must be (layer, head) pairs, got {lh!r}")
-        layer, head = lh
-        if isinstance(layer, bool) or isinstance(head, bool) or not isinstance(layer, int) or not isinstance(head, int):
-            raise TypeError(f"{what}: heads must be (layer, head) pairs of ints, got {lh!r}")
-        if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
-            raise ValueError(
-                f"{what}: head {(layer, head)} out of range (layers 0..{cfg.n_layers - 1}, heads 0..{cfg.n_heads - 1})"
-            )
-        out.append((layer, head))
-    return tuple(out)
 
 
 def check_hook_names(tower: HookedEncoder, names: Sequence[str], heads: bool = False) -> None:

@@ -4,119 +4,39 @@ A pruned head is one whose output ``z`` is zeroed in the forward pass. The prune
 (``EncoderConfig.pruned_heads``, (layer, head) pairs), so a pruned model saves, loads and resumes like any other,
 and the trainer retrains it with the mask on (the pruned heads' weights then only see weight decay).
 
-- ``prune_heads(model, vision=..., text=...)``: a copy of a ``CLIP1D`` with those heads pruned.
-- ``zero_heads_hooks(encoder, heads)``: the same mask as forward hooks on ``hook_z`` (no copy; for quick tests;
-  defined in ``hooks``, re-exported here).
-- ``prune_and_retrain(model, heads, dataset, epochs, out_dir)``: prune, then continue training with ``Trainer``.
+Pruning and retraining a model is training (``training.retrain``: ``prune_heads``, ``prune_and_retrain``);
+``hooks.zero_heads_hooks`` gives the same mask as forward hooks (no copy). This module measures:
+
 - ``head_subset_sweep(model, n_kept, ...)``: every subset of ``n_kept`` heads kept, each scored before and after
   retraining (Fig. 22a); ``format_sweep`` prints it as a table.
 
 Example:
-    >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
-    >>> p = prune_heads(m, vision=[(0, 1), (0, 3)])
-    >>> p.cfg.vision.pruned_heads, p.cfg.text.pruned_heads
-    (((0, 1), (0, 3)), ())
-    >>> img = m.vision.to_tokens("C 1 . . 2 . . . . . .")
-    >>> hooks = zero_heads_hooks(m.vision, [(0, 1), (0, 3)])
-    >>> bool(torch.allclose(p.vision(img), m.vision.run_with_hooks(img, fwd_hooks=hooks)))
-    True
+    >>> from hooked_clip1d import load_model
+    >>> res = head_subset_sweep(load_model("simplified-ntot20-n2-10"), [3])  # every 3 of the 4 heads kept
+    >>> print(format_sweep(res))
+    kept heads          before   after
+    all (baseline)       1.000       -
+    L0H0,L0H1,L0H2       0.790       -
+    L0H0,L0H1,L0H3       0.490       -
+    L0H0,L0H2,L0H3       0.990       -
+    L0H1,L0H2,L0H3       1.000       -
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from hooked_clip1d.analysis.hooks import Head, check_heads
-from hooked_clip1d.analysis.hooks import zero_heads_hooks as zero_heads_hooks  # re-exported: its old home
+from hooked_clip1d.analysis.hooks import Head
 from hooked_clip1d.data.dataset import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.files import atomic_write_text
-from hooked_clip1d.model.checkpoint import load_model_file
 from hooked_clip1d.model.clip import CLIP1D
-from hooked_clip1d.training.trainer import TrainConfig, Trainer, TrainRun
-
-
-def prune_heads(
-    model: CLIP1D, vision: Sequence[Sequence[int]] = (), text: Sequence[Sequence[int]] = (), replace: bool = False
-) -> CLIP1D:
-    """A copy of ``model`` whose ``vision`` / ``text`` heads ((layer, head) pairs) are pruned (their ``z`` zeroed).
-
-    Heads already pruned in ``model`` stay pruned unless ``replace=True`` (then exactly the given heads are). The
-    copy has the same weights, ``data_config`` and train/eval mode; ``model`` is not changed.
-    """
-    if not isinstance(model, CLIP1D):
-        raise TypeError(f"prune_heads needs a CLIP1D, got {type(model).__name__}")
-    cfg = model.cfg
-    v = check_heads(vision, cfg.vision, "prune_heads(vision=...)")
-    t = check_heads(text, cfg.text, "prune_heads(text=...)")
-    if not replace:
-        v, t = v + cfg.vision.pruned_heads, t + cfg.text.pruned_heads
-    new_cfg = dataclasses.replace(
-        cfg,
-        vision=cfg.vision.replace(pruned_heads=tuple(sorted(set(v)))),
-        text=cfg.text.replace(pruned_heads=tuple(sorted(set(t)))),
-    )
-    with torch.random.fork_rng(devices=[]):  # building the copy must not move the caller's global RNG
-        new = CLIP1D(new_cfg)
-    new.load_state_dict(model.state_dict())
-    new.to(next(model.parameters()).device)
-    new.data_config = model.data_config
-    return new.train(model.training)
-
-
-def _data_config(model: CLIP1D, dataset: Dataset | DataConfig | None) -> DataConfig:
-    if dataset is None:
-        if model.data_config is None:
-            raise ValueError("the model has no data_config attached; pass dataset= (a Dataset or DataConfig)")
-        return model.data_config
-    if isinstance(dataset, Dataset):
-        return dataset.config
-    if isinstance(dataset, DataConfig):
-        return dataset
-    raise TypeError(f"dataset must be a Dataset or DataConfig, got {type(dataset).__name__}")
-
-
-def prune_and_retrain(
-    model: CLIP1D,
-    heads: Sequence[Sequence[int]],
-    dataset: Dataset | DataConfig | None,
-    epochs: int,
-    out_dir: str | Path,
-    text_heads: Sequence[Sequence[int]] = (),
-    train_cfg: TrainConfig | None = None,
-    resume: bool = False,
-    progress: bool = False,
-) -> TrainRun:
-    """Prune ``heads`` of the vision tower (and ``text_heads`` of the text tower), then train for ``epochs`` more
-    epochs with ``Trainer(..., init_model=pruned)`` into ``out_dir`` (App. K: the paper retrains 10,000 epochs).
-
-    ``train_cfg`` gives the optimiser settings (default: the paper's); its ``epochs`` is replaced by ``epochs``.
-    The pruned heads are in the saved config, so ``out_dir`` resumes (``resume=True``) and loads as usual.
-    Returns the ``TrainRun`` (``.model`` in eval mode, ``.final_metrics``).
-
-    Example:
-        >>> import tempfile
-        >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
-        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, d_model=16, d_head=4), seed=0).eval()
-        >>> run = prune_and_retrain(m, [(0, 0)], DataConfig(n_labels=5, n_heldout=2, n2=2), 1, tempfile.mkdtemp())
-        >>> run.model.cfg.vision.pruned_heads, run.epoch
-        (((0, 0),), 1)
-    """
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
-    data_cfg = _data_config(model, dataset)
-    pruned = prune_heads(model, vision=heads, text=text_heads)
-    tc = dataclasses.replace(train_cfg or TrainConfig(), epochs=epochs)
-    trainer = Trainer(pruned.cfg, data_cfg, tc, out_dir, resume=resume, init_model=pruned)
-    return trainer.run(progress=progress)
+from hooked_clip1d.training.retrain import _data_config, prune_and_retrain, prune_heads, retrain_batched
+from hooked_clip1d.training.trainer import TrainConfig
 
 
 def _name(kept: Sequence[Head]) -> str:
@@ -187,7 +107,7 @@ def head_subset_sweep(
             run_dirs = [Path(out_dir) / _name(kept) for kept in subsets]
             split = [(p, ()) if tower == "vision" else ((), p) for p in pruned_of]
             if engine == "batched":
-                retrained = _retrain_batched(model, split, data_cfg, epochs, Path(out_dir), run_dirs, train_cfg,
+                retrained = retrain_batched(model, split, data_cfg, epochs, Path(out_dir), run_dirs, train_cfg,
                                              resume, progress)  # fmt: skip
             else:
                 retrained = []
@@ -220,33 +140,6 @@ def head_subset_sweep(
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(out_dir) / "sweep.json", json.dumps(result, indent=2))
     return result
-
-
-def _retrain_batched(
-    model: CLIP1D,
-    split: Sequence[tuple[Sequence[Head], Sequence[Head]]],
-    data_cfg: DataConfig,
-    epochs: int,
-    group_dir: Path,
-    run_dirs: Sequence[Path | None],
-    train_cfg: TrainConfig | None,
-    resume: bool,
-    progress: bool,
-) -> list[CLIP1D]:
-    """Retrain every pruned copy of ``model`` in one ``BatchedTrainer`` group; returns the retrained models."""
-    from hooked_clip1d.training.batched import BatchedTrainer, Member
-
-    tc = dataclasses.replace(train_cfg or TrainConfig(), epochs=epochs)
-    members = []
-    for vis, txt in split:
-        pruned = prune_heads(model, vision=vis, text=txt)
-        members.append(Member(pruned.cfg, data_cfg, tc, init_model=pruned))
-    dirs = [d for d in run_dirs if d is not None]
-    if resume and all((d / "summary.json").exists() for d in dirs):  # finished earlier: load the saved models
-        return [load_model_file(d / "model.safetensors") for d in dirs]
-    resume = resume and (group_dir / "group_checkpoint.safetensors").exists()
-    trainer = BatchedTrainer(members, group_dir, resume=resume, member_dirs=dirs)
-    return [run.model for run in trainer.run(progress=progress, desc="retrain pruned")]
 
 
 def format_sweep(result: dict[str, Any], split: str = "val_unseen", metric: str = "acc") -> str:

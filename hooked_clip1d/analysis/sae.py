@@ -4,7 +4,7 @@
 ``hook_sae_acts_post``, ``hook_sae_recons``), SAELens-style names and layout (``W_enc [d_in, d_sae]``,
 ``W_dec [d_sae, d_in]``, ``b_dec`` subtracted before encoding): ReLU with an L1 penalty, or top-k (``k`` set).
 ``collect_activations`` gathers a hook's activations over inputs (one position, or all), ``train_sae`` fits an SAE
-and reports reconstruction (MSE, fraction of variance unexplained) and sparsity (mean L0), and ``splice_hook``
+and reports reconstruction (MSE, fraction of variance unexplained) and sparsity (mean L0), and ``hooks.splice_hook``
 (defined in ``hooks``, re-exported here) returns a hook that replaces the activation by its reconstruction, so
 accuracy with the SAE in the loop is one ``evaluate(..., vision_hooks=[("hook_pooled", splice_hook(sae))])`` away.
 
@@ -28,8 +28,6 @@ from jaxtyping import Float, Int
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
-
-from hooked_clip1d.analysis.hooks import splice_hook as splice_hook  # re-exported: its old home
 
 
 class SparseAutoencoder(HookedRootModule):

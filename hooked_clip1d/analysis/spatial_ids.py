@@ -52,8 +52,7 @@ from typing import Any, Literal
 import torch
 from jaxtyping import Int
 
-from hooked_clip1d.analysis.hooks import add_hook as add_hook  # re-exported: its old home
-from hooked_clip1d.analysis.hooks import check_eval, depth_labels, residual_hook_names
+from hooked_clip1d.analysis.hooks import add_hook, check_eval, depth_labels, residual_hook_names
 from hooked_clip1d.analysis.metrics import (
     caption_belief_metric,
     check_model,
@@ -439,7 +438,6 @@ def steer_text(
 __all__ = [
     "SpatialIDs",
     "SteeringResult",
-    "add_hook",
     "steer_text",
     "steer_vision",
     "text_role_ids",

@@ -232,9 +232,9 @@ def _init_model(a: argparse.Namespace) -> CLIP1D | None:
     """The ``--init-from`` model (a pretrained name, a model .safetensors or a run directory), pruned as asked."""
     if a.init_from is None:
         return None
-    from hooked_clip1d.analysis.pruning import prune_heads
     from hooked_clip1d.model.checkpoint import load_model_file
     from hooked_clip1d.pretrained import list_pretrained, load_model
+    from hooked_clip1d.training.retrain import prune_heads
 
     given = [f"--{f.replace('_', '-')}" for f in _SHAPE_FLAGS if getattr(a, f) is not None]
     if given or a.preset != "simplified":

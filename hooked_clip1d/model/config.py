@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -325,3 +326,24 @@ def preset(name: str, cls: type[EncoderConfig] = VisionConfig, **overrides: Any)
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known presets: {sorted(PRESETS)}")
     return cls(**{**PRESETS[name], **overrides})
+
+
+def check_heads(heads: Sequence[Sequence[int]], cfg: EncoderConfig, what: str) -> tuple[tuple[int, int], ...]:
+    """``heads`` as a tuple of (layer, head) pairs of ints, each inside the tower config ``cfg``.
+
+    >>> check_heads([[0, 1]], VisionConfig(n_labels=5), "prune_heads")
+    ((0, 1),)
+    """
+    out = []
+    for lh in heads:
+        if isinstance(lh, str | bytes) or not isinstance(lh, Sequence) or len(lh) != 2:
+            raise TypeError(f"{what}: heads must be (layer, head) pairs, got {lh!r}")
+        layer, head = lh
+        if isinstance(layer, bool) or isinstance(head, bool) or not isinstance(layer, int) or not isinstance(head, int):
+            raise TypeError(f"{what}: heads must be (layer, head) pairs of ints, got {lh!r}")
+        if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
+            raise ValueError(
+                f"{what}: head {(layer, head)} out of range (layers 0..{cfg.n_layers - 1}, heads 0..{cfg.n_heads - 1})"
+            )
+        out.append((layer, head))
+    return tuple(out)
