@@ -1,27 +1,38 @@
-"""One-command GPU check of the training engines: correctness against the CPU, then throughput, in one run.
+"""One-command GPU check of the training engines: correctness, then every step mode proven and timed, in one run.
 
     python benchmarks/gpu_check.py --out $OUT            # on a GPU machine (device cuda), CPU numbers beside
     python benchmarks/gpu_check.py --device cpu --quick  # smoke test of the script itself, anywhere
 
-What it checks (dropout 0, so both devices compute the same function; tolerances below):
+**Against the CPU** (dropout 0, so both devices compute the same function):
 
-- **loss and gradients**: one batched step (simplified and full presets, K = 2) on the device and on the CPU:
-  loss within 1e-5 relative, every gradient within 1e-4 of its largest entry (``GRAD_TOL``);
-- **trajectory**: 200 steps of the batched engine (simplified, K = 2): every weight within 1e-3 of its largest entry
-  (``TRAJ_TOL``; float reductions differ between devices and AdamW normalises the differences);
-- **standard Trainer** on the device: 3 epochs of a small run, finite loss, files written;
-- **bf16 autocast** (``amp``): 200 steps, mean loss within 2e-2 of fp32 (``BF16_TOL``);
-- **compiled step**: 50 steps of the full preset (K = 2) compiled (with CUDA graphs on a GPU, as the sweeps train)
-  against eager on the same device, every weight within ``TRAJ_TOL``;
-- **throughput**: model-steps/s of the batched engine, simplified K = 1, 8, 32, 64 and full K = 1, 4, 12 (``--quick``:
-  K = 1, 2), on the device and on this machine's CPU, eager, ``torch.compile``'d and (on CUDA) compiled with CUDA
-  graphs (``cudagraphs=True``: each step's forward/backward replayed as graphs, fewer kernel launches).
+- loss and gradients: one batched step (simplified and full presets, K = 2), loss within ``LOSS_TOL`` = 1e-5
+  relative, every gradient within ``GRAD_TOL`` = 1e-4 of its largest entry;
+- trajectory: 200 steps (simplified, K = 2), every weight within ``TRAJ_TOL`` = 1e-3 of its largest entry (float
+  reductions differ between devices and AdamW normalises the differences; ``b_K`` left out: see stacked.py);
+- the standard ``Trainer`` on the device: 3 epochs, finite loss, files.
 
-A throughput row whose mode fails records its error and the table goes on; ``--budget S`` stops adding rows after S
-seconds per device (compiling is most of a row's time). Prints a table and writes ``gpu_check.json`` to ``--out``.
-Makes no assertions about timings; the exit status is non-zero when a required (eager) check fails (a failed
-compiled or whole-step-graph check is optional: the queue trains without that mode). The first run on an H100
-(2026-11-24): ``benchmarks/README.md``, "On a GPU".
+**Each step mode against fp32 eager on the device** (full preset, K = 2, dropout 0; the baseline is today's eager
+step on the per-tensor layout, ``MODES["eager"]``): the summed loss of 5 steps and the gradients of the 5th (the
+whole-step graph replays from its 5th step), and every weight after 200 steps, within the mode's tolerances
+(``TOLS``: fp32 modes 1e-5 / 1e-4 / 1e-3 as above; TF32 1e-3 / 3e-2 / 5e-2; bf16 autocast 2e-2 / 1e-1 / 2e-1).
+TF32 and bf16 are also checked over 2,000 steps (``--long-steps``): the mean loss within 5e-3 (TF32) / 2e-2 (bf16)
+of fp32's and every member's final accuracies (every split) within ``ACC_TOL`` = 0.05.
+
+**Timing** (full preset, K = 1, 5, 12, dropout 0.1, as the sweeps train), per mode: ms per step, model-steps/s,
+kernels per step (device kernels and copies the profiler sees, graphs included) and host launches per step (kernel,
+graph, copy launches), achieved FLOP/s (the step's matmul FLOPs, counted once by ``FlopCounterMode``, over its time)
+against the peak measured in the same run for that mode's precision (fp32, TF32, bf16 ``torch.mm`` 8192^3), with
+the previous GPU modes (eager and compiled with CUDA graphs on the per-tensor layout) and this machine's CPU in the
+same table. Rows stop after ``--budget`` seconds (the rows that decide the queue first).
+
+**The pick**: of the fp32 modes the sweeps can train with (``QUEUE_FLAGS``) whose checks passed, the one with the
+least estimated time for the queue's groups (full-variants K = 1, fig10 K = 5, fig3 K = 12) goes to
+``queue_flags.txt`` in ``--out``, which ``gpu_queue.sh check`` hands to the queue. TF32 and bf16 are reported, not
+picked: the paper's runs are fp32, and a reduced precision enters the queue only once its 2,000-step check has
+passed on a GPU and a sweep setting carries it.
+
+Prints the tables and writes ``gpu_check.json`` to ``--out``. Makes no assertions about timings; exits 1 when a
+required check (eager against the CPU) fails. The first run on an H100 (2026-11-24): ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -36,12 +47,44 @@ from pathlib import Path
 import torch
 
 from hooked_clip1d.data.dataset import DataConfig
+from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.clip import CLIPConfig
 from hooked_clip1d.training.batched import BatchedTrainer, Member
+from hooked_clip1d.training.graph_step import matmul_precision, set_flat
 from hooked_clip1d.training.trainer import TrainConfig, Trainer
 
 GRAD_TOL, LOSS_TOL, TRAJ_TOL, BF16_TOL = 1e-4, 1e-5, 1e-3, 2e-2
+ACC_TOL = 0.05
 DATA = DataConfig(n_labels=20, n2=10)
+
+# step modes: BatchedTrainer arguments, the layout (flat: StackedCLIP.flat_layout), matmul precision, two streams
+MODES: dict[str, dict] = {
+    "eager": dict(flat=False),  # the baseline: today's eager step, per-tensor layout (a previous GPU mode)
+    "compile+cudagraphs": dict(compile=True, cudagraphs=True, flat=False),  # the previous GPU mode
+    "flat": dict(flat=True),  # eager on the flat layout: fused QKV views, one fused AdamW call
+    "graph-step/per-tensor": dict(graph_step=True, flat=False),  # the whole-step graph alone
+    "graph-step": dict(graph_step=True, flat=True),  # the whole-step graph on the flat layout
+    "graph-step+streams": dict(graph_step=True, flat=True, streams=True),  # the towers on two streams in the graph
+    "compile+cudagraphs/flat": dict(compile=True, cudagraphs=True, flat=True),
+    "graph-step+tf32": dict(graph_step=True, flat=True, precision="tf32"),
+    "graph-step+bf16": dict(graph_step=True, flat=True, amp=True),
+}
+# the fp32 modes the sweeps train with today (sweep flags; on a GPU the layout is flat by default)
+QUEUE_FLAGS = {
+    "graph-step": "--graph-step",
+    "compile+cudagraphs/flat": "--compile --cudagraphs",
+    "flat": "--no-compile",
+}
+# (loss, gradients, 200-step weights) tolerances of a mode against fp32 eager
+TOLS = {"fp32": (LOSS_TOL, GRAD_TOL, TRAJ_TOL), "tf32": (1e-3, 3e-2, 5e-2), "bf16": (2e-2, 1e-1, 2e-1)}
+LONG_TOLS = {"tf32": 5e-3, "bf16": BF16_TOL}  # mean loss over the long trajectory
+# the queue's groups: (K, steps) of full-variants (two groups of one), fig10 and fig3's longest group
+QUEUE_WORK = ((1, 880_000), (5, 440_000), (12, 1_170_000))
+
+
+def _precision(mode: str) -> str:
+    m = MODES[mode]
+    return "bf16" if m.get("amp") else m.get("precision", "fp32")
 
 
 def _cfg(preset: str, dropout: float = 0.0) -> CLIPConfig:
@@ -49,24 +92,47 @@ def _cfg(preset: str, dropout: float = 0.0) -> CLIPConfig:
 
 
 def _group(device: str, preset: str, k: int, steps: int, *, amp: bool = False, compile: bool = False,  # noqa: A002
-           dropout: float = 0.0, cudagraphs: bool = False, graph_step: bool = False,
-           ) -> tuple[BatchedTrainer, float]:  # fmt: skip
+           dropout: float = 0.0, cudagraphs: bool = False, graph_step: bool = False, flat: bool | None = None,
+           precision: str = "fp32", streams: bool = False) -> tuple[BatchedTrainer, float]:  # fmt: skip
+    """A group of ``k`` members (seeds 0..k-1) after ``steps`` steps, and the seconds they took. ``flat``: the
+    layout (None: the device's default, flat on CUDA); ``precision``: ``graph_step.matmul_precision``."""
     members = [
         Member(_cfg(preset, dropout), DATA, TrainConfig(seed=s, device=device, epochs=10_000, eval_every=10_000))
         for s in range(k)
     ]
     bt = BatchedTrainer(members, None, dropout_rng="fast", amp=amp, compile=compile, cudagraphs=cudagraphs,
                         graph_step=graph_step)  # fmt: skip
+    if flat is not None:
+        set_flat(bt, flat)
+    if streams:
+        bt.model.use_streams()
+    bt.precision = precision
+    return bt, _advance(bt, steps)
+
+
+def _advance(bt: BatchedTrainer, steps: int) -> float:
     t0 = time.perf_counter()
-    bt.run(progress=False, max_steps=steps)
-    if device.startswith("cuda"):
+    with matmul_precision(getattr(bt, "precision", "fp32"), bt.device):
+        bt.run(progress=False, max_steps=steps)
+    if bt.device.type == "cuda":
         torch.cuda.synchronize()
-    return bt, time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+def _mode_group(device: str, mode: str, k: int, steps: int, dropout: float = 0.0) -> tuple[BatchedTrainer, float]:
+    return _group(device, "full", k, steps, dropout=dropout, **MODES[mode])
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.detach().float().cpu(), b.detach().float().cpu()
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
+
+
+def _worst(a: BatchedTrainer, b: BatchedTrainer) -> tuple[float, str]:
+    return max(
+        (_rel(p, q), n) for n, p, q in zip(a.model.names, a.model.flat, b.model.flat, strict=True)
+        if not n.endswith("attn.b_K")  # zero gradient up to rounding noise: not reproducible (see stacked.py)
+    )  # fmt: skip
 
 
 def check_step(device: str) -> list[dict]:
@@ -84,36 +150,48 @@ def check_step(device: str) -> list[dict]:
 def check_trajectory(device: str, steps: int) -> list[dict]:
     dev, _ = _group(device, "simplified", 2, steps)
     cpu, _ = _group("cpu", "simplified", 2, steps)
-    worst = max(
-        (_rel(p, q), n) for n, p, q in zip(dev.model.names, dev.model.flat, cpu.model.flat, strict=True)
-        if not n.endswith("attn.b_K")  # zero gradient up to rounding noise: not reproducible (see stacked.py)
-    )  # fmt: skip
+    worst = _worst(dev, cpu)
     return [{"check": f"simplified: weights after {steps} steps (worst: {worst[1]})", "value": worst[0],
              "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip
 
 
-def _vs_eager(device: str, preset: str, steps: int, label: str, **kw) -> list[dict]:
-    """A fast mode (``kw``: compiled, CUDA graphs, whole-step graph) against eager on the same device (dropout 0)."""
-    eager, _ = _group(device, preset, 2, steps)
-    fast, _ = _group(device, preset, 2, steps, **kw)
-    worst = max(
-        (_rel(p, q), n) for n, p, q in zip(fast.model.names, fast.model.flat, eager.model.flat, strict=True)
-        if not n.endswith("attn.b_K")
-    )  # fmt: skip
-    return [{"check": f"{preset}: {label} vs eager, {steps} steps (worst: {worst[1]})", "value": worst[0],
-             "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip
+def check_mode(device: str, mode: str, steps: int, base: dict) -> list[dict]:
+    """``mode`` against fp32 eager (``base``: the eager groups, built once): 5-step loss, 5th-step gradients,
+    weights after ``steps`` steps (module docstring)."""
+    lt, gt, wt = TOLS[_precision(mode)]
+    five, _ = _mode_group(device, mode, 2, 5)
+    loss = _rel(five.loss_sum, base["five"].loss_sum)
+    grad = max(_rel(p.grad, q.grad) for p, q in zip(five.model.flat, base["five"].model.flat, strict=True))
+    traj, _ = _mode_group(device, mode, 2, steps)
+    worst = _worst(traj, base["traj"])
+    return [
+        {"check": f"{mode}: loss of 5 steps vs eager", "value": loss, "tol": lt, "ok": loss <= lt, "mode": mode},
+        {"check": f"{mode}: gradients of step 5 vs eager", "value": grad, "tol": gt, "ok": grad <= gt, "mode": mode},
+        {"check": f"{mode}: weights after {steps} steps vs eager ({worst[1]})", "value": worst[0], "tol": wt,
+         "ok": worst[0] <= wt, "mode": mode},
+    ]  # fmt: skip
 
 
-def check_compiled(device: str, preset: str, steps: int) -> list[dict]:
-    """The compiled step (with CUDA graphs on a GPU) against eager: what the sweeps train with."""
-    graphs = device.startswith("cuda")
-    label = "compile+cudagraphs" if graphs else "compile"
-    return _vs_eager(device, preset, steps, label, compile=True, cudagraphs=graphs)
+def _accuracies(bt: BatchedTrainer) -> list[float]:
+    out = []
+    for i in bt.active:
+        metrics = evaluate(bt.member_model(i), bt.datasets[i])
+        out += [metrics[split]["acc"] for split in sorted(metrics)]
+    return out
 
 
-def check_graph_step(device: str, preset: str, steps: int) -> list[dict]:
-    """The whole-step CUDA graph (``graph_step=True``) against eager: the same kernels, equal to rounding."""
-    return _vs_eager(device, preset, steps, "whole-step graph", graph_step=True)
+def check_long(device: str, mode: str, steps: int, fp32: BatchedTrainer) -> list[dict]:
+    """A reduced-precision mode over ``steps`` steps against fp32 eager: the mean loss and the final accuracies."""
+    bt, _ = _mode_group(device, mode, 2, steps)
+    diff = float(((bt.loss_sum - fp32.loss_sum).abs() / steps).max())
+    acc = max(abs(a - b) for a, b in zip(_accuracies(bt), _accuracies(fp32), strict=True))
+    tol = LONG_TOLS[_precision(mode)]
+    return [
+        {"check": f"{mode}: mean loss over {steps} steps vs fp32", "value": diff, "tol": tol, "ok": diff <= tol,
+         "mode": mode},
+        {"check": f"{mode}: accuracies after {steps} steps vs fp32", "value": acc, "tol": ACC_TOL,
+         "ok": acc <= ACC_TOL, "mode": mode},
+    ]  # fmt: skip
 
 
 def check_trainer(device: str, out: Path) -> list[dict]:
@@ -127,120 +205,184 @@ def check_trainer(device: str, out: Path) -> list[dict]:
              "ok": ok and (d / "model.safetensors").exists()}]  # fmt: skip
 
 
-def check_bf16(device: str, steps: int) -> list[dict]:
-    fp32, _ = _group(device, "simplified", 2, steps)
-    bf16, _ = _group(device, "simplified", 2, steps, amp=True)
-    diff = float(((bf16.loss_sum - fp32.loss_sum).abs() / steps).max())
-    return [{"check": f"bf16 autocast: mean loss over {steps} steps vs fp32", "value": diff, "tol": BF16_TOL,
-             "ok": diff <= BF16_TOL}]  # fmt: skip
+def _guarded(label: str, fn, *args) -> list[dict]:  # noqa: ANN001
+    """An optional check: a mode that crashes is a failed check (the queue trains without it), not the end."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001
+        err = f"{label}: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
+        return [{"check": err, "value": float("nan"), "tol": None, "ok": False, "mode": label}]
 
 
-def _timed(device: str, preset: str, k: int, seconds: float, **kw) -> float:
-    """Model-steps/s of one group: 5 warm-up steps (and the compile), then steps on the same trainer (no recompile)
-    until ``seconds`` have passed."""
-    bt, _ = _group(device, preset, k, 5, **kw)
-    n, done, dt = 20, 0, 0.0
+# ---- timing -----------------------------------------------------------------------------------------------------
+def peaks(device: str) -> dict[str, float]:
+    """Measured matmul peaks, FLOP/s: fp32 (TF32 off), TF32 and bf16 on a GPU; fp32 on the CPU."""
+    out = {}
+    n = 8192 if device.startswith("cuda") else 1024
+    for prec in ("fp32", "tf32", "bf16") if device.startswith("cuda") else ("fp32",):
+        dtype = torch.bfloat16 if prec == "bf16" else torch.float32
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        with matmul_precision("tf32" if prec == "tf32" else "fp32", device):
+            best = float("inf")
+            for _ in range(5):
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(3):
+                    a @ a
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                best = min(best, (time.perf_counter() - t0) / 3)
+        out[prec] = 2 * n**3 / best
+    return out
+
+
+def step_flops(device: str, k: int) -> float:
+    """Matmul FLOPs of one training step (forward and backward) of the full preset at K (``FlopCounterMode``)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    bt, _ = _group(device, "full", k, 0, flat=False)
+    with FlopCounterMode(display=False) as fc:
+        bt.run(progress=False, max_steps=1)
+    return float(fc.get_total_flops())
+
+
+def kernels_per_step(bt: BatchedTrainer, steps: int = 10) -> tuple[float, float]:
+    """(device kernels and copies, host launches) per step, from the profiler over ``steps`` steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        _advance(bt, steps)
+    events = prof.events()
+    device = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    launch = ("cudaLaunchKernel", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync", "cuLaunchKernel")
+    host = sum(1 for e in events if e.name in launch)
+    return device / steps, host / steps
+
+
+def time_mode(device: str, mode: str, k: int, seconds: float, flops: float, peak: dict[str, float]) -> dict:
+    """One timing row: warm-up (compile, capture), then steps until ``seconds`` have passed."""
+    kw = MODES[mode] if mode != "cpu" else dict(flat=False)
+    bt, _ = _group(device, "full", k, 10, dropout=0.1, **kw)
+    n, done, dt = 10, 0, 0.0
     while dt < seconds and n <= 20_000:
+        dt, done, n = dt + _advance(bt, n), done + n, n * 2
+    ms = 1e3 * dt / done
+    row = {"mode": mode, "K": k, "device": device, "ms_per_step": round(ms, 3)}
+    row["model_steps_per_s"] = round(k / ms * 1e3)
+    prec = _precision(mode) if mode in MODES else "fp32"
+    row["gflop_s"] = round(flops / (ms / 1e3) / 1e9, 1)
+    row["pct_peak"] = round(100 * flops / (ms / 1e3) / peak[prec], 2) if prec in peak else None
+    if device.startswith("cuda"):
+        row["kernels_per_step"], row["launches_per_step"] = (round(v, 1) for v in kernels_per_step(bt))
+    return row
+
+
+def timing(device: str, ks: list[int], seconds: float, budget: float, log: Path, cpu_too: bool) -> list[dict]:
+    """The timing table: the rows that decide the queue first, then the other levers, then the previous modes and
+    the CPU; stops adding rows after ``budget`` seconds."""
+    start, rows = time.perf_counter(), []
+    peak = {device: peaks(device)}
+    flops = {k: step_flops(device, k) for k in ks}
+    cuda = device.startswith("cuda")
+    order = ["graph-step", "eager", "flat", "graph-step+tf32", "graph-step/per-tensor", "graph-step+streams",
+             "graph-step+bf16", "compile+cudagraphs/flat", "compile+cudagraphs"] if cuda else ["eager"]  # fmt: skip
+    plan = [(m, k, device) for m in order for k in ks]
+    if cpu_too and cuda:
+        peak["cpu"] = peaks("cpu")
+        plan += [("cpu", k, "cpu") for k in ks]
+    for mode, k, dev in plan:
+        if time.perf_counter() - start > budget:
+            print(f"  (timing budget of {budget:.0f} s spent: remaining rows skipped)")
+            break
         t0 = time.perf_counter()
-        bt.run(progress=False, max_steps=n)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        dt, done, n = dt + time.perf_counter() - t0, done + n, n * 4
-    return k * done / dt
-
-
-def throughput(devices: list[str], ks: dict[str, list[int]], seconds: float, compile_too: bool,
-               budget: float = float("inf"), log: Path | None = None) -> list[dict]:  # fmt: skip
-    """One row per (preset, K, device, mode); a mode that fails is a row with its error (the table goes on), and rows
-    stop once ``budget`` seconds have passed (the rows so far are kept; ``log`` gets them as they come)."""
-    rows, start = [], time.perf_counter()
-    cuda = any(d.startswith("cuda") for d in devices)
-    # eager rows first (cheap), then the mode the sweeps train with, then plain compile: under a budget the rows
-    # that matter most come first
-    modes = ["eager"] + (["graph-step"] if cuda else []) + (["compile+cudagraphs"] if compile_too and cuda else [])
-    modes += ["compile"] if compile_too else []
-    for mode in modes:
-        for preset, klist in ks.items():
-            for k in klist:
-                for device in devices:
-                    if mode in ("compile+cudagraphs", "graph-step") and not device.startswith("cuda"):
-                        continue
-                    if time.perf_counter() - start > budget:
-                        print(f"  (throughput budget of {budget:.0f} s spent: remaining rows skipped)")
-                        return rows
-                    kw = dict(compile=mode.startswith("compile"), cudagraphs=mode == "compile+cudagraphs",
-                              graph_step=mode == "graph-step", dropout=0.1)  # fmt: skip
-                    row = {"preset": preset, "K": k, "device": device, "mode": mode}
-                    t0 = time.perf_counter()
-                    try:
-                        rate = _timed(device, preset, k, seconds, **kw)
-                        row["model_steps_per_s"] = round(rate, 1)
-                        print(f"  {preset:<10} K={k:<3} {device:<6} {mode:<18} {rate:10.1f} model-steps/s", flush=True)
-                    except Exception as e:  # noqa: BLE001 - a broken mode is a finding, not the end of the table
-                        row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-                        print(f"  {preset:<10} K={k:<3} {device:<6} {mode:<18} FAILED {row['error']}", flush=True)
-                    row["row_seconds"] = round(time.perf_counter() - t0, 1)
-                    rows.append(row)
-                    if log is not None:
-                        log.write_text(json.dumps(rows, indent=2))
+        try:
+            row = time_mode(dev, mode, k, seconds, flops[k], peak[dev])
+            print(f"  {mode:<24} K={k:<3} {dev:<5} {row['ms_per_step']:9.3f} ms  {row['model_steps_per_s']:7d} "
+                  f"model-steps/s  kernels {row.get('kernels_per_step', '-')!s:>6}  launches "
+                  f"{row.get('launches_per_step', '-')!s:>6}  {row['gflop_s']:8.1f} GFLOP/s  "
+                  f"{row['pct_peak']!s:>6} % peak", flush=True)  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - a broken mode is a finding, not the end of the table
+            row = {"mode": mode, "K": k, "device": dev, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            print(f"  {mode:<24} K={k:<3} {dev:<5} FAILED {row['error']}", flush=True)
+        row["row_seconds"] = round(time.perf_counter() - t0, 1)
+        rows.append(row)
+        log.write_text(json.dumps({"peak_flop_s": peak, "step_flops": flops, "rows": rows}, indent=2))
     return rows
+
+
+def pick(checks: list[dict], rows: list[dict]) -> tuple[str | None, float | None]:
+    """The fastest fp32 queue mode whose checks passed and which was timed at every K of the queue's groups: its
+    sweep flags and the estimated hours of the queue's groups (module docstring)."""
+    failed = {c["mode"] for c in checks if c.get("mode") and not c["ok"]}
+    best = None
+    for mode, flags in QUEUE_FLAGS.items():
+        if mode in failed or not any(c.get("mode") == mode for c in checks):
+            continue
+        ms = {r["K"]: r["ms_per_step"] for r in rows if r["mode"] == mode and "ms_per_step" in r}
+        if not all(k in ms for k, _ in QUEUE_WORK):
+            continue
+        hours = sum(ms[k] * n for k, n in QUEUE_WORK) / 3.6e6
+        if best is None or hours < best[1]:
+            best = (flags, hours)
+    return best if best is not None else (None, None)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda", help="device to check against the CPU (default cuda)")
-    ap.add_argument("--out", default="results/gpu_check", help="folder for gpu_check.json")
+    ap.add_argument("--out", default="results/gpu_check", help="folder for gpu_check.json and queue_flags.txt")
     ap.add_argument("--quick", action="store_true", help="small K and few steps (a smoke test)")
-    ap.add_argument("--seconds", type=float, default=2.0, help="time per throughput row")
-    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile throughput rows")
+    ap.add_argument("--seconds", type=float, default=1.0, help="time per timing row")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 on a busy machine)")
-    ap.add_argument("--budget", type=float, default=float("inf"), help="seconds for the whole throughput table")
+    ap.add_argument("--budget", type=float, default=float("inf"), help="seconds for the whole timing table")
+    ap.add_argument("--long-steps", type=int, default=2000, help="steps of the TF32 / bf16 trajectory check")
     ap.add_argument("--no-throughput", action="store_true", help="the correctness checks only (~2 min on an H100)")
-    ap.add_argument("--cpu-compile", action="store_true", help="also the compiled rows on the CPU (slow to compile)")
+    ap.add_argument("--no-cpu", action="store_true", help="leave the CPU rows out of the timing table")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    if a.device.startswith("cuda") and not torch.cuda.is_available():
+    cuda = a.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
         print("gpu_check: --device cuda, but this torch build sees no CUDA device", file=sys.stderr)
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     steps = 20 if a.quick else 200
     checks = check_step(a.device) + check_trajectory(a.device, steps) + check_trainer(a.device, out)
-    checks += check_bf16(a.device, steps)
-    if not a.no_compile:
-        try:
-            checks += check_compiled(a.device, "simplified" if a.quick else "full", 20 if a.quick else 50)
-        except Exception as e:  # noqa: BLE001 - recorded as a failed check; the eager rows still count
-            err = f"compiled step vs eager: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
-            checks.append({"check": err, "value": float("nan"), "tol": TRAJ_TOL, "ok": False})
-        checks[-1]["optional"] = True
-    if a.device.startswith("cuda"):
-        try:
-            checks += check_graph_step(a.device, "full", 50)
-        except Exception as e:  # noqa: BLE001 - recorded as a failed check; the queue then trains without it
-            err = f"whole-step graph vs eager: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
-            checks.append({"check": err, "value": float("nan"), "tol": TRAJ_TOL, "ok": False})
-        checks[-1]["optional"] = True
-    print(f"{'check':<62} {'value':>10} {'tol':>8}  ok")
+    for c in checks:
+        c["required"] = True
+    base = {"five": _mode_group(a.device, "eager", 2, 5)[0], "traj": _mode_group(a.device, "eager", 2, steps)[0]}
+    modes = [m for m in MODES if m != "eager" and (cuda or not (MODES[m].get("graph_step") or "cudagraphs" in m))]
+    if a.quick:
+        modes = [m for m in modes if "compile" not in m]
+    for mode in modes:
+        checks += _guarded(mode, check_mode, a.device, mode, steps, base)
+    if cuda:
+        long = 200 if a.quick else a.long_steps
+        fp32, _ = _mode_group(a.device, "eager", 2, long)
+        for mode in ("graph-step+tf32", "graph-step+bf16"):
+            checks += _guarded(mode, check_long, a.device, mode, long, fp32)
+    print(f"{'check':<72} {'value':>10} {'tol':>8}  ok")
     for c in checks:
         tol = "-" if c["tol"] is None else f"{c['tol']:.0e}"
-        print(f"{c['check']:<62} {c['value']:>10.3g} {tol:>8}  {'yes' if c['ok'] else 'NO'}")
-    ks = {"simplified": [1, 2], "full": [1]} if a.quick else {"simplified": [1, 8, 32, 64], "full": [1, 4, 12]}
-    devices = [a.device] if a.device == "cpu" else [a.device, "cpu"]
-    print("throughput (batched engine, dropout 0.1, fp32):")
-    compile_too = not a.no_compile and not a.quick
-    rows = []
-    for dev in [] if a.no_throughput else devices:  # the device first, then the CPU beside it
-        rows += throughput([dev], ks, 0.3 if a.quick else a.seconds, compile_too and (dev != "cpu" or a.cpu_compile),
-                           budget=a.budget, log=out / f"throughput_{dev}.json")  # fmt: skip
+        print(f"{c['check']:<72} {c['value']:>10.3g} {tol:>8}  {'yes' if c['ok'] else 'NO'}")
+    ks = [1, 2] if a.quick else [1, 5, 12]
+    rows = [] if a.no_throughput else timing(a.device, ks, 0.3 if a.quick else a.seconds, a.budget,
+                                             out / "timing.json", not a.no_cpu)  # fmt: skip
+    flags, hours = pick(checks, rows)
+    if flags is not None:
+        (out / "queue_flags.txt").write_text(flags + "\n")
+        print(f"queue flags: {flags} (the queue's groups: ~{hours:.2f} h at the timed step)")
+    else:
+        print("queue flags: none picked (no fp32 queue mode passed and was timed at every K); gpu_queue.sh falls back")
     info = {"torch": torch.__version__, "device": a.device,
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}  # fmt: skip
-    (out / "gpu_check.json").write_text(json.dumps({"info": info, "checks": checks, "throughput": rows}, indent=2))
+    record = {"info": info, "checks": checks, "timing": rows, "queue_flags": flags, "queue_hours": hours}
+    (out / "gpu_check.json").write_text(json.dumps(record, indent=2))
     print(f"wrote {out / 'gpu_check.json'}")
-    # exit 1 only if a required (eager) check failed: a failed optional mode (compiled, whole-step graph) is trained
-    # without (gpu_queue.sh picks the flags from the table)
-    return 0 if all(c["ok"] for c in checks if not c.get("optional")) else 1
+    # exit 1 only if a required check (eager against the CPU) failed: a failed mode is trained without
+    return 0 if all(c["ok"] for c in checks if c.get("required")) else 1
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -101,3 +102,43 @@ def test_a_sweep_finished_over_two_sessions_retrains_nothing_and_resumes_bit_for
             for d in (whole / "runs" / run, tmp_path / machine / "sweeps" / "t" / "runs" / run)
         ]
         assert lines[0] == lines[1], run
+
+
+def _gpu_check():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_check_picks_the_fastest_fp32_queue_mode_that_passed():
+    gc = _gpu_check()
+    checks = [
+        {"mode": "graph-step", "ok": False},  # failed its check: never picked, however fast
+        {"mode": "compile+cudagraphs/flat", "ok": True},
+        {"mode": "flat", "ok": True},
+        {"mode": "graph-step+tf32", "ok": True},  # reduced precision: reported, not picked
+    ]
+    rows = [{"mode": m, "K": k, "ms_per_step": ms} for m, ms in
+            (("graph-step", 0.5), ("compile+cudagraphs/flat", 2.0), ("flat", 3.0), ("graph-step+tf32", 0.3))
+            for k in (1, 5, 12)]  # fmt: skip
+    flags, hours = gc.pick(checks, rows)
+    assert flags == "--compile --cudagraphs" and hours == pytest.approx(2.0 * (880_000 + 440_000 + 1_170_000) / 3.6e6)
+    assert gc.pick(checks, [r for r in rows if r["K"] != 12 or r["mode"] == "flat"])[0] == "--no-compile"
+    assert gc.pick([], rows) == (None, None)  # nothing checked: gpu_queue.sh falls back to its own rule
+    assert set(gc.QUEUE_FLAGS) <= set(gc.MODES) and all(gc._precision(m) == "fp32" for m in gc.QUEUE_FLAGS)
+
+
+@pytest.mark.slow
+def test_the_gpu_check_runs_on_a_cpu(tmp_path):
+    """The script's CPU-side paths (the checks against the CPU, the flat mode against eager, the timing table, the
+    pick) run before any device time is spent on them."""
+    r = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--quick", "--threads", "1",
+                        "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    record = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert all(c["ok"] for c in record["checks"]), record["checks"]
+    assert {c.get("mode") for c in record["checks"]} >= {"flat"}
+    assert [(row["mode"], row["K"]) for row in record["timing"]] == [("eager", 1), ("eager", 2)]

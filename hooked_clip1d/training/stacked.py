@@ -217,6 +217,7 @@ class StackedCLIP(nn.Module):
         self._n_valid: Sequence[int] | None = None
         self._labels: dict[tuple[int, int], torch.Tensor] = {}
         self.flat_data: torch.Tensor | None = None  # the one buffer every parameter is a view of (flat layout)
+        self.side_stream: Any = None  # a CUDA stream for the text tower (use_streams)
         if self.device.type == "cuda" if flat is None else flat:
             self.flat_layout()
 
@@ -240,7 +241,8 @@ class StackedCLIP(nn.Module):
 
         Example:
             >>> from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
-            >>> st = StackedCLIP([CLIP1D(CLIPConfig.from_preset("full", n_labels=5, d_model=8, d_head=2), seed=0)])
+            >>> m = CLIP1D(CLIPConfig.from_preset("full", n_labels=5, d_model=8, d_head=2), seed=0)
+            >>> st = StackedCLIP([m], flat=True)  # the default on a GPU
             >>> W_Q, W_K = st.params["vision.blocks.0.attn.W_Q"], st.params["vision.blocks.0.attn.W_K"]
             >>> W_Q.shape, W_Q.stride(), W_K.storage_offset() - W_Q.storage_offset()  # [K, D, H, Dh], q|k|v rows
             (torch.Size([1, 8, 4, 2]), (192, 24, 2, 1), 8)
@@ -272,6 +274,26 @@ class StackedCLIP(nn.Module):
                 off += p.numel()
         assert off == buf.numel()
         self.flat_data = buf
+
+    def use_streams(self, on: bool = True) -> None:
+        """Run the text tower on a second CUDA stream beside the vision tower (forward, and so backward: autograd
+        runs each backward op on its forward op's stream), also inside a whole-step CUDA graph, where the two
+        become parallel branches. The towers are independent until the CLIP head, and each alone is too small to
+        fill an H100. CUDA only (a ``ValueError`` elsewhere); not under ``torch.compile`` (one stream there).
+
+        Example:
+            >>> from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
+            >>> StackedCLIP([CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0)]).use_streams()
+            Traceback (most recent call last):
+            ...
+            ValueError: use_streams needs a CUDA device (the stacked parameters are on cpu)
+        """
+        if not on:
+            self.side_stream = None
+            return
+        if self.device.type != "cuda":
+            raise ValueError(f"use_streams needs a CUDA device (the stacked parameters are on {self.device.type})")
+        self.side_stream = torch.cuda.Stream(self.device)
 
     def _adjacent(self, ws: Sequence[torch.Tensor]) -> torch.Tensor:
         """``torch.cat(ws, dim=-2)`` of per-head tensors ``[*rows, H, Dh]`` flattened to ``[*rows, n * H * Dh]``: a view
@@ -650,8 +672,19 @@ class StackedCLIP(nn.Module):
         """
         if self.dropout_rng == "matched":
             self._n_valid = None if valid is None else n_valid
-        img = self.tower("vision", images, 0)
-        txt = self.tower("text", captions, text_readout)
+        side = self.side_stream
+        if side is not None and not torch.compiler.is_compiling():  # the towers on two streams (use_streams)
+            cur = torch.cuda.current_stream(self.device)
+            side.wait_stream(cur)
+            with torch.cuda.stream(side):
+                txt = self.tower("text", captions, text_readout)
+            img = self.tower("vision", images, 0)
+            cur.wait_stream(side)
+            if not torch.cuda.is_current_stream_capturing():
+                txt.record_stream(cur)  # made on the side stream, read on this one
+        else:
+            img = self.tower("vision", images, 0)
+            txt = self.tower("text", captions, text_readout)
         # the CLIP head in fp32 even under bf16 autocast: cosines scaled by up to 100 need more than 8 mantissa bits
         with torch.autocast(img.device.type, enabled=False):
             txt = torch.bmm(txt.float(), self.params["W_proj"])
