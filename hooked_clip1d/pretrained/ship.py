@@ -1,0 +1,302 @@
+"""Shipping to the zoo: a finished training run becomes a pretrained model (``export_run``: weights-only file and
+manifest) and its snapshots a training trajectory (``ship_trajectory``). The reading side (``load_model``,
+``list_checkpoints``, ...) is the package's ``__init__``; everything written goes through atomic writes.
+
+Example:
+    >>> from pathlib import Path
+    >>> home = str(Path.home())
+    >>> portable_command(f"hooked-clip1d train --out {home}/runs/x")
+    'hooked-clip1d train --out ~/runs/x'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import hooked_clip1d.pretrained as reg  # its WEIGHTS_DIR / TRAJECTORIES_DIR read at call time (tests move them)
+from hooked_clip1d.pretrained import (
+    load_model,
+    manifest,
+    read_history,
+    sha256_file,
+)
+from hooked_clip1d.pretrained.trajectories import (
+    MANIFEST_FORMAT,
+    PRECISION_METHOD,
+    STORE_DTYPES,
+    dtype_summary,
+    measure_precision,
+    numeric_diff,
+    run_snapshots,
+    trajectory_schedule,
+    trajectory_tensors,
+)
+
+
+def export_run(
+    run_dir: str | Path,
+    name: str,
+    description: str,
+    dest: str | Path | None = None,
+    weights_dtype: str = "float32",
+) -> Path:
+    """Ship a training run (``train`` output) as pretrained model ``name``: weights-only file plus manifest.
+
+    The manifest's accuracies are measured here, on the exported weights: with ``weights_dtype="float16"`` (half
+    the file, for the larger models) on the rounded ones. A run that has not finished is shipped from its latest
+    ``checkpoint.safetensors``; the manifest then records the epochs actually trained. ``dest`` defaults to the
+    package's ``WEIGHTS_DIR``.
+    """
+    from hooked_clip1d.training.rundir import RunLock, is_run_dir
+
+    run_dir, dest = Path(run_dir), Path(dest) if dest is not None else reg.WEIGHTS_DIR
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or ".." in name:
+        raise ValueError(f"model name {name!r} must be a plain identifier (letters, digits, '_', '-', '.')")
+    if not (run_dir / "config.json").exists():
+        raise FileNotFoundError(f"{run_dir / 'config.json'} is missing: is {run_dir} a training run directory?")
+    if not is_run_dir(run_dir):
+        raise ValueError(f"{str(run_dir / 'config.json')!r} is not a hooked_clip1d run config (foreign folder?)")
+    with RunLock(run_dir, "run directory"):  # a run still training there is refused, not exported half-way
+        return _export_locked(run_dir, name, description, dest, weights_dtype)
+
+
+def portable_command(cmd: str) -> str:
+    """A recorded command line without this machine's paths: the checkout's root dropped, the home folder as ``~``
+    (manifests ship with the package and must not name one machine's folders).
+
+    Example:
+        >>> home = str(Path.home())
+        >>> portable_command(f"hooked-clip1d train --out {home}/runs/x")
+        'hooked-clip1d train --out ~/runs/x'
+    """
+    root = str(Path(__file__).resolve().parents[2]) + "/"
+    return cmd.replace(root, "").replace(str(Path.home()), "~")
+
+
+def _export_locked(run_dir: Path, name: str, description: str, dest: Path, weights_dtype: str) -> Path:
+    import torch
+
+    from hooked_clip1d.data.dataset import build_dataset
+    from hooked_clip1d.evaluation import evaluate
+    from hooked_clip1d.files import atomic_write_text
+    from hooked_clip1d.model.checkpoint import load_model_file, read_tensors, save_model
+
+    config = json.loads((run_dir / "config.json").read_text())
+    final = run_dir / "model.safetensors"
+    src = final if final.exists() else run_dir / "checkpoint.safetensors"
+    if weights_dtype not in ("float32", "float16"):
+        raise ValueError(f"weights_dtype must be 'float32' or 'float16', got {weights_dtype!r}")
+    store = getattr(torch, weights_dtype)
+    model = load_model_file(src)
+    with torch.no_grad():
+        for p in model.state_dict().values():
+            if p.is_floating_point():
+                p.copy_(p.to(store))  # evaluate what the file will hold
+    if final.exists():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        epochs, steps, seconds = summary["epochs"], summary["steps"], summary["train_seconds"]
+    else:
+        st = read_tensors(src)[1]["train_state"]
+        epochs, steps, seconds = st["epoch"], st["step"], round(st["elapsed_s"], 1)
+    metrics = evaluate(model, build_dataset(model.data_config))
+    history = read_history(run_dir / "metrics.jsonl", max_epoch=epochs)
+    target = dest / f"{name}.safetensors"
+    save_model(model, target, extra={"train_config": config["train_config"]}, dtype=store)
+    man = {
+        "name": name,
+        "description": description,
+        "model_config": config["model_config"],
+        "data_config": config["data_config"],
+        "train_config": config["train_config"],
+        "command": portable_command(config["provenance"]["command"]),
+        "seed": config["train_config"]["seed"],
+        "epochs": epochs,
+        "epochs_planned": config["train_config"]["epochs"],
+        "steps": steps,
+        "train_seconds": seconds,
+        "metrics": metrics,
+        "provenance": {**config["provenance"], "command": portable_command(config["provenance"]["command"])},
+        "history": history,
+        "weights_dtype": weights_dtype,
+        "sha256": sha256_file(target),
+        "bytes": target.stat().st_size,
+    }
+    atomic_write_text(dest / f"{name}.json", json.dumps(man, indent=2) + "\n")
+    return target
+
+
+def ship_trajectory(
+    run_dir: str | os.PathLike,
+    name: str,
+    epochs: Sequence[int] | None = None,
+    dtypes: Sequence[str] = STORE_DTYPES,
+    dest: str | os.PathLike | None = None,
+    budget_mb: int | float = 25.0,
+    tolerance_images: int = 0,
+) -> Path:
+    """Ship a finished training run's snapshots as the training trajectory of zoo model ``name``; returns the path of
+    the trajectory's ``.safetensors`` (its manifest ``.json`` beside it, in ``dest``, default ``TRAJECTORIES_DIR``).
+
+    The zoo's ``name`` must have been exported from this run (``hooked-clip1d export RUN --name NAME ...``): its
+    weights must equal the run's ``model.safetensors`` at the zoo file's precision, bit for bit; the last checkpoint
+    is that shipped file. ``epochs`` defaults to ``trajectory_schedule(last epoch)`` among the run's snapshots.
+    Each stored checkpoint takes the first of ``dtypes`` at which its accuracies on every split equal its float32 ones
+    (``trajectories.measure_precision``; recorded in the manifest); ``tolerance_images`` > 0 accepts a precision whose
+    accuracies differ by at most that many images in any split (recorded too; rounding flips near-ties, e.g. in a
+    left/right-symmetric plateau, where float32 on another machine may flip them as well). The emergence rows are
+    measured on the stored weights and recorded, with the largest change of any of their numbers from the float32
+    weights. A trajectory that would bring all shipped trajectories (in ``dest``) past ``budget_mb`` MB is refused,
+    naming the sizes.
+    Everything is measured before anything is written; each file is written atomically.
+
+    Example (the command line: ``hooked-clip1d ship-trajectory RUN_DIR --name NAME``):
+        >>> ship_trajectory("runs/flagship", "simplified-ntot20-n2-10")  # doctest: +SKIP
+    """
+    import torch
+
+    from hooked_clip1d.analysis.dynamics import emergence
+    from hooked_clip1d.analysis.mechanism import unseen_probe
+    from hooked_clip1d.data.dataset import build_dataset
+    from hooked_clip1d.files import atomic_write_text
+    from hooked_clip1d.model.checkpoint import load_model_file, save_tensors
+    from hooked_clip1d.settings import TrainConfig
+    from hooked_clip1d.training.rundir import RunLock, is_run_dir
+
+    run_dir = Path(run_dir)
+    dest = Path(dest) if dest is not None else Path(reg.TRAJECTORIES_DIR)
+    zman = manifest(name)  # KeyError listing the zoo for a model not exported yet
+    if [d for d in dtypes if d not in STORE_DTYPES] or not dtypes:
+        raise ValueError(f"dtypes must be a non-empty list of {list(STORE_DTYPES)}, got {list(dtypes)}")
+    if not (run_dir / "config.json").exists() or not is_run_dir(run_dir):
+        raise FileNotFoundError(f"{str(run_dir)!r} is not a hooked_clip1d training run directory (no run config.json)")
+    if not (run_dir / "model.safetensors").exists():
+        raise FileNotFoundError(
+            f"{str(run_dir / 'model.safetensors')!r} is missing: the run has not finished (ship a finished run)"
+        )
+    snaps = run_snapshots(run_dir)
+    if not snaps:
+        raise FileNotFoundError(
+            f"{str(run_dir)!r} has no snapshots/: train with TrainConfig.snapshot_epochs (settings.dense_schedule)"
+        )
+    with RunLock(run_dir, "run directory"), torch.random.fork_rng(devices=[]):
+        config = json.loads((run_dir / "config.json").read_text())
+        last = int(json.loads((run_dir / "summary.json").read_text())["epochs"])
+        export_hint = f"export this run first (hooked-clip1d export {run_dir} --name {name} --description ...)"
+        if int(zman["epochs"]) != last:
+            raise ValueError(f"the zoo's {name!r} has {zman['epochs']} epochs, the run {last}: {export_hint}")
+        shipped = load_model(name)  # sha256-checked
+        final = load_model_file(run_dir / "model.safetensors")
+        zdtype = getattr(torch, zman.get("weights_dtype", "float32"))
+        sz, sf = shipped.state_dict(), final.state_dict()
+        same = sz.keys() == sf.keys() and all(torch.equal(sz[k], sf[k].to(zdtype).float()) for k in sz)
+        if not same or zman["model_config"] != config["model_config"] or zman["data_config"] != config["data_config"]:
+            raise ValueError(
+                f"the zoo's {name!r} was not exported from {str(run_dir)!r} (its weights or configs differ from the "
+                f"run's model.safetensors): {export_hint}, then ship its trajectory"
+            )
+        if epochs is None:
+            chosen = [e for e in trajectory_schedule(last) if e in snaps]
+        else:
+            chosen = sorted({int(e) for e in epochs})
+            late = [e for e in chosen if e > last]
+            if late:
+                raise ValueError(f"epochs {late} are past the run's last epoch {last}")
+            missing = [e for e in chosen if e not in snaps and e != last]
+            if missing:
+                raise ValueError(f"the run has no snapshot at epochs {missing}; its snapshots: {list(snaps)}")
+        stored = [e for e in chosen if e != last]
+        if not stored:
+            raise ValueError(f"a trajectory needs a checkpoint before the last epoch {last}; snapshots: {list(snaps)}")
+        models = {e: load_model_file(snaps[e]) for e in stored}
+        for e, m in models.items():
+            if m.cfg.to_dict() != final.cfg.to_dict():
+                raise ValueError(f"snapshot {snaps[e]} has another model config than the run's model.safetensors")
+
+        ds = unseen_probe(build_dataset(final.data_config))
+        kept_dtypes, kept, record = measure_precision(models, ds, dtypes, tolerance=tolerance_images)
+        refused = [e for e in stored if e not in kept_dtypes]
+        if refused:
+            raise ValueError(
+                f"no precision of {list(dtypes)} keeps the accuracies of the checkpoints at epochs {refused}: "
+                "add float32 to dtypes"
+            )
+
+        # the emergence rows, on the stored weights and (to record what the rounding moved) on the float32 ones
+        train_cfg = TrainConfig.from_dict(config["train_config"])
+        emerg: dict[str, Any]
+        try:
+            em = emergence([*kept.items(), (last, shipped)], train_cfg, dataset=ds)
+            moved, flipped = 0.0, []
+            if any(d != "float32" for d in kept_dtypes.values()):
+                em32 = emergence([*models.items(), (last, shipped)], train_cfg, dataset=ds)
+                moved = max(numeric_diff(a, b) for a, b in zip(em32.rows, em.rows, strict=True))
+                flipped = [
+                    [a["epoch"], c] for a, b in zip(em32.rows, em.rows, strict=True) for c in a["checks"]
+                    if a["checks"][c] != b["checks"].get(c)
+                ]  # fmt: skip
+            emerg = {**em.to_json(), "max_change_from_float32": round(moved, 6), "checks_changed_by_rounding": flipped}
+        except ValueError as err:  # not the paper's simplified vision tower: no mechanism report
+            emerg = {"not_run": str(err)}
+
+        tensors, digests = trajectory_tensors(kept, kept_dtypes)
+        digests[str(last)] = zman["sha256"]  # the last checkpoint: the shipped weights file
+        epochs_all = [*stored, last]
+        dtype_map = {str(e): kept_dtypes[e] for e in stored}
+        meta = {
+            "model_config": config["model_config"],
+            "data_config": config["data_config"],
+            "train_config": config["train_config"],
+            "trajectory": {"name": name, "epochs": epochs_all, "final_epoch": last, "dtypes": dtype_map},
+        }
+        target = dest / f"{name}.safetensors"
+        pending = dest / f".{name}.pending.safetensors"  # checked against the budget before it replaces anything
+        save_tensors(pending, tensors, meta)
+        try:
+            man = {
+                "format": MANIFEST_FORMAT,
+                "name": name,
+                "epochs": epochs_all,
+                "final_epoch": last,
+                "final": f"weights/{name}.safetensors (the shipped model, sha256 {zman['sha256']})",
+                "dtype": dtype_summary(kept_dtypes),
+                "dtypes": dtype_map,
+                "file": target.name,
+                "sha256": sha256_file(pending),
+                "bytes": pending.stat().st_size,
+                "checkpoint_sha256": digests,
+                "chance": round(1.0 / len(ds.captions), 6),
+                "precision": {
+                    "method": PRECISION_METHOD,
+                    "candidates": list(dtypes),
+                    "tolerance_images": tolerance_images,
+                    "checkpoints": record,
+                },
+                "emergence": emerg,
+                "source": {
+                    "run": portable_command(str(run_dir.resolve())),
+                    "command": portable_command(config["provenance"]["command"]),
+                    "snapshots": list(snaps),
+                },
+            }
+            text = json.dumps(man, indent=2) + "\n"
+            size = man["bytes"] + len(text.encode())
+            present = [p for p in dest.glob("*") if p.is_file() and p.stem != name and not p.name.startswith(".")]
+            others = sum(p.stat().st_size for p in present)
+            if others + size > budget_mb * 1e6:
+                raise ValueError(
+                    f"shipping {name!r} ({size / 1e6:.1f} MB, {dtype_summary(kept_dtypes)}) would bring the "
+                    f"trajectories in {str(dest)!r} to {(others + size) / 1e6:.1f} MB, past the budget of "
+                    f"{budget_mb} MB (the others: {others / 1e6:.1f} MB): ship fewer checkpoints (--epochs) or "
+                    "raise the budget (--budget-mb)"
+                )
+            os.replace(pending, target)
+        finally:
+            if pending.exists():
+                pending.unlink()
+        atomic_write_text(dest / f"{name}.json", text)
+    return target
