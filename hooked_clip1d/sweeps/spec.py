@@ -149,7 +149,7 @@ def _build_run(base: dict[str, dict[str, Any]], params: dict[str, Any], preset: 
     for s in ("vision", "text"):
         if "pruned_heads" in sec[s]:
             sec[s]["pruned_heads"] = tuple(tuple(x) for x in sec[s]["pruned_heads"])
-    for k in ("betas", "no_decay", "frozen"):  # TOML and RECIPES give lists
+    for k in ("betas", "no_decay", "frozen", "snapshot_epochs"):  # TOML gives lists
         if k in sec["train"]:
             sec["train"][k] = tuple(sec["train"][k])
     try:

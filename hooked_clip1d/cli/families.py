@@ -1,0 +1,500 @@
+"""The analysis families of ``hooked-clip1d analyze``, each a function ``(model, options) -> Report`` declared
+with ``@family`` (``cli.analyze`` holds the machinery: ``FAMILIES``, option checks, ``run_analysis``). A new family
+is one decorated function here, built only from ``hooked_clip1d.analysis`` and ``hooked_clip1d.visualization``.
+
+Example:
+    >>> from hooked_clip1d.cli.analyze import FAMILIES
+    >>> "attention" in FAMILIES and FAMILIES["ablate"].options["layer"].startswith("the attention layer")
+    True
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+
+from hooked_clip1d.analysis.heads import to_jsonable
+from hooked_clip1d.cli.analyze import Report, _dataset, _first_pair_image, _flag, _split, family
+from hooked_clip1d.model.clip import CLIP1D
+
+
+# ---- analyses -------------------------------------------------------------------------------------------------------
+@family(
+    "attention",
+    what="attention patterns of both towers on one image and caption (Fig. 4b)",
+    data="the first unseen-pair validation image (val_unseen) and its caption",
+    options={
+        "image": "the image, e.g. 'C . . 17 . . 19 . . . .'",
+        "caption": "the caption, e.g. '17 is on the left of 19'",
+    },
+)
+def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.pretrained import model_name
+    from hooked_clip1d.visualization.attention import attention_view, plot_attention, show_attention
+
+    ds = _dataset(model)
+    img = opts.get("image") or model.vision.cfg.vocab.image_to_text(_first_pair_image(ds))
+    cap = opts.get("caption") or model.text.cfg.vocab.caption_to_text(ds.captions[-1])
+    figs, data, lines, pages = {}, {}, [], {}
+    for tower, x in (("vision", img), ("text", cap)):
+        enc = getattr(model, tower)
+        for layer in range(enc.cfg.n_layers):
+            view = attention_view(model, x, layer=layer, tower=tower)
+            figs[f"{tower}_L{layer}"] = plot_attention(model, x, layer=layer, tower=tower)
+            heading = f"{model_name(model)}: {tower} tower, layer {layer}, input {x!r}"
+            pages[f"{tower}_L{layer}"] = (show_attention(model, x, layer=layer, tower=tower), heading)
+            data[f"{tower}_L{layer}"] = {"tokens": view.tokens, "pattern": view.pattern}
+            row = view.pattern[:, 0 if tower == "vision" else -1]
+            lines.append(f"{tower} layer {layer}, input {x!r}, {'CLS' if tower == 'vision' else 'last'} row:")
+            short = {"is on the left of": "left", "is on the right of": "right", "in the image": "in-img"}
+            lines.append("  head  " + " ".join(f"{short.get(t, t):>6.6}" for t in view.tokens))
+            lines += [f"  {h:<5} " + " ".join(f"{v:>6.2f}" for v in row[h].tolist()) for h in range(row.shape[0])]
+    return Report("\n".join(lines), data, figs, pages)
+
+
+@family(
+    "decompose",
+    what="weight-bias and token-position score decompositions, CLS-row std shares (Fig. 5a, 12-14)",
+    data="the unseen-pair validation images (val_unseen)",
+    options={"layer": "the attention layer (default 0)"},
+)
+def _decompose(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
+    from hooked_clip1d.visualization.decomposition import plot_row_profiles, plot_std_shares, plot_term_maps
+
+    ds = _dataset(model)
+    split = ds.splits["val_unseen"]
+    layer = int(opts.get("layer", 0))
+    _, cache = model.vision.run_with_cache(split.images[split.is_pair])
+    dec = decompose_attention_scores(model.vision, cache, layer=layer)
+    wb, tp = dec.weight_bias_terms(), dec.token_position_terms()
+    sh_wb, sh_tp = row_std_shares(wb, query_pos=0), row_std_shares(tp, query_pos=0)
+    tokens = model.vision.token_strs(split.images[split.is_pair][0])
+    figs = {
+        "weight_bias_maps": plot_term_maps(wb, tokens=tokens),
+        "token_position_maps": plot_term_maps(tp, [t for t in ("EE", "EP", "PE", "PP") if t in tp], tokens=tokens),
+        "cls_row_profiles": plot_row_profiles(tp, tokens=tokens),
+        "weight_bias_shares": plot_std_shares(sh_wb),
+        "token_position_shares": plot_std_shares(sh_tp),
+    }
+    n_heads = model.vision.cfg.n_heads
+    lines = [f"vision layer {layer}: share of each term in the CLS-row std across keys (unseen-pair images)"]
+    lines.append(f"{'term':<8}" + "".join(f"{'head ' + str(h):>9}" for h in range(n_heads)))
+    for sh in (sh_wb, sh_tp):
+        for i, t in enumerate(sh["terms"]):
+            lines.append(f"{t:<8}" + "".join(f"{v:>9.3f}" for v in sh["share"][i].tolist()))
+        lines.append("")
+    data = {
+        "layer": layer,
+        "weight_bias_shares": {"terms": sh_wb["terms"], "share": sh_wb["share"], "std": sh_wb["std"]},
+        "token_position_shares": {"terms": sh_tp["terms"], "share": sh_tp["share"], "std": sh_tp["std"]},
+        "q_components": list(dec.q_labels),
+        "k_components": list(dec.k_labels),
+    }
+    return Report("\n".join(lines).rstrip(), data, figs)
+
+
+@family(
+    "ablate",
+    what="term ablations EP, PE, PP, BP, VP and combinations (Fig. 5e, 16, 17)",
+    data="validation splits val_seen and val_unseen",
+    options={"layer": "the attention layer whose terms are ablated (default 0)"},
+)
+def _ablate(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.ablation import evaluate_ablations, format_ablations
+    from hooked_clip1d.visualization.decomposition import plot_ablations
+
+    res = evaluate_ablations(model, _dataset(model), layer=int(opts.get("layer", 0)))
+    return Report(format_ablations(res), res, {"ablations": plot_ablations(res, splits=("val_seen", "val_unseen"))})
+
+
+def _pairs(model: CLIP1D, opts: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    from hooked_clip1d.analysis.metrics import pair_inputs
+
+    ds = _dataset(model)
+    return pair_inputs(_split(ds, opts), ds.vocab)
+
+
+def _fmt_rows(title: str, cols: list[str], rows: dict[str, list[float]]) -> list[str]:
+    lines = [title, f"{'':<22}" + "".join(f"{c:>10.10}" for c in cols)]
+    lines += [f"{k:<22.22}" + "".join(f"{v:>10.3f}" for v in vals) for k, vals in rows.items()]
+    return lines + [""]
+
+
+def _interchange_table(itf: dict[str, Any]) -> str:
+    """``InterchangeResult.fractions()`` as text: one line per intervention and layer (heads as columns), "n/a"
+    where an intervention does not apply (a position swap without learned positions), then the two beliefs."""
+
+    def num(x: float | None) -> str:
+        return f"{'n/a':>7}" if x is None else f"{x:>7.3f}"
+
+    lines = ["text interchange: fraction of the base -> counterfactual belief shift each intervention produces"]
+    for key in ("slot_swap", "position_id_swap", "eot_pattern"):
+        value = itf.get(key)
+        per_layer = value if isinstance(value, list) else [value]
+        for layer, v in enumerate(per_layer):
+            name = key if len(per_layer) == 1 and not isinstance(value, list) else f"{key}, layer {layer}"
+            lines.append(f"  {name:<28} {num(v)}")
+    for layer, heads in enumerate(itf.get("eot_pattern_heads") or []):
+        cells = " ".join(f"h{h} {num(v)}" for h, v in enumerate(heads))
+        lines.append(f"  {f'eot_pattern per head, L{layer}':<28} {cells}")
+    base, swapped = itf["base_belief"], itf["counterfactual_belief"]
+    lines.append(f"beliefs (logit differences): base {base:.3f}, counterfactual {swapped:.3f}")
+    return "\n".join(lines)
+
+
+@family(
+    "patching",
+    what="mirror-swap / caption-swap patching, text interchange, attention knockout",
+    data="the unseen-pair validation images and captions (val_unseen unless -o split=...)",
+    options={"split": "the split of the image/caption pairs: train, val_seen, val_unseen (default)"},
+)
+def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.interchange import text_interchange
+    from hooked_clip1d.analysis.knockout import knockout_sweep
+    from hooked_clip1d.analysis.patching import caption_swap_patching, mirror_swap_patching
+    from hooked_clip1d.visualization import patching as vp
+
+    imgs, caps = _pairs(model, opts)
+    L = model.vision.cfg.n_layers
+    ms = mirror_swap_patching(model, imgs, caps)
+    z_names = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
+    heads = mirror_swap_patching(model, imgs, caps, hook_names=z_names, sets=["cls"], heads=True)
+    cs = caption_swap_patching(model, imgs, caps)
+    it = text_interchange(model, imgs, caps)
+    kv, kt = knockout_sweep(model, imgs, caps, tower="vision"), knockout_sweep(model, imgs, caps, tower="text")
+    fr, hf = ms.fraction(), heads.fraction()
+    lines = _fmt_rows(
+        "mirror-swap patching (image mirrored => relation flips): fraction of the belief shift recovered",
+        ms.set_names,
+        {lab: fr[i].tolist() for i, lab in enumerate(ms.labels)},
+    )
+    lines += _fmt_rows(
+        "per head, patching z at CLS from the mirrored image",
+        [f"head {h}" for h in range(hf.shape[-1])],
+        {heads.labels[i]: hf[i, 0].tolist() for i in range(len(heads.labels))},
+    )
+    cf = cs.fraction()
+    lines += _fmt_rows(
+        "caption-swap patching (text tower)", cs.set_names, {lab: cf[i].tolist() for i, lab in enumerate(cs.labels)}
+    )
+    lines += ["attention knockout: fraction of the belief retained with each attention edge cut"]
+    lines += [f"  vision {n:<28} {r:>7.3f}" for n, r in zip(kv.names, kv.retained().tolist(), strict=True)]
+    lines += [f"  text   {n:<28} {r:>7.3f}" for n, r in zip(kt.names, kt.retained().tolist(), strict=True)]
+    itf = it.fractions()
+    lines += ["", _interchange_table(itf)]
+    figs = {
+        "mirror_map": vp.plot_patching_map(ms),
+        "mirror_bars": vp.plot_recovery_bars(ms),
+        "mirror_heads": vp.plot_patching_map(heads),
+        "caption_map": vp.plot_patching_map(cs),
+        "interchange": vp.plot_interchange(it),
+        "knockout_vision": vp.plot_knockout(kv),
+        "knockout_text": vp.plot_knockout(kt),
+    }
+    data = {
+        "mirror_swap": ms.to_dict(),
+        "mirror_swap_heads_cls": heads.to_dict(),
+        "caption_swap": cs.to_dict(),
+        "interchange": itf,
+        "knockout_vision": kv.to_dict(),
+        "knockout_text": kt.to_dict(),
+    }
+    return Report("\n".join(lines).rstrip(), data, figs)
+
+
+@family(
+    "probes",
+    what="linear probes of positions, labels and relation per depth, with shuffled controls",
+    data="a random sample of 3000 two-object images (-o n=...; probes tested on held-out images)",
+    options={"n": "images sampled (default 3000)", "seed": "sampling seed (default 0)"},
+)
+def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.metrics import pair_grid
+    from hooked_clip1d.analysis.probes import probe_sweep, probe_targets
+    from hooked_clip1d.visualization.patching import plot_probe_accuracy
+
+    v = model.vision.cfg.vocab
+    imgs, objs, _ = pair_grid(v)
+    n = int(opts.get("n", 3000))
+    idx = torch.randperm(len(imgs), generator=torch.Generator().manual_seed(int(opts.get("seed", 0))))[:n]
+    imgs, objs = imgs[idx], objs[idx]
+    rel = torch.full_like(objs[:, 0], v.left_of)
+    caps = torch.stack([objs[:, 0], rel, objs[:, 1], torch.full_like(rel, v.eot)], -1)
+    sweeps = {}
+    for tower, toks, targets in (
+        (model.vision, imgs, ("left_pos", "right_pos", "left_label", "right_label", "relation")),
+        (model.text, caps, ("subject", "object", "relation")),
+    ):
+        name = "vision" if tower is model.vision else "text"
+        for t in targets:
+            sweeps[f"{name} {t}"] = probe_sweep(tower, toks, probe_targets(tower, toks, t), position="readout")
+    depth = next(iter(sweeps.values())).labels
+    lines = [f"linear probes at the readout token (held-out accuracy per depth; control = shuffled labels), {n} images"]
+    lines.append(f"{'target':<20}" + "".join(f"{d:>12.12}" for d in depth) + f"{'chance':>9}{'control':>9}")
+    for k, sw in sweeps.items():
+        ctrl = sw.control_acc.max().item() if sw.control_acc is not None else float("nan")
+        lines.append(
+            f"{k:<20}" + "".join(f"{a:>12.3f}" for a in sw.test_acc.tolist()) + f"{sw.chance:>9.3f}{ctrl:>9.3f}"
+        )
+    return Report(
+        "\n".join(lines),
+        {k: sw.to_dict() for k, sw in sweeps.items()},
+        {"probes": plot_probe_accuracy(sweeps)},
+    )
+
+
+@family(
+    "steering",
+    what="spatial IDs and steering a caption's belief by adding ID differences",
+    data="unseen-pair validation images (val_unseen)",
+    options={"split": "the split of the image/caption pairs: train, val_seen, val_unseen (default)"},
+)
+def _steering(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
+    from hooked_clip1d.visualization.patching import plot_spatial_ids, plot_steering_curves
+
+    imgs, caps = _pairs(model, opts)
+    alphas = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0]
+    curves, data, errors = {}, {}, {}
+    for site, ctx in (("object", "single"), ("cls", "single"), ("cls", "pair")):
+        ids = vision_spatial_ids(model.vision, site=site, context=ctx)
+        for depth in range(len(ids.labels)):
+            key = f"vision {site}/{ctx} @ {ids.labels[depth]}"
+            try:
+                sr = steer_vision(model, imgs, caps, ids, depth, alphas)
+            except ValueError as e:  # e.g. RoPE towers have no positional IDs at the embeddings
+                errors[key] = str(e)
+                continue
+            curves[key] = sr
+    tids = text_role_ids(model.text)
+    for depth in range(len(tids.labels)):
+        curves[f"text roles @ {tids.labels[depth]}"] = steer_text(model, imgs, caps, tids, depth, alphas)
+    lines = ["steering: fraction of the swap's belief shift produced by adding alpha x (ID difference)"]
+    lines.append(f"{'site @ depth':<34}" + "".join(f"{'a=' + str(a):>8}" for a in alphas) + f"{'flip@1':>8}")
+    for k, sr in curves.items():
+        fr, flip = sr.fraction().tolist(), sr.flip_rate().tolist()
+        data[k] = {"alphas": alphas, "fraction": fr, "flip_rate": flip}
+        lines.append(f"{k:<34.34}" + "".join(f"{x:>8.2f}" for x in fr) + f"{flip[alphas.index(1.0)]:>8.2f}")
+    lines += [f"{k}: not run ({e})" for k, e in errors.items()]
+    figs = {
+        "curves": plot_steering_curves(curves),
+        "ids_cls": plot_spatial_ids(vision_spatial_ids(model.vision, site="cls", context="pair")),
+    }
+    return Report("\n".join(lines), {"steering": data, "not_run": errors}, figs)
+
+
+@family(
+    "heads",
+    what="CLS -> object left/right bias, relational vs label-specific heads, text EOT bias (Fig. 4c, 5c-d, 6)",
+    data="the unseen-pair validation images and their captions (val_unseen unless -o split=...)",
+    options={"split": "a split with two-object images: train, val_seen, val_unseen (default)"},
+)
+def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.heads import (
+        classify_head_roles,
+        cls_object_bias,
+        label_pe_deltas,
+        pair_captions,
+        text_eot_bias,
+    )
+    from hooked_clip1d.visualization.heads import plot_eot_bias, plot_head_roles, plot_label_pe_scatter
+    from hooked_clip1d.visualization.plots import plot_head_bias
+
+    ds = _dataset(model)
+    split = _split(ds, opts)
+    bias = cls_object_bias(model.vision, split)
+    eot = text_eot_bias(model.text, pair_captions(ds, "unseen" if split.name == "val_unseen" else "seen"))
+    figs = {"bias": plot_head_bias(bias, layer=0), "eot": plot_eot_bias(eot)}
+    L, H = bias["left"].shape
+    lines = ["CLS -> object: fraction of two-object images whose CLS row peaks on the left / right object (Fig. 4c)"]
+    lines += [
+        f"  L{layer}H{h}: left {bias['left'][layer, h]:.2f}  right {bias['right'][layer, h]:.2f}"
+        for layer in range(L)
+        for h in range(H)
+    ]
+    data: dict[str, Any] = {"cls_object_bias": bias, "text_eot_bias": eot}
+    try:
+        deltas = label_pe_deltas(model.vision, split)
+        roles = classify_head_roles(deltas)
+        figs["delta_scatter"], figs["roles"] = plot_label_pe_scatter(deltas), plot_head_roles(roles)
+        data["roles"] = {k: v for k, v in roles.items() if k != "relational_mask"}
+        lines += ["relational (|d_label| < |d_pe|, with the head's sign) vs label-specific share (Fig. 5d)"]
+        lines += [
+            f"  H{h}: relational {roles['relational'][h]:.2f}  label-specific {roles['label_specific'][h]:.2f}"
+            for h in range(len(roles["relational"]))
+        ]
+    except ValueError as e:  # LayerNorm / RoPE towers: the E / P split at the CLS row does not exist
+        data["roles"] = {"not_run": str(e)}
+        lines.append(f"relational vs label-specific: not run ({e})")
+    first, second = eot["first"], eot["second"]
+    lines += ["text EOT row: share of captions where the first / second object gets more attention (Fig. 6)"]
+    lines += [
+        f"  L{layer}H{h}: first {first[layer, h]:.2f}  second {second[layer, h]:.2f}"
+        for layer in range(first.shape[0])
+        for h in range(first.shape[1])
+    ]
+    return Report("\n".join(lines), to_jsonable(data), figs)
+
+
+@family(
+    "alignment",
+    what="Procrustes alignment of vision and text label embeddings vs raw cosine (Fig. 7)",
+    data="the label embeddings of both towers (no images)",
+    options={"center": "center the embeddings before the fit (true/false, default false)"},
+)
+def _alignment(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.alignment import embedding_alignment
+    from hooked_clip1d.visualization.alignment import plot_alignment
+
+    res = embedding_alignment(model, center=_flag(opts, "center", False))
+    lines = [f"token-embedding alignment, fit on labels {res['fit_labels']}, scored on {res['test_labels']} (Fig. 7)"]
+    for k in ("raw", "procrustes", "shuffled"):
+        sc = res.get(k)
+        if sc:
+            lines.append(f"  {k:<11} " + "  ".join(f"{m} {v:.3f}" for m, v in sc.items() if isinstance(v, float)))
+    return Report("\n".join(lines), res, {"alignment": plot_alignment(res)})
+
+
+@family(
+    "rope",
+    what="RoPE mechanism: consistency rates, Pi_bias, key PCA, effective rank, rho (Fig. 19)",
+    data="the unseen-pair validation images (val_unseen)",
+    options={},
+)
+def _rope(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.rope import key_effective_rank, rope_mechanism
+    from hooked_clip1d.visualization.rope import plot_rope_mechanism
+
+    ds = _dataset(model)
+    if model.vision.cfg.positional != "rope":
+        rank = key_effective_rank(model.vision, 0)
+        ranks = to_jsonable(rank)
+        return Report(
+            "not a RoPE vision tower: only the effective rank of W_K (per head, at energy "
+            f"{[round(t, 2) for t in ranks['thresholds']]}) is reported: {ranks['rank']}",
+            {"effective_rank": ranks},
+        )
+    res = to_jsonable(rope_mechanism(model.vision, ds.splits["val_unseen"]))
+    lines = ["RoPE mechanism on unseen pairs (Fig. 19)", json.dumps(res["consistency"], default=float)[:2000]]
+    lines.append("effective rank of W_K: " + json.dumps(res["effective_rank"]))
+    return Report("\n".join(lines), res, {"mechanism": plot_rope_mechanism(res)})
+
+
+@family(
+    "pruning",
+    what="every subset of kept heads, before (with -o epochs=N also after) retraining (App. K, Fig. 22)",
+    data="validation splits (before and after retraining)",
+    options={
+        "kept": "head counts to keep (default 1..H-1), e.g. [1,2]",
+        "epochs": "retrain each pruned model this many epochs (default 0: no retraining)",
+        "runs_dir": "where the retraining runs go",
+        "engine": "retraining engine, batched or standard (default batched)",
+    },
+)
+def _pruning(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.pruning import format_sweep, head_subset_sweep
+    from hooked_clip1d.visualization.heads import plot_pruning
+
+    H = model.vision.cfg.n_heads * model.vision.cfg.n_layers
+    kept = opts.get("kept", list(range(1, H)))
+    epochs = int(opts.get("epochs", 0))
+    out = opts.get("runs_dir")
+    engine = opts.get("engine", "batched")
+    res = head_subset_sweep(model, kept, epochs=epochs, out_dir=out, resume=True, progress=epochs > 0, engine=engine)
+    table = "heads kept, unseen-pair accuracy (val_unseen) before / after retraining\n" + format_sweep(res)
+    if epochs == 0:
+        table += "\n(after: -o epochs=N retrains each pruned model for N epochs)"
+    return Report(table, res, {"pruning": plot_pruning(res)})
+
+
+@family(
+    "dynamics",
+    what="the mechanism's emergence along the model's shipped training trajectory: per checkpoint the loss, "
+    "accuracies, head bias, EP row, Fig. 13 share, invariant ablation, W_QK rank and decay exposure; when each of "
+    "the dynamics study's checks first and last holds",
+    data="the checkpoints of the model's shipped trajectory (`list --checkpoints NAME`); mechanism numbers on the "
+    "unseen-pair probe (every unseen ordered pair at every position pair)",
+    options={
+        "epochs": "only these checkpoints, e.g. [0,100,10000] (default: all)",
+        "recompute": "recompute the rows from the weights instead of reading those measured at shipping "
+        "(true/false, default false)",
+        "show": "the epochs drawn side by side (default: the first, where it first generalizes, the last)",
+        "image": "the image of the side-by-side figure and the HTML page (default: two held-out labels)",
+    },
+)
+def _dynamics(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.dynamics import CHECK_TEXT
+    from hooked_clip1d.pretrained import list_trajectories, load_trajectory, trajectory_emergence
+    from hooked_clip1d.visualization.dynamics import (
+        plot_checkpoints,
+        plot_emergence,
+        show_attention_over_checkpoints,
+    )
+
+    man = getattr(model, "manifest", None)
+    name = man.get("name") if isinstance(man, dict) else None
+    if name is None:
+        have = ", ".join(list_trajectories()) or "none yet"
+        raise ValueError(
+            "analyze dynamics needs a shipped model with a training trajectory (--model NAME); models with one: "
+            f"{have} (for a run directory's snapshots: hooked_clip1d.analysis.dynamics.run_emergence)"
+        )
+
+    def epoch_list(key: str) -> list[int] | None:
+        v = opts.get(key)
+        if v is None:
+            return None
+        vs = v if isinstance(v, list) else [v]
+        if not all(isinstance(e, int) and not isinstance(e, bool) for e in vs):
+            raise ValueError(f"option {key} must be an epoch or a list of epochs, e.g. [0,100,10000]; got {v!r}")
+        return vs
+
+    em = trajectory_emergence(name, epochs=epoch_list("epochs"), recompute=_flag(opts, "recompute", False))
+    epochs = [r["epoch"] for r in em.rows]
+    show = epoch_list("show")
+    if show is None:
+        gen = em.windows.get("generalizes", {}).get("first")
+        show = sorted({epochs[0], *([gen] if gen is not None else [epochs[len(epochs) // 2]]), epochs[-1]})
+    ckpts = load_trajectory(name, epochs)
+    by_epoch = dict(ckpts)
+    missing = [e for e in show if e not in by_epoch]
+    if missing:
+        raise ValueError(f"option show: no checkpoint at epochs {missing}; the checkpoints: {epochs}")
+    image = opts.get("image")
+    figs = {
+        "emergence": plot_emergence(em, title=f"{name}: emergence of the mechanism over training"),
+        "checkpoints": plot_checkpoints([(e, by_epoch[e]) for e in show], image=image),
+    }
+    heading = f"{name}: vision attention at each checkpoint of its trajectory (panels: epoch, head)"
+    pages = {"attention_steps": (show_attention_over_checkpoints(ckpts, image=image), heading)}
+
+    def heads(v: list[float] | list[int] | None, fmt: str = "{:.2f}") -> str:
+        return " ".join(fmt.format(x) for x in v) if v else "n/a"
+
+    lines = [f"{name}: {len(epochs)} checkpoints, epochs {epochs[0]}..{epochs[-1]} (probe: every unseen pair)"]
+    lines.append(
+        f"{'epoch':>6} {'loss':>7} {'single':>6} {'seen':>5} {'unseen':>6} {'probe':>5}  "
+        f"{'P(left) per head':<20} {'EP std per head':<24} {'Fig.13 share':<20} {'inv acc/ls':<10} {'rank':<8} exposure"
+    )
+    for r in em.rows:
+        inv = r["invariant"]
+        exp = r.get("exposure")
+        lines.append(
+            f"{r['epoch']:>6} {r['loss']:>7.4f} {r['single']:>6.2f} {r['seen']:>5.2f} {r['unseen']:>6.2f} "
+            f"{r['probe']:>5.2f}  {heads(r['p_left']):<20} {heads(r['ep_std'], '{:.3g}'):<24} "
+            f"{heads(r['xwx_share']):<20} {f'{inv[0]:.2f}/{inv[1]:.2f}':<10} {heads(r['qk_rank'], '{}'):<8} "
+            f"{'n/a' if exp is None else f'{exp:.3g}'}"
+        )
+    lines.append("")
+    lines.append("checks (docs/fidelity.md, the dynamics study): first / last epoch at which each holds")
+    for check, w in em.windows.items():
+        if w["first"] is None:
+            state = "never holds"
+        else:
+            end = "holds at the end" if w["held_at_end"] else f"last holds at {w['last']}"
+            state = f"from {w['first']}, {end} (at {w['fraction']:.0%} of the checkpoints since)"
+        lines.append(f"  {check:<19} {state}  [{CHECK_TEXT.get(check, 'all five checks')}]")
+    return Report("\n".join(lines), {"name": name, **em.to_json(), "show": show}, figs, pages)
