@@ -40,7 +40,7 @@ exact patching.
 Example:
     >>> from hooked_clip1d import load_model
     >>> m = load_model("simplified-ntot20-n2-10")
-    >>> imgs, caps = ground_truth_inputs(m, n=24)
+    >>> imgs, caps = ground_truth_inputs(m, n=8)
     >>> circ = ground_truth_circuit(m, imgs, caps, name="simplified-ntot20-n2-10")
     >>> "vision.L0.H2" in circ.nodes, circ.scores["faithfulness"] > 0.8
     (True, True)

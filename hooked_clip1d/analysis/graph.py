@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -142,36 +143,44 @@ def _order(ref: NodeRef, writer: bool) -> int:
     return 2 * ref.layer + (1 if ref.kind == "mlp" else 0)
 
 
-def _tower_graph(tower: HookedEncoder) -> tuple[list[str], list[str]]:
-    cfg, t = tower.cfg, tower.cfg.tower
-    writers = [f"{t}.embed"] + ([f"{t}.pos"] if cfg.positional == "learned" else [])
-    ports = []
-    for layer in range(cfg.n_layers):
-        writers += [f"{t}.L{layer}.H{h}" for h in range(cfg.n_heads)]
-        ports += [f"{t}.L{layer}.H{h}.{c}" for h in range(cfg.n_heads) for c in CHANNELS]
-        if not cfg.attn_only:
-            writers.append(f"{t}.L{layer}.mlp")
-            ports.append(f"{t}.L{layer}.mlp")
-    ports.append(f"{t}.readout")
-    return writers, ports
-
-
 def build_graph(target: Target) -> Graph:
     """The graph of one tower (``model.vision`` / ``model.text``) or of the whole ``CLIP1D`` (both towers)."""
     towers = _towers(target)
+    key = tuple(
+        (t.cfg.tower, t.cfg.n_layers, t.cfg.n_heads, t.cfg.attn_only, t.cfg.positional) for t in towers.values()
+    )
+    return _graph_of(key)
+
+
+@functools.lru_cache(maxsize=64)
+def _graph_of(key: tuple[tuple[str, int, int, bool, str], ...]) -> Graph:
+    """The graph of towers described by (tower, n_layers, n_heads, attn_only, positional): it depends on nothing
+    else, so it is built once per architecture."""
     writers: list[str] = []
     ports: list[str] = []
-    for tower in towers.values():
-        w, p = _tower_graph(tower)
-        writers += w
-        ports += p
+    for tower, n_layers, n_heads, attn_only, positional in key:
+        writers += [f"{tower}.embed"] + ([f"{tower}.pos"] if positional == "learned" else [])
+        for layer in range(n_layers):
+            writers += [f"{tower}.L{layer}.H{h}" for h in range(n_heads)]
+            ports += [f"{tower}.L{layer}.H{h}.{c}" for h in range(n_heads) for c in CHANNELS]
+            if not attn_only:
+                writers.append(f"{tower}.L{layer}.mlp")
+                ports.append(f"{tower}.L{layer}.mlp")
+        ports.append(f"{tower}.readout")
+    w_ref = {w: parse_node(w) for w in writers}
+    p_ref = {p: parse_node(p) for p in ports}
     edges = [
         (w, p)
         for p in ports
         for w in writers
-        if parse_node(w).tower == parse_node(p).tower and _order(parse_node(w), True) < _order(parse_node(p), False)
+        if w_ref[w].tower == p_ref[p].tower and _order(w_ref[w], True) < _order(p_ref[p], False)
     ]
     return Graph(tuple(writers), tuple(ports), tuple(edges))
+
+
+@functools.lru_cache(maxsize=64)
+def _edge_set(graph: Graph) -> frozenset[Edge]:
+    return frozenset(graph.edges)
 
 
 def writer_hook(name: str) -> tuple[str, str, int | None]:
@@ -450,6 +459,35 @@ def writer_activations(
     return out
 
 
+class _Capture:
+    """Forward hook keeping each writer's live activation (its head's slice) in ``store`` (a class, not a closure:
+    hot loops build many, and a nested function would be re-decorated by the test suite's type checker each time)."""
+
+    def __init__(self, writers: list[tuple[str, int | None]], store: dict[str, torch.Tensor]):
+        self.writers, self.store = writers, store
+
+    def __call__(self, act: torch.Tensor, hook: HookPoint) -> None:
+        for w, head in self.writers:
+            self.store[w] = _select(act, head)
+
+
+class _AddDeltas:
+    """Forward hook on a port: add, per (head, writers) entry, each writer's replacement minus its live value."""
+
+    def __init__(self, entries: list[tuple[int | None, list[tuple[str, torch.Tensor]]]], live: dict[str, torch.Tensor]):
+        self.entries, self.live = entries, live
+
+    def __call__(self, act: torch.Tensor, hook: HookPoint) -> torch.Tensor:
+        out = act.clone()
+        for head, ws in self.entries:
+            delta = sum(value.to(act.dtype) - self.live[w] for w, value in ws)
+            if head is None:
+                out = out + delta
+            else:
+                out[:, :, head] = out[:, :, head] + delta
+        return out
+
+
 def run_with_edges(
     task: Task,
     replaced: Mapping[Edge, torch.Tensor],
@@ -459,10 +497,10 @@ def run_with_edges(
     writer [batch or 1, pos, d_model] instead of the writer's live one: the port reads ``input - live + replacement``
     (ACDC's edge patching; several edges at once compose). Towers without replaced edges keep their clean output.
     Call inside ``graph_flags``."""
-    graph = build_graph(task.target)
+    known = _edge_set(build_graph(task.target))
     by_port: dict[str, list[tuple[str, torch.Tensor]]] = {}
     for (w, p), value in replaced.items():
-        if (w, p) not in graph.edges:
+        if (w, p) not in known:
             raise ValueError(f"{edge_name((w, p))} is not an edge of this graph")
         by_port.setdefault(p, []).append((w, value))
     hooks: dict[str, list[Hook]] = {k: list(v) for k, v in (extra_hooks or {}).items()}
@@ -473,35 +511,14 @@ def run_with_edges(
         tw, point, _ = writer_hook(w)
         points.setdefault((tw, point), []).append(w)
 
-    def capture(ws: list[str]) -> Callable:
-        def fn(act: torch.Tensor, hook: HookPoint) -> None:
-            for w in ws:
-                live[w] = _select(act, writer_hook(w)[2])
-
-        return fn
-
     for (tw, point), ws in points.items():
-        hooks.setdefault(tw, []).append((point, capture(ws)))
+        hooks.setdefault(tw, []).append((point, _Capture([(w, writer_hook(w)[2]) for w in ws], live)))
     port_points: dict[tuple[str, str], list[tuple[int | None, list[tuple[str, torch.Tensor]]]]] = {}
     for p, ws in by_port.items():
         tw, point, head = port_hook(p, task.towers[parse_node(p).tower])
         port_points.setdefault((tw, point), []).append((head, ws))
-
-    def patch(entries: list[tuple[int | None, list[tuple[str, torch.Tensor]]]]) -> Callable:
-        def fn(act: torch.Tensor, hook: HookPoint) -> torch.Tensor:
-            out = act.clone()
-            for head, ws in entries:
-                delta = sum(value.to(act.dtype) - live[w] for w, value in ws)
-                if head is None:
-                    out = out + delta
-                else:
-                    out[:, :, head] = out[:, :, head] + delta
-            return out
-
-        return fn
-
     for (tw, point), entries in port_points.items():
-        hooks.setdefault(tw, []).append((point, patch(entries)))
+        hooks.setdefault(tw, []).append((point, _AddDeltas(entries, live)))
     return task.run(hooks)
 
 

@@ -30,6 +30,7 @@ METHODS = ("exact patching", "AtP", "AtP*", "path patching", "EAP", "EAP+AtP*", 
 ACDC_THRESHOLD = 0.01
 IG_STEPS = 20
 MIN_ACCURACY = 0.9  # a model that ranks the true caption first on fewer task images has no circuit to find
+N_INPUTS: int | None = None  # task images per model (None: every unseen-pair image, as the shipped circuits)
 
 
 def _fmt(v: float | None) -> str:
@@ -49,7 +50,7 @@ def _benchmark_model(name: str, model: CLIP1D) -> dict[str, Any]:
     from hooked_clip1d.analysis.graph import build_graph, mirror_task
     from hooked_clip1d.analysis.path_patching import path_patching
 
-    images, captions = ground_truth_inputs(model)
+    images, captions = ground_truth_inputs(model, n=N_INPUTS)
     task = mirror_task(model, images, captions, target="clip")
     belief = task.clean_metric()
     accuracy = float((belief > 0).float().mean())
