@@ -40,7 +40,8 @@
 # and name .gpu-carry in every call's carry (beside .whl): a fresh $STATE starts each sweep from it, so finished runs
 # are not retrained and a group whose state came back resumes where it stopped, bit for bit (a group whose state
 # stayed behind trains its unfinished runs from their first step). What travels must fit a call's 64 MiB with the
-# working tree (~21 MB) and the wheels (3 MB): `carry` leaves the state out beyond CARRY_MIB (default 40).
+# working tree (~21 MB) and the wheels (3 MB): `carry` leaves the state out beyond CARRY_MIB (default: 64 MiB less
+# the tree and the wheels, less 1 MiB; ~39 today, room for two full models' state, 37 MiB with their files).
 #
 # The package is not installed there: it runs from this checkout (PYTHONPATH), with the machine's own torch, and
 # with the wheels carried in .whl/: run `bash benchmarks/gpu_wheels.sh` here first (no device time), then name .whl
@@ -52,10 +53,14 @@ SPEC_DIR=${SPEC_DIR:-hooked_clip1d/sweeps}            #   DEVICE=cpu FLAGS= WHEE
 CARRY=${CARRY:-.gpu-carry}
 
 if [ "$MODE" = carry ]; then  # here, not on the GPU: this machine's sweeps -> $CARRY
+  # what may travel beside the working tree and the wheels in a call's 64 MiB (less 1 MiB of margin)
+  tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+  wheels=$(du -cb "${WHEELS:-.whl}"/*.whl 2>/dev/null | tail -1 | cut -f1)
+  CARRY_MIB=${CARRY_MIB:-$(( (64 * 1048576 - ${tree:-0} - ${wheels:-0}) / 1048576 - 1 ))}
   rm -rf "$CARRY.tmp" && mkdir -p "$CARRY.tmp"
   for sweep in ${CARRY_SWEEPS-${QUEUE//fig4a/}}; do  # not fig4a's (on the CPU), as on a GPU it measures its time
     # results_table checks each finished run against the spec here, before any device time is spent
-    python3 - "$SPEC_DIR/$sweep.toml" "$CARRY.tmp" "${CARRY_MIB:-40}" <<'EOF' || exit 3
+    python3 - "$SPEC_DIR/$sweep.toml" "$CARRY.tmp" "$CARRY_MIB" <<'EOF' || exit 3
 import shutil, sys
 from pathlib import Path
 from hooked_clip1d.sweeps.runner import load_spec, sweeps_home
