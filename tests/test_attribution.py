@@ -207,6 +207,16 @@ def test_every_method_runs_on_each_target(full_model, pairs, target):
     assert eap(task, edges).names == [edge_name(e) for e in edges]
 
 
+@pytest.mark.parametrize("target", ["vision", "text", "clip"])
+def test_acdc_runs_on_each_target(two_layer_model, pairs, target):
+    from hooked_clip1d.analysis.circuits import acdc
+
+    task = mirror_task(two_layer_model, *pairs, target=target)
+    res = acdc(task, threshold=0.05)
+    assert res.names == [edge_name(e) for e in build_graph(task.target).edges]
+    assert set(res.info["kept"]) <= set(res.names) and torch.isfinite(res.scores).all()
+
+
 def test_clip_task_scores_each_tower_by_its_own_corruption(shipped):
     """On the whole CLIP, a vision node's exact effect is the image mirror's and a text node's the caption swap's:
     the same as on the tower alone; AtP's likewise (the clean gradient does not depend on the corruption)."""
