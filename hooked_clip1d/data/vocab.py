@@ -97,17 +97,23 @@ class Vocabulary:
             raise ValueError(f"label {x!r} is outside 1..{self.n_labels}")
         return x
 
+    def _check_pair(self, x: int, y: int) -> None:
+        if self._check_label(x) == self._check_label(y):
+            raise ValueError(f"a two-object caption needs two different labels, got {x} twice")
+
     # ---- building ids ----------------------------------------------------------------------------------------------
     def single_caption(self, x: int) -> Int[torch.Tensor, " 4"]:
         """``[X] [is] [in the image] [EOT]``."""
         return torch.tensor([self._check_label(x), self.is_, self.in_the_image, self.eot])
 
     def left_caption(self, x: int, y: int) -> Int[torch.Tensor, " 4"]:
-        """``[X] [is on the left of] [Y] [EOT]`` (X is the left object)."""
+        """``[X] [is on the left of] [Y] [EOT]`` (X is the left object; X != Y)."""
+        self._check_pair(x, y)
         return torch.tensor([self._check_label(x), self.left_of, self._check_label(y), self.eot])
 
     def right_caption(self, x: int, y: int) -> Int[torch.Tensor, " 4"]:
-        """``[Y] [is on the right of] [X] [EOT]`` for the same scene as ``left_caption(x, y)``."""
+        """``[Y] [is on the right of] [X] [EOT]`` for the same scene as ``left_caption(x, y)`` (X != Y)."""
+        self._check_pair(x, y)
         return torch.tensor([self._check_label(y), self.right_of, self._check_label(x), self.eot])
 
     def image(self, objects: Mapping[int, int], d_image: int = 10) -> Int[torch.Tensor, " pos"]:
@@ -180,7 +186,7 @@ class Vocabulary:
             raise ValueError(f"cannot parse caption {text!r}: {e}") from None
         raise ValueError(
             f"cannot parse caption {text!r}; expected 'X is in the image', 'X is on the left of Y' "
-            f"or 'Y is on the right of X' with labels in 1..{self.n_labels}"
+            f"or 'Y is on the right of X' with labels in 1..{self.n_labels} (X != Y)"
         )
 
     def text_to_image(self, text: str) -> Int[torch.Tensor, " pos"]:

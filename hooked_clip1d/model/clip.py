@@ -32,7 +32,7 @@ from transformer_lens.hook_points import HookPoint
 
 import hooked_clip1d.model.functional as functional
 from hooked_clip1d.model.config import EncoderConfig, TextConfig, VisionConfig, preset
-from hooked_clip1d.model.encoders import HookedTextEncoder, HookedVisionEncoder, _checked_hook
+from hooked_clip1d.model.encoders import HookedTextEncoder, HookedVisionEncoder, _checked_hook, names_filter_list
 
 HEAD_HOOKS = ("hook_image_embed", "hook_text_embed", "hook_image_feat", "hook_text_feat", "hook_logits")
 RETURN_TYPES = ("logits", "loss", None)
@@ -296,7 +296,7 @@ class CLIP1D(nn.Module):
             if not wanted:
                 raise ValueError("CLIP1D.run_with_cache: names_filter matches no hook point (see hook_names())")
         else:
-            wanted = list(names_filter)
+            wanted = names_filter_list(names_filter, "CLIP1D.run_with_cache")
         unknown = [n for n in wanted if n not in names]
         if unknown:
             raise KeyError(f"CLIP1D has no hook points {unknown} (see hook_names())")

@@ -24,7 +24,7 @@ Example:
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import torch
@@ -37,6 +37,18 @@ from hooked_clip1d.model.components import Embed, LayerNorm, PosEmbed, Transform
 from hooked_clip1d.model.config import EncoderConfig, TextConfig, VisionConfig
 
 ReturnType = Literal["pooled", "resid", None]
+
+
+def names_filter_list(names_filter: Any, owner: str) -> list[str]:
+    """``names_filter`` given as a list (any iterable) of hook names, as a list; anything else is a ``TypeError``
+    naming the argument and what it accepts (a bare int once gave "'int' object is not iterable")."""
+    names = list(names_filter) if isinstance(names_filter, Iterable) and not isinstance(names_filter, bytes) else None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise TypeError(
+            f"{owner}: names_filter must be a hook name, a list of hook names or a callable (name -> bool) "
+            f"(or None: every hook point); got {type(names_filter).__name__} {names_filter!r}"
+        )
+    return names
 
 
 def _checked_hook(fn: Callable) -> Callable:
@@ -274,7 +286,7 @@ class HookedEncoder(HookedRootModule):
             self._check_predicate(names_filter)
             base = names_filter
         else:
-            wanted = set(names_filter)
+            wanted = set(names_filter_list(names_filter, f"{type(self).__name__}.run_with_cache"))
             for n in wanted:
                 self._check_hook_name(n)
             base = lambda n: n in wanted  # noqa: E731

@@ -198,72 +198,76 @@ class BatchedTrainer(GroupFiles):
         self.total_steps = [m.train_cfg.epochs * s.spe for m, s in zip(members, self.streams, strict=True)]
 
         self._caller_rng = torch.get_rng_state()  # restored at the end of __init__ (and around run)
-        models = []
-        for m in members:
-            torch.manual_seed(m.train_cfg.seed)  # as Trainer does before building its model
-            model = m.init_model if m.init_model is not None else CLIP1D(m.model_cfg, seed=m.train_cfg.seed)
-            models.append(model)
-        seeds = [m.train_cfg.seed for m in members]
-        self.model = StackedCLIP(models, dropout_rng, seeds=seeds, device=self.device)
-        self.model.train()
-        if dropout_rng == "fast":
-            torch.manual_seed(_mix_seeds(seeds))  # the group's dropout stream
-        self.member_cfgs = [mdl.cfg for mdl in models]  # with init seeds filled in (what Trainer saves)
-        m_max = max(len(im) for im, _ in pairs)
-        Pv, Pt = pairs[0][0].shape[1], pairs[0][1].shape[1]
-        K = len(members)
-        images = torch.zeros(K, m_max, Pv, dtype=torch.long)
-        captions = torch.zeros(K, m_max, Pt + 1, dtype=torch.long)  # last column: text readout position
-        for k, (im, cap) in enumerate(pairs):
-            eot = self.model.tower_cfg["text"].vocab.eot
-            cap_r = self.model.remap_tokens(cap, k)
-            images[k, : len(im)] = self.model.remap_tokens(im, k)
-            captions[k, : len(cap), :Pt] = cap_r
-            captions[k, : len(cap), Pt] = (cap_r == eot).int().argmax(-1)
-        cls = self.model.tower_cfg["vision"].vocab.cls
-        if not all(bool((images[k, : len(im), 0] == cls).all()) for k, (im, _) in enumerate(pairs)):
-            raise ValueError("every training image must start with CLS")
-        r_all = torch.cat([captions[k, : len(cap), Pt] for k, (_, cap) in enumerate(pairs)])
-        # one EOT position for every caption (the paper's templates): a static readout
-        self.text_readout: int | None = int(r_all[0]) if bool((r_all == r_all[0]).all()) else None
-        self.m_max = m_max
-        self._images_all, self._captions_all = images.to(self.device), captions.to(self.device)
-        self.Pt = Pt
+        try:  # every failure below gives the caller's RNG back (the lock block restores it itself)
+            models = []
+            for m in members:
+                torch.manual_seed(m.train_cfg.seed)  # as Trainer does before building its model
+                model = m.init_model if m.init_model is not None else CLIP1D(m.model_cfg, seed=m.train_cfg.seed)
+                models.append(model)
+            seeds = [m.train_cfg.seed for m in members]
+            self.model = StackedCLIP(models, dropout_rng, seeds=seeds, device=self.device)
+            self.model.train()
+            if dropout_rng == "fast":
+                torch.manual_seed(_mix_seeds(seeds))  # the group's dropout stream
+            self.member_cfgs = [mdl.cfg for mdl in models]  # with init seeds filled in (what Trainer saves)
+            m_max = max(len(im) for im, _ in pairs)
+            Pv, Pt = pairs[0][0].shape[1], pairs[0][1].shape[1]
+            K = len(members)
+            images = torch.zeros(K, m_max, Pv, dtype=torch.long)
+            captions = torch.zeros(K, m_max, Pt + 1, dtype=torch.long)  # last column: text readout position
+            for k, (im, cap) in enumerate(pairs):
+                eot = self.model.tower_cfg["text"].vocab.eot
+                cap_r = self.model.remap_tokens(cap, k)
+                images[k, : len(im)] = self.model.remap_tokens(im, k)
+                captions[k, : len(cap), :Pt] = cap_r
+                captions[k, : len(cap), Pt] = (cap_r == eot).int().argmax(-1)
+            cls = self.model.tower_cfg["vision"].vocab.cls
+            if not all(bool((images[k, : len(im), 0] == cls).all()) for k, (im, _) in enumerate(pairs)):
+                raise ValueError("every training image must start with CLS")
+            r_all = torch.cat([captions[k, : len(cap), Pt] for k, (_, cap) in enumerate(pairs)])
+            # one EOT position for every caption (the paper's templates): a static readout
+            self.text_readout: int | None = int(r_all[0]) if bool((r_all == r_all[0]).all()) else None
+            self.m_max = m_max
+            self._images_all, self._captions_all = images.to(self.device), captions.to(self.device)
+            self.Pt = Pt
 
-        decay_masks, grad_masks = self._masks(models)
-        self.opt = StackedAdamW(
-            list(self.model.flat),
-            lr=[m.train_cfg.lr for m in members],
-            weight_decay=[m.train_cfg.weight_decay for m in members],
-            betas=tc0.betas,
-            eps=tc0.eps,
-            decay_masks=decay_masks,
-            grad_masks=grad_masks,
-            coupled=tc0.optimizer == "adam",
-        )
-        self.scheduled = tc0.lr_schedule != "constant"  # every member's lr follows tc0.lr_at (group_key)
-        if graph_step and (self.scheduled or tc0.optimizer != "adamw"):
-            raise ValueError(
-                "graph_step=True replays AdamW at a fixed learning rate; it does not implement "
-                f"optimizer={tc0.optimizer!r} or lr_schedule={tc0.lr_schedule!r}"
+            decay_masks, grad_masks = self._masks(models)
+            self.opt = StackedAdamW(
+                list(self.model.flat),
+                lr=[m.train_cfg.lr for m in members],
+                weight_decay=[m.train_cfg.weight_decay for m in members],
+                betas=tc0.betas,
+                eps=tc0.eps,
+                decay_masks=decay_masks,
+                grad_masks=grad_masks,
+                coupled=tc0.optimizer == "adam",
             )
-        self._graph = StepGraph() if graph_step else None
-        if graph_step:
-            check_graph_step(self)
-        self.active = list(range(K))  # member indices still training, in stack order
-        self.step = 0
-        self.elapsed = 0.0
-        self.loss_sum = torch.zeros(K, device=self.device)
-        self.n_loss = [0] * K
-        self.finished: dict[int, TrainRun] = {}
-        self.last_metrics: dict[int, dict[str, Any]] = {}
-        if group_checkpoint_every is None:
-            pairs_ms = zip(members, self.streams, strict=True)
-            group_checkpoint_every = min(m.train_cfg.checkpoint_every * s.spe for m, s in pairs_ms)
-        if group_checkpoint_every < 1:
-            raise ValueError(f"group_checkpoint_every must be >= 1, got {group_checkpoint_every}")
-        self.group_checkpoint_every = group_checkpoint_every
-        self._eval_models: dict[int, CLIP1D] = {}
+            self.scheduled = tc0.lr_schedule != "constant"  # every member's lr follows tc0.lr_at (group_key)
+            if graph_step and (self.scheduled or tc0.optimizer != "adamw"):
+                raise ValueError(
+                    "graph_step=True replays AdamW at a fixed learning rate; it does not implement "
+                    f"optimizer={tc0.optimizer!r} or lr_schedule={tc0.lr_schedule!r}"
+                )
+            self._graph = StepGraph() if graph_step else None
+            if graph_step:
+                check_graph_step(self)
+            self.active = list(range(K))  # member indices still training, in stack order
+            self.step = 0
+            self.elapsed = 0.0
+            self.loss_sum = torch.zeros(K, device=self.device)
+            self.n_loss = [0] * K
+            self.finished: dict[int, TrainRun] = {}
+            self.last_metrics: dict[int, dict[str, Any]] = {}
+            if group_checkpoint_every is None:
+                pairs_ms = zip(members, self.streams, strict=True)
+                group_checkpoint_every = min(m.train_cfg.checkpoint_every * s.spe for m, s in pairs_ms)
+            if group_checkpoint_every < 1:
+                raise ValueError(f"group_checkpoint_every must be >= 1, got {group_checkpoint_every}")
+            self.group_checkpoint_every = group_checkpoint_every
+            self._eval_models: dict[int, CLIP1D] = {}
+        except BaseException:
+            torch.set_rng_state(self._caller_rng)
+            raise
 
         self.locks: list[RunLock] = []
         if self.out_dir is not None:
@@ -482,16 +486,16 @@ class BatchedTrainer(GroupFiles):
             opts = {"pattern_matcher": False, "triton.cudagraphs": self.cudagraphs}
             self._compiled_loss = torch.compile(model.loss, options=opts)
         loss_fn = self._compiled_loss if self.compile else model.loss
-        if self.step == 0 and self.out_dir is not None:  # the initial weights, where a schedule asks for them
-            for i in self.active:
-                if 0 in self.members[i].train_cfg.snapshot_epochs:
-                    save_snapshot(self.member_model(i), self.member_dir(i), 0, self.members[i].data_cfg)
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp)
         # a compiled group recompiles as members finish and leave the stack (a new K; at most two graphs per size, as
         # dynamo may first specialise and then mark K dynamic); dynamo's default limit of 8 would send a group of more
         # than a few sizes back to eager (slower than never compiling)
         limit = max(torch._dynamo.config.recompile_limit, 2 * len(self.members) + 4)
         try:
+            if self.step == 0 and self.out_dir is not None:  # the initial weights, where a schedule asks for them
+                for i in self.active:
+                    if 0 in self.members[i].train_cfg.snapshot_epochs:
+                        save_snapshot(self.member_model(i), self.member_dir(i), 0, self.members[i].data_cfg)
             with torch._dynamo.config.patch(
                 recompile_limit=limit,
                 accumulated_recompile_limit=max(torch._dynamo.config.accumulated_recompile_limit, 4 * limit),

@@ -213,19 +213,22 @@ class Trainer:
         self.images, self.captions = images.to(self.device), captions.to(self.device)
 
         caller_rng = torch.get_rng_state()  # training draws from the global RNG; the caller's is given back
-        torch.manual_seed(train_cfg.seed)
-        if init_model is not None:  # e.g. pruned-then-retrained models: start from (a copy of) given weights
-            self.model = copy.deepcopy(init_model).to(self.device)
-        else:
-            self.model = CLIP1D(model_cfg, seed=train_cfg.seed).to(self.device)
-        self.model.data_config = data_cfg
-        self.opt = make_optimizer(self.model, train_cfg)
-        self.gen = torch.Generator().manual_seed(train_cfg.seed)
-        self.epoch = 0
-        self.step = 0
-        self.elapsed = 0.0
-
-        self.lock = RunLock(self.out_dir).acquire()
+        try:  # also when building the model or taking the lock fails (e.g. RunDirBusy)
+            torch.manual_seed(train_cfg.seed)
+            if init_model is not None:  # e.g. pruned-then-retrained models: start from (a copy of) given weights
+                self.model = copy.deepcopy(init_model).to(self.device)
+            else:
+                self.model = CLIP1D(model_cfg, seed=train_cfg.seed).to(self.device)
+            self.model.data_config = data_cfg
+            self.opt = make_optimizer(self.model, train_cfg)
+            self.gen = torch.Generator().manual_seed(train_cfg.seed)
+            self.epoch = 0
+            self.step = 0
+            self.elapsed = 0.0
+            self.lock = RunLock(self.out_dir).acquire()
+        except BaseException:
+            torch.set_rng_state(caller_rng)
+            raise
         try:
             clean_stale_tmp(self.out_dir)
             restart = not self.ckpt_path.exists() and self.metrics_path.exists()
@@ -330,14 +333,14 @@ class Trainer:
         m, bs = len(self.images), self.batch_size
         spe = -(-m // bs)  # optimizer steps per epoch (the last batch may be short)
         scheduled = cfg.lr_schedule != "constant"
-        if self.epoch == 0 and 0 in cfg.snapshot_epochs:
-            save_snapshot(model, self.out_dir, 0, self.data_cfg)  # the initial weights
         loss_sum = torch.zeros((), device=self.device)
         n_loss = 0
         metrics: dict[str, dict[str, Any]] = {}
         bar = tqdm(total=cfg.epochs, initial=self.epoch, desc="train", unit="epoch", disable=not progress)
         t0 = time.perf_counter() - self.elapsed
         try:
+            if self.epoch == 0 and 0 in cfg.snapshot_epochs:  # inside the try: a failure gives the caller's RNG back
+                save_snapshot(model, self.out_dir, 0, self.data_cfg)  # the initial weights
             while self.epoch < cfg.epochs:
                 perm = torch.randperm(m, generator=self.gen).to(self.device)
                 for start in range(0, m, bs):
