@@ -13,7 +13,8 @@ from conftest import randomize_biases, tiny_config
 from hooked_clip1d import CLIP1D, DataConfig
 from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file
 from hooked_clip1d.settings import TrainConfig, dense_schedule
-from hooked_clip1d.training.batched import BatchedTrainer, Member, group_key
+from hooked_clip1d.training.batched import BatchedTrainer, Member
+from hooked_clip1d.training.members import group_key
 from hooked_clip1d.training.stacked import StackedCLIP, _keep_mask
 from hooked_clip1d.training.trainer import Trainer, make_optimizer
 

@@ -46,7 +46,7 @@ from hooked_clip1d.files import atomic_write_text
 from hooked_clip1d.model.clip import CLIPConfig
 from hooked_clip1d.sweeps.pool import GroupTask, run_groups
 from hooked_clip1d.sweeps.spec import RunSpec, SweepSpec, load_spec
-from hooked_clip1d.training.batched import group_key
+from hooked_clip1d.training.members import group_key
 from hooked_clip1d.training.rundir import RunLock
 
 __all__ = [
