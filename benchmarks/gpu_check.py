@@ -155,15 +155,23 @@ def check_trajectory(device: str, steps: int) -> list[dict]:
              "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip
 
 
+def five_then(device: str, mode: str, steps: int) -> dict:
+    """One group of ``mode`` (K = 2): its summed loss and gradients after 5 steps, then the group after ``steps``
+    (one group, so a compiled mode compiles once)."""
+    bt, _ = _mode_group(device, mode, 2, 5)
+    out = {"loss": bt.loss_sum.clone(), "grads": [p.grad.detach().clone() for p in bt.model.flat]}
+    _advance(bt, steps - 5)
+    return {**out, "traj": bt}
+
+
 def check_mode(device: str, mode: str, steps: int, base: dict) -> list[dict]:
-    """``mode`` against fp32 eager (``base``: the eager groups, built once): 5-step loss, 5th-step gradients,
+    """``mode`` against fp32 eager (``base``: ``five_then`` of eager, built once): 5-step loss, 5th-step gradients,
     weights after ``steps`` steps (module docstring)."""
     lt, gt, wt = TOLS[_precision(mode)]
-    five, _ = _mode_group(device, mode, 2, 5)
-    loss = _rel(five.loss_sum, base["five"].loss_sum)
-    grad = max(_rel(p.grad, q.grad) for p, q in zip(five.model.flat, base["five"].model.flat, strict=True))
-    traj, _ = _mode_group(device, mode, 2, steps)
-    worst = _worst(traj, base["traj"])
+    got = five_then(device, mode, steps)
+    loss = _rel(got["loss"], base["loss"])
+    grad = max(_rel(p, q) for p, q in zip(got["grads"], base["grads"], strict=True))
+    worst = _worst(got["traj"], base["traj"])
     return [
         {"check": f"{mode}: loss of 5 steps vs eager", "value": loss, "tol": lt, "ok": loss <= lt, "mode": mode},
         {"check": f"{mode}: gradients of step 5 vs eager", "value": grad, "tol": gt, "ok": grad <= gt, "mode": mode},
@@ -352,7 +360,7 @@ def main() -> int:
     checks = check_step(a.device) + check_trajectory(a.device, steps) + check_trainer(a.device, out)
     for c in checks:
         c["required"] = True
-    base = {"five": _mode_group(a.device, "eager", 2, 5)[0], "traj": _mode_group(a.device, "eager", 2, steps)[0]}
+    base = five_then(a.device, "eager", steps)
     modes = [m for m in MODES if m != "eager" and (cuda or not (MODES[m].get("graph_step") or "cudagraphs" in m))]
     if a.quick:
         modes = [m for m in modes if "compile" not in m]

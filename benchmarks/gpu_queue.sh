@@ -25,12 +25,12 @@
 # taking $STATE with it, so issue each call at once after the last (no fixing in between), and put the check and
 # the first chunk in one command:
 #
-#     call 1: bash benchmarks/gpu_queue.sh check --budget 150 && \
-#             bash benchmarks/gpu_queue.sh 300      (timeout_s 600, carry [".whl", ".gpu-carry"])
+#     call 1: bash benchmarks/gpu_queue.sh check --budget 150   (timeout_s 600, carry [".whl", ".gpu-carry"])
 #     call 2, 3: bash benchmarks/gpu_queue.sh 560   (the same default $STATE on the machine's disk; SECONDS covers
 #                                                   training and packing, ~20 s of start-up come on top)
 #
-# Starting a machine costs 1-2 minutes of the 30; the check ~4 with --budget 150 (--no-throughput: ~2).
+# Starting a machine costs 1-2 minutes of the 30; the check ~6-8 (two compiled modes compile ~1 min each, the timing
+# table takes --budget seconds; --no-throughput: ~4, and the queue then falls back to its grep rule).
 #
 # Across sessions: unpack what came back (above), then
 #
