@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hooked_clip1d import build_dataset, evaluate
 from hooked_clip1d.model.checkpoint import load_model_file
 from hooked_clip1d.sweeps.runner import format_results, load_spec, plan_groups, results_table, run_sweep
 
@@ -114,10 +115,14 @@ def test_sweep_writes_checkpoints_and_a_results_table(tiny_done):
     assert [r["run"] for r in rows] == names
     for r in rows:
         assert r["epochs"] == 3 and r["steps"] == 3 * (4 if r["n_labels"] == 6 else 5)
-        for split in ("train", "val_single", "val_seen", "val_unseen"):
-            assert 0.0 <= r[f"{split}.acc"] <= 1.0
         model = load_model_file(Path(r["path"]) / "model.safetensors")
         assert model.cfg.n_labels == r["n_labels"] and model.data_config.n2 == 2
+        # the table's accuracies are those of the saved weights, measured again here
+        again = evaluate(model, build_dataset(model.data_config))
+        for split in ("train", "val_single", "val_seen", "val_unseen"):
+            assert r[f"{split}.acc"] == again[split]["acc"], split
+            shown = {k: v for k, v in again[split].items() if f"{split}.{k}" in r}
+            assert {k: r[f"{split}.{k}"] for k in shown} == shown and "label_set" in shown, split
     saved = json.loads((out / "results.json").read_text())
     assert saved["sweep"] == "tiny" and saved["runs"] == rows
     with open(out / "results.csv") as f:
