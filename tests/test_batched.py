@@ -14,15 +14,10 @@ from conftest import randomize_biases, tiny_config
 from hooked_clip1d import CLIP1D, DataConfig, VisionConfig, build_dataset
 from hooked_clip1d.evaluation import similarity_matrix
 from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file, read_tensors
-from hooked_clip1d.training.batched import (
-    BatchedTrainer,
-    Member,
-    check_supported,
-    group_key,
-    train_fast,
-)
+from hooked_clip1d.training.batched import BatchedTrainer, Member, train_fast
 from hooked_clip1d.training.group_io import GROUP_CHECKPOINT
-from hooked_clip1d.training.stacked import StackedCLIP, _keep_mask
+from hooked_clip1d.training.members import group_key
+from hooked_clip1d.training.stacked import StackedCLIP, _keep_mask, check_supported
 from hooked_clip1d.training.stacked_adamw import StackedAdamW
 from hooked_clip1d.training.trainer import TrainConfig, Trainer
 
@@ -260,7 +255,7 @@ def test_group_key_and_refusals(tmp_path):
         BatchedTrainer([a, wider], None)
     with pytest.raises(ValueError, match="d_model"):
         StackedCLIP([CLIP1D(a.model_cfg), CLIP1D(wider.model_cfg)])
-    with pytest.raises(TypeError, match="batched.Member"):
+    with pytest.raises(TypeError, match="Member"):
         BatchedTrainer([a.model_cfg], None)  # type: ignore[list-item]
     with pytest.raises(ValueError, match="n_labels"):
         BatchedTrainer([Member(tiny_config(n_labels=7), D6, _tc(epochs=1))], None)

@@ -67,7 +67,7 @@ from hooked_clip1d.training.stacked_adamw import StackedAdamW
 from hooked_clip1d.training.trainer import TrainConfig, TrainRun, save_snapshot
 
 
-class BatchedTrainer(GroupFiles):
+class BatchedTrainer:
     """Train ``members`` together (see the module docstring); each writes a ``Trainer``-style run directory.
 
     Args:
@@ -102,7 +102,7 @@ class BatchedTrainer(GroupFiles):
             raise ValueError("BatchedTrainer needs at least one member")
         for i, mb in enumerate(members):
             if not isinstance(mb, Member):
-                raise TypeError(f"members[{i}] is a {type(mb).__name__}, expected batched.Member")
+                raise TypeError(f"members[{i}] is a {type(mb).__name__}, expected training.members.Member")
             try:
                 RunConfig(mb.model_cfg, mb.data_cfg, mb.train_cfg)  # the three fit together
             except ValueError as e:
@@ -210,11 +210,12 @@ class BatchedTrainer(GroupFiles):
             if group_checkpoint_every < 1:
                 raise ValueError(f"group_checkpoint_every must be >= 1, got {group_checkpoint_every}")
             self.group_checkpoint_every = group_checkpoint_every
-            self._eval_models: dict[int, CLIP1D] = {}
+            self.eval_models: dict[int, CLIP1D] = {}
         except BaseException:
             torch.set_rng_state(self._caller_rng)
             raise
 
+        self.files = GroupFiles(self)  # the member run directories and the group checkpoint
         self.locks: list[RunLock] = []
         if self.out_dir is not None:
             self.group_ckpt = self.out_dir / GROUP_CHECKPOINT
@@ -229,7 +230,7 @@ class BatchedTrainer(GroupFiles):
                 for d in [self.out_dir, *(self.member_dir(i) for i in range(K))]:
                     clean_stale_tmp(d)
                 if resume:
-                    self._resume()
+                    self.files.resume()
                 else:
                     used = [n for i, n in enumerate(names) if (self.member_dir(i) / "metrics.jsonl").exists()]
                     if self.group_ckpt.exists() or used:
@@ -284,23 +285,29 @@ class BatchedTrainer(GroupFiles):
         """Member ``i`` (an index into ``members``) as a ``CLIP1D`` in eval mode (a copy of its current weights)."""
         if i not in self.active:
             raise ValueError(f"member {i} is not training any more; see finished[{i}].model")
-        if i not in self._eval_models:
+        if i not in self.eval_models:
             m = CLIP1D(self.member_cfgs[i])
             m.data_config = self.members[i].data_cfg
-            self._eval_models[i] = m.to(self.device)
-        model = self._eval_models[i]
+            self.eval_models[i] = m.to(self.device)
+        model = self.eval_models[i]
         model.load_state_dict(self.model.member_state_dict(self.active.index(i)))
         return model.eval()
 
-    def _run_config(self, i: int) -> RunConfig:
+    def run_config(self, i: int) -> RunConfig:
         """Member ``i``'s run (its model config with the init seeds filled in, as ``Trainer`` saves it)."""
         m = self.members[i]
         return RunConfig(self.member_cfgs[i], m.data_cfg, m.train_cfg)
 
-    def _configs(self, i: int) -> dict[str, Any]:
-        return self._run_config(i).to_dict()
+    def configs(self, i: int) -> dict[str, Any]:
+        return self.run_config(i).to_dict()
 
     # ---- checkpoints and member files: group_io.GroupFiles -----------------------------------------------------
+    def save_group_checkpoint(self) -> None:
+        """Save everything needed to continue the whole group from this step (``GroupFiles``)."""
+        self.files.save_group_checkpoint()
+
+    def _write_metrics(self, i: int, epoch: int) -> None:
+        self.files.write_metrics(i, epoch)
 
     # ---- loop -----------------------------------------------------------------------------------------------------
     def _chunk(self, n_steps: int) -> tuple[torch.Tensor, torch.Tensor, list[list[int] | None]]:
@@ -353,15 +360,15 @@ class BatchedTrainer(GroupFiles):
             epoch = self.step // st.spe
             last = self.step == self.total_steps[i]
             if epoch % m.eval_every == 0 or last:
-                self._write_metrics(i, epoch)
+                self._write_metrics(i, epoch)  # through a method of its own: a subclass may hook in
             if self.out_dir is not None and (epoch % m.checkpoint_every == 0 or last):
-                self._save_member_checkpoint(i, epoch)
+                self.files.save_member_checkpoint(i, epoch)
             if self.out_dir is not None and epoch in m.snapshot_epochs:
                 save_snapshot(self.member_model(i), self.member_dir(i), epoch, self.members[i].data_cfg)
             if last:
                 done.append(i)
         for i in done:
-            self.finished[i] = self._finish(i)
+            self.finished[i] = self.files.finish(i)
         if done:
             keep_rows = [k for k, i in enumerate(self.active) if i not in done]
             if keep_rows:
@@ -370,7 +377,7 @@ class BatchedTrainer(GroupFiles):
                 self.opt.keep(keep_rows, list(self.model.flat))
             self.active = [i for i in self.active if i not in done]
         if self.active and (done or self.step % self.group_checkpoint_every == 0):
-            self.save_group_checkpoint()
+            self.files.save_group_checkpoint()
 
     def run(
         self,
@@ -410,7 +417,7 @@ class BatchedTrainer(GroupFiles):
         position: int | None,
         deadline: float | None,
     ) -> list[TrainRun]:
-        self._write_configs()
+        self.files.write_configs()
         threads = max((m.train_cfg.threads or 0) for m in self.members)
         old_threads = torch.get_num_threads()
         if threads:
@@ -468,7 +475,7 @@ class BatchedTrainer(GroupFiles):
                         break
             self.elapsed = time.perf_counter() - t0
             if self.active and self.step % self.group_checkpoint_every:
-                self.save_group_checkpoint()  # stopped early (max_steps, deadline, signal): resumable from here
+                self.files.save_group_checkpoint()  # stopped early (max_steps, deadline, signal): resumable from here
         finally:
             bar.close()
             torch.set_num_threads(old_threads)
