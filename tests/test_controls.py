@@ -167,3 +167,14 @@ def test_cli_model_option(tmp_path, capsys):
     assert "each is NAME=SPEC" in capsys.readouterr().err
     assert main(["reproduce", "all", "--model", "untrained:0", "--out", str(tmp_path)]) == 2
     assert "give a figure key, not all" in capsys.readouterr().err
+
+
+def test_null_control_of_a_figure_with_stated_values(tmp_path):
+    """A figure that states its checks' values (fig6: EOT bias per head) gets its null values as numbers, and a check
+    some untrained model passes is restated against the untrained extreme (it once crashed comparing a float with a
+    (value, direction) pair)."""
+    rec = rp.reproduce("fig6", tmp_path, controls=True)
+    for c in rec["checks"]:
+        assert isinstance(c["null_passes"], int) and c["null_n"] == 10
+        if c["null_passes"] and "null_extreme" in c:
+            assert isinstance(c["null_extreme"], float) and c["counted"]

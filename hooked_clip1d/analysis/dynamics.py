@@ -263,7 +263,7 @@ def run_emergence(run_dir: str | Path, epochs: Sequence[int] | None = None) -> E
     train_cfg = TrainConfig.from_dict(json.loads(cfg_path.read_text())["train_config"]) if cfg_path.exists() else None
     cache_path = run_dir / "emergence.json"
     cache: dict[str, Any] = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    rows, changed, ds = [], False, None
+    rows, ds = [], None
     for e in sorted(snaps):
         st = snaps[e].stat()
         key = f"{e}:{st.st_size}:{int(st.st_mtime)}"
@@ -271,8 +271,6 @@ def run_emergence(run_dir: str | Path, epochs: Sequence[int] | None = None) -> E
             model = load_model_file(snaps[e]).eval()
             ds = ds if ds is not None else unseen_probe(build_dataset(model.data_config))
             cache[key] = emergence_row(e, model, ds, train_cfg)
-            changed = True
+            atomic_write_text(cache_path, json.dumps(cache))  # after every row: an interrupted walk keeps its work
         rows.append(cache[key])
-    if changed:
-        atomic_write_text(cache_path, json.dumps(cache))
     return Emergence(rows, check_windows(rows))

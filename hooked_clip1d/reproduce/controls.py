@@ -221,7 +221,13 @@ def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, 
                         out = _run_closed(spec.run, rows)  # type: ignore[arg-type]
                 else:
                     out = _run_closed(spec.run, substitutes(spec, name))
-                variants.append({"model": name, "checks": dict(out.checks), "values": dict(out.values)})
+                variants.append(
+                    {
+                        "model": name,
+                        "checks": dict(out.checks),
+                        "values": {k: float(v[0]) for k, v in out.values.items()},
+                    }
+                )
             except Exception as e:  # noqa: BLE001 - reported, and then no check of the figure counts for it
                 variants.append({"model": name, "error": f"{type(e).__name__}: {e}"})
     return {"variants": variants}
