@@ -45,6 +45,34 @@ def _window(w: dict[str, Any]) -> str:
     return f"{w['first']}-{end} ({w['fraction']:.0%})"
 
 
+def arm_verdict(windows: list[dict[str, dict[str, Any]]]) -> str:
+    """The dynamics study's pre-registered verdict for one arm from its seeds' check windows
+    (``analysis.dynamics.check_windows``): *supported* if the whole picture holds at some snapshot at >= 2 seeds and
+    at the last snapshot at <= 1; *partly* if Fig. 13's, 14's and 4c's checks each hold at some snapshot at >= 2
+    seeds but the whole picture never holds at >= 2; else *refuted* (also when the picture holds at the end at >= 2
+    seeds: then it is not a state before equilibrium, which the summary says).
+
+    Example:
+        >>> w = lambda first, end: {"first": first, "last": first, "held_at_end": end, "fraction": 1.0}
+        >>> seed = lambda pic, end: {"picture": w(pic, end), "fig13_split": w(5, False), "fig14_heads": w(5, False),
+        ...                          "fig4c_split": w(5, False)}
+        >>> arm_verdict([seed(100, False), seed(200, False), seed(None, False)])
+        'supported'
+        >>> arm_verdict([seed(100, True), seed(200, True), seed(None, False)])  # it holds at the end: equilibrium
+        'refuted'
+        >>> arm_verdict([seed(100, False), seed(None, False), seed(None, False)])  # the parts at 3 seeds, whole at 1
+        'partly'
+    """
+    some = sum(w["picture"]["first"] is not None for w in windows)
+    at_end = sum(bool(w["picture"]["held_at_end"]) for w in windows)
+    if some >= 2 and at_end <= 1:
+        return "supported"
+    parts = all(
+        sum(w[c]["first"] is not None for w in windows) >= 2 for c in ("fig13_split", "fig14_heads", "fig4c_split")
+    )
+    return "partly" if parts else "refuted"
+
+
 def _coexists(final: dict[str, Any]) -> bool:
     """b_Q and the mechanism coexist in a run at epoch 10,000 (docs/fidelity.md): it generalizes, the invariant
     ablation holds, and some head has a monotonic, large EP row (|Spearman| >= 0.9, std >= 0.5)."""
@@ -63,11 +91,7 @@ def _x_dynamics(rows: list[dict[str, Any]]) -> Outcome:
     table.append("|---|---|" + "---|" * (len(DYNAMICS_CHECKS) + 1))
     for arm in arms:
         runs = {s: em[(arm, s)] for s in seeds if (arm, s) in em}
-        some = sum(e.windows["picture"]["first"] is not None for e in runs.values())
-        at_end = sum(e.windows["picture"]["held_at_end"] for e in runs.values())
-        parts = all(sum(e.windows[c]["first"] is not None for e in runs.values()) >= 2
-                    for c in ("fig13_split", "fig14_heads", "fig4c_split"))  # fmt: skip
-        verdicts[arm] = "supported" if some >= 2 and at_end <= 1 else "partly" if parts else "refuted"
+        verdicts[arm] = arm_verdict([e.windows for e in runs.values()])
         finals = {s: e.rows[-1] for s, e in runs.items()}
         coexist[arm] = sum(_coexists(f) for f in finals.values()) >= 2
         passes[arm] = sum(sum(bool(f["checks"][c]) for c in DYNAMICS_CHECKS) for f in finals.values())
@@ -79,10 +103,17 @@ def _x_dynamics(rows: list[dict[str, Any]]) -> Outcome:
     checks = [(f"arm {ARMS[a]}: the paper's picture holds at some snapshot at >= 2 of 3 seeds, at epoch 10,000 at "
                "<= 1 (the hypothesis supported)", verdicts[a] == "supported") for a in arms]  # fmt: skip
     supported = [a for a in arms if verdicts[a] == "supported"]
+    at_end = [a for a in arms if sum(em[(a, s)].windows["picture"]["held_at_end"] for s in seeds if (a, s) in em) >= 2]
     summary = (
         "verdict per arm: "
         + "; ".join(f"{ARMS[a]} {verdicts[a]}" for a in arms)
-        + f". Overall: {'supported' if supported else 'not supported'}. b_Q and the mechanism coexist (epoch "
+        + f". Overall: {'supported' if supported else 'not supported'}"
+        + (
+            f"; the whole picture holds at epoch 10,000 at >= 2 seeds in {', '.join(ARMS[a] for a in at_end)}"
+            if at_end
+            else ""
+        )
+        + ". b_Q and the mechanism coexist (epoch "
         "10,000, >= 2 of 3 seeds: generalizes, invariant ablation 0.4-0.6, a monotonic EP row of std >= 0.5) in: "
         + (", ".join(ARMS[a] for a in arms if coexist[a]) or "no arm")
         + f"; by the pre-registered rule the default recipe becomes {default or 'none (it keeps no b_Q)'}"
