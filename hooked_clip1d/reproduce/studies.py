@@ -70,7 +70,7 @@ def arm_verdict(windows: list[dict[str, dict[str, Any]]]) -> str:
     parts = all(
         sum(w[c]["first"] is not None for w in windows) >= 2 for c in ("fig13_split", "fig14_heads", "fig4c_split")
     )
-    return "partly" if parts else "refuted"
+    return "partly" if parts and some < 2 else "refuted"
 
 
 def _coexists(final: dict[str, Any]) -> bool:
