@@ -1,5 +1,6 @@
 """Head roles: Δlabel / Δp.e. (Fig. 5c), relational vs label-specific (Fig. 5d), text EOT bias (Fig. 6), plots."""
 
+import dataclasses
 import json
 
 import pytest
@@ -44,6 +45,16 @@ def test_deltas_are_the_ee_and_ep_terms(fixture, request, dataset):
     assert torch.equal(d["attends_right"], d["delta_score"] > 0)
     assert d["delta_pe"].abs().max() > 0 and d["delta_label"].abs().max() > 0
     assert torch.equal(d["positions"], split.positions[split.is_pair])
+    # an invariant: exchanging the two objects' labels (same pixels) negates Δlabel and leaves Δp.e. unchanged
+    pair = split.is_pair
+    imgs, pos, objs = split.images[pair].clone(), split.positions[pair] + 1, split.objects[pair]
+    ar = torch.arange(len(imgs))
+    imgs[ar, pos[:, 0]], imgs[ar, pos[:, 1]] = objs[:, 1], objs[:, 0]
+    swapped = dataclasses.replace(split, images=imgs, objects=objs.flip(-1), positions=split.positions[pair],
+                                  targets=split.targets[pair])  # fmt: skip
+    ds = label_pe_deltas(model.vision, swapped)
+    torch.testing.assert_close(ds["delta_label"], -d["delta_label"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ds["delta_pe"], d["delta_pe"], atol=1e-6, rtol=1e-6)
 
 
 def test_zero_positions_mean_no_relational_head(dataset):
@@ -201,5 +212,11 @@ def test_shipped_model():
 
 def test_rope_two_layer_text_tower_runs(dataset):
     model = make_model("simplified", seed=9, n_layers=2, **ROPE)
-    r = text_eot_bias(model.text, pair_captions(dataset))
-    assert r["mean"].shape == (2, 2, 4)
+    caps = pair_captions(dataset)
+    r = text_eot_bias(model.text, caps)
+    assert r["mean"].shape == (2, 2, 4)  # [layer, head, caption token]: the contract
+    _, cache = model.text.run_with_cache(caps)
+    for layer in range(2):  # each layer's EOT row (the last token), averaged over the captions
+        torch.testing.assert_close(r["mean"][layer], cache["pattern", layer][:, :, 3].mean(0))
+    # a permutation of the captions permutes nothing in a mean over them
+    torch.testing.assert_close(text_eot_bias(model.text, caps.flip(0))["mean"], r["mean"])
