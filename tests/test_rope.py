@@ -1,6 +1,7 @@
 """App. I / Fig. 19: consistency condition (Eq. 8, 23), Π_bias, key PCA, effective rank of W_K, ρ profiles."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -123,9 +124,21 @@ def test_eq8_with_learned_positions(simplified_model, dataset):
 
 
 def test_key_pca_and_effective_rank(rope_model):
-    kp = key_pca(rope_model.vision, [1, 2, 3, 4])
+    v = rope_model.vision
+    kp = key_pca(v, [1, 2, 3, 4])
     torch.testing.assert_close(kp["explained_variance_ratio"].sum(-1), torch.ones(2))
-    assert kp["alpha"].shape == (4, 2) and bool((kp["alpha"].mean(0) >= 0).all())
+    # alpha by hand: each label's token key W_K E_i (no bias, no LayerNorm, not rotated) on PC1, sign: mean >= 0
+    keys = torch.einsum("nm,hmd->nhd", v.W_E[1:5], v.blocks[0].attn.W_K).detach()
+    torch.testing.assert_close(kp["alpha"], torch.einsum("nhd,hd->nh", keys, kp["pc1"]), atol=1e-5, rtol=1e-5)
+    assert bool((kp["alpha"].mean(0) >= 0).all())
+    # PC1 is the leading right singular vector of the centred keys
+    for h in range(2):
+        X = keys[:, h] - keys[:, h].mean(0)
+        torch.testing.assert_close(kp["pc1"][h].abs(), torch.linalg.svd(X).Vh[0].abs(), atol=1e-5, rtol=1e-5)
+    # a permutation of the labels permutes alpha's rows and nothing else
+    kr = key_pca(v, [4, 3, 2, 1])
+    torch.testing.assert_close(kr["alpha"], kp["alpha"].flip(0), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(kr["pc1"], kp["pc1"], atol=1e-5, rtol=1e-5)
     er = key_effective_rank(rope_model.vision, thresholds=[0.5, 1.0])
     assert bool((er["rank"][:, 0] <= er["rank"][:, 1]).all()) and bool((er["rank"][:, 1] == 4).all())
     S = torch.linalg.svdvals(rope_model.vision.blocks[0].attn.W_K.detach())
@@ -163,19 +176,45 @@ def test_rope_mechanism_and_plot(dataset):
     m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2, **VISION_ROPE), 0)
     res = rope_mechanism(m.eval().vision, dataset.splits["val_unseen"])
     assert set(res) == {"consistency", "bias_gradient", "key_pca", "effective_rank", "rho"}
-    assert res["rho"]["rho"].shape == (2, 10)
+    # rho by hand: the CLS query q (position 0, unrotated) against PC1 rotated to pixel a (input position a + 1),
+    # each feature pair (i, i + 2) of d_head = 4 turned by (a + 1) * 10000^(-i/2) radians, / sqrt(d_head)
+    v = m.vision
+    q = (v.W_E[v.cfg.vocab.cls] @ v.blocks[0].attn.W_Q + v.blocks[0].attn.b_Q).detach()  # [h, 4]
+    pc1 = key_pca(v, dataset.splits["val_unseen"])["pc1"]  # [h, 4]
+    want = torch.zeros(2, 10)
+    for a in range(10):
+        for h in range(2):
+            x = pc1[h]
+            rot = torch.empty(4)
+            for i in range(2):
+                t = (a + 1) * 10000.0 ** (-i / 2)
+                c, s_ = math.cos(t), math.sin(t)
+                rot[i], rot[i + 2] = x[i] * c - x[i + 2] * s_, x[i + 2] * c + x[i] * s_
+            want[h, a] = q[h] @ rot / 2
+    torch.testing.assert_close(res["rho"]["rho"], want, atol=1e-5, rtol=1e-4)
     fig = plot_rope_mechanism(json.loads(json.dumps(to_jsonable(res))))
     assert len(fig.axes) == 6
     two = make_model("simplified", seed=17, n_layers=2, **VISION_ROPE)
-    assert rope_mechanism(two.vision, dataset.splits["val_unseen"])["consistency"]["rate_full"].shape == (2,)
+    cc = rope_mechanism(two.vision, dataset.splits["val_unseen"])["consistency"]
+    flipped = _flipped_score_diff(two.vision, dataset.splits["val_unseen"])  # layer 0 of a real forward pass
+    torch.testing.assert_close(cc["rate_full"], (cc["score_diff"] * flipped > 0).float().mean(0))
 
 
 def test_shipped_model():
     model = load_model("simplified-ntot20-n2-10")
     split = build_dataset(model.data_config).splits["val_unseen"]
     cc = consistency_condition(model.vision, split)  # learned positions: Eq. 8
-    assert cc["rate"].shape == (4,)
     torch.testing.assert_close(cc["T"] + cc["Pi"], cc["score_diff"], atol=1e-4, rtol=1e-4)
-    assert key_effective_rank(model.vision)["rank"].shape == (4, 3)
+    # the rate by a forward pass: the condition holds where the mirrored-label image keeps the head's preference
+    flipped = _flipped_score_diff(model.vision, split)
+    torch.testing.assert_close(cc["rate"], (cc["score_diff"] * flipped > 0).float().mean(0))
+    assert cc["rate"].max() == 1.0  # the flagship's positional head keeps its side on every unseen pair
+    # effective rank by hand: the fewest singular values of W_K[h] whose squares reach 90 / 95 / 99 % of the energy
+    er = key_effective_rank(model.vision)
+    for h, W in enumerate(model.vision.blocks[0].attn.W_K.detach()):
+        energy = torch.linalg.svdvals(W) ** 2
+        share = (energy.cumsum(0) / energy.sum()).tolist()
+        want = [next(k + 1 for k, c in enumerate(share) if c >= t - 1e-6) for t in (0.9, 0.95, 0.99)]
+        assert er["rank"][h].tolist() == want, h
     with pytest.raises(ValueError, match="positional='rope'"):
         rope_mechanism(model.vision, split)
