@@ -26,9 +26,43 @@ def test_every_analysis_runs_and_writes_files(analysis, n_layers, tmp_path):
     assert res["table"].strip()
     js = json.loads((tmp_path / f"{analysis}.json").read_text())
     assert js["analysis"] == analysis and js["data"]
+    assert js["data"] == json.loads(json.dumps(res["data"], default=float))  # the file holds what was returned
     for f in res["files"]:
         if f.endswith(".png"):
             assert open(f, "rb").read(4) == b"\x89PNG"
+
+
+def test_families_report_the_models_own_numbers(tmp_path):
+    """The numbers a family writes are the model's, recomputed here without the family: the attention pattern of
+    the image asked for, each ablation's metrics, the CLS -> object bias counted from the pattern's peaks."""
+    import torch
+
+    from hooked_clip1d import build_dataset, evaluate
+    from hooked_clip1d.analysis import ablate_terms
+
+    model = _model()
+    ds = build_dataset(model.data_config)
+    image, caption = "C . 3 . . . . 5 . . .", "3 is on the left of 5"
+    att = run_analysis("attention", model, out_dir=tmp_path, image=image, caption=caption)["data"]
+    with torch.no_grad():
+        _, vc = model.vision.run_with_cache(model.vision.to_tokens(image))
+        _, tc = model.text.run_with_cache(model.text.to_tokens(caption))
+    torch.testing.assert_close(torch.tensor(att["vision_L0"]["pattern"]), vc["pattern", 0][0])
+    torch.testing.assert_close(torch.tensor(att["text_L0"]["pattern"]), tc["pattern", 0][0])
+    assert att["vision_L0"]["tokens"][2] == "3" and att["text_L0"]["tokens"][0] == "3"
+
+    abl = run_analysis("ablate", model, out_dir=tmp_path)["data"]["conditions"]
+    assert abl["baseline"]["metrics"] == evaluate(model, ds)
+    assert abl["EP"]["metrics"] == evaluate(model, ds, vision_hooks=ablate_terms(model.vision, ["EP"]))
+
+    bias = run_analysis("heads", model, out_dir=tmp_path)["data"]["cls_object_bias"]
+    split = ds.splits["val_unseen"]
+    with torch.no_grad():
+        _, cache = model.vision.run_with_cache(split.images[split.is_pair])
+    top = cache["pattern", 0][:, :, 0].argmax(-1)  # [image, head]: where each head's CLS row peaks
+    for side, name in ((0, "left"), (1, "right")):
+        want = (top == split.positions[split.is_pair][:, side, None] + 1).float().mean(0)
+        torch.testing.assert_close(torch.tensor(bias[name][0]), want)
 
 
 def test_rope_analysis_on_a_rope_tower(tmp_path):
