@@ -17,8 +17,10 @@ from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file, rea
 from hooked_clip1d.training.batched import BatchedTrainer, Member, train_fast
 from hooked_clip1d.training.group_io import GROUP_CHECKPOINT
 from hooked_clip1d.training.members import group_key
-from hooked_clip1d.training.stacked import StackedCLIP, _keep_mask, check_supported
+from hooked_clip1d.training.stacked import StackedCLIP
 from hooked_clip1d.training.stacked_adamw import StackedAdamW
+from hooked_clip1d.training.stacked_ops import _keep_mask
+from hooked_clip1d.training.stacked_support import check_supported
 from hooked_clip1d.training.trainer import TrainConfig, Trainer
 
 # m = 54 (6 labels, n2=2) and m = 78 (7 labels, n2=2, data seed 3) training pairs: with batch 16 both epochs end

@@ -194,7 +194,7 @@ def test_ablated_terms_train_save_and_load(tmp_path):
     assert back.cfg.vision.ablated_terms == ("EP", "VP")
     img = back.vision.to_tokens(IMGS)
     torch.testing.assert_close(back.vision(img), run.model.vision(img))
-    from hooked_clip1d.training.batched import check_supported
+    from hooked_clip1d.training.stacked_support import check_supported
 
     with pytest.raises(ValueError, match="ablated_terms"):  # the stacked engine does not implement it
         check_supported(m.cfg)

@@ -15,7 +15,8 @@ from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file
 from hooked_clip1d.settings import TrainConfig, dense_schedule
 from hooked_clip1d.training.batched import BatchedTrainer, Member
 from hooked_clip1d.training.members import group_key
-from hooked_clip1d.training.stacked import StackedCLIP, _keep_mask
+from hooked_clip1d.training.stacked import StackedCLIP
+from hooked_clip1d.training.stacked_ops import _keep_mask
 from hooked_clip1d.training.trainer import Trainer, make_optimizer
 
 D6 = DataConfig(n_labels=6, n_heldout=2, n2=2)  # 54 training pairs: 4 steps of 16 an epoch, the last short

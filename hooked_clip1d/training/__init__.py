@@ -1,6 +1,7 @@
 """Training (Sec. 2.2, App. B, C): the weight-decay groups of a recipe (``param_groups``), run directories
 (``rundir``), the single-model ``Trainer`` (``trainer``), and the batched engine that trains K models as one
-(``stacked`` forward, ``stacked_adamw`` optimizer, ``group_io`` files, ``graph_step`` CUDA graph, ``batched``).
+(``stacked`` parameters with their ``stacked_forward``, ``stacked_ops`` kernels and ``stacked_support`` checks,
+``stacked_adamw`` optimizer, ``group_io`` files, ``graph_step`` CUDA graph, ``batched``).
 
 Example:
     >>> from hooked_clip1d.training import TrainConfig

@@ -62,8 +62,9 @@ from hooked_clip1d.training.rundir import (
     stop_on_signal,
     stop_requested,
 )
-from hooked_clip1d.training.stacked import DropoutRNG, StackedCLIP
+from hooked_clip1d.training.stacked import StackedCLIP
 from hooked_clip1d.training.stacked_adamw import StackedAdamW
+from hooked_clip1d.training.stacked_ops import DropoutRNG
 from hooked_clip1d.training.trainer import TrainConfig, TrainRun, save_snapshot
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.settings import DataConfig, TrainConfig
-from hooked_clip1d.training.stacked import SHAPE_FIELDS, check_supported, refuse_unknown
+from hooked_clip1d.training.stacked_support import SHAPE_FIELDS, check_supported, refuse_unknown
 
 # TrainConfig fields that must be equal in a group (the rest may differ per member)
 _TRAIN_SHARED = ("betas", "eps", "device", "optimizer", "lr_schedule")
