@@ -1,4 +1,6 @@
-"""The import graph: no cycles (lazy imports included), and no upward imports (the pipeline's layers)."""
+"""The import graph: no cycles (lazy imports included; type-only imports under ``TYPE_CHECKING`` excluded), and no
+upward imports (the pipeline's layers); and the
+package's size criteria: at most 10 modules at the package root, none over 650 lines."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ LAYERS = [
     ["cli", "__main__", "__init__"],  # the command line
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
+MAX_ROOT_MODULES = 10  # modules directly in hooked_clip1d/ (the rest live in the pipeline folders)
+MAX_LINES = 650  # per module: a longer one is split into cohesive modules of its folder
 
 
 def _modules() -> dict[str, Path]:
@@ -41,7 +45,17 @@ def _graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, p in mods.items():
         deps = set()
-        for n in ast.walk(ast.parse(p.read_text())):
+        tree = ast.parse(p.read_text())
+        typing_only = {  # imports under ``if TYPE_CHECKING:`` never run (annotations only), so they make no cycle
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+            for stmt in block.body
+            for n in ast.walk(stmt)
+        }
+        for n in ast.walk(tree):
+            if id(n) in typing_only:
+                continue
             if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("hooked_clip1d"):
                 deps |= {m for m in (n.module, *(f"{n.module}.{a.name}" for a in n.names)) if m in mods}
             elif isinstance(n, ast.Import):
@@ -89,6 +103,19 @@ def test_no_import_cycles():
     for v in sorted(graph):
         if v not in seen:
             visit(v, [v])
+
+
+def test_few_modules_at_the_package_root():
+    root = sorted(p.name for p in ROOT.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, (
+        f"{len(root)} modules at the package root (at most {MAX_ROOT_MODULES}): {root}; move some into a folder"
+    )
+
+
+def test_no_module_is_too_long():
+    lines = {name: len(p.read_text().splitlines()) for name, p in _modules().items()}
+    long = sorted((n, c) for n, c in lines.items() if c > MAX_LINES)
+    assert not long, f"modules over {MAX_LINES} lines (split them): " + ", ".join(f"{n} ({c})" for n, c in long)
 
 
 @pytest.mark.parametrize(

@@ -13,17 +13,8 @@ import torch
 from conftest import make_model, no_hooks_left
 
 from hooked_clip1d import load_model
-from hooked_clip1d.analysis.attribution import (
-    NODE_KINDS,
-    Attribution,
-    atp,
-    atp_star,
-    eap,
-    eap_ig,
-    exact_edge_patching,
-    exact_patching,
-    linear_metric,
-)
+from hooked_clip1d.analysis.attribution import Attribution, linear_metric
+from hooked_clip1d.analysis.edge_attribution import eap, eap_ig, exact_edge_patching
 from hooked_clip1d.analysis.graph import (
     Task,
     build_graph,
@@ -34,6 +25,7 @@ from hooked_clip1d.analysis.graph import (
     parse_node,
 )
 from hooked_clip1d.analysis.metrics import mirror_images, pair_inputs
+from hooked_clip1d.analysis.node_attribution import NODE_KINDS, atp, atp_star, exact_patching
 from hooked_clip1d.analysis.path_patching import path_patch, path_patching
 
 ATOL = 1e-5
@@ -98,7 +90,7 @@ def test_names_and_bad_inputs_raise_clear_errors(simplified_model, pairs):
     with pytest.raises(ValueError, match="steps"):
         eap_ig(task, steps=0)
     with pytest.raises(ValueError, match="freeze_pattern"):
-        from hooked_clip1d.analysis.attribution import _atp
+        from hooked_clip1d.analysis.node_attribution import _atp
 
         _atp(task, ["heads"], True, False, True, "x")
     with pytest.raises(ValueError, match="does not feed"):

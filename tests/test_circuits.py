@@ -10,7 +10,7 @@ import torch
 from conftest import make_model, no_hooks_left
 
 from hooked_clip1d import load_model
-from hooked_clip1d.analysis.attribution import Attribution, exact_patching
+from hooked_clip1d.analysis.attribution import Attribution
 from hooked_clip1d.analysis.circuits import (
     Circuit,
     ablation_values,
@@ -33,6 +33,7 @@ from hooked_clip1d.analysis.hooks import (
     resample_heads_hooks,
 )
 from hooked_clip1d.analysis.metrics import pair_inputs
+from hooked_clip1d.analysis.node_attribution import exact_patching
 from hooked_clip1d.analysis.term_ablation import mean_ablate_terms, resample_ablate_terms
 from hooked_clip1d.analysis.terms import ablate_terms
 from hooked_clip1d.pretrained.circuit_files import CIRCUIT_MODELS, list_circuits, load_circuit, measure_circuit

@@ -23,7 +23,9 @@
 - ``sae``: sparse autoencoders on any hook point (collect, train ReLU / top-k, splice back in).
 - ``graph``: the writer / port graph of a tower or the whole CLIP that circuit discovery scores, the patching
   ``Task`` (``mirror_task``) and edge interventions.
-- ``attribution``: exact node and edge patching, AtP, AtP* (QK fix, GradDrop), EAP, EAP-IG.
+- ``attribution``: the ``Attribution`` result and what node and edge attribution share (runs, AtP*'s QK fix and
+  GradDrop); ``node_attribution``: exact node patching, AtP, AtP*; ``edge_attribution``: exact edge patching, EAP,
+  EAP-IG.
 - ``path_patching``: a sender's effect through chosen receivers only.
 - ``term_ablation``: mean and resample ablation of score terms (beside ``hooks``' mean / resample factories).
 - ``circuits``: ground-truth circuits as data, faithfulness / completeness / minimality, ACDC-style pruning, and
@@ -35,15 +37,7 @@
 
 from hooked_clip1d.analysis.ablation import PAPER_ABLATIONS, evaluate_ablations, format_ablations
 from hooked_clip1d.analysis.alignment import embedding_alignment, procrustes
-from hooked_clip1d.analysis.attribution import (
-    Attribution,
-    atp,
-    atp_star,
-    eap,
-    eap_ig,
-    exact_edge_patching,
-    exact_patching,
-)
+from hooked_clip1d.analysis.attribution import Attribution
 from hooked_clip1d.analysis.captions import caption_attributions, caption_directions, cls_logit_lens
 from hooked_clip1d.analysis.circuits import (
     Circuit,
@@ -63,6 +57,7 @@ from hooked_clip1d.analysis.decompose import (
     residual_components,
     row_std_shares,
 )
+from hooked_clip1d.analysis.edge_attribution import eap, eap_ig, exact_edge_patching
 from hooked_clip1d.analysis.graph import Task, build_graph, mirror_task, run_with_edges
 from hooked_clip1d.analysis.heads import (
     classify_head_roles,
@@ -96,6 +91,7 @@ from hooked_clip1d.analysis.mechanism import (
     unseen_probe,
 )
 from hooked_clip1d.analysis.metrics import caption_belief, image_belief, mirror_images, pair_inputs
+from hooked_clip1d.analysis.node_attribution import atp, atp_star, exact_patching
 from hooked_clip1d.analysis.patching import caption_swap_patching, mirror_swap_patching, patch_sweep
 from hooked_clip1d.analysis.path_patching import path_patch, path_patching
 from hooked_clip1d.analysis.probes import fit_probe, probe_sweep, probe_targets

@@ -1,9 +1,9 @@
 """The computational graph that circuit discovery scores: nodes, edges, a patching task, and edge-level interventions.
 
-Circuit-discovery methods (``attribution``: AtP, AtP*, EAP, EAP-IG; ``path_patching``; ``circuits``: ground truth,
-faithfulness, ACDC-style pruning) share one graph per tower, in the convention of ACDC (Conmy et al. 2023) and EAP
-(Syed et al. 2023; Hanna et al. 2024): the residual stream is a sum of **writers**, and every component reads it
-through **ports**.
+Circuit-discovery methods (``node_attribution``: AtP, AtP*; ``edge_attribution``: EAP, EAP-IG; ``path_patching``;
+``circuits``: ground truth, faithfulness, ACDC-style pruning) share one graph per tower, in the convention of ACDC
+(Conmy et al. 2023) and EAP (Syed et al. 2023; Hanna et al. 2024): the residual stream is a sum of **writers**, and
+every component reads it through **ports**.
 
 - writers (upstream nodes): ``<tower>.embed`` (token embedding E, ``hook_embed``), ``<tower>.pos`` (positional
   embedding P, ``hook_pos_embed``, learned positions only), ``<tower>.L{l}.H{h}`` (one head's output

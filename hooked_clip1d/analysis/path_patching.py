@@ -13,7 +13,7 @@ is what ``graph.run_with_edges`` feeds it directly (LayerNorm, if any, is then a
 So an embedding term can be routed into one head's keys only (``pos -> L0.H2.k``: the positional key side of the
 paper's EP and PP terms), and a head's effect can be split into what it does directly at the readout and what it
 does through the heads of later layers. With a single receiver, the effect is the exact patching effect of one
-edge (``attribution.exact_edge_patching``), the quantity EAP and EAP-IG approximate; with every port that reads the
+edge (``edge_attribution.exact_edge_patching``), the quantity EAP and EAP-IG approximate; with every port that reads the
 sender it is the sender's exact (total) patching effect.
 
 Example:

@@ -39,7 +39,6 @@ def _fmt(v: float | None) -> str:
 
 def _benchmark_model(name: str, model: CLIP1D) -> dict[str, Any]:
     """Ground truth, every method, and their scores on one model (module docstring)."""
-    from hooked_clip1d.analysis.attribution import atp, atp_star, eap, eap_ig, exact_patching
     from hooked_clip1d.analysis.circuits import (
         acdc,
         ground_truth_circuit,
@@ -47,7 +46,9 @@ def _benchmark_model(name: str, model: CLIP1D) -> dict[str, Any]:
         node_scores_from_edges,
         score_method,
     )
+    from hooked_clip1d.analysis.edge_attribution import eap, eap_ig
     from hooked_clip1d.analysis.graph import build_graph, mirror_task
+    from hooked_clip1d.analysis.node_attribution import atp, atp_star, exact_patching
     from hooked_clip1d.analysis.path_patching import path_patching
 
     images, captions = ground_truth_inputs(model, n=N_INPUTS)

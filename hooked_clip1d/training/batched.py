@@ -99,6 +99,43 @@ class BatchedTrainer:
         cudagraphs: bool = False,
         graph_step: bool = False,
     ):
+        self.names = self._check_group(members, out_dir, member_dirs, dropout_rng, compile, cudagraphs)
+        self.members = list(members)
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self._member_dirs = None if member_dirs is None else [Path(d) for d in member_dirs]
+        self.dropout_rng: DropoutRNG = dropout_rng
+        self.amp = amp
+        self.compile = compile
+        self.cudagraphs = cudagraphs
+        tc0 = members[0].train_cfg
+        self.device = torch.device(tc0.device)
+        self.bs = tc0.batch_size or members[0].data_cfg.batch_size
+        pairs = self._build_data()
+
+        self._caller_rng = torch.get_rng_state()  # restored at the end of __init__ (and around run)
+        try:  # every failure below gives the caller's RNG back (_open_directories restores it itself)
+            models = self._build_models()  # seeds the global RNG: the members' initial weights, the dropout stream
+            self._build_tables(pairs)
+            self._build_optimizer(models, graph_step)
+            self._start_state(group_checkpoint_every)
+        except BaseException:
+            torch.set_rng_state(self._caller_rng)
+            raise
+        self._open_directories(resume)
+        self._rng = torch.get_rng_state()  # the group's own stream (dropout); the caller's is given back
+        torch.set_rng_state(self._caller_rng)
+
+    # ---- construction (the steps of __init__, in its order) ------------------------------------------------------
+    @staticmethod
+    def _check_group(
+        members: Sequence[Member],
+        out_dir: str | Path | None,
+        member_dirs: Sequence[str | Path] | None,
+        dropout_rng: DropoutRNG,
+        compile: bool,  # noqa: A002
+        cudagraphs: bool,
+    ) -> list[str]:
+        """Refuse members that cannot train as one group and contradictory options; return the members' names."""
         if not members:
             raise ValueError("BatchedTrainer needs at least one member")
         for i, mb in enumerate(members):
@@ -118,122 +155,131 @@ class BatchedTrainer:
         names = [m.name or f"member{i}" for i, m in enumerate(members)]
         if len(set(names)) != len(names):
             raise ValueError(f"member names must be distinct, got {names}")
-        self.members = list(members)
-        self.names = names
-        self.out_dir = Path(out_dir) if out_dir is not None else None
         if member_dirs is not None and (len(member_dirs) != len(members) or out_dir is None):
             raise ValueError("member_dirs needs an out_dir and one directory per member")
-        self._member_dirs = None if member_dirs is None else [Path(d) for d in member_dirs]
         if compile and dropout_rng == "matched" and any(m.model_cfg.vision.dropout for m in members):
             raise ValueError("compile=True needs dropout_rng='fast' (matched dropout draws from per-member generators)")
-        self.dropout_rng: DropoutRNG = dropout_rng
-        self.amp = amp
         if cudagraphs and not compile:
             raise ValueError("cudagraphs=True needs compile=True (CUDA graphs of the compiled stacked loss)")
-        self.compile = compile
-        self.cudagraphs = cudagraphs
-        tc0 = members[0].train_cfg
-        self.device = torch.device(tc0.device)
-        self.bs = tc0.batch_size or members[0].data_cfg.batch_size
+        return names
 
-        # data: every member's training pairs in one padded tensor per tower, remapped to the padded vocabulary
-        self.datasets: list[Dataset] = [build_dataset(m.data_cfg) for m in members]
+    def _build_data(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every member's dataset, per-epoch data order and step count; returns its training (images, captions)."""
+        self.datasets: list[Dataset] = [build_dataset(m.data_cfg) for m in self.members]
         pairs = [ds.training_pairs() for ds in self.datasets]
         self.streams = [
-            EpochPermutations(len(im), self.bs, m.train_cfg.seed) for (im, _), m in zip(pairs, members, strict=True)
+            EpochPermutations(len(im), self.bs, m.train_cfg.seed)
+            for (im, _), m in zip(pairs, self.members, strict=True)
         ]
-        self.total_steps = [m.train_cfg.epochs * s.spe for m, s in zip(members, self.streams, strict=True)]
+        self.total_steps = [m.train_cfg.epochs * s.spe for m, s in zip(self.members, self.streams, strict=True)]
+        return pairs
 
-        self._caller_rng = torch.get_rng_state()  # restored at the end of __init__ (and around run)
-        try:  # every failure below gives the caller's RNG back (the lock block restores it itself)
-            models = []
-            for m in members:
-                torch.manual_seed(m.train_cfg.seed)  # as Trainer does before building its model
-                model = m.init_model if m.init_model is not None else CLIP1D(m.model_cfg, seed=m.train_cfg.seed)
-                models.append(model)
-            seeds = [m.train_cfg.seed for m in members]
-            self.model = StackedCLIP(models, dropout_rng, seeds=seeds, device=self.device)
-            self.model.train()
-            if dropout_rng == "fast":
-                torch.manual_seed(_mix_seeds(seeds))  # the group's dropout stream
-            self.member_cfgs = [mdl.cfg for mdl in models]  # with init seeds filled in (what Trainer saves)
-            m_max = max(len(im) for im, _ in pairs)
-            Pv, Pt = pairs[0][0].shape[1], pairs[0][1].shape[1]
-            K = len(members)
-            images = torch.zeros(K, m_max, Pv, dtype=torch.long)
-            captions = torch.zeros(K, m_max, Pt + 1, dtype=torch.long)  # last column: text readout position
-            for k, (im, cap) in enumerate(pairs):
-                eot = self.model.tower_cfg["text"].vocab.eot
-                cap_r = self.model.remap_tokens(cap, k)
-                images[k, : len(im)] = self.model.remap_tokens(im, k)
-                captions[k, : len(cap), :Pt] = cap_r
-                captions[k, : len(cap), Pt] = (cap_r == eot).int().argmax(-1)
-            cls = self.model.tower_cfg["vision"].vocab.cls
-            if not all(bool((images[k, : len(im), 0] == cls).all()) for k, (im, _) in enumerate(pairs)):
-                raise ValueError("every training image must start with CLS")
-            r_all = torch.cat([captions[k, : len(cap), Pt] for k, (_, cap) in enumerate(pairs)])
-            # one EOT position for every caption (the paper's templates): a static readout
-            self.text_readout: int | None = int(r_all[0]) if bool((r_all == r_all[0]).all()) else None
-            self.m_max = m_max
-            self._images_all, self._captions_all = images.to(self.device), captions.to(self.device)
-            self.Pt = Pt
+    def _build_models(self) -> list[CLIP1D]:
+        """The members' initial models (seeded as ``Trainer`` seeds its own) stacked into ``self.model``; with
+        ``dropout_rng="fast"`` the global RNG is then seeded for the group's dropout stream."""
+        models = []
+        for m in self.members:
+            torch.manual_seed(m.train_cfg.seed)  # as Trainer does before building its model
+            model = m.init_model if m.init_model is not None else CLIP1D(m.model_cfg, seed=m.train_cfg.seed)
+            models.append(model)
+        seeds = [m.train_cfg.seed for m in self.members]
+        self.model = StackedCLIP(models, self.dropout_rng, seeds=seeds, device=self.device)
+        self.model.train()
+        if self.dropout_rng == "fast":
+            torch.manual_seed(_mix_seeds(seeds))  # the group's dropout stream
+        self.member_cfgs = [mdl.cfg for mdl in models]  # with init seeds filled in (what Trainer saves)
+        return models
 
-            decay_masks, grad_masks = self._masks(models)
-            self.opt = StackedAdamW(
-                list(self.model.flat),
-                lr=[m.train_cfg.lr for m in members],
-                weight_decay=[m.train_cfg.weight_decay for m in members],
-                betas=tc0.betas,
-                eps=tc0.eps,
-                decay_masks=decay_masks,
-                grad_masks=grad_masks,
-                coupled=tc0.optimizer == "adam",
+    def _build_tables(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Every member's training pairs in one padded tensor per tower on the device, remapped to the padded
+        vocabulary; the captions' last column holds their readout position (the first EOT)."""
+        m_max = max(len(im) for im, _ in pairs)
+        Pv, Pt = pairs[0][0].shape[1], pairs[0][1].shape[1]
+        K = len(self.members)
+        images = torch.zeros(K, m_max, Pv, dtype=torch.long)
+        captions = torch.zeros(K, m_max, Pt + 1, dtype=torch.long)  # last column: text readout position
+        for k, (im, cap) in enumerate(pairs):
+            eot = self.model.tower_cfg["text"].vocab.eot
+            cap_r = self.model.remap_tokens(cap, k)
+            images[k, : len(im)] = self.model.remap_tokens(im, k)
+            captions[k, : len(cap), :Pt] = cap_r
+            captions[k, : len(cap), Pt] = (cap_r == eot).int().argmax(-1)
+        cls = self.model.tower_cfg["vision"].vocab.cls
+        if not all(bool((images[k, : len(im), 0] == cls).all()) for k, (im, _) in enumerate(pairs)):
+            raise ValueError("every training image must start with CLS")
+        r_all = torch.cat([captions[k, : len(cap), Pt] for k, (_, cap) in enumerate(pairs)])
+        # one EOT position for every caption (the paper's templates): a static readout
+        self.text_readout: int | None = int(r_all[0]) if bool((r_all == r_all[0]).all()) else None
+        self.m_max = m_max
+        self._images_all, self._captions_all = images.to(self.device), captions.to(self.device)
+        self.Pt = Pt
+
+    def _build_optimizer(self, models: Sequence[CLIP1D], graph_step: bool) -> None:
+        """``StackedAdamW`` over the stacked parameters (per-member lr, weight decay and masks) and, with
+        ``graph_step``, the whole-step CUDA graph."""
+        tc0 = self.members[0].train_cfg
+        decay_masks, grad_masks = self._masks(models)
+        self.opt = StackedAdamW(
+            list(self.model.flat),
+            lr=[m.train_cfg.lr for m in self.members],
+            weight_decay=[m.train_cfg.weight_decay for m in self.members],
+            betas=tc0.betas,
+            eps=tc0.eps,
+            decay_masks=decay_masks,
+            grad_masks=grad_masks,
+            coupled=tc0.optimizer == "adam",
+        )
+        self.scheduled = tc0.lr_schedule != "constant"  # every member's lr follows tc0.lr_at (group_key)
+        if graph_step and (self.scheduled or tc0.optimizer != "adamw"):
+            raise ValueError(
+                "graph_step=True replays AdamW at a fixed learning rate; it does not implement "
+                f"optimizer={tc0.optimizer!r} or lr_schedule={tc0.lr_schedule!r}"
             )
-            self.scheduled = tc0.lr_schedule != "constant"  # every member's lr follows tc0.lr_at (group_key)
-            if graph_step and (self.scheduled or tc0.optimizer != "adamw"):
-                raise ValueError(
-                    "graph_step=True replays AdamW at a fixed learning rate; it does not implement "
-                    f"optimizer={tc0.optimizer!r} or lr_schedule={tc0.lr_schedule!r}"
-                )
-            self._graph = StepGraph() if graph_step else None
-            if graph_step:
-                check_graph_step(self)
-            self.active = list(range(K))  # member indices still training, in stack order
-            self.step = 0
-            self.elapsed = 0.0
-            self.loss_sum = torch.zeros(K, device=self.device)
-            self.n_loss = [0] * K
-            self.finished: dict[int, TrainRun] = {}
-            self.last_metrics: dict[int, dict[str, Any]] = {}
-            if group_checkpoint_every is None:
-                pairs_ms = zip(members, self.streams, strict=True)
-                group_checkpoint_every = min(m.train_cfg.checkpoint_every * s.spe for m, s in pairs_ms)
-            if group_checkpoint_every < 1:
-                raise ValueError(f"group_checkpoint_every must be >= 1, got {group_checkpoint_every}")
-            self.group_checkpoint_every = group_checkpoint_every
-            self.eval_models: dict[int, CLIP1D] = {}
-        except BaseException:
-            torch.set_rng_state(self._caller_rng)
-            raise
+        self._graph = StepGraph() if graph_step else None
+        if graph_step:
+            check_graph_step(self)
 
+    def _start_state(self, group_checkpoint_every: int | None) -> None:
+        """The loop's state at step 0 (every member active) and the group checkpoint interval."""
+        K = len(self.members)
+        self.active = list(range(K))  # member indices still training, in stack order
+        self.step = 0
+        self.elapsed = 0.0
+        self.loss_sum = torch.zeros(K, device=self.device)
+        self.n_loss = [0] * K
+        self.finished: dict[int, TrainRun] = {}
+        self.last_metrics: dict[int, dict[str, Any]] = {}
+        if group_checkpoint_every is None:
+            pairs_ms = zip(self.members, self.streams, strict=True)
+            group_checkpoint_every = min(m.train_cfg.checkpoint_every * s.spe for m, s in pairs_ms)
+        if group_checkpoint_every < 1:
+            raise ValueError(f"group_checkpoint_every must be >= 1, got {group_checkpoint_every}")
+        self.group_checkpoint_every = group_checkpoint_every
+        self.eval_models: dict[int, CLIP1D] = {}
+
+    def _open_directories(self, resume: bool) -> None:
+        """The group's files (``GroupFiles``); with an out_dir, lock the group's and members' directories, clean
+        stale temporary files, and resume (``resume``) or refuse directories that already hold runs. A failure
+        releases the locks and gives the caller's RNG back."""
+        K = len(self.members)
         self.files = GroupFiles(self)  # the member run directories and the group checkpoint
         self.locks: list[RunLock] = []
         if self.out_dir is not None:
             self.group_ckpt = self.out_dir / GROUP_CHECKPOINT
             try:
                 for i in range(K):
-                    check_run_dir(self.member_dir(i), f"member {names[i]!r}'s directory")
+                    check_run_dir(self.member_dir(i), f"member {self.names[i]!r}'s directory")
                 self.locks.append(RunLock(self.out_dir, "batched group directory").acquire())
                 for i in range(K):
                     if Path(self.member_dir(i)).resolve() != self.out_dir.resolve():  # train_fast: one folder
-                        lock = RunLock(self.member_dir(i), f"member {names[i]!r}'s run directory")
+                        lock = RunLock(self.member_dir(i), f"member {self.names[i]!r}'s run directory")
                         self.locks.append(lock.acquire())
                 for d in [self.out_dir, *(self.member_dir(i) for i in range(K))]:
                     clean_stale_tmp(d)
                 if resume:
                     self.files.resume()
                 else:
-                    used = [n for i, n in enumerate(names) if (self.member_dir(i) / "metrics.jsonl").exists()]
+                    used = [n for i, n in enumerate(self.names) if (self.member_dir(i) / "metrics.jsonl").exists()]
                     if self.group_ckpt.exists() or used:
                         raise FileExistsError(
                             f"{str(self.out_dir)!r} already holds runs {used}; resume them (resume=True) or use a new "
@@ -246,8 +292,6 @@ class BatchedTrainer:
         elif resume:
             torch.set_rng_state(self._caller_rng)
             raise ValueError("resume=True needs an out_dir")
-        self._rng = torch.get_rng_state()  # the group's own stream (dropout); the caller's is given back
-        torch.set_rng_state(self._caller_rng)
 
     def release_locks(self) -> None:
         """Release the group's and members' directory locks (done at the end of ``run``)."""

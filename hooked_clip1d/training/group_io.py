@@ -3,8 +3,8 @@
 ``GroupFiles`` is a part of ``batched.BatchedTrainer`` (``trainer.files``): it reads and writes the trainer's
 stacked parameters, optimizer state, data streams and dropout generators through the trainer's public attributes
 listed below, and nothing else. A member's ``checkpoint.safetensors`` has exactly the layout ``training.Trainer``
-writes (so a finished member continues with ``Trainer(..., resume=True)``); ``group_checkpoint.safetensors`` holds the stacked state of the
-members still training, at any global step, also mid-epoch.
+writes (so a finished member continues with ``Trainer(..., resume=True)``); ``group_checkpoint.safetensors``
+holds the stacked state of the members still training, at any global step, also mid-epoch.
 
 The trainer's attributes it uses: ``model`` (``stacked.StackedCLIP``), ``opt`` (``stacked_adamw.StackedAdamW``),
 ``members``, ``names``, ``streams``, ``active``, ``step``, ``elapsed``, ``loss_sum``, ``n_loss``, ``dropout_rng``,
