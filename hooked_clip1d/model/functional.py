@@ -10,7 +10,7 @@ beside this module in ``terms``. Leading dimensions are free: ``[B, ...]`` for t
 Example:
     >>> import torch
     >>> img, txt = torch.randn(4, 8), torch.randn(4, 8)
-    >>> logits = cosine_logits(img, txt, torch.tensor(2.0), 4.6)
+    >>> logits = temperature(torch.tensor(2.0), 4.6) * cosine(img, txt)
     >>> float(symmetric_ce(logits)) > 0, symmetric_ce(torch.stack([logits, logits])).shape
     (True, torch.Size([2]))
 """
@@ -107,17 +107,6 @@ def cosine(
 def temperature(log_scale: torch.Tensor, max_log_scale: float | torch.Tensor) -> torch.Tensor:
     """CLIP's inverse temperature ``exp(log_scale)``, clamped at ``exp(max_log_scale)`` (per member if stacked)."""
     return log_scale.clamp(max=max_log_scale).exp()
-
-
-def cosine_logits(
-    img: Float[torch.Tensor, "*lead n d"],
-    txt: Float[torch.Tensor, "*lead m d"],
-    log_scale: torch.Tensor,
-    max_log_scale: float | torch.Tensor,
-) -> Float[torch.Tensor, "*lead n m"]:
-    """CLIP's logits: the clamped temperature (``log_scale`` of shape ``lead``) times the cosine matrix."""
-    t = temperature(log_scale, max_log_scale)
-    return t.reshape(*t.shape, 1, 1) * cosine(img, txt)
 
 
 def symmetric_ce(
