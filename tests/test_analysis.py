@@ -66,10 +66,11 @@ def test_ep_ablation_of_one_head_removes_its_ep_term_only(setup):
 
 
 def test_ep_ablation_hooks_reach_evaluate():
-    """On the flagship, where the mechanism is known (Fig. 5e: without EP the CLS row cannot tell left from right, so
+    """On the recipe study's model (no b_Q), where the mechanism is known (Fig. 5e: without EP the CLS row cannot
+    tell left from right, so
     every unseen pair gets the same order of its two labels), ``evaluate`` with the EP hooks gives the accuracy
     recomputed by hand from the hooked similarity matrix, and it falls from 1.0 to chance (0.5)."""
-    model = load_model("simplified-ntot20-n2-10")
+    model = load_model("simplified-ntot20-n2-10-no-qk-bias")  # its EP carries the side (no b_Q)
     ds = build_dataset(model.data_config)
     split = ds.splits["val_unseen"]
     hooks = ablate_terms(model.vision, ["EP"])

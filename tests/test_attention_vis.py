@@ -127,7 +127,7 @@ def test_show_attention_text_is_masked_with_readable_labels(simplified_model):
 
 
 def test_show_attention_on_shipped_model(tmp_path):
-    m = load_model("simplified-ntot20-n2-10")
+    m = load_model("simplified-ntot20-n2-10-no-qk-bias")
     img = "C . . 17 . . 19 . . . ."
     p = props_of(show_attention(m, img))
     att = torch.tensor(p["attention"])

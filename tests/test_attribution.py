@@ -40,7 +40,7 @@ def pairs(dataset):
 def shipped():
     from hooked_clip1d import build_dataset
 
-    model = load_model("simplified-ntot20-n2-10")
+    model = load_model("simplified-ntot20-n2-10-no-qk-bias")  # head 2 carries left/right (no b_Q)
     ds = build_dataset(model.data_config)
     imgs, caps = pair_inputs(ds.splits["val_unseen"], ds.vocab, n=16, seed=0)
     return model, imgs, caps

@@ -38,7 +38,7 @@ from hooked_clip1d.analysis.term_ablation import mean_ablate_terms, resample_abl
 from hooked_clip1d.analysis.terms import ablate_terms
 from hooked_clip1d.pretrained.circuit_files import CIRCUIT_MODELS, list_circuits, load_circuit, measure_circuit
 
-FLAGSHIP = "simplified-ntot20-n2-10"
+FLAGSHIP = "simplified-ntot20-n2-10-no-qk-bias"  # the model whose circuit these tests know (head 2; no b_Q)
 
 
 @pytest.fixture(scope="module")

@@ -102,9 +102,9 @@ def test_move_refuses_bad_arguments():
 
 
 def test_flagship_report_shows_the_papers_ablations():
-    """The shipped flagship (default recipe): EP's removal costs the side (0.5) but not the labels; PP costs nothing;
-    the invariant ablation agrees with EP's; the CLS token and position-0 rows differ."""
-    rep = mechanism_report(load_model("simplified-ntot20-n2-10"))
+    """The recipe study's model (no b_Q; the flagship until 2026-11-26): EP's removal costs the side (0.5) but not
+    the labels; PP costs nothing; the invariant ablation agrees with EP's; the CLS token and position-0 rows differ."""
+    rep = mechanism_report(load_model("simplified-ntot20-n2-10-no-qk-bias"))
     a = rep["acc"][PROBE]
     assert rep["cls_cos"] < 0.5 and a["baseline"][0] >= 0.95
     assert 0.4 <= a["EP"][0] <= 0.6 and a["EP"][1] >= 0.95

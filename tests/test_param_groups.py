@@ -102,9 +102,10 @@ def test_qk_bias_decay_scale_is_validated_and_round_trips():
         with pytest.raises(ValueError, match="qk_bias_decay_scale must be a finite number >= 0"):
             TrainConfig(frozen=(), qk_bias_decay_scale=bad)
     with pytest.raises(ValueError, match="frozen=\\('qk_bias',\\) holds them at 0"):
-        TrainConfig(qk_bias_decay_scale=10.0)  # the default recipe has no q/k biases to decay
+        TrainConfig(frozen=("qk_bias",), qk_bias_decay_scale=10.0)  # no q/k biases to decay
     with pytest.raises(ValueError, match="no_decay 'biases' exempts them"):
         TrainConfig(no_decay=("biases",), frozen=(), qk_bias_decay_scale=10.0)
+    assert TrainConfig(qk_bias_decay_scale=10.0).qk_bias_decay_scale == 10.0  # the default trains and decays them
 
 
 def _same_after_three_steps(a, oa, b, ob) -> None:

@@ -113,9 +113,14 @@ def test_cli_demo_writes_png_and_json(tmp_path, capsys):
     for side, name in ((0, "left"), (1, "right")):
         want = (top == split.positions[pairs][:, side, None] + 1).float().mean(0)
         torch.testing.assert_close(torch.tensor(res["head_bias_val_unseen"][name]), want[None])
-    # the ablations: EP carries the order (Fig. 5e: unseen pairs at chance), PE does not
-    assert res["ablation"]["none"]["val_unseen"]["acc"] == 1.0 and res["ablation"]["EP"]["val_unseen"]["acc"] == 0.5
-    assert res["ablation"]["PE"]["val_unseen"]["acc"] == 1.0
+    # the ablation table: each row is evaluate() with that term's ablation hooks (none: no hooks)
+    from hooked_clip1d.analysis import ablate_terms
+
+    ds = build_dataset(model.data_config)
+    for term in ("none", "EP", "PE", "BP"):
+        hooks = [] if term == "none" else ablate_terms(model.vision, [term])
+        want = evaluate(model, ds, splits=("val_unseen",), vision_hooks=hooks)["val_unseen"]["acc"]
+        assert res["ablation"][term]["val_unseen"]["acc"] == pytest.approx(want, abs=1e-6), term
 
 
 def test_cli_errors_are_clear(capsys):
@@ -144,7 +149,7 @@ def test_cli_train_recipe_flags_set_the_run_config_and_resume_checks_them(tmp_pa
         return cfg["train_config"]["no_decay"], cfg["train_config"]["frozen"], cfg["model_config"]["vision"]["init_std"]
 
     assert main([*base, "--out", str(tmp_path / "d")]) == 0
-    assert saved(tmp_path / "d") == (["cls"], ["qk_bias"], 0.02)  # the default recipe
+    assert saved(tmp_path / "d") == (["cls"], [], 0.02)  # the default recipe (cls-exempt-init002: b_Q, b_K trained)
     assert main([*base, "--recipe", "all-decay", "--out", str(tmp_path / "a")]) == 0
     assert saved(tmp_path / "a") == ([], [], 1.0)
     # explicit flags override the recipe
@@ -166,8 +171,9 @@ def test_cli_train_recipe_flags_set_the_run_config_and_resume_checks_them(tmp_pa
     capsys.readouterr()
     assert main([*base, "--resume", "--qk-bias-decay-scale", "30", "--out", str(tmp_path / "q")]) == 2
     assert "train_config.qk_bias_decay_scale: the run has 10.0, the flags say 30.0" in capsys.readouterr().err
-    assert main([*base, "--qk-bias-decay-scale", "3", "--out", str(tmp_path / "q4")]) == 2  # default: no q/k biases
-    assert "frozen=('qk_bias',) holds them at 0" in capsys.readouterr().err
+    assert main([*base, "--frozen", "qk_bias", "--qk-bias-decay-scale", "3", "--out", str(tmp_path / "q4")]) == 2
+    assert "frozen=('qk_bias',) holds them at 0" in capsys.readouterr().err  # no q/k biases to decay
+    assert main([*base, "--qk-bias-decay-scale", "3", "--out", str(tmp_path / "q5")]) == 0  # the default trains them
 
 
 def test_shipped_manifests_name_no_machine_paths():

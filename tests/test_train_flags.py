@@ -128,7 +128,11 @@ def test_amp_training_stays_within_tolerance_of_fp32():
         for name, w0 in init[k].items():
             d_amp, d_fp32 = got[name] - w0, want[name] - w0
             assert got[name].dtype == torch.float32, name  # the master weights stay fp32
-            if d_fp32.norm() == 0:  # frozen (the default recipe's b_Q, b_K): frozen under amp too
+            if d_fp32.norm() == 0:  # frozen (e.g. b_Q, b_K under frozen=("qk_bias",)): frozen under amp too
                 assert d_amp.norm() == 0, (k, name)
+                continue
+            if name.endswith("attn.b_K"):  # b_K shifts a whole score row, which softmax ignores: its gradient is
+                # rounding noise, which AdamW scales to ~lr a step in either precision; bound it, don't compare it
+                assert d_amp.abs().max() <= 5 * 3 * amp.members[0].train_cfg.lr, (k, name)
                 continue
             assert (d_amp - d_fp32).norm() <= 0.2 * d_fp32.norm(), (k, name)

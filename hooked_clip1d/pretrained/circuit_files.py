@@ -32,6 +32,7 @@ CIRCUITS_DIR = Path(__file__).resolve().parent / "circuits"
 #: the zoo models with a shipped ground-truth circuit (attention-only; the flagship first)
 CIRCUIT_MODELS = (
     "simplified-ntot20-n2-10",
+    "simplified-ntot20-n2-10-no-qk-bias",
     "simplified-ntot20-n2-10-init002",
     "vision2-ntot25-n2-15",
     "rope-ntot20-n2-15",

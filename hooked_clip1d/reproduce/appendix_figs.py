@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import list_pretrained, load_model
-from hooked_clip1d.reproduce.core import FLAGSHIP, PRUNED, VISION2, FigureSpec, Outcome, register
+from hooked_clip1d.reproduce.core import NO_QK_BIAS, PRUNED, VISION2, FigureSpec, Outcome, register
 from hooked_clip1d.reproduce.mechanism_figs import FIG4B_IMAGES, _ep_gradient_outcome
 
 
@@ -104,7 +104,7 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
     from hooked_clip1d.analysis.pruning import head_subset_sweep
     from hooked_clip1d.visualization.heads import plot_pruning
 
-    res = head_subset_sweep(models[FLAGSHIP], [1, 2, 3], epochs=0)
+    res = head_subset_sweep(models[NO_QK_BIAS], [1, 2, 3], epochs=0)
     by_n: dict[int, list[float]] = {}
     for r in res["runs"]:
         by_n.setdefault(len(r["kept"]), []).append(r["before"]["val_unseen"]["acc"])
@@ -217,7 +217,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "Pruned heads (App. K, Fig. 22)",
         "After pruning and 10,000 epochs of retraining, models with >= 2 heads reach accuracy close to the "
         "4-head model; single-head models stay near 0.5.",
-        (FLAGSHIP,),  # and PRUNED when shipped
+        (NO_QK_BIAS,),  # PRUNED's parent; and PRUNED when shipped
         _fig22,
         data="val_unseen, pruned and retrained",
         replicate=True,

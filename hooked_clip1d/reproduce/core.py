@@ -28,10 +28,12 @@ from hooked_clip1d.model.clip import CLIP1D
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not run")
 
 # zoo models (hooked_clip1d/pretrained) the figures use by name
-FLAGSHIP = "simplified-ntot20-n2-10"
+FLAGSHIP = "simplified-ntot20-n2-10"  # the default recipe's model, seed 0
+# the pre-study default (no q/k biases; the flagship until 2026-11-26): the fig4a sweep's cell and PRUNED's parent
+NO_QK_BIAS = "simplified-ntot20-n2-10-no-qk-bias"
 SMALL_INIT = "simplified-ntot20-n2-10-init002"  # the flagship's recipe with init_std = 0.02 (beyond the paper)
 ABLATE_EP = "ablate-ep-ntot20-n2-10-init002"  # SMALL_INIT's recipe trained with EP removed (beyond the paper)
-PRUNED = "pruned-keep-h2h3-ntot20-n2-10"  # FLAGSHIP with heads 0, 1 pruned, retrained 10,000 epochs (App. K)
+PRUNED = "pruned-keep-h2h3-ntot20-n2-10"  # NO_QK_BIAS with heads 0, 1 pruned, retrained 10,000 epochs (App. K)
 FULL = "full-ntot20-n2-10"  # the full model (Fig. 3), Ntot = 20, n2 = 10: one cell of the fig3 sweep
 NONGEN = "simplified-ntot10-n2-5"  # App. F's non-generalizing model: a cell of the fig4a sweep
 VISION2 = "vision2-ntot25-n2-15"  # the 2-layer vision encoder of App. L (Fig. 23)

@@ -248,7 +248,7 @@ def _fig13(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     attn = model.vision.blocks[0].attn
     if not (attn.b_Q.abs().max() > 0 or attn.b_K.abs().max() > 0):  # both checks would hold by construction
         why = (
-            f"{name} has no query/key biases (trained with frozen=('qk_bias',), the default recipe), so every bias "
+            f"{name} has no query/key biases (trained with frozen=('qk_bias',)), so every bias "
             "term is 0 and XW_QKX^T is the whole CLS row by construction: the figure's split cannot be measured"
         )
         return Outcome(numbers, summary + ".", checks, figs, notes, not_run=why)

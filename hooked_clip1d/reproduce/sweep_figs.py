@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from hooked_clip1d.model.checkpoint import canonical_config
 from hooked_clip1d.pretrained import manifest
-from hooked_clip1d.reproduce.core import FLAGSHIP, FULL, NONGEN, FigureSpec, Outcome, register
+from hooked_clip1d.reproduce.core import FULL, NO_QK_BIAS, NONGEN, FigureSpec, Outcome, register
 
 
 def _fig4a(rows: list[dict[str, Any]], title: str = "Fig. 4a sweep") -> Outcome:
@@ -204,7 +204,7 @@ def grid_cell(name: str, sweep: str | Path) -> dict[str, Any] | None:
 
     Example:
         >>> from hooked_clip1d.reproduce.core import SWEEPS_DIR
-        >>> grid_cell("simplified-ntot20-n2-10", SWEEPS_DIR / "fig4a.toml")
+        >>> grid_cell("simplified-ntot20-n2-10-no-qk-bias", SWEEPS_DIR / "fig4a.toml")
         {'n_labels': 20, 'n2': 10, 'seed': 0}
     """
     from hooked_clip1d.sweeps.runner import load_spec
@@ -242,7 +242,7 @@ def _fig3_cells(manifests: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
 
 
 def _fig4a_cells(manifests: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
-    low, high = _cell_acc(manifests, NONGEN), _cell_acc(manifests, FLAGSHIP)
+    low, high = _cell_acc(manifests, NONGEN), _cell_acc(manifests, NO_QK_BIAS)
     return [
         ("the cell Ntot = 10, n2 = 5 shows little unseen-pair generalization (App. F; < 0.5)", low < 0.5),
         ("the cell Ntot = 20, n2 = 10 (Fig. 4's model) generalizes (unseen-pair >= 0.6)", high >= 0.6),
@@ -256,7 +256,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "Label diversity vs layout diversity (Fig. 3, 4a)",
         "Unseen-pair accuracy rises with the number of labels Ntot; the number of layouts per pair n2 matters "
         "much less.",
-        (FLAGSHIP, NONGEN),  # the zoo's cells of the grid, checked while the sweep is unfinished
+        (NO_QK_BIAS, NONGEN),  # the zoo's cells of the grid, checked while the sweep is unfinished
         _fig4a,  # type: ignore[arg-type]
         sweep="fig4a",
         cell_checks=_fig4a_cells,
