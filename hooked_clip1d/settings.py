@@ -323,7 +323,7 @@ class Recipe:
         >>> r.fields()["train"]["lr_schedule"], r.fields()["model"]["init_std"]
         ('warmup_cosine', 0.02)
         >>> RECIPES[DEFAULT_RECIPE].fields()["train"]["frozen"]
-        ('qk_bias',)
+        ()
     """
 
     no_decay: tuple[str, ...]  # parameter groups exempt from weight decay (NO_DECAY_GROUPS)

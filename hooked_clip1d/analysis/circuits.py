@@ -39,9 +39,9 @@ exact patching.
 
 Example:
     >>> from hooked_clip1d import load_model
-    >>> m = load_model("simplified-ntot20-n2-10")
+    >>> m = load_model("simplified-ntot20-n2-10-no-qk-bias")  # head 2 carries left/right
     >>> imgs, caps = ground_truth_inputs(m, n=8)
-    >>> circ = ground_truth_circuit(m, imgs, caps, name="simplified-ntot20-n2-10")
+    >>> circ = ground_truth_circuit(m, imgs, caps, name="simplified-ntot20-n2-10-no-qk-bias")
     >>> "vision.L0.H2" in circ.nodes, circ.scores["faithfulness"] > 0.8
     (True, True)
 """

@@ -19,7 +19,7 @@ sender it is the sender's exact (total) patching effect.
 Example:
     >>> from hooked_clip1d import load_model
     >>> from hooked_clip1d.analysis.graph import mirror_task
-    >>> m = load_model("simplified-ntot20-n2-10")
+    >>> m = load_model("simplified-ntot20-n2-10-no-qk-bias")  # head 2 carries left/right
     >>> imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 18 . . . . . . . 20 ."])
     >>> caps = m.text.to_tokens(["17 is on the left of 19", "18 is on the left of 20"])
     >>> task = mirror_task(m, imgs, caps, target="vision")

@@ -12,7 +12,7 @@ Pruning and retraining a model is training (``training.retrain``: ``prune_heads`
 
 Example:
     >>> from hooked_clip1d import load_model
-    >>> res = head_subset_sweep(load_model("simplified-ntot20-n2-10"), [3])  # every 3 of the 4 heads kept
+    >>> res = head_subset_sweep(load_model("simplified-ntot20-n2-10-no-qk-bias"), [3])  # every 3 of the 4 heads kept
     >>> print(format_sweep(res))
     kept heads          before   after
     all (baseline)       1.000       -

@@ -17,7 +17,7 @@ Example:
     True
     >>> c = load_circuit("simplified-ntot20-n2-10")
     >>> c.components(), round(c.scores["faithfulness"], 2)
-    (['vision.L0.H2', 'text.L0.H1', 'text.L0.H3'], 1.23)
+    (['vision.L0.H3', 'text.L0.H1', 'text.L0.H2', 'text.L0.H3'], 1.08)
 """
 
 from __future__ import annotations

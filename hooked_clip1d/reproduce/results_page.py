@@ -118,8 +118,8 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
         "*reproduced* = every counted check holds, *partly* = some do, *not reproduced* = none does, "
         "*inconclusive* = no check counts (untrained models pass them all), *not run* = a model, "
         "sweep or step it needs has not been run yet, or the measurement is undefined on the shipped model (its "
-        "line says which; Fig. 13's split needs query/key biases the default recipe does not train). A figure whose "
-        "sweep is unfinished is "
+        "line says which; Fig. 13's split needs query/key biases, which a model trained with "
+        "frozen=('qk_bias',) lacks). A figure whose sweep is unfinished is "
         "read on every run's latest evaluation once each run has one (its summary starts with INTERIM and gives "
         "the epoch reached), else judged on the shipped models that are cells of its grid (same recipe); either "
         "way at most *partly*: an early reading or a few cells do not measure the finished sweep's trend.",
