@@ -103,7 +103,7 @@ def test_cli_demo_writes_png_and_json(tmp_path, capsys):
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     on_disk = json.loads((tmp_path / "demo.json").read_text())
     assert on_disk["accuracy"] == res["accuracy"]
-    assert set(on_disk["ablation"]) == {"none", "EP", "PE", "PP", "BP", "VP"}
+    assert set(on_disk["ablation"]) == {"none", "EP", "PE", "PP", "BP", "VP", "positional", "CLS-key-position"}
     # the head bias, counted by hand: where each head's CLS row peaks on the unseen pairs
     model = load_model(DEFAULT)
     split = build_dataset(model.data_config).splits["val_unseen"]
@@ -121,6 +121,13 @@ def test_cli_demo_writes_png_and_json(tmp_path, capsys):
         hooks = [] if term == "none" else ablate_terms(model.vision, [term])
         want = evaluate(model, ds, splits=("val_unseen",), vision_hooks=hooks)["val_unseen"]["acc"]
         assert res["ablation"][term]["val_unseen"]["acc"] == pytest.approx(want, abs=1e-6), term
+    from hooked_clip1d.analysis.mechanism import ablate_cls_key_position
+
+    hooks = {"positional": ablate_terms(model.vision, ["EP", "PE", "PP", "BP", "VP"]),
+             "CLS-key-position": ablate_cls_key_position(model.vision)}  # fmt: skip
+    for key, h in hooks.items():  # the readings independent of how the CLS query is split into parameters
+        want = evaluate(model, ds, splits=("val_unseen",), vision_hooks=h)["val_unseen"]["acc"]
+        assert res["ablation"][key]["val_unseen"]["acc"] == pytest.approx(want, abs=1e-6), key
 
 
 def test_cli_errors_are_clear(capsys):

@@ -15,6 +15,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from hooked_clip1d.analysis import ablate_terms, cls_object_bias
+from hooked_clip1d.analysis.mechanism import ablate_cls_key_position
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.evaluation import evaluate, format_metrics
 from hooked_clip1d.files import atomic_write, atomic_write_text
@@ -42,6 +43,16 @@ def run_demo(name: str = DEFAULT_MODEL, out_dir: str | Path = "results/demo", mo
             ablations[term] = evaluate(model, ds, vision_hooks=ablate_terms(model.vision, [term]))
         except ValueError as e:  # e.g. LayerNorm / RoPE towers
             ablations[term] = {"error": str(e)}
+    # the readings that do not depend on how the CLS query is split between W_E[CLS], W_pos[0] and b_Q (which term
+    # carries the position does): every positional term at once (Fig. 17), and the CLS query's key-position part
+    for key, make in (
+        ("positional", lambda: ablate_terms(model.vision, list(ABLATIONS))),
+        ("CLS-key-position", lambda: ablate_cls_key_position(model.vision)),
+    ):
+        try:
+            ablations[key] = evaluate(model, ds, vision_hooks=make())
+        except ValueError as e:
+            ablations[key] = {"error": str(e)}
     result = {
         "model": name,
         "accuracy": acc,
@@ -53,9 +64,10 @@ def run_demo(name: str = DEFAULT_MODEL, out_dir: str | Path = "results/demo", mo
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     try:
         plot_head_bias(bias, layer=0, ax=axes[0])
-        ok = {k: v for k, v in ablations.items() if "error" not in v}
+        short = {"positional": "all pos.", "CLS-key-position": "CLS q.pos"}  # tick labels that fit
+        ok = {short.get(k, k): v for k, v in ablations.items() if "error" not in v}
         plot_ablation_accuracy(ok, split="val_unseen", ax=axes[1])
-        fig.suptitle(f"{name}: Fig. 4c head bias and Fig. 5e/16 term ablations (unseen pairs)")
+        fig.suptitle(f"{name}: Fig. 4c head bias and Fig. 5e/16/17 term ablations (unseen pairs)")
         fig.tight_layout()
         atomic_write(out / "demo.png", lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     finally:
@@ -75,12 +87,12 @@ def format_demo(res: dict) -> str:
     for h in range(len(b["left"][0])):
         lines.append(f"{h:<8}{b['left'][0][h]:>8.2f}{b['right'][0][h]:>8.2f}{b['other'][0][h]:>8.2f}")
     lines += ["", "term ablation at inference, unseen pairs (Fig. 5e / 16 / 17):"]
-    lines.append(f"{'ablated':<10}{'acc':>8}{'label-set':>11}")
+    lines.append(f"{'ablated':<18}{'acc':>8}{'label-set':>11}")
     for k, v in res["ablation"].items():
         if "error" in v:
-            lines.append(f"{k:<10}  n/a ({v['error']})")
+            lines.append(f"{k:<18}  n/a ({v['error']})")
         else:
             u = v["val_unseen"]
-            lines.append(f"{k:<10}{u['acc']:>8.3f}{u['label_set']:>11.3f}")
+            lines.append(f"{k:<18}{u['acc']:>8.3f}{u['label_set']:>11.3f}")
     lines += ["", "wrote " + ", ".join(res.get("files", []))]
     return "\n".join(lines)
