@@ -544,3 +544,16 @@ def test_recipe_studies_judge_a_real_recipe_sweep(tmp_path):
         assert x9.numbers["ep_heads"][f"{run['recipe']}/{run['seed']}"] == ep_heads(final)
     assert x9.numbers["hypothesis"] in ("supported", "refuted", "inconclusive")
     assert x9.checks[0][0].startswith("some attention-dropout recipe has >= 3 heads")
+
+
+def test_committed_records_name_no_machines_folders():
+    """A record's replicate runs are named under the sweeps folder (<sweep>/runs/<run>), never by this machine's
+    paths (records ship in docs/records; they were once written with /root/runs/...)."""
+    from pathlib import Path
+
+    home = str(Path.home())
+    for path in sorted((Path(__file__).resolve().parents[1] / "docs" / "records").glob("*.json")):
+        rec = json.loads(path.read_text())
+        for run in rec.get("replicates", {}).get("runs", {}).values():
+            assert not Path(run).is_absolute() and not run.startswith("~") and "/runs/" in run, (path.name, run)
+        assert home + "/" not in path.read_text() or home == "/", path.name

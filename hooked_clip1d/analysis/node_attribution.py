@@ -152,11 +152,9 @@ def _patch_fn(spec: _Spec, value: torch.Tensor) -> _PatchNode:
     return _PatchNode(spec, value)
 
 
-def exact_patching(task: Task, nodes: Sequence[str] = ("heads",), *, freeze_pattern: bool = False) -> Attribution:
-    """The exact noising effect of each node (one forward pass per node): ``M(clean | n <- n(corrupted)) -
-    M(clean)`` (module docstring). A score term is patched by adding its corrupted-minus-clean value to the head's
-    scores. ``freeze_pattern`` fixes every attention pattern at its clean value in every run."""
-    start = time.perf_counter()
+def _corrupted_nodes(task: Task, nodes: Sequence[str], freeze_pattern: bool):
+    """What exact patching and AtP both start from: the nodes' specs, the frozen patterns (if any), the hook points
+    to cache per tower, the corrupted run's cache of them and each score term's corrupted-minus-clean value."""
     specs = _node_specs(task, nodes)
     frozen = _freeze(task, freeze_pattern)
     caps: dict[str, set[str]] = {}
@@ -164,7 +162,15 @@ def exact_patching(task: Task, nodes: Sequence[str] = ("heads",), *, freeze_patt
         if s.kind != "terms":
             caps.setdefault(s.tower, set()).add(s.point)
     _, corr = _run(task, "corrupted", caps, pre=frozen)
-    deltas = _term_deltas(task, specs)
+    return specs, frozen, caps, corr, _term_deltas(task, specs)
+
+
+def exact_patching(task: Task, nodes: Sequence[str] = ("heads",), *, freeze_pattern: bool = False) -> Attribution:
+    """The exact noising effect of each node (one forward pass per node): ``M(clean | n <- n(corrupted)) -
+    M(clean)`` (module docstring). A score term is patched by adding its corrupted-minus-clean value to the head's
+    scores. ``freeze_pattern`` fixes every attention pattern at its clean value in every run."""
+    start = time.perf_counter()
+    specs, frozen, _, corr, deltas = _corrupted_nodes(task, nodes, freeze_pattern)
     base_hooks = _as_hooks(frozen)
     base = task.run(base_hooks).mean()
     scores = []
@@ -205,14 +211,7 @@ def _node_scores(
 def _atp(task: Task, nodes: Sequence[str], qk_fix: bool, grad_drop: bool, freeze_pattern: bool, method: str):
     _check_freeze(freeze_pattern, qk_fix)
     start = time.perf_counter()
-    specs = _node_specs(task, nodes)
-    frozen = _freeze(task, freeze_pattern)
-    caps: dict[str, set[str]] = {}
-    for s in specs:
-        if s.kind != "terms":
-            caps.setdefault(s.tower, set()).add(s.point)
-    _, corr = _run(task, "corrupted", caps, pre=frozen)
-    deltas = _term_deltas(task, specs)
+    specs, frozen, caps, corr, deltas = _corrupted_nodes(task, nodes, freeze_pattern)
     grad_caps = {t: set(v) for t, v in caps.items()}
     for s in specs:
         if s.kind in ("terms", "q", "k"):

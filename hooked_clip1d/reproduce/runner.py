@@ -244,7 +244,8 @@ def _add_controls(
         "errors": {v["model"]: v["error"] for v in null["variants"] if "error" in v},
     }
     if spec.replicate and not substituted:
-        runs = replicate_runs(spec.models[0], sweeps_dir if sweeps_dir is not None else sweeps_home())
+        sweeps_root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
+        runs = replicate_runs(spec.models[0], sweeps_root)
         seeds: dict[str, dict[str, bool]] = {}
         for seed, run in runs.items():
             res = _run_closed(spec.run, substitutes(spec, {spec.models[0]: str(run)}))
@@ -258,7 +259,8 @@ def _add_controls(
         record["replicates"] = {
             "study_seeds": sorted(int(s) for s in seeds if int(s) in STUDY_SEEDS),
             "fresh_seeds": sorted(int(s) for s in fresh),
-            "runs": {s: str(runs[int(s)]) for s in seeds},
+            # <sweep>/runs/<run> under the sweeps folder: a record names no machine's folders
+            "runs": {s: runs[int(s)].relative_to(sweeps_root).as_posix() for s in seeds},
         }
         if len(fresh) < 3:
             record["replicates"]["note"] = f"only {len(fresh)} fresh seeds found: judged on the shipped model alone"

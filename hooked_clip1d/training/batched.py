@@ -51,7 +51,7 @@ from hooked_clip1d.data.dataset import DataConfig, Dataset, EpochPermutations, b
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.training.graph_step import StepGraph, check_graph_step
 from hooked_clip1d.training.group_io import GROUP_CHECKPOINT, GroupFiles
-from hooked_clip1d.training.members import Member, _mix_seeds, group_key
+from hooked_clip1d.training.members import Member, _mix_seeds, check_members
 from hooked_clip1d.training.param_groups import decay_mask, frozen_mask
 from hooked_clip1d.training.run_config import RunConfig
 from hooked_clip1d.training.rundir import (
@@ -99,7 +99,13 @@ class BatchedTrainer:
         cudagraphs: bool = False,
         graph_step: bool = False,
     ):
-        self.names = self._check_group(members, out_dir, member_dirs, dropout_rng, compile, cudagraphs)
+        self.names = check_members(members)  # they can train as one group
+        if member_dirs is not None and (len(member_dirs) != len(members) or out_dir is None):
+            raise ValueError("member_dirs needs an out_dir and one directory per member")
+        if compile and dropout_rng == "matched" and any(m.model_cfg.vision.dropout for m in members):
+            raise ValueError("compile=True needs dropout_rng='fast' (matched dropout draws from per-member generators)")
+        if cudagraphs and not compile:
+            raise ValueError("cudagraphs=True needs compile=True (CUDA graphs of the compiled stacked loss)")
         self.members = list(members)
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self._member_dirs = None if member_dirs is None else [Path(d) for d in member_dirs]
@@ -126,42 +132,6 @@ class BatchedTrainer:
         torch.set_rng_state(self._caller_rng)
 
     # ---- construction (the steps of __init__, in its order) ------------------------------------------------------
-    @staticmethod
-    def _check_group(
-        members: Sequence[Member],
-        out_dir: str | Path | None,
-        member_dirs: Sequence[str | Path] | None,
-        dropout_rng: DropoutRNG,
-        compile: bool,  # noqa: A002
-        cudagraphs: bool,
-    ) -> list[str]:
-        """Refuse members that cannot train as one group and contradictory options; return the members' names."""
-        if not members:
-            raise ValueError("BatchedTrainer needs at least one member")
-        for i, mb in enumerate(members):
-            if not isinstance(mb, Member):
-                raise TypeError(f"members[{i}] is a {type(mb).__name__}, expected training.members.Member")
-            try:
-                RunConfig(mb.model_cfg, mb.data_cfg, mb.train_cfg)  # the three fit together
-            except ValueError as e:
-                raise ValueError(f"member {i}: {e}") from None
-        keys = [group_key(m.model_cfg, m.data_cfg, m.train_cfg) for m in members]
-        if len(set(keys)) > 1:
-            bad = next(i for i, k in enumerate(keys) if k != keys[0])
-            raise ValueError(
-                f"member {bad} cannot train in one group with member 0: shapes, batch size, betas, eps, device, "
-                "optimizer or learning-rate schedule differ (see batched.group_key)"
-            )
-        names = [m.name or f"member{i}" for i, m in enumerate(members)]
-        if len(set(names)) != len(names):
-            raise ValueError(f"member names must be distinct, got {names}")
-        if member_dirs is not None and (len(member_dirs) != len(members) or out_dir is None):
-            raise ValueError("member_dirs needs an out_dir and one directory per member")
-        if compile and dropout_rng == "matched" and any(m.model_cfg.vision.dropout for m in members):
-            raise ValueError("compile=True needs dropout_rng='fast' (matched dropout draws from per-member generators)")
-        if cudagraphs and not compile:
-            raise ValueError("cudagraphs=True needs compile=True (CUDA graphs of the compiled stacked loss)")
-        return names
 
     def _build_data(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every member's dataset, per-epoch data order and step count; returns its training (images, captions)."""

@@ -72,3 +72,30 @@ class Member:
     train_cfg: TrainConfig
     name: str | None = None  # sub-directory of the group's out_dir (default: "member{index}")
     init_model: CLIP1D | None = None  # start from these weights instead of CLIP1D(model_cfg, seed)
+
+
+def check_members(members: Sequence[Member]) -> list[str]:
+    """Refuse members that cannot train as one group (not a ``Member``, configs that do not fit together, different
+    ``group_key``s, repeated names); return the members' names (``name`` or ``member{index}``)."""
+    from hooked_clip1d.training.run_config import RunConfig
+
+    if not members:
+        raise ValueError("BatchedTrainer needs at least one member")
+    for i, mb in enumerate(members):
+        if not isinstance(mb, Member):
+            raise TypeError(f"members[{i}] is a {type(mb).__name__}, expected training.members.Member")
+        try:
+            RunConfig(mb.model_cfg, mb.data_cfg, mb.train_cfg)  # the three fit together
+        except ValueError as e:
+            raise ValueError(f"member {i}: {e}") from None
+    keys = [group_key(m.model_cfg, m.data_cfg, m.train_cfg) for m in members]
+    if len(set(keys)) > 1:
+        bad = next(i for i, k in enumerate(keys) if k != keys[0])
+        raise ValueError(
+            f"member {bad} cannot train in one group with member 0: shapes, batch size, betas, eps, device, "
+            "optimizer or learning-rate schedule differ (see batched.group_key)"
+        )
+    names = [m.name or f"member{i}" for i, m in enumerate(members)]
+    if len(set(names)) != len(names):
+        raise ValueError(f"member names must be distinct, got {names}")
+    return names
