@@ -407,3 +407,27 @@ def test_a_shipped_trajectory(name):
         assert stored_metrics(man, e) == man["precision"]["checkpoints"][str(e)]["metrics"]["float32"]
     assert len(reg.load_trajectory(name)) == len(epochs)
     assert [r["epoch"] for r in reg.trajectory_emergence(name).rows] == epochs
+
+
+def test_a_trajectory_past_the_part_size_ships_in_parts_and_loads_the_same(zoo, tmp_path, monkeypatch):
+    """A trajectory over ``PART_BYTES`` is stored in several files of whole checkpoints (no tracked file over the
+    repository's size limit); every checkpoint loads as from the one-file trajectory, and a re-ship leaves no stale
+    part behind."""
+    import hooked_clip1d.pretrained.ship as ship
+
+    dest = tmp_path / "trajectories"
+    monkeypatch.setattr(ship, "PART_BYTES", 1)  # one checkpoint per file
+    reg.ship_trajectory(zoo["run"], "tiny", dest=dest)
+    man = json.loads((dest / "tiny.json").read_text())
+    files = [man["file"], *(p["file"] for p in man["parts"])]
+    assert files == ["tiny.safetensors", "tiny.part1.safetensors", "tiny.part2.safetensors"]
+    assert man["bytes"] == sum((dest / f).stat().st_size for f in files)
+    assert all(p["sha256"] == reg.sha256_file(dest / p["file"]) for p in man["parts"])
+    for e in EPOCHS:
+        with monkeypatch.context() as mp:
+            mp.setattr(reg, "TRAJECTORIES_DIR", dest)
+            parted = reg.load_model("tiny", checkpoint_value=e)
+        assert _equal(parted, reg.load_model("tiny", checkpoint_value=e)), e
+    monkeypatch.setattr(ship, "PART_BYTES", 10**9)
+    reg.ship_trajectory(zoo["run"], "tiny", dest=dest)
+    assert sorted(p.name for p in dest.iterdir()) == ["tiny.json", "tiny.safetensors"]

@@ -35,7 +35,7 @@ from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file fo
     NoTrajectoryError,
     checkpoint_epoch,
     read_manifest,
-    read_trajectory_file,
+    read_trajectory,
     run_snapshots,
     stored_checkpoint,
     stored_metrics,
@@ -308,7 +308,7 @@ def _load_checkpoints(name: str | os.PathLike, epochs: list[int], device: str) -
         final = int(man["final_epoch"])
         stored = [e for e in epochs if e != final]
         if stored:
-            tensors, meta = read_trajectory_file(Path(TRAJECTORIES_DIR) / man["file"], man.get("sha256"))
+            tensors, meta = read_trajectory(TRAJECTORIES_DIR, man)
             for e in stored:
                 digest = man["checkpoint_sha256"].get(str(e))
                 model = stored_checkpoint(tensors, meta, e, digest, f"trajectory {name!r}")

@@ -27,12 +27,14 @@ from hooked_clip1d.pretrained import (
 )
 from hooked_clip1d.pretrained.trajectories import (
     MANIFEST_FORMAT,
+    PART_BYTES,
     PRECISION_METHOD,
     STORE_DTYPES,
     dtype_summary,
     measure_precision,
     numeric_diff,
     run_snapshots,
+    split_checkpoints,
     trajectory_schedule,
     trajectory_tensors,
 )
@@ -254,8 +256,12 @@ def ship_trajectory(
             "trajectory": {"name": name, "epochs": epochs_all, "final_epoch": last, "dtypes": dtype_map},
         }
         target = dest / f"{name}.safetensors"
-        pending = dest / f".{name}.pending.safetensors"  # checked against the budget before it replaces anything
-        save_tensors(pending, tensors, meta)
+        groups = split_checkpoints(tensors, PART_BYTES)  # files of at most PART_BYTES: the first is `target`
+        finals = [target, *(dest / f"{name}.part{i}.safetensors" for i in range(1, len(groups)))]
+        pendings = [f.with_name(f".{f.stem}.pending.safetensors") for f in finals]  # replaced after the budget check
+        for pend, group in zip(pendings, groups, strict=True):
+            save_tensors(pend, group, meta)
+        pending = pendings[0]
         try:
             man = {
                 "format": MANIFEST_FORMAT,
@@ -267,7 +273,11 @@ def ship_trajectory(
                 "dtypes": dtype_map,
                 "file": target.name,
                 "sha256": sha256_file(pending),
-                "bytes": pending.stat().st_size,
+                "bytes": sum(p.stat().st_size for p in pendings),  # every part
+                "parts": [
+                    {"file": f.name, "sha256": sha256_file(p), "bytes": p.stat().st_size}
+                    for f, p in zip(finals[1:], pendings[1:], strict=True)
+                ],  # the checkpoints past the first file's PART_BYTES
                 "checkpoint_sha256": digests,
                 "chance": round(1.0 / len(ds.captions), 6),
                 "precision": {
@@ -285,7 +295,10 @@ def ship_trajectory(
             }
             text = json.dumps(man, indent=2) + "\n"
             size = man["bytes"] + len(text.encode())
-            present = [p for p in dest.glob("*") if p.is_file() and p.stem != name and not p.name.startswith(".")]
+            present = [
+                p for p in dest.glob("*")
+                if p.is_file() and p.stem != name and not p.name.startswith((".", f"{name}.part"))
+            ]  # fmt: skip
             others = sum(p.stat().st_size for p in present)
             if others + size > budget_mb * 1e6:
                 raise ValueError(
@@ -294,9 +307,13 @@ def ship_trajectory(
                     f"{budget_mb} MB (the others: {others / 1e6:.1f} MB): ship fewer checkpoints (--epochs) or "
                     "raise the budget (--budget-mb)"
                 )
-            os.replace(pending, target)
+            for old in dest.glob(f"{name}.part*.safetensors"):  # a re-ship may have fewer parts
+                old.unlink()
+            for pend, final in zip(pendings, finals, strict=True):
+                os.replace(pend, final)
         finally:
-            if pending.exists():
-                pending.unlink()
+            for pend in pendings:
+                if pend.exists():
+                    pend.unlink()
         atomic_write_text(dest / f"{name}.json", text)
     return target

@@ -137,6 +137,17 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     return man
 
 
+def read_trajectory(directory: str | Path, man: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A shipped trajectory's tensors from all its files (``man["file"]`` and its ``parts``, each sha256-checked) and
+    the metadata of the first."""
+    directory = Path(directory)
+    tensors, meta = read_trajectory_file(directory / man["file"], man.get("sha256"))
+    for part in man.get("parts", []):
+        more, _ = read_trajectory_file(directory / part["file"], part["sha256"])
+        tensors.update(more)
+    return tensors, meta
+
+
 def read_trajectory_file(path: str | Path, sha256: str | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """A trajectory file's tensors and metadata (``model.checkpoint.read_tensors``: format and content digest checked,
     nothing unpickled), after checking the file's sha256 against the manifest's ``sha256``."""
@@ -189,6 +200,35 @@ def trajectory_tensors(
         digests[str(e)] = checkpoint_digest(state)
         tensors.update({f"{checkpoint_key(e)}.{k}": v for k, v in state.items()})
     return tensors, digests
+
+
+PART_BYTES = 4_000_000  # a trajectory is stored in files of at most this many tensor bytes (whole checkpoints each)
+
+
+def split_checkpoints(tensors: Mapping[str, torch.Tensor], part_bytes: int) -> list[dict[str, torch.Tensor]]:
+    """``trajectory_tensors``' tensors in groups of whole checkpoints (in epoch order), each of at most ``part_bytes``
+    tensor bytes unless one checkpoint alone is larger: the files a trajectory is stored in.
+
+    Example:
+        >>> import torch
+        >>> t = {f"epoch_{e:05d}.w": torch.zeros(250) for e in (0, 1, 2)}  # 1000 bytes a checkpoint
+        >>> [sorted(g) for g in split_checkpoints(t, 2000)]
+        [['epoch_00000.w', 'epoch_00001.w'], ['epoch_00002.w']]
+    """
+    by_epoch: dict[str, dict[str, torch.Tensor]] = {}
+    for k, v in tensors.items():
+        by_epoch.setdefault(k.split(".", 1)[0], {})[k] = v
+    parts: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for key in sorted(by_epoch):
+        ckpt = by_epoch[key]
+        n = sum(v.numel() * v.element_size() for v in ckpt.values())
+        if parts[-1] and size + n > part_bytes:
+            parts.append({})
+            size = 0
+        parts[-1].update(ckpt)
+        size += n
+    return parts
 
 
 def rounded(model: CLIP1D, dtype: str) -> CLIP1D | None:
@@ -343,7 +383,10 @@ __all__ = [
     "measure_precision",
     "numeric_diff",
     "read_manifest",
+    "read_trajectory",
     "read_trajectory_file",
+    "split_checkpoints",
+    "PART_BYTES",
     "rounded",
     "run_snapshots",
     "stored_checkpoint",
