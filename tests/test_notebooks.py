@@ -19,6 +19,17 @@ def _execute(name: str) -> list[dict]:
     return outputs
 
 
+def test_notebooks_show_figures_under_any_backend():
+    """CI runs with MPLBACKEND=Agg, under which a kernel's plt.show() displays nothing: every notebook that draws
+    with pyplot must select the inline backend itself (the bug behind stop 39's red CI)."""
+    import nbformat
+
+    for path in sorted(EXAMPLES.glob("*.ipynb")):
+        source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+        if "plt." in source:
+            assert "%matplotlib inline" in source, f"{path.name} draws with pyplot, no inline backend selected"
+
+
 def test_paper_walkthrough_executes():
     outputs = _execute("paper_walkthrough.ipynb")
     assert any("image/png" in o.get("data", {}) for o in outputs), "no cell displayed a PNG figure"
