@@ -178,3 +178,99 @@ def test_null_control_of_a_figure_with_stated_values(tmp_path):
         assert isinstance(c["null_passes"], int) and c["null_n"] == 10
         if c["null_passes"] and "null_extreme" in c:
             assert isinstance(c["null_extreme"], float) and c["counted"]
+
+
+def test_absence_checks_count_only_a_trained_fail():
+    """An upper bound untrained models meet too (fig21's "stays <= 0.6"): a trained pass says nothing, a trained fail
+    is evidence against the claim; where every untrained model fails it, it counts as any check."""
+    names = ["stays low", "fails low", "untrained fail"]
+    out = Outcome({}, "", [(names[0], True), (names[1], False), (names[2], True)], {}, absence=tuple(names))
+    null = {"variants": [{"model": f"u{i}", "checks": {names[0]: True, names[1]: True, names[2]: False}}
+                         for i in range(2)]}  # fmt: skip
+    rows = {r["check"]: r for r in counted_checks(out, null)}
+    assert (rows[names[0]]["counted"], rows[names[0]]["counted_holds"], rows[names[0]]["absence"]) == (
+        False,
+        None,
+        True,
+    )
+    assert (rows[names[1]]["counted"], rows[names[1]]["counted_holds"]) == (True, False)
+    assert (rows[names[2]]["counted"], rows[names[2]]["counted_holds"]) == (True, True) and "absence" not in rows[
+        names[2]
+    ]
+
+
+def _tiny_fig4a(tmp_path, monkeypatch):
+    import shutil
+    from pathlib import Path
+
+    from hooked_clip1d.reproduce import core as rp_core
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", specs / "fig4a.toml")
+    monkeypatch.setattr(rp_core, "SWEEPS_DIR", specs)
+    checks = [c for c, _ in rp.FIGURES["fig4a"].run(
+        [{"run": f"r{nt}", "n_labels": nt, "n2": 2, "seed": 0, "epochs": 1, "val_unseen.acc": 0.5}
+         for nt in (6, 7)]).checks]  # fmt: skip
+    records = tmp_path / "records"
+    records.mkdir()
+    rec = {"figure": "fig4a", "title": "t", "paper": "p", "command": "hooked-clip1d reproduce fig4a", "verdict":
+           "partly", "recorded": "2026-11-25", "summary": "s", "checks": [{"check": checks[0], "holds": False},
+           {"check": checks[1], "holds": True}], "plots": ["fig4a_sweep.png"]}  # fmt: skip
+    (records / "fig4a.json").write_text(json.dumps(rec))
+    return records, rec
+
+
+def test_rejudge_record_adds_the_null_control_to_a_kept_sweep_record(tmp_path, monkeypatch):
+    """A record made before the null controls, on a sweep that is not here: its recorded checks judged under a fresh
+    null control on the sweep untrained (docs/fidelity.md, second 2026-11-26 amendment)."""
+    records, rec = _tiny_fig4a(tmp_path, monkeypatch)
+    new = rp.rejudge_record("fig4a", records, tmp_path / "res")
+    assert new["rejudged"]["from"] == "the record of 2026-11-25: its checks as recorded"
+    assert len(new["null_control"]["models"]) == 10 and new["null_control"]["errors"] == {}
+    assert [(c["check"], c["holds"], c["null_n"]) for c in new["checks"]] == [
+        (c["check"], c["holds"], 10) for c in rec["checks"]
+    ]
+    counted = [(c["check"], c["counted_holds"]) for c in new["checks"] if c["counted"]]
+    assert new["verdict"] == (rp.verdict_of(counted) if counted else "inconclusive")
+    assert json.loads((tmp_path / "res" / "fig4a" / "fig4a.json").read_text()) == new
+    assert new["plots"] == rec["plots"] and new["summary"] == rec["summary"]  # the trained side as recorded
+    # the page: the re-judged record replaces the kept one and keeps its PNG (made when the sweep was trained)
+    from hooked_clip1d.reproduce.results_page import build_results_page
+
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "fig4a_sweep.png").write_bytes(b"png")
+    text = build_results_page(tmp_path / "res", tmp_path / "results.md").read_text()
+    assert "(recorded 2026-11-25; its recorded checks re-judged " in text and "figures/fig4a_sweep.png" in text
+    assert "untrained: " in text and "null_control" in json.loads((records / "fig4a.json").read_text())
+
+
+def test_rejudge_record_refuses_what_it_cannot_judge(tmp_path, monkeypatch):
+    records, rec = _tiny_fig4a(tmp_path, monkeypatch)
+    with pytest.raises(ValueError, match="reads zoo models, not a sweep"):
+        rp.rejudge_record("fig4c", records, tmp_path / "res")
+    with pytest.raises(ValueError, match="no record of fig21"):
+        rp.rejudge_record("fig21", records, tmp_path / "res")
+    with pytest.raises(ValueError, match="unknown figure"):
+        rp.rejudge_record("fig99", records, tmp_path / "res")
+    rec["checks"][0]["check"] = "a check worded otherwise"
+    (records / "fig4a.json").write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match="no longer computes: \\['a check worded otherwise'\\]"):
+        rp.rejudge_record("fig4a", records, tmp_path / "res")
+    (records / "fig4a.json").write_text("{")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        rp.rejudge_record("fig4a", records, tmp_path / "res")
+    assert not (tmp_path / "res").exists()  # nothing written for a refused record
+
+
+def test_cli_rejudge_record_all_takes_the_records_without_a_null_control(tmp_path, monkeypatch, capsys):
+    records, _ = _tiny_fig4a(tmp_path, monkeypatch)
+    out = tmp_path / "res"
+    assert main(["reproduce", "all", "--rejudge-record", str(records), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["fig4a"]
+    assert "untrained: " in capsys.readouterr().out
+    (records / "fig4a.json").write_text((out / "fig4a" / "fig4a.json").read_text())  # now it has one
+    assert main(["reproduce", "all", "--rejudge-record", str(records), "--out", str(tmp_path / "res2")]) == 0
+    assert not (tmp_path / "res2").exists() or not any((tmp_path / "res2").iterdir())
+    assert main(["reproduce", "fig4a", "--rejudge-record", str(records), "--model", "untrained:0"]) == 2
+    assert "no --model" in capsys.readouterr().err

@@ -372,6 +372,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the null control (the checks on 10 untrained models) and the seed replicates",
     )
+    r.add_argument(
+        "--rejudge-record",
+        default=None,
+        metavar="DIR",
+        help="judge a sweep figure's kept record in DIR (e.g. docs/records) again under the null control, without "
+        "its sweep's runs (its checks as recorded); with all: every sweep figure whose record has no null control",
+    )
     r.add_argument("--json", action="store_true", help="print JSON")
     r.set_defaults(func=cmd_reproduce)
 

@@ -5,9 +5,11 @@ module imports torch only when a command runs."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from hooked_clip1d.cli.util import dumps as _dumps
 from hooked_clip1d.cli.util import progress as _progress
@@ -76,16 +78,34 @@ def _model_substitutes(items: list[str] | None) -> dict[str, str] | str | None:
     return pairs
 
 
+def _without_null(figure: str, records_dir: str) -> bool:
+    """A sweep figure whose kept record in ``records_dir`` exists and has no null control."""
+    from hooked_clip1d.reproduce import FIGURES
+
+    path = Path(records_dir) / f"{figure}.json"
+    if FIGURES[figure].sweep is None or not path.is_file():
+        return False
+    rec = json.loads(path.read_text())
+    return bool(rec.get("checks")) and "null_control" not in rec
+
+
 def cmd_reproduce(a: argparse.Namespace) -> int:
-    from hooked_clip1d.reproduce import FIGURES, reproduce
+    from hooked_clip1d.reproduce import FIGURES, rejudge_record, reproduce
 
     if a.figure != "all" and a.figure not in FIGURES:
         raise ValueError(f"unknown figure {a.figure!r}; known: {', '.join(sorted(FIGURES))}, all")
     figures = sorted(FIGURES) if a.figure == "all" else [a.figure]
     if a.model and a.figure == "all":
         raise ValueError("--model names one figure's model: give a figure key, not all")
+    if a.rejudge_record is not None:
+        if a.model or a.no_controls:
+            raise ValueError("--rejudge-record judges a kept record under the null control: no --model, --no-controls")
+        figures = [f for f in figures if a.figure != "all" or _without_null(f, a.rejudge_record)]
     records = []
     for fig in _progress(figures, desc="reproduce", disable=len(figures) == 1):
+        if a.rejudge_record is not None:
+            records.append(rejudge_record(fig, a.rejudge_record, a.out))
+            continue
         records.append(
             reproduce(
                 fig,

@@ -9,7 +9,8 @@ built on an unfinished sweep is judged on every run's latest evaluation once eac
 grid (``grid_cell``) where it has ``cell_checks`` — at most ``partly``, as cells alone do not measure the sweep's
 trend — and is ``not run`` otherwise.
 ``reproduce`` writes ``<out>/<figure>/<figure>.json`` and its PNGs; ``reproduce.results_page`` turns the JSON files
-into ``docs/results.md``.
+into ``docs/results.md``. ``rejudge_record`` judges a sweep figure's kept record again under the null control
+without its sweep's runs (records made before the controls existed).
 
 The package, by module:
 
@@ -48,7 +49,7 @@ from hooked_clip1d.reproduce.core import (
     register,
     verdict_of,
 )
-from hooked_clip1d.reproduce.runner import reproduce  # imports every figure module: FIGURES is complete
+from hooked_clip1d.reproduce.runner import rejudge_record, reproduce  # imports every figure module: FIGURES is complete
 
 __all__ = [
     "ABLATE_EP",
@@ -66,6 +67,7 @@ __all__ = [
     "FigureSpec",
     "Outcome",
     "register",
+    "rejudge_record",
     "reproduce",
     "verdict_of",
 ]

@@ -351,7 +351,7 @@ def _x_single_head_seeds(rows: list[dict[str, Any]]) -> Outcome:
             )
         notes += "."
     numbers = {"weight_decay": wds, "seeds": seeds, "rows": rows, "mechanism": list(mech.values())}
-    return Outcome(numbers, summary + ".", checks, {"seeds": fig}, notes)
+    return Outcome(numbers, summary + ".", checks, {"seeds": fig}, notes, absence=(checks[1][0],))
 
 
 # the experiments of this module (the results page's beyond-the-paper section)

@@ -11,7 +11,8 @@ from its run's ``metrics.jsonl`` where there is one, ``epochs``).
 ``NULL_INIT_STDS``, the two init scales of the zoo) by the same code path, and ``counted_checks`` applies the
 pre-registered rule (docs/fidelity.md): a check counts toward a verdict only if it fails on every untrained model, or,
 where the figure states the check's value (``Outcome.values``), if the trained value lies beyond the most extreme
-untrained value in the direction the paper claims.
+untrained value in the direction the paper claims. An *absence* check (``Outcome.absence``: the claim is that training
+does not produce something) that an untrained model passes counts only where the trained model fails it.
 
 Example:
     >>> m = substitute("simplified-ntot20-n2-10", "untrained:3")
@@ -207,10 +208,12 @@ def null_rows(spec_path: Path, seed: int, init_std: float, workdir: Path) -> lis
 def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, Any]:
     """The figure's checks on untrained models (``NULL_SEEDS`` x ``NULL_INIT_STDS``): per check, how many pass and
     the values the figure states for it (``Outcome.values``); the models' names. A variant whose run raises is
-    reported with its error (and counts as passing every check: it cannot show that a check fails)."""
+    reported with its error (and counts as passing every check: it cannot show that a check fails). Also the
+    figure's ``absence`` checks and ``secondary`` ones (``Outcome``), as its code marks them."""
     import hooked_clip1d.reproduce.core as core
 
     variants: list[dict[str, Any]] = []
+    marks: dict[str, Any] = {"absence": [], "secondary": {}}  # how the figure's code marks its checks
     for std in NULL_INIT_STDS:
         for seed in NULL_SEEDS:
             name = f"{UNTRAINED}:{seed}:{std:g}"
@@ -221,6 +224,7 @@ def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, 
                         out = _run_closed(spec.run, rows)  # type: ignore[arg-type]
                 else:
                     out = _run_closed(spec.run, substitutes(spec, name))
+                marks = {"absence": list(out.absence), "secondary": dict(out.secondary)}
                 variants.append(
                     {
                         "model": name,
@@ -230,7 +234,7 @@ def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, 
                 )
             except Exception as e:  # noqa: BLE001 - reported, and then no check of the figure counts for it
                 variants.append({"model": name, "error": f"{type(e).__name__}: {e}"})
-    return {"variants": variants}
+    return {"variants": variants, **marks}
 
 
 def counted_checks(outcome: Outcome, null: dict[str, Any]) -> list[dict[str, Any]]:
@@ -242,6 +246,10 @@ def counted_checks(outcome: Outcome, null: dict[str, Any]) -> list[dict[str, Any
         >>> null = {"variants": [{"model": "u", "checks": {"a": False, "b": True, "c": True}, "values": {"c": 0.6}}]}
         >>> [(c["check"], c["counted"], c["counted_holds"]) for c in counted_checks(out, null)]
         [('a', True, True), ('b', False, None), ('c', True, True)]
+        >>> out = Outcome({}, "", [("low", True), ("low too", False)], {}, absence=("low", "low too"))
+        >>> null = {"variants": [{"model": "u", "checks": {"low": True, "low too": True}, "values": {}}]}
+        >>> [(c["check"], c["counted"], c["counted_holds"]) for c in counted_checks(out, null)]
+        [('low', False, None), ('low too', True, False)]
     """
     variants = null.get("variants", [])
     rows = []
@@ -249,7 +257,10 @@ def counted_checks(outcome: Outcome, null: dict[str, Any]) -> list[dict[str, Any
         passes = sum(1 for v in variants if "error" in v or v["checks"].get(name, False))
         row: dict[str, Any] = {"check": name, "holds": bool(ok), "null_passes": passes, "null_n": len(variants)}
         counted, holds = passes == 0 and bool(variants), bool(ok)
-        if name in outcome.values and passes and not any("error" in v for v in variants):
+        if name in outcome.absence and passes:  # an upper bound untrained models meet: only a trained fail says much
+            row["absence"] = True
+            counted, holds = not ok, False
+        elif name in outcome.values and passes and not any("error" in v for v in variants):
             value, direction = outcome.values[name]
             nulls = [v["values"][name] for v in variants if name in v.get("values", {})]
             if len(nulls) == len(variants):  # restated: beyond the most extreme untrained value

@@ -59,6 +59,9 @@ class Outcome:
     values: dict[str, tuple[float, str]] = dataclasses.field(default_factory=dict)
     # checks shown but not counted toward the verdict, with why (true by construction, or coordinate-dependent)
     secondary: dict[str, str] = dataclasses.field(default_factory=dict)
+    # absence checks: the claim is that training does NOT produce something (an upper bound untrained models meet
+    # too); where an untrained model passes one, a trained pass does not count and a trained fail counts as a fail
+    absence: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -210,7 +210,7 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
         "default": DEFAULT_RECIPE,
         "runs": _runs_record(j),
     }
-    return Outcome(numbers, summary + ".", checks, {"recipes": fig}, notes, table=tuple(table))
+    return Outcome(numbers, summary + ".", checks, {"recipes": fig}, notes, table=tuple(table), absence=(checks[0][0],))
 
 
 # a head carries an EP gradient (the attention-dropout study's count, docs/fidelity.md): its CLS-row EP std on the

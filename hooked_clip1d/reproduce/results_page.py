@@ -156,11 +156,27 @@ def _check_context(c: dict[str, Any]) -> str:
         )
     if c.get("secondary"):
         parts.append(f"not counted: {c['secondary']}")
+    elif c.get("absence"):  # an upper bound untrained models meet too (controls.counted_checks)
+        parts.append(
+            "absence check: untrained models meet it too, so "
+            + ("a trained fail counts" if c.get("counted") else "a trained pass is **not counted**")
+        )
     elif not c.get("counted"):
         parts.append("**not counted** (an untrained model passes it)")
     elif c.get("counted_holds") is not None and c["counted_holds"] != c["holds"]:
         parts.append("counts as failing (" + ("fresh seeds" if "fresh_holds" in c else "beyond-null rule") + ")")
     return " (" + "; ".join(parts) + ")"
+
+
+def _when(r: dict[str, Any]) -> str:
+    """When the record was made and, for a record re-judged under the null control later (``rejudge_record``), when."""
+    if r.get("rejudged"):
+        again = f"`{r['command']} --rejudge-record docs/records`"
+        return (
+            f" (recorded {r.get('recorded', 'on an unknown date')}; its recorded checks re-judged "
+            f"{r['rejudged']['on']} under the null control: {again})"
+        )
+    return f" (recorded {r['recorded']})" if r.get("recorded") else ""
 
 
 def _record_section(r: dict[str, Any], fig_dir: Path, page_dir: Path) -> list[str]:
@@ -172,7 +188,7 @@ def _record_section(r: dict[str, Any], fig_dir: Path, page_dir: Path) -> list[st
         if r.get("beyond_paper")
         else f"- **Paper:** {r['paper']}",
         f"- **Ours:** {r.get('summary', '')}",
-        f"- **Command:** `{r['command']}`" + (f" (recorded {r['recorded']})" if r.get("recorded") else ""),
+        f"- **Command:** `{r['command']}`" + _when(r),
     ]
     if not r.get("beyond_paper"):
         lines.insert(4, f"- **Verdict:** {ICON[r['verdict']]}")

@@ -230,14 +230,19 @@ def reproduce(
 
 
 def _add_controls(
-    record: dict[str, Any], spec: FigureSpec, outcome: Outcome, sweeps_dir: str | Path | None, substituted: bool
+    record: dict[str, Any],
+    spec: FigureSpec,
+    outcome: Outcome,
+    sweeps_dir: str | Path | None,
+    substituted: bool,
+    null: dict[str, Any] | None = None,
 ) -> None:
-    """Put the null control (and, for replicated figures, the seeds) into ``record`` and judge the verdict on the
-    checks that count: ``controls.counted_checks``; a check of a replicated figure holds only if it also holds at
-    >= 2 of 3 fresh seeds (when the replicate sweeps hold >= 3 of them)."""
+    """Put the null control (``null``, else computed here; and, for replicated figures, the seeds) into ``record``
+    and judge the verdict on the checks that count: ``controls.counted_checks``; a check of a replicated figure holds
+    only if it also holds at >= 2 of 3 fresh seeds (when the replicate sweeps hold >= 3 of them)."""
     from hooked_clip1d.sweeps.runner import sweeps_home
 
-    null = null_control(spec)
+    null = null if null is not None else null_control(spec)
     rows = counted_checks(outcome, null)
     record["null_control"] = {
         "models": [v["model"] for v in null["variants"]],
@@ -269,3 +274,55 @@ def _add_controls(
     if record.get("verdict") == "not run":
         return
     record["verdict"] = verdict_of(counted) if counted else "inconclusive"
+
+
+def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_dir: str | Path = "results") -> dict:
+    """Judge a sweep figure's kept record again under the null control, without its sweep's runs; write
+    ``<out_dir>/<figure>/<figure>.json`` (its PNGs stay the page's, ``results-page`` keeps them) and return it.
+
+    For records made before the null controls existed, on sweeps that are not on this machine (docs/fidelity.md,
+    second 2026-11-26 amendment). The trained side is the record's own checks, as recorded (every check text must be
+    one the figure's code computes today, or it stops); the null control is computed fresh on the figure's sweep
+    untrained (``controls.null_control``); the verdict follows ``controls.counted_checks``. A check that thresholds a
+    number the record does not state cannot be restated beyond the null, so where an untrained model passes it, it
+    does not count.
+
+    Example:
+        >>> import tempfile
+        >>> rec = rejudge_record("fig21b", out_dir=tempfile.mkdtemp())  # doctest: +SKIP
+        >>> rec["rejudged"]["from"], [c["counted"] for c in rec["checks"]]  # doctest: +SKIP
+        ('the record of 2026-11-23: its checks as recorded', [False])
+    """
+    if figure not in FIGURES:
+        raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}")
+    spec = FIGURES[figure]
+    if spec.sweep is None:
+        raise ValueError(f"{figure} reads zoo models, not a sweep: rerun it (`{spec.command}`)")
+    path = Path(records_dir) / f"{figure}.json"
+    if not path.is_file():
+        raise ValueError(f"no record of {figure} in {records_dir} (looked for {path})")
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"record {path} is not valid JSON ({e})") from e
+    if not isinstance(record, dict) or record.get("figure") != figure or not record.get("checks"):
+        raise ValueError(f"record {path} is not a judged record of {figure} (no checks to judge)")
+    null = null_control(spec)
+    computed = [v["checks"] for v in null["variants"] if "error" not in v]
+    recorded = [(c["check"], bool(c["holds"])) for c in record["checks"]]
+    unknown = [name for name, _ in recorded if not computed or any(name not in c for c in computed)]
+    if unknown:
+        raise ValueError(
+            f"record {path} has checks {figure}'s code no longer computes: {unknown}; rerun it (`{spec.command}`)"
+        )
+    outcome = Outcome({}, "", recorded, {}, absence=tuple(null["absence"]), secondary=dict(null["secondary"]))
+    record = {k: v for k, v in record.items() if k not in ("null_control", "_dir")}
+    record["rejudged"] = {
+        "on": datetime.date.today().isoformat(),
+        "from": f"the record of {record.get('recorded', 'an unknown date')}: its checks as recorded",
+    }
+    _add_controls(record, spec, outcome, None, substituted=True, null=null)  # substituted: no replicate seeds
+    out = Path(out_dir) / figure
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")
+    return record

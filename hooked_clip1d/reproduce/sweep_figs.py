@@ -146,7 +146,7 @@ def _fig21(rows: list[dict[str, Any]]) -> Outcome:
             for r in poor
         )
     numbers = {"weight_decay": wds, "unseen_acc": acc, "rows": rows, "mechanism": mech}
-    return Outcome(numbers, summary + ".", checks, {"sweep": fig}, notes + ".")
+    return Outcome(numbers, summary + ".", checks, {"sweep": fig}, notes + ".", absence=(checks[0][0],))
 
 
 def _fig21b(rows: list[dict[str, Any]]) -> Outcome:
@@ -189,7 +189,7 @@ def _fig21b(rows: list[dict[str, Any]]) -> Outcome:
             + ")."
         )
     numbers = {"d_head": dims, "seeds": seeds, "unseen_acc_mean": mean, "rows": rows}
-    return Outcome(numbers, summary + ".", checks, {"sweep": fig}, notes)
+    return Outcome(numbers, summary + ".", checks, {"sweep": fig}, notes, absence=(checks[0][0],))
 
 
 _NOT_PROTOCOL = ("init_seed", "device", "dtype")  # model-config fields set per run or per machine, not the recipe
