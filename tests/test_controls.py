@@ -257,6 +257,11 @@ def test_rejudge_record_refuses_what_it_cannot_judge(tmp_path, monkeypatch):
     (records / "fig4a.json").write_text(json.dumps(rec))
     with pytest.raises(ValueError, match="no longer computes: \\['a check worded otherwise'\\]"):
         rp.rejudge_record("fig4a", records, tmp_path / "res")
+    rec["checks"][0]["check"] = rec["checks"][1]["check"]
+    rec["interim"] = {"finished": 1, "runs": 4}  # an early reading: its verdict was capped at partly
+    (records / "fig4a.json").write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match="early reading of an unfinished sweep"):
+        rp.rejudge_record("fig4a", records, tmp_path / "res")
     (records / "fig4a.json").write_text("{")
     with pytest.raises(ValueError, match="not valid JSON"):
         rp.rejudge_record("fig4a", records, tmp_path / "res")

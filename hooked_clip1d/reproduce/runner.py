@@ -307,6 +307,8 @@ def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_di
         raise ValueError(f"record {path} is not valid JSON ({e})") from e
     if not isinstance(record, dict) or record.get("figure") != figure or not record.get("checks"):
         raise ValueError(f"record {path} is not a judged record of {figure} (no checks to judge)")
+    if "interim" in record or "Verdict from these cells alone" in record.get("summary", ""):
+        raise ValueError(f"record {path} is an early reading of an unfinished sweep: rerun it (`{spec.command}`)")
     null = null_control(spec)
     computed = [v["checks"] for v in null["variants"] if "error" not in v]
     recorded = [(c["check"], bool(c["holds"])) for c in record["checks"]]
@@ -315,7 +317,9 @@ def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_di
         raise ValueError(
             f"record {path} has checks {figure}'s code no longer computes: {unknown}; rerun it (`{spec.command}`)"
         )
-    outcome = Outcome({}, "", recorded, {}, absence=tuple(null["absence"]), secondary=dict(null["secondary"]))
+    values = {c["check"]: (c["value"], c["direction"]) for c in record["checks"] if "value" in c}  # stated ones
+    outcome = Outcome({}, "", recorded, {}, values=values, absence=tuple(null["absence"]),
+                      secondary=dict(null["secondary"]))  # fmt: skip
     record = {k: v for k, v in record.items() if k not in ("null_control", "_dir")}
     record["rejudged"] = {
         "on": datetime.date.today().isoformat(),
