@@ -289,9 +289,12 @@ def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_di
 
     Example:
         >>> import tempfile
+        >>> rejudge_record("fig4c", out_dir=tempfile.mkdtemp())  # a zoo figure: rerun it instead
+        Traceback (most recent call last):
+        ValueError: fig4c reads zoo models, not a sweep: rerun it (`hooked-clip1d reproduce fig4c`)
         >>> rec = rejudge_record("fig21b", out_dir=tempfile.mkdtemp())  # doctest: +SKIP
-        >>> rec["rejudged"]["from"], [c["counted"] for c in rec["checks"]]  # doctest: +SKIP
-        ('the record of 2026-11-23: its checks as recorded', [False])
+        >>> [(c["null_passes"], c["absence"], c["counted"]) for c in rec["checks"]], rec["verdict"]  # doctest: +SKIP
+        ([(10, True, False)], 'inconclusive')
     """
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}")
