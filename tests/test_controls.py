@@ -279,3 +279,16 @@ def test_cli_rejudge_record_all_takes_the_records_without_a_null_control(tmp_pat
     assert not (tmp_path / "res2").exists() or not any((tmp_path / "res2").iterdir())
     assert main(["reproduce", "fig4a", "--rejudge-record", str(records), "--model", "untrained:0"]) == 2
     assert "no --model" in capsys.readouterr().err
+
+
+def test_every_absence_check_on_the_page_is_marked():
+    """The absence rule is for a class of checks (docs/fidelity.md): upper bounds that untrained models meet, on every
+    figure that states one: accuracy ranges from 0 (Fig. 20), "no bias" / "does not generalize" (Fig. 15)."""
+    m20 = "leftright-v1-t1-ntot20-n2-10"
+    out = rp.FIGURES["fig20"].run({m20: load_model(m20)})
+    assert set(out.absence) == {"val_unseen acc in [0.0, 0.1]", "val_unseen relaxed in [0.0, 0.6]"}
+    assert all(name in dict(out.checks) for name in out.absence)
+    out = rp.FIGURES["fig15"].run({rp.NONGEN: load_model(rp.NONGEN)})
+    assert set(out.absence) == {c for c, _ in out.checks} and len(out.absence) == 2
+    out = rp.FIGURES["fig4c"].run({FLAGSHIP: load_model(FLAGSHIP)})
+    assert out.absence == ()  # a claim that something is there

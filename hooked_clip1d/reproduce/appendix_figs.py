@@ -22,17 +22,20 @@ from hooked_clip1d.reproduce.mechanism_figs import FIG4B_IMAGES, _ep_gradient_ou
 
 
 def _manifest_accuracy_outcome(name: str, expect: dict[str, tuple[float, float]]) -> Callable:
-    """A figure whose claim is a model's accuracies: check each split's accuracy against [lo, hi]."""
+    """A figure whose claim is a model's accuracies: check each split's accuracy against [lo, hi]; a range from 0 is
+    an upper bound, an absence check (``Outcome.absence``: the model does not reach it)."""
 
     def run(models: dict[str, CLIP1D]) -> Outcome:
         met = models[name].manifest["metrics"]
-        checks, parts = [], []
+        checks, parts, absence = [], [], []
         for key, (lo, hi) in expect.items():
             split, metric = key.split(":")
             v = met[split][metric]
             checks.append((f"{split} {metric} in [{lo}, {hi}]", lo <= v <= hi))
             parts.append(f"{split} {metric} {v:.2f}")
-        return Outcome({"metrics": met}, f"{name}: " + ", ".join(parts) + ".", checks, {})
+            if lo <= 0.0:
+                absence.append(checks[-1][0])
+        return Outcome({"metrics": met}, f"{name}: " + ", ".join(parts) + ".", checks, {}, absence=tuple(absence))
 
     return run
 
@@ -122,7 +125,7 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
                        max(by_n[2] + by_n[3]) >= base - 0.1))  # fmt: skip
         why = f"no pruned model was retrained (zoo model {PRUNED} not shipped); the checks describe pruning alone."
         notes = "Retraining every subset: `hooked-clip1d analyze pruning -o epochs=10000` (one batched group)."
-        return Outcome(numbers, summary + ".", checks, figs, notes, not_run=why)
+        return Outcome(numbers, summary + ".", checks, figs, notes, not_run=why, absence=(checks[0][0],))
     pruned = load_model(PRUNED)
     kept = [h for h, on in enumerate(pruned.cfg.vision.heads_kept(0)) if on]
     after = pruned.manifest["metrics"]["val_unseen"]
@@ -144,7 +147,7 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
         "Only the best pair by pre-retraining accuracy was retrained (one zoo model); retraining all 14 subsets is "
         "`hooked-clip1d analyze pruning -o epochs=10000` (one batched group)."
     )
-    return Outcome(numbers, summary + ".", checks, figs, notes)
+    return Outcome(numbers, summary + ".", checks, figs, notes, absence=(checks[0][0],))
 
 
 def _fig23(models: dict[str, CLIP1D]) -> Outcome:
