@@ -129,6 +129,7 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
             for c in r["checks"]:
                 null = f"  (untrained: {c['null_passes']}/{c['null_n']} pass" if "null_n" in c else ""
                 if null:
+                    null += ", absence check" if c.get("absence") else ""
                     null += ", counted)" if c.get("counted") else ", not counted)"
                 print(f"         [{'x' if c['holds'] else ' '}] {c['check']}{null}")
         where = ", ".join(f"{a.out}/{r['figure']}/" for r in records)
