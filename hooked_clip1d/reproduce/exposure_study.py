@@ -104,8 +104,10 @@ def _plot(runs: dict[tuple[str, int], list[dict[str, Any]]]) -> plt.Figure:
                     label=ARMS[arm] if seed == min(s for a, s in runs if a == arm) else None)  # fmt: skip
     for e in E_STARS:
         axes[0].axvline(e, color="grey", lw=0.6, ls=":")
-    axes[0].set(xscale="log", xlabel="decay exposure lr x w x steps", ylabel="XW_QKX^T share (mean over heads)")
-    axes[1].set(xscale="log", xlabel="epoch")
+    drawn = any(line.get_xdata().size for line in axes[0].get_lines())  # untrained runs: nothing past epoch 0
+    scale = "log" if drawn else "linear"
+    axes[0].set(xscale=scale, xlabel="decay exposure lr x w x steps", ylabel="XW_QKX^T share (mean over heads)")
+    axes[1].set(xscale=scale, xlabel="epoch")
     for ax in axes:
         ax.axhspan(0.76, 0.91, color="tab:green", alpha=0.08)  # the paper's Fig. 13 range
     axes[0].legend(fontsize=7)
