@@ -104,7 +104,8 @@ def _plot(runs: dict[tuple[str, int], list[dict[str, Any]]]) -> plt.Figure:
                     label=ARMS[arm] if seed == min(s for a, s in runs if a == arm) else None)  # fmt: skip
     for e in E_STARS:
         axes[0].axvline(e, color="grey", lw=0.6, ls=":")
-    drawn = any(line.get_xdata().size for line in axes[0].get_lines())  # untrained runs: nothing past epoch 0
+    # untrained runs have nothing past epoch 0 (exposure 0): a log axis would raise on them
+    drawn = any(r.get("exposure") and r.get("xwx_share") for rows in runs.values() for r in rows)
     scale = "log" if drawn else "linear"
     axes[0].set(xscale=scale, xlabel="decay exposure lr x w x steps", ylabel="XW_QKX^T share (mean over heads)")
     axes[1].set(xscale=scale, xlabel="epoch")
