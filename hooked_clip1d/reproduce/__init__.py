@@ -19,6 +19,8 @@ The package, by module:
 - ``sweep_figs``: figures built on a sweep (fig3, 4a, 10, 21, 21b) and ``grid_cell`` for unfinished sweeps.
 - ``appendix_figs``: other architectures and captions (Sec. 6, App. I-L: fig8, 18, 19, 20, 22, 23).
 - ``beyond``: the beyond-the-paper experiments x1-x7; ``recipe_study``: x8, the training-recipe study.
+- ``studies``: the verdict studies x10-x13 (dynamics, fresh seeds, Fig. 4a at fixed steps, emergence);
+  ``exposure_study``: x14, the Fig. 13 share at equal decay exposure.
 - ``runner``: ``reproduce()``; it imports every module of the package, so ``FIGURES`` (``core``) holds every figure.
 
 A figure declares itself: its module ends with ``SPECS = register(FigureSpec(...), ...)``. To add a figure, write
