@@ -67,3 +67,29 @@ def test_interpolation_and_reach():
     assert share_at(rows, "exposure", 0.75) is None  # the later snapshot does not generalize
     assert share_at(rows, "epoch", 50) == pytest.approx(0.3)
     assert epoch_at(rows, 0.75) == pytest.approx(150) and epoch_at(rows, 1.5) is None
+
+
+def test_decay_rate_figure_on_untrained_runs_fails_every_check(tmp_path):
+    """x15 on its sweep's runs untrained (the null control's own rows): it runs end to end and nothing holds."""
+    from hooked_clip1d import reproduce as rp
+    from hooked_clip1d.reproduce.controls import null_rows
+
+    rows = null_rows(rp.SWEEPS_DIR / "decay-rate.toml", 0, 0.02, tmp_path)
+    out = rp.FIGURES["x15-decay-rate"].run(rows)
+    assert len(out.checks) == 3 and not any(ok for _, ok in out.checks)
+    assert sorted(out.numbers["w"]) == [0.01, 0.05, 0.1] and set(out.numbers["mean_share"].values()) == {None}
+
+
+def test_decay_rate_table_reads_the_preregistered_checks():
+    from hooked_clip1d.reproduce.exposure_study import decay_rate_table
+
+    def row(share, gen=True, f13=False, pic=False):
+        return {"xwx_share": [share] * 4, "checks": {"generalizes": gen, "fig13_split": f13, "picture": pic}}
+
+    finals = {(w, s): row(1.0 - w - 0.01 * s, f13=(w == 0.02 and s < 2)) for w in (0.01, 0.02, 0.2) for s in range(3)}
+    t = decay_rate_table(finals)
+    assert t["falls_with_w"] and t["fig13_somewhere"] and not t["picture_somewhere"]
+    assert t["fig13_seeds"] == {0.01: 0, 0.02: 2, 0.2: 0}
+    finals[(0.2, 0)] = finals[(0.2, 1)] = finals[(0.2, 2)] = row(0.97)  # the same mean as w = 0.02: a tie fails
+    finals.update({(0.02, s): row(0.97) for s in range(3)})
+    assert not decay_rate_table(finals)["falls_with_w"]

@@ -1,5 +1,6 @@
-"""``x14-exposure``: is the Fig. 13 share a function of the decay exposure? (beyond the paper; pre-registered in
-docs/fidelity.md before any share was read at matched exposures).
+"""Two follow-ups of the dynamics study on Fig. 13's share (beyond the paper; each pre-registered in
+docs/fidelity.md before it was read): ``x14-exposure``, is the share a function of the decay exposure? and
+``x15-decay-rate``, does it follow the weight decay w, and does some w give Fig. 13 (``decay_rate_table``)?
 
 The dynamics study's end points put the Fig. 13 share (XW_QKX^T's part of the CLS-row std) at 0.10-0.15, 0.37-0.47
 and 0.79-0.92 in arms of decay exposure lr x w x steps 4.4, 8.8 and 1.0; end points confound the exposure with the
@@ -22,8 +23,9 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
+from hooked_clip1d.analysis.dynamics import DYNAMICS_CHECKS
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome, register
-from hooked_clip1d.reproduce.studies import ARMS, _emergences
+from hooked_clip1d.reproduce.studies import ARMS, CHECK_SHORT, _emergences
 
 E_STARS = (0.25, 0.5, 0.9)  # every run of the four arms reaches each; arm (c) reaches 0.9 at epoch 9,000
 EXPOSURE_ARMS = ("cls-exempt-init002", "cls-exempt-init002-cosine", "cls-exempt-init002-exposure1",
@@ -155,6 +157,114 @@ def _x_exposure(rows: list[dict[str, Any]]) -> Outcome:
     return Outcome(numbers, summary + ".", checks, {"share": _plot(runs)}, notes)
 
 
+DECAY_ARMS = {"cls-exempt-init002", "cls-exempt-init002-exposure1"}  # the dynamics study's arms (a), (c): w 0.2, 0.0227
+
+
+def _weight_decay(row: dict[str, Any]) -> float:
+    """A sweep row's w, from its run folder's recorded training config."""
+    import json
+    from pathlib import Path
+
+    return float(json.loads((Path(row["path"]) / "config.json").read_text())["train_config"]["weight_decay"])
+
+
+def decay_rate_table(finals: dict[tuple[float, int], dict[str, Any]]) -> dict[str, Any]:
+    """x15's pre-registered reading of each run's epoch-10,000 emergence row, keyed by (w, seed): per w the mean
+    head-mean share over the seeds that generalize, and the seeds at which Fig. 13's check and the whole picture hold;
+    the three checks (the share strictly falls as w rises, ties fail; Fig. 13 at >= 2 seeds of some w; the picture at
+    >= 2 seeds of some w).
+
+    Example:
+        >>> row = lambda share, gen: {"xwx_share": [share] * 4, "checks": {"generalizes": gen, "fig13_split": False,
+        ...                                                              "picture": False}}
+        >>> t = decay_rate_table({(0.01, 0): row(0.9, True), (0.2, 0): row(0.4, True), (0.1, 0): row(0.5, False)})
+        >>> t["mean_share"], t["falls_with_w"]  # w = 0.1 has no generalizing seed: the order check fails
+        ({0.01: 0.9, 0.1: None, 0.2: 0.4}, False)
+    """
+    ws = sorted({w for w, _ in finals})
+    mean: dict[float, float | None] = {}
+    fig13: dict[float, int] = {}
+    picture: dict[float, int] = {}
+    for w in ws:
+        rows = [r for (w2, _), r in finals.items() if w2 == w]
+        gen = [_head_mean(r) for r in rows if r["checks"]["generalizes"]]
+        mean[w] = round(float(np.mean(gen)), 4) if gen else None
+        fig13[w] = sum(bool(r["checks"]["fig13_split"]) for r in rows)
+        picture[w] = sum(bool(r["checks"]["picture"]) for r in rows)
+    vals = [mean[w] for w in ws]
+    falls = len(vals) >= 2 and None not in vals and all(a > b for a, b in zip(vals, vals[1:], strict=False))  # type: ignore[operator]
+    return {"w": ws, "mean_share": mean, "fig13_seeds": fig13, "picture_seeds": picture, "falls_with_w": falls,
+            "fig13_somewhere": any(n >= 2 for n in fig13.values()),
+            "picture_somewhere": any(n >= 2 for n in picture.values())}  # fmt: skip
+
+
+def _x_decay_rate(rows: list[dict[str, Any]]) -> Outcome:
+    keep = [r for r in rows if r.get("sweep", "decay-rate") != "dynamics" or r.get("recipe") in DECAY_ARMS]
+    em = {(_weight_decay(r), int(r["seed"])): run_emergence_of(r) for r in keep}
+    finals = {k: e.rows[-1] for k, e in em.items()}
+    t = decay_rate_table(finals)
+    checks = [
+        ("the XW_QKX^T share (head mean, seeds that generalize) strictly falls as w rises over "
+         + ", ".join(f"{w:g}" for w in t["w"]) + " (ties fail)", t["falls_with_w"]),
+        ("at some w, Fig. 13's check (every head in [0.76, 0.91], spread >= 0.10) holds at >= 2 of 3 seeds",
+         t["fig13_somewhere"]),
+        ("at some w, the paper's whole picture (the dynamics study's five checks) holds at >= 2 of 3 seeds",
+         t["picture_somewhere"]),
+    ]  # fmt: skip
+
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    per_w = " / ".join(f"{w:g}" for w in t["w"])
+    summary = (
+        f"at epoch 10,000, for w = {per_w}: head-mean XW_QKX^T share (mean over the seeds that generalize) "
+        + " / ".join(fmt(t["mean_share"][w]) for w in t["w"])
+        + "; seeds (of 3) where Fig. 13's check holds "
+        + " / ".join(str(t["fig13_seeds"][w]) for w in t["w"])
+        + "; where the whole picture holds "
+        + " / ".join(str(t["picture_seeds"][w]) for w in t["w"])
+    )
+    names = (*DYNAMICS_CHECKS, "picture")
+    table = [
+        "| w | seed | probe acc | share per head | spread | " + " | ".join(CHECK_SHORT[c] for c in names) + " |",
+        "|---|---|---|---|---|" + "---|" * len(names),
+    ]
+    for (w, seed), r in sorted(finals.items()):
+        sh = r["xwx_share"]
+        marks = " | ".join("y" if r["checks"][c] else "" for c in names)
+        table.append(f"| {w:g} | {seed} | {r['probe']:.2f} | {' / '.join(f'{x:.2f}' for x in sh)} | "
+                     f"{max(sh) - min(sh):.2f} | {marks} |")  # fmt: skip
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for (w, _seed), r in sorted(finals.items()):
+        axes[0].scatter([w], [_head_mean(r)], color="k" if r["checks"]["generalizes"] else "tab:red", s=14)
+    got = [w for w in t["w"] if t["mean_share"][w] is not None]
+    axes[0].plot(got, [t["mean_share"][w] for w in got], color="tab:blue", lw=1)
+    axes[0].axhspan(0.76, 0.91, color="tab:green", alpha=0.1)
+    axes[0].set(xscale="log", xlabel="weight decay w", ylabel="XW_QKX^T share at epoch 10,000 (head mean)",
+                title="per seed (red: does not generalize) and mean")  # fmt: skip
+    for w in t["w"]:
+        runs = [e.rows for (w2, _), e in em.items() if w2 == w]
+        epochs = [r["epoch"] for r in runs[0] if r["epoch"] > 0]
+        share = [np.mean([_head_mean(r) for rr in runs for r in rr if r["epoch"] == ep]) for ep in epochs]
+        axes[1].plot(epochs, share, label=f"w {w:g}")
+    axes[1].axhspan(0.76, 0.91, color="tab:green", alpha=0.1)
+    axes[1].set(xscale="log", xlabel="epoch", title="mean over seeds, over training")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    notes = (
+        f"{len(finals)} runs: sweep decay-rate (w 0.01, 0.05, 0.1) and the dynamics study's arms (a) (w 0.2) and (c) "
+        "(w 0.0227), the same recipe but for w; probe set of every unseen pair at every position pair."
+    )
+    numbers = {**t, "finals": {f"{w:g}/{s}": r for (w, s), r in sorted(finals.items())}}
+    return Outcome(numbers, summary + ".", checks, {"decay_rate": fig}, notes, table=tuple(table))
+
+
+def run_emergence_of(row: dict[str, Any]) -> Any:
+    from hooked_clip1d.analysis.dynamics import run_emergence
+
+    return run_emergence(row["path"])
+
+
 SPECS: tuple[FigureSpec, ...] = register(
     FigureSpec(
         "x14-exposure",
@@ -168,5 +278,18 @@ SPECS: tuple[FigureSpec, ...] = register(
         beyond_paper=True,
         sweep="dynamics",
         data="a probe set of 900 unseen-pair images per snapshot",
+    ),
+    FigureSpec(
+        "x15-decay-rate",
+        "Does Fig. 13's share follow the weight decay w, and does some w give Fig. 13? (beyond the paper)",
+        "Question: x14 found the share's level follows w, not the decay exposure. At the protocol's lr and 10,000 "
+        "epochs, over w = 0.01, 0.0227, 0.05, 0.1, 0.2 x 3 seeds, does the share fall as w rises, and does some w give "
+        "Fig. 13's check or the paper's whole picture at >= 2 of 3 seeds?",
+        (),
+        _x_decay_rate,  # type: ignore[arg-type]
+        beyond_paper=True,
+        sweep="decay-rate",
+        extra_sweeps=("dynamics",),
+        data="a probe set of 900 unseen-pair images per run",
     ),
 )
