@@ -101,6 +101,9 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
         if a.model or a.no_controls:
             raise ValueError("--rejudge-record judges a kept record under the null control: no --model, --no-controls")
         figures = [f for f in figures if a.figure != "all" or _without_null(f, a.rejudge_record)]
+        if not figures:
+            print(f"nothing to re-judge: every sweep figure's record in {a.rejudge_record} has a null control")
+            return 0
     records = []
     for fig in _progress(figures, desc="reproduce", disable=len(figures) == 1):
         if a.rejudge_record is not None:
