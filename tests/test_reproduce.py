@@ -548,7 +548,7 @@ def test_recipe_studies_judge_a_real_recipe_sweep(tmp_path):
 
 def test_committed_records_name_no_machines_folders():
     """A record's replicate runs are named under the sweeps folder (<sweep>/runs/<run>), never by this machine's
-    paths (records ship in docs/records; they were once written with /root/runs/...)."""
+    absolute paths (records ship in docs/records; they were once written with a home folder's runs/...)."""
     from pathlib import Path
 
     home = str(Path.home())
