@@ -20,7 +20,7 @@ The package, by module:
 - ``appendix_figs``: other architectures and captions (Sec. 6, App. I-L: fig8, 18, 19, 20, 22, 23).
 - ``beyond``: the beyond-the-paper experiments x1-x7; ``recipe_study``: x8, the training-recipe study.
 - ``studies``: the verdict studies x10-x13 (dynamics, fresh seeds, Fig. 4a at fixed steps, emergence);
-  ``exposure_study``: x14, the Fig. 13 share at equal decay exposure.
+  ``share_studies``: x14 and x15, Fig. 13's share at equal decay exposure and over the weight decay.
 - ``runner``: ``reproduce()``; it imports every module of the package, so ``FIGURES`` (``core``) holds every figure.
 
 A figure declares itself: its module ends with ``SPECS = register(FigureSpec(...), ...)``. To add a figure, write

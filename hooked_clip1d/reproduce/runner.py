@@ -192,7 +192,7 @@ def reproduce(
             outcome = spec.run(rows)  # type: ignore[arg-type]
             record.update(_outcome_record(outcome, out, spec, f"sweep {spec.sweep}"))
             if controls and not outcome.not_run:
-                _add_controls(record, spec, outcome, sweeps_dir, substituted=False)
+                _add_controls(record, spec, outcome, sweeps_dir, replicates=True)
             from hooked_clip1d.sweeps.status import sweep_status
 
             # each group's own clock (carried across resumes), as `sweep --status` reads it
@@ -222,7 +222,7 @@ def reproduce(
             m: loaded[m].manifest.get("epochs_planned", loaded[m].manifest.get("epochs")) for m in spec.models
         }
         if controls and not outcome.not_run:
-            _add_controls(record, spec, outcome, sweeps_dir, substituted=models is not None)
+            _add_controls(record, spec, outcome, sweeps_dir, replicates=models is None)
     if spec.sweep is not None:  # the runs' paths, relative to the sweep's folder
         record = _portable(record, sweep_out)
     atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")
@@ -234,12 +234,13 @@ def _add_controls(
     spec: FigureSpec,
     outcome: Outcome,
     sweeps_dir: str | Path | None,
-    substituted: bool,
+    replicates: bool,
     null: dict[str, Any] | None = None,
 ) -> None:
-    """Put the null control (``null``, else computed here; and, for replicated figures, the seeds) into ``record``
-    and judge the verdict on the checks that count: ``controls.counted_checks``; a check of a replicated figure holds
-    only if it also holds at >= 2 of 3 fresh seeds (when the replicate sweeps hold >= 3 of them)."""
+    """Put the null control (``null``, else computed here; and, for replicated figures with ``replicates``, the
+    seeds: not for a substituted model or a re-judged record) into ``record`` and judge the verdict on the checks that
+    count: ``controls.counted_checks``; a check of a replicated figure holds only if it also holds at >= 2 of 3 fresh
+    seeds (when the replicate sweeps hold >= 3 of them)."""
     from hooked_clip1d.sweeps.runner import sweeps_home
 
     null = null if null is not None else null_control(spec)
@@ -248,7 +249,7 @@ def _add_controls(
         "models": [v["model"] for v in null["variants"]],
         "errors": {v["model"]: v["error"] for v in null["variants"] if "error" in v},
     }
-    if spec.replicate and not substituted:
+    if spec.replicate and replicates:
         sweeps_root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
         runs = replicate_runs(spec.models[0], sweeps_root)
         seeds: dict[str, dict[str, bool]] = {}
@@ -328,7 +329,7 @@ def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_di
         "on": datetime.date.today().isoformat(),
         "from": f"the record of {record.get('recorded', 'an unknown date')}: its checks as recorded",
     }
-    _add_controls(record, spec, outcome, None, substituted=True, null=null)  # substituted: no replicate seeds
+    _add_controls(record, spec, outcome, None, replicates=False, null=null)
     out = Path(out_dir) / figure
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")

@@ -18,13 +18,16 @@ Example:
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from hooked_clip1d.analysis.dynamics import DYNAMICS_CHECKS
+from hooked_clip1d.analysis.dynamics import DYNAMICS_CHECKS, run_emergence
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome, register
+from hooked_clip1d.reproduce.mechanism_figs import PAPER_XWX_SHARE
 from hooked_clip1d.reproduce.studies import ARMS, CHECK_SHORT, _emergences
 
 E_STARS = (0.25, 0.5, 0.9)  # every run of the four arms reaches each; arm (c) reaches 0.9 at epoch 9,000
@@ -33,10 +36,24 @@ EXPOSURE_ARMS = ("cls-exempt-init002", "cls-exempt-init002-cosine", "cls-exempt-
 REFERENCE_ARM = "cls-exempt-init002"  # arm (a): the epoch-matched reading uses the epoch at which it reaches E*
 KEEP_PROBE = 0.8  # a run's share counts at a point only where it generalizes (probe accuracy at both snapshots)
 MAX_SPREAD = 0.10
+PAPER_RANGE = (min(PAPER_XWX_SHARE), max(PAPER_XWX_SHARE))  # Fig. 13's 0.76-0.91, shaded on the figures
 
 
 def _head_mean(row: dict[str, Any]) -> float:
     return float(np.mean(row["xwx_share"]))
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _bracket(pts: list[dict[str, Any]], key: str, x: float | int) -> tuple[dict, dict, float] | None:
+    """The two consecutive snapshots of ``pts`` (ordered by ``key``) around ``key`` = ``x`` and x's fraction of the
+    way from the first to the second; None if ``x`` is outside them."""
+    for a, b in zip(pts, pts[1:], strict=False):
+        if a[key] <= x <= b[key]:
+            return a, b, 0.0 if b[key] == a[key] else (x - a[key]) / (b[key] - a[key])
+    return None
 
 
 def share_at(rows: list[dict[str, Any]], key: str, x: float | int) -> float | None:
@@ -44,23 +61,18 @@ def share_at(rows: list[dict[str, Any]], key: str, x: float | int) -> float | No
     between the two snapshots around it; None where the run never reaches ``x`` or does not generalize at both of
     those snapshots (probe accuracy < ``KEEP_PROBE``)."""
     pts = sorted((r for r in rows if r.get(key) is not None and r.get("xwx_share")), key=lambda r: r[key])
-    for a, b in zip(pts, pts[1:], strict=False):
-        if a[key] <= x <= b[key]:
-            if min(a["probe"], b["probe"]) < KEEP_PROBE:
-                return None
-            t = 0.0 if b[key] == a[key] else (x - a[key]) / (b[key] - a[key])
-            return (1 - t) * _head_mean(a) + t * _head_mean(b)
-    return None
+    found = _bracket(pts, key, x)
+    if found is None or min(found[0]["probe"], found[1]["probe"]) < KEEP_PROBE:
+        return None
+    a, b, t = found
+    return (1 - t) * _head_mean(a) + t * _head_mean(b)
 
 
 def epoch_at(rows: list[dict[str, Any]], exposure: float | int) -> float | None:
     """The (interpolated) epoch at which a run's decay exposure reaches ``exposure``; None if it never does."""
-    pts = sorted((r for r in rows if r.get("exposure") is not None), key=lambda r: r["epoch"])
-    for a, b in zip(pts, pts[1:], strict=False):
-        if a["exposure"] <= exposure <= b["exposure"]:
-            t = 0.0 if b["exposure"] == a["exposure"] else (exposure - a["exposure"]) / (b["exposure"] - a["exposure"])
-            return a["epoch"] + t * (b["epoch"] - a["epoch"])
-    return None
+    found = _bracket(sorted((r for r in rows if r.get("exposure") is not None), key=lambda r: r["epoch"]), "exposure",
+                     exposure)  # fmt: skip
+    return None if found is None else found[0]["epoch"] + found[2] * (found[1]["epoch"] - found[0]["epoch"])
 
 
 def _arm_values(runs: dict[tuple[str, int], list[dict[str, Any]]], key: str, x: float) -> dict[str, float | None]:
@@ -112,7 +124,7 @@ def _plot(runs: dict[tuple[str, int], list[dict[str, Any]]]) -> plt.Figure:
     axes[0].set(xscale=scale, xlabel="decay exposure lr x w x steps", ylabel="XW_QKX^T share (mean over heads)")
     axes[1].set(xscale=scale, xlabel="epoch")
     for ax in axes:
-        ax.axhspan(0.76, 0.91, color="tab:green", alpha=0.08)  # the paper's Fig. 13 range
+        ax.axhspan(*PAPER_RANGE, color="tab:green", alpha=0.08)
     axes[0].legend(fontsize=7)
     fig.suptitle("Fig. 13's share over training, by decay exposure (left) and by epoch (right)", fontsize=10)
     fig.tight_layout()
@@ -138,14 +150,11 @@ def _x_exposure(rows: list[dict[str, Any]]) -> Outcome:
         else "the share is not a function of the decay exposure"
     )
 
-    def fmt(v: float | None) -> str:
-        return "-" if v is None else f"{v:.2f}"
-
     summary = f"{reading}. " + "; ".join(
-        f"exposure {p['exposure']}: arms " + " / ".join(fmt(p["by_exposure"][a]) for a in EXPOSURE_ARMS)
-        + f" (spread {fmt(p['spread_exposure'])}); at arm (a)'s epoch "
+        f"exposure {p['exposure']}: arms " + " / ".join(_fmt(p["by_exposure"][a]) for a in EXPOSURE_ARMS)
+        + f" (spread {_fmt(p['spread_exposure'])}); at arm (a)'s epoch "
         + ("-" if p["epoch_of_a"] is None else f"{p['epoch_of_a']:.0f}") + ": "
-        + " / ".join(fmt(p["by_epoch"][a]) for a in EXPOSURE_ARMS) + f" (spread {fmt(p['spread_epoch'])})"
+        + " / ".join(_fmt(p["by_epoch"][a]) for a in EXPOSURE_ARMS) + f" (spread {_fmt(p['spread_epoch'])})"
         for p in pts
     )  # fmt: skip
     notes = (
@@ -162,9 +171,6 @@ DECAY_ARMS = {"cls-exempt-init002", "cls-exempt-init002-exposure1"}  # the dynam
 
 def _weight_decay(row: dict[str, Any]) -> float:
     """A sweep row's w, from its run folder's recorded training config."""
-    import json
-    from pathlib import Path
-
     return float(json.loads((Path(row["path"]) / "config.json").read_text())["train_config"]["weight_decay"])
 
 
@@ -200,7 +206,7 @@ def decay_rate_table(finals: dict[tuple[float, int], dict[str, Any]]) -> dict[st
 
 def _x_decay_rate(rows: list[dict[str, Any]]) -> Outcome:
     keep = [r for r in rows if r.get("sweep", "decay-rate") != "dynamics" or r.get("recipe") in DECAY_ARMS]
-    em = {(_weight_decay(r), int(r["seed"])): run_emergence_of(r) for r in keep}
+    em = {(_weight_decay(r), int(r["seed"])): run_emergence(r["path"]) for r in keep}
     finals = {k: e.rows[-1] for k, e in em.items()}
     t = decay_rate_table(finals)
     checks = [
@@ -212,13 +218,10 @@ def _x_decay_rate(rows: list[dict[str, Any]]) -> Outcome:
          t["picture_somewhere"]),
     ]  # fmt: skip
 
-    def fmt(v: float | None) -> str:
-        return "-" if v is None else f"{v:.2f}"
-
     per_w = " / ".join(f"{w:g}" for w in t["w"])
     summary = (
         f"at epoch 10,000, for w = {per_w}: head-mean XW_QKX^T share (mean over the seeds that generalize) "
-        + " / ".join(fmt(t["mean_share"][w]) for w in t["w"])
+        + " / ".join(_fmt(t["mean_share"][w]) for w in t["w"])
         + "; seeds (of 3) where Fig. 13's check holds "
         + " / ".join(str(t["fig13_seeds"][w]) for w in t["w"])
         + "; where the whole picture holds "
@@ -239,7 +242,7 @@ def _x_decay_rate(rows: list[dict[str, Any]]) -> Outcome:
         axes[0].scatter([w], [_head_mean(r)], color="k" if r["checks"]["generalizes"] else "tab:red", s=14)
     got = [w for w in t["w"] if t["mean_share"][w] is not None]
     axes[0].plot(got, [t["mean_share"][w] for w in got], color="tab:blue", lw=1)
-    axes[0].axhspan(0.76, 0.91, color="tab:green", alpha=0.1)
+    axes[0].axhspan(*PAPER_RANGE, color="tab:green", alpha=0.1)
     axes[0].set(xscale="log", xlabel="weight decay w", ylabel="XW_QKX^T share at epoch 10,000 (head mean)",
                 title="per seed (red: does not generalize) and mean")  # fmt: skip
     for w in t["w"]:
@@ -247,7 +250,7 @@ def _x_decay_rate(rows: list[dict[str, Any]]) -> Outcome:
         epochs = [r["epoch"] for r in runs[0] if r["epoch"] > 0]
         share = [np.mean([_head_mean(r) for rr in runs for r in rr if r["epoch"] == ep]) for ep in epochs]
         axes[1].plot(epochs, share, label=f"w {w:g}")
-    axes[1].axhspan(0.76, 0.91, color="tab:green", alpha=0.1)
+    axes[1].axhspan(*PAPER_RANGE, color="tab:green", alpha=0.1)
     axes[1].set(xscale="log", xlabel="epoch", title="mean over seeds, over training")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
@@ -257,12 +260,6 @@ def _x_decay_rate(rows: list[dict[str, Any]]) -> Outcome:
     )
     numbers = {**t, "finals": {f"{w:g}/{s}": r for (w, s), r in sorted(finals.items())}}
     return Outcome(numbers, summary + ".", checks, {"decay_rate": fig}, notes, table=tuple(table))
-
-
-def run_emergence_of(row: dict[str, Any]) -> Any:
-    from hooked_clip1d.analysis.dynamics import run_emergence
-
-    return run_emergence(row["path"])
 
 
 SPECS: tuple[FigureSpec, ...] = register(
