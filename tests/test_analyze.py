@@ -120,8 +120,13 @@ def test_cli_analyze_on_the_shipped_model(tmp_path, capsys):
 
 
 def test_patching_on_a_text_tower_without_learned_positions(tmp_path):
-    """The interchange's position swap does not apply to a RoPE text tower (None): the table once crashed on it."""
-    cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, text_overrides={"positional": "rope"})
+    """The interchange's position swap does not apply to a RoPE text tower (None): the table once crashed on it.
+
+    At nn.Embedding's N(0, 1) init: at the default N(0, 0.02) an untrained model's beliefs are ~6e-5, and whether
+    the mirrored images shift them at all depended on float rounding (it failed on a fresh 2-core machine)."""
+    cfg = CLIPConfig.from_preset(
+        "simplified", n_labels=6, d_model=16, d_head=4, init_std=1.0, text_overrides={"positional": "rope"}
+    )
     m = CLIP1D(cfg, seed=0).eval()
     m.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)
     res = run_analysis("patching", m, out_dir=tmp_path)
