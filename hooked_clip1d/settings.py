@@ -185,6 +185,11 @@ class TrainConfig:
     lr_schedule: Literal["constant", "warmup_cosine"] = "constant"  # "warmup_cosine": linear warmup over
     # warmup_epochs, then cosine decay to 0 at the last step (open_clip's cosine_lr), per optimizer step
     warmup_epochs: int = 0  # epochs of linear warmup (lr_schedule "warmup_cosine" only)
+    # CLIP's temperature: the paper says "the standard CLIP contrastive loss". CLIP learns the log inverse
+    # temperature logit_scale (init 1/0.07, clamped at 100); whether it is weight-decayed is the no_decay group
+    # "logit_scale" (open_clip exempts it). None: learned; a number: exp(logit_scale) set to it at the start and held
+    # there (no gradient, no decay), e.g. 100, CLIP's clamp (the temperature study, docs/fidelity.md)
+    fixed_temperature: float | None = None
 
     def __post_init__(self) -> None:
         def is_int(v: Any) -> bool:
@@ -254,6 +259,11 @@ class TrainConfig:
                 "drop one of the two"
             )
         object.__setattr__(self, "qk_bias_decay_scale", float(scale))
+        temp = self.fixed_temperature
+        if temp is not None:
+            if not is_real(temp) or not temp > 0:
+                raise ValueError(f"TrainConfig.fixed_temperature must be None or a finite number > 0, got {temp!r}")
+            object.__setattr__(self, "fixed_temperature", float(temp))
 
     def lr_at(self, step: int, total_steps: int, steps_per_epoch: int) -> float:
         """The learning rate of optimizer step ``step`` (0-based) of a run of ``total_steps`` steps.
@@ -336,6 +346,7 @@ class Recipe:
     optimizer: Literal["adamw", "adam"] = "adamw"
     lr_schedule: Literal["constant", "warmup_cosine"] = "constant"
     warmup_epochs: int = 0
+    fixed_temperature: float | None = None
 
     # what each field does, for the ``train`` command's flags (``--no-decay``, ``--init-std``, ...)
     HELP = {
@@ -350,9 +361,12 @@ class Recipe:
         "optimizer": "adamw (decoupled decay) or adam (coupled L2 decay); the paper names none",
         "lr_schedule": "constant, or warmup_cosine (linear warmup over --warmup-epochs, then cosine to 0)",
         "warmup_epochs": "epochs of linear warmup (warmup_cosine only)",
+        "fixed_temperature": "hold CLIP's inverse temperature exp(logit_scale) at this value (no gradient, no decay); "
+        "unset: learned, as CLIP does",
     }
     TRAIN_FIELDS = (
         "no_decay", "frozen", "qk_bias_decay_scale", "weight_decay", "optimizer", "lr_schedule", "warmup_epochs",
+        "fixed_temperature",
     )  # fmt: skip
     MODEL_FIELDS = ("init_std", "attn_dropout", "embed_dropout")  # set on both towers
 
@@ -426,5 +440,12 @@ RECIPES: dict[str, Recipe] = {
     "open-clip": Recipe(("cls", "biases", "norms", "logit_scale"), (), 1.0),
     # minGPT's grouping: embeddings, biases and LayerNorm exempt
     "mingpt": Recipe(("embeddings", "biases", "norms"), (), 1.0),
+    # the temperature study (docs/fidelity.md states its hypothesis, arms and decision rule, written before the
+    # runs): every recipe above but open-clip decays CLIP's learnable temperature with the other weights. (b) the
+    # temperature learned and exempt from decay (CLIP lets it rise to its clamp of 100, open_clip exempts it); (c)
+    # held at 100; (d) open_clip's grouping at the small init (every 1-D parameter exempt)
+    "cls-exempt-init002-temp-nodecay": Recipe(("cls", "logit_scale"), (), 0.02),
+    "cls-exempt-init002-temp100": Recipe(("cls",), (), 0.02, fixed_temperature=100.0),
+    "open-clip-init002": Recipe(("cls", "biases", "norms", "logit_scale"), (), 0.02),
 }
 DEFAULT_RECIPE = "cls-exempt-init002"  # the b_Q decision (docs/fidelity.md): by the pre-registered rule

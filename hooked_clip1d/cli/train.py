@@ -329,8 +329,8 @@ def _add_recipe_args(g: Any) -> None:
             kw["metavar"] = "G,..."
         elif typing.get_origin(hint) is typing.Literal:
             kw["choices"] = list(typing.get_args(hint))
-        else:
-            kw["type"] = hint
+        else:  # a number, or an optional one (X | None: the flag gives an X)
+            kw["type"] = next(t for t in (typing.get_args(hint) or (hint,)) if t is not type(None))
         g.add_argument("--" + f.name.replace("_", "-"), **kw)
 
 

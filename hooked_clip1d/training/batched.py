@@ -52,7 +52,7 @@ from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.training.graph_step import StepGraph, check_graph_step
 from hooked_clip1d.training.group_io import GROUP_CHECKPOINT, GroupFiles
 from hooked_clip1d.training.members import Member, _mix_seeds, check_members
-from hooked_clip1d.training.param_groups import decay_mask, frozen_mask
+from hooked_clip1d.training.param_groups import decay_mask, frozen_mask, held_value
 from hooked_clip1d.training.run_config import RunConfig
 from hooked_clip1d.training.rundir import (
     RunLock,
@@ -199,6 +199,12 @@ class BatchedTrainer:
             grad_masks=grad_masks,
             coupled=tc0.optimizer == "adam",
         )
+        with torch.no_grad():  # held parameters (TrainConfig.fixed_temperature): set after the optimizer zeroed them
+            for name, p in self.model.params.items():
+                for k, mb in enumerate(self.members):
+                    held = held_value(name, mb.train_cfg.fixed_temperature)
+                    if held is not None:
+                        p[k] = held
         self.scheduled = tc0.lr_schedule != "constant"  # every member's lr follows tc0.lr_at (group_key)
         if graph_step and (self.scheduled or tc0.optimizer != "adamw"):
             raise ValueError(
@@ -277,7 +283,7 @@ class BatchedTrainer:
             for mb, model in zip(self.members, models, strict=True):
                 shape = model.state_dict()[name].shape
                 tc = mb.train_cfg
-                fm = frozen_mask(name, model.cfg, tc.frozen)
+                fm = 0.0 if held_value(name, tc.fixed_temperature) is not None else frozen_mask(name, model.cfg, tc.frozen)
                 mask = (
                     0.0 if isinstance(fm, float) else decay_mask(name, model.cfg, tc.no_decay, tc.qk_bias_decay_scale)
                 )

@@ -24,7 +24,7 @@ from hooked_clip1d.training.stacked_support import SHAPE_FIELDS, check_supported
 _TRAIN_SHARED = ("betas", "eps", "device", "optimizer", "lr_schedule")
 _TRAIN_KNOWN = {"lr", "weight_decay", "epochs", "batch_size", "seed", "eval_every", "checkpoint_every", "threads"}
 _TRAIN_KNOWN |= {"no_decay", "frozen", "qk_bias_decay_scale", "keep_snapshots"}  # per-member masks, snapshots
-_TRAIN_KNOWN |= {"snapshot_epochs", "warmup_epochs"}
+_TRAIN_KNOWN |= {"snapshot_epochs", "warmup_epochs", "fixed_temperature"}
 _TRAIN_KNOWN |= set(_TRAIN_SHARED)
 # with a learning-rate schedule every member follows the same one: these fields (and the training set's size, so
 # the same steps per epoch) are equal in a group

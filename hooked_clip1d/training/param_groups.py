@@ -16,7 +16,7 @@ paper's P terms (PE, PP) vanish and its query is ``W_E[CLS] W_Q (+ b_Q)`` alone.
 ``TrainConfig.no_decay`` names groups exempt from decay, ``TrainConfig.frozen`` groups set to 0 and held there, i.e.
 absent (``"qk_bias"``: ``b_Q`` and ``b_K``, which start at 0; ``"cls_pos"``: the vision ``W_pos[0]``), and
 ``TrainConfig.qk_bias_decay_scale`` multiplies the decay of ``b_Q`` and ``b_K`` (beyond the paper: a recipe that
-limits the query bias). Both trainers (``training.Trainer`` and the batched engine) read the same masks from
+limits the query bias), and ``TrainConfig.fixed_temperature`` holds ``logit_scale`` at a value (``held_value``). Both trainers (``training.Trainer`` and the batched engine) read the same masks from
 ``decay_mask`` / ``frozen_mask``. The group names (``NO_DECAY_GROUPS``, ``FROZEN_GROUPS``) and the named recipes
 (``RECIPES``, ``DEFAULT_RECIPE``) are in ``settings``, beside ``TrainConfig``, where they can be read without torch.
 
@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -102,6 +103,21 @@ def frozen_mask(name: str, cfg: CLIPConfig, frozen: Sequence[str]) -> torch.Tens
     return None
 
 
-def masks_needed(no_decay: Sequence[str], frozen: Sequence[str], qk_bias_scale: float = 1.0) -> bool:
+def held_value(name: str, fixed_temperature: float | None) -> float | None:
+    """The value ``CLIP1D`` parameter ``name`` is set to and held at (no gradient, no decay), or None where it
+    trains: ``logit_scale`` at ``log(fixed_temperature)`` when ``TrainConfig.fixed_temperature`` is set.
+
+    Example:
+        >>> round(held_value("logit_scale", 100.0), 4), held_value("logit_scale", None), held_value("W_proj", 100.0)
+        (4.6052, None, None)
+    """
+    if fixed_temperature is not None and name == "logit_scale":
+        return math.log(fixed_temperature)
+    return None
+
+
+def masks_needed(
+    no_decay: Sequence[str], frozen: Sequence[str], qk_bias_scale: float = 1.0, fixed_temperature: float | None = None
+) -> bool:
     """Whether a recipe differs from plain ``AdamW(model.parameters())`` at all."""
-    return bool(no_decay) or bool(frozen) or qk_bias_scale != 1
+    return bool(no_decay) or bool(frozen) or qk_bias_scale != 1 or fixed_temperature is not None

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +78,12 @@ class RunConfig:
             )
         if self.model.vision.d_image != self.data.d_image:
             raise ValueError(f"model d_image={self.model.vision.d_image} but data d_image={self.data.d_image}")
+        temp = self.train.fixed_temperature
+        if temp is not None and math.log(temp) > self.model.max_logit_scale + 1e-9:
+            raise ValueError(
+                f"TrainConfig.fixed_temperature={temp} is above the model's clamp exp(max_logit_scale) = "
+                f"{math.exp(self.model.max_logit_scale):.4g}: the forward would clamp it"
+            )
 
     @classmethod
     def from_recipe(

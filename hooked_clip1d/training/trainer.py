@@ -44,7 +44,7 @@ from hooked_clip1d.model.checkpoint import (
 )
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.settings import TrainConfig
-from hooked_clip1d.training.param_groups import decay_mask, frozen_mask, masks_needed
+from hooked_clip1d.training.param_groups import decay_mask, frozen_mask, held_value, masks_needed
 from hooked_clip1d.training.run_config import RunConfig
 from hooked_clip1d.training.rundir import (
     RunLock,
@@ -73,7 +73,7 @@ class TrainRun:
 
 class MaskedAdamW(torch.optim.AdamW):
     """AdamW whose decoupled weight decay follows ``TrainConfig.no_decay`` (and ``qk_bias_decay_scale``) and which
-    holds ``frozen`` groups at 0; with ``TrainConfig.optimizer="adam"``, Adam with coupled L2 decay instead.
+    holds ``frozen`` groups at 0 (and ``logit_scale`` at ``TrainConfig.fixed_temperature``, where set); with ``TrainConfig.optimizer="adam"``, Adam with coupled L2 decay instead.
 
     torch's AdamW multiplies each parameter by ``1 - lr * wd`` and then takes the Adam step; this does the same
     multiplication itself, per element (``param_groups.decay_mask``), and runs the kernel with ``weight_decay=0``.
@@ -104,6 +104,12 @@ class MaskedAdamW(torch.optim.AdamW):
         # tensor = decayed where 1); exempt ones left out
         self._decayed: list[tuple[torch.Tensor, torch.Tensor | float | None]] = []
         for n, p in zip(names, params, strict=True):
+            held = held_value(n, cfg.fixed_temperature)
+            if held is not None:  # set and held there: no gradient, no decay
+                with torch.no_grad():
+                    p.fill_(held)
+                self._frozen.append(p)
+                continue
             fm = frozen_mask(n, model.cfg, cfg.frozen)
             if fm is not None:
                 fm = fm if isinstance(fm, float) else fm.to(p.device, p.dtype)
@@ -147,7 +153,7 @@ def make_optimizer(model: CLIP1D, cfg: TrainConfig) -> torch.optim.Optimizer:
     """AdamW over all parameters: weight decay on every one, as ``AdamW(model.parameters())`` does, unless
     ``cfg.no_decay`` / ``cfg.frozen`` name groups or ``cfg.qk_bias_decay_scale`` is not 1 (then ``MaskedAdamW``);
     ``cfg.optimizer="adam"``: ``Adam(weight_decay=wd)`` (coupled L2), masked the same way."""
-    if masks_needed(cfg.no_decay, cfg.frozen, cfg.qk_bias_decay_scale):
+    if masks_needed(cfg.no_decay, cfg.frozen, cfg.qk_bias_decay_scale, cfg.fixed_temperature):
         return MaskedAdamW(model, cfg)
     if cfg.optimizer == "adam":
         return torch.optim.Adam(
