@@ -41,6 +41,7 @@ from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.settings import TrainConfig
 
+ROW_VERSION = 2  # rows cached in a run's emergence.json; 2: the restated checks and the temperature added
 # the dynamics study's checks (docs/fidelity.md, written before its runs), in order
 DYNAMICS_CHECKS = ("generalizes", "fig13_split", "fig14_heads", "fig4c_split", "invariant_ablation")
 CHECK_TEXT = {
@@ -51,6 +52,52 @@ CHECK_TEXT = {
     "invariant_ablation": "invariant ablation: generalizes, and the CLS key-position ablation gives 0.4-0.6 "
     "with label-set >= 0.8",
 }
+
+
+# the restated checks (mechanism checks v2; docs/fidelity.md, "The temperature study", written before its runs):
+# each reads outputs or quantities that no output-preserving reparametrisation changes (analysis.reparametrize)
+INVARIANT_CHECKS = ("generalizes", "fig4c_split", "fig14_whole_query", "invariant_ablation")
+# reported beside them, not counted: coordinate-dependent (the b_Q fold, the CLS move change them)
+SECONDARY_CHECKS = ("fig13_split", "ep_only_ablation")
+CHECK_TEXT |= {
+    "fig14_whole_query": "Fig. 14 (whole CLS query): >= 3 heads whose CLS key-position row q_CLS . W_pos[j] W_K is "
+    "monotonic (|Spearman| >= 0.9) and not flat (std >= 0.1)",
+    "ep_only_ablation": "Fig. 5e (EP only; coordinate-dependent): ablating EP gives 0.3-0.7 and lowers accuracy by "
+    ">= 0.15",
+    "mechanism_v2": "the restated checks together (generalizes, Fig. 4c split, Fig. 14 whole query, invariant "
+    "ablation)",
+}
+
+
+def invariant_checks(report: dict[str, Any], split: str = PROBE) -> list[tuple[str, bool]]:
+    """The restated checks M1-M4 (``INVARIANT_CHECKS``) and the secondary S1-S2 (``SECONDARY_CHECKS``) on one
+    ``mechanism.mechanism_report`` (docs/fidelity.md, the temperature study's pre-registration).
+
+    Example:
+        >>> r = {"acc": {"s": {"baseline": [0.95, 1.0], "CLS-key-position": [0.5, 0.97], "EP": [0.9, 1.0]}},
+        ...      "p_left": [0.9, 0.7, 0.65, 0.1], "p_right": [0.1, 0.3, 0.35, 0.8],
+        ...      "xwx_share": [0.4, 0.4, 0.4, 0.4], "kp_spearman": [-1.0, -0.95, 0.92, 0.3],
+        ...      "kp_std": [2.0, 0.5, 0.2, 0.01]}
+        >>> [name for name, ok in invariant_checks(r, "s") if ok]
+        ['generalizes', 'fig4c_split', 'fig14_whole_query', 'invariant_ablation']
+    """
+    a = report["acc"][split]
+    base = a["baseline"][0]
+    inv, inv_ls = a["CLS-key-position"]
+    ep = a["EP"][0]
+    share = report["xwx_share"]
+    rows = [abs(rho) >= 0.9 and std >= 0.1 for rho, std in zip(report["kp_spearman"], report["kp_std"], strict=True)]
+    left = [p >= 0.6 for p in report["p_left"]]
+    right = [p >= 0.6 for p in report["p_right"]]
+    gen = base >= 0.8
+    return [
+        ("generalizes", gen),
+        ("fig4c_split", (sum(left) >= 1 and sum(right) >= 2) or (sum(right) >= 1 and sum(left) >= 2)),
+        ("fig14_whole_query", sum(rows) >= 3),
+        ("invariant_ablation", gen and 0.4 <= inv <= 0.6 and inv_ls >= 0.8),
+        ("fig13_split", all(0.76 <= s <= 0.91 for s in share) and max(share) - min(share) >= 0.10),
+        ("ep_only_ablation", 0.3 <= ep <= 0.7 and base - ep >= 0.15),
+    ]
 
 
 def dynamics_checks(report: dict[str, Any], split: str = PROBE) -> list[tuple[str, bool]]:
@@ -171,7 +218,8 @@ def check_windows(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         {'first': 5, 'last': 5, 'held_at_end': False, 'fraction': 0.5}
     """
     out: dict[str, dict[str, Any]] = {}
-    names = [n for n in (*DYNAMICS_CHECKS, "picture") if any(n in r["checks"] for r in rows)]
+    every = (*DYNAMICS_CHECKS, "picture", "fig14_whole_query", "ep_only_ablation", "mechanism_v2")
+    names = [n for n in every if any(n in r["checks"] for r in rows)]
     for name in names:
         held = [r["epoch"] for r in rows if r["checks"].get(name)]
         if not held:
@@ -201,6 +249,7 @@ def emergence_row(
     report = report if report is not None else mechanism_report(model, ds)
     acc = evaluate(model, ds, splits=("val_single", "val_seen", "val_unseen"))
     checks = dynamics_checks(report)
+    v2 = dict(invariant_checks(report))
     row: dict[str, Any] = {
         "epoch": int(epoch),
         "loss": round(
@@ -218,7 +267,16 @@ def emergence_row(
         "xwx_share": report["xwx_share"],
         "qk_rank": qk_rank(model),
         "b_Q": report["norms"]["b_Q"],
-        "checks": {**dict(checks), "picture": picture_holds(checks)},
+        "kp_spearman": report["kp_spearman"],
+        "kp_std": report["kp_std"],
+        "ep_only": report["acc"][PROBE]["EP"],
+        "temperature": report["temperature"],
+        "checks": {
+            **dict(checks),
+            "picture": picture_holds(checks),
+            **v2,
+            "mechanism_v2": all(v2[c] for c in INVARIANT_CHECKS),
+        },
     }
     if train_cfg is not None:
         spe = -(-len(ds.training_pairs()[0]) // (train_cfg.batch_size or ds.config.batch_size))
@@ -266,7 +324,7 @@ def run_emergence(run_dir: str | Path, epochs: Sequence[int] | None = None) -> E
     rows, ds = [], None
     for e in sorted(snaps):
         st = snaps[e].stat()
-        key = f"{e}:{st.st_size}:{int(st.st_mtime)}"
+        key = f"{e}:{st.st_size}:{int(st.st_mtime)}:{ROW_VERSION}"
         if key not in cache:
             model = load_model_file(snaps[e]).eval()
             ds = ds if ds is not None else unseen_probe(build_dataset(model.data_config))

@@ -164,6 +164,26 @@ def cls_query(vision: HookedVisionEncoder) -> torch.Tensor:
     return torch.einsum("m,hmd->hd", x, attn.W_Q) + attn.b_Q
 
 
+@torch.no_grad()
+def cls_position_rows(vision: HookedVisionEncoder) -> torch.Tensor:
+    """The key-position part of every head's CLS scores over the pixels, ``q_CLS . (W_pos[j] W_K) / attn_scale``
+    for pixel keys j = 1..d_image [head, pixel], with ``q_CLS`` the whole CLS query (E, P and bias parts together).
+
+    The paper's EP + PP + BP terms of the CLS row (App. I's form), the same for every image. Unlike EP alone it is
+    the same under every reparametrisation of ``analysis.reparametrize`` (up to a constant added to a row, which
+    changes neither its rank correlation with position nor its spread).
+
+    Example:
+        >>> from hooked_clip1d import VisionConfig
+        >>> cls_position_rows(HookedVisionEncoder(VisionConfig(n_labels=5, init_seed=0)).eval()).shape
+        torch.Size([4, 10])
+    """
+    attn = vision.blocks[0].attn
+    q = cls_query(vision)  # [h, dh]
+    k_pos = torch.einsum("pm,hmd->hpd", vision.W_pos[1:], attn.W_K)  # [h, pixel, dh]
+    return torch.einsum("hd,hpd->hp", q, k_pos) / vision.cfg.attn_scale
+
+
 def ablate_cls_key_position(vision: HookedVisionEncoder) -> list[Hook]:
     """Hooks removing the key-position part of the CLS query's scores over the pixels: ``q_CLS . (W_pos[j] W_K)``
     for pixel keys j >= 1, with ``q_CLS`` the whole CLS query (E, P and bias parts together).
@@ -177,11 +197,7 @@ def ablate_cls_key_position(vision: HookedVisionEncoder) -> list[Hook]:
         >>> [name for name, _ in ablate_cls_key_position(enc)]
         ['blocks.0.attn.hook_attn_scores']
     """
-    attn = vision.blocks[0].attn
-    with torch.no_grad():
-        q = cls_query(vision)  # [h, dh]
-        k_pos = torch.einsum("pm,hmd->hpd", vision.W_pos[1:], attn.W_K)  # [h, pixel, dh]
-        term = torch.einsum("hd,hpd->hp", q, k_pos) / vision.cfg.attn_scale  # [h, pixel]
+    term = cls_position_rows(vision)  # [h, pixel]
 
     def hook(scores: torch.Tensor, hook: Any) -> torch.Tensor:
         scores = scores.clone()
@@ -236,7 +252,9 @@ def mechanism_report(model: CLIP1D, dataset: Dataset | None = None) -> dict[str,
     ``p_left`` / ``p_right`` / ``relational`` per head (on the probe), ``xwx_share`` per head (CLS-row std share,
     probe images), ``ep_spearman`` per head (EP's CLS row over the pixels, Fig. 4b's image), ``row_std`` (EP, PP,
     BP, EE CLS-row std per head, probe mean), ``norms`` (``W_E[CLS]``, ``W_pos[0]``, their sum, ``b_Q`` per head,
-    ``(W_E[CLS] + W_pos[0]) W_Q`` per head) and ``cls_cos`` (cosine of ``W_E[CLS]`` and ``W_pos[0]``).
+    ``(W_E[CLS] + W_pos[0]) W_Q`` per head), ``cls_cos`` (cosine of ``W_E[CLS]`` and ``W_pos[0]``), ``kp_spearman`` /
+    ``kp_std`` (rank correlation with position and std of ``cls_position_rows`` per head: the whole-CLS-query form of
+    Fig. 14) and ``temperature`` (CLIP's inverse temperature, clamped).
     """
     if model.training:
         raise ValueError("mechanism_report needs the model in eval mode (call model.eval())")
@@ -271,6 +289,7 @@ def mechanism_report(model: CLIP1D, dataset: Dataset | None = None) -> dict[str,
     attn = vision.blocks[0].attn
     cls = vision.cfg.vocab.cls
     e, p = vision.W_E[cls], vision.W_pos[0]
+    kp = cls_position_rows(vision)
     report = {
         "acc": acc,
         "p_left": bias["left"][0].tolist(),
@@ -287,6 +306,9 @@ def mechanism_report(model: CLIP1D, dataset: Dataset | None = None) -> dict[str,
             "x_cls_W_Q": torch.einsum("m,hmd->hd", e + p, attn.W_Q).norm(dim=-1).tolist(),
         },
         "cls_cos": torch.nn.functional.cosine_similarity(e, p, dim=0).item(),
+        "kp_spearman": spearman_position(kp).tolist(),
+        "kp_std": kp.std(-1, unbiased=False).tolist(),
+        "temperature": model.temperature_scale().item(),
     }
     return _round(report)
 

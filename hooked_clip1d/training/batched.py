@@ -283,7 +283,8 @@ class BatchedTrainer:
             for mb, model in zip(self.members, models, strict=True):
                 shape = model.state_dict()[name].shape
                 tc = mb.train_cfg
-                fm = 0.0 if held_value(name, tc.fixed_temperature) is not None else frozen_mask(name, model.cfg, tc.frozen)
+                held = held_value(name, tc.fixed_temperature) is not None
+                fm = 0.0 if held else frozen_mask(name, model.cfg, tc.frozen)
                 mask = (
                     0.0 if isinstance(fm, float) else decay_mask(name, model.cfg, tc.no_decay, tc.qk_bias_decay_scale)
                 )

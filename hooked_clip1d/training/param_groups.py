@@ -16,7 +16,8 @@ paper's P terms (PE, PP) vanish and its query is ``W_E[CLS] W_Q (+ b_Q)`` alone.
 ``TrainConfig.no_decay`` names groups exempt from decay, ``TrainConfig.frozen`` groups set to 0 and held there, i.e.
 absent (``"qk_bias"``: ``b_Q`` and ``b_K``, which start at 0; ``"cls_pos"``: the vision ``W_pos[0]``), and
 ``TrainConfig.qk_bias_decay_scale`` multiplies the decay of ``b_Q`` and ``b_K`` (beyond the paper: a recipe that
-limits the query bias), and ``TrainConfig.fixed_temperature`` holds ``logit_scale`` at a value (``held_value``). Both trainers (``training.Trainer`` and the batched engine) read the same masks from
+limits the query bias), and ``TrainConfig.fixed_temperature`` holds ``logit_scale`` at a value (``held_value``).
+Both trainers (``training.Trainer`` and the batched engine) read the same masks from
 ``decay_mask`` / ``frozen_mask``. The group names (``NO_DECAY_GROUPS``, ``FROZEN_GROUPS``) and the named recipes
 (``RECIPES``, ``DEFAULT_RECIPE``) are in ``settings``, beside ``TrainConfig``, where they can be read without torch.
 

@@ -73,7 +73,8 @@ class TrainRun:
 
 class MaskedAdamW(torch.optim.AdamW):
     """AdamW whose decoupled weight decay follows ``TrainConfig.no_decay`` (and ``qk_bias_decay_scale``) and which
-    holds ``frozen`` groups at 0 (and ``logit_scale`` at ``TrainConfig.fixed_temperature``, where set); with ``TrainConfig.optimizer="adam"``, Adam with coupled L2 decay instead.
+    holds ``frozen`` groups at 0 (and ``logit_scale`` at ``TrainConfig.fixed_temperature``, where set); with
+    ``TrainConfig.optimizer="adam"``, Adam with coupled L2 decay instead.
 
     torch's AdamW multiplies each parameter by ``1 - lr * wd`` and then takes the Adam step; this does the same
     multiplication itself, per element (``param_groups.decay_mask``), and runs the kernel with ``weight_decay=0``.

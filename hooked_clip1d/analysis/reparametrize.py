@@ -1,0 +1,111 @@
+"""Output-preserving reparametrisations of the simplified vision tower, and the invariance audit of a measurement.
+
+A check that reads a trained model's parameters can report a choice of coordinates rather than a property of the
+function the model computes. Each function here returns a copy of a ``CLIP1D`` whose every output (image
+embeddings, logits, the CLS row's attention pattern) is the same as the original's, with its parameters moved:
+
+- ``move_cls_embedding`` (``analysis.mechanism``): ``W_E[CLS] + W_pos[0]`` moved into one of the two rows (CLS only
+  ever sits at position 0). The paper's EP and PP terms of the CLS row trade places.
+- ``fold_query_bias``: ``b_Q`` folded into ``W_Q`` along the CLS token's residual ``x_CLS = W_E[CLS] + W_pos[0]``
+  (``W_Q += x_CLS^T b_Q / |x_CLS|^2``, ``b_Q = 0``). In a 1-layer tower read out at CLS only the CLS query reaches the
+  output; other rows' queries change, the output does not. Fig. 13's XW_QKX^T share becomes 1 in every head.
+- ``shift_embeddings``: a constant vector moved from every row of ``W_E`` into every row of ``W_pos`` (every token
+  at every position keeps ``W_E[t] + W_pos[p]``). The paper's EP, PE, PP and EE terms all change.
+- ``scale_query_key``: ``W_Q, b_Q`` times c and ``W_K, b_K`` over c (every score unchanged).
+
+``invariance_audit(model, measure)`` evaluates ``measure`` on the model and on each reparametrised copy: a counted
+check must give the same value on every one (issue 42's invariance audit; docs/fidelity.md).
+
+Example:
+    >>> import torch
+    >>> from hooked_clip1d import CLIP1D, CLIPConfig
+    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, init_std=1.0), seed=0).eval()
+    >>> img = m.vision.to_tokens(["C 1 . 2 . . . . . . .", "C . 4 . . 3 . . . . ."])
+    >>> all(torch.allclose(f(m).vision(img), m.vision(img), atol=1e-4) for f in REPARAMETRISATIONS.values())
+    True
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hooked_clip1d.analysis.mechanism import _check_tower, move_cls_embedding
+from hooked_clip1d.model.clip import CLIP1D
+
+
+def _cls_residual(model: CLIP1D) -> torch.Tensor:
+    v = model.vision
+    return v.W_E[v.cfg.vocab.cls] + v.W_pos[0]
+
+
+def fold_query_bias(model: CLIP1D) -> CLIP1D:
+    """A copy of ``model`` with the vision ``b_Q`` folded into ``W_Q`` on the CLS row (module docstring)."""
+    _check_tower(model.vision)
+    out = copy.deepcopy(model)
+    attn = out.vision.blocks[0].attn
+    with torch.no_grad():
+        x = _cls_residual(out)
+        n2 = x.dot(x)
+        if not bool(n2 > 0):
+            raise ValueError("fold_query_bias needs a non-zero CLS residual W_E[CLS] + W_pos[0]")
+        attn.W_Q += torch.einsum("m,hd->hmd", x, attn.b_Q) / n2
+        attn.b_Q.zero_()
+    return out
+
+
+def shift_embeddings(model: CLIP1D, c: torch.Tensor | None = None) -> CLIP1D:
+    """A copy of ``model`` with ``c`` (default: the mean row of the vision ``W_E``) subtracted from every row of
+    ``W_E`` and added to every row of ``W_pos``."""
+    _check_tower(model.vision)
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        W_E, W_pos = out.vision.embed.W_E, out.vision.pos_embed.W_pos
+        c = W_E.mean(0) if c is None else c.to(W_E)
+        W_E -= c
+        W_pos += c
+    return out
+
+
+def scale_query_key(model: CLIP1D, c: float = 3.0) -> CLIP1D:
+    """A copy of ``model`` with the vision ``W_Q``, ``b_Q`` times ``c`` and ``W_K``, ``b_K`` over ``c``."""
+    _check_tower(model.vision)
+    if not c > 0:
+        raise ValueError(f"scale_query_key needs c > 0, got {c!r}")
+    out = copy.deepcopy(model)
+    attn = out.vision.blocks[0].attn
+    with torch.no_grad():
+        attn.W_Q *= c
+        attn.b_Q *= c
+        attn.W_K /= c
+        attn.b_K /= c
+    return out
+
+
+REPARAMETRISATIONS: dict[str, Callable[[CLIP1D], CLIP1D]] = {
+    "cls into W_E": lambda m: move_cls_embedding(m, "token"),
+    "cls into W_pos": lambda m: move_cls_embedding(m, "position"),
+    "b_Q folded into W_Q": fold_query_bias,
+    "embedding shift": shift_embeddings,
+    "W_Q x 3, W_K / 3": scale_query_key,
+}
+
+
+def invariance_audit(model: CLIP1D, measure: Callable[[CLIP1D], Any]) -> dict[str, Any]:
+    """``measure`` on ``model`` (key ``"as trained"``) and on each of ``REPARAMETRISATIONS``; every copy is in eval
+    mode and the caller's model is not changed.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, init_std=1.0), seed=0).eval()
+        >>> audit = invariance_audit(m, lambda x: round(float(x.vision.blocks[0].attn.b_Q.norm()), 3))
+        >>> audit["as trained"] == audit["embedding shift"], audit["b_Q folded into W_Q"]
+        (True, 0.0)
+    """
+    out = {"as trained": measure(model)}
+    for name, f in REPARAMETRISATIONS.items():
+        out[name] = measure(f(model).eval())
+    return out
