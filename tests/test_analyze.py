@@ -92,9 +92,9 @@ def test_options_are_checked(tmp_path, capsys):
         run_analysis("alignment", _model(), out_dir=tmp_path, center="maybe")
     with pytest.raises(ValueError, match="heads +CLS -> object"):  # the listing says what each family does
         run_analysis("nope", _model(), out_dir=tmp_path)
-    from hooked_clip1d.cli.commands import _parse_options
+    from hooked_clip1d.cli.commands import parse_options
 
-    assert _parse_options(["center=False", "a=True", "b=None", "c=false", "kept=[1,2]", "image=C . 1"]) == {
+    assert parse_options(["center=False", "a=True", "b=None", "c=false", "kept=[1,2]", "image=C . 1"]) == {
         "center": False, "a": True, "b": None, "c": False, "kept": [1, 2], "image": "C . 1"}  # fmt: skip
     assert main(["analyze", "ablate", "-o", "heads=2", "--out", str(tmp_path)]) == 2
     assert "unknown option(s) ['heads'] for analysis 'ablate'" in capsys.readouterr().err
@@ -105,9 +105,9 @@ def test_options_are_checked(tmp_path, capsys):
     assert "unknown option(s) ['model'] for analysis 'heads'" in capsys.readouterr().err
     import numpy as np
 
-    from hooked_clip1d.cli.analyze import _flag
+    from hooked_clip1d.cli.family_api import flag_option
 
-    assert [_flag({"c": v}, "c", True) for v in (np.False_, np.int64(0), 0.0, "FALSE", False)] == [False] * 5
+    assert [flag_option({"c": v}, "c", True) for v in (np.False_, np.int64(0), 0.0, "FALSE", False)] == [False] * 5
 
 
 def test_cli_analyze_on_the_shipped_model(tmp_path, capsys):

@@ -36,3 +36,50 @@ def test_a_bug_is_not_reported_as_a_usage_error(monkeypatch):
 def test_unknown_name_error_is_both_kinds():
     e = UnknownNameError("unknown model 'x'; known: ['a']")
     assert isinstance(e, KeyError) and isinstance(e, ValueError) and str(e) == "unknown model 'x'; known: ['a']"
+
+
+def test_rejudge_record_all_on_a_folder_without_records_is_an_error(tmp_path, capsys):
+    """`reproduce all --rejudge-record DIR` with DIR missing, a file, or holding no sweep figure's record exited 0
+    saying "every sweep figure's record in DIR has a null control" (issue 45): nothing was judged, which is not
+    "all judged". Now: exit 2 naming the folder, and nothing written."""
+    out = tmp_path / "res"
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "zoo-only").mkdir()
+    (tmp_path / "zoo-only" / "fig4c.json").write_text("{}")  # a zoo figure's record: nothing to re-judge there
+    for folder, problem in (
+        ("missing", "is not a folder"),
+        ("a-file", "is not a folder"),
+        ("empty", "holds no record of a sweep figure"),
+        ("zoo-only", "holds no record of a sweep figure"),
+    ):
+        assert commands.main(["reproduce", "all", "--rejudge-record", str(tmp_path / folder), "--out", str(out)]) == 2
+        captured = capsys.readouterr()
+        assert f"--rejudge-record {str(tmp_path / folder)!r} {problem}" in captured.err, captured.err
+        assert "nothing to re-judge" not in captured.out
+    assert not out.exists()
+
+
+def test_rejudge_record_all_names_an_unreadable_record(tmp_path, capsys):
+    from hooked_clip1d.reproduce import FIGURES
+
+    sweep_figure = next(f for f, spec in sorted(FIGURES.items()) if spec.sweep is not None)
+    (tmp_path / f"{sweep_figure}.json").write_text("{")
+    assert commands.main(["reproduce", "all", "--rejudge-record", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    assert f"record {tmp_path / (sweep_figure + '.json')} is not valid JSON" in capsys.readouterr().err
+
+
+def test_a_path_the_system_refuses_is_one_line_naming_it(tmp_path, capsys):
+    """An output folder the system will not make (under /sys: refused even to root) printed a PermissionError
+    traceback, and a file in the way a raw "[Errno 17] File exists" (issue 45): now one line naming the path, exit
+    2."""
+    (tmp_path / "a-file").write_text("x")
+    for out in ("/sys/hooked-clip1d-test/out", str(tmp_path / "a-file")):
+        assert commands.main(["analyze", "alignment", "--out", out]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("hooked-clip1d analyze: error: ") and err.count("\n") == 1, err
+        assert "[Errno" not in err and ("/sys/hooked-clip1d-test" in err or str(tmp_path / "a-file") in err), err
+    assert commands.user_error(PermissionError(13, "Permission denied", "/x")) == "/x: Permission denied"
+    assert commands.user_error(OSError(30, "Read-only file system", "/ro/x")) == "/ro/x: Read-only file system"
+    assert commands.user_error(OSError("no path: a bug of ours")) is None  # keeps its traceback
+    assert commands.user_error(FileExistsError("'out' already holds runs")) == "'out' already holds runs"

@@ -1,8 +1,11 @@
-"""The ``hooked-clip1d`` command line: ``train`` (its flags and configs in ``cli_train``), ``eval``, ``demo``,
+"""The ``hooked-clip1d`` command line: ``train`` (its flags and configs in ``cli.train``), ``eval``, ``demo``,
 ``list``, ``export``, ``ship-trajectory``, ``analyze``, ``sweep``, ``pack``, ``unpack``, ``reproduce`` and
 ``results-page``. ``eval`` and ``analyze`` take ``--checkpoint-index`` / ``--checkpoint-value`` (an epoch) to load a
 checkpoint of a shipped trajectory or of a run directory's snapshots; ``list --checkpoints NAME`` lists them.
 
+Each command is ``add_<command>_parser(sub)`` (its subcommand, flags and the function it runs) beside
+``cmd_<command>``; ``build_parser`` calls them in order. The commands over many runs (``sweep``, ``pack``,
+``unpack``, ``reproduce``, ``results-page``) live in ``cli.studies``, the train command's flags in ``cli.train``.
 Every command prints a human-readable table and, with ``--json``, a machine-readable JSON object instead.
 """
 
@@ -17,14 +20,14 @@ from typing import Any
 
 from hooked_clip1d._version import DEFAULT_MODEL, __version__
 from hooked_clip1d.cli.studies import (  # sweeps, transfers and figures (torch-free at import too)
-    cmd_pack,
-    cmd_reproduce,
-    cmd_results_page,
-    cmd_sweep,
-    cmd_unpack,
+    add_pack_parser,
+    add_reproduce_parser,
+    add_results_page_parser,
+    add_sweep_parser,
+    add_unpack_parser,
 )
 from hooked_clip1d.cli.train import add_train_parser, train_configs  # the parser is built without torch
-from hooked_clip1d.cli.util import dumps as _dumps
+from hooked_clip1d.cli.util import dumps
 
 
 def cmd_train(a: argparse.Namespace) -> int:
@@ -55,7 +58,7 @@ def cmd_train(a: argparse.Namespace) -> int:
         "metrics": run.final_metrics,
     }
     if a.json:
-        print(_dumps(res))
+        print(dumps(res))
     else:
         print(f"trained {run.epoch} epochs ({run.step} steps) in {run.seconds:.0f} s -> {run.out_dir}")
         print(format_metrics(run.final_metrics))
@@ -75,6 +78,35 @@ def _checkpointed(a: argparse.Namespace) -> bool:
     return getattr(a, "checkpoint_index", None) is not None or getattr(a, "checkpoint_value", None) is not None
 
 
+def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint-index`` / ``--checkpoint-value``: TransformerLens's checkpoint arguments, one or the other."""
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument(
+        "--checkpoint-index",
+        type=int,
+        default=None,
+        metavar="I",
+        help="load checkpoint I of the model's trajectory (-1: the last; `list --checkpoints NAME` lists them)",
+    )
+    g.add_argument(
+        "--checkpoint-value",
+        type=int,
+        default=None,
+        metavar="EPOCH",
+        help="load the checkpoint of the model's trajectory at this epoch",
+    )
+
+
+def add_eval_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``eval`` command: retrieval accuracy of a model (or a checkpoint of its trajectory)."""
+    p = sub.add_parser("eval", help="retrieval accuracy of a model on its dataset splits")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
+    _add_checkpoint_flags(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_eval)
+    return p
+
+
 def cmd_eval(a: argparse.Namespace) -> int:
     from hooked_clip1d.data.dataset import build_dataset
     from hooked_clip1d.evaluation import evaluate, format_metrics
@@ -83,8 +115,18 @@ def cmd_eval(a: argparse.Namespace) -> int:
     if model.data_config is None:
         raise ValueError(f"{a.model} carries no data config")
     res = evaluate(model, build_dataset(model.data_config))
-    print(_dumps(res) if a.json else format_metrics(res))
+    print(dumps(res) if a.json else format_metrics(res))
     return 0
+
+
+def add_demo_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``demo`` command: the README's accuracies, head bias and term ablations."""
+    p = sub.add_parser("demo", help="accuracies, per-head left/right bias and term ablations, with a PNG plot")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
+    p.add_argument("--out", default="results/demo", help="where demo.png and demo.json go")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_demo)
+    return p
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
@@ -92,8 +134,23 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
     model = _load(a.model)
     res = run_demo(a.model, a.out, model=model)
-    print(_dumps(res) if a.json else format_demo(res))
+    print(dumps(res) if a.json else format_demo(res))
     return 0
+
+
+def add_list_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``list`` command: the shipped models, the zoo tables, a trajectory's checkpoints."""
+    p = sub.add_parser("list", help="list the shipped pretrained models")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--markdown", action="store_true", help="print the zoo tables of docs/zoo.md")
+    p.add_argument(
+        "--checkpoints",
+        metavar="NAME",
+        default=None,
+        help="list the checkpoints (index, epoch, accuracy) of NAME's trajectory, or of a run directory's snapshots",
+    )
+    p.set_defaults(func=cmd_list)
+    return p
 
 
 def _list_checkpoints(a: argparse.Namespace) -> int:
@@ -105,7 +162,7 @@ def _list_checkpoints(a: argparse.Namespace) -> int:
     if a.checkpoints not in list_pretrained():  # a run directory: its snapshots
         rows = [{"index": i, "epoch": e} for i, e in enumerate(epochs)]
         print(
-            _dumps({"run": a.checkpoints, "checkpoints": rows})
+            dumps({"run": a.checkpoints, "checkpoints": rows})
             if a.json
             else "\n".join(f"{i:>4}  epoch {e}" for i, e in enumerate(epochs))
         )
@@ -119,7 +176,7 @@ def _list_checkpoints(a: argparse.Namespace) -> int:
         dtype = f"{final.get('weights_dtype', 'float32')} (shipped model)" if last else man["dtypes"][str(e)]
         rows.append({"index": i, "epoch": e, "dtype": dtype, "unseen": acc["val_unseen"]["acc"]})
     if a.json:
-        print(_dumps({"name": a.checkpoints, "dtype": man["dtype"], "checkpoints": rows}))
+        print(dumps({"name": a.checkpoints, "dtype": man["dtype"], "checkpoints": rows}))
         return 0
     print(f"{a.checkpoints}: {len(rows)} checkpoints, stored as {man['dtype']}; the last is the shipped model")
     print(f"{'index':>5}  {'epoch':>6}  {'unseen-pair acc':>15}  stored as")
@@ -148,7 +205,7 @@ def cmd_list(a: argparse.Namespace) -> int:
         trajectories = {n: list_checkpoints(n) for n in trajectories}
     if a.json:
         keys = ("name", "description", "epochs", "metrics")
-        print(_dumps([{**{k: r[k] for k in keys}, "checkpoints": trajectories.get(r["name"])} for r in rows]))
+        print(dumps([{**{k: r[k] for k in keys}, "checkpoints": trajectories.get(r["name"])} for r in rows]))
     else:
         for r in rows:
             u = r["metrics"]["val_unseen"]["acc"]
@@ -158,12 +215,52 @@ def cmd_list(a: argparse.Namespace) -> int:
     return 0
 
 
+def add_export_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``export`` command: a finished run shipped as a pretrained model."""
+    p = sub.add_parser("export", help="ship a finished training run as a pretrained model (maintainers)")
+    p.add_argument("run", help="training run directory")
+    p.add_argument("--name", required=True)
+    p.add_argument("--description", required=True)
+    p.add_argument("--weights-dtype", default="float32", choices=["float32", "float16"], help="float16: half the file")
+    p.set_defaults(func=cmd_export)
+    return p
+
+
 def cmd_export(a: argparse.Namespace) -> int:
     from hooked_clip1d.pretrained import export_run
 
     target = export_run(a.run, a.name, a.description, weights_dtype=a.weights_dtype)
     print(f"exported {a.run} -> {target}")
     return 0
+
+
+def add_ship_trajectory_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``ship-trajectory`` command: a finished run's snapshots as a zoo model's trajectory."""
+    p = sub.add_parser(
+        "ship-trajectory",
+        help="ship a finished run's snapshots as the training trajectory of a zoo model (maintainers)",
+        description="ship RUN's snapshots as the trajectory of the zoo's NAME, which must have been exported from RUN "
+        "(hooked-clip1d export RUN --name NAME ...): the last checkpoint is the shipped model, each other one is "
+        "stored at the first of --dtypes that keeps its accuracies (measured and recorded)",
+    )
+    p.add_argument("run", help="finished training run directory with snapshots/ and model.safetensors")
+    p.add_argument("--name", required=True, help="the zoo model exported from this run")
+    p.add_argument(
+        "--epochs", default=None, help="comma-separated epochs (default: 0, 1, 2, 5, ..., 700, 1000, every 500)"
+    )
+    p.add_argument("--dtypes", default="float16,bfloat16,float32", help="precisions to try, in order")
+    p.add_argument(
+        "--budget-mb", type=float, default=25.0, help="refuse if all shipped trajectories would exceed this (MB)"
+    )
+    p.add_argument(
+        "--tolerance-images",
+        type=int,
+        default=0,
+        help="keep a precision whose accuracies differ from float32's by at most this many images (default 0: equal)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_ship_trajectory)
+    return p
 
 
 def _epoch_list(text: str | None) -> list[int] | None:
@@ -192,7 +289,7 @@ def cmd_ship_trajectory(a: argparse.Namespace) -> int:
     man = trajectory_manifest(a.name)
     res = {k: man[k] for k in ("name", "epochs", "dtype", "dtypes", "bytes", "sha256")}
     if a.json:
-        print(_dumps({**res, "file": str(target)}))
+        print(dumps({**res, "file": str(target)}))
     else:
         print(f"shipped {len(man['epochs'])} checkpoints of {a.name} -> {target} ({man['bytes'] / 1e6:.2f} MB)")
         tol = f", within {a.tolerance_images} images" if a.tolerance_images else ""
@@ -202,9 +299,39 @@ def cmd_ship_trajectory(a: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_options(items: list[str]) -> dict[str, Any]:
+def add_analyze_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``analyze`` command: one family of analyses on a model (``-o KEY=VALUE`` options)."""
+    p = sub.add_parser(
+        "analyze",
+        help="run one family of analyses on a model: table + PNG + JSON",
+        description="run one family of analyses (an unknown name lists them, with what each does)",
+    )
+    p.add_argument("analysis", help="analysis family, e.g. heads, decompose, patching (list: all, with options)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
+    p.add_argument("--out", default=None, help="output folder (default results/analyze/<model>)")
+    _add_checkpoint_flags(p)
+    p.add_argument(
+        "--option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="analysis option, e.g. layer=1 (`analyze list` shows every family's options)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_analyze)
+    return p
+
+
+def parse_options(items: list[str]) -> dict[str, Any]:
     """``["layer=1", "center=true"]`` -> ``{"layer": 1, "center": True}`` (values parsed as JSON when they can be;
-    ``True`` / ``False`` / ``None`` as Python spells them too, so ``center=False`` is not the string "False")."""
+    ``True`` / ``False`` / ``None`` as Python spells them too, so ``center=False`` is not the string "False"): the
+    ``analyze`` command's ``-o KEY=VALUE`` options.
+
+    Example:
+        >>> parse_options(["layer=1", "center=False", "kept=[1,2]", "image=C . 1"])
+        {'layer': 1, 'center': False, 'kept': [1, 2], 'image': 'C . 1'}
+    """
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -223,7 +350,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     if a.analysis == "list":
         print("analysis families (hooked-clip1d analyze NAME [-o KEY=VALUE ...]):\n" + describe_analyses())
         return 0
-    options = _parse_options(a.option)
+    options = parse_options(a.option)
     check_options(a.analysis, options)  # here too: -o model=... would collide with run_analysis's own arguments
     model: Any = a.model
     out = a.out or f"results/analyze/{Path(a.model).name}"
@@ -237,7 +364,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
         out = a.out or f"results/analyze/{Path(a.model).name}-epoch{epoch}"
     res = run_analysis(a.analysis, model, out_dir=out, **options)
     if a.json:
-        print(_dumps({k: v for k, v in res.items() if k != "table"}))
+        print(dumps({k: v for k, v in res.items() if k != "table"}))
     else:
         print(res["table"])
         print("\nwrote " + ", ".join(res["files"]))
@@ -245,223 +372,67 @@ def cmd_analyze(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser. It imports no torch: defaults come from the torch-free ``settings``, and analysis and
-    figure names are checked when a command runs, so ``--help`` and argument errors answer at once."""
+    """The argument parser: one ``add_<command>_parser(sub)`` per command, each adding its subcommand, its flags and
+    the function it runs. It imports no torch: defaults come from the torch-free ``settings``, and analysis and
+    figure names are checked when a command runs, so ``--help`` and argument errors answer at once.
+
+    Example:
+        >>> build_parser().parse_args(["eval", "--checkpoint-index", "-1"]).checkpoint_index
+        -1
+    """
     p = argparse.ArgumentParser(
         prog="hooked-clip1d",
         description="Train, load, hook, dissect and visualise the tiny 1D CLIP models of arXiv 2601.12809.",
     )
     p.add_argument("--version", action="version", version=f"hooked-clip1d {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    t = add_train_parser(sub)
-    t.set_defaults(func=cmd_train)
-
-    e = sub.add_parser("eval", help="retrieval accuracy of a model on its dataset splits")
-    e.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
-    _add_checkpoint_flags(e)
-    e.add_argument("--json", action="store_true", help="print JSON")
-    e.set_defaults(func=cmd_eval)
-
-    d = sub.add_parser("demo", help="accuracies, per-head left/right bias and term ablations, with a PNG plot")
-    d.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
-    d.add_argument("--out", default="results/demo", help="where demo.png and demo.json go")
-    d.add_argument("--json", action="store_true", help="print JSON")
-    d.set_defaults(func=cmd_demo)
-
-    ls = sub.add_parser("list", help="list the shipped pretrained models")
-    ls.add_argument("--json", action="store_true", help="print JSON")
-    ls.add_argument("--markdown", action="store_true", help="print the zoo tables of docs/zoo.md")
-    ls.add_argument(
-        "--checkpoints",
-        metavar="NAME",
-        default=None,
-        help="list the checkpoints (index, epoch, accuracy) of NAME's trajectory, or of a run directory's snapshots",
-    )
-    ls.set_defaults(func=cmd_list)
-
-    an = sub.add_parser(
-        "analyze",
-        help="run one family of analyses on a model: table + PNG + JSON",
-        description="run one family of analyses (an unknown name lists them, with what each does)",
-    )
-    an.add_argument("analysis", help="analysis family, e.g. heads, decompose, patching (list: all, with options)")
-    an.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
-    an.add_argument("--out", default=None, help="output folder (default results/analyze/<model>)")
-    _add_checkpoint_flags(an)
-    an.add_argument(
-        "--option",
-        "-o",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="analysis option, e.g. layer=1 (`analyze list` shows every family's options)",
-    )
-    an.add_argument("--json", action="store_true", help="print JSON")
-    an.set_defaults(func=cmd_analyze)
-
-    sw = sub.add_parser("sweep", help="train a grid of models from a TOML spec, batched; resumable")
-    sw.add_argument("spec", help="sweep spec (.toml), e.g. examples/sweeps/fig3_small.toml")
-    sw.add_argument("--out", default=None, help=f"output folder (default {_SWEEPS_HOME}/<spec name>); rerun to resume")
-    sw.add_argument("--device", default="cpu", help="cpu | cuda")
-    sw.add_argument("--runner", default="local", choices=["local", "ray"], help="ray: groups as Ray tasks")
-    sw.add_argument("--max-steps", type=int, default=None, help="stop each group after this many steps (resumable)")
-    sw.add_argument(
-        "--max-seconds", type=float, default=None, help="checkpoint and stop after this long (resumable; GPU chunks)"
-    )
-    sw.add_argument("--no-progress", action="store_true", help="no progress bars")
-    sw.add_argument(
-        "--compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="torch.compile each group's step, or not (--no-compile); default: the spec's run.compile",
-    )
-    sw.add_argument(
-        "--cudagraphs", action="store_true", help="compiled (--compile or the spec's), on a GPU: steps as CUDA graphs"
-    )
-    sw.add_argument(
-        "--graph-step",
-        action="store_true",
-        help="on a GPU: each whole step replayed as one CUDA graph (replaces the spec's compile; not with --compile)",
-    )
-    sw.add_argument("--workers", type=int, default=1, help="train up to this many groups at once (local processes)")
-    sw.add_argument(
-        "--threads", type=int, default=None, help="torch threads per group (default: the spec's; use 1 on shared cores)"
-    )
-    sw.add_argument(
-        "--status",
-        action="store_true",
-        help="train nothing: say how far the sweep in --out has come (safe beside a running sweep)",
-    )
-    sw.add_argument("--json", action="store_true", help="print JSON")
-    sw.set_defaults(func=cmd_sweep)
-
-    r = sub.add_parser("reproduce", help="rerun one of the paper's figures on the shipped models (PNG + JSON)")
-    r.add_argument("figure", help="figure key (fig3, fig4a, ..., x8-recipe; an unknown key lists them) or all")
-    r.add_argument("--out", default="results", help="results folder (one subfolder per figure)")
-    r.add_argument(
-        "--no-sweeps", action="store_true", help="do not train sweeps: read their finished runs (else the zoo's cells)"
-    )
-    r.add_argument(
-        "--compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="torch.compile the sweeps' training step (faster on CPU), or not (--no-compile); default: each spec's",
-    )
-    r.add_argument("--device", default="cpu", help="device the sweeps train on, e.g. cuda (an execution setting)")
-    r.add_argument("--workers", type=int, default=1, help="sweeps: train up to this many groups at once (processes)")
-    r.add_argument("--sweeps-dir", default=None, help=f"where the sweeps live (default {_SWEEPS_HOME})")
-    r.add_argument("--max-seconds", type=float, default=None, help="sweeps: checkpoint and stop after this long")
-    r.add_argument(
-        "--compare-to",
-        default=None,
-        metavar="DIR",
-        help="then compare the records' numbers with DIR's (e.g. docs/records); exit 1 if any differs",
-    )
-    r.add_argument(
-        "--model",
-        action="append",
-        default=None,
-        metavar="[NAME=]SPEC",
-        help="run the figure on another model: a run folder, a model file, a zoo name or untrained:SEED[:INIT_STD] "
-        "(the figure's model's config, untrained); NAME=SPEC replaces zoo model NAME of a figure with several "
-        "(repeatable)",
-    )
-    r.add_argument(
-        "--no-controls",
-        action="store_true",
-        help="skip the null control (the checks on 10 untrained models) and the seed replicates",
-    )
-    r.add_argument(
-        "--rejudge-record",
-        default=None,
-        metavar="DIR",
-        help="judge a sweep figure's kept record in DIR (e.g. docs/records) again under the null control, without "
-        "its sweep's runs (its checks as recorded); with all: every sweep figure whose record has no null control",
-    )
-    r.add_argument("--json", action="store_true", help="print JSON")
-    r.set_defaults(func=cmd_reproduce)
-
-    rp = sub.add_parser("results-page", help="generate docs/results.md from the reproduce records")
-    rp.add_argument("--results", default="results", help="folder that reproduce wrote")
-    rp.add_argument("--out", default="docs/results.md")
-    rp.add_argument("--json", action="store_true", help="print JSON")
-    rp.set_defaults(func=cmd_results_page)
-
-    pk = sub.add_parser("pack", help="finished runs -> tar archives of at most --max-mib (to carry them elsewhere)")
-    pk.add_argument("src", help="a run directory, a folder of runs or a sweep folder")
-    pk.add_argument("dest", help="folder for runs-000.tar, runs-001.tar, ...")
-    pk.add_argument("--max-mib", type=float, default=16.0, help="largest archive, MiB")
-    pk.add_argument("--weights-dtype", default="float16", choices=["float16", "bfloat16", "float32"])
-    pk.add_argument("--json", action="store_true", help="print JSON")
-    pk.set_defaults(func=cmd_pack)
-
-    up = sub.add_parser("unpack", help="put runs packed by `pack` into a folder's runs/ (e.g. a sweep folder)")
-    up.add_argument("archives", nargs="+", help="runs-NNN.tar files")
-    up.add_argument("--into", required=True, help="destination folder (runs go to <into>/runs/<run>)")
-    up.add_argument("--json", action="store_true", help="print JSON")
-    up.set_defaults(func=cmd_unpack)
-
-    x = sub.add_parser("export", help="ship a finished training run as a pretrained model (maintainers)")
-    x.add_argument("run", help="training run directory")
-    x.add_argument("--name", required=True)
-    x.add_argument("--description", required=True)
-    x.add_argument("--weights-dtype", default="float32", choices=["float32", "float16"], help="float16: half the file")
-    x.set_defaults(func=cmd_export)
-
-    st = sub.add_parser(
-        "ship-trajectory",
-        help="ship a finished run's snapshots as the training trajectory of a zoo model (maintainers)",
-        description="ship RUN's snapshots as the trajectory of the zoo's NAME, which must have been exported from RUN "
-        "(hooked-clip1d export RUN --name NAME ...): the last checkpoint is the shipped model, each other one is "
-        "stored at the first of --dtypes that keeps its accuracies (measured and recorded)",
-    )
-    st.add_argument("run", help="finished training run directory with snapshots/ and model.safetensors")
-    st.add_argument("--name", required=True, help="the zoo model exported from this run")
-    st.add_argument(
-        "--epochs", default=None, help="comma-separated epochs (default: 0, 1, 2, 5, ..., 700, 1000, every 500)"
-    )
-    st.add_argument("--dtypes", default="float16,bfloat16,float32", help="precisions to try, in order")
-    st.add_argument(
-        "--budget-mb", type=float, default=25.0, help="refuse if all shipped trajectories would exceed this (MB)"
-    )
-    st.add_argument(
-        "--tolerance-images",
-        type=int,
-        default=0,
-        help="keep a precision whose accuracies differ from float32's by at most this many images (default 0: equal)",
-    )
-    st.add_argument("--json", action="store_true", help="print JSON")
-    st.set_defaults(func=cmd_ship_trajectory)
+    add_train_parser(sub).set_defaults(func=cmd_train)
+    for add in (  # in the order `--help` lists them
+        add_eval_parser,
+        add_demo_parser,
+        add_list_parser,
+        add_analyze_parser,
+        add_sweep_parser,
+        add_reproduce_parser,
+        add_results_page_parser,
+        add_pack_parser,
+        add_unpack_parser,
+        add_export_parser,
+        add_ship_trajectory_parser,
+    ):
+        add(sub)
     return p
 
 
-def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
-    """``--checkpoint-index`` / ``--checkpoint-value``: TransformerLens's checkpoint arguments, one or the other."""
-    g = parser.add_mutually_exclusive_group()
-    g.add_argument(
-        "--checkpoint-index",
-        type=int,
-        default=None,
-        metavar="I",
-        help="load checkpoint I of the model's trajectory (-1: the last; `list --checkpoints NAME` lists them)",
-    )
-    g.add_argument(
-        "--checkpoint-value",
-        type=int,
-        default=None,
-        metavar="EPOCH",
-        help="load the checkpoint of the model's trajectory at this epoch",
-    )
+def user_error(e: BaseException) -> str | None:
+    """The one-line message for an error a user can cause, or None for a bug of ours (it keeps its traceback).
 
+    A user causes a bad value or name (``ValueError``), a busy or used run folder, a diverged run, and a path that is
+    missing, in the way, not a folder or not writable; an error the system raised on a path names that path, never
+    as a raw ``[Errno N]``. Anything else (a ``TypeError``, a ``KeyError``, ...) is a bug of ours.
 
-_SWEEPS_HOME = "$HOOKED_CLIP1D_SWEEPS or ~/.local/share/hooked_clip1d/sweeps"
+    Example:
+        >>> user_error(PermissionError(13, "Permission denied", "/zoo/trajectories"))
+        '/zoo/trajectories: Permission denied'
+        >>> user_error(TypeError("unsupported operand")) is None
+        True
+    """
+    from hooked_clip1d.training.rundir import RunDirBusy
+
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:  # raised by the system, on a path
+        return " -> ".join(str(f) for f in (e.filename, e.filename2) if f is not None) + f": {e.strerror}"
+    path_errors = (FileExistsError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+    if isinstance(e, (ValueError, RunDirBusy, FloatingPointError, *path_errors)):
+        return str(e)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``hooked-clip1d`` command: parse ``argv`` and run its command. A user's mistake (``user_error``) is one
+    line on stderr and exit code 2; a stopped training exits 128 + its signal; a bug keeps its traceback."""
     args = sys.argv[1:] if argv is None else list(argv)
     a = build_parser().parse_args(args)
-    from hooked_clip1d.training.rundir import RunDirBusy, TrainingInterrupted
+    from hooked_clip1d.training.rundir import TrainingInterrupted
 
     try:
         return a.func(a)
@@ -474,10 +445,11 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return 0
-    except (ValueError, FileExistsError, FileNotFoundError, NotADirectoryError, RunDirBusy, FloatingPointError) as e:
-        # what a user can cause (a bad value, name or path, a busy or used folder, a diverged run): one line, exit 2;
-        # anything else (a TypeError, a KeyError, ...) is a bug of ours and keeps its traceback
-        print(f"hooked-clip1d {a.command}: error: {e}", file=sys.stderr)
+    except Exception as e:
+        message = user_error(e)
+        if message is None:
+            raise
+        print(f"hooked-clip1d {a.command}: error: {message}", file=sys.stderr)
         return 2
 
 

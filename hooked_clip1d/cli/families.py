@@ -1,9 +1,10 @@
 """The analysis families of ``hooked-clip1d analyze``, each a function ``(model, options) -> Report`` declared
-with ``@family`` (``cli.analyze`` holds the machinery: ``FAMILIES``, option checks, ``run_analysis``). A new family
-is one decorated function here, built only from ``hooked_clip1d.analysis`` and ``hooked_clip1d.visualization``.
+with ``@family``. A new family is one decorated function here, built only from ``cli.family_api`` (``Report``,
+``family`` and the option helpers), ``hooked_clip1d.analysis`` and ``hooked_clip1d.visualization``; ``cli.analyze``
+(the command: option checks, the listing, ``run_analysis``) imports this module, which fills ``FAMILIES``.
 
 Example:
-    >>> from hooked_clip1d.cli.analyze import FAMILIES
+    >>> from hooked_clip1d.cli.family_api import FAMILIES
     >>> "attention" in FAMILIES and FAMILIES["ablate"].options["layer"].startswith("the attention layer")
     True
 """
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from hooked_clip1d.analysis.heads import to_jsonable
-from hooked_clip1d.cli.analyze import Report, _dataset, _first_pair_image, _flag, _split, family
+from hooked_clip1d.cli.family_api import Report, family, first_pair_image, flag_option, model_dataset, pair_split
 from hooked_clip1d.model.clip import CLIP1D
 
 
@@ -34,8 +35,8 @@ def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.pretrained import model_name
     from hooked_clip1d.visualization.attention import attention_view, plot_attention, show_attention
 
-    ds = _dataset(model)
-    img = opts.get("image") or model.vision.cfg.vocab.image_to_text(_first_pair_image(ds))
+    ds = model_dataset(model)
+    img = opts.get("image") or model.vision.cfg.vocab.image_to_text(first_pair_image(ds))
     cap = opts.get("caption") or model.text.cfg.vocab.caption_to_text(ds.captions[-1])
     figs, data, lines, pages = {}, {}, [], {}
     for tower, x in (("vision", img), ("text", cap)):
@@ -64,7 +65,7 @@ def _decompose(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
     from hooked_clip1d.visualization.decomposition import plot_row_profiles, plot_std_shares, plot_term_maps
 
-    ds = _dataset(model)
+    ds = model_dataset(model)
     split = ds.splits["val_unseen"]
     layer = int(opts.get("layer", 0))
     _, cache = model.vision.run_with_cache(split.images[split.is_pair])
@@ -106,15 +107,15 @@ def _ablate(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.ablation import evaluate_ablations, format_ablations
     from hooked_clip1d.visualization.decomposition import plot_ablations
 
-    res = evaluate_ablations(model, _dataset(model), layer=int(opts.get("layer", 0)))
+    res = evaluate_ablations(model, model_dataset(model), layer=int(opts.get("layer", 0)))
     return Report(format_ablations(res), res, {"ablations": plot_ablations(res, splits=("val_seen", "val_unseen"))})
 
 
 def _pairs(model: CLIP1D, opts: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     from hooked_clip1d.analysis.metrics import pair_inputs
 
-    ds = _dataset(model)
-    return pair_inputs(_split(ds, opts), ds.vocab)
+    ds = model_dataset(model)
+    return pair_inputs(pair_split(ds, opts), ds.vocab)
 
 
 def _fmt_rows(title: str, cols: list[str], rows: dict[str, list[float]]) -> list[str]:
@@ -303,8 +304,8 @@ def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.visualization.heads import plot_eot_bias, plot_head_roles, plot_label_pe_scatter
     from hooked_clip1d.visualization.plots import plot_head_bias
 
-    ds = _dataset(model)
-    split = _split(ds, opts)
+    ds = model_dataset(model)
+    split = pair_split(ds, opts)
     bias = cls_object_bias(model.vision, split)
     eot = text_eot_bias(model.text, pair_captions(ds, "unseen" if split.name == "val_unseen" else "seen"))
     figs = {"bias": plot_head_bias(bias, layer=0), "eot": plot_eot_bias(eot)}
@@ -349,7 +350,7 @@ def _alignment(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.alignment import embedding_alignment
     from hooked_clip1d.visualization.alignment import plot_alignment
 
-    res = embedding_alignment(model, center=_flag(opts, "center", False))
+    res = embedding_alignment(model, center=flag_option(opts, "center", False))
     lines = [f"token-embedding alignment, fit on labels {res['fit_labels']}, scored on {res['test_labels']} (Fig. 7)"]
     for k in ("raw", "procrustes", "shuffled"):
         sc = res.get(k)
@@ -368,7 +369,7 @@ def _rope(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.rope import key_effective_rank, rope_mechanism
     from hooked_clip1d.visualization.rope import plot_rope_mechanism
 
-    ds = _dataset(model)
+    ds = model_dataset(model)
     if model.vision.cfg.positional != "rope":
         rank = key_effective_rank(model.vision, 0)
         ranks = to_jsonable(rank)
@@ -452,7 +453,7 @@ def _dynamics(model: CLIP1D, opts: dict[str, Any]) -> Report:
             raise ValueError(f"option {key} must be an epoch or a list of epochs, e.g. [0,100,10000]; got {v!r}")
         return vs
 
-    em = trajectory_emergence(name, epochs=epoch_list("epochs"), recompute=_flag(opts, "recompute", False))
+    em = trajectory_emergence(name, epochs=epoch_list("epochs"), recompute=flag_option(opts, "recompute", False))
     epochs = [r["epoch"] for r in em.rows]
     show = epoch_list("show")
     if show is None:
