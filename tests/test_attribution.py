@@ -90,9 +90,7 @@ def test_names_and_bad_inputs_raise_clear_errors(simplified_model, pairs):
     with pytest.raises(ValueError, match="steps"):
         eap_ig(task, steps=0)
     with pytest.raises(ValueError, match="freeze_pattern"):
-        from hooked_clip1d.analysis.node_attribution import _atp
-
-        _atp(task, ["heads"], True, False, True, "x")
+        eap(task, qk_fix=True, freeze_pattern=True)
     with pytest.raises(ValueError, match="does not feed"):
         path_patch(task, "vision.L0.H0", ["vision.L0.H1.q"])
     with pytest.raises(ValueError, match="metric must return one value per example"):

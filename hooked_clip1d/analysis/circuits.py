@@ -13,9 +13,16 @@ captions, the metric ``M`` the mean logit difference between the true caption an
   (``graph.run_with_edges``): the writer's per-position mean over the reference set (the task's images and their
   mirrors; its captions and their swaps), the mean ablation of Wang et al. (2022); for ``pos``, which is the same on
   every input (its mean is itself), zero, i.e. the paper's own term ablations (Fig. 5e: EP, PE, PP removed).
-- ``cost(e) = (M_full - M_without_e) / M_full``. An edge is in the circuit when ``cost >= threshold`` (0.05), a
-  component when it sends a kept edge into a kept component or a readout (dangling edges are pruned, readouts
-  first).
+- ``cost(e) = (M_full - M_without_e) / M_full``. An edge is in the circuit when ``|cost| >= threshold`` (0.05):
+  edges in **both directions**, those that carry the belief (ablating them costs it) and those that work against it
+  (ablating them raises it; e.g. heads that attend to the other object). A component is in it when it sends a kept
+  edge into a kept component or a readout (dangling edges are pruned, readouts first). Until issue 45 only edges
+  with ``cost >= threshold`` counted; a circuit without the edges that oppose the belief is more than the model
+  (its faithfulness was 1.04-1.54).
+- **On which inputs.** A circuit is measured on one set of inputs (the shipped ones: every unseen-pair validation
+  image of the model's dataset, ``ground_truth_inputs``) and its scores, minimality included, hold on those; on
+  other inputs (seen pairs, training pairs) an edge's share can fall below the threshold, so it is minimal there
+  only where ``circuit_scores`` on those inputs says so (``reproduce x-circuits`` measures both).
 - Measurements kept beside it (not used to choose it): each component's own mean-ablation cost, its mirror-swap
   patching effect (its output taken from the mirrored input or the swapped caption, IDs §2.1; as a share of the
   belief, -2 = flipped), the zero-ablation cost of each layer-0 score term per head (Fig. 5e, 16), and the cost of
@@ -29,8 +36,9 @@ captions, the metric ``M`` the mean logit difference between the true caption an
 - completeness: the complement carries nothing, ``1 - (M(G \\ C) - M(empty)) / (M_full - M(empty))`` with the
   circuit's own edges ablated; and Wang et al.'s incompleteness ``max_K |F(C \\ K) - F(G \\ K)| / M_full`` over
   ``K`` = each single circuit component.
-- minimality: for each circuit edge ``e``, the share of the circuit's effect lost without it, ``(M(C) - M(C \\ e)) /
-  (M(C) - M(empty))``; reported per edge, as its minimum and as the fraction of edges with a share >= threshold.
+- minimality: for each circuit edge ``e``, the share of the circuit's effect it moves, ``|M(C) - M(C \\ e)| /
+  |M(C) - M(empty)|`` (an edge that opposes the belief moves it too); reported per edge, as its minimum and as the
+  fraction of edges with a share >= threshold.
 
 ``acdc`` is ACDC's greedy pruning (Conmy et al. 2023, Alg. 1) on any task: ports in reverse topological order, each
 incoming edge tried by patching it to its corrupted value, removed when ``|M(H \\ e) - M(H)| < threshold |M_full|``.
@@ -246,7 +254,7 @@ def ground_truth_circuit(
             w: _cost(full, run_with_edges(task, {e: values[w] for e in graph.edges if e[0] == w}))
             for w in graph.components()
         }
-        edges, components = _prune(graph, {e for e, c in edge_cost.items() if c >= threshold})
+        edges, components = _prune(graph, {e for e, c in edge_cost.items() if abs(c) >= threshold})
         corr = writer_activations(task, "corrupted")
         mirror = {w: -_cost(full, run_with_edges(task, {e: corr[w] for e in graph.edges if e[0] == w}))
                   for w in graph.components()}  # fmt: skip
@@ -261,9 +269,12 @@ def ground_truth_circuit(
             "inputs": {"n": int(images.shape[0])},
             "ablation": "edge ablation: the port reads the writer's per-position mean over the reference set "
             "(images and their mirrors; captions and their swaps); pos (the same on every input) is ablated to zero",
-            "membership": f"an edge is in the circuit when ablating it alone costs >= {threshold} of the full "
-            "belief; a head or MLP when it sends a kept edge into a kept component or a readout (dangling edges "
-            "pruned)",
+            "membership": f"an edge is in the circuit when ablating it alone moves the full belief by >= {threshold} "
+            "of it, in either direction (edges that carry the belief and edges that oppose it); a head or MLP when "
+            "it sends a kept edge into a kept component or a readout (dangling edges pruned)",
+            "minimal_on": "the inputs above: faithfulness, completeness and minimality are measured on them; on "
+            "other inputs (seen or training pairs) an edge may move the belief by less than the threshold "
+            "(circuit_scores on those inputs; reproduce x-circuits measures them)",
             "threshold": threshold,
             "graph": {"writers": len(graph.writers), "ports": len(graph.ports), "edges": len(graph.edges)},
         },
@@ -345,7 +356,7 @@ def circuit_scores(
             f_g = float(run_circuit(task, set(graph.edges) - out_k, values, graph).mean())
             incompleteness[k] = abs(f_c - f_g) / abs(full)
         minimality = {
-            edge_name(e): (m_c - float(run_circuit(task, keep - {e}, values, graph).mean())) / (m_c - m_empty)
+            edge_name(e): abs(m_c - float(run_circuit(task, keep - {e}, values, graph).mean())) / abs(m_c - m_empty)
             for e in graph.edges
             if e in keep
         }

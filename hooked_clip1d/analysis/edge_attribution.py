@@ -35,14 +35,15 @@ import torch
 
 from hooked_clip1d.analysis.attribution import (
     Attribution,
-    _as_hooks,
-    _check_freeze,
-    _freeze,
-    _grad_drop,
-    _grads,
-    _merge,
-    _qk_delta_scores,
-    _run,
+    apply_grad_drop,
+    as_hooks,
+    check_against_exact,
+    check_freeze,
+    frozen_patterns,
+    grads_of,
+    merge_transforms,
+    qk_delta_scores,
+    run_task,
 )
 from hooked_clip1d.analysis.graph import (
     Edge,
@@ -102,7 +103,7 @@ def _qk_edge_scores(task: Task, edges: list[Edge], delta: Mapping[str, torch.Ten
             if tower.cfg.normalization_type == "LN":
                 y, y0 = layer_norm(y, blk.ln1.w, blk.ln1.b), layer_norm(y0, blk.ln1.w, blk.ln1.b)
             d = y @ W[head] - y0 @ W[head]
-        d_scores = _qk_delta_scores(task, t, ref.layer, ref.channel, head, d, clean)  # type: ignore[arg-type]
+        d_scores = qk_delta_scores(task, t, ref.layer, ref.channel, head, d, clean)  # type: ignore[arg-type]
         S = clean[(t, f"blocks.{ref.layer}.attn.hook_attn_scores")][:, head]
         A = clean[(t, f"blocks.{ref.layer}.attn.hook_pattern")][:, head]
         g = grads[(t, f"blocks.{ref.layer}.attn.hook_pattern")][:, head]
@@ -119,15 +120,19 @@ def _eap(
     grad_drop: bool = False,
     freeze_pattern: bool = False,
     method: str = "EAP",
+    check: int = 0,
 ) -> Attribution:
-    _check_freeze(freeze_pattern, qk_fix)
+    check_freeze(freeze_pattern, qk_fix)
+    if isinstance(check, bool) or not isinstance(check, int) or check < 0:
+        raise ValueError(f"check (how many edges to patch exactly as a check; 0: none) must be an int >= 0, got "
+                         f"{check!r}")  # fmt: skip
     if steps and (qk_fix or grad_drop):
         raise ValueError("EAP-IG takes neither qk_fix nor grad_drop")
     start = time.perf_counter()
     edge_list = _edges(task, edges)
     with graph_flags(task.target):
-        frozen = _freeze(task, freeze_pattern)
-        fh = _as_hooks(frozen)
+        frozen = frozen_patterns(task, freeze_pattern)
+        fh = as_hooks(frozen)
         clean_w = writer_activations(task, "clean", extra_hooks=fh)
         corr_w = writer_activations(task, "corrupted", extra_hooks=fh)
         delta = {w: corr_w[w] - clean_w[w] for w in {w for w, _ in edge_list}}
@@ -142,8 +147,8 @@ def _eap(
                 caps[t].update({f"blocks.{ref.layer}.attn.hook_{'rot_' if rope else ''}{c}" for c in "qk"})
 
         def grads_with(pre: Mapping | None = None, post: Mapping | None = None) -> tuple[dict, dict]:
-            value, acts = _run(task, capture=caps, pre=_merge(frozen, pre or {}), post=post, grad=True)
-            return _grads(value, acts), {k: a.detach() for k, a in acts.items()}
+            value, acts = run_task(task, capture=caps, pre=merge_transforms(frozen, pre or {}), post=post, grad=True)
+            return grads_of(value, acts), {k: a.detach() for k, a in acts.items()}
 
         def scores_with(post: Mapping | None) -> torch.Tensor:
             grads, clean = grads_with(post=post)
@@ -168,9 +173,45 @@ def _eap(
             scores = scores_with(None)
             if grad_drop:
                 where = [(parse_node(p).tower, _port_layer(task, p)) for _, p in edge_list]
-                scores = _grad_drop(task, scores, where, scores_with)
+                scores = apply_grad_drop(task, scores, where, scores_with)
     names = [edge_name(e) for e in edge_list]
-    return Attribution(method, names, scores, time.perf_counter() - start, info={"steps": steps} if steps else {})
+    result = Attribution(method, names, scores, time.perf_counter() - start, info={"steps": steps} if steps else {},
+                         signed=not grad_drop)  # fmt: skip
+    return _finish(task, result, check, freeze_pattern)
+
+
+def _finish(task: Task, result: Attribution, check: int, freeze_pattern: bool) -> Attribution:
+    if freeze_pattern:
+        result.info["freeze_pattern"] = True
+    if check:
+        result.info["check"] = check_edge_attribution(task, result, n=check)
+    return result
+
+
+def check_edge_attribution(task: Task, result: Attribution, *, n: int = 8, seed: int = 0, warn: bool = True) -> dict:
+    """The cheap check of an edge attribution on ``task``: ``n`` of its edges patched exactly
+    (``exact_edge_patching``, with the result's ``freeze_pattern``), compared and warned about
+    (``attribution.check_against_exact``). Returns the agreement.
+
+    >>> from hooked_clip1d import load_model
+    >>> from hooked_clip1d.analysis.graph import mirror_task
+    >>> m = load_model("simplified-ntot20-n2-10")
+    >>> imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 18 . . . . . . . 20 ."])
+    >>> caps = m.text.to_tokens(["17 is on the left of 19", "18 is on the left of 20"])
+    >>> task = mirror_task(m, imgs, caps, target="vision", norm="frozen")
+    >>> readout = [(f"vision.L0.H{h}", "vision.readout") for h in range(4)]
+    >>> check_edge_attribution(task, eap(task, readout), n=4)["pearson"] > 0.999  # linear path, linear metric
+    True
+    """
+    freeze = result.info.get("freeze_pattern", False)
+    edges = [tuple(name.split("->")) for name in result.names]
+    if not all(len(e) == 2 for e in edges):
+        raise ValueError(f"{result.method} scores nodes, not edges 'writer->port': use check_node_attribution")
+
+    def exact_on(names: list[str]) -> Attribution:
+        return exact_edge_patching(task, [tuple(n.split("->")) for n in names], freeze_pattern=freeze)  # type: ignore[misc]
+
+    return check_against_exact(result, exact_on, n=n, seed=seed, warn=warn)
 
 
 def _edge_dot(task: Task, edges: list[Edge], delta: Mapping, grads: Mapping, fixed: Mapping) -> torch.Tensor:
@@ -190,8 +231,8 @@ def _embedding_inputs(task: Task) -> dict[str, dict[str, tuple[torch.Tensor, tor
     """(clean, corrupted) outputs of each tower's embedding hooks, the end points of EAP-IG's straight line."""
     out: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
     caps = {t: {p for p in ("hook_embed", "hook_pos_embed") if p in tw.hook_dict} for t, tw in task.towers.items()}
-    _, clean = _run(task, "clean", caps)
-    _, corr = _run(task, "corrupted", caps)
+    _, clean = run_task(task, "clean", caps)
+    _, corr = run_task(task, "corrupted", caps)
     for (t, p), c in clean.items():
         out.setdefault(t, {})[p] = (c, corr[(t, p)])
     return out
@@ -204,21 +245,26 @@ def eap(
     qk_fix: bool = False,
     grad_drop: bool = False,
     freeze_pattern: bool = False,
+    check: int = 0,
 ) -> Attribution:
     """Edge attribution patching (Syed et al. 2023): for each edge ``w -> port`` of ``graph.build_graph`` (or the
     given ``edges``), ``(w(corrupted) - w(clean)) . dM/d(port input)`` at the clean run; ``qk_fix`` / ``grad_drop``
     add AtP*'s corrections (module docstring). Returns edge scores named ``"w->port"``; ``.ranked()`` lists them
-    best first."""
+    best first. Exact for edges into values and the readout of the attention-only towers without LN when the metric
+    is linear (``mirror_task(..., norm="frozen")``), and with ``qk_fix`` for edges into a one-layer tower's queries
+    and keys too. ``check=n`` patches ``n`` edges exactly and warns when EAP disagrees (``check_edge_attribution``)."""
     name = "EAP" + ("+QK" if qk_fix else "") + ("+GD" if grad_drop else "")
-    return _eap(task, edges, qk_fix=qk_fix, grad_drop=grad_drop, freeze_pattern=freeze_pattern, method=name)
+    return _eap(task, edges, qk_fix=qk_fix, grad_drop=grad_drop, freeze_pattern=freeze_pattern, method=name,
+                check=check)  # fmt: skip
 
 
-def eap_ig(task: Task, edges: Sequence[Edge] | None = None, *, steps: int = 20) -> Attribution:
+def eap_ig(task: Task, edges: Sequence[Edge] | None = None, *, steps: int = 20, check: int = 0) -> Attribution:
     """EAP-IG (Hanna et al. 2024): EAP with the port gradients averaged over ``steps`` points on the straight line
-    from the corrupted to the clean embeddings (per tower on the whole CLIP: module docstring)."""
+    from the corrupted to the clean embeddings (per tower on the whole CLIP: module docstring). ``check`` as in
+    ``eap``."""
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
-    return _eap(task, edges, steps=steps, method="EAP-IG")
+    return _eap(task, edges, steps=steps, method="EAP-IG", check=check)
 
 
 def exact_edge_patching(
@@ -229,12 +275,13 @@ def exact_edge_patching(
     start = time.perf_counter()
     edge_list = _edges(task, edges)
     with graph_flags(task.target):
-        frozen = _freeze(task, freeze_pattern)
-        fh = _as_hooks(frozen)
+        frozen = frozen_patterns(task, freeze_pattern)
+        fh = as_hooks(frozen)
         corr_w = writer_activations(task, "corrupted", extra_hooks=fh)
         base = task.run(fh).mean()
         scores = [float(run_with_edges(task, {e: corr_w[e[0]]}, extra_hooks=fh).mean() - base) for e in edge_list]
-    return Attribution("exact", [edge_name(e) for e in edge_list], torch.tensor(scores), time.perf_counter() - start)
+    result = Attribution("exact", [edge_name(e) for e in edge_list], torch.tensor(scores), time.perf_counter() - start)
+    return _finish(task, result, 0, freeze_pattern)
 
 
-__all__ = ["eap", "eap_ig", "exact_edge_patching"]
+__all__ = ["check_edge_attribution", "eap", "eap_ig", "exact_edge_patching"]

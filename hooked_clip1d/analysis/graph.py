@@ -53,6 +53,7 @@ from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.analysis.hooks import Hook, check_eval
 from hooked_clip1d.analysis.metrics import (
+    NORMS,
     check_model,
     check_pair_captions,
     check_pair_images,
@@ -250,6 +251,17 @@ class Task:
     ``metric(logits [n_images, n_captions]) -> [n_images]``. Effects are differences of the batch mean (noising:
     module docstring).
 
+    ``norm`` (the whole CLIP only; a tower's metric normalises itself) is how the logits treat the two embeddings'
+    norms: ``"live"`` (CLIP's cosine, the default), ``"frozen"`` (each embedding divided by its norm on the clean
+    run, a constant: the clean value is the same, and the logits are linear in each embedding) or ``"none"`` (the
+    pre-normalisation logits ``s * img @ txt.T``). Attribution patching linearises the metric; with ``"live"`` it
+    also linearises the cosine, so ``"frozen"`` / ``"none"`` are the metrics for which it is exact where the path is
+    otherwise linear (``metrics`` module docstring).
+
+    The metric is checked once on the clean run when the task is built, and in every run after: it must return
+    floating-point values, one per example ([batch]; [n_images] for the whole CLIP), all finite. A metric that
+    returns one number for a batch, integers, or NaN is refused with an error naming the problem.
+
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
     >>> from hooked_clip1d.analysis.metrics import image_belief_metric
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
@@ -264,6 +276,7 @@ class Task:
     clean: Inputs
     corrupted: Inputs
     metric: Callable[[torch.Tensor], torch.Tensor]
+    norm: str = "live"  # "live", "frozen" or "none" (NORMS)
     _pooled: dict[Any, dict[str, torch.Tensor]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -272,6 +285,13 @@ class Task:
             check_eval(tower)
         if not callable(self.metric):
             raise TypeError("metric must be a callable: fn(pooled) -> [batch] for a tower, fn(logits) -> [n_images]")
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.norm != "live" and not isinstance(self.target, CLIP1D):
+            raise ValueError(
+                f"norm={self.norm!r} applies to the whole CLIP's logits; a tower's metric normalises itself (e.g. "
+                "image_belief_metric(model, captions, norm='frozen', images=images))"
+            )
         for what in ("clean", "corrupted"):
             value = getattr(self, what)
             if isinstance(self.target, CLIP1D):
@@ -290,6 +310,12 @@ class Task:
                     f"{k}: clean {tuple(self.tokens(k, 'clean').shape)} and corrupted "
                     f"{tuple(self.tokens(k, 'corrupted').shape)} inputs must have the same shape"
                 )
+        self.clean_metric()  # the metric's shape, dtype and values, checked before any method runs
+
+    @property
+    def n_examples(self) -> int:
+        """How many values the metric returns: the batch of a tower, the number of images of the whole CLIP."""
+        return int(self.tokens(next(iter(self.towers)), "clean").shape[0])
 
     @property
     def towers(self) -> dict[str, HookedEncoder]:
@@ -310,14 +336,42 @@ class Task:
         """The metric per example from each tower's pooled output (the CLIP head in between for the whole model)."""
         if isinstance(self.target, CLIP1D):
             m = self.target
-            img = F.normalize(pooled["vision"], dim=-1)
-            txt = F.normalize(m.project_text(pooled["text"]), dim=-1)
+            img, txt = pooled["vision"], m.project_text(pooled["text"])
+            if self.norm == "live":
+                img, txt = F.normalize(img, dim=-1), F.normalize(txt, dim=-1)
+            elif self.norm == "frozen":
+                img_norm, txt_norm = self._clean_norms()
+                img, txt = img / img_norm[:, None], txt / txt_norm[:, None]
             out = self.metric(m.temperature_scale() * img @ txt.T)
         else:
             out = self.metric(next(iter(pooled.values())))
-        if not isinstance(out, torch.Tensor) or out.ndim != 1:
-            raise ValueError(f"metric must return one value per example [batch], got {getattr(out, 'shape', out)}")
+        return self._checked(out)
+
+    def _checked(self, out: object) -> torch.Tensor:
+        n = self.n_examples
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"metric must return one value per example, a tensor [{n}], got {type(out).__name__}")
+        if tuple(out.shape) != (n,):
+            raise ValueError(
+                f"metric must return one value per example: [{n}] for this batch of {n}, got shape "
+                f"{tuple(out.shape)} (a metric that reduces the batch would score example 0 only)"
+            )
+        if not out.is_floating_point():
+            raise TypeError(f"metric returned dtype {out.dtype}: it must return floating-point values (e.g. a logit "
+                            "difference), not counts or labels, which have no gradient or mean effect")  # fmt: skip
+        bad = int((~torch.isfinite(out)).sum())
+        if bad:
+            raise ValueError(f"metric returned {bad} non-finite value(s) (NaN or inf) of {n}: every score would be "
+                             "NaN (and ACDC would keep every edge); fix the metric or the inputs")  # fmt: skip
         return out
+
+    def _clean_norms(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The clean run's norm of each image embedding and each projected caption embedding (``norm="frozen"``)."""
+        pooled = self.clean_pooled()
+        with torch.no_grad():
+            img = pooled["vision"].norm(dim=-1)
+            txt = self.target.project_text(pooled["text"]).norm(dim=-1)  # type: ignore[union-attr]
+        return img.clamp_min(1e-12), txt.clamp_min(1e-12)
 
     def clean_pooled(self) -> dict[str, torch.Tensor]:
         """Each tower's pooled output on the clean input (computed once per setting of the towers' hook flags, which
@@ -372,6 +426,7 @@ def mirror_task(
     images: Int[torch.Tensor, "batch pos"],
     captions: Int[torch.Tensor, "batch 4"],
     target: Literal["clip", "vision", "text"] = "clip",
+    norm: str = "live",  # "live", "frozen" or "none" (NORMS)
 ) -> Task:
     """The package's default task: the left/right belief, corrupted by mirroring.
 
@@ -381,12 +436,19 @@ def mirror_task(
       image *and* swaps the two caption halves, so each vision node's noising effect is the image mirror's and each
       text node's is the caption swap's (one patch changes one tower only); the metric is ``clip_belief_metric``.
 
+    ``norm`` chooses how the embeddings' norms enter the belief (``Task``; for a tower, the metric's ``norm``):
+    ``"live"`` (the cosine, CLIP's own logits), ``"frozen"`` (divided by their clean norms: the same clean value,
+    linear in each embedding, so attribution patching is exact wherever the rest of the path is linear) or
+    ``"none"`` (the pre-normalisation logit difference).
+
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> task = mirror_task(m, img, cap)
     >>> task.tokens("text").shape, task.clean_metric().shape
     (torch.Size([2, 4]), torch.Size([1]))
+    >>> torch.allclose(mirror_task(m, img, cap, norm="frozen").clean_metric(), task.clean_metric())
+    True
     """
     from hooked_clip1d.analysis.metrics import caption_belief_metric, image_belief_metric
 
@@ -397,14 +459,17 @@ def mirror_task(
     dev = model.W_proj.device
     images, captions = images.to(dev), captions.to(dev)
     swapped = swap_captions(captions, model.text.cfg.vocab)
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
     if target == "vision":
-        return Task(model.vision, images, mirror_images(images), image_belief_metric(model, captions))
+        metric = image_belief_metric(model, captions, norm=norm, images=images)
+        return Task(model.vision, images, mirror_images(images), metric)
     if target == "text":
-        return Task(model.text, captions, swapped, caption_belief_metric(model, images))
+        return Task(model.text, captions, swapped, caption_belief_metric(model, images, norm=norm, captions=captions))
     if target == "clip":
         clean = (images, torch.cat([captions, swapped]))
         corrupted = (mirror_images(images), torch.cat([swapped, captions]))
-        return Task(model, clean, corrupted, clip_belief_metric(images.shape[0]))
+        return Task(model, clean, corrupted, clip_belief_metric(images.shape[0]), norm=norm)
     raise ValueError(f"target must be 'clip', 'vision' or 'text', got {target!r}")
 
 
@@ -524,6 +589,7 @@ def run_with_edges(
 
 __all__ = [
     "CHANNELS",
+    "NORMS",
     "TOWERS",
     "Edge",
     "Graph",

@@ -13,6 +13,22 @@ with ``s = exp(logit_scale)`` (the CLIP logit scale; ``scale=False`` gives the p
 positive when the model ranks the true relation first. ``image_belief_metric`` / ``caption_belief_metric`` return
 batched metrics of a tower's pooled output, ready for patching (``fn(pooled) -> [batch]``).
 
+**Which metric for attribution patching** (``norm=``). AtP, EAP and EAP-IG estimate a patch's effect to first
+order. The cosine above divides the varying embedding ``x`` by its own norm, so even where ``x`` moves linearly
+with a node the metric does not, and the first-order estimate misses by the norm's curvature (on the shipped
+models AtP reads heads ~15 % small with it). Three forms of the same belief:
+
+- ``norm="live"`` (the default): ``s * (x / |x|) . (t_true - t_swap)``, CLIP's own logits;
+- ``norm="frozen"``: ``s * (x / |x_clean|) . (t_true - t_swap)``, the norm held at its clean value per row (as a
+  frozen LayerNorm scale): the same clean value as ``"live"``, and linear in ``x``;
+- ``norm="none"``: ``s * x . (t_true - t_swap)``, the pre-normalisation logit difference (linear, another scale).
+
+With ``"frozen"`` or ``"none"`` AtP is exact for every node whose path to the pooled output is linear (heads'
+outputs and values in the attention-only towers without LayerNorm, edges into values and the readout), and the QK
+fix makes queries, keys and score terms of a one-layer tower exact too; with ``"live"`` none of them is. The
+package's measurement of the three on the shipped models is ``reproduce x-circuits`` (docs/analyses.md). The whole
+CLIP's logits take the same choice through ``graph.Task(norm=...)`` / ``graph.mirror_task(norm=...)``.
+
 The pairs: ``mirror_images`` reverses the pixels (CLS stays at position 0), which moves every object and flips
 the relation (IDs §2.1, Alg. 1); ``swap_objects`` exchanges the two labels in place (positions kept);
 ``swap_captions`` exchanges the caption's two labels. A mirrored or object-swapped image is described by the
@@ -46,6 +62,8 @@ from hooked_clip1d.data.vocab import Vocabulary
 from hooked_clip1d.model.clip import CLIP1D
 
 BeliefMetric = Callable[[torch.Tensor], torch.Tensor]
+#: how a belief treats the varying embedding's norm (module docstring): the cosine, the clean norm, no norm
+NORMS = ("live", "frozen", "none")
 
 
 # ---- input checks ---------------------------------------------------------------------------------------------------
@@ -222,6 +240,22 @@ def _scale(model: CLIP1D, scale: bool) -> torch.Tensor:
     return torch.ones((), dtype=model.W_proj.dtype, device=model.W_proj.device)
 
 
+def _check_norm(norm: object, clean: torch.Tensor | None, what: str) -> None:
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+    if norm == "frozen" and clean is None:
+        raise ValueError(f"norm='frozen' holds each row's norm at its clean value: pass the clean {what} ({what}=...)")
+
+
+def _normalised(x: torch.Tensor, norm: str, clean_norm: torch.Tensor | None) -> torch.Tensor:
+    if norm == "live":
+        return F.normalize(x, dim=-1)
+    if norm == "frozen":
+        assert clean_norm is not None
+        return x / clean_norm[:, None]
+    return x
+
+
 def check_model(model: object) -> CLIP1D:
     """``model`` if it is a ``CLIP1D``, else a ``TypeError`` saying what was passed."""
     if not isinstance(model, CLIP1D):
@@ -230,42 +264,69 @@ def check_model(model: object) -> CLIP1D:
 
 
 @torch.no_grad()
-def image_belief_metric(model: CLIP1D, captions: Int[torch.Tensor, "batch 4"], scale: bool = True) -> BeliefMetric:
+def image_belief_metric(
+    model: CLIP1D,
+    captions: Int[torch.Tensor, "batch 4"],
+    scale: bool = True,
+    *,
+    norm: str = "live",
+    images: Int[torch.Tensor, "batch pos"] | None = None,
+) -> BeliefMetric:
     """A batched metric of vision-tower outputs: row ``i`` -> logit(c_i) - logit(swap(c_i)) for image row ``i``.
 
     The returned ``fn(pooled [batch, d_model]) -> [batch]`` scores the image representations (CLS outputs) of a
-    vision run; use it with ``model.vision.run_with_hooks`` or as a patching metric.
+    vision run; use it with ``model.vision.run_with_hooks`` or as a patching metric. ``norm`` (module docstring):
+    ``"live"`` (the cosine), ``"frozen"`` (each row divided by the norm of the clean ``images``' output, which it
+    then needs) or ``"none"`` (the pre-normalisation logit difference).
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
-    >>> fn = image_belief_metric(m, m.text.to_tokens(["1 is on the left of 2"]))
-    >>> fn(m.encode_image(m.vision.to_tokens("C 1 2 . . . . . . . ."))).shape
+    >>> img, cap = m.vision.to_tokens("C 1 2 . . . . . . . ."), m.text.to_tokens(["1 is on the left of 2"])
+    >>> fn = image_belief_metric(m, cap)
+    >>> fn(m.encode_image(img)).shape
     torch.Size([1])
+    >>> frozen = image_belief_metric(m, cap, norm="frozen", images=img)  # same clean value, linear in the output
+    >>> torch.allclose(frozen(m.encode_image(img)), fn(m.encode_image(img)))
+    True
     """
     model = check_model(model)
     vocab = model.text.cfg.vocab
     check_pair_captions(captions, vocab)
+    _check_norm(norm, images if norm == "frozen" else captions, "images")
     captions = captions.to(model.W_proj.device)
     t_true = F.normalize(model.encode_text(captions), dim=-1)
     t_swap = F.normalize(model.encode_text(swap_captions(captions, vocab)), dim=-1)
     s = _scale(model, scale)
     n = captions.shape[0]
+    clean_norm = None
+    if norm == "frozen":
+        assert images is not None
+        check_paired(images, captions)
+        clean_norm = model.encode_image(images.to(model.W_proj.device)).norm(dim=-1).clamp_min(1e-12)
 
     def metric(pooled: Float[torch.Tensor, "batch d_model"]) -> Float[torch.Tensor, " batch"]:
         if pooled.ndim != 2 or pooled.shape[0] != n:
             raise ValueError(f"the metric expects pooled image outputs [{n}, d_model], got {tuple(pooled.shape)}")
-        v = F.normalize(pooled, dim=-1)
+        v = _normalised(pooled, norm, clean_norm)
         return s * ((v * t_true).sum(-1) - (v * t_swap).sum(-1))
 
     return metric
 
 
 @torch.no_grad()
-def caption_belief_metric(model: CLIP1D, images: Int[torch.Tensor, "batch pos"], scale: bool = True) -> BeliefMetric:
+def caption_belief_metric(
+    model: CLIP1D,
+    images: Int[torch.Tensor, "batch pos"],
+    scale: bool = True,
+    *,
+    norm: str = "live",
+    captions: Int[torch.Tensor, "batch 4"] | None = None,
+) -> BeliefMetric:
     """A batched metric of text-tower outputs: row ``i`` -> logit(img_i) - logit(mirror(img_i)) of caption row ``i``.
 
     The returned ``fn(pooled [batch, d_text]) -> [batch]`` projects the EOT outputs of a text run with ``W_proj``
-    and compares each with the image it describes and that image's mirror.
+    and compares each with the image it describes and that image's mirror. ``norm`` as in ``image_belief_metric``
+    (``"frozen"`` needs the clean ``captions``).
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
@@ -275,16 +336,23 @@ def caption_belief_metric(model: CLIP1D, images: Int[torch.Tensor, "batch pos"],
     """
     model = check_model(model)
     check_pair_images(images)
+    _check_norm(norm, captions if norm == "frozen" else images, "captions")
     images = images.to(model.W_proj.device)
     v_true = F.normalize(model.encode_image(images), dim=-1)
     v_mirror = F.normalize(model.encode_image(mirror_images(images)), dim=-1)
     s = _scale(model, scale)
     n = images.shape[0]
+    clean_norm = None
+    if norm == "frozen":
+        assert captions is not None
+        check_pair_captions(captions, model.text.cfg.vocab)
+        check_paired(images, captions)
+        clean_norm = model.encode_text(captions.to(model.W_proj.device)).norm(dim=-1).clamp_min(1e-12)
 
     def metric(pooled: Float[torch.Tensor, "batch d_text"]) -> Float[torch.Tensor, " batch"]:
         if pooled.ndim != 2 or pooled.shape[0] != n:
             raise ValueError(f"the metric expects pooled caption outputs [{n}, d_text], got {tuple(pooled.shape)}")
-        t = F.normalize(model.project_text(pooled), dim=-1)
+        t = _normalised(model.project_text(pooled), norm, clean_norm)
         return s * ((t * v_true).sum(-1) - (t * v_mirror).sum(-1))
 
     return metric
@@ -360,6 +428,7 @@ def shift_fraction(
 
 
 __all__ = [
+    "NORMS",
     "BeliefMetric",
     "caption_belief",
     "caption_belief_metric",

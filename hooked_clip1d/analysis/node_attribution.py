@@ -40,13 +40,14 @@ from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.analysis.attribution import (
     Attribution,
-    _as_hooks,
-    _check_freeze,
-    _freeze,
-    _grad_drop,
-    _grads,
-    _qk_delta_scores,
-    _run,
+    apply_grad_drop,
+    as_hooks,
+    check_against_exact,
+    check_freeze,
+    frozen_patterns,
+    grads_of,
+    qk_delta_scores,
+    run_task,
 )
 from hooked_clip1d.analysis.graph import Task
 from hooked_clip1d.analysis.terms import attention_terms
@@ -56,7 +57,11 @@ NODE_KINDS = ("heads", "mlp", "neurons", "embed", "pos", "resid", "q", "k", "v",
 
 # ---- node specifications --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Spec:
+class NodeSpec:
+    """Where a node lives: its ``name``, ``tower``, the hook ``point`` holding it (``hook_attn_scores`` for a score
+    term), its index ``idx`` in that activation, the block ``layer`` it sits in (-1 for the embeddings; GradDrop
+    needs it), its ``kind`` (``NODE_KINDS``) and, where it has them, its ``head`` and ``term``."""
+
     name: str
     tower: str
     point: str  # hook point holding the node (hook_attn_scores for terms)
@@ -67,57 +72,83 @@ class _Spec:
     term: str | None = None
 
 
-def _node_specs(task: Task, nodes: Sequence[str]) -> list[_Spec]:
+def node_specs(task: Task, nodes: Sequence[str]) -> list[NodeSpec]:
+    """The nodes of ``task`` of the given kinds (``NODE_KINDS``, in that order), or of the given node names (as
+    ``exact_patching``'s ``.names`` spell them: ``vision.L0.H2``, ``vision.L0.H2.EP``, ``vision.resid1.pos3``, in
+    the given order); kinds and names do not mix.
+
+    >>> from hooked_clip1d import CLIP1D, CLIPConfig
+    >>> from hooked_clip1d.analysis.graph import mirror_task
+    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+    >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
+    >>> task = mirror_task(m, img, cap, target="vision")
+    >>> [s.name for s in node_specs(task, ["heads"])][:2], node_specs(task, ["vision.L0.H2.EP"])[0].kind
+    (['vision.L0.H0', 'vision.L0.H1'], 'terms')
+    """
     if isinstance(nodes, str):
         nodes = [nodes]
-    bad = [n for n in nodes if n not in NODE_KINDS]
-    if bad or not nodes:
-        raise ValueError(f"unknown node kinds {bad or nodes}; known: {list(NODE_KINDS)}")
-    specs: list[_Spec] = []
-    A = slice(None)
+    if not nodes:
+        raise ValueError(f"no nodes given: name node kinds ({list(NODE_KINDS)}) or node names")
+    named = [n for n in nodes if n not in NODE_KINDS]
+    if named and len(named) < len(nodes):
+        raise ValueError(f"give node kinds or node names, not both: {list(nodes)[:4]}")
+    if named:
+        if any("." not in n for n in named):
+            raise ValueError(f"unknown node kinds {[n for n in named if '.' not in n]}; known: {list(NODE_KINDS)}")
+        every = {s.name: s for s in _kind_specs(task, NODE_KINDS, strict=False)}
+        unknown = [n for n in named if n not in every]
+        if unknown:
+            raise ValueError(f"{unknown[:3]} are not nodes of this target (e.g. {list(every)[:4]})")
+        return [every[n] for n in named]
+    return _kind_specs(task, nodes, strict=True)
+
+
+def _kind_specs(task: Task, nodes: Sequence[str], strict: bool) -> list[NodeSpec]:
+    specs: list[NodeSpec] = []
+    A, S = slice(None), NodeSpec
     for kind in dict.fromkeys(nodes):
         found = False
         for t, tower in task.towers.items():
             cfg = tower.cfg
             L, H = cfg.n_layers, cfg.n_heads
             if kind == "heads":
-                specs += [_Spec(f"{t}.L{li}.H{h}", t, f"blocks.{li}.attn.hook_z", (A, A, h), li, kind, h)
+                specs += [S(f"{t}.L{li}.H{h}", t, f"blocks.{li}.attn.hook_z", (A, A, h), li, kind, h)
                           for li in range(L) for h in range(H)]  # fmt: skip
             elif kind in ("q", "k", "v"):
-                specs += [_Spec(f"{t}.L{li}.H{h}.{kind}", t, f"blocks.{li}.attn.hook_{kind}", (A, A, h), li, kind, h)
+                specs += [S(f"{t}.L{li}.H{h}.{kind}", t, f"blocks.{li}.attn.hook_{kind}", (A, A, h), li, kind, h)
                           for li in range(L) for h in range(H)]  # fmt: skip
             elif kind == "embed":
-                specs.append(_Spec(f"{t}.embed", t, "hook_embed", (), -1, kind))
+                specs.append(S(f"{t}.embed", t, "hook_embed", (), -1, kind))
             elif kind == "pos":
                 if cfg.positional == "learned":
-                    specs.append(_Spec(f"{t}.pos", t, "hook_pos_embed", (), -1, kind))
+                    specs.append(S(f"{t}.pos", t, "hook_pos_embed", (), -1, kind))
             elif kind == "mlp":
                 if not cfg.attn_only:
-                    specs += [_Spec(f"{t}.L{li}.mlp", t, f"blocks.{li}.hook_mlp_out", (), li, kind) for li in range(L)]
+                    specs += [S(f"{t}.L{li}.mlp", t, f"blocks.{li}.hook_mlp_out", (), li, kind) for li in range(L)]
             elif kind == "neurons":
                 if not cfg.attn_only:
-                    specs += [_Spec(f"{t}.L{li}.N{n}", t, f"blocks.{li}.mlp.hook_post", (..., n), li, kind)
+                    specs += [S(f"{t}.L{li}.N{n}", t, f"blocks.{li}.mlp.hook_post", (..., n), li, kind)
                               for li in range(L) for n in range(cfg.d_mlp)]  # fmt: skip
             elif kind == "resid":
                 points = ["blocks.0.hook_resid_pre"] + [f"blocks.{li}.hook_resid_post" for li in range(L)]
-                specs += [_Spec(f"{t}.resid{d}.pos{p}", t, point, (A, p), d - 1, kind)
+                specs += [S(f"{t}.resid{d}.pos{p}", t, point, (A, p), d - 1, kind)
                           for d, point in enumerate(points) for p in range(cfg.n_ctx)]  # fmt: skip
             elif kind == "terms":
                 with torch.no_grad():
                     _, cache = tower.run_with_cache(task.tokens(t)[:1])
                 for li in range(L):
                     names = list(attention_terms(tower, cache, li))
-                    specs += [_Spec(f"{t}.L{li}.H{h}.{term}", t, f"blocks.{li}.attn.hook_attn_scores", (A, h), li, kind,
+                    specs += [S(f"{t}.L{li}.H{h}.{term}", t, f"blocks.{li}.attn.hook_attn_scores", (A, h), li, kind,
                                     h, term) for h in range(H) for term in names]  # fmt: skip
             found = found or any(s.kind == kind and s.tower == t for s in specs)
-        if not found:
+        if not found and strict:
             raise ValueError(f"no {kind!r} nodes in this target (e.g. no MLP in an attention-only tower, no learned "
                              "positions with RoPE)")  # fmt: skip
     return specs
 
 
 # ---- exact patching of nodes ----------------------------------------------------------------------------------------
-def _term_deltas(task: Task, specs: list[_Spec]) -> dict[str, torch.Tensor]:
+def _term_deltas(task: Task, specs: list[NodeSpec]) -> dict[str, torch.Tensor]:
     """Corrupted minus clean value [batch, query, key] of each term node."""
     out: dict[str, torch.Tensor] = {}
     for t in {s.tower for s in specs if s.kind == "terms"}:
@@ -136,7 +167,7 @@ def _term_deltas(task: Task, specs: list[_Spec]) -> dict[str, torch.Tensor]:
 class _PatchNode:
     """Forward hook writing a node's corrupted value into the run (a term's difference is added to the scores)."""
 
-    def __init__(self, spec: _Spec, value: torch.Tensor):
+    def __init__(self, spec: NodeSpec, value: torch.Tensor):
         self.spec, self.value = spec, value
 
     def __call__(self, act: torch.Tensor, hook: HookPoint) -> torch.Tensor:
@@ -148,30 +179,31 @@ class _PatchNode:
         return out
 
 
-def _patch_fn(spec: _Spec, value: torch.Tensor) -> _PatchNode:
+def _patch_fn(spec: NodeSpec, value: torch.Tensor) -> _PatchNode:
     return _PatchNode(spec, value)
 
 
 def _corrupted_nodes(task: Task, nodes: Sequence[str], freeze_pattern: bool):
     """What exact patching and AtP both start from: the nodes' specs, the frozen patterns (if any), the hook points
     to cache per tower, the corrupted run's cache of them and each score term's corrupted-minus-clean value."""
-    specs = _node_specs(task, nodes)
-    frozen = _freeze(task, freeze_pattern)
+    specs = node_specs(task, nodes)
+    frozen = frozen_patterns(task, freeze_pattern)
     caps: dict[str, set[str]] = {}
     for s in specs:
         if s.kind != "terms":
             caps.setdefault(s.tower, set()).add(s.point)
-    _, corr = _run(task, "corrupted", caps, pre=frozen)
+    _, corr = run_task(task, "corrupted", caps, pre=frozen)
     return specs, frozen, caps, corr, _term_deltas(task, specs)
 
 
 def exact_patching(task: Task, nodes: Sequence[str] = ("heads",), *, freeze_pattern: bool = False) -> Attribution:
     """The exact noising effect of each node (one forward pass per node): ``M(clean | n <- n(corrupted)) -
-    M(clean)`` (module docstring). A score term is patched by adding its corrupted-minus-clean value to the head's
-    scores. ``freeze_pattern`` fixes every attention pattern at its clean value in every run."""
+    M(clean)`` (module docstring). ``nodes``: node kinds, or node names (``node_specs``). A score term is patched by
+    adding its corrupted-minus-clean value to the head's scores. ``freeze_pattern`` fixes every attention pattern at
+    its clean value in every run."""
     start = time.perf_counter()
     specs, frozen, _, corr, deltas = _corrupted_nodes(task, nodes, freeze_pattern)
-    base_hooks = _as_hooks(frozen)
+    base_hooks = as_hooks(frozen)
     base = task.run(base_hooks).mean()
     scores = []
     for s in specs:
@@ -179,12 +211,13 @@ def exact_patching(task: Task, nodes: Sequence[str] = ("heads",), *, freeze_patt
         hooks = {t: list(h) for t, h in base_hooks.items()}
         hooks.setdefault(s.tower, []).append((s.point, _patch_fn(s, value)))
         scores.append(float(task.run(hooks).mean() - base))
-    return Attribution("exact", [s.name for s in specs], torch.tensor(scores), time.perf_counter() - start)
+    result = Attribution("exact", [s.name for s in specs], torch.tensor(scores), time.perf_counter() - start)
+    return _finish(task, result, 0, freeze_pattern)
 
 
 # ---- AtP and AtP* on nodes ------------------------------------------------------------------------------------------
 def _node_scores(
-    task: Task, specs: list[_Spec], corr: Mapping, deltas: Mapping, clean: Mapping, grads: Mapping, qk_fix: bool
+    task: Task, specs: list[NodeSpec], corr: Mapping, deltas: Mapping, clean: Mapping, grads: Mapping, qk_fix: bool
 ) -> torch.Tensor:
     out = []
     for s in specs:
@@ -192,7 +225,7 @@ def _node_scores(
             d_scores = deltas[s.name]
         elif qk_fix and s.kind in ("q", "k"):
             delta = (corr[(s.tower, s.point)] - clean[(s.tower, s.point)])[s.idx]
-            d_scores = _qk_delta_scores(task, s.tower, s.layer, s.kind, s.head, delta, clean)  # type: ignore[arg-type]
+            d_scores = qk_delta_scores(task, s.tower, s.layer, s.kind, s.head, delta, clean)  # type: ignore[arg-type]
         else:
             diff = corr[(s.tower, s.point)][s.idx] - clean[(s.tower, s.point)][s.idx]
             out.append(float((diff * grads[(s.tower, s.point)][s.idx]).sum()))
@@ -208,8 +241,11 @@ def _node_scores(
     return torch.tensor(out)
 
 
-def _atp(task: Task, nodes: Sequence[str], qk_fix: bool, grad_drop: bool, freeze_pattern: bool, method: str):
-    _check_freeze(freeze_pattern, qk_fix)
+def _atp(
+    task: Task, nodes: Sequence[str], qk_fix: bool, grad_drop: bool, freeze_pattern: bool, method: str, check: int
+) -> Attribution:
+    check_freeze(freeze_pattern, qk_fix)
+    _check_n(check)
     start = time.perf_counter()
     specs, frozen, caps, corr, deltas = _corrupted_nodes(task, nodes, freeze_pattern)
     grad_caps = {t: set(v) for t, v in caps.items()}
@@ -223,32 +259,73 @@ def _atp(task: Task, nodes: Sequence[str], qk_fix: bool, grad_drop: bool, freeze
                 grad_caps[s.tower].update({f"blocks.{s.layer}.attn.hook_{'rot_' if rope else ''}{c}" for c in "qk"})
 
     def scores_with(post: Mapping | None) -> torch.Tensor:
-        value, acts = _run(task, capture=grad_caps, pre=frozen, post=post, grad=True)
-        grads = _grads(value, acts)
+        value, acts = run_task(task, capture=grad_caps, pre=frozen, post=post, grad=True)
+        grads = grads_of(value, acts)
         clean = {k: a.detach() for k, a in acts.items()}
         return _node_scores(task, specs, corr, deltas, clean, grads, qk_fix)
 
     scores = scores_with(None)
     if grad_drop:
-        scores = _grad_drop(task, scores, [(s.tower, s.layer) for s in specs], scores_with)
-    return Attribution(method, [s.name for s in specs], scores, time.perf_counter() - start)
+        scores = apply_grad_drop(task, scores, [(s.tower, s.layer) for s in specs], scores_with)
+    result = Attribution(method, [s.name for s in specs], scores, time.perf_counter() - start, signed=not grad_drop)
+    return _finish(task, result, check, freeze_pattern)
 
 
-def atp(task: Task, nodes: Sequence[str] = ("heads",), *, freeze_pattern: bool = False) -> Attribution:
+def _check_n(check: object) -> None:
+    if isinstance(check, bool) or not isinstance(check, int) or check < 0:
+        raise ValueError(f"check (how many nodes to patch exactly as a check; 0: none) must be an int >= 0, got "
+                         f"{check!r}")  # fmt: skip
+
+
+def _finish(task: Task, result: Attribution, check: int, freeze_pattern: bool) -> Attribution:
+    if freeze_pattern:
+        result.info["freeze_pattern"] = True
+    if check:
+        result.info["check"] = check_node_attribution(task, result, n=check)
+    return result
+
+
+def check_node_attribution(task: Task, result: Attribution, *, n: int = 8, seed: int = 0, warn: bool = True) -> dict:
+    """The cheap check of a node attribution on ``task``: ``n`` of its nodes patched exactly (with the result's
+    ``freeze_pattern``), compared and warned about (``attribution.check_against_exact``: an ``AttributionWarning``
+    when the signs agree on fewer than 75 % of the moved nodes or Pearson's r < 0.5). Returns the agreement.
+
+    >>> from hooked_clip1d import load_model
+    >>> from hooked_clip1d.analysis.graph import mirror_task
+    >>> m = load_model("simplified-ntot20-n2-10")
+    >>> imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 18 . . . . . . . 20 ."])
+    >>> caps = m.text.to_tokens(["17 is on the left of 19", "18 is on the left of 20"])
+    >>> task = mirror_task(m, imgs, caps, norm="frozen")
+    >>> check_node_attribution(task, atp(task), n=4)["sign_agreement"]  # heads, a metric linear in them: exact
+    1.0
+    """
+    return check_against_exact(
+        result,
+        lambda names: exact_patching(task, names, freeze_pattern=result.info.get("freeze_pattern", False)),
+        n=n,
+        seed=seed,
+        warn=warn,
+    )
+
+
+def atp(task: Task, nodes: Sequence[str] = ("heads",), *, freeze_pattern: bool = False, check: int = 0) -> Attribution:
     """Attribution patching (AtP): ``(n(corrupted) - n(clean)) . dM/dn`` at the clean run, for every node of the
-    ``nodes`` kinds (module docstring), from one corrupted forward pass and one clean forward and backward pass.
-    For a score term the gradient is ``dM/d(scores)``. Exact wherever the path to the output is linear (e.g. with
-    ``freeze_pattern=True`` on the attention-only towers without LN and a linear metric)."""
-    return _atp(task, nodes, False, False, freeze_pattern, "AtP")
+    ``nodes`` kinds or names (module docstring), from one corrupted forward pass and one clean forward and backward
+    pass. For a score term the gradient is ``dM/d(scores)``. Exact wherever the metric and the path to the output
+    are linear (``mirror_task(..., norm="frozen")``, heads and values of the attention-only towers without LN; with
+    ``freeze_pattern=True`` every node of them). ``check=n`` patches ``n`` of the nodes exactly and warns when AtP
+    disagrees (``check_node_attribution``; the agreement lands in ``info["check"]``)."""
+    return _atp(task, nodes, False, False, freeze_pattern, "AtP", check)
 
 
 def atp_star(
-    task: Task, nodes: Sequence[str] = ("heads",), *, qk_fix: bool = True, grad_drop: bool = True
+    task: Task, nodes: Sequence[str] = ("heads",), *, qk_fix: bool = True, grad_drop: bool = True, check: int = 0
 ) -> Attribution:
     """AtP* (Kramár et al. 2024): AtP with the QK fix on queries, keys and score terms and with GradDrop (module
-    docstring); the scores are magnitudes when ``grad_drop`` (the default). Either correction can be turned off."""
+    docstring); the scores are magnitudes when ``grad_drop`` (the default; ``signed`` False, so ``check`` compares
+    them with the exact effects' magnitudes). Either correction can be turned off."""
     name = "AtP*" if qk_fix and grad_drop else "AtP+QK" if qk_fix else "AtP+GD" if grad_drop else "AtP"
-    return _atp(task, nodes, qk_fix, grad_drop, False, name)
+    return _atp(task, nodes, qk_fix, grad_drop, False, name, check)
 
 
-__all__ = ["NODE_KINDS", "atp", "atp_star", "exact_patching"]
+__all__ = ["NODE_KINDS", "NodeSpec", "atp", "atp_star", "check_node_attribution", "exact_patching", "node_specs"]

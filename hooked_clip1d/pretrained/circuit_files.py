@@ -1,11 +1,17 @@
 """The ground-truth circuits of zoo models, shipped as data: ``hooked_clip1d/pretrained/circuits/<model>.json``.
 
 Each file is an ``analysis.circuits.Circuit`` measured by ``analysis.circuits.ground_truth_circuit`` on every
-unseen-pair validation image of the model's own dataset (``ground_truth_inputs(model)``): its nodes and edges, the
+unseen-pair validation image of the model's own dataset (``ground_truth_inputs(model)``: 100 images for the shipped
+models): its nodes and edges (every edge whose mean ablation moves the belief by >= 5 %, in either direction), the
 rule and measurements that define it (edge mean ablation; term ablations, mirror swaps and knockouts beside it) and
 its faithfulness, completeness and minimality. ``write_circuit`` regenerates a file (``python -m
-hooked_clip1d.pretrained.circuit_files`` regenerates all); a test checks that the flagship's file is what the
-function measures today.
+hooked_clip1d.pretrained.circuit_files`` regenerates all); tests check that the flagship's and the
+``-no-qk-bias`` model's files are what the function measures today.
+
+**Inputs.** A circuit is minimal on the inputs it was measured on (``definition["inputs"]``, and
+``definition["minimal_on"]`` says so): on seen pairs and training pairs some of its edges move the belief by less
+than the threshold (``reproduce x-circuits`` measures it on 100 of each), so read it as the circuit of the
+unseen-pair task.
 
 Only attention-only zoo models have a file: on the 4-layer LayerNorm model (``full-ntot20-n2-10``) the single-edge
 rule keeps too few edges (its effect is spread over many), and the circuit it gives is not faithful (its belief is
@@ -15,9 +21,9 @@ Example:
     >>> from hooked_clip1d.pretrained.circuit_files import list_circuits, load_circuit
     >>> "simplified-ntot20-n2-10" in list_circuits()
     True
-    >>> c = load_circuit("simplified-ntot20-n2-10")
-    >>> c.components(), round(c.scores["faithfulness"], 2)
-    (['vision.L0.H3', 'text.L0.H1', 'text.L0.H2', 'text.L0.H3'], 1.08)
+    >>> c = load_circuit("simplified-ntot20-n2-10")  # the flagship: vision head 3 and text heads 1-3
+    >>> c.components(), round(c.scores["faithfulness"], 2), c.definition["inputs"]["split"]
+    (['vision.L0.H3', 'text.L0.H1', 'text.L0.H2', 'text.L0.H3'], 1.01, 'val_unseen')
 """
 
 from __future__ import annotations
