@@ -30,11 +30,13 @@ from typing import Any, Literal
 import torch
 from jaxtyping import Float, Int
 from torch import nn
-from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
+from transformer_lens import ActivationCache, FactoredMatrix
 from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.model.components import Embed, LayerNorm, PosEmbed, TransformerBlock
 from hooked_clip1d.model.config import EncoderConfig, TextConfig, VisionConfig
+from hooked_clip1d.model.tl_compat import CACHES_WITHOUT_BATCH_DIM, HookedRootModule
+from hooked_clip1d.model.tl_compat import remove_batch_dim as _drop_batch
 
 ReturnType = Literal["pooled", "resid", None]
 
@@ -295,10 +297,14 @@ class HookedEncoder(HookedRootModule):
         def filt(n: str) -> bool:
             return n not in inactive and base(n)
 
+        own_drop = remove_batch_dim and not CACHES_WITHOUT_BATCH_DIM  # TL 3.x's drop fails on hook_pooled
+        pos_slice = kwargs.pop("pos_slice", None) if own_drop else None
         with self.hooks(fwd_hooks=list(fwd_hooks)):
             out, cache_dict = super().run_with_cache(
-                *model_args, names_filter=filt, remove_batch_dim=remove_batch_dim, **kwargs
+                *model_args, names_filter=filt, remove_batch_dim=remove_batch_dim and not own_drop, **kwargs
             )
+        if own_drop:
+            cache_dict = _drop_batch(cache_dict, pos_slice)
         if return_cache_object:
             return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
         return out, cache_dict
