@@ -16,22 +16,54 @@ Example:
     >>> sae, report = train_sae(acts, d_sae=64, k=8, steps=300, seed=0)
     >>> report["l0"] <= 8
     True
+
+SAELens interop: ``sae.save_sae_lens(folder, hook_name=...)`` writes SAELens's on-disk format (``cfg.json`` +
+``sae_weights.safetensors``, architecture ``standard`` for ReLU, ``topk`` for top-k), which
+``sae_lens.SAE.load_from_disk(folder)`` loads with identical outputs; ``SparseAutoencoder.load_sae_lens(folder)``
+reads a folder SAELens wrote (``SAE.save_model``), and ``to_sae_lens`` / ``from_sae_lens`` convert in memory.
+Nothing here imports SAELens unless a conversion to or from its objects is asked for.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import nn
-from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
+
+from hooked_clip1d.model.tl_compat import HookedRootModule
+
+SAE_LENS_CFG = "cfg.json"  # SAELens's file names (sae_lens.constants SAE_CFG_FILENAME / SAE_WEIGHTS_FILENAME)
+SAE_LENS_WEIGHTS = "sae_weights.safetensors"
+SAE_LENS_FORMAT = "6.0.0"  # the SAELens cfg.json layout written here (6.x: "metadata", "architecture")
+SAE_LENS_KEYS = ("W_enc", "W_dec", "b_enc", "b_dec")  # SAELens's parameter names, ours too
+
+
+def _sae_lens() -> Any:
+    try:
+        import sae_lens
+    except ImportError as e:
+        raise ImportError(
+            f"this needs SAELens (pip install sae-lens; it needs transformer-lens<4): {e}; the on-disk format needs "
+            "no SAELens: save_sae_lens / load_sae_lens"
+        ) from None
+    return sae_lens
 
 
 class SparseAutoencoder(HookedRootModule):
-    """``acts = act_fn((x - b_dec) @ W_enc + b_enc)``, ``recons = acts @ W_dec + b_dec``; ``k``: keep the top k."""
+    """``acts = act_fn((x - b_dec) @ W_enc + b_enc)``, ``recons = acts @ W_dec + b_dec``; ``k``: keep the top k.
+
+    SAELens's ``StandardSAE`` (``k=None``: ReLU) and ``TopKSAE`` compute the same, on the same parameter names:
+    ``save_sae_lens`` / ``load_sae_lens`` / ``to_sae_lens`` / ``from_sae_lens`` move an SAE between the two.
+    """
 
     def __init__(self, d_in: int, d_sae: int, k: int | None = None, seed: int = 0):
         super().__init__()
@@ -41,13 +73,14 @@ class SparseAutoencoder(HookedRootModule):
         W = torch.randn(d_sae, d_in, generator=gen)
         W = W / W.norm(dim=-1, keepdim=True)
         self.W_dec = nn.Parameter(W)  # unit-norm decoder rows
-        self.W_enc = nn.Parameter(W.T.clone())
+        self.W_enc = nn.Parameter(W.T.contiguous())  # row-major, as SAELens loads it: same matmul, same bits
         self.b_enc = nn.Parameter(torch.zeros(d_sae))
         self.b_dec = nn.Parameter(torch.zeros(d_in))
         self.k = k
         self.hook_sae_acts_pre = HookPoint()  # [batch, d_sae]
         self.hook_sae_acts_post = HookPoint()  # [batch, d_sae]
         self.hook_sae_recons = HookPoint()  # [batch, d_in]
+        self.metadata: dict[str, Any] = {}  # what SAELens's cfg.json "metadata" holds (hook_name, model_name, ...)
         self.setup()
 
     def encode(self, x: Float[torch.Tensor, "batch d_in"]) -> Float[torch.Tensor, "batch d_sae"]:
@@ -63,19 +96,256 @@ class SparseAutoencoder(HookedRootModule):
     def forward(self, x: Float[torch.Tensor, "batch d_in"]) -> Float[torch.Tensor, "batch d_in"]:
         return self.decode(self.encode(x))
 
+    # ---- SAELens's format -------------------------------------------------------------------------------------------
+    def sae_lens_config(self, **metadata: Any) -> dict[str, Any]:
+        """This SAE's SAELens ``cfg.json`` (6.x layout): ``architecture`` ``"standard"`` (ReLU) or ``"topk"`` (with
+        ``k``); ``metadata`` holds ``self.metadata`` updated by ``metadata`` (e.g. ``hook_name``, ``model_name``,
+        ``hook_head_index``). A ``hook_z`` SAE over every head (no ``hook_head_index``) is marked
+        ``reshape_activations="hook_z"``, SAELens's flag for inputs ``[..., n_heads, d_head]``.
+
+        Example:
+            >>> cfg = SparseAutoencoder(4, 8, k=2).sae_lens_config(hook_name="hook_pooled")
+            >>> cfg["architecture"], cfg["k"], cfg["d_in"], cfg["metadata"]["hook_name"]
+            ('topk', 2, 4, 'hook_pooled')
+        """
+        meta = {**self.metadata, **{k: v for k, v in metadata.items() if v is not None}}
+        hook = str(meta.get("hook_name") or "")
+        reshape = "hook_z" if hook.endswith("hook_z") and meta.get("hook_head_index") is None else "none"
+        cfg: dict[str, Any] = {
+            "d_in": int(self.W_enc.shape[0]),
+            "d_sae": int(self.W_enc.shape[1]),
+            "dtype": str(self.W_enc.dtype).removeprefix("torch."),
+            "device": "cpu",
+            "apply_b_dec_to_input": True,
+            "normalize_activations": "none",
+            "reshape_activations": reshape,
+            "metadata": {"sae_lens_version": SAE_LENS_FORMAT, "sae_lens_training_version": None, **meta},
+            "architecture": "standard" if self.k is None else "topk",
+        }
+        if self.k is not None:
+            cfg.update(k=self.k, rescale_acts_by_decoder_norm=False)
+        return cfg
+
+    def save_sae_lens(self, path: str | os.PathLike, **metadata: Any) -> Path:
+        """Write this SAE in SAELens's on-disk format into folder ``path`` (created): ``sae_weights.safetensors`` and
+        ``cfg.json`` (``sae_lens_config(**metadata)``), each written atomically, the weights first; returns the
+        folder. ``sae_lens.SAE.load_from_disk(path)`` then gives an SAE with identical outputs.
+
+        Example:
+            >>> import tempfile
+            >>> sae = SparseAutoencoder(4, 8, k=2)
+            >>> folder = sae.save_sae_lens(tempfile.mkdtemp() + "/sae", hook_name="hook_pooled")
+            >>> sorted(p.name for p in folder.iterdir())
+            ['cfg.json', 'sae_weights.safetensors']
+            >>> x = torch.randn(3, 4)
+            >>> torch.equal(SparseAutoencoder.load_sae_lens(folder)(x), sae(x))
+            True
+        """
+        from safetensors.torch import save_file
+
+        from hooked_clip1d.files import atomic_write, atomic_write_text
+
+        folder = Path(path)
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(f"save_sae_lens: {str(folder)!r} is a file; SAELens's format is a folder")
+        cfg = self.sae_lens_config(**metadata)
+        text = json.dumps(cfg, indent=2) + "\n"  # checked to be JSON before anything is written
+        state = {k: getattr(self, k).detach().cpu().contiguous() for k in SAE_LENS_KEYS}
+        atomic_write(folder / SAE_LENS_WEIGHTS, lambda tmp: save_file(state, tmp))
+        atomic_write_text(folder / SAE_LENS_CFG, text)
+        return folder
+
+    @classmethod
+    def load_sae_lens(cls, path: str | os.PathLike) -> SparseAutoencoder:
+        """An SAE from a folder in SAELens's on-disk format (``SAE.save_model`` or ``save_sae_lens``): architectures
+        ``standard`` and ``topk`` (no decoder-norm rescaling, no activation normalisation, ``b_dec`` subtracted from
+        the input); anything else is refused naming the field. Weights load as float32; ``.metadata`` is the
+        file's metadata (``hook_name`` ...). For a ``hook_z`` SAE over every head, feed it heads flattened:
+        ``collect_activations(tower, "blocks.0.attn.hook_z", tokens)`` gives that layout."""
+        from safetensors.torch import load_file
+
+        folder = Path(path)
+        cfg_path, weights = folder / SAE_LENS_CFG, folder / SAE_LENS_WEIGHTS
+        for f in (cfg_path, weights):
+            if not f.is_file():
+                raise FileNotFoundError(
+                    f"{str(f)!r} is missing: not a SAELens SAE folder ({SAE_LENS_CFG} + {SAE_LENS_WEIGHTS})"
+                )
+        try:
+            cfg = json.loads(cfg_path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{str(cfg_path)!r} is not valid JSON: {e}") from None
+        return cls._from_sae_lens_parts(cfg, load_file(weights), str(folder))
+
+    def to_sae_lens(self, **metadata: Any) -> Any:
+        """This SAE as a ``sae_lens.SAE`` (``StandardSAE`` or ``TopKSAE``) with identical outputs; needs SAELens
+        (``pip install sae-lens``, which needs ``transformer-lens<4``)."""
+        SAE = _sae_lens().SAE
+        out = SAE.from_dict(self.sae_lens_config(**metadata))
+        out.load_state_dict({k: getattr(self, k).detach().clone() for k in SAE_LENS_KEYS})
+        return out.eval()
+
+    @classmethod
+    def from_sae_lens(cls, sae: Any) -> SparseAutoencoder:
+        """A ``SparseAutoencoder`` with the outputs of the ``sae_lens.SAE`` ``sae`` (architectures as in
+        ``load_sae_lens``)."""
+        if not hasattr(sae, "cfg") or not hasattr(sae.cfg, "to_dict"):
+            raise TypeError(f"from_sae_lens takes a sae_lens.SAE, got {type(sae).__name__}")
+        state = {k: v.detach().cpu() for k, v in sae.state_dict().items()}
+        return cls._from_sae_lens_parts(sae.cfg.to_dict(), state, type(sae).__name__)
+
+    @classmethod
+    def _from_sae_lens_parts(cls, cfg: dict[str, Any], state: dict[str, torch.Tensor], where: str) -> SparseAutoencoder:
+        arch = cfg.get("architecture", "standard")
+        if arch not in ("standard", "topk"):
+            raise ValueError(f"{where}: SAELens architecture {arch!r} is not supported (standard and topk are)")
+        wanted = {
+            "apply_b_dec_to_input": True,
+            "normalize_activations": "none",
+            "rescale_acts_by_decoder_norm": False,
+        }
+        for field, value in wanted.items():
+            if cfg.get(field, value) != value:
+                raise ValueError(f"{where}: {field}={cfg[field]!r} is not supported (only {value!r})")
+        if cfg.get("reshape_activations", "none") not in ("none", "hook_z"):
+            raise ValueError(f"{where}: reshape_activations={cfg['reshape_activations']!r} is not supported")
+        missing, extra = sorted(set(SAE_LENS_KEYS) - set(state)), sorted(set(state) - set(SAE_LENS_KEYS))
+        if missing or extra:
+            raise ValueError(f"{where}: weights {missing} missing, {extra} unexpected (SAELens keys {SAE_LENS_KEYS})")
+        d_in, d_sae = int(cfg["d_in"]), int(cfg["d_sae"])
+        shapes = {"W_enc": (d_in, d_sae), "W_dec": (d_sae, d_in), "b_enc": (d_sae,), "b_dec": (d_in,)}
+        for k, shape in shapes.items():
+            if tuple(state[k].shape) != shape:
+                raise ValueError(f"{where}: {k} has shape {list(state[k].shape)}, cfg says {list(shape)}")
+        sae = cls(d_in, d_sae, k=int(cfg["k"]) if arch == "topk" else None)
+        with torch.no_grad():
+            for k in SAE_LENS_KEYS:
+                getattr(sae, k).copy_(state[k].float())
+        meta = dict(cfg.get("metadata") or {})
+        for k in ("sae_lens_version", "sae_lens_training_version"):
+            meta.pop(k, None)
+        sae.metadata = meta
+        return sae.eval()
+
+
+ATTENTION_LAYOUT = ("hook_pattern", "hook_attn_scores")  # [batch, head, query, key]: the query is the position
+_FLAGS = {  # hook points that fire only with a flag: the flags collect_activations turns on for the run
+    "hook_result": {"use_attn_result": True},
+    "hook_q_input": {"use_split_qkv_input": True, "use_attn_in": False},
+    "hook_k_input": {"use_split_qkv_input": True, "use_attn_in": False},
+    "hook_v_input": {"use_split_qkv_input": True, "use_attn_in": False},
+    "hook_attn_in": {"use_attn_in": True},
+    "hook_mlp_in": {"use_hook_mlp_in": True},
+}
+
+
+@contextlib.contextmanager
+def _firing(tower: Any, hook_name: str) -> Iterator[None]:
+    """``hook_name`` made to fire (its ``use_*`` flags on) for the duration; every module's config given back."""
+    changes = _FLAGS.get(hook_name.rsplit(".", 1)[-1], {}) if hook_name in tower.inactive_hook_names() else {}
+    saved = [(m, m.cfg) for m in tower.modules() if "cfg" in m.__dict__]
+    try:
+        if changes:
+            tower._set_cfg(**changes)
+        yield
+    finally:
+        for m, cfg in saved:
+            m.cfg = cfg
+
+
+def _index(value: int | None, size: int, what: str, hook_name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int or None, got {value!r}")
+    if not -size <= value < size:
+        raise IndexError(f"{what}={value} is out of range for {hook_name!r}, which has {size} ({what} 0..{size - 1})")
+    return value
+
 
 @torch.no_grad()
 def collect_activations(
-    encoder: Any, hook_name: str, tokens: Int[torch.Tensor, "n pos"], pos: int | None = None
+    encoder: Any,
+    hook_name: str,
+    tokens: Int[torch.Tensor, "n pos"] | tuple[torch.Tensor, torch.Tensor],
+    pos: int | None = None,
+    head: int | None = None,
 ) -> Float[torch.Tensor, "n_rows d"]:
-    """The activations of ``encoder`` (a tower) at ``hook_name`` over ``tokens``: ``[n, d]`` for a pooled hook or
-    at position ``pos``; ``[n * pos, d]`` (every position) for a per-position hook with ``pos=None``."""
-    _, cache = encoder.run_with_cache(tokens, names_filter=hook_name)
-    act = cache[hook_name]
-    if act.ndim == 3:
-        act = act[:, pos] if pos is not None else act.reshape(-1, act.shape[-1])
-    elif act.ndim != 2:
-        raise ValueError(f"{hook_name!r} has shape {list(act.shape)}; an SAE needs [batch, d] or [batch, pos, d]")
+    """The activations of ``encoder`` at ``hook_name`` over ``tokens``, one row per example (and position), as an
+    SAE or a probe takes them: ``[n_rows, d]``, float32, detached.
+
+    Every hook point works. ``encoder`` is a tower (``model.vision``, ``model.text``: any of its ``hook_names()``)
+    or a whole ``CLIP1D`` (``"vision.<hook>"`` / ``"text.<hook>"`` with that tower's input as ``tokens``; a head
+    hook such as ``hook_logits`` with ``tokens=(images, captions)``). A hook that fires only with a flag
+    (``attn.hook_result``, ``hook_{q,k,v}_input``, ``hook_attn_in``) is turned on for this run only.
+
+    - a hook without positions (``hook_pooled`` ``[n, d]``): ``[n, d]``;
+    - a per-position hook (``hook_resid_post`` ``[n, pos, d]``): ``[n, d]`` at position ``pos``, or every position
+      (``pos=None``: ``[n * pos, d]``, example-major);
+    - a per-head hook (``attn.hook_z`` ``[n, pos, head, d_head]``, ``hook_q/k/v``, ``hook_result``, the split
+      inputs): as a per-position hook, of head ``head`` (``[.., d_head]``), or of every head flattened
+      (``head=None``: ``[.., n_heads * d_head]``, SAELens's ``hook_z`` layout);
+    - ``attn.hook_pattern`` / ``hook_attn_scores`` ``[n, head, query, key]``: rows are query positions (``pos``),
+      a row holds one head's keys (``head``) or every head's (``[.., n_heads * n_keys]``).
+
+    ``pos`` / ``head`` on a hook without that axis, or out of range, is an error naming the hook.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+        >>> img = m.vision.to_tokens(["C 1 . 2 . . . . . . .", "C 2 . 1 . . . . . . ."])
+        >>> collect_activations(m.vision, "blocks.0.attn.hook_z", img, pos=0).shape  # 4 heads x 32
+        torch.Size([2, 128])
+        >>> collect_activations(m.vision, "blocks.0.attn.hook_z", img, head=3).shape  # 2 images x 11 positions
+        torch.Size([22, 32])
+        >>> collect_activations(m, "vision.blocks.0.attn.hook_result", img, pos=0, head=1).shape
+        torch.Size([2, 128])
+        >>> collect_activations(m.vision, "blocks.0.attn.hook_pattern", img, pos=0, head=3).shape
+        torch.Size([2, 11])
+    """
+    from hooked_clip1d.model.clip import CLIP1D, HEAD_HOOKS
+
+    if not isinstance(hook_name, str):
+        raise TypeError(f"hook_name must be a hook point's name, got {type(hook_name).__name__} {hook_name!r}")
+    if isinstance(encoder, CLIP1D):
+        if hook_name in HEAD_HOOKS:
+            if not (isinstance(tokens, tuple | list) and len(tokens) == 2):
+                raise ValueError(f"{hook_name!r} is a CLIP head hook: give tokens=(images, captions)")
+            _, cache = encoder.run_with_cache(*tokens, names_filter=hook_name)
+            return _rows(cache[hook_name], hook_name, pos, head)
+        tower_name, _, name = hook_name.partition(".")
+        if tower_name not in ("vision", "text"):
+            raise KeyError(
+                f"CLIP1D has no hook point {hook_name!r}: use 'vision.<hook>', 'text.<hook>' or {HEAD_HOOKS}"
+            )
+        return collect_activations(getattr(encoder, tower_name), name, tokens, pos=pos, head=head)
+    if not hasattr(encoder, "inactive_hook_names"):
+        raise TypeError(f"collect_activations takes a tower (model.vision / model.text) or a CLIP1D, got {encoder!r}")
+    if isinstance(tokens, tuple | list):
+        raise TypeError("a tower's collect_activations takes one token tensor, not (images, captions)")
+    with _firing(encoder, hook_name):
+        _, cache = encoder.run_with_cache(tokens, names_filter=hook_name)
+    return _rows(cache[hook_name], hook_name, pos, head)
+
+
+def _rows(act: torch.Tensor, hook_name: str, pos: int | None, head: int | None) -> Float[torch.Tensor, "n_rows d"]:
+    """``collect_activations``' rows of one cached activation (the layouts its docstring lists)."""
+    if hook_name.endswith(ATTENTION_LAYOUT) and act.ndim == 4:
+        act = act.permute(0, 2, 1, 3)  # [batch, query, head, key]: the query is the position
+    if not 2 <= act.ndim <= 4:
+        raise ValueError(f"{hook_name!r} has shape {list(act.shape)}; rows need [batch, (pos, (head,)) d]")
+    has_pos, has_head = act.ndim >= 3, act.ndim == 4
+    shape = list(act.shape)
+    if pos is not None and not has_pos:
+        raise ValueError(f"{hook_name!r} has no position axis (shape {shape}): leave pos=None")
+    if head is not None and not has_head:
+        raise ValueError(f"{hook_name!r} has no head axis (shape {shape}): leave head=None")
+    if has_head:
+        h = _index(head, act.shape[2], "head", hook_name)
+        act = act[:, :, h] if h is not None else act.flatten(-2)
+    if has_pos:
+        p = _index(pos, act.shape[1], "pos", hook_name)
+        act = act[:, p] if p is not None else act.reshape(-1, act.shape[-1])
     return act.detach().float()
 
 

@@ -32,8 +32,11 @@ from typing import TYPE_CHECKING, Any
 from hooked_clip1d._version import DEFAULT_MODEL as DEFAULT_MODEL
 from hooked_clip1d.files import UnknownNameError  # defined torch-free, for the CLI's parser
 from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file format (torch-free at import)
+    CheckpointLabels,
     NoTrajectoryError,
     checkpoint_epoch,
+    checkpoint_fields,
+    incomplete_trajectory,
     read_manifest,
     read_trajectory,
     run_snapshots,
@@ -241,6 +244,9 @@ def trajectory_manifest(name: str) -> dict[str, Any]:
     manifest(name)  # an unknown name: KeyError listing the zoo
     known = list_trajectories()
     if name not in known:
+        half = incomplete_trajectory(TRAJECTORIES_DIR, name)
+        if half:  # a deleted file is not "ships no trajectory"
+            raise FileNotFoundError(half)
         have = ", ".join(known) if known else "none yet"
         raise NoTrajectoryError(f"{name!r} ships no training trajectory; models with one: {have}")
     return read_manifest(Path(TRAJECTORIES_DIR) / f"{name}.json")
@@ -250,10 +256,11 @@ def _snapshot_dir(spec: str | os.PathLike) -> bool:
     return Path(spec).is_dir()
 
 
-def list_checkpoints(name: str | os.PathLike) -> list[int]:
+def list_checkpoints(name: str | os.PathLike) -> CheckpointLabels:
     """The epochs of a trajectory, in order: of shipped model ``name`` (TransformerLens's checkpoint labels; the last
     is the shipped model) or of a run directory's ``snapshots/``. ``load_model(name, checkpoint_index=i)`` loads
-    ``list_checkpoints(name)[i]``, ``checkpoint_value=e`` the checkpoint at epoch ``e``.
+    ``list_checkpoints(name)[i]``, ``checkpoint_value=e`` the checkpoint at epoch ``e``. A list of ints that also
+    carries ``.label_type`` (``"epoch"``); ``get_checkpoint_labels`` gives TransformerLens's ``(labels, type)``.
 
     Example:
         >>> list_checkpoints("simplified-ntot20-n2-10")[:3]  # doctest: +SKIP
@@ -266,8 +273,20 @@ def list_checkpoints(name: str | os.PathLike) -> list[int]:
                 f"{str(name)!r} is a folder without snapshots/: a run keeps a trajectory when trained with "
                 "TrainConfig.snapshot_epochs (e.g. settings.dense_schedule(epochs))"
             )
-        return epochs
-    return [int(e) for e in trajectory_manifest(str(name))["epochs"]]
+        return CheckpointLabels(epochs)
+    return CheckpointLabels(int(e) for e in trajectory_manifest(str(name))["epochs"])
+
+
+def get_checkpoint_labels(name: str | os.PathLike) -> tuple[list[int], str]:
+    """TransformerLens's ``get_checkpoint_labels``: ``(labels, label_type)`` of a trajectory, here its epochs and
+    ``"epoch"`` (``list_checkpoints(name).with_type()``).
+
+    Example:
+        >>> labels, label_type = get_checkpoint_labels("simplified-ntot20-n2-10")
+        >>> labels[:3], label_type
+        ([0, 1, 2], 'epoch')
+    """
+    return list_checkpoints(name).with_type()
 
 
 def _attach_checkpoint(model: CLIP1D, name: str, man: dict[str, Any], epoch: int) -> CLIP1D:
@@ -287,6 +306,7 @@ def _attach_checkpoint(model: CLIP1D, name: str, man: dict[str, Any], epoch: int
             keep = [i for i, e in enumerate(hist["epoch"]) if e <= epoch]
             base["history"] = {k: [v[i] for i in keep] for k, v in hist.items()}
     base["checkpoint"] = info
+    base.update(checkpoint_fields(epochs, epoch))  # TransformerLens's names, as its cfg carries them
     model.manifest = base
     return model
 
@@ -302,7 +322,14 @@ def _load_checkpoints(name: str | os.PathLike, epochs: list[int], device: str) -
     with torch.random.fork_rng(devices=[]):
         if _snapshot_dir(name):
             snaps = run_snapshots(name)
-            return [(e, load_model_file(snaps[e]).to(device).eval()) for e in epochs]
+            for e in epochs:
+                model = load_model_file(snaps[e]).to(device).eval()
+                have = list(snaps)
+                info = {"index": have.index(e), "epoch": e, "epochs": have, "final": e == have[-1]}
+                fields = checkpoint_fields(have, e)  # TransformerLens's names, as its cfg carries them
+                model.manifest = {"name": str(name), "epochs": e, "checkpoint": info, **fields}
+                out.append((e, model))
+            return out
         name = str(name)
         man = trajectory_manifest(name)
         final = int(man["final_epoch"])
@@ -447,6 +474,7 @@ __all__ = [
     "list_checkpoints",
     "list_pretrained",
     "list_trajectories",
+    "get_checkpoint_labels",
     "load_checkpoint",
     "load_model",
     "load_trajectory",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,40 @@ def export_run(
         raise FileNotFoundError(f"{run_dir / 'config.json'} is missing: is {run_dir} a training run directory?")
     if not is_run_dir(run_dir):
         raise ValueError(f"{str(run_dir / 'config.json')!r} is not a hooked_clip1d run config (foreign folder?)")
+    check_destination(dest, "export")  # before the evaluation, not after it
     with RunLock(run_dir, "run directory"):  # a run still training there is refused, not exported half-way
         return _export_locked(run_dir, name, description, dest, weights_dtype)
+
+
+def check_destination(dest: str | os.PathLike, what: str) -> Path:
+    """Refuse, before any work, a destination folder that is a file (or lies under one) or cannot be written into
+    (``PermissionError``, ``NotADirectoryError``, each naming the folder); creates nothing. Returns ``dest``.
+
+    Example:
+        >>> import tempfile
+        >>> f = Path(tempfile.mkdtemp()) / "a-file"
+        >>> _ = f.write_text("")
+        >>> try:
+        ...     check_destination(f / "trajectories", "ship_trajectory")
+        ... except NotADirectoryError as e:
+        ...     print(str(e).split(": ", 1)[1].replace(str(f), "F"))
+        cannot write into 'F/trajectories': 'F' is a file, not a folder
+    """
+    dest = Path(dest)
+    probe = dest
+    while not probe.exists() and probe.parent != probe:  # the nearest folder that exists: where writing starts
+        probe = probe.parent
+    if not probe.is_dir():
+        raise NotADirectoryError(f"{what}: cannot write into {str(dest)!r}: {str(probe)!r} is a file, not a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".write-check.", dir=probe)
+    except OSError as e:
+        raise PermissionError(
+            f"{what}: cannot write into {str(dest)!r}: {str(probe)!r} is not writable ({e.strerror or e})"
+        ) from None
+    os.close(fd)
+    os.unlink(tmp)
+    return dest
 
 
 def portable_command(cmd: str) -> str:
@@ -185,6 +218,7 @@ def ship_trajectory(
         raise FileNotFoundError(
             f"{str(run_dir)!r} has no snapshots/: train with TrainConfig.snapshot_epochs (settings.dense_schedule)"
         )
+    check_destination(dest, "ship-trajectory")  # before the measuring (minutes), not after it
     with RunLock(run_dir, "run directory"), torch.random.fork_rng(devices=[]):
         config = json.loads((run_dir / "config.json").read_text())
         last = int(json.loads((run_dir / "summary.json").read_text())["epochs"])

@@ -53,6 +53,71 @@ class NoTrajectoryError(ValueError):
     """A model has no shipped training trajectory, or a checkpoint index / epoch it does not have."""
 
 
+CHECKPOINT_LABEL_TYPE = "epoch"  # what a checkpoint label counts (TransformerLens's checkpoint_label_type: "step"...)
+
+
+class CheckpointLabels(list):
+    """A trajectory's checkpoint labels (its epochs, in order): a plain ``list`` of ints, as ``list_checkpoints``
+    always returned, that also carries ``label_type`` (``"epoch"``), as TransformerLens's ``get_checkpoint_labels``
+    returns its labels with their type ("step" or "token" there).
+
+    Example:
+        >>> labels = CheckpointLabels([0, 10, 100])
+        >>> labels, labels.label_type, labels == [0, 10, 100]
+        ([0, 10, 100], 'epoch', True)
+        >>> labels.with_type()  # TransformerLens's (labels, label_type)
+        ([0, 10, 100], 'epoch')
+    """
+
+    label_type: str = CHECKPOINT_LABEL_TYPE
+
+    def with_type(self) -> tuple[list[int], str]:
+        """``(labels, label_type)``, as TransformerLens's ``get_checkpoint_labels`` returns them."""
+        return list(self), self.label_type
+
+
+def checkpoint_fields(epochs: Sequence[int], epoch: int) -> dict[str, Any]:
+    """The checkpoint fields TransformerLens's ``from_pretrained(..., checkpoint_index=...)`` puts in a model's
+    config, for the checkpoint at ``epoch`` of a trajectory with ``epochs``: ``from_checkpoint``,
+    ``checkpoint_index``, ``checkpoint_value`` (the epoch) and ``checkpoint_label_type`` (``"epoch"``).
+
+    Example:
+        >>> checkpoint_fields([0, 10, 100], 10)
+        {'from_checkpoint': True, 'checkpoint_index': 1, 'checkpoint_value': 10, 'checkpoint_label_type': 'epoch'}
+    """
+    epochs = [int(e) for e in epochs]
+    return {
+        "from_checkpoint": True,
+        "checkpoint_index": epochs.index(int(epoch)),
+        "checkpoint_value": int(epoch),
+        "checkpoint_label_type": CHECKPOINT_LABEL_TYPE,
+    }
+
+
+def incomplete_trajectory(directory: str | Path, name: str) -> str | None:
+    """Why ``name``'s trajectory in ``directory`` is half there (its manifest without its main file, or the file
+    without its manifest), naming the missing file; None when neither or both are there.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "m.json").write_text("{}")
+        >>> incomplete_trajectory(d, "m").split(": ")[0], "m.safetensors' is missing" in incomplete_trajectory(d, "m")
+        ("the training trajectory of 'm' is incomplete", True)
+    """
+    directory = Path(directory)
+    man, main = directory / f"{name}.json", directory / f"{name}.safetensors"
+    if man.is_file() == main.is_file():
+        return None
+    gone, there = (main, man) if man.is_file() else (man, main)
+    what = "file" if gone is main else "manifest"
+    other = "manifest" if gone is main else "file"
+    return (
+        f"the training trajectory of {name!r} is incomplete: its {what} {str(gone)!r} is missing (its {other} "
+        f"{there.name} is there); reinstall the package or ship the trajectory again"
+    )
+
+
 def checkpoint_key(epoch: int) -> str:
     """The key prefix of one checkpoint in a trajectory file (as a run's snapshot file names it)."""
     return f"epoch_{epoch:05d}"
@@ -370,16 +435,20 @@ def numeric_diff(a: Any, b: Any) -> float:
 
 
 __all__ = [
+    "CHECKPOINT_LABEL_TYPE",
+    "CheckpointLabels",
     "MANIFEST_FORMAT",
     "NoTrajectoryError",
     "PRECISION_METHOD",
     "STORE_DTYPES",
     "checkpoint_digest",
     "checkpoint_epoch",
+    "checkpoint_fields",
     "checkpoint_key",
     "dtype_summary",
     "file_sha256",
     "images_differing",
+    "incomplete_trajectory",
     "measure_precision",
     "numeric_diff",
     "read_manifest",
