@@ -186,13 +186,11 @@ def make_batched(preset: str, K: int, *, dropout_rng="fast", compile=False, amp=
     ]  # fmt: skip
     tr = BatchedTrainer(members, None, dropout_rng=dropout_rng, compile=compile, amp=amp)
     # count the executed FLOPs of one stacked step (eager, fp32: the math compile/bf16 run too)
-    st = tr.model
-    idx = torch.arange(BATCH)
-    imgs = tr._images_all[:, :BATCH]
-    caps = tr._captions_all[:, :BATCH]
-    r = tr.text_readout if tr.text_readout is not None else caps[..., -1]
+    st, tables = tr.model, tr.state.tables
+    imgs = tables.images[:, :BATCH]
+    caps = tables.captions[:, :BATCH]
+    r = tables.text_readout if tables.text_readout is not None else caps[..., -1]
     flops = counted_flops(lambda: st.loss(imgs, caps[..., :-1], r))
-    del idx
     tr.opt.zero_grad()
     if compile:  # compile outside the timed rounds
         t0 = time.perf_counter()

@@ -19,7 +19,7 @@ from hooked_clip1d.training.group_io import GROUP_CHECKPOINT
 from hooked_clip1d.training.members import group_key
 from hooked_clip1d.training.stacked import StackedCLIP
 from hooked_clip1d.training.stacked_adamw import StackedAdamW
-from hooked_clip1d.training.stacked_ops import _keep_mask
+from hooked_clip1d.training.stacked_ops import keep_mask
 from hooked_clip1d.training.stacked_support import check_supported
 from hooked_clip1d.training.trainer import TrainConfig, Trainer
 
@@ -223,7 +223,7 @@ def test_fast_dropout_is_seeded_and_trains(tmp_path):
 
 def test_keep_mask_statistics():
     torch.manual_seed(0)
-    m = _keep_mask((400, 500), 0.9, torch.float32)
+    m = keep_mask((400, 500), 0.9, torch.float32)
     assert m.unique().tolist() == pytest.approx([0.0, 1 / 0.9])
     assert (m > 0).float().mean().item() == pytest.approx(0.9, abs=0.003)
     assert m.mean().item() == pytest.approx(1.0, abs=0.004)
@@ -392,7 +392,7 @@ def test_attention_dropout_drops_pattern_weights_like_the_single_model(shared_qu
     torch.manual_seed(7)
     got = st.tower("vision", tokens, readout)[0]
     torch.manual_seed(7)  # the same draw: the mask of the pattern, [K, B, P, H] (shortcut) or [K, B, H, P]
-    mask = _keep_mask((1, B, P, H) if shared_query else (1, B, H, P), 0.6, torch.float32)[0]
+    mask = keep_mask((1, B, P, H) if shared_query else (1, B, H, P), 0.6, torch.float32)[0]
     mask = mask.transpose(1, 2) if shared_query else mask  # [B, H, P]: the CLS row of each head
 
     def drop_cls_row(pattern, hook):

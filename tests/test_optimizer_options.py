@@ -16,7 +16,7 @@ from hooked_clip1d.settings import TrainConfig, dense_schedule
 from hooked_clip1d.training.batched import BatchedTrainer, Member
 from hooked_clip1d.training.members import group_key
 from hooked_clip1d.training.stacked import StackedCLIP
-from hooked_clip1d.training.stacked_ops import _keep_mask
+from hooked_clip1d.training.stacked_ops import keep_mask
 from hooked_clip1d.training.trainer import Trainer, make_optimizer
 
 D6 = DataConfig(n_labels=6, n_heldout=2, n2=2)  # 54 training pairs: 4 steps of 16 an epoch, the last short
@@ -138,7 +138,7 @@ def test_embedding_dropout_drops_the_embeddings_like_the_single_model(shared_que
     torch.manual_seed(7)
     got = st.tower("vision", tokens, readout)[0]
     torch.manual_seed(7)
-    mask = _keep_mask((1, B, P, D), 0.6, torch.float32)[0]
+    mask = keep_mask((1, B, P, D), 0.6, torch.float32)[0]
     model.eval()
     want = model.vision.run_with_hooks(tokens[0], fwd_hooks=[("blocks.0.hook_resid_pre", lambda x, hook: x * mask)])
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -89,10 +89,10 @@ def test_amp_keeps_the_clip_head_in_fp32():
     """Under bf16 autocast the towers run in bf16 but the projection, cosines and temperature do not: the loss equals
     the head computed by hand in fp32 from the autocast towers' outputs (a bf16 head is ~1e-3 off)."""
     g = _group(amp=True)
-    m, imgs, caps = g.model, g._images_all[:, :16], g._captions_all[:, :16, : g.Pt]
+    m, imgs, caps = g.model, g.state.tables.images[:, :16], g.state.tables.captions[:, :16, :-1]
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        img, txt = m.tower("vision", imgs, 0), m.tower("text", caps, g.text_readout)
-        loss = m.loss(imgs, caps, g.text_readout)
+        img, txt = m.tower("vision", imgs, 0), m.tower("text", caps, g.state.tables.text_readout)
+        loss = m.loss(imgs, caps, g.state.tables.text_readout)
         bf16_proj = torch.bmm(txt, m.params["W_proj"])
     assert bf16_proj.dtype == torch.bfloat16  # autocast is on: a matmul in it runs in bf16
 

@@ -35,7 +35,7 @@ from hooked_clip1d.data.dataset import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.files import atomic_write_text
 from hooked_clip1d.model.clip import CLIP1D
-from hooked_clip1d.training.retrain import _data_config, prune_and_retrain, prune_heads, retrain_batched
+from hooked_clip1d.training.retrain import data_config_of, prune_and_retrain, prune_heads, retrain_batched
 from hooked_clip1d.training.trainer import TrainConfig
 
 
@@ -92,7 +92,7 @@ def head_subset_sweep(
         raise ValueError(
             f"n_kept must be ints in 1..{len(heads)} (the unpruned heads of the {tower} tower), got {n_kept!r}"
         )
-    data_cfg = _data_config(model, dataset)
+    data_cfg = data_config_of(model, dataset)
     ds = dataset if isinstance(dataset, Dataset) else build_dataset(data_cfg)
     was_training = model.training
     model.eval()

@@ -47,13 +47,14 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from hooked_clip1d.data.dataset import DataConfig, Dataset, EpochPermutations, build_dataset
-from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
+from hooked_clip1d.data.dataset import Dataset, EpochPermutations, build_dataset
+from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.training.graph_step import StepGraph, check_graph_step
-from hooked_clip1d.training.group_io import GROUP_CHECKPOINT, GroupFiles
-from hooked_clip1d.training.members import Member, _mix_seeds, check_members
+from hooked_clip1d.training.group_io import GroupFiles
+from hooked_clip1d.training.group_state import GroupState, pair_tables
+from hooked_clip1d.training.members import Member, check_members, mix_seeds
 from hooked_clip1d.training.param_groups import decay_mask, frozen_mask, held_value
-from hooked_clip1d.training.run_config import RunConfig
+from hooked_clip1d.training.run_config import RunConfig, run_args
 from hooked_clip1d.training.rundir import (
     RunLock,
     TrainingInterrupted,
@@ -65,11 +66,29 @@ from hooked_clip1d.training.rundir import (
 from hooked_clip1d.training.stacked import StackedCLIP
 from hooked_clip1d.training.stacked_adamw import StackedAdamW
 from hooked_clip1d.training.stacked_ops import DropoutRNG
-from hooked_clip1d.training.trainer import TrainConfig, TrainRun, save_snapshot
+from hooked_clip1d.training.trainer import TrainRun, save_snapshot
+
+
+class _StateAttr:
+    """A ``BatchedTrainer`` attribute that is the field (or method) of the same name of its ``state``, read and
+    written there: the trainer's long-standing attributes stay where callers look for them."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        return self if obj is None else getattr(obj.state, self.name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        setattr(obj.state, self.name, value)
 
 
 class BatchedTrainer:
     """Train ``members`` together (see the module docstring); each writes a ``Trainer``-style run directory.
+
+    The group's state (members, data, stacked model, optimizer, step, ...) is ``self.state``, a
+    ``group_state.GroupState``, which its files (``self.files``, a ``group_io.GroupFiles``) and its whole-step graph
+    receive; ``model``, ``opt``, ``step``, ``active`` and the other attributes below read (and write) it.
 
     Args:
         members: the runs; their shapes must agree (``group_key``).
@@ -85,6 +104,25 @@ class BatchedTrainer:
             (``graph_step`` module; not with ``compile``).
     """
 
+    members = _StateAttr()
+    names = _StateAttr()
+    datasets = _StateAttr()
+    streams = _StateAttr()
+    total_steps = _StateAttr()
+    model = _StateAttr()
+    opt = _StateAttr()
+    dropout_rng = _StateAttr()
+    device = _StateAttr()
+    out_dir = _StateAttr()
+    active = _StateAttr()
+    step = _StateAttr()
+    elapsed = _StateAttr()
+    loss_sum = _StateAttr()
+    finished = _StateAttr()
+    member_dir = _StateAttr()
+    member_model = _StateAttr()
+    run_config = _StateAttr()
+
     def __init__(
         self,
         members: Sequence[Member],
@@ -99,166 +137,86 @@ class BatchedTrainer:
         cudagraphs: bool = False,
         graph_step: bool = False,
     ):
-        self.names = check_members(members)  # they can train as one group
+        names = check_members(members)  # they can train as one group
         if member_dirs is not None and (len(member_dirs) != len(members) or out_dir is None):
             raise ValueError("member_dirs needs an out_dir and one directory per member")
         if compile and dropout_rng == "matched" and any(m.model_cfg.vision.dropout for m in members):
             raise ValueError("compile=True needs dropout_rng='fast' (matched dropout draws from per-member generators)")
         if cudagraphs and not compile:
             raise ValueError("cudagraphs=True needs compile=True (CUDA graphs of the compiled stacked loss)")
-        self.members = list(members)
-        self.out_dir = Path(out_dir) if out_dir is not None else None
-        self._member_dirs = None if member_dirs is None else [Path(d) for d in member_dirs]
-        self.dropout_rng: DropoutRNG = dropout_rng
-        self.amp = amp
-        self.compile = compile
-        self.cudagraphs = cudagraphs
+        self.amp, self.compile, self.cudagraphs = amp, compile, cudagraphs
+        self.compiled_loss: Any = None  # torch.compile of model.loss, made by the first run
         tc0 = members[0].train_cfg
-        self.device = torch.device(tc0.device)
-        self.bs = tc0.batch_size or members[0].data_cfg.batch_size
-        pairs = self._build_data()
+        bs = tc0.batch_size or members[0].data_cfg.batch_size
+        datasets, streams, pairs = _member_data(members, bs)
 
         self._caller_rng = torch.get_rng_state()  # restored at the end of __init__ (and around run)
         try:  # every failure below gives the caller's RNG back (_open_directories restores it itself)
-            models = self._build_models()  # seeds the global RNG: the members' initial weights, the dropout stream
-            self._build_tables(pairs)
-            self._build_optimizer(models, graph_step)
-            self._start_state(group_checkpoint_every)
+            models, model = _stack_members(members, dropout_rng, torch.device(tc0.device))  # seeds the global RNG
+            self.state = GroupState(
+                members=list(members),
+                names=names,
+                member_cfgs=[mdl.cfg for mdl in models],  # with init seeds filled in (what Trainer saves)
+                datasets=datasets,
+                streams=streams,
+                total_steps=[m.train_cfg.epochs * s.spe for m, s in zip(members, streams, strict=True)],
+                tables=pair_tables(model, pairs),
+                batch_size=bs,
+                model=model,
+                opt=_optimizer(model, members, models),
+                dropout_rng=dropout_rng,
+                device=model.device,
+                out_dir=Path(out_dir) if out_dir is not None else None,
+                member_dirs=None if member_dirs is None else [Path(d) for d in member_dirs],
+            )
+            self.scheduled = tc0.lr_schedule != "constant"  # every member's lr follows tc0.lr_at (group_key)
+            if graph_step and (self.scheduled or tc0.optimizer != "adamw"):
+                raise ValueError(
+                    "graph_step=True replays AdamW at a fixed learning rate; it does not implement "
+                    f"optimizer={tc0.optimizer!r} or lr_schedule={tc0.lr_schedule!r}"
+                )
+            if graph_step:
+                check_graph_step(self.state, compile)
+            self.graph = StepGraph() if graph_step else None
+            self.group_checkpoint_every = _group_checkpoint_every(group_checkpoint_every, members, streams)
         except BaseException:
             torch.set_rng_state(self._caller_rng)
             raise
+        self.files = GroupFiles(self.state)  # the member run directories and the group checkpoint
         self._open_directories(resume)
         self._rng = torch.get_rng_state()  # the group's own stream (dropout); the caller's is given back
         torch.set_rng_state(self._caller_rng)
 
-    # ---- construction (the steps of __init__, in its order) ------------------------------------------------------
-
-    def _build_data(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Every member's dataset, per-epoch data order and step count; returns its training (images, captions)."""
-        self.datasets: list[Dataset] = [build_dataset(m.data_cfg) for m in self.members]
-        pairs = [ds.training_pairs() for ds in self.datasets]
-        self.streams = [
-            EpochPermutations(len(im), self.bs, m.train_cfg.seed)
-            for (im, _), m in zip(pairs, self.members, strict=True)
-        ]
-        self.total_steps = [m.train_cfg.epochs * s.spe for m, s in zip(self.members, self.streams, strict=True)]
-        return pairs
-
-    def _build_models(self) -> list[CLIP1D]:
-        """The members' initial models (seeded as ``Trainer`` seeds its own) stacked into ``self.model``; with
-        ``dropout_rng="fast"`` the global RNG is then seeded for the group's dropout stream."""
-        models = []
-        for m in self.members:
-            torch.manual_seed(m.train_cfg.seed)  # as Trainer does before building its model
-            model = m.init_model if m.init_model is not None else CLIP1D(m.model_cfg, seed=m.train_cfg.seed)
-            models.append(model)
-        seeds = [m.train_cfg.seed for m in self.members]
-        self.model = StackedCLIP(models, self.dropout_rng, seeds=seeds, device=self.device)
-        self.model.train()
-        if self.dropout_rng == "fast":
-            torch.manual_seed(_mix_seeds(seeds))  # the group's dropout stream
-        self.member_cfgs = [mdl.cfg for mdl in models]  # with init seeds filled in (what Trainer saves)
-        return models
-
-    def _build_tables(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Every member's training pairs in one padded tensor per tower on the device, remapped to the padded
-        vocabulary; the captions' last column holds their readout position (the first EOT)."""
-        m_max = max(len(im) for im, _ in pairs)
-        Pv, Pt = pairs[0][0].shape[1], pairs[0][1].shape[1]
-        K = len(self.members)
-        images = torch.zeros(K, m_max, Pv, dtype=torch.long)
-        captions = torch.zeros(K, m_max, Pt + 1, dtype=torch.long)  # last column: text readout position
-        for k, (im, cap) in enumerate(pairs):
-            eot = self.model.tower_cfg["text"].vocab.eot
-            cap_r = self.model.remap_tokens(cap, k)
-            images[k, : len(im)] = self.model.remap_tokens(im, k)
-            captions[k, : len(cap), :Pt] = cap_r
-            captions[k, : len(cap), Pt] = (cap_r == eot).int().argmax(-1)
-        cls = self.model.tower_cfg["vision"].vocab.cls
-        if not all(bool((images[k, : len(im), 0] == cls).all()) for k, (im, _) in enumerate(pairs)):
-            raise ValueError("every training image must start with CLS")
-        r_all = torch.cat([captions[k, : len(cap), Pt] for k, (_, cap) in enumerate(pairs)])
-        # one EOT position for every caption (the paper's templates): a static readout
-        self.text_readout: int | None = int(r_all[0]) if bool((r_all == r_all[0]).all()) else None
-        self.m_max = m_max
-        self._images_all, self._captions_all = images.to(self.device), captions.to(self.device)
-        self.Pt = Pt
-
-    def _build_optimizer(self, models: Sequence[CLIP1D], graph_step: bool) -> None:
-        """``StackedAdamW`` over the stacked parameters (per-member lr, weight decay and masks) and, with
-        ``graph_step``, the whole-step CUDA graph."""
-        tc0 = self.members[0].train_cfg
-        decay_masks, grad_masks = self._masks(models)
-        self.opt = StackedAdamW(
-            list(self.model.flat),
-            lr=[m.train_cfg.lr for m in self.members],
-            weight_decay=[m.train_cfg.weight_decay for m in self.members],
-            betas=tc0.betas,
-            eps=tc0.eps,
-            decay_masks=decay_masks,
-            grad_masks=grad_masks,
-            coupled=tc0.optimizer == "adam",
-        )
-        with torch.no_grad():  # held parameters (TrainConfig.fixed_temperature): set after the optimizer zeroed them
-            for name, p in self.model.params.items():
-                for k, mb in enumerate(self.members):
-                    held = held_value(name, mb.train_cfg.fixed_temperature)
-                    if held is not None:
-                        p[k] = held
-        self.scheduled = tc0.lr_schedule != "constant"  # every member's lr follows tc0.lr_at (group_key)
-        if graph_step and (self.scheduled or tc0.optimizer != "adamw"):
-            raise ValueError(
-                "graph_step=True replays AdamW at a fixed learning rate; it does not implement "
-                f"optimizer={tc0.optimizer!r} or lr_schedule={tc0.lr_schedule!r}"
-            )
-        self._graph = StepGraph() if graph_step else None
-        if graph_step:
-            check_graph_step(self)
-
-    def _start_state(self, group_checkpoint_every: int | None) -> None:
-        """The loop's state at step 0 (every member active) and the group checkpoint interval."""
-        K = len(self.members)
-        self.active = list(range(K))  # member indices still training, in stack order
-        self.step = 0
-        self.elapsed = 0.0
-        self.loss_sum = torch.zeros(K, device=self.device)
-        self.n_loss = [0] * K
-        self.finished: dict[int, TrainRun] = {}
-        self.last_metrics: dict[int, dict[str, Any]] = {}
-        if group_checkpoint_every is None:
-            pairs_ms = zip(self.members, self.streams, strict=True)
-            group_checkpoint_every = min(m.train_cfg.checkpoint_every * s.spe for m, s in pairs_ms)
-        if group_checkpoint_every < 1:
-            raise ValueError(f"group_checkpoint_every must be >= 1, got {group_checkpoint_every}")
-        self.group_checkpoint_every = group_checkpoint_every
-        self.eval_models: dict[int, CLIP1D] = {}
+    @property
+    def group_ckpt(self) -> Path | None:
+        """The group checkpoint's path (``files.group_ckpt``); None without an out_dir."""
+        return self.files.group_ckpt
 
     def _open_directories(self, resume: bool) -> None:
-        """The group's files (``GroupFiles``); with an out_dir, lock the group's and members' directories, clean
-        stale temporary files, and resume (``resume``) or refuse directories that already hold runs. A failure
-        releases the locks and gives the caller's RNG back."""
-        K = len(self.members)
-        self.files = GroupFiles(self)  # the member run directories and the group checkpoint
+        """With an out_dir, lock the group's and members' directories, clean stale temporary files, and resume
+        (``resume``) or refuse directories that already hold runs. A failure releases the locks and gives the
+        caller's RNG back."""
+        st = self.state
+        K = len(st.members)
         self.locks: list[RunLock] = []
-        if self.out_dir is not None:
-            self.group_ckpt = self.out_dir / GROUP_CHECKPOINT
+        if st.out_dir is not None:
             try:
                 for i in range(K):
-                    check_run_dir(self.member_dir(i), f"member {self.names[i]!r}'s directory")
-                self.locks.append(RunLock(self.out_dir, "batched group directory").acquire())
+                    check_run_dir(st.member_dir(i), f"member {st.names[i]!r}'s directory")
+                self.locks.append(RunLock(st.out_dir, "batched group directory").acquire())
                 for i in range(K):
-                    if Path(self.member_dir(i)).resolve() != self.out_dir.resolve():  # train_fast: one folder
-                        lock = RunLock(self.member_dir(i), f"member {self.names[i]!r}'s run directory")
+                    if Path(st.member_dir(i)).resolve() != st.out_dir.resolve():  # train_fast: one folder
+                        lock = RunLock(st.member_dir(i), f"member {st.names[i]!r}'s run directory")
                         self.locks.append(lock.acquire())
-                for d in [self.out_dir, *(self.member_dir(i) for i in range(K))]:
+                for d in [st.out_dir, *(st.member_dir(i) for i in range(K))]:
                     clean_stale_tmp(d)
                 if resume:
                     self.files.resume()
                 else:
-                    used = [n for i, n in enumerate(self.names) if (self.member_dir(i) / "metrics.jsonl").exists()]
-                    if self.group_ckpt.exists() or used:
+                    used = [n for i, n in enumerate(st.names) if (st.member_dir(i) / "metrics.jsonl").exists()]
+                    if self.files.group_ckpt.exists() or used:
                         raise FileExistsError(
-                            f"{str(self.out_dir)!r} already holds runs {used}; resume them (resume=True) or use a new "
+                            f"{str(st.out_dir)!r} already holds runs {used}; resume them (resume=True) or use a new "
                             "directory"
                         )
             except BaseException:
@@ -274,56 +232,6 @@ class BatchedTrainer:
         for lock in reversed(self.locks):
             lock.release()
 
-    def _masks(self, models: Sequence[CLIP1D]) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
-        """Stacked decay and gradient masks (``param_groups``) of every parameter; None where no member needs one."""
-        decay: list[torch.Tensor | None] = []
-        grad: list[torch.Tensor | None] = []
-        for name, p in zip(self.model.names, self.model.flat, strict=True):
-            dm, gm, any_d, any_g = [], [], False, False
-            for mb, model in zip(self.members, models, strict=True):
-                shape = model.state_dict()[name].shape
-                tc = mb.train_cfg
-                held = held_value(name, tc.fixed_temperature) is not None
-                fm = 0.0 if held else frozen_mask(name, model.cfg, tc.frozen)
-                mask = (
-                    0.0 if isinstance(fm, float) else decay_mask(name, model.cfg, tc.no_decay, tc.qk_bias_decay_scale)
-                )
-                any_d |= mask is not None
-                any_g |= fm is not None
-                dm.append(torch.ones(shape) if mask is None else torch.as_tensor(mask).expand(shape).clone())
-                gm.append(torch.ones(shape) if fm is None else torch.as_tensor(fm).expand(shape).clone())
-            decay.append(self.model.stack(name, dm).to(p.dtype) if any_d else None)
-            grad.append(self.model.stack(name, gm).to(p.dtype) if any_g else None)
-        return decay, grad
-
-    # ---- member views ---------------------------------------------------------------------------------------------
-    def member_dir(self, i: int) -> Path | None:
-        """Where member ``i`` writes its run files (None without an out_dir)."""
-        if self.out_dir is None:
-            return None
-        return self._member_dirs[i] if self._member_dirs is not None else self.out_dir / self.names[i]
-
-    def member_model(self, i: int) -> CLIP1D:
-        """Member ``i`` (an index into ``members``) as a ``CLIP1D`` in eval mode (a copy of its current weights)."""
-        if i not in self.active:
-            raise ValueError(f"member {i} is not training any more; see finished[{i}].model")
-        if i not in self.eval_models:
-            m = CLIP1D(self.member_cfgs[i])
-            m.data_config = self.members[i].data_cfg
-            self.eval_models[i] = m.to(self.device)
-        model = self.eval_models[i]
-        model.load_state_dict(self.model.member_state_dict(self.active.index(i)))
-        return model.eval()
-
-    def run_config(self, i: int) -> RunConfig:
-        """Member ``i``'s run (its model config with the init seeds filled in, as ``Trainer`` saves it)."""
-        m = self.members[i]
-        return RunConfig(self.member_cfgs[i], m.data_cfg, m.train_cfg)
-
-    def configs(self, i: int) -> dict[str, Any]:
-        return self.run_config(i).to_dict()
-
-    # ---- checkpoints and member files: group_io.GroupFiles -----------------------------------------------------
     def save_group_checkpoint(self) -> None:
         """Save everything needed to continue the whole group from this step (``GroupFiles``)."""
         self.files.save_group_checkpoint()
@@ -332,73 +240,43 @@ class BatchedTrainer:
         self.files.write_metrics(i, epoch)
 
     # ---- loop -----------------------------------------------------------------------------------------------------
-    def _chunk(self, n_steps: int) -> tuple[torch.Tensor, torch.Tensor, list[list[int] | None]]:
-        """Index batches of the next ``n_steps`` global steps: idx [S, K, bs] (into each member's pairs),
-        valid [S, K, bs], and per step None (all batches full) or each member's number of valid rows."""
-        K, bs = len(self.active), self.bs
-        idx = torch.zeros(n_steps, K, bs, dtype=torch.long)
-        valid = torch.ones(n_steps, K, bs, dtype=torch.bool)
-        for k, i in enumerate(self.active):
-            st = self.streams[i]
-            s = self.step
-            end = self.step + n_steps
-            while s < end:
-                epoch, off = divmod(s, st.spe)
-                perm = st.perm(epoch)
-                n = min(st.spe - off, end - s)
-                padded = torch.zeros(st.spe * bs, dtype=torch.long)
-                padded[: st.m] = perm
-                block = padded.view(st.spe, bs)[off : off + n]
-                counts = (torch.arange(off, off + n) * bs).neg().add(st.m).clamp(max=bs)  # valid rows per step
-                idx[s - self.step : s - self.step + n, k] = block
-                valid[s - self.step : s - self.step + n, k] = torch.arange(bs)[None, :] < counts[:, None]
-                s += n
-            st.forget_before(self.step // st.spe)
-        counts = valid.sum(-1)  # [S, K]
-        short = [c if min(c) < bs else None for c in counts.tolist()]
-        offs = (torch.tensor(self.active) * self.m_max)[None, :, None]
-        return (idx + offs).to(self.device), valid.to(self.device), short
-
     def _next_event(self) -> int:
         """The next global step at which some member evaluates, checkpoints or finishes, or the group checkpoints."""
-        nxt = (self.step // self.group_checkpoint_every + 1) * self.group_checkpoint_every
-        for i in self.active:
-            m, s = self.members[i].train_cfg, self.streams[i]
-            nxt = min(nxt, self.total_steps[i])
+        st = self.state
+        nxt = (st.step // self.group_checkpoint_every + 1) * self.group_checkpoint_every
+        for i in st.active:
+            m, s = st.members[i].train_cfg, st.streams[i]
+            nxt = min(nxt, st.total_steps[i])
             every = math.gcd(m.eval_every, m.checkpoint_every) * s.spe
-            nxt = min(nxt, (self.step // every + 1) * every)
-            later = [e * s.spe for e in m.snapshot_epochs if e * s.spe > self.step]
+            nxt = min(nxt, (st.step // every + 1) * every)
+            later = [e * s.spe for e in m.snapshot_epochs if e * s.spe > st.step]
             if later:
                 nxt = min(nxt, later[0])
         return nxt
 
     def _events(self) -> None:
         """Evaluate / checkpoint / finish the members whose epoch boundary is this step."""
+        st = self.state
         done = []
-        for i in list(self.active):
-            m, st = self.members[i].train_cfg, self.streams[i]
-            if self.step % st.spe:
+        for i in list(st.active):
+            m, stream = st.members[i].train_cfg, st.streams[i]
+            if st.step % stream.spe:
                 continue
-            epoch = self.step // st.spe
-            last = self.step == self.total_steps[i]
+            epoch = st.step // stream.spe
+            last = st.step == st.total_steps[i]
             if epoch % m.eval_every == 0 or last:
                 self._write_metrics(i, epoch)  # through a method of its own: a subclass may hook in
-            if self.out_dir is not None and (epoch % m.checkpoint_every == 0 or last):
+            if st.out_dir is not None and (epoch % m.checkpoint_every == 0 or last):
                 self.files.save_member_checkpoint(i, epoch)
-            if self.out_dir is not None and epoch in m.snapshot_epochs:
-                save_snapshot(self.member_model(i), self.member_dir(i), epoch, self.members[i].data_cfg)
+            if st.out_dir is not None and epoch in m.snapshot_epochs:
+                save_snapshot(st.member_model(i), st.member_dir(i), epoch, st.members[i].data_cfg)
             if last:
                 done.append(i)
         for i in done:
-            self.finished[i] = self.files.finish(i)
+            st.finished[i] = self.files.finish(i)
         if done:
-            keep_rows = [k for k, i in enumerate(self.active) if i not in done]
-            if keep_rows:
-                self.loss_sum = self.loss_sum[keep_rows].clone()
-                self.model.keep(keep_rows)
-                self.opt.keep(keep_rows, list(self.model.flat))
-            self.active = [i for i in self.active if i not in done]
-        if self.active and (done or self.step % self.group_checkpoint_every == 0):
+            st.keep([i for i in st.active if i not in done])
+        if st.active and (done or st.step % self.group_checkpoint_every == 0):
             self.files.save_group_checkpoint()
 
     def run(
@@ -423,12 +301,26 @@ class BatchedTrainer:
         try:
             with stop_on_signal():
                 runs = self._run(progress, max_steps, chunk_steps, desc, position, deadline)
-                if (sig := stop_requested()) and self.active:
-                    where = f"step {self.step}/{max(self.total_steps)}"
-                    raise TrainingInterrupted.at(sig, "group", where, str(self.out_dir))
+                if (sig := stop_requested()) and self.state.active:
+                    where = f"step {self.state.step}/{max(self.state.total_steps)}"
+                    raise TrainingInterrupted.at(sig, "group", where, str(self.state.out_dir))
                 return runs
         finally:
             self.release_locks()
+
+    def _loss_fn(self) -> Any:
+        """The stacked loss the steps call: ``model.loss``, or with ``compile`` its compiled version (made once)."""
+        if not self.compile:
+            return self.state.model.loss
+        if self.compiled_loss is None:
+            # inductor's attention fusion (fx_passes/fuse_attention) rewrites the stacked [model, batch, head, ...]
+            # attention into scaled_dot_product_attention wrongly: on the full preset the compiled loss silently
+            # differs from eager (and on small shapes fails to compile); without the pattern passes it matches eager
+            # cudagraphs: replay the compiled forward/backward as CUDA graphs (these models are tiny, so a GPU step
+            # is bound by kernel launches); inductor ignores it on the CPU
+            opts = {"pattern_matcher": False, "triton.cudagraphs": self.cudagraphs}
+            self.compiled_loss = torch.compile(self.state.model.loss, options=opts)
+        return self.compiled_loss
 
     def _run(
         self,
@@ -439,108 +331,180 @@ class BatchedTrainer:
         position: int | None,
         deadline: float | None,
     ) -> list[TrainRun]:
+        st = self.state
         self.files.write_configs()
-        threads = max((m.train_cfg.threads or 0) for m in self.members)
+        threads = max((m.train_cfg.threads or 0) for m in st.members)
         old_threads = torch.get_num_threads()
         if threads:
             torch.set_num_threads(threads)
-        total = max(self.total_steps)
-        stop_at = total if max_steps is None else min(total, self.step + max_steps)
-        bar = tqdm(total=total, initial=self.step, desc=desc or f"group of {len(self.members)}", unit="step",
+        total = max(st.total_steps)
+        stop_at = total if max_steps is None else min(total, st.step + max_steps)
+        bar = tqdm(total=total, initial=st.step, desc=desc or f"group of {len(st.members)}", unit="step",
                    disable=not progress, mininterval=1.0, position=position)  # fmt: skip
-        t0 = time.perf_counter() - self.elapsed
+        t0 = time.perf_counter() - st.elapsed
         caller_rng = torch.get_rng_state()
         torch.set_rng_state(self._rng)
-        model = self.model
-        if self.compile and getattr(self, "_compiled_loss", None) is None:
-            # inductor's attention fusion (fx_passes/fuse_attention) rewrites the stacked [model, batch, head, ...]
-            # attention into scaled_dot_product_attention wrongly: on the full preset the compiled loss silently
-            # differs from eager (and on small shapes fails to compile); without the pattern passes it matches eager
-            # cudagraphs: replay the compiled forward/backward as CUDA graphs (these models are tiny, so a GPU step
-            # is bound by kernel launches); inductor ignores it on the CPU
-            opts = {"pattern_matcher": False, "triton.cudagraphs": self.cudagraphs}
-            self._compiled_loss = torch.compile(model.loss, options=opts)
-        loss_fn = self._compiled_loss if self.compile else model.loss
-        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp)
+        loss_fn = self._loss_fn()
+        autocast = torch.autocast(st.device.type, dtype=torch.bfloat16, enabled=self.amp)
         # a compiled group recompiles as members finish and leave the stack (a new K; at most two graphs per size, as
         # dynamo may first specialise and then mark K dynamic); dynamo's default limit of 8 would send a group of more
         # than a few sizes back to eager (slower than never compiling)
-        limit = max(torch._dynamo.config.recompile_limit, 2 * len(self.members) + 4)
+        limit = max(torch._dynamo.config.recompile_limit, 2 * len(st.members) + 4)
         try:
-            if self.step == 0 and self.out_dir is not None:  # the initial weights, where a schedule asks for them
-                for i in self.active:
-                    if 0 in self.members[i].train_cfg.snapshot_epochs:
-                        save_snapshot(self.member_model(i), self.member_dir(i), 0, self.members[i].data_cfg)
+            if st.step == 0 and st.out_dir is not None:  # the initial weights, where a schedule asks for them
+                for i in st.active:
+                    if 0 in st.members[i].train_cfg.snapshot_epochs:
+                        save_snapshot(st.member_model(i), st.member_dir(i), 0, st.members[i].data_cfg)
             with torch._dynamo.config.patch(
                 recompile_limit=limit,
                 accumulated_recompile_limit=max(torch._dynamo.config.accumulated_recompile_limit, 4 * limit),
             ):
-                while self.active and self.step < stop_at:
+                while st.active and st.step < stop_at:
                     nxt = min(self._next_event(), stop_at)
-                    n = min(nxt - self.step, chunk_steps)
-                    n = self._steps(n, loss_fn, autocast, deadline)  # fewer if the deadline or a signal came
+                    n = self._steps(min(nxt - st.step, chunk_steps), loss_fn, autocast, deadline)  # fewer if stopped
                     bar.update(n)
-                    bad = [i for k, i in enumerate(self.active) if not bool(torch.isfinite(self.loss_sum[k]))]
-                    if bad:
-                        raise FloatingPointError(
-                            f"training loss of {[self.names[i] for i in bad]} is not finite in steps "
-                            f"{self.step - n + 1}-{self.step}; the group stopped, its last good checkpoints are kept"
-                        )
-                    for i in self.active:
-                        self.n_loss[i] += n
-                    self.elapsed = time.perf_counter() - t0
-                    if self.step == nxt:
+                    self._check_finite(n)
+                    for i in st.active:
+                        st.n_loss[i] += n
+                    st.elapsed = time.perf_counter() - t0
+                    if st.step == nxt:
                         self._events()
-                        if self.active:
-                            bar.set_postfix(active=len(self.active), refresh=False)
+                        if st.active:
+                            bar.set_postfix(active=len(st.active), refresh=False)
                     if (deadline is not None and time.time() >= deadline) or stop_requested():
                         break
-            self.elapsed = time.perf_counter() - t0
-            if self.active and self.step % self.group_checkpoint_every:
+            st.elapsed = time.perf_counter() - t0
+            if st.active and st.step % self.group_checkpoint_every:
                 self.files.save_group_checkpoint()  # stopped early (max_steps, deadline, signal): resumable from here
         finally:
             bar.close()
             torch.set_num_threads(old_threads)
             self._rng = torch.get_rng_state()
             torch.set_rng_state(caller_rng)
-        return [self.finished[i] for i in sorted(self.finished)]
+        return [st.finished[i] for i in sorted(st.finished)]
 
-    def _losses(self, loss_fn: Any, flat: torch.Tensor, valid: torch.Tensor | None, n_valid: Any) -> torch.Tensor:
-        """Each active member's loss [K] on the batch whose rows of the padded pair tables are ``flat`` [K * bs]
-        (``valid`` [K, bs]: the batch mask, or None when every batch is full); shared by the eager step and the
-        whole-step graph (``graph_step``)."""
-        K, bs, Pt = len(self.active), self.bs, self.Pt
-        images = self._images_all.view(-1, self._images_all.shape[-1]).index_select(0, flat).view(K, bs, -1)
-        caps = self._captions_all.view(-1, self._captions_all.shape[-1]).index_select(0, flat).view(K, bs, -1)
-        r_t = caps[..., Pt] if self.text_readout is None else self.text_readout
-        return loss_fn(images, caps[..., :Pt], r_t, valid, n_valid)
+    def _check_finite(self, n: int) -> None:
+        """Stop the group with ``FloatingPointError`` if some member's loss of the last ``n`` steps is not finite."""
+        st = self.state
+        bad = [i for k, i in enumerate(st.active) if not bool(torch.isfinite(st.loss_sum[k]))]
+        if bad:
+            raise FloatingPointError(
+                f"training loss of {[st.names[i] for i in bad]} is not finite in steps {st.step - n + 1}-{st.step}; "
+                "the group stopped, its last good checkpoints are kept"
+            )
 
     def _steps(self, n: int, loss_fn: Any, autocast: Any, deadline: float | None = None) -> int:
         """Take the next ``n`` global steps (forward, backward, AdamW) for every active member; stop early, after
         any step, once ``deadline`` (a ``time.time()``) has passed or a stop signal came (a chunk of a full-model
         group takes minutes on a CPU). Returns the number of steps taken."""
-        idx, valid, short = self._chunk(n)
-        if self._graph is not None:
+        st = self.state
+        idx, valid, short = st.batches(n)
+        if self.graph is not None:
             done = lambda: (deadline is not None and time.time() >= deadline) or bool(stop_requested())  # noqa: E731
-            return self._graph.steps(self, idx, valid, autocast, done)
+            return self.graph.steps(st, idx, valid, autocast, done)
+        opt, matched = st.opt, st.dropout_rng == "matched"
+        if self.scheduled:
+            i0 = st.active[0]
+            tc0, total0, spe0 = st.members[i0].train_cfg, st.total_steps[i0], st.streams[i0].spe
         for j in range(n):
             with autocast:
                 sj = short[j]  # None: every batch full; else each member's valid rows
                 # compiled: always a mask (all True on full batches), so full and short batches share one graph
                 v_j = valid[j] if sj is not None or self.compile else None
-                n_v = sj if self.dropout_rng == "matched" else None
-                losses = self._losses(loss_fn, idx[j].view(-1), v_j, n_v)
-            self.opt.zero_grad()
+                losses = st.losses(loss_fn, idx[j].view(-1), v_j, sj if matched else None)
+            opt.zero_grad()
             losses.sum().backward()
             if self.scheduled:
-                i0 = self.active[0]
-                self.opt.set_lr(self.members[i0].train_cfg.lr_at(self.step, self.total_steps[i0], self.streams[i0].spe))
-            self.opt.step()
-            self.loss_sum += losses.detach().float()
-            self.step += 1
+                opt.set_lr(tc0.lr_at(st.step, total0, spe0))
+            opt.step()
+            st.loss_sum += losses.detach().float()
+            st.step += 1
             if (deadline is not None and time.time() >= deadline) or stop_requested():
                 return j + 1
         return n
+
+
+def _member_data(
+    members: Sequence[Member], bs: int
+) -> tuple[list[Dataset], list[EpochPermutations], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Every member's dataset, per-epoch data order (``Trainer``'s generator) and training (images, captions)."""
+    datasets = [build_dataset(m.data_cfg) for m in members]
+    pairs = [ds.training_pairs() for ds in datasets]
+    streams = [EpochPermutations(len(im), bs, m.train_cfg.seed) for (im, _), m in zip(pairs, members, strict=True)]
+    return datasets, streams, pairs
+
+
+def _stack_members(
+    members: Sequence[Member], dropout_rng: DropoutRNG, device: torch.device
+) -> tuple[list[CLIP1D], StackedCLIP]:
+    """The members' initial models (seeded as ``Trainer`` seeds its own) and the ``StackedCLIP`` of them, in train
+    mode; with ``dropout_rng="fast"`` the global RNG is then seeded for the group's dropout stream."""
+    models = []
+    for m in members:
+        torch.manual_seed(m.train_cfg.seed)  # as Trainer does before building its model
+        models.append(m.init_model if m.init_model is not None else CLIP1D(m.model_cfg, seed=m.train_cfg.seed))
+    seeds = [m.train_cfg.seed for m in members]
+    model = StackedCLIP(models, dropout_rng, seeds=seeds, device=device)
+    model.train()
+    if dropout_rng == "fast":
+        torch.manual_seed(mix_seeds(seeds))  # the group's dropout stream
+    return models, model
+
+
+def _optimizer(model: StackedCLIP, members: Sequence[Member], models: Sequence[CLIP1D]) -> StackedAdamW:
+    """``StackedAdamW`` over the stacked parameters (per-member lr, weight decay and masks); held parameters
+    (``TrainConfig.fixed_temperature``) set to their values after it zeroed the frozen ones."""
+    tc0 = members[0].train_cfg
+    decay_masks, grad_masks = _masks(model, members, models)
+    opt = StackedAdamW(
+        list(model.flat),
+        lr=[m.train_cfg.lr for m in members],
+        weight_decay=[m.train_cfg.weight_decay for m in members],
+        betas=tc0.betas,
+        eps=tc0.eps,
+        decay_masks=decay_masks,
+        grad_masks=grad_masks,
+        coupled=tc0.optimizer == "adam",
+    )
+    with torch.no_grad():
+        for name, p in model.params.items():
+            for k, mb in enumerate(members):
+                held = held_value(name, mb.train_cfg.fixed_temperature)
+                if held is not None:
+                    p[k] = held
+    return opt
+
+
+def _masks(
+    model: StackedCLIP, members: Sequence[Member], models: Sequence[CLIP1D]
+) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+    """Stacked decay and gradient masks (``param_groups``) of every parameter; None where no member needs one."""
+    decay: list[torch.Tensor | None] = []
+    grad: list[torch.Tensor | None] = []
+    for name, p in zip(model.names, model.flat, strict=True):
+        dm, gm, any_d, any_g = [], [], False, False
+        for mb, mdl in zip(members, models, strict=True):
+            shape = mdl.state_dict()[name].shape
+            tc = mb.train_cfg
+            held = held_value(name, tc.fixed_temperature) is not None
+            fm = 0.0 if held else frozen_mask(name, mdl.cfg, tc.frozen)
+            mask = 0.0 if isinstance(fm, float) else decay_mask(name, mdl.cfg, tc.no_decay, tc.qk_bias_decay_scale)
+            any_d |= mask is not None
+            any_g |= fm is not None
+            dm.append(torch.ones(shape) if mask is None else torch.as_tensor(mask).expand(shape).clone())
+            gm.append(torch.ones(shape) if fm is None else torch.as_tensor(fm).expand(shape).clone())
+        decay.append(model.stack(name, dm).to(p.dtype) if any_d else None)
+        grad.append(model.stack(name, gm).to(p.dtype) if any_g else None)
+    return decay, grad
+
+
+def _group_checkpoint_every(every: int | None, members: Sequence[Member], streams: Sequence[EpochPermutations]) -> int:
+    """Global steps between group checkpoints: ``every``, by default the shortest member's ``checkpoint_every``."""
+    if every is None:
+        every = min(m.train_cfg.checkpoint_every * s.spe for m, s in zip(members, streams, strict=True))
+    if every < 1:
+        raise ValueError(f"group_checkpoint_every must be >= 1, got {every}")
+    return every
 
 
 def train_batched(
@@ -555,6 +519,7 @@ def train_batched(
 
     Example:
         >>> from hooked_clip1d.model.clip import CLIPConfig
+        >>> from hooked_clip1d.settings import DataConfig, TrainConfig
         >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2)
         >>> runs = train_batched([Member(cfg, DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig(epochs=1))],
         ...                      None, progress=False)
@@ -564,10 +529,29 @@ def train_batched(
     return BatchedTrainer(members, out_dir, resume=resume, dropout_rng=dropout_rng).run(progress=progress)
 
 
-def train_fast(
-    model_cfg: CLIPConfig,
-    data_cfg: DataConfig,
-    train_cfg: TrainConfig,
+def train_fast(run: Any, *args: Any, **kwargs: Any) -> TrainRun:
+    """``training.train`` on the batched engine (K = 1): ``train_fast(run, out_dir)`` (``run`` a ``RunConfig``; the
+    older ``train_fast(model_cfg, data_cfg, train_cfg, out_dir)`` still works) writes the same files in ``out_dir``
+    and follows the same trajectory to float rounding (``dropout_rng="matched"``), 3-5x the speed; resumable from
+    ``out_dir``'s group checkpoint. Keywords: ``resume``, ``progress``, ``dropout_rng``, ``compile``, ``init_model``
+    (start from these weights).
+
+    Example:
+        >>> import tempfile
+        >>> from hooked_clip1d.model.clip import CLIPConfig
+        >>> from hooked_clip1d.settings import DataConfig, TrainConfig
+        >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2)
+        >>> run = RunConfig(cfg, DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig(epochs=2, batch_size=16))
+        >>> trained = train_fast(run, tempfile.mkdtemp(), progress=False)
+        >>> trained.epoch, trained.step, sorted(trained.final_metrics)
+        (2, 8, ['train', 'val_seen', 'val_single', 'val_unseen'])
+    """
+    run, given = run_args(run, args, "train_fast", ("out_dir",))
+    return _train_fast(run, **given, **kwargs)
+
+
+def _train_fast(
+    run: RunConfig,
     out_dir: str | Path,
     *,
     resume: bool = False,
@@ -576,26 +560,13 @@ def train_fast(
     compile: bool = False,  # noqa: A002
     init_model: CLIP1D | None = None,
 ) -> TrainRun:
-    """``training.train`` on the batched engine (K = 1): the same files in ``out_dir``, the same trajectory to float
-    rounding (``dropout_rng="matched"``), 3-5x the speed; resumable from ``out_dir``'s group checkpoint.
-
-    Example:
-        >>> import tempfile
-        >>> from hooked_clip1d.model.clip import CLIPConfig
-        >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2)
-        >>> run = train_fast(cfg, DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig(epochs=2, batch_size=16),
-        ...                  tempfile.mkdtemp(), progress=False)
-        >>> run.epoch, run.step, sorted(run.final_metrics)
-        (2, 8, ['train', 'val_seen', 'val_single', 'val_unseen'])
-    """
     out = Path(out_dir)
     trainer = BatchedTrainer(
-        [Member(model_cfg, data_cfg, train_cfg, init_model=init_model)],
+        [Member.from_run(run, init_model=init_model)],
         out,
         resume=resume,
         dropout_rng=dropout_rng,
         compile=compile,
         member_dirs=[out],
     )
-    runs = trainer.run(progress=progress, desc="train")
-    return runs[0]
+    return trainer.run(progress=progress, desc="train")[0]

@@ -13,7 +13,8 @@ later step replays it. The graph is dropped when members leave the stack (``Stac
 parameters). Needs a CUDA device, ``dropout_rng="fast"`` (dropout draws from the CUDA generator, which graphs
 support), one learning rate for the whole group (the fused AdamW path; per-member rates read a step count on the
 host) and no ``compile``. Every step computes what the eager step computes (the same kernels); the batch mask is
-always passed, as the compiled path does.
+always passed, as the compiled path does. The graph receives the group's state (``group_state.GroupState``), not the
+trainer, and captures again when the members or the parameters' layout change (``StackedCLIP.layout_version``).
 """
 
 from __future__ import annotations
@@ -24,20 +25,23 @@ from typing import Any
 
 import torch
 
-BatchedTrainer = Any  # a batched.BatchedTrainer (not imported: batched imports this module, one floor up)
+from hooked_clip1d.training.group_state import GroupState
+from hooked_clip1d.training.stacked import StackedCLIP
+from hooked_clip1d.training.stacked_adamw import StackedAdamW
 
 WARMUP = 3  # eager steps before a capture (the recipe's side-stream warm-up: cuBLAS handles, allocator, autograd)
 
 
-def check_graph_step(bt: BatchedTrainer) -> None:
-    """Raise ``ValueError`` naming the first setting a whole-step graph cannot take."""
-    if bt.device.type != "cuda":
-        raise ValueError(f"graph_step=True needs a CUDA device, got {bt.device}")
-    if bt.dropout_rng != "fast":
+def check_graph_step(state: GroupState, compile: bool) -> None:  # noqa: A002
+    """Raise ``ValueError`` naming the first setting of a group (``state``, and whether its loss is ``compile``d)
+    that a whole-step graph cannot take."""
+    if state.device.type != "cuda":
+        raise ValueError(f"graph_step=True needs a CUDA device, got {state.device}")
+    if state.dropout_rng != "fast":
         raise ValueError("graph_step=True needs dropout_rng='fast' (matched dropout draws on the host)")
-    if bt.compile:
+    if compile:
         raise ValueError("graph_step=True replaces compile/cudagraphs: pass one or the other")
-    if len(set(bt.opt.lr)) != 1:
+    if len(set(state.opt.lr)) != 1:
         raise ValueError("graph_step=True needs one learning rate for the whole group (the fused AdamW path)")
 
 
@@ -82,43 +86,54 @@ def matmul_precision(precision: str, device: str | torch.device) -> Iterator[Non
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
-def set_flat(bt: BatchedTrainer, on: bool) -> None:
-    """Switch a ``BatchedTrainer`` between the per-tensor layout and the flat one (``StackedCLIP.flat_layout``:
-    fused QKV views, one fused AdamW call over flat buffers), keeping weights and AdamW state; a captured
-    whole-step graph is dropped (it is captured again). The default is flat on a GPU, per tensor on a CPU; both
-    compute the same step (bit for bit on the CPU, ``tests/test_fast_step.py``)."""
-    bt.model.flat_layout(on)
-    bt.opt.rebind(flat=on)
-    if bt._graph is not None:
-        bt._graph = StepGraph()
+def set_flat(group: Any, on: bool) -> None:
+    """Switch a group (a ``BatchedTrainer`` or its ``GroupState``: anything with the stacked ``model`` and its
+    ``opt``) between the per-tensor layout and the flat one (``StackedCLIP.flat_layout``: fused QKV views, one fused
+    AdamW call over flat buffers), keeping weights and AdamW state; a captured whole-step graph captures again (the
+    layout changed). The default is flat on a GPU, per tensor on a CPU; both compute the same step (bit for bit on
+    the CPU, ``tests/test_fast_step.py``).
+
+    Example:
+        >>> from hooked_clip1d.model.clip import CLIPConfig
+        >>> from hooked_clip1d.settings import DataConfig, TrainConfig
+        >>> from hooked_clip1d.training.batched import BatchedTrainer, Member
+        >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2)
+        >>> bt = BatchedTrainer([Member(cfg, DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig())], None)
+        >>> set_flat(bt, True); bt.model.flat_data is not None, bt.opt.flat_param is not None
+        (True, True)
+    """
+    model: StackedCLIP = group.model
+    opt: StackedAdamW = group.opt
+    model.flat_layout(on)
+    opt.rebind(flat=on)
 
 
 class StepGraph:
-    """The captured step of one ``BatchedTrainer`` and its static inputs (see the module docstring)."""
+    """The captured step of one batched group and its static inputs (see the module docstring)."""
 
     def __init__(self) -> None:
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.key: tuple[int, ...] | None = None  # the active members the graph was captured for
+        self.key: tuple[Any, ...] | None = None  # the active members and parameter layout it was captured for
         self.warm = 0  # eager steps taken since the last (re)start or membership change
         self.flat: torch.Tensor | None = None  # [K * bs] row indices into the padded pair tables
         self.valid: torch.Tensor | None = None  # [K, bs] batch mask
 
-    def _body(self, bt: BatchedTrainer, autocast: Any) -> None:
-        bt.opt.zero_grad()  # in the graph: the flat gradient buffer (StackedAdamW) is zeroed by every replay
+    def _body(self, state: GroupState, autocast: Any) -> None:
+        state.opt.zero_grad()  # in the graph: the flat gradient buffer (StackedAdamW) is zeroed by every replay
         with autocast:
-            losses = bt._losses(bt.model.loss, self.flat, self.valid, None)
+            losses = state.losses(state.model.loss, self.flat, self.valid, None)
         losses.sum().backward()
-        bt.opt.step()
-        bt.loss_sum += losses.detach().float()
+        state.opt.step()
+        state.loss_sum += losses.detach().float()
 
-    def steps(self, bt: BatchedTrainer, idx: torch.Tensor, valid: torch.Tensor, autocast: Any, should_stop: Any) -> int:
-        """Take the steps of one chunk (``idx`` [S, K, bs], ``valid`` [S, K, bs]); stop early once
-        ``should_stop()``; return the number taken."""
-        key = tuple(bt.active)
-        if key != self.key:  # first chunk, or members left the stack: new shapes, new parameters
+    def steps(self, state: GroupState, idx: torch.Tensor, valid: torch.Tensor, autocast: Any, should_stop: Any) -> int:
+        """Take the steps of one chunk of ``state``'s group (``idx`` [S, K, bs], ``valid`` [S, K, bs]); stop early
+        once ``should_stop()``; return the number taken."""
+        key = (tuple(state.active), state.model.layout_version)
+        if key != self.key:  # first chunk, members left the stack, or a new layout: new shapes, new parameters
             self.graph, self.key, self.warm = None, key, 0
-            self.flat = torch.empty(idx.shape[1] * idx.shape[2], dtype=torch.long, device=bt.device)
-            self.valid = torch.empty(idx.shape[1:], dtype=torch.bool, device=bt.device)
+            self.flat = torch.empty(idx.shape[1] * idx.shape[2], dtype=torch.long, device=state.device)
+            self.valid = torch.empty(idx.shape[1:], dtype=torch.bool, device=state.device)
         n = idx.shape[0]
         for j in range(n):
             self.flat.copy_(idx[j].view(-1), non_blocking=True)
@@ -126,21 +141,21 @@ class StepGraph:
             if self.graph is not None:
                 self.graph.replay()
             elif self.warm < WARMUP:
-                side = torch.cuda.Stream(bt.device)
-                side.wait_stream(torch.cuda.current_stream(bt.device))
+                side = torch.cuda.Stream(state.device)
+                side.wait_stream(torch.cuda.current_stream(state.device))
                 with torch.cuda.stream(side):
-                    bt.opt.zero_grad()
-                    self._body(bt, autocast)
-                torch.cuda.current_stream(bt.device).wait_stream(side)
+                    state.opt.zero_grad()
+                    self._body(state, autocast)
+                torch.cuda.current_stream(state.device).wait_stream(side)
                 self.warm += 1
             else:  # capture this step, then replay it: capturing records the kernels without running them
-                bt.opt.zero_grad()  # gradients come back allocated from the graph's pool, rewritten each replay
+                state.opt.zero_grad()  # gradients come back allocated from the graph's pool, rewritten each replay
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
-                    self._body(bt, autocast)
+                    self._body(state, autocast)
                 graph.replay()
                 self.graph = graph
-            bt.step += 1
+            state.step += 1
             if should_stop():
                 return j + 1
         return n

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.settings import DataConfig, TrainConfig
+from hooked_clip1d.training.run_config import RunConfig
 from hooked_clip1d.training.stacked_support import SHAPE_FIELDS, check_supported, refuse_unknown
 
 # TrainConfig fields that must be equal in a group (the rest may differ per member)
@@ -56,7 +57,14 @@ def group_key(model_cfg: CLIPConfig, data_cfg: DataConfig, train_cfg: TrainConfi
     return json.dumps({"towers": towers, "batch_size": bs, "train": shared}, sort_keys=True)
 
 
-def _mix_seeds(seeds: Sequence[int]) -> int:
+def mix_seeds(seeds: Sequence[int]) -> int:
+    """One seed from the members' seeds (FNV-1a style, below 2**63): the seed of a group's shared dropout stream
+    (``dropout_rng="fast"``); the same seeds in the same order give the same stream.
+
+    Example:
+        >>> mix_seeds([0, 1]) == mix_seeds([0, 1]) != mix_seeds([1, 0])
+        True
+    """
     h = 1469598103934665603
     for s in seeds:
         h = ((h ^ (int(s) & 0xFFFFFFFFFFFFFFFF)) * 1099511628211) % (1 << 63)
@@ -72,20 +80,36 @@ class Member:
     train_cfg: TrainConfig
     name: str | None = None  # sub-directory of the group's out_dir (default: "member{index}")
     init_model: CLIP1D | None = None  # start from these weights instead of CLIP1D(model_cfg, seed)
+    @classmethod
+    def from_run(cls, run: RunConfig, name: str | None = None, init_model: CLIP1D | None = None) -> Member:
+        """The member that trains ``run`` (a ``RunConfig``).
+
+        Example:
+            >>> from hooked_clip1d.settings import DataConfig, TrainConfig
+            >>> run = RunConfig(CLIPConfig.from_preset("simplified", n_labels=10), DataConfig(n_labels=10),
+            ...                 TrainConfig(seed=3))
+            >>> Member.from_run(run, "s3").run == run
+            True
+        """
+        return cls(run.model, run.data, run.train, name=name, init_model=init_model)
+
+    @property
+    def run(self) -> RunConfig:
+        """The member's three configs as one ``RunConfig`` (constructing it checks that they fit together)."""
+        return RunConfig(self.model_cfg, self.data_cfg, self.train_cfg)
+
 
 
 def check_members(members: Sequence[Member]) -> list[str]:
     """Refuse members that cannot train as one group (not a ``Member``, configs that do not fit together, different
     ``group_key``s, repeated names); return the members' names (``name`` or ``member{index}``)."""
-    from hooked_clip1d.training.run_config import RunConfig
-
     if not members:
         raise ValueError("BatchedTrainer needs at least one member")
     for i, mb in enumerate(members):
         if not isinstance(mb, Member):
             raise TypeError(f"members[{i}] is a {type(mb).__name__}, expected training.members.Member")
         try:
-            RunConfig(mb.model_cfg, mb.data_cfg, mb.train_cfg)  # the three fit together
+            mb.run  # noqa: B018 - constructing it checks that the three fit together
         except ValueError as e:
             raise ValueError(f"member {i}: {e}") from None
     keys = [group_key(m.model_cfg, m.data_cfg, m.train_cfg) for m in members]

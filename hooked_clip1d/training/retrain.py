@@ -36,6 +36,9 @@ from hooked_clip1d.data.dataset import DataConfig, Dataset
 from hooked_clip1d.model.checkpoint import load_model_file
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.config import check_heads
+from hooked_clip1d.training.batched import BatchedTrainer, Member
+from hooked_clip1d.training.group_io import GROUP_CHECKPOINT
+from hooked_clip1d.training.run_config import RunConfig
 from hooked_clip1d.training.trainer import TrainConfig, Trainer, TrainRun
 
 Head = tuple[int, int]
@@ -69,7 +72,20 @@ def prune_heads(
     return new.train(model.training)
 
 
-def _data_config(model: CLIP1D, dataset: Dataset | DataConfig | None) -> DataConfig:
+def data_config_of(model: CLIP1D, dataset: Dataset | DataConfig | None) -> DataConfig:
+    """The ``DataConfig`` a model is (re)trained on: ``dataset``'s (a ``Dataset`` or a ``DataConfig``) or, for None,
+    the one attached to the model (``model.data_config``, as ``load_model`` attaches it).
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0)
+        >>> data_config_of(m, DataConfig(n_labels=5, n_heldout=2, n2=2)).n_labels
+        5
+        >>> data_config_of(m, None)
+        Traceback (most recent call last):
+        ...
+        ValueError: the model has no data_config attached; pass dataset= (a Dataset or DataConfig)
+    """
     if dataset is None:
         if model.data_config is None:
             raise ValueError("the model has no data_config attached; pass dataset= (a Dataset or DataConfig)")
@@ -109,10 +125,10 @@ def prune_and_retrain(
     """
     if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
         raise ValueError(f"epochs must be a positive int, got {epochs!r}")
-    data_cfg = _data_config(model, dataset)
+    data_cfg = data_config_of(model, dataset)
     pruned = prune_heads(model, vision=heads, text=text_heads)
     tc = dataclasses.replace(train_cfg or TrainConfig(), epochs=epochs)
-    trainer = Trainer(pruned.cfg, data_cfg, tc, out_dir, resume=resume, init_model=pruned)
+    trainer = Trainer(RunConfig(pruned.cfg, data_cfg, tc), out_dir, resume=resume, init_model=pruned)
     return trainer.run(progress=progress)
 
 
@@ -130,8 +146,6 @@ def retrain_batched(
     """Retrain every pruned copy of ``model`` (``split``: (vision heads, text heads) pruned per copy) in one
     ``BatchedTrainer`` group; returns the retrained models (or, with ``resume`` and every run finished, the saved
     ones)."""
-    from hooked_clip1d.training.batched import BatchedTrainer, Member
-
     tc = dataclasses.replace(train_cfg or TrainConfig(), epochs=epochs)
     members = []
     for vis, txt in split:
@@ -140,6 +154,6 @@ def retrain_batched(
     dirs = [d for d in run_dirs if d is not None]
     if resume and all((d / "summary.json").exists() for d in dirs):  # finished earlier: load the saved models
         return [load_model_file(d / "model.safetensors") for d in dirs]
-    resume = resume and (group_dir / "group_checkpoint.safetensors").exists()
+    resume = resume and (group_dir / GROUP_CHECKPOINT).exists()
     trainer = BatchedTrainer(members, group_dir, resume=resume, member_dirs=dirs)
     return [run.model for run in trainer.run(progress=progress, desc="retrain pruned")]

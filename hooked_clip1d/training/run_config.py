@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +62,9 @@ def resume_differences(saved: dict[str, Any], now: dict[str, Any]) -> tuple[dict
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One run's configs; construction checks that they fit together (label count, image size)."""
+    """One run's configs; construction checks that they fit together (label count, image size). The object the
+    trainers take (``train(run, out_dir)``, ``Trainer(run, out_dir)``, ``train_fast(run, out_dir)``,
+    ``Member.from_run(run)``) and the one place a resume is compared (``resume_problems``)."""
 
     model: CLIPConfig
     data: DataConfig
@@ -119,10 +121,11 @@ class RunConfig:
             TrainConfig.from_dict(d["train_config"]),
         )
 
-    def resume_problems(self, saved: Mapping[str, Any]) -> list[str]:
+    def resume_problems(self, saved: Mapping[str, Any], saved_as: str = "saved", now_as: str = "now") -> list[str]:
         """Why this run cannot continue the one saved as ``saved`` (a ``to_dict``-shaped dict: a checkpoint's
-        metadata or ``config.json``): each config that differs, by field. Empty when it can. The one comparison every
-        resume uses (``Trainer``, the batched engine's group and member checkpoints).
+        metadata or ``config.json``): each config that differs, by field, as ``"<field>: <saved_as> <value>, <now_as>
+        <value>"``. Empty when it can. The one comparison every resume uses (``Trainer``, the batched engine's group
+        and member checkpoints, the ``train --resume`` command through ``resumed_with``).
 
         Example:
             >>> rc = RunConfig(CLIPConfig.from_preset("simplified", n_labels=6), DataConfig(n_labels=6, n_heldout=2,
@@ -137,21 +140,84 @@ class RunConfig:
             if old != now[key]:
                 if isinstance(old, dict):
                     fields = _diff(old, now[key])
-                    out += [f"{key}.{f}" for f in fields] or [f"{key} differs"]
+                    out += [f"{key}.{f}: {saved_as} {x!r}, {now_as} {y!r}" for f, x, y in fields] or [f"{key} differs"]
                 else:
                     out.append(f"{key} is unreadable")
         old_t, new_t = resume_differences(saved.get("train_config") or {}, now["train_config"])
-        for k in sorted(set(old_t) | set(new_t)):
-            if old_t.get(k) != new_t.get(k):
-                out.append(f"train_config.{k}: saved {old_t.get(k)!r}, now {new_t.get(k)!r}")
+        out += [f"train_config.{f}: {saved_as} {x!r}, {now_as} {y!r}" for f, x, y in _diff(old_t, new_t)]
         return out
 
+    @classmethod
+    def resumed_with(
+        cls, saved: Mapping[str, Any], asked: RunConfig, default: RunConfig, always: Iterable[str] = ()
+    ) -> RunConfig:
+        """The run a resume asks for: the ``saved`` run (``to_dict``-shaped: its ``config.json``) with every field
+        in which ``asked`` (the run the given settings describe, e.g. a command line's flags) differs from
+        ``default`` (the run of no settings) taken from ``asked``, and the fields named in ``always`` (dotted
+        paths: ``"train_config.no_decay"``, ``"model_config.vision.init_std"``) taken from ``asked`` whatever they
+        are. ``resume_problems(saved)`` of it names every given setting the saved run disagrees with; settings not
+        given keep the saved run's values.
 
-def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
+        Example:
+            >>> saved = RunConfig(CLIPConfig.from_preset("simplified", n_labels=6), DataConfig(n_labels=6,
+            ...                   n_heldout=2, n2=2), TrainConfig(lr=3e-4)).to_dict()
+            >>> default = RunConfig(CLIPConfig.from_preset("simplified"), DataConfig(), TrainConfig())
+            >>> asked = dataclasses.replace(default, train=TrainConfig(lr=1e-3, epochs=50))  # --lr 1e-3 --epochs 50
+            >>> run = RunConfig.resumed_with(saved, asked, default)
+            >>> run.data.n_labels, run.train.epochs, run.resume_problems(saved, "the run has", "the flags say")
+            (6, 50, ['train_config.lr: the run has 0.0003, the flags say 0.001'])
+        """
+        base = {key: canonical_config(key, saved.get(key)) for key in ("model_config", "data_config")}
+        base["train_config"] = TrainConfig.from_dict(saved.get("train_config") or {}).to_dict()
+        want, dflt = asked.to_dict(), default.to_dict()
+        _merge_changes(base, want, dflt, "", set(always))
+        return cls.from_dict(base)
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted field, value in ``a``, value in ``b``) of every leaf where two nested dicts differ, sorted."""
     out = []
     for k in sorted(set(a) | set(b)):
         if isinstance(a.get(k), dict) and isinstance(b.get(k), dict):
             out += _diff(a[k], b[k], f"{prefix}{k}.")
         elif a.get(k) != b.get(k):
-            out.append(f"{prefix}{k}: saved {a.get(k)!r}, now {b.get(k)!r}")
+            out.append((f"{prefix}{k}", a.get(k), b.get(k)))
     return out
+
+
+def _merge_changes(
+    base: dict[str, Any], want: dict[str, Any], default: dict[str, Any], prefix: str, always: set[str]
+) -> None:
+    """Set in ``base`` (in place) every leaf where ``want`` differs from ``default``, or whose dotted path (under
+    ``prefix``) is in ``always``."""
+    for k, v in want.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _merge_changes(base[k], v, default.get(k) or {}, f"{path}.", always)
+        elif path in always or v != default.get(k):
+            base[k] = v
+
+
+def run_args(first: Any, rest: Sequence[Any], where: str, names: Sequence[str]) -> tuple[RunConfig, dict[str, Any]]:
+    """The run and the other positional arguments (by name: ``names``, in order) of an entry point that takes
+    ``(run, *names)``, also when called the older way, ``(model_cfg, data_cfg, train_cfg, *names)``; ``where``
+    names the entry point in errors.
+
+    Example:
+        >>> run = RunConfig(CLIPConfig.from_preset("simplified", n_labels=6), DataConfig(n_labels=6, n_heldout=2,
+        ...                 n2=2), TrainConfig())
+        >>> run_args(run, ["out"], "train", ("out_dir", "resume"))[1]
+        {'out_dir': 'out'}
+        >>> run_args(run.model, [run.data, run.train, "out", True], "train", ("out_dir", "resume")) == (
+        ...     run, {"out_dir": "out", "resume": True})
+        True
+    """
+    if isinstance(first, CLIPConfig) and len(rest) >= 2:
+        first, rest = RunConfig(first, rest[0], rest[1]), rest[2:]
+    if not isinstance(first, RunConfig):
+        raise TypeError(
+            f"{where} takes a RunConfig (or a CLIPConfig, DataConfig and TrainConfig) first, got {type(first).__name__}"
+        )
+    if len(rest) > len(names):
+        raise TypeError(f"{where} takes at most {len(names)} positional arguments after the run ({', '.join(names)})")
+    return first, dict(zip(names, rest, strict=False))

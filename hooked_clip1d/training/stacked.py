@@ -44,7 +44,7 @@ import torch
 from jaxtyping import Int
 from torch import nn
 
-from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.model.components import rotary_sin_cos
 from hooked_clip1d.model.config import EncoderConfig
 from hooked_clip1d.training.stacked_forward import StackedForward
@@ -94,17 +94,7 @@ class StackedCLIP(StackedForward):
         if dropout_rng not in ("matched", "fast"):
             raise ValueError(f"dropout_rng must be 'matched' or 'fast', got {dropout_rng!r}")
         cfgs = [m.cfg for m in models]
-        for c in cfgs:
-            check_supported(c)
-        for name in ("vision", "text"):
-            ref = {f: getattr(getattr(cfgs[0], name), f) for f in SHAPE_FIELDS}
-            for i, c in enumerate(cfgs[1:], 1):
-                got = {f: getattr(getattr(c, name), f) for f in SHAPE_FIELDS}
-                diff = sorted(f for f in ref if ref[f] != got[f])
-                if diff:
-                    raise ValueError(
-                        f"model {i} differs from model 0 in {name}.{diff}: a batched group needs equal shapes"
-                    )
+        _check_same_shapes(cfgs)
         self.member_cfgs = list(cfgs)
         self.K = len(models)
         self.n_labels = [c.n_labels for c in cfgs]
@@ -122,16 +112,8 @@ class StackedCLIP(StackedForward):
         self.flat = nn.ParameterList(params)
         self.params: dict[str, nn.Parameter] = dict(zip(self.names, self.flat, strict=True))
         self.max_logit_scale = torch.tensor([c.max_logit_scale for c in cfgs], device=self.device)
-        # per-member head masks [K, H] per (tower, layer); None where no member prunes that layer
-        self.head_masks: dict[tuple[str, int], torch.Tensor | None] = {}
-        for name in ("vision", "text"):
-            tc = self.tower_cfg[name]
-            for layer in range(tc.n_layers):
-                kept = [getattr(c, name).heads_kept(layer) for c in cfgs]
-                self.head_masks[(name, layer)] = (
-                    None if all(all(k) for k in kept) else torch.tensor(kept, dtype=tc.dtype, device=self.device)
-                )
-        self.rotary: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.head_masks = self._head_masks(cfgs)
+        self.rotary: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # RoPE's (sin, cos) per tower
         for name in ("vision", "text"):
             tc = self.tower_cfg[name]
             if tc.positional == "rope":
@@ -155,9 +137,22 @@ class StackedCLIP(StackedForward):
         self._n_valid: Sequence[int] | None = None
         self._labels: dict[tuple[int, int], torch.Tensor] = {}
         self.flat_data: torch.Tensor | None = None  # the one buffer every parameter is a view of (flat layout)
+        self.layout_version = 0  # counts the parameters' re-layouts (flat_layout, keep): a captured graph's key
         self.side_stream: Any = None  # a CUDA stream for the text tower (use_streams)
         if self.device.type == "cuda" if flat is None else flat:
             self.flat_layout()
+
+    def _head_masks(self, cfgs: Sequence[CLIPConfig]) -> dict[tuple[str, int], torch.Tensor | None]:
+        """Per-member head masks [K, H] per (tower, layer) (1: kept, 0: pruned); None where no member prunes."""
+        masks: dict[tuple[str, int], torch.Tensor | None] = {}
+        for name in ("vision", "text"):
+            tc = self.tower_cfg[name]
+            for layer in range(tc.n_layers):
+                kept = [getattr(c, name).heads_kept(layer) for c in cfgs]
+                masks[(name, layer)] = (
+                    None if all(all(k) for k in kept) else torch.tensor(kept, dtype=tc.dtype, device=self.device)
+                )
+        return masks
 
     # ---- layout -------------------------------------------------------------------------------------------------
     def qkv_groups(self) -> list[tuple[int, int, int]]:
@@ -175,7 +170,7 @@ class StackedCLIP(StackedForward):
         """Re-point every parameter into one flat buffer (``on``; values kept, parameter objects kept), or back into
         a tensor of its own each (``on=False``). In the buffer each block's ``W_Q``, ``W_K``, ``W_V`` ``[K, D, H,
         Dh]`` are the three slices of one ``[K, D, 3, H, Dh]`` block (biases: ``[K, 3, H, Dh]``), so the fused
-        projection's ``[K, D, 3 * H * Dh]`` matrix is a view of them (``_Adjacent``), no concatenation per step.
+        projection's ``[K, D, 3 * H * Dh]`` matrix is a view of them (``Adjacent``), no concatenation per step.
 
         Example:
             >>> from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
@@ -187,6 +182,7 @@ class StackedCLIP(StackedForward):
             >>> st.flat_layout(False); W_Q.is_contiguous()
             True
         """
+        self.layout_version += 1
         if not on:
             for p in self.flat:
                 p.data = p.data.clone(memory_format=torch.contiguous_format)
@@ -278,6 +274,7 @@ class StackedCLIP(StackedForward):
         new = [nn.Parameter(p.detach().index_select(0, idx).clone()) for p in self.flat]
         self.flat = nn.ParameterList(new)
         self.params = dict(zip(self.names, self.flat, strict=True))
+        self.layout_version += 1
         if self.flat_data is not None:
             self.flat_layout()
         self.member_cfgs = [self.member_cfgs[i] for i in keep_l]
@@ -288,6 +285,19 @@ class StackedCLIP(StackedForward):
         if self.dropout_rng == "matched":
             self.generators = [self.generators[i] for i in keep_l]
         self._koff = {}
+
+
+def _check_same_shapes(cfgs: Sequence[CLIPConfig]) -> None:
+    """Refuse configs the stacked engine does not implement, or that differ in a shape field (``SHAPE_FIELDS``)."""
+    for c in cfgs:
+        check_supported(c)
+    for name in ("vision", "text"):
+        ref = {f: getattr(getattr(cfgs[0], name), f) for f in SHAPE_FIELDS}
+        for i, c in enumerate(cfgs[1:], 1):
+            got = {f: getattr(getattr(c, name), f) for f in SHAPE_FIELDS}
+            diff = sorted(f for f in ref if ref[f] != got[f])
+            if diff:
+                raise ValueError(f"model {i} differs from model 0 in {name}.{diff}: a batched group needs equal shapes")
 
 
 def _is_qkv(name: str) -> bool:

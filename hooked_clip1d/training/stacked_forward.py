@@ -22,7 +22,7 @@ from torch import nn
 
 from hooked_clip1d.model.config import EncoderConfig
 from hooked_clip1d.model.functional import cosine, layer_norm, rotate, symmetric_ce, temperature
-from hooked_clip1d.training.stacked_ops import DropoutRNG, _Adjacent, _keep_mask
+from hooked_clip1d.training.stacked_ops import Adjacent, DropoutRNG, keep_mask
 
 
 class StackedForward(nn.Module):
@@ -65,7 +65,7 @@ class StackedForward(nn.Module):
         should not be read through another input's storage)."""
         *rows, H, Dh = ws[0].shape
         if self.flat_data is not None and not torch.compiler.is_compiling():
-            return _Adjacent.apply(*ws)
+            return Adjacent.apply(*ws)
         if len(ws) == 1:
             return ws[0].reshape(*rows, H * Dh)
         return torch.cat(ws, dim=-2).reshape(*rows, len(ws) * H * Dh)
@@ -109,7 +109,7 @@ class StackedForward(nn.Module):
             return x * mask
         if x.device.type != "cpu" or torch.compiler.is_compiling():
             return F.dropout(x, p, training=True)  # fused there (CUDA's kernel, inductor's generator)
-        return x * _keep_mask(x.shape, keep, x.dtype)
+        return x * keep_mask(x.shape, keep, x.dtype)
 
     @staticmethod
     def _ln(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -284,7 +284,7 @@ class StackedForward(nn.Module):
         W_pos = p[pre + "pos_embed.W_pos"][:, :P] if learned else None
         W_Q, W_K, W_V, W_O = (p[blk + f"attn.W_{c}"] for c in "QKVO")
         b_Q, b_K, b_V, b_O = (p[blk + f"attn.b_{c}"] for c in "QKVO")
-        if self.flat_data is not None:  # read the strided q/k/v weights of the flat layout through _Adjacent
+        if self.flat_data is not None:  # read the strided q/k/v weights of the flat layout through Adjacent
             W_Q, W_K, W_V, b_Q, b_K, b_V = (
                 self._adjacent((w,)).unflatten(-1, (H, Dh)) for w in (W_Q, W_K, W_V, b_Q, b_K, b_V)
             )

@@ -1,8 +1,8 @@
 """The stacked engine's two kernels, beside ``DropoutRNG`` (its two ways of drawing dropout masks: ``stacked``'s
 module docstring says how they differ).
 
-- ``_keep_mask``: a CPU dropout mask from 32 random bits per element (``dropout_rng="fast"`` on the CPU).
-- ``_Adjacent``: the fused QKV projection's view of a block's q | k | v weights, which the flat layout
+- ``keep_mask``: a CPU dropout mask from 32 random bits per element (``dropout_rng="fast"`` on the CPU).
+- ``Adjacent``: the fused QKV projection's view of a block's q | k | v weights, which the flat layout
   (``StackedCLIP.flat_layout``) puts side by side, with a backward that splits the gradient back (or adds it to the
   flat gradient buffer in one kernel).
 """
@@ -17,12 +17,18 @@ import torch
 DropoutRNG = Literal["matched", "fast"]
 
 
-def _keep_mask(shape: tuple[int, ...] | torch.Size, keep: float, dtype: torch.dtype) -> torch.Tensor:
+def keep_mask(shape: tuple[int, ...] | torch.Size, keep: float, dtype: torch.dtype) -> torch.Tensor:
     """A CPU dropout mask ``Bernoulli(keep) / keep`` from 32 random bits per element, drawn 64 bits at a time.
 
     ``bernoulli_`` draws one double per element through the generator (~5 ns/element here); this draws half as
     many 64-bit words and compares 32-bit halves to a threshold: the keep probability is ``keep`` rounded to
     2**-32 (and the scale is its exact inverse), 3-4x cheaper. Used by ``dropout_rng="fast"`` on CPU.
+
+    Example:
+        >>> m = keep_mask((2, 1000), 0.9, torch.float32)
+        >>> scale = 2**32 / round(0.9 * 2**32)  # 1 / keep, keep rounded to 2**-32
+        >>> bool(((m == 0) | (m == scale)).all()), 0.85 < float((m > 0).float().mean()) < 0.95
+        (True, True)
     """
     n = math.prod(shape)
     words = torch.randint(-(2**63), 2**63 - 1, ((n + 1) // 2,), dtype=torch.int64)
@@ -32,9 +38,16 @@ def _keep_mask(shape: tuple[int, ...] | torch.Size, keep: float, dtype: torch.dt
     return mask.view(shape).to(dtype).mul_(2**32 / threshold)
 
 
-class _Adjacent(torch.autograd.Function):
+class Adjacent(torch.autograd.Function):
     """``[*rows, n * H * Dh]`` view of n per-head tensors ``[*rows, H, Dh]`` that lie side by side in one block of
-    the flat layout (``StackedCLIP.flat_layout``: q | k | v of a block); its gradient splits back into the n."""
+    the flat layout (``StackedCLIP.flat_layout``: q | k | v of a block); its gradient splits back into the n.
+
+    Example:
+        >>> buf = torch.arange(12.0).view(2, 3, 1, 2)  # 2 rows of [q | k | v], 1 head of 2 dims
+        >>> Adjacent.apply(buf[:, 0], buf[:, 1])  # q | k of each row, a view of buf
+        tensor([[0., 1., 2., 3.],
+                [6., 7., 8., 9.]])
+    """
 
     @staticmethod
     def forward(ctx: Any, *ws: torch.Tensor) -> torch.Tensor:

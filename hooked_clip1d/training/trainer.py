@@ -1,6 +1,7 @@
 """Seeded contrastive training with the paper's defaults (Sec. 2.2, App. B, C), logged and resumable.
 
-``train(model_cfg, data_cfg, TrainConfig(...), out_dir)`` writes into ``out_dir``:
+``train(run, out_dir)`` (``run`` a ``RunConfig``: the model, data and training configs; the older
+``train(model_cfg, data_cfg, train_cfg, out_dir)`` still works) writes into ``out_dir``:
 
 - ``config.json``: model, data and training configs, the command, versions (provenance);
 - ``metrics.jsonl``: one line per evaluation (every ``eval_every`` epochs): epoch, step, mean training loss since the
@@ -12,22 +13,23 @@
 Example:
     >>> import tempfile
     >>> from hooked_clip1d import CLIPConfig, DataConfig
-    >>> run = train(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4),
-    ...             DataConfig(n_labels=6, n_heldout=2, n2=2),
-    ...             TrainConfig(epochs=2, eval_every=1), tempfile.mkdtemp(), progress=False)
-    >>> run.epoch, sorted(run.final_metrics)
+    >>> run = RunConfig(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4),
+    ...                 DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig(epochs=2, eval_every=1))
+    >>> trained = train(run, tempfile.mkdtemp(), progress=False)
+    >>> trained.epoch, sorted(trained.final_metrics)
     (2, ['train', 'val_seen', 'val_single', 'val_unseen'])
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import torch
 from tqdm.auto import tqdm
@@ -45,7 +47,7 @@ from hooked_clip1d.model.checkpoint import (
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.settings import TrainConfig
 from hooked_clip1d.training.param_groups import decay_mask, frozen_mask, held_value, masks_needed
-from hooked_clip1d.training.run_config import RunConfig
+from hooked_clip1d.training.run_config import RunConfig, run_args
 from hooked_clip1d.training.rundir import (
     RunLock,
     TrainingInterrupted,
@@ -193,18 +195,27 @@ def _load_optimizer(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]
 
 
 class Trainer:
-    """Owns one run: model, optimizer, data, RNGs, logging and checkpoints (see the module docstring)."""
+    """Owns one run: model, optimizer, data, RNGs, logging and checkpoints (see the module docstring).
 
-    def __init__(
-        self,
-        model_cfg: CLIPConfig,
-        data_cfg: DataConfig,
-        train_cfg: TrainConfig,
-        out_dir: str | Path,
-        resume: bool = False,
-        init_model: CLIP1D | None = None,
-    ):
-        RunConfig(model_cfg, data_cfg, train_cfg)  # validates that the three fit together
+    ``Trainer(run, out_dir, resume=False, init_model=None)``: ``run`` a ``RunConfig`` (the older
+    ``Trainer(model_cfg, data_cfg, train_cfg, out_dir, ...)`` still works); ``init_model`` starts from its weights
+    (its config must be the run's) instead of a fresh init.
+
+    Example:
+        >>> import tempfile
+        >>> from hooked_clip1d import CLIPConfig, DataConfig
+        >>> run = RunConfig(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4),
+        ...                 DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig(epochs=1))
+        >>> Trainer(run, tempfile.mkdtemp()).run(progress=False).step
+        2
+    """
+
+    def __init__(self, run: Any, *args: Any, **kwargs: Any):
+        run, given = run_args(run, args, "Trainer", ("out_dir", "resume", "init_model"))
+        self._start(run, **given, **kwargs)
+
+    def _start(self, run: RunConfig, out_dir: str | Path, resume: bool = False, init_model: CLIP1D | None = None):
+        model_cfg, data_cfg, train_cfg = run.model, run.data, run.train
         self.model_cfg, self.data_cfg, self.cfg = model_cfg, data_cfg, train_cfg
         self.out_dir = Path(out_dir)
         self.ckpt_path = self.out_dir / "checkpoint.safetensors"
@@ -227,6 +238,7 @@ class Trainer:
             else:
                 self.model = CLIP1D(model_cfg, seed=train_cfg.seed).to(self.device)
             self.model.data_config = data_cfg
+            self.run_config = dataclasses.replace(run, model=self.model.cfg)  # init seeds filled in, as saved
             self.opt = make_optimizer(self.model, train_cfg)
             self.gen = torch.Generator().manual_seed(train_cfg.seed)
             self.epoch = 0
@@ -237,28 +249,7 @@ class Trainer:
             torch.set_rng_state(caller_rng)
             raise
         try:
-            clean_stale_tmp(self.out_dir)
-            restart = not self.ckpt_path.exists() and self.metrics_path.exists()
-            restart = restart and not (self.out_dir / "summary.json").exists()
-            if restart:  # killed after its first metrics line, before its first checkpoint: nothing to resume
-                print(
-                    f"hooked-clip1d: {str(self.out_dir)!r} holds metrics but no checkpoint (the run stopped before "
-                    "its first checkpoint): starting it again from epoch 0",
-                    file=sys.stderr,
-                )
-                self.metrics_path.unlink()
-            elif resume:
-                self._resume()
-            elif self.ckpt_path.exists() or self.metrics_path.exists():
-                raise FileExistsError(
-                    f"{str(self.out_dir)!r} already holds a run; resume it (resume=True / --resume) or use a new "
-                    "directory"
-                )
-            if train_cfg.epochs < self.epoch:
-                raise ValueError(
-                    f"{str(self.out_dir)!r} has already trained {self.epoch} epochs; epochs={train_cfg.epochs} would "
-                    f"train nothing (ask for more than {self.epoch} to continue it)"
-                )
+            self._open(resume)
         except BaseException:
             self.lock.release()
             torch.set_rng_state(caller_rng)
@@ -266,13 +257,34 @@ class Trainer:
         self._rng = torch.get_rng_state()
         torch.set_rng_state(caller_rng)
 
+    def _open(self, resume: bool) -> None:
+        """Clean the run directory's stale temporary files, then resume (``resume``), restart a run killed before
+        its first checkpoint, or refuse a directory that already holds a run."""
+        clean_stale_tmp(self.out_dir)
+        restart = not self.ckpt_path.exists() and self.metrics_path.exists()
+        restart = restart and not (self.out_dir / "summary.json").exists()
+        if restart:  # killed after its first metrics line, before its first checkpoint: nothing to resume
+            print(
+                f"hooked-clip1d: {str(self.out_dir)!r} holds metrics but no checkpoint (the run stopped before "
+                "its first checkpoint): starting it again from epoch 0",
+                file=sys.stderr,
+            )
+            self.metrics_path.unlink()
+        elif resume:
+            self._resume()
+        elif self.ckpt_path.exists() or self.metrics_path.exists():
+            raise FileExistsError(
+                f"{str(self.out_dir)!r} already holds a run; resume it (resume=True / --resume) or use a new directory"
+            )
+        if self.cfg.epochs < self.epoch:
+            raise ValueError(
+                f"{str(self.out_dir)!r} has already trained {self.epoch} epochs; epochs={self.cfg.epochs} would "
+                f"train nothing (ask for more than {self.epoch} to continue it)"
+            )
+
     # ---- state ------------------------------------------------------------------------------------------------------
     def _configs(self) -> dict[str, Any]:
-        return {
-            "model_config": self.model.cfg.to_dict(),
-            "data_config": self.data_cfg.to_dict(),
-            "train_config": self.cfg.to_dict(),
-        }
+        return self.run_config.to_dict()
 
     def save_checkpoint(self) -> None:
         """Write the checkpoint (and, at a ``checkpoint_every`` epoch or the last, the kept snapshot)."""
@@ -292,7 +304,7 @@ class Trainer:
         if not self.ckpt_path.exists():
             raise FileNotFoundError(f"cannot resume: no checkpoint at {str(self.ckpt_path)!r}")
         tensors, meta = read_tensors(self.ckpt_path)
-        problems = RunConfig(self.model.cfg, self.data_cfg, self.cfg).resume_problems(meta)
+        problems = self.run_config.resume_problems(meta)
         if problems:
             raise CheckpointError(f"cannot resume {str(self.ckpt_path)!r}: " + "; ".join(problems))
         loaded = build_model_from(tensors, meta, repr(str(self.ckpt_path)))
@@ -335,11 +347,8 @@ class Trainer:
             torch.set_num_threads(cfg.threads)
         caller_rng = torch.get_rng_state()
         torch.set_rng_state(self._rng)
-        model, opt = self.model, self.opt
+        model = self.model
         model.train()
-        m, bs = len(self.images), self.batch_size
-        spe = -(-m // bs)  # optimizer steps per epoch (the last batch may be short)
-        scheduled = cfg.lr_schedule != "constant"
         loss_sum = torch.zeros((), device=self.device)
         n_loss = 0
         metrics: dict[str, dict[str, Any]] = {}
@@ -349,46 +358,15 @@ class Trainer:
             if self.epoch == 0 and 0 in cfg.snapshot_epochs:  # inside the try: a failure gives the caller's RNG back
                 save_snapshot(model, self.out_dir, 0, self.data_cfg)  # the initial weights
             while self.epoch < cfg.epochs:
-                perm = torch.randperm(m, generator=self.gen).to(self.device)
-                for start in range(0, m, bs):
-                    idx = perm[start : start + bs]
-                    loss = model.loss(self.images[idx], self.captions[idx], validate=False)
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError(
-                            f"training loss is {loss.item()} at step {self.step + 1} (epoch {self.epoch + 1}); the "
-                            f"run stopped, its last good checkpoint is {str(self.ckpt_path)!r} (if one was written)"
-                        )
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    if scheduled:
-                        for group in opt.param_groups:
-                            group["lr"] = cfg.lr_at(self.step, cfg.epochs * spe, spe)
-                    opt.step()
-                    loss_sum += loss.detach()
-                    n_loss += 1
-                    self.step += 1
+                n_loss += self._epoch(loss_sum)
                 self.epoch += 1
                 bar.update(1)
                 if self.epoch in cfg.snapshot_epochs:
                     save_snapshot(model, self.out_dir, self.epoch, self.data_cfg)
                 last = self.epoch == cfg.epochs
                 if self.epoch % cfg.eval_every == 0 or last:
-                    metrics = self.evaluate()
-                    self.elapsed = time.perf_counter() - t0
-                    line = {
-                        "epoch": self.epoch,
-                        "step": self.step,
-                        "loss": (loss_sum / max(n_loss, 1)).item(),
-                        "elapsed_s": round(self.elapsed, 2),
-                        "eval": metrics,
-                    }
-                    loss_sum.zero_()
+                    metrics = self._metrics_line(loss_sum, n_loss, t0, bar)
                     n_loss = 0
-                    with open(self.metrics_path, "a") as f:
-                        f.write(json.dumps(line) + "\n")
-                    bar.set_postfix(
-                        loss=f"{line['loss']:.3f}", unseen=f"{metrics['val_unseen']['acc']:.2f}", refresh=False
-                    )
                 sig = None if last else stop_requested()  # SIGTERM / SIGINT: checkpoint here and stop
                 if self.epoch % cfg.checkpoint_every == 0 or last or sig:
                     self.elapsed = time.perf_counter() - t0
@@ -410,16 +388,93 @@ class Trainer:
         write_summary(self.out_dir, self.epoch, self.step, self.elapsed, metrics)
         return TrainRun(model, self.out_dir, self.epoch, self.step, metrics, self.elapsed)
 
+    def _epoch(self, loss_sum: torch.Tensor) -> int:
+        """One epoch's steps, in the order drawn from the run's data generator; each step's loss is added to
+        ``loss_sum``. Returns the number of steps."""
+        cfg, model, opt = self.cfg, self.model, self.opt
+        m, bs = len(self.images), self.batch_size
+        spe = -(-m // bs)  # optimizer steps per epoch (the last batch may be short)
+        perm = torch.randperm(m, generator=self.gen).to(self.device)
+        for start in range(0, m, bs):
+            idx = perm[start : start + bs]
+            loss = model.loss(self.images[idx], self.captions[idx], validate=False)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(
+                    f"training loss is {loss.item()} at step {self.step + 1} (epoch {self.epoch + 1}); the "
+                    f"run stopped, its last good checkpoint is {str(self.ckpt_path)!r} (if one was written)"
+                )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.lr_schedule != "constant":
+                for group in opt.param_groups:
+                    group["lr"] = cfg.lr_at(self.step, cfg.epochs * spe, spe)
+            opt.step()
+            loss_sum += loss.detach()
+            self.step += 1
+        return spe
 
+    def _metrics_line(self, loss_sum: torch.Tensor, n_loss: int, t0: float, bar: Any) -> dict[str, dict[str, Any]]:
+        """Evaluate, append the metrics line (the mean of ``loss_sum`` over ``n_loss`` steps, then zeroed) and
+        return the metrics."""
+        metrics = self.evaluate()
+        self.elapsed = time.perf_counter() - t0
+        line = {
+            "epoch": self.epoch,
+            "step": self.step,
+            "loss": (loss_sum / max(n_loss, 1)).item(),
+            "elapsed_s": round(self.elapsed, 2),
+            "eval": metrics,
+        }
+        loss_sum.zero_()
+        with open(self.metrics_path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+        bar.set_postfix(loss=f"{line['loss']:.3f}", unseen=f"{metrics['val_unseen']['acc']:.2f}", refresh=False)
+        return metrics
+
+
+@overload
+def train(
+    run: RunConfig,
+    out_dir: str | Path,
+    resume: bool = ...,
+    progress: bool = ...,
+    init_model: CLIP1D | None = ...,
+) -> TrainRun: ...
+@overload
 def train(
     model_cfg: CLIPConfig,
     data_cfg: DataConfig,
     train_cfg: TrainConfig,
     out_dir: str | Path,
+    resume: bool = ...,
+    progress: bool = ...,
+    init_model: CLIP1D | None = ...,
+) -> TrainRun: ...
+def train(run: Any, *args: Any, **kwargs: Any) -> TrainRun:
+    """Train one run (see the module docstring): ``train(run, out_dir, resume=False, progress=True,
+    init_model=None)``, ``run`` a ``RunConfig``; the older ``train(model_cfg, data_cfg, train_cfg, out_dir, ...)``
+    still works. ``resume=True`` continues the run saved in ``out_dir``; ``init_model`` starts from its weights (its
+    config must be the run's model config) instead of a fresh init.
+
+    Example:
+        >>> import tempfile
+        >>> from hooked_clip1d import CLIPConfig, DataConfig
+        >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4)
+        >>> data, tc = DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig(epochs=1)
+        >>> train(RunConfig(cfg, data, tc), tempfile.mkdtemp(), progress=False).step  # the run object
+        2
+        >>> train(cfg, data, tc, tempfile.mkdtemp(), progress=False).step  # the older signature
+        2
+    """
+    run, given = run_args(run, args, "train", ("out_dir", "resume", "progress", "init_model"))
+    return _train(run, **given, **kwargs)
+
+
+def _train(
+    run: RunConfig,
+    out_dir: str | Path,
     resume: bool = False,
     progress: bool = True,
     init_model: CLIP1D | None = None,
 ) -> TrainRun:
-    """Train one model (see the module docstring); ``resume=True`` continues the run saved in ``out_dir``;
-    ``init_model`` starts from its weights (its config must be ``model_cfg``) instead of a fresh init."""
-    return Trainer(model_cfg, data_cfg, train_cfg, out_dir, resume=resume, init_model=init_model).run(progress=progress)
+    return Trainer(run, out_dir, resume=resume, init_model=init_model).run(progress=progress)
