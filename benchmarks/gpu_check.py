@@ -3,6 +3,10 @@
     python benchmarks/gpu_check.py --out $OUT            # on a GPU machine (device cuda), CPU numbers beside
     python benchmarks/gpu_check.py --device cpu --quick  # smoke test of the script itself, anywhere
 
+The whole table takes minutes (two compiled modes compile ~1 min each): it is issue 43's step table, run as
+``bash benchmarks/gpu_queue.sh table`` in a window of its own. A queue window checks only the mode it trains with
+(``gpu_window.check_one``, with this module's checks and tolerances) and falls back in ``gpu_window.MODES`` order.
+
 **Against the CPU** (dropout 0, so both devices compute the same function):
 
 - loss and gradients: one batched step (simplified and full presets, K = 2), loss within ``LOSS_TOL`` = 1e-5
@@ -27,7 +31,7 @@ same table. Rows stop after ``--budget`` seconds (the rows that decide the queue
 
 **The pick**: of the fp32 modes the sweeps can train with (``QUEUE_FLAGS``) whose checks passed, the one with the
 least estimated time for the queue's groups (full-variants K = 1, fig10 K = 5, fig3 K = 12) goes to
-``queue_flags.txt`` in ``--out``, which ``gpu_queue.sh check`` hands to the queue. TF32 and bf16 are reported, not
+``queue_flags.txt`` in ``--out`` (a record: the queue window checks its modes itself). TF32 and bf16 are reported, not
 picked: the paper's runs are fp32, and a reduced precision enters the queue only once its 2,000-step check has
 passed on a GPU and a sweep setting carries it.
 
@@ -119,8 +123,9 @@ def _advance(bt: BatchedTrainer, steps: int) -> float:
     return time.perf_counter() - t0
 
 
-def _mode_group(device: str, mode: str, k: int, steps: int, dropout: float = 0.0) -> tuple[BatchedTrainer, float]:
-    return _group(device, "full", k, steps, dropout=dropout, **MODES[mode])
+def _mode_group(device: str, mode: str, k: int, steps: int, dropout: float = 0.0,
+                preset: str = "full") -> tuple[BatchedTrainer, float]:  # fmt: skip
+    return _group(device, preset, k, steps, dropout=dropout, **MODES[mode])
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -155,20 +160,20 @@ def check_trajectory(device: str, steps: int) -> list[dict]:
              "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip
 
 
-def five_then(device: str, mode: str, steps: int) -> dict:
-    """One group of ``mode`` (K = 2): its summed loss and gradients after 5 steps, then the group after ``steps``
-    (one group, so a compiled mode compiles once)."""
-    bt, _ = _mode_group(device, mode, 2, 5)
+def five_then(device: str, mode: str, steps: int, preset: str = "full") -> dict:
+    """One group of ``mode`` (K = 2, ``preset``): its summed loss and gradients after 5 steps, then the group after
+    ``steps`` (one group, so a compiled mode compiles once)."""
+    bt, _ = _mode_group(device, mode, 2, 5, preset=preset)
     out = {"loss": bt.loss_sum.clone(), "grads": [p.grad.detach().clone() for p in bt.model.flat]}
     _advance(bt, steps - 5)
     return {**out, "traj": bt}
 
 
-def check_mode(device: str, mode: str, steps: int, base: dict) -> list[dict]:
-    """``mode`` against fp32 eager (``base``: ``five_then`` of eager, built once): 5-step loss, 5th-step gradients,
-    weights after ``steps`` steps (module docstring)."""
+def check_mode(device: str, mode: str, steps: int, base: dict, preset: str = "full") -> list[dict]:
+    """``mode`` against fp32 eager (``base``: ``five_then`` of eager on the same ``preset``, built once): 5-step
+    loss, 5th-step gradients, weights after ``steps`` steps (module docstring)."""
     lt, gt, wt = TOLS[_precision(mode)]
-    got = five_then(device, mode, steps)
+    got = five_then(device, mode, steps, preset)
     loss = _rel(got["loss"], base["loss"])
     grad = max(_rel(p, q) for p, q in zip(got["grads"], base["grads"], strict=True))
     worst = _worst(got["traj"], base["traj"])
@@ -383,7 +388,7 @@ def main() -> int:
         (out / "queue_flags.txt").write_text(flags + "\n")
         print(f"queue flags: {flags} (the queue's groups: ~{hours:.2f} h at the timed step)")
     else:
-        print("queue flags: none picked (no fp32 queue mode passed and was timed at every K); gpu_queue.sh falls back")
+        print("queue flags: none picked (no fp32 queue mode passed and was timed at every K)")
     info = {"torch": torch.__version__, "device": a.device,
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}  # fmt: skip
     record = {"info": info, "checks": checks, "timing": rows, "queue_flags": flags, "queue_hours": hours}

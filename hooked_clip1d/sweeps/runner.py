@@ -412,6 +412,7 @@ def run_sweep(
     max_seconds: float | int | None = None,
     cudagraphs: bool | None = None,
     graph_step: bool | None = None,
+    groups: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep of ``spec_path``; returns the results table (also written to ``out_dir``).
 
@@ -428,6 +429,8 @@ def run_sweep(
     ``compile`` overrides the spec's ``run.compile`` (an execution setting: the spec, and so the output folder, stays
     the same); so does ``threads`` (the spec's ``run.threads``: torch threads per group; 1 when other processes
     share the cores, since oversubscribed threads can slow a step several-fold).
+    ``groups`` trains only these groups of the plan (names as in ``plan.json``); the others wait for a later call
+    (for a caller that chooses the groups itself, e.g. ``benchmarks/gpu_window.py``).
     The table has the runs finished so far. See the module
     docstring for the spec format and the files written.
     """
@@ -466,7 +469,7 @@ def run_sweep(
     if out.is_dir() and not (out / "spec.toml").exists() and any(e.name != ".lock" for e in out.iterdir()):
         raise FileExistsError(f"{str(out)!r} is not empty and holds no sweep (no spec.toml); use a new out_dir")
     with RunLock(out, "sweep directory"):
-        return _run_sweep_locked(spec, out, device, progress, runner, resume, max_steps, workers, deadline)
+        return _run_sweep_locked(spec, out, device, progress, runner, resume, max_steps, workers, deadline, groups)
 
 
 def _saved_plan(
@@ -517,9 +520,13 @@ def _run_sweep_locked(
     max_steps: int | None,
     workers: int,
     deadline: float | None = None,
+    only: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     runs = [_with_device(r, device) for r in spec.runs]
     groups = _saved_plan(out, runs, spec.run["max_group_size"], workers if runner == "local" else 1)
+    unknown = sorted(set(only or ()) - {gname for gname, _ in groups})
+    if unknown:
+        raise ValueError(f"groups {unknown} are not in the sweep's plan ({[g for g, _ in groups]})")
     old_spec = out / "spec.toml"
     if old_spec.exists() and _spec_data(old_spec) != tomllib.loads(spec.source):  # comments and layout may change
         if not _extends(load_spec(old_spec), spec):
@@ -534,6 +541,8 @@ def _run_sweep_locked(
     atomic_write_text(out / "plan.json", json.dumps([[gname, [r.name for r in g]] for gname, g in groups]) + "\n")
     tasks = []
     for gname, group in groups:
+        if only is not None and gname not in only:
+            continue
         tasks.append(
             GroupTask(
                 name=gname,

@@ -182,7 +182,7 @@ def unpack_runs(archives: Sequence[str | os.PathLike], dest: str | os.PathLike) 
         final = root / name
         stale = None
         if final.exists():
-            same = all((final / f).exists() and (final / f).read_bytes() == b for f, b in files.items())
+            same = all(_same_file(final / f, b) for f, b in files.items())
             if same:
                 continue
             if (final / "summary.json").exists():
@@ -200,6 +200,24 @@ def unpack_runs(archives: Sequence[str | os.PathLike], dest: str | os.PathLike) 
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return sorted(runs)
+
+
+def _same_file(path: Path, b: bytes) -> bool:
+    """Whether ``path`` holds ``b``: byte for byte, or, for weights, the same content digest (safetensors writes its
+    metadata in hash-map order, so packing one run in two processes can order it differently)."""
+    if not path.exists():
+        return False
+    a = path.read_bytes()
+    if a == b:
+        return True
+
+    def digest(x: bytes) -> str | None:
+        try:
+            return json.loads(x[8 : 8 + int.from_bytes(x[:8], "little")])["__metadata__"]["digest"]
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    return path.name == "model.safetensors" and digest(a) is not None and digest(a) == digest(b)
 
 
 # ---- resumable state of unfinished groups --------------------------------------------------------------------------
