@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -281,7 +282,42 @@ def test_resume_reads_the_runs_own_config_and_names_disagreeing_flags(tmp_path, 
     assert main(["train", "--resume", "--out", out, "--epochs", "3", "--no-progress"]) == 0
     assert [ln["epoch"] for ln in read_metrics(tmp_path / "run" / "metrics.jsonl")][-1] == 3
     assert main(["train", "--resume", "--out", out, "--epochs", "4", "--lr", "1e-3"]) == 2
-    assert "train_config.lr: the run has 0.0003, --lr says 0.001" in capsys.readouterr().err
+    assert "train_config.lr: the run has 0.0003, the flags say 0.001" in capsys.readouterr().err
+
+
+def test_resume_flags_are_checked_by_the_one_resume_comparison(tmp_path, capsys):
+    """``train --resume`` has no comparison of its own: the run its flags ask for is ``RunConfig.resumed_with`` (the
+    saved run with the given flags on top) and what disagrees is ``RunConfig.resume_problems``, worded for the
+    command line. So a schedule's epochs are refused at the command line as a checkpoint would refuse them, the
+    execution settings may change, and an error names every disagreeing field with both values."""
+    from hooked_clip1d.cli.commands import main
+    from hooked_clip1d.cli.train import add_train_parser, train_configs
+    from hooked_clip1d.training.run_config import RunConfig
+
+    out = str(tmp_path / "run")
+    base = ["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--batch-size", "16", "--no-progress"]
+    assert main([*base, "--epochs", "2", "--lr-schedule", "warmup_cosine", "--out", out]) == 0
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert main(["train", "--resume", "--out", out, "--epochs", "3"]) == 2  # the cosine schedule depends on epochs
+    err = capsys.readouterr().err
+    assert "train_config.epochs: the run has 2, the flags say 3" in err
+    parser = add_train_parser(argparse.ArgumentParser().add_subparsers())
+    cfg, data, tc, init = train_configs(parser.parse_args(["--resume", "--out", out, "--eval-every", "1",
+                                                           "--threads", "1"]))  # fmt: skip
+    assert RunConfig(cfg, data, tc).resume_problems(saved) == [] and init is None
+    assert (tc.eval_every, tc.threads, tc.lr_schedule, data.n_labels) == (1, 1, "warmup_cosine", 6)
+    with pytest.raises(ValueError) as e:
+        train_configs(parser.parse_args(["--resume", "--out", out, "--seed", "3", "--n2", "3"]))
+    asked = RunConfig.resumed_with(saved, RunConfig(*train_configs(parser.parse_args(["--out", "x", "--seed", "3",
+                                                                                      "--n2", "3"]))[:3]),
+                                   RunConfig(*train_configs(parser.parse_args(["--out", "x"]))[:3]))  # fmt: skip
+    want = asked.resume_problems(saved, "the run has", "the flags say")
+    assert str(e.value) == f"--resume {out!r}: flags disagree with the run: " + "; ".join(want)
+    assert want == [
+        "data_config.n2: the run has 2, the flags say 3",
+        "data_config.seed: the run has 0, the flags say 3",
+        "train_config.seed: the run has 0, the flags say 3",
+    ]
 
 
 def test_resume_with_a_disagreeing_data_flag_is_an_error(tmp_path, capsys):

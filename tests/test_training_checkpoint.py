@@ -468,3 +468,27 @@ def test_resume_a_checkpoint_saved_before_a_config_field_existed(tmp_path, engin
     save_tensors(ckpt, tensors, {k: v for k, v in meta.items() if k != "format"})
     assert main([*args, "--epochs", "3", "--resume"]) == 0
     assert json.loads((tmp_path / "summary.json").read_text())["epochs"] == 3
+
+
+def test_trainers_take_a_run_config_and_still_the_three_configs(tmp_path):
+    """``train``, ``Trainer`` and ``train_fast`` take one ``RunConfig`` (``train(run, out_dir)``); the older
+    three-config calls (also with ``resume`` / ``progress`` positional) train the same run; anything else is a
+    ``TypeError`` naming the entry point and what it takes."""
+    from hooked_clip1d.training.batched import train_fast
+    from hooked_clip1d.training.run_config import RunConfig
+
+    run = RunConfig(tiny_config(n_labels=6), DATA, TrainConfig(epochs=1, batch_size=16))
+    new = train(run, tmp_path / "new", progress=False)
+    old = train(run.model, run.data, run.train, tmp_path / "old", False, False)
+    _assert_same_state(new.model.state_dict(), old.model.state_dict())
+    assert Trainer(run, tmp_path / "t").run(progress=False).step == new.step
+    fast = train_fast(run, tmp_path / "fast", progress=False)
+    fast_old = train_fast(run.model, run.data, run.train, tmp_path / "fast_old", progress=False)
+    _assert_same_state(fast.model.state_dict(), fast_old.model.state_dict())
+    with pytest.raises(TypeError, match="train takes a RunConfig"):
+        train({"model": 1}, tmp_path / "x")
+    with pytest.raises(TypeError, match="at most 4 positional arguments after the run"):
+        train(run, tmp_path / "x", False, False, None, 1)
+    with pytest.raises(TypeError, match="train_fast takes a RunConfig"):
+        train_fast(run.model, tmp_path / "x")
+    assert not (tmp_path / "x").exists()

@@ -93,6 +93,11 @@ def train_configs(a: argparse.Namespace) -> tuple[CLIPConfig, DataConfig, TrainC
             raise ValueError("--init-from starts a new run; it cannot be combined with --resume")
         cfg, data_cfg, tc = _resume_configs(a)
         return cfg, data_cfg, tc, None
+    return _new_configs(a)
+
+
+def _new_configs(a: argparse.Namespace) -> tuple[CLIPConfig, DataConfig, TrainConfig, CLIP1D | None]:
+    """The configs the flags give a new run (the recipe, then the flags given)."""
     fields = recipe_of(a).fields()
     tc = TrainConfig(
         lr=a.lr,
@@ -255,67 +260,24 @@ def _init_model(a: argparse.Namespace) -> CLIP1D | None:
     return model
 
 
-def _given(a: argparse.Namespace) -> set[str]:
-    """The train flags given on the command line (their value differs from the parser's default)."""
-    defaults = vars(add_train_parser(argparse.ArgumentParser().add_subparsers()).parse_args(["--out", str(a.out)]))
-    return {k for k, v in vars(a).items() if k in defaults and v != defaults[k] and k not in ("func", "command")}
-
-
 def _resume_configs(a: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """``--resume``: the run's own configs from ``config.json``; flags given must agree (an error names the field
-    and both values), except the execution settings (epochs, eval/checkpoint every, device, threads)."""
-    from hooked_clip1d.model.clip import CLIPConfig
+    """``--resume``: the run's own configs from ``config.json``, with the flags given (those that differ from the
+    parser's defaults; ``--recipe``: every field of the recipe) checked against them by ``RunConfig.resume_problems``,
+    the comparison every resume uses (an error names the field and both values). Execution settings (epochs,
+    eval/checkpoint every, device, threads) may change."""
+    from hooked_clip1d.training.run_config import RunConfig
 
-    path = Path(a.out) / "config.json"
-    saved = json.loads(path.read_text())
-    model_cfg = CLIPConfig.from_dict(saved["model_config"])
-    data_cfg = DataConfig.from_dict(saved["data_config"])
-    tc = TrainConfig.from_dict(saved["train_config"])
-    given = _given(a)
-    diffs = []
-    for flag in ("lr", "batch_size", "seed"):
-        if flag in given and getattr(a, flag) != getattr(tc, flag):
-            diffs.append(f"train_config.{flag}: the run has {getattr(tc, flag)!r}, --{flag.replace('_', '-')} "
-                         f"says {getattr(a, flag)!r}")  # fmt: skip
-    asked = recipe_of(a).fields()  # every field of --recipe, or the fields whose flags were given
-    named = set(Recipe.TRAIN_FIELDS) | set(Recipe.MODEL_FIELDS) if "recipe" in given else given
-    for section, have in (("train", tc), ("model", model_cfg.vision)):
-        for f, want in asked[section].items():
-            if f in named and getattr(have, f) != want:
-                where = "train_config" if section == "train" else "model_config.vision"
-                shown = [_listed(getattr(have, f)), _listed(want)]
-                diffs.append(f"{where}.{f}: the run has {shown[0]!r}, the flags say {shown[1]!r}")
-    data_flags = {"n_labels", "n_heldout", "n1", "n2", "n_val", "caption_mode", "data_seed"}
-    if given & data_flags:
-        want = _data_cfg(argparse.Namespace(**{**vars(a), "seed": a.seed if "seed" in given else tc.seed}))
-        for f in ("n_labels", "n_heldout", "n1", "n2", "n_val", "caption_mode", "seed"):
-            if getattr(want, f) != getattr(data_cfg, f) and (({"seed", "data_seed"} if f == "seed" else {f}) & given):
-                diffs.append(
-                    f"data_config.{f}: the run has {getattr(data_cfg, f)!r}, the flags say {getattr(want, f)!r}"
-                )
-    if given & {*_SHAPE_FLAGS, "preset", "prune_vision_heads"}:
-        want = _model_cfg(a).to_dict()
-        have = model_cfg.to_dict()
-        for tower in ("vision", "text"):
-            for f, v in want[tower].items():
-                if f not in ("init_seed", "n_labels") and have[tower].get(f) != v:
-                    diffs.append(f"model_config.{tower}.{f}: the run has {have[tower].get(f)!r}, the flags say {v!r}")
-    if diffs:
-        raise ValueError(f"--resume {str(a.out)!r}: flags disagree with the run: " + "; ".join(diffs))
-    tc = dataclasses.replace(
-        tc,
-        epochs=a.epochs if "epochs" in given else tc.epochs,
-        eval_every=a.eval_every if "eval_every" in given else tc.eval_every,
-        checkpoint_every=a.checkpoint_every if "checkpoint_every" in given else tc.checkpoint_every,
-        device=a.device,
-        threads=a.threads,
-    )
-    return model_cfg, data_cfg, tc
-
-
-def _listed(v: Any) -> Any:
-    """A tuple field shown as the list ``config.json`` holds."""
-    return list(v) if isinstance(v, tuple) else v
+    saved = json.loads((Path(a.out) / "config.json").read_text())
+    defaults = add_train_parser(argparse.ArgumentParser().add_subparsers()).parse_args(["--out", str(a.out)])
+    asked, default = (RunConfig(*_new_configs(ns)[:3]) for ns in (a, defaults))
+    fields = recipe_of(a).fields() if a.recipe is not None else {"train": {}, "model": {}}
+    always = [f"train_config.{f}" for f in fields["train"]]
+    always += [f"model_config.{tower}.{f}" for tower in ("vision", "text") for f in fields["model"]]
+    run = RunConfig.resumed_with(saved, asked, default, always)
+    problems = run.resume_problems(saved, saved_as="the run has", now_as="the flags say")
+    if problems:
+        raise ValueError(f"--resume {str(a.out)!r}: flags disagree with the run: " + "; ".join(problems))
+    return run.model, run.data, dataclasses.replace(run.train, device=a.device, threads=a.threads)
 
 
 def _add_recipe_args(g: Any) -> None:
