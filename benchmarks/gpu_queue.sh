@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The GPU queue, one lent-GPU window at a time (issue 43; docs/cli.md, "On a GPU", has the exact calls):
 #
-#     bash benchmarks/gpu_queue.sh window [LIMIT]   # on the GPU, from the repository root: everything of one window
+#     bash benchmarks/gpu_queue.sh window [LIMIT [again]]   # on the GPU, from the repository root: one window
 #                                                   # in LIMIT seconds (default 540; timeout_s 600): the carried
 #                                                   # wheels installed, the carried state in, the <= 60 s check of
 #                                                   # the step mode (falling back to the next one), training until
 #                                                   # 60 s before LIMIT, what finished and the resumable state packed
-#                                                   # into $OUT (benchmarks/gpu_window.py)
+#                                                   # into $OUT (benchmarks/gpu_window.py); `again`: a second
+#                                                   # call, which goes on only on the first call's machine
 #     bash benchmarks/gpu_queue.sh unpack FILES_AT [FILES_AT ...]   # here: what came back -> the sweeps home
 #     bash benchmarks/gpu_queue.sh carry            # here, before every window: the sweeps home -> .gpu-carry/
 #     bash benchmarks/gpu_queue.sh table [ARGS]     # on the GPU, optional: gpu_check.py's full step table
@@ -42,7 +43,6 @@ if ls "$WHEELS"/*.whl >/dev/null 2>&1 && [ ! -e "$STATE/wheels" ]; then  # once 
     "$WHEELS"/*.whl && touch "$STATE/wheels" || exit 3
 fi
 export PYTHONPATH=$PYTHONPATH:$STATE/site
-python3 -c "import hooked_clip1d.sweeps.runner" || { echo "== a module above is missing: add it to gpu_wheels.sh"; exit 3; }
 
 if [ "$MODE" = table ]; then  # the step table of issue 43's item 2 (every mode, K = 1, 5, 12); not the queue
   python3 benchmarks/gpu_check.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/check.log"
@@ -52,4 +52,4 @@ fi
 exec python3 benchmarks/gpu_window.py window --started "$started" --limit "${2:-540}" --out "$OUT" --state "$STATE" \
   --carry "${CARRY:-.gpu-carry}" --device "${DEVICE:-cuda}" --queue "${QUEUE:-full-variants fig10 fig3}" \
   --spec-dir "${SPEC_DIR:-hooked_clip1d/sweeps}" --modes "${MODES:-graph-step,compile+cudagraphs/flat,flat}" \
-  --check-steps "${CHECK_STEPS:-200}" --check-preset "${CHECK_PRESET:-full}" ${WINDOW_ARGS:-}
+  --check-steps "${CHECK_STEPS:-200}" --check-preset "${CHECK_PRESET:-full}" ${3:+--"$3"} ${WINDOW_ARGS:-}

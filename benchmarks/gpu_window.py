@@ -28,7 +28,7 @@ Here, afterwards: ``unpack`` puts what came back into the sweeps home; ``carry``
 next window (the state of the groups in flight, compressed, within what travels beside the tree and the wheels,
 and ``room.json``: how much state the next window may leave in flight).
 
-The limit is what travels in: 64 MiB less the working tree (33.7 MiB on 2026-11-27, mostly the pretrained zoo)
+The limit is what travels in: 64 MiB less the working tree (33.9 MiB on 2026-11-26, mostly the pretrained zoo)
 and the wheels (2.9 MiB) leaves ~26 MiB, the packed state of one full model with independent blocks (~16 MiB) or
 three with tied blocks (~8 MiB each). So runs longer than a window travel a few at a time, and a group is only
 as large as finishes inside a window or travels (``plan_for_windows``).
@@ -720,6 +720,9 @@ def window(a: argparse.Namespace) -> int:
     out, state = Path(a.out), Path(a.state)
     out.mkdir(parents=True, exist_ok=True)
     state.mkdir(parents=True, exist_ok=True)
+    if a.again and not (state / "check.json").exists():  # call 1's machine went back: nothing here to go on with
+        log("== window ... again: a fresh machine (call 1's went back), so nothing to go on with; give it back")
+        return 6
     home = state / "sweeps"  # this machine's sweeps (the train process reads them through the variable)
     os.environ["HOOKED_CLIP1D_SWEEPS"] = str(home)
     rec: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "limit": a.limit,
@@ -728,7 +731,7 @@ def window(a: argparse.Namespace) -> int:
     try:
         sweeps = load_queue(a.queue.split(), Path(a.spec_dir), home)
     except ImportError as e:  # a module the carried wheels do not hold: name it (add it to gpu_wheels.sh)
-        log(f"== cannot import the package: {e} (bash benchmarks/gpu_wheels.sh; carry .whl)")
+        log(f"== cannot import the package: {e} (add the module to benchmarks/gpu_wheels.sh; carry .whl)")
         return 3
     room_file = Path(a.carry) / "room.json"
     room = json.loads(room_file.read_text())["room_mib"] if room_file.exists() else DEFAULT_ROOM_MIB
@@ -905,6 +908,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     w.add_argument("--step-ms", type=float, default=None, help="assume this step time (tests)")
     w.add_argument("--max-steps", type=int, default=None, help="stop each group after this many steps (tests)")
     w.add_argument("--check-scale", type=float, default=1.0, help="scale the checks' time limits")
+    w.add_argument("--again", action="store_true", help="a second call: only on the machine of the first")
     w.add_argument("--device", default="cuda")
     w.add_argument("--queue", default=" ".join(QUEUE), help="sweep spec names, in order")
     w.add_argument("--spec-dir", default=str(ROOT / "hooked_clip1d" / "sweeps"))

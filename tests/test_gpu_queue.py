@@ -154,6 +154,12 @@ def test_the_queue_never_sticks_and_its_first_item_is_every_candidate_both_ways(
     assert fv == [(0, 4, "finish"), (1, 4, "finish")]
 
 
+def test_a_second_call_on_a_fresh_machine_stops_at_once(tmp_path):
+    """`window ... again` goes on only where call 1 ran: on a fresh machine it would retrain call 1's work."""
+    assert gw.main(["window", "--out", str(tmp_path / "o"), "--state", str(tmp_path / "s"), "--again"]) == 6
+    assert not any((tmp_path / "o").iterdir())
+
+
 def test_the_rule_counts_the_state_of_other_groups_in_flight():
     f = lambda k: 0.001  # noqa: E731
     assert gw.decide([900_000], 16.0, f, 400, 26.0) == "carry"
@@ -278,7 +284,7 @@ def test_two_windows_end_bit_for_bit_where_one_uninterrupted_sweep_ends(tmp_path
     record = json.loads((tmp_path / "o1a" / "window.json").read_text())
     assert record["mode"] == "flat" and [r["steps"] for r in record["trained"]] == [7]
     # window 1, call 2 on the same machine: the check is not repeated, the group goes on one step
-    out = _queue(tmp_path, "window", "300", STATE=str(tmp_path / "s1"), OUT=str(tmp_path / "o1b"),
+    out = _queue(tmp_path, "window", "300", "again", STATE=str(tmp_path / "s1"), OUT=str(tmp_path / "o1b"),
                  WINDOW_ARGS=f"{args} --max-steps 1")  # fmt: skip
     assert "passed in an earlier call on this machine" in out and "1 runs from step 7" in out
     assert _members(tmp_path / "o1b" / "t" / "resent-000.tar") == {"n_labels-5"}
