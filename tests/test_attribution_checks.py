@@ -140,8 +140,9 @@ def test_agreement_counts_only_what_exact_patching_moves():
 def test_the_check_warns_when_atp_is_wrong_and_not_when_it_is_exact(shipped):
     model, imgs, caps = shipped
     live = mirror_task(model, imgs, caps)
-    with pytest.warns(AttributionWarning, match="disagrees with exact patching"):
+    with pytest.warns(AttributionWarning, match="disagrees with exact patching") as caught:
         out = check_attribution(live, atp(live, ["embed", "k", "terms"]))
+    assert caught[0].filename == __file__  # the warning names the user's line, not the package's
     assert out["poor"] and out["worst"] is not None and len(out["sample"]) == 8
     frozen = mirror_task(model, imgs, caps, norm="frozen")
     with warnings.catch_warnings():

@@ -36,10 +36,12 @@ def test_paper_walkthrough_executes():
 
 
 def test_clip_interpretability_notebook_executes():
-    """The whole-model notebook (joint patching, caption attributions, an SAE) runs end to end."""
+    """The whole-model notebook (joint patching, caption attributions, an SAE, circuit discovery) runs end to end, and
+    shows the attribution check's warning (issue 45)."""
     outputs = _execute("clip_interpretability.ipynb")
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "sum of attributions == belief: True" in text
+    assert "AttributionWarning: AtP disagrees with exact patching" in text
     assert any("image/png" in o.get("data", {}) for o in outputs), "no cell displayed a PNG figure"
 
 

@@ -56,6 +56,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -526,9 +527,20 @@ def check_against_exact(
                 "the output (mirror_task(..., norm='frozen')), the QK fix for queries, keys and score terms "
                 "(atp_star, eap(qk_fix=True)), eap_ig, or exact patching"
             ),
-            stacklevel=3,
+            stacklevel=_user_level(sys._getframe(1)),
         )
     return out
+
+
+def _user_level(frame: Any) -> int:
+    """``warnings.warn``'s ``stacklevel`` that names the first frame outside the package (the user's call), given
+    the frame at level 2 (the caller of the function that warns); type checkers' wrappers around the package's
+    functions (jaxtyping, beartype) count as the package."""
+    level = 2
+    inside = ("hooked_clip1d.", "jaxtyping", "beartype")
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 __all__ = [

@@ -73,7 +73,7 @@ def _run_methods(model: CLIP1D, images: torch.Tensor, captions: torch.Tensor, no
     from hooked_clip1d.analysis.graph import mirror_task
     from hooked_clip1d.analysis.methods import METHODS
 
-    task = mirror_task(model, images, captions, target="clip", norm=norm)  # type: ignore[arg-type]
+    task = mirror_task(model, images, captions, target="clip", norm=norm)
     kinds = _kinds(model)
     results = {}
     for name, method in METHODS.items():
