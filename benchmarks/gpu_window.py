@@ -787,6 +787,7 @@ def window(a: argparse.Namespace) -> int:
     else:
         log(f"== check: {mode} (passed in an earlier call on this machine)")
     rec["mode"] = mode
+    rec["step_ms"] = {k: round(v * 1e3, 4) for k, v in sorted(step_s.items())}  # `estimate --step-ms A,B`
     rc = 0
     calls = 0
     while mode is not None and until - time.time() > GROUP_OVERHEAD_S + 5:
@@ -801,8 +802,14 @@ def window(a: argparse.Namespace) -> int:
         rec["trained"] += got.get("rows", [])
         if code == 0:
             break
-        log(f"== training with {mode} stopped: exit {code} {got.get('error', '')}; the next mode is checked")
         rec.setdefault("crashes", []).append({"mode": mode, "exit": code, "error": got.get("error")})
+        if until - time.time() < 90:  # no time for another check and training: pack what there is
+            log(f"== training with {mode} stopped: exit {code} {got.get('error', '')}; no time left to try another")
+            checked["failed"] = checked["failed"] + [mode]
+            _write_json(check_file, {**checked, "mode": None})
+            mode, rc = None, 4
+            break
+        log(f"== training with {mode} stopped: exit {code} {got.get('error', '')}; the next mode is checked")
         mode = check(checked["failed"] + [mode])
         rc = 4 if mode is None else 0
     if mode is None and not rec["trained"]:

@@ -313,6 +313,23 @@ def test_two_windows_end_bit_for_bit_where_one_uninterrupted_sweep_ends(tmp_path
 
 
 @pytest.mark.slow
+def test_a_mode_that_crashes_in_training_hands_over_to_the_next(tmp_path, specs):
+    """The machine's check passed the whole-step graph (as a first call would have written it), but training with
+    it crashes (here: it needs CUDA): the window checks the next mode and trains the queue with it."""
+    state = tmp_path / "s"
+    state.mkdir()
+    passed = {"mode": "graph-step", "failed": [], "recs": [], "step_s": {"2": 0.01}}
+    (state / "check.json").write_text(json.dumps(passed))
+    out = _queue(tmp_path, "window", "300", STATE=str(state), OUT=str(tmp_path / "o"), MODES="graph-step,flat",
+                 WINDOW_ARGS="--check-scale 4 --check-timing-s 0.05")  # fmt: skip
+    assert "training with graph-step stopped: exit 4" in out and "needs a CUDA device" in out
+    assert "== check: flat" in out and "2 of 2 runs finished (done)" in out
+    record = json.loads((tmp_path / "o" / "window.json").read_text())
+    assert [c["mode"] for c in record["crashes"]] == ["graph-step"] and record["trained"][-1]["finished"]
+    assert json.loads((state / "check.json").read_text())["mode"] == "flat"
+
+
+@pytest.mark.slow
 def test_the_packed_state_of_a_full_model_is_what_the_plan_assumes(tmp_path):
     """A real full-model group checkpoint (2 members, 2 steps): packed, each member's state is within 10 % of
     ``member_mib`` (the plan's and the rule's estimate), so one such model travels in today's ~26 MiB room."""
