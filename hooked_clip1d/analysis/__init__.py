@@ -30,6 +30,8 @@
 - ``term_ablation``: mean and resample ablation of score terms (beside ``hooks``' mean / resample factories).
 - ``circuits``: ground-truth circuits as data, faithfulness / completeness / minimality, ACDC-style pruning, and
   ROC AUC / precision at k / rank correlation of a method against a ground truth.
+- ``methods``: the registry of attribution methods (``METHODS``, name -> method; the benchmark iterates it) and
+  ``check_attribution`` (a sample patched exactly; a warning when a gradient method disagrees).
 - ``mechanism``: the EP-gradient mechanism as one report per model (the recipe study's checks), the unseen-pair
   probe set, the CLS row's identifiability (``move_cls_embedding``, ``ablate_cls_key_position``), where a CLS-row
   gradient comes from (``gradient_sources``), a single-head run's bias and gradient (``single_head_mechanism``).
@@ -90,6 +92,7 @@ from hooked_clip1d.analysis.mechanism import (
     spearman_position,
     unseen_probe,
 )
+from hooked_clip1d.analysis.methods import METHODS, check_attribution
 from hooked_clip1d.analysis.metrics import caption_belief, image_belief, mirror_images, pair_inputs
 from hooked_clip1d.analysis.node_attribution import atp, atp_star, exact_patching
 from hooked_clip1d.analysis.patching import caption_swap_patching, mirror_swap_patching, patch_sweep
@@ -105,6 +108,7 @@ from hooked_clip1d.analysis.tl_adapter import tl_patching
 
 __all__ = [
     "ABLATABLE_TERMS",
+    "METHODS",
     "Attribution",
     "Circuit",
     "PAPER_ABLATIONS",
@@ -123,6 +127,7 @@ __all__ = [
     "atp_star",
     "attention_terms",
     "build_graph",
+    "check_attribution",
     "caption_attributions",
     "caption_belief",
     "caption_directions",
