@@ -13,6 +13,7 @@ kept by ``StackedCLIP.keep``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -129,134 +130,132 @@ class StackedForward(nn.Module):
         ``readout``: the position read out per input [K, batch], or an int when every input is read at that
         position and has the same token there (CLS at 0 for images; EOT at 3 for the dataset's captions), which
         allows the shared-query shortcut of ``_tower_shared_query`` for one-block towers without LayerNorm.
+        Otherwise the blocks run in turn (``_projections``, then ``_block`` for every block but the last, which
+        ``_readout_block`` computes at the readout only).
         """
         cfg = self.tower_cfg[name]
         emb_drop = cfg.embed_dropout if self.training else 0.0  # dropped embeddings: no table shortcuts
         if cfg.n_layers == 1 and cfg.normalization_type is None and isinstance(readout, int) and not emb_drop:
             return self._tower_shared_query(name, tokens, readout)
-        p = self.params
-        pre = f"{name}."
-        K, B, P = tokens.shape
-        H, Dh, D = cfg.n_heads, cfg.d_head, cfg.d_model
-        L = cfg.n_layers
-        ln = cfg.normalization_type == "LN"
-        pre_ln = ln and cfg.ln_position == "pre"  # LayerNorm before each sublayer (and ln_final)
-        post_ln = ln and not pre_ln  # LayerNorm after each residual add (ln_position="post")
-        learned = cfg.positional == "learned"
-        rope = cfg.positional == "rope"
-        drop = cfg.dropout if self.training else 0.0
-        attn_drop = cfg.attn_dropout if self.training else 0.0
-        W_E = p[pre + "embed.W_E"]
-        W_pos = p[pre + "pos_embed.W_pos"][:, :P] if learned else None
-        static = isinstance(readout, int)
-        if static:
-            r_tok = tokens[:, :, readout]
-            r_pos = torch.full((K, B), readout, dtype=torch.long, device=tokens.device)
-        else:
-            r_tok = tokens.gather(2, readout[:, :, None]).squeeze(2)
-            r_pos = readout
-        if rope:
-            sin, cos = self.rotary[name]
-            sin, cos = sin[:P], cos[:P]
-
-        def readout_rows(x: torch.Tensor) -> torch.Tensor:  # [K, B, P, f] -> [K, B, f]
-            if static:
-                return x[:, :, readout]
-            return x.gather(2, r_pos[:, :, None, None].expand(-1, -1, 1, x.shape[-1])).squeeze(2)
-
+        t = _Pass.of(self, name, tokens, readout)
         x: torch.Tensor | None = None  # residual stream [K, B, P, D] (built lazily for block 0 without LN)
-        for layer in range(L):
-            blk = f"{pre}blocks.{layer % cfg.n_blocks}."  # a repeated layer (tied_repeats) uses its block's weights
-            last = layer == L - 1
-            W_Q, W_K, W_V = p[blk + "attn.W_Q"], p[blk + "attn.W_K"], p[blk + "attn.W_V"]
-            b_Q, b_K, b_V = p[blk + "attn.b_Q"], p[blk + "attn.b_K"], p[blk + "attn.b_V"]
-            W_O, b_O = p[blk + "attn.W_O"], p[blk + "attn.b_O"]
-            # [K, D, H, Dh] x3 -> [K, D, 3 * H * Dh] (q | k | v); only k | v in the last block
-            Ws = (W_K, W_V) if last else (W_Q, W_K, W_V)
-            W_cat = self._adjacent(Ws)  # [K, D, n * H * Dh]: one fused projection (a view in the flat layout)
-            b_cat = self._adjacent((b_K, b_V) if last else (b_Q, b_K, b_V)).view(K, 1, len(Ws) * H * Dh)
-            tables = layer == 0 and not pre_ln and not emb_drop  # block 0 reads E + P itself (no LN before it)
-            if tables:
-                # block-0 projections from tables: (W_E @ W)[tok] + (W_pos @ W)[pos] + b
-                proj = self._rows(torch.bmm(W_E, W_cat), tokens.reshape(K, B * P))  # [K, B*P, n*H*Dh]
-                if learned:
-                    pos_t = torch.baddbmm(b_cat, W_pos, W_cat)  # [K, P, n*H*Dh]
-                    proj = (proj.view(K, B, P, -1) + pos_t[:, None]).view(K, B * P, -1)
-                else:
-                    proj = proj + b_cat
-                x_r = self._rows(W_E, r_tok)  # readout residual [K, B, D] (needed by the last block)
-                if learned:
-                    x_r = x_r + (W_pos[:, readout][:, None] if static else self._rows(W_pos, r_pos))
-                if not last:
-                    x = self._rows(W_E, tokens.reshape(K, B * P)).view(K, B, P, D)
-                    if learned:
-                        x = x + W_pos[:, None]
-            else:
-                if x is None:
-                    x = self._rows(W_E, tokens.reshape(K, B * P)).view(K, B, P, D)
-                    if learned:
-                        x = x + W_pos[:, None]
-                    x = self._dropout(x, (B, P, D), emb_drop, None)  # embedding dropout (E + P)
-                h = self._ln(x, p[blk + "ln1.w"], p[blk + "ln1.b"]) if pre_ln else x
-                proj = torch.baddbmm(b_cat, h.view(K, B * P, D), W_cat)
-                x_r = readout_rows(x) if last else None
-            proj = proj.view(K, B, P, len(Ws), H, Dh)
-            mask_h = self.head_masks[(name, layer)]
+        x_r: torch.Tensor | None = None  # the readout rows of the residual [K, B, D]
+        for layer in range(cfg.n_layers):
+            blk = f"{t.pre}blocks.{layer % cfg.n_blocks}."  # a repeated layer (tied_repeats) uses its block's weights
+            last = layer == cfg.n_layers - 1
+            proj, x, x_r, tables = self._projections(t, blk, layer, last, x)
             if not last:
-                q, k, v = proj.unbind(3)  # [K, B, P, H, Dh]
-                if rope:
-                    q = rotate(q, sin[:, None, :], cos[:, None, :])
-                    k = rotate(k, sin[:, None, :], cos[:, None, :])
-                q, k, v = q.transpose(2, 3), k.transpose(2, 3), v.transpose(2, 3)  # [K, B, H, P, Dh]
-                # softmax(q k^T / sqrt(d_head)) v in one fused kernel (the scale is sqrt(d_head), as cfg.attn_scale)
-                z = F.scaled_dot_product_attention(
-                    q, k, v, dropout_p=attn_drop, is_causal=cfg.attention_dir == "causal"
-                )
-                if mask_h is not None:
-                    z = z * mask_h[:, None, :, None, None]
-                z = z.transpose(2, 3).reshape(K, B * P, H * Dh)
-                attn = torch.baddbmm(b_O[:, None], z, W_O.reshape(K, H * Dh, D)).view(K, B, P, D)
-                x = x + self._dropout(attn, (B, P, D), drop, None)
-                if post_ln:
-                    x = self._ln(x, p[blk + "ln1.w"], p[blk + "ln1.b"])
-                if not cfg.attn_only:
-                    x = x + self._mlp(blk, x, (B, P), drop, None, pre_ln)
-                    if post_ln:
-                        x = self._ln(x, p[blk + "ln2.w"], p[blk + "ln2.b"])
-                continue
-            # last block: keys/values at every position, everything else at the readout only
-            k, v = proj.unbind(3)  # [K, B, P, H, Dh]
-            if tables or not pre_ln:
-                q_in = x_r
+                x = self._block(t, blk, layer, proj, x)
             else:
-                q_in = self._ln(x_r, p[blk + "ln1.w"], p[blk + "ln1.b"])
-            q = torch.baddbmm(self._adjacent((b_Q,)).view(K, 1, H * Dh), q_in, self._adjacent((W_Q,)))
-            q = q.view(K, B, H, Dh)
-            if rope:
-                k = rotate(k, sin[:, None, :], cos[:, None, :])
-                if static:
-                    q = rotate(q, sin[readout], cos[readout])
-                else:
-                    q = rotate(q, sin[r_pos][:, :, None, :], cos[r_pos][:, :, None, :])
-            scores = torch.einsum("kbhd,kbphd->kbhp", q, k) / cfg.attn_scale  # [K, B, H, P]
-            if cfg.attention_dir == "causal":
-                future = torch.arange(P, device=scores.device) > r_pos[:, :, None]  # [K, B, P]
-                scores = scores.masked_fill(future[:, :, None, :], float("-inf"))
-            pattern = self._dropout(scores.softmax(-1), (B, H, P), attn_drop, None)
-            z = torch.einsum("kbhp,kbphd->kbhd", pattern, v)  # [K, B, H, Dh]
-            if mask_h is not None:
-                z = z * mask_h[:, None, :, None]
-            attn = torch.baddbmm(b_O[:, None], z.reshape(K, B, H * Dh), W_O.reshape(K, H * Dh, D))
-            x_r = x_r + self._dropout(attn, (B, P, D), drop, r_pos)
-            if post_ln:
-                x_r = self._ln(x_r, p[blk + "ln1.w"], p[blk + "ln1.b"])
-            if not cfg.attn_only:
-                x_r = x_r + self._mlp(blk, x_r, (B, P), drop, r_pos, pre_ln, readout=True)
-                if post_ln:
-                    x_r = self._ln(x_r, p[blk + "ln2.w"], p[blk + "ln2.b"])
+                x_r = self._readout_block(t, blk, layer, proj, x_r, tables)
         assert x_r is not None
-        if pre_ln:
-            x_r = self._ln(x_r, p[pre + "ln_final.w"], p[pre + "ln_final.b"])
+        if t.pre_ln:
+            x_r = self._ln(x_r, self.params[t.pre + "ln_final.w"], self.params[t.pre + "ln_final.b"])
+        return x_r
+
+    def _projections(
+        self, t: _Pass, blk: str, layer: int, last: bool, x: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, bool]:
+        """Block ``blk``'s fused projections ``[K, B, P, n, H, Dh]`` (q | k | v; k | v in the last block), the
+        residual ``x`` (built here where block 0 needs it), the readout residual (last block) and whether block 0's
+        projections came from tables (no LayerNorm before it: ``(W_E @ W)[tok] + (W_pos @ W)[pos] + b``)."""
+        p, (K, B, P), cfg = self.params, t.shape, t.cfg
+        H, Dh, D = cfg.n_heads, cfg.d_head, cfg.d_model
+        W_Q, W_K, W_V = p[blk + "attn.W_Q"], p[blk + "attn.W_K"], p[blk + "attn.W_V"]
+        b_Q, b_K, b_V = p[blk + "attn.b_Q"], p[blk + "attn.b_K"], p[blk + "attn.b_V"]
+        # [K, D, H, Dh] x3 -> [K, D, 3 * H * Dh] (q | k | v); only k | v in the last block
+        Ws = (W_K, W_V) if last else (W_Q, W_K, W_V)
+        W_cat = self._adjacent(Ws)  # [K, D, n * H * Dh]: one fused projection (a view in the flat layout)
+        b_cat = self._adjacent((b_K, b_V) if last else (b_Q, b_K, b_V)).view(K, 1, len(Ws) * H * Dh)
+        tables = layer == 0 and not t.pre_ln and not t.emb_drop  # block 0 reads E + P itself (no LN before it)
+        W_E = p[t.pre + "embed.W_E"]
+        x_r = None
+        if tables:
+            proj = self._rows(torch.bmm(W_E, W_cat), t.tokens.reshape(K, B * P))  # [K, B*P, n*H*Dh]
+            if t.W_pos is not None:
+                pos_t = torch.baddbmm(b_cat, t.W_pos, W_cat)  # [K, P, n*H*Dh]
+                proj = (proj.view(K, B, P, -1) + pos_t[:, None]).view(K, B * P, -1)
+            else:
+                proj = proj + b_cat
+            x_r = self._rows(W_E, t.r_tok)  # readout residual [K, B, D] (needed by the last block)
+            if t.W_pos is not None:
+                x_r = x_r + (t.W_pos[:, t.readout][:, None] if t.static else self._rows(t.W_pos, t.r_pos))
+            if not last:
+                x = self._rows(W_E, t.tokens.reshape(K, B * P)).view(K, B, P, D)
+                if t.W_pos is not None:
+                    x = x + t.W_pos[:, None]
+        else:
+            if x is None:
+                x = self._rows(W_E, t.tokens.reshape(K, B * P)).view(K, B, P, D)
+                if t.W_pos is not None:
+                    x = x + t.W_pos[:, None]
+                x = self._dropout(x, (B, P, D), t.emb_drop, None)  # embedding dropout (E + P)
+            h = self._ln(x, p[blk + "ln1.w"], p[blk + "ln1.b"]) if t.pre_ln else x
+            proj = torch.baddbmm(b_cat, h.view(K, B * P, D), W_cat)
+            x_r = t.readout_rows(x) if last else None
+        return proj.view(K, B, P, len(Ws), H, Dh), x, x_r, tables
+
+    def _block(self, t: _Pass, blk: str, layer: int, proj: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """A block before the last: attention at every position (one ``scaled_dot_product_attention``), then the
+        MLP; returns the new residual ``[K, B, P, D]``."""
+        p, (K, B, P), cfg = self.params, t.shape, t.cfg
+        H, Dh, D = cfg.n_heads, cfg.d_head, cfg.d_model
+        mask_h = self.head_masks[(t.name, layer)]
+        q, k, v = proj.unbind(3)  # [K, B, P, H, Dh]
+        if t.rope:
+            q = rotate(q, t.sin[:, None, :], t.cos[:, None, :])
+            k = rotate(k, t.sin[:, None, :], t.cos[:, None, :])
+        q, k, v = q.transpose(2, 3), k.transpose(2, 3), v.transpose(2, 3)  # [K, B, H, P, Dh]
+        # softmax(q k^T / sqrt(d_head)) v in one fused kernel (the scale is sqrt(d_head), as cfg.attn_scale)
+        z = F.scaled_dot_product_attention(q, k, v, dropout_p=t.attn_drop, is_causal=cfg.attention_dir == "causal")
+        if mask_h is not None:
+            z = z * mask_h[:, None, :, None, None]
+        z = z.transpose(2, 3).reshape(K, B * P, H * Dh)
+        attn = torch.baddbmm(p[blk + "attn.b_O"][:, None], z, p[blk + "attn.W_O"].reshape(K, H * Dh, D))
+        x = x + self._dropout(attn.view(K, B, P, D), (B, P, D), t.drop, None)
+        if t.post_ln:
+            x = self._ln(x, p[blk + "ln1.w"], p[blk + "ln1.b"])
+        if not cfg.attn_only:
+            x = x + self._mlp(blk, x, (B, P), t.drop, None, t.pre_ln)
+            if t.post_ln:
+                x = self._ln(x, p[blk + "ln2.w"], p[blk + "ln2.b"])
+        return x
+
+    def _readout_block(
+        self, t: _Pass, blk: str, layer: int, proj: torch.Tensor, x_r: torch.Tensor, tables: bool
+    ) -> torch.Tensor:
+        """The last block at the readout only: keys and values at every position (``proj``: k | v), the query,
+        attention output and MLP at the readout rows ``x_r`` ``[K, B, D]``; returns the new readout rows."""
+        p, (K, B, P), cfg = self.params, t.shape, t.cfg
+        H, Dh, D = cfg.n_heads, cfg.d_head, cfg.d_model
+        mask_h = self.head_masks[(t.name, layer)]
+        k, v = proj.unbind(3)  # [K, B, P, H, Dh]
+        q_in = x_r if tables or not t.pre_ln else self._ln(x_r, p[blk + "ln1.w"], p[blk + "ln1.b"])
+        b_Q = self._adjacent((p[blk + "attn.b_Q"],)).view(K, 1, H * Dh)  # (b_Q before W_Q: the op order of before)
+        q = torch.baddbmm(b_Q, q_in, self._adjacent((p[blk + "attn.W_Q"],))).view(K, B, H, Dh)
+        if t.rope:
+            k = rotate(k, t.sin[:, None, :], t.cos[:, None, :])
+            if t.static:
+                q = rotate(q, t.sin[t.readout], t.cos[t.readout])
+            else:
+                q = rotate(q, t.sin[t.r_pos][:, :, None, :], t.cos[t.r_pos][:, :, None, :])
+        scores = torch.einsum("kbhd,kbphd->kbhp", q, k) / cfg.attn_scale  # [K, B, H, P]
+        if cfg.attention_dir == "causal":
+            future = torch.arange(P, device=scores.device) > t.r_pos[:, :, None]  # [K, B, P]
+            scores = scores.masked_fill(future[:, :, None, :], float("-inf"))
+        pattern = self._dropout(scores.softmax(-1), (B, H, P), t.attn_drop, None)
+        z = torch.einsum("kbhp,kbphd->kbhd", pattern, v)  # [K, B, H, Dh]
+        if mask_h is not None:
+            z = z * mask_h[:, None, :, None]
+        W_O, b_O = p[blk + "attn.W_O"], p[blk + "attn.b_O"]
+        attn = torch.baddbmm(b_O[:, None], z.reshape(K, B, H * Dh), W_O.reshape(K, H * Dh, D))
+        x_r = x_r + self._dropout(attn, (B, P, D), t.drop, t.r_pos)
+        if t.post_ln:
+            x_r = self._ln(x_r, p[blk + "ln1.w"], p[blk + "ln1.b"])
+        if not cfg.attn_only:
+            x_r = x_r + self._mlp(blk, x_r, (B, P), t.drop, t.r_pos, t.pre_ln, readout=True)
+            if t.post_ln:
+                x_r = self._ln(x_r, p[blk + "ln2.w"], p[blk + "ln2.b"])
         return x_r
 
     def _tower_shared_query(
@@ -404,3 +403,69 @@ class StackedForward(nn.Module):
         elif labels is None:
             labels = self._labels[(K, B)] = torch.arange(B, device=logits.device).repeat(K)
         return symmetric_ce(logits, valid, labels)
+
+
+@dataclass
+class _Pass:
+    """One general tower pass's settings (``StackedForward.tower``): the config, shapes, which sublayers normalise
+    and drop, the positional tables and where every input is read out."""
+
+    name: str
+    cfg: EncoderConfig
+    pre: str  # the tower's parameter prefix, "vision." / "text."
+    tokens: torch.Tensor  # [K, B, P]
+    shape: tuple[int, int, int]  # K, B, P
+    readout: int | torch.Tensor  # the readout position (an int: every input's), else [K, B]
+    static: bool  # readout is an int
+    r_tok: torch.Tensor  # the readout tokens [K, B]
+    r_pos: torch.Tensor  # the readout positions [K, B]
+    W_pos: torch.Tensor | None  # the learned positions [K, P, D] (None: rope or none)
+    rope: bool
+    sin: torch.Tensor | None  # RoPE's tables at the P positions
+    cos: torch.Tensor | None
+    pre_ln: bool  # LayerNorm before each sublayer (and ln_final)
+    post_ln: bool  # LayerNorm after each residual add (ln_position="post")
+    drop: float  # sublayer dropout (0 in eval mode)
+    attn_drop: float
+    emb_drop: float
+
+    @classmethod
+    def of(cls, fwd: StackedForward, name: str, tokens: torch.Tensor, readout: int | torch.Tensor) -> _Pass:
+        cfg = fwd.tower_cfg[name]
+        K, B, P = tokens.shape
+        ln = cfg.normalization_type == "LN"
+        static = isinstance(readout, int)
+        if static:
+            r_tok = tokens[:, :, readout]
+            r_pos = torch.full((K, B), readout, dtype=torch.long, device=tokens.device)
+        else:
+            r_tok = tokens.gather(2, readout[:, :, None]).squeeze(2)
+            r_pos = readout
+        rope = cfg.positional == "rope"
+        sin, cos = fwd.rotary[name] if rope else (None, None)
+        return cls(
+            name=name,
+            cfg=cfg,
+            pre=f"{name}.",
+            tokens=tokens,
+            shape=(K, B, P),
+            readout=readout,
+            static=static,
+            r_tok=r_tok,
+            r_pos=r_pos,
+            W_pos=fwd.params[f"{name}.pos_embed.W_pos"][:, :P] if cfg.positional == "learned" else None,
+            rope=rope,
+            sin=None if sin is None else sin[:P],
+            cos=None if cos is None else cos[:P],
+            pre_ln=ln and cfg.ln_position == "pre",
+            post_ln=ln and cfg.ln_position != "pre",
+            drop=cfg.dropout if fwd.training else 0.0,
+            attn_drop=cfg.attn_dropout if fwd.training else 0.0,
+            emb_drop=cfg.embed_dropout if fwd.training else 0.0,
+        )
+
+    def readout_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """The readout rows ``[K, B, f]`` of ``x`` ``[K, B, P, f]``."""
+        if self.static:
+            return x[:, :, self.readout]
+        return x.gather(2, self.r_pos[:, :, None, None].expand(-1, -1, 1, x.shape[-1])).squeeze(2)
