@@ -175,8 +175,11 @@ def test_exact_patching_takes_node_names(shipped):
 
 
 # ---- the registry ---------------------------------------------------------------------------------------------------
-def test_the_registry_names_every_method_and_a_new_one_is_benchmarked(shipped):
+def test_the_registry_names_every_method_and_a_new_one_is_benchmarked(shipped, monkeypatch):
     import hooked_clip1d.reproduce.circuits as xc
+
+    monkeypatch.setattr(xc, "_kinds", lambda model: ["heads"])  # keep it fast: heads only, EAP-IG with 2 steps
+    monkeypatch.setattr(xc, "OVERRIDES", {"EAP-IG": {"steps": 2}})
 
     assert list(METHODS) == ["exact patching", "AtP", "AtP+QK", "AtP*", "path patching", "EAP", "EAP+QK",
                              "EAP+AtP*", "EAP-IG", "ACDC"]  # fmt: skip
