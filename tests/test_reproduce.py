@@ -422,8 +422,9 @@ def test_beyond_the_paper_sections_say_question_once(tmp_path):
 
 
 def test_fig21b_judges_every_run_over_head_dimension():
-    def rows(accs):  # {(d_head, seed): unseen-pair accuracy}
-        return [{"vision.d_head": d, "seed": s, "val_unseen.acc": a, "epochs": 10} for (d, s), a in accs.items()]
+    def rows(accs, label_set=0.9):  # {(d_head, seed): unseen-pair accuracy}
+        return [{"vision.d_head": d, "seed": s, "val_unseen.acc": a, "val_unseen.label_set": label_set, "epochs": 10}
+                for (d, s), a in accs.items()]  # fmt: skip
 
     low = {(d, s): 0.4 + 0.01 * s for d in (32, 128) for s in (0, 1)}
     out = rp.FIGURES["fig21b"].run(rows(low))
@@ -432,6 +433,29 @@ def test_fig21b_judges_every_run_over_head_dimension():
     one_high = {**low, (128, 1): 0.9}  # one run above 0.6 is enough to contradict the claim
     out = rp.FIGURES["fig21b"].run(rows(one_high))
     assert rp.verdict_of(out.checks) == "not reproduced" and "d_head 128 seed 1: 0.90" in out.notes
+
+
+def test_single_head_figures_need_the_label_set_recognised():
+    """Fig. 21 / 21b restated (issue 42): "stays <= 0.6" is met by untrained models too (an absence check); the
+    counted check adds a positive requirement, the label set recognised (>= 0.8), so that the failure is left/right.
+    Runs that stay low because they do not recognise the labels fail it, as the recorded Fig. 21b runs do."""
+    from pathlib import Path
+
+    low_labels = [{"vision.d_head": 32, "seed": s, "val_unseen.acc": 0.4, "val_unseen.label_set": 0.45, "epochs": 10}
+                  for s in (0, 1)]  # fmt: skip
+    out = rp.FIGURES["fig21b"].run(low_labels)
+    absence, restated = out.checks
+    assert absence[1] and not restated[1] and out.absence == (absence[0],)
+    assert rp.verdict_of(out.checks) == "partly" and "accuracy / label-set" in out.notes
+    assert [ok for _, ok in out.sensitivity[restated[0]]] == [False, False, False, False]
+    recorded = json.loads((Path(__file__).resolve().parents[1] / "docs" / "records" / "fig21b.json").read_text())
+    out = rp.FIGURES["fig21b"].run(recorded["numbers"]["rows"])  # the 12 runs, as recorded (no weights needed)
+    assert dict(out.checks)[restated[0]] is False and "0.80-1.00 over 12 runs" in out.notes
+    wd = rp.FIGURES["fig21"].run(
+        _rows([(0.0, 0.5), (0.2, 0.45)])
+        + [{"weight_decay": 0.5, "val_unseen.acc": 0.3, "val_unseen.label_set": None, "epochs": 10}]
+    )
+    assert [ok for _, ok in wd.checks] == [True, False]  # a run without a label-set reading does not pass
 
 
 def test_fig13_is_not_judged_on_a_model_without_query_key_biases(tmp_path):

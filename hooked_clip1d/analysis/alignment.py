@@ -57,6 +57,52 @@ def procrustes(
     return U @ Vh
 
 
+def canonical_procrustes(
+    source: Float[torch.Tensor, "n d_source"], target: Float[torch.Tensor, "n d_target"], complete: bool = True
+) -> Float[torch.Tensor, "d_source d_target"]:
+    """The Procrustes solution made unique: of every (semi-)orthogonal ``R`` minimising ``||source @ R - target||_F``,
+    the one closest to the identity (largest ``trace(R)``, the identity truncated where the widths differ).
+
+    With fewer points than dimensions (15 labels in 128 dims) Procrustes fixes ``R`` only on the span the points
+    occupy; ``procrustes`` completes it with whatever null-space basis the SVD returns, which can change between
+    runs. Here ``R = U_r W_r^T`` on the span (``source^T target = U S W^T``, r = its numerical rank) plus, on the
+    orthogonal complements, the isometry closest to the identity: a function of the two complements alone, not of
+    the basis an SVD picks for them. ``complete=False`` returns the span part only (a partial isometry of rank r).
+
+    Example:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> a, b = torch.randn(3, 6, generator=g), torch.randn(3, 6, generator=g)
+        >>> r = canonical_procrustes(a, b)
+        >>> bool(torch.allclose(r.T @ r, torch.eye(6), atol=1e-5))  # orthogonal
+        True
+        >>> bool(torch.allclose(a @ r, a @ procrustes(a, b), atol=1e-5))  # the same fit on the points
+        True
+        >>> q, _ = torch.linalg.qr(torch.randn(6, 6, generator=g))  # rotating the problem rotates the answer
+        >>> bool(torch.allclose(canonical_procrustes(a @ q, b @ q), q.T @ r @ q, atol=1e-5))
+        True
+    """
+    if source.ndim != 2 or target.ndim != 2 or source.shape[0] != target.shape[0]:
+        raise ValueError(
+            f"canonical_procrustes needs [n, d] matrices with the same n; got {tuple(source.shape)}, "
+            f"{tuple(target.shape)}"
+        )
+    if not (bool(torch.isfinite(source).all()) and bool(torch.isfinite(target).all())):
+        raise ValueError("canonical_procrustes needs finite inputs (got NaN or inf)")
+    A, B = source.detach().double(), target.detach().double()
+    M = A.T @ B  # [ds, dt]
+    U, S, Vh = torch.linalg.svd(M, full_matrices=True)
+    tol = (S.max() if S.numel() else torch.tensor(0.0, dtype=M.dtype)) * max(M.shape) * torch.finfo(M.dtype).eps
+    r = int((S > tol).sum())
+    R = U[:, :r] @ Vh[:r]
+    ds, dt = M.shape
+    if complete and r < min(ds, dt):
+        Qu, Qw = U[:, r:], Vh[r:].T  # orthonormal bases of the two complements (any basis gives the same R)
+        eye = torch.eye(ds, dt, dtype=M.dtype)
+        X, _, Yh = torch.linalg.svd(Qw.T @ eye.T @ Qu, full_matrices=False)  # C = X diag Y^T; O = Y X^T
+        R = R + Qu @ (Yh.T @ X.T) @ Qw.T
+    return R.to(source.dtype)
+
+
 def _scores(
     text: torch.Tensor, vision: torch.Tensor, fit_idx: torch.Tensor, test_idx: torch.Tensor
 ) -> dict[str, float]:
@@ -98,6 +144,8 @@ def embedding_alignment(
     project_text: bool = False,
     n_shuffles: int = 20,
     seed: int = 0,
+    *,
+    rotation: str = "procrustes",
 ) -> dict[str, Any]:
     """Fit a rotation from the text to the vision label embeddings on ``fit_labels``; score it on ``test_labels``.
 
@@ -105,7 +153,10 @@ def embedding_alignment(
     Ntot = 20) and test on the held-out labels (16-20), read from ``model.data_config``; without one, the last
     quarter of the labels is held out. ``center`` subtracts each table's mean over the fit labels first (the paper
     does not; off by default). ``project_text`` maps the text embeddings through the CLIP text projection
-    ``W_proj`` first (the space the two towers' outputs are compared in).
+    ``W_proj`` first (the space the two towers' outputs are compared in). ``rotation`` picks the fit:
+    ``"procrustes"`` (``procrustes``: unique only on the fit labels' span), ``"canonical"`` (``canonical_procrustes``:
+    the solution closest to the identity, the same on every run) or ``"span"`` (its span part alone); the shuffled
+    control uses the same fit.
 
     Returns a JSON-able dict: ``fit_labels``, ``test_labels``; ``raw``, ``procrustes`` and ``shuffled`` score
     dicts (see the module docstring; ``raw`` is None when the widths differ); ``cos_raw`` and ``cos_procrustes``,
@@ -126,6 +177,11 @@ def embedding_alignment(
         raise ValueError(f"fit_labels: a rotation needs at least 2 labels to fit, got {fit}")
     if not isinstance(n_shuffles, int) or n_shuffles < 0:
         raise ValueError(f"n_shuffles must be an int >= 0, got {n_shuffles!r}")
+    fits = {"procrustes": procrustes, "canonical": canonical_procrustes,
+            "span": lambda a, b: canonical_procrustes(a, b, complete=False)}  # fmt: skip
+    if rotation not in fits:
+        raise ValueError(f"rotation must be one of {sorted(fits)}, got {rotation!r}")
+    fit_rotation = fits[rotation]
     V = model.vision.W_E[1 : n + 1].detach().float().cpu()  # label i at row i - 1 (same ids in both towers)
     T = model.text.W_E[1 : n + 1].detach().float().cpu()
     if project_text:
@@ -134,7 +190,7 @@ def embedding_alignment(
     if center:
         V = V - V[fit_idx].mean(0)
         T = T - T[fit_idx].mean(0)
-    R = procrustes(T[fit_idx], V[fit_idx])
+    R = fit_rotation(T[fit_idx], V[fit_idx])
     eye = torch.eye(R.shape[0] if R.shape[0] <= R.shape[1] else R.shape[1])
     ortho = (R @ R.T - eye).abs().max() if R.shape[0] <= R.shape[1] else (R.T @ R - eye).abs().max()
     gen = torch.Generator().manual_seed(seed)
@@ -143,7 +199,7 @@ def embedding_alignment(
         runs = []
         for _ in range(n_shuffles):
             perm = fit_idx[torch.randperm(len(fit_idx), generator=gen)]
-            runs.append(_scores(T @ procrustes(T[fit_idx], V[perm]), V, fit_idx, test_idx))
+            runs.append(_scores(T @ fit_rotation(T[fit_idx], V[perm]), V, fit_idx, test_idx))
         shuffled = {k: sum(r[k] for r in runs) / n_shuffles for k in runs[0]}
     same_width = T.shape[1] == V.shape[1]
     cos_raw = F.normalize(T, dim=-1) @ F.normalize(V, dim=-1).T if same_width else None
@@ -158,4 +214,5 @@ def embedding_alignment(
         "orthogonality_error": float(ortho),
         "center": center,
         "project_text": project_text,
+        "rotation": rotation,
     }

@@ -15,7 +15,8 @@ model sees ``W_E[CLS] + W_pos[0]`` only. The paper's split of the CLS query into
 of coordinates made by the optimiser (with weight decay on both rows their difference decays to 0 and EP equals PP
 on the CLS row). ``move_cls_embedding`` moves the sum between the two rows (outputs unchanged, the paper's term
 ablations changed); ``ablate_cls_key_position`` removes the key-position part of the CLS query as a whole, which
-no such move can change.
+no such move can change. ``layer0_cls_position_rows`` is the same row at layer 0 of a deeper tower, and
+``cls_label_pe_deltas`` reads Fig. 5c's Δlabel / Δp.e. with the whole CLS query (App. I's T and Π).
 
 Example:
     >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig, build_dataset
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from hooked_clip1d.analysis.ablation import evaluate_ablations
 from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
@@ -182,6 +184,89 @@ def cls_position_rows(vision: HookedVisionEncoder) -> torch.Tensor:
     q = cls_query(vision)  # [h, dh]
     k_pos = torch.einsum("pm,hmd->hpd", vision.W_pos[1:], attn.W_K)  # [h, pixel, dh]
     return torch.einsum("hd,hpd->hp", q, k_pos) / vision.cfg.attn_scale
+
+
+def _check_layer0(vision: HookedVisionEncoder, what: str) -> None:
+    cfg = vision.cfg
+    if not isinstance(vision, HookedVisionEncoder):
+        raise TypeError(f"{what} needs the vision tower (model.vision), got {type(vision).__name__}")
+    if cfg.normalization_type is not None or cfg.positional != "learned":
+        raise ValueError(
+            f"{what} reads layer 0, whose input must be W_E + W_pos exactly (no LayerNorm, learned positions); got "
+            f"normalization_type={cfg.normalization_type!r}, positional={cfg.positional!r}"
+        )
+
+
+@torch.no_grad()
+def layer0_cls_position_rows(vision: HookedVisionEncoder) -> Float[torch.Tensor, "head pixel"]:
+    """``cls_position_rows`` at layer 0 of a vision tower of any depth (no LayerNorm, learned positions): the
+    key-position part ``q_CLS . (W_pos[j] W_K) / attn_scale`` of layer 0's CLS scores over the pixel keys, with
+    ``q_CLS = (W_E[CLS] + W_pos[0]) W_Q + b_Q`` the whole CLS query (Fig. 23's layer 0 in App. I's form).
+
+    In a 1-layer tower it equals ``cls_position_rows``; in a deeper one it is the row of layer 0 only (the CLS
+    query of layer 0 is the same for every image, as the input of layer 0 is ``W_E + W_pos``).
+
+    Example:
+        >>> from hooked_clip1d import VisionConfig
+        >>> enc = HookedVisionEncoder(VisionConfig(n_labels=5, n_layers=2, init_seed=0)).eval()
+        >>> layer0_cls_position_rows(enc).shape
+        torch.Size([4, 10])
+    """
+    _check_layer0(vision, "layer0_cls_position_rows")
+    attn = vision.blocks[0].attn
+    x = vision.W_E[vision.cfg.vocab.cls] + vision.W_pos[0]
+    q = torch.einsum("m,hmd->hd", x, attn.W_Q) + attn.b_Q  # [h, dh]
+    k_pos = torch.einsum("pm,hmd->hpd", vision.W_pos[1:], attn.W_K)  # [h, pixel, dh]
+    return torch.einsum("hd,hpd->hp", q, k_pos) / vision.cfg.attn_scale
+
+
+@torch.no_grad()
+def cls_label_pe_deltas(vision: HookedVisionEncoder, split: Split) -> dict[str, torch.Tensor]:
+    """Fig. 5c's Δlabel and Δp.e. in App. I's form: both read with the whole CLS query
+    ``q_CLS = (W_E[CLS] + W_pos[0]) W_Q + b_Q`` (layer 0), not the CLS token embedding alone.
+
+    For a two-object image with label x at pixel a and y at pixel b > a, ``Δlabel = q_CLS . (W_E[y] - W_E[x]) W_K``
+    and ``Δp.e. = q_CLS . (W_pos[b] - W_pos[a]) W_K`` (right minus left, over ``attn_scale``): App. I's T and Π with
+    the sign flipped. ``b_K`` cancels, so ``Δlabel + Δp.e.`` is the head's whole CLS logit difference
+    (``delta_score``), and no output-preserving reparametrisation of ``analysis.reparametrize`` changes either part
+    (``label_pe_deltas``' EP-only Δp.e. goes to 0 when ``W_E[CLS]`` moves into ``W_pos[0]``). Same keys as
+    ``heads.label_pe_deltas``, so ``heads.classify_head_roles`` reads it.
+
+    Example:
+        >>> from hooked_clip1d import VisionConfig, DataConfig, build_dataset
+        >>> enc = HookedVisionEncoder(VisionConfig(n_labels=8, init_seed=0)).eval()
+        >>> d = cls_label_pe_deltas(enc, build_dataset(DataConfig(n_labels=8, n_heldout=3, n2=3)).splits["val_unseen"])
+        >>> bool(torch.allclose(d["delta_label"] + d["delta_pe"], d["delta_score"], atol=1e-5))
+        True
+    """
+    _check_layer0(vision, "cls_label_pe_deltas")
+    if not isinstance(split, Split):
+        raise TypeError(f"expected a data.Split (e.g. dataset.splits['val_unseen']), got {type(split).__name__}")
+    pair = split.is_pair
+    if not bool(pair.any()):
+        raise ValueError(f"split {split.name!r} has no two-object images")
+    dev = vision.W_E.device
+    images, pos, objs = split.images[pair].to(dev), split.positions[pair].to(dev) + 1, split.objects[pair].to(dev)
+    attn = vision.blocks[0].attn
+    x = vision.W_E[vision.cfg.vocab.cls] + vision.W_pos[0]
+    q = torch.einsum("m,hmd->hd", x, attn.W_Q) + attn.b_Q  # [h, dh]
+    kE = torch.einsum("vm,hmd->vhd", vision.W_E, attn.W_K)  # [vocab, h, dh]
+    kP = torch.einsum("pm,hmd->phd", vision.W_pos, attn.W_K)  # [n_ctx, h, dh]
+    s = vision.cfg.attn_scale
+    d_label = torch.einsum("hd,nhd->nh", q, kE[objs[:, 1]] - kE[objs[:, 0]]) / s
+    d_pe = torch.einsum("hd,nhd->nh", q, kP[pos[:, 1]] - kP[pos[:, 0]]) / s
+    _, cache = vision.run_with_cache(images, names_filter="blocks.0.attn.hook_attn_scores")
+    scores = cache["attn_scores", 0][:, :, 0]  # [n, h, k]
+    ar = torch.arange(len(images), device=dev)
+    d_score = scores[ar, :, pos[:, 1]] - scores[ar, :, pos[:, 0]]
+    return {
+        "delta_label": d_label,
+        "delta_pe": d_pe,
+        "delta_score": d_score,
+        "attends_right": d_score > 0,
+        "objects": objs,
+        "positions": pos - 1,
+    }
 
 
 def ablate_cls_key_position(vision: HookedVisionEncoder) -> list[Hook]:

@@ -34,7 +34,8 @@ from hooked_clip1d.reproduce.core import (
     Outcome,
     register,
 )
-from hooked_clip1d.reproduce.mechanism_figs import _fig4b, _fig4c, _fig5d, _fig5e, _fig11, _fig13, _fig14, _first_epoch
+from hooked_clip1d.reproduce.mechanism_figs import _fig4b, _fig4c, _fig5d, _fig5e, _fig11, _fig13, _fig14
+from hooked_clip1d.reproduce.readings import _first_epoch
 from hooked_clip1d.reproduce.sweep_figs import _fig4a, _one_sided
 
 
@@ -153,10 +154,16 @@ def _x_small_init(models: dict[str, CLIP1D]) -> Outcome:
     parts = {"fig11": _fig11, "fig4c": _fig4c, "fig4b": _fig4b, "fig5d": _fig5d, "fig5e": _fig5e, "fig13": _fig13,
              "fig14": _fig14}  # fmt: skip
     numbers, checks, figs, lines = {}, [], {}, []
+    values, secondary, absence, sensitivity = {}, {}, [], {}
     for key, fn in parts.items():
         out = fn(models, SMALL_INIT)
         numbers[key] = out.numbers
         checks += [(f"[{key}] {c}", ok) for c, ok in out.checks]
+        # each figure's marks carry over (docs/fidelity.md, "Verdicts v2"): what it does not count, x3 does not count
+        values.update({f"[{key}] {c}": v for c, v in out.values.items()})
+        secondary.update({f"[{key}] {c}": why for c, why in out.secondary.items()})
+        absence += [f"[{key}] {c}" for c in out.absence]
+        sensitivity.update({f"[{key}] {c}": v for c, v in out.sensitivity.items()})
         figs.update({f"{key}_{k}": f for k, f in out.figures.items()})
         held = sum(bool(ok) for _, ok in out.checks)
         lines.append(f"{key} ({held}/{len(out.checks)} checks): {out.summary}")
@@ -165,7 +172,8 @@ def _x_small_init(models: dict[str, CLIP1D]) -> Outcome:
         f"unseen-pair accuracy {m['acc']:.2f} (the N(0, 1) flagship: 0.67). Per figure, with the paper's checks: "
         + " ".join(lines)
     )
-    return Outcome(numbers, summary, checks, figs)
+    return Outcome(numbers, summary, checks, figs, values=values, secondary=secondary, absence=tuple(absence),
+                   sensitivity=sensitivity)  # fmt: skip
 
 
 def _x_train_ablate_ep(models: dict[str, CLIP1D]) -> Outcome:
