@@ -43,7 +43,7 @@ def test_the_installed_transformer_lens_is_in_the_supported_range():
 
     deps = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
     pin = next(r for r in deps["dependencies"] if r.startswith("transformer-lens"))
-    assert pin == "transformer-lens>=3,<5" and (3, 0) <= TL_VERSION < (5, 0), (pin, TL_VERSION)
+    assert pin == "transformer-lens>=3.3,<5" and (3, 3) <= TL_VERSION < (5, 0), (pin, TL_VERSION)
 
 
 def test_run_with_cache_without_the_batch_dim_on_every_hook(flagship):

@@ -1,10 +1,9 @@
-"""TransformerLens 3.x and 4.x behind one interface: the few names and behaviours that differ between them.
+"""TransformerLens 3.x and 4.x behind one interface: the behaviour that differs between them where it touches us.
 
-The package runs on ``transformer-lens>=3,<5`` (SAELens 6 needs ``<4``; TL 4 is the default install). What differs,
-and what this module does about it:
+The package runs on ``transformer-lens>=3.3,<5`` (SAELens 6 needs ``<4``; TL 4 is the default install). From 3.3 on,
+``HookedRootModule`` is a top-level export (4.x removed the older ``transformer_lens.hook_points`` path) and
+``HookedRootModule.list_hooks`` exists; 3.0-3.2 lack both. What still differs, and what this module does about it:
 
-- ``HookedRootModule``: a top-level export from TL 3.3 on; TL 3.0-3.2 have it in ``transformer_lens.hook_points``
-  only, and TL 4 removed it from there. Imported from whichever exists.
 - ``run_with_cache(..., remove_batch_dim=True)``: TL 3.x slices the position axis by the activation's rank *before*
   it drops the batch axis, so a hook without a position axis (our ``hook_pooled`` ``[batch, d_model]``) raises an
   ``IndexError``. :func:`remove_batch_dim` does TL 4's drop (a leading axis of size 1 only) after the run, so the
@@ -12,7 +11,7 @@ and what this module does about it:
 
 Example:
     >>> from hooked_clip1d.model.tl_compat import TL_VERSION, HookedRootModule
-    >>> TL_VERSION >= (3, 0)
+    >>> TL_VERSION >= (3, 3)
     True
     >>> HookedRootModule.__name__
     'HookedRootModule'
@@ -24,11 +23,7 @@ from importlib.metadata import version as _dist_version
 from typing import Any
 
 import torch
-
-try:  # TL >= 3.3 (and 4.x, where the hook_points path is gone)
-    from transformer_lens import HookedRootModule
-except ImportError:  # pragma: no cover - TL 3.0-3.2
-    from transformer_lens.hook_points import HookedRootModule  # type: ignore[no-redef]
+from transformer_lens import HookedRootModule  # top level from TL 3.3 on (the floor of the pin)
 
 
 def _parse(v: str) -> tuple[int, int]:
