@@ -44,11 +44,16 @@ class StackedAdamW:
         grad_masks: Sequence[torch.Tensor | None] | None = None,
         coupled: bool = False,
         flat: bool | None = None,
+        fold_decay: bool = True,
     ):
         """``coupled``: Adam with L2 decay in the gradient (``grad += wd * mask * p``, torch's
         ``Adam(weight_decay=wd)``; ``TrainConfig.optimizer="adam"``) instead of AdamW's decoupled decay.
         ``flat``: one fused update over flat buffers (module docstring); None: when the parameters tile one buffer;
-        True: a ``ValueError`` when they do not; False: per tensor."""
+        True: a ``ValueError`` when they do not; False: per tensor. ``fold_decay``: where some parameters' decay is
+        masked (so the group is not ``uniform``), let the fused kernel decay the unmasked ones itself, in the same
+        pass as their update, instead of a multiply over them first; done only on the CPU and where the kernel's
+        factor ``float32(1 - lr * wd)`` is the very float the multiply uses (``decay_folds``), so every update is bit
+        for bit the same either way (False: always the separate multiply, as before 2026-11-26)."""
         self.params = list(params)
         # per parameter, None or a 0/1 tensor of its stacked shape: decayed where 1 (TrainConfig.no_decay); the
         # gradient is kept where 1 (0: TrainConfig.frozen, never moved: zero gradient, zero Adam moments, no decay)
@@ -76,6 +81,7 @@ class StackedAdamW:
             for p in self.params
         ]
         self.fused = dev.type in ("cpu", "cuda")
+        self._fold_decay = fold_decay
         if flat not in (None, True, False):
             raise ValueError(f"flat must be None, True or False, got {flat!r}")
         self.flat_requested = flat
@@ -136,6 +142,17 @@ class StackedAdamW:
         if lrs != self.lr:
             self._set_factors(lrs, self.wd)
 
+    @property
+    def fold_decay(self) -> bool:
+        """Whether the fused kernel decays the parameters it can decay exactly (the constructor's ``fold_decay``);
+        settable (False: the separate multiply for every parameter, the path of before; the same numbers)."""
+        return self._fold_decay
+
+    @fold_decay.setter
+    def fold_decay(self, on: bool) -> None:
+        self._fold_decay = bool(on)
+        self._set_factors(self.lr, self.wd)
+
     def _set_factors(self, lr: list[float], wd: list[float]) -> None:
         self.lr, self.wd = lr, wd
         self.uniform = len(set(lr)) == 1 and len(set(wd)) == 1 and not self.masked
@@ -158,6 +175,12 @@ class StackedAdamW:
                 # path (a few kernels), broadcast factors the per-tensor one (a launch per parameter, ~2 of 8 ms of
                 # a full-model step on an H100); on the CPU broadcasting reads less memory (0.8 vs 1.3 ms, K = 18)
                 self._decay.append(d.expand_as(p).contiguous() if dev.type == "cuda" else d)
+        # parameters whose decay the fused kernel applies itself (one lr, one weight decay, no mask): it multiplies by
+        # float32(1 - lr * wd) computed in double, which must be the float32 factor of _decay to fold exactly
+        # (the CPU kernel's form; CUDA's kernel writes its decay another way, so on a GPU the multiply stays)
+        folds = self._fold_decay and self.fused and not self.coupled and len(set(lr)) == 1 and len(set(wd)) == 1
+        folds = folds and not self.uniform and self.params[0].device.type == "cpu" and decay_folds(lr[0], wd[0])
+        self._folded = [folds and mask is None for mask in self.decay_masks]
         if self.flat_param is not None:  # the same factors, each where its parameter lies in the flat buffer
             self._flat_gmask = (
                 None if not any(m is not None for m in self.grad_masks) else self._flatten(self.grad_masks, 1.0)
@@ -214,14 +237,21 @@ class StackedAdamW:
             )  # fmt: skip
             return
         if self.fused and len(set(self.lr)) == 1 and not self.coupled:
-            # per-member or masked decay, one lr: decay first (as AdamW does), then the fused kernel without decay
+            # per-member or masked decay, one lr: decay first (as AdamW does), then the fused kernel without decay;
+            # the parameters whose decay folds into the kernel (_folded) are decayed there, in the same pass
             torch._foreach_add_(steps, 1)
-            torch._foreach_mul_(params, [self._decay[i] for i in idx])
-            torch._fused_adamw_(
-                params, grads, m, v, [], steps,
-                lr=self.lr[0], beta1=b1, beta2=b2, weight_decay=0.0, eps=self.eps,
-                amsgrad=False, maximize=False,
-            )  # fmt: skip
+            for part, wd in (([j for j, i in enumerate(idx) if not self._folded[i]], 0.0),
+                             ([j for j, i in enumerate(idx) if self._folded[i]], self.wd[0])):  # fmt: skip
+                if not part:
+                    continue
+                ps = [params[j] for j in part]
+                if not wd:
+                    torch._foreach_mul_(ps, [self._decay[idx[j]] for j in part])
+                torch._fused_adamw_(
+                    ps, [grads[j] for j in part], [m[j] for j in part], [v[j] for j in part], [],
+                    [steps[j] for j in part], lr=self.lr[0], beta1=b1, beta2=b2, weight_decay=wd, eps=self.eps,
+                    amsgrad=False, maximize=False,
+                )  # fmt: skip
             return
         torch._foreach_add_(steps, 1)
         step = float(steps[0].item())
@@ -311,6 +341,20 @@ class StackedAdamW:
         self.grad_masks = [None if m is None else m.index_select(0, idx) for m in self.grad_masks]
         self._bind_flat()
         self._set_factors([self.lr[i] for i in members], [self.wd[i] for i in members])
+
+
+def decay_folds(lr: float, weight_decay: float) -> bool:
+    """Whether torch's fused AdamW kernel, given ``lr`` and ``weight_decay``, multiplies a parameter by exactly the
+    decay factor ``StackedAdamW`` multiplies by itself: the kernel rounds ``1 - lr * wd``, computed in double, to
+    float32; ``StackedAdamW`` computes it in float32 (``1 - float32(lr) * float32(wd)``). They agree for the paper's
+    ``lr = 1e-4``, ``wd = 0.2`` but not for every pair.
+
+    Example:
+        >>> decay_folds(1e-4, 0.2), decay_folds(0.019019267774246368, 0.08507777529137683)
+        (True, False)
+    """
+    in_float32 = 1 - torch.tensor(lr, dtype=torch.float32) * torch.tensor(weight_decay, dtype=torch.float32)
+    return bool(in_float32 == torch.tensor(1 - lr * weight_decay, dtype=torch.float32))
 
 
 def _flat_base(params: Sequence[torch.Tensor]) -> torch.Tensor | None:

@@ -12,6 +12,7 @@ kept by ``StackedCLIP.keep``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -392,7 +393,9 @@ class StackedForward(nn.Module):
             img = self.tower("vision", images, 0)
             txt = self.tower("text", captions, text_readout)
         # the CLIP head in fp32 even under bf16 autocast: cosines scaled by up to 100 need more than 8 mantissa bits
-        with torch.autocast(img.device.type, enabled=False):
+        # (autocast off for it; without autocast there is nothing to turn off, and entering the context costs time)
+        fp32 = torch.compiler.is_compiling() or torch.is_autocast_enabled(img.device.type)
+        with torch.autocast(img.device.type, enabled=False) if fp32 else contextlib.nullcontext():
             txt = torch.bmm(txt.float(), self.params["W_proj"])
             sim = cosine(img.float(), txt)  # [K, B, B]
         logits = temperature(self.params["logit_scale"], self.max_logit_scale)[:, None, None] * sim
