@@ -10,7 +10,11 @@ Implementations (each trains on the real training pairs of ``DataConfig(n_labels
 - ``batched+matched``: the same with ``dropout_rng="matched"`` (each member's masks equal ``Trainer``'s);
 - ``batched+compile`` / ``batched+bf16``: with ``torch.compile`` of the stacked loss / bfloat16 autocast;
 - ``vmap``: ``torch.func.functional_call`` + ``vmap`` over K copies of the existing ``CLIP1D`` (stacked weights,
-  fused AdamW), the alternative to an explicitly stacked forward.
+  fused AdamW), the alternative to an explicitly stacked forward;
+- ``batched@REV`` (``--versions REV,...``): ``batched`` as of git revision REV, timed in the same process as today's
+  (the package at REV is copied under another name, ``version_package``), so a change of speed between versions is
+  read in the same rounds as the baseline; each version trains with its own default ``TrainConfig`` (``--all-decay``:
+  every version and today's rows with ``no_decay=()``, ``frozen=()``, where the version has those fields).
 
 Timing: after warm-up, ``--rounds`` rounds each run every implementation of a preset for about ``--seconds``
 (the order rotates every round), so all of them see the same machine load. Reported: the median model-steps/s
@@ -29,18 +33,26 @@ Reference FLOPs (one training step, batch B; tower t with n_t tokens, L layers, 
     forward    = forward(vision, n=11) + forward(text, n=4) + 2*B*d*d (W_proj) + 2*B*B*d (similarities)
     step       = 3 * forward
 
-Run: ``python benchmarks/bench_training.py [--threads N] [--out DIR] [--compile] [--bf16] [--matched] [--vmap]``.
+Run: ``python benchmarks/bench_training.py [--threads N] [--out DIR] [--compile] [--bf16] [--matched] [--vmap]
+[--versions REV,...] [--all-decay]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import importlib
+import io
 import json
 import os
 import platform
+import re
+import shutil
 import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -178,10 +190,19 @@ def make_trainer(preset: str, images, captions, tmpdir: str) -> Impl:
     return Impl("trainer", 1, run, flops)
 
 
-def make_batched(preset: str, K: int, *, dropout_rng="fast", compile=False, amp=False, name="batched") -> Impl:  # noqa: A002
+def make_batched(
+    preset: str,
+    K: int,
+    *,
+    dropout_rng="fast",
+    compile=False,  # noqa: A002
+    amp=False,
+    name="batched",
+    train_kw=None,
+) -> Impl:
     members = [
         Member(CLIPConfig.from_preset(preset, n_labels=N_LABELS), DataConfig(),
-               TrainConfig(epochs=10**6, seed=s, eval_every=10**6, checkpoint_every=10**6))
+               TrainConfig(epochs=10**6, seed=s, eval_every=10**6, checkpoint_every=10**6, **(train_kw or {})))
         for s in range(K)
     ]  # fmt: skip
     tr = BatchedTrainer(members, None, dropout_rng=dropout_rng, compile=compile, amp=amp)
@@ -201,6 +222,52 @@ def make_batched(preset: str, K: int, *, dropout_rng="fast", compile=False, amp=
         tr.run(progress=False, max_steps=n)
 
     return Impl(name, K, run, flops // K)
+
+
+def version_package(rev: str, dest: Path) -> str:
+    """The package as of git revision ``rev`` (of the checkout this script is in; or, where ``rev`` is a folder, the
+    ``hooked_clip1d`` in it, e.g. another worktree), copied into ``dest`` as ``hooked_clip1d_<rev>`` with every import
+    of it rewritten, so that it imports beside today's package; returns the new package's name (``dest`` must be on
+    ``sys.path``)."""
+    name = "hooked_clip1d_" + re.sub(r"\W", "_", Path(rev).name if Path(rev).is_dir() else rev)
+    if Path(rev).is_dir():
+        shutil.copytree(Path(rev) / "hooked_clip1d", dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        root = Path(__file__).resolve().parent.parent
+        tar = subprocess.run(["git", "archive", "--format=tar", rev, "hooked_clip1d"], cwd=root, capture_output=True)
+        if tar.returncode:
+            raise SystemExit(f"--versions: git archive {rev} failed: {tar.stderr.decode().strip()}")
+        with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
+            t.extractall(dest / f"src-{name}", filter="data")
+        (dest / f"src-{name}" / "hooked_clip1d").rename(dest / name)
+    pattern = re.compile(r"\bhooked_clip1d\b(?=[.\s'\"]|$)", re.MULTILINE)
+    for f in (dest / name).rglob("*.py"):
+        f.write_text(pattern.sub(name, f.read_text()))
+    return name
+
+
+def make_version(pkg: str, rev: str, preset: str, K: int, flops: int, train_kw: dict | None = None) -> Impl:
+    """``batched`` (fast dropout, fp32, eager) of the package copy ``pkg`` (``version_package``), K members; its
+    FLOPs are today's at the same K (the same function). ``train_kw`` fields the version's ``TrainConfig`` lacks are
+    left out (before 2026-11-23 every parameter was decayed and none frozen: ``--all-decay``'s recipe)."""
+    top = importlib.import_module(pkg)
+    try:
+        b = importlib.import_module(f"{pkg}.training.batched")
+    except ImportError:  # before the move into folders (e960e6e)
+        b = importlib.import_module(f"{pkg}.batched")
+    known = {f.name for f in dataclasses.fields(top.TrainConfig)}  # an old version may lack a recipe field
+    kw = {k: v for k, v in (train_kw or {}).items() if k in known}
+    members = [
+        b.Member(top.CLIPConfig.from_preset(preset, n_labels=N_LABELS), top.DataConfig(),
+                 top.TrainConfig(epochs=10**6, seed=s, eval_every=10**6, checkpoint_every=10**6, **kw))
+        for s in range(K)
+    ]  # fmt: skip
+    tr = b.BatchedTrainer(members, None, dropout_rng="fast")
+
+    def run(n: int) -> None:
+        tr.run(progress=False, max_steps=n)
+
+    return Impl(f"batched@{Path(rev).name if Path(rev).is_dir() else rev}", K, run, flops)
 
 
 def make_vmap(preset: str, K: int, images, captions) -> Impl:
@@ -320,6 +387,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--matched", action="store_true", help="also time dropout_rng='matched' (K=1)")
     ap.add_argument("--vmap", action="store_true", help="also time functional_call + vmap (simplified, K=8)")
     ap.add_argument("--no-trainer", action="store_true", help="skip the single-model Trainer row")
+    ap.add_argument(
+        "--versions",
+        type=lambda s: [r for r in s.split(",") if r],
+        default=[],
+        help="also time batched as of these git revisions (or folders holding a hooked_clip1d), in the same rounds "
+        "(e.g. 5d9d873,903517f)",
+    )
+    ap.add_argument(
+        "--all-decay", action="store_true", help="train every batched row with no_decay=(), frozen=() (one recipe)"
+    )
     ap.add_argument("--out", type=Path, default=None, help="directory for benchmark.json")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0:
@@ -355,14 +432,19 @@ def main(argv: list[str] | None = None) -> None:
     images, captions = build_dataset(DataConfig(n_labels=N_LABELS, n2=10)).training_pairs()
     rows: list[dict] = []
     raw: dict[str, dict[str, list[float]]] = {}
+    train_kw = {"no_decay": (), "frozen": ()} if args.all_decay else None
     with tempfile.TemporaryDirectory() as tmpdir:
+        sys.path.insert(0, tmpdir)
+        versions = {rev: version_package(rev, Path(tmpdir)) for rev in args.versions}
         for preset in args.presets:
             print(f"building {preset} ...", flush=True)
             impls = [make_plain(preset, images, captions)]
             if not args.no_trainer:
                 impls.append(make_trainer(preset, images, captions, tmpdir))
             for K in ks[preset]:
-                impls.append(make_batched(preset, K))
+                today = make_batched(preset, K, train_kw=train_kw)
+                impls.append(today)
+                impls += [make_version(pkg, rev, preset, K, today.flops, train_kw) for rev, pkg in versions.items()]
             if args.matched:
                 impls.append(make_batched(preset, 1, dropout_rng="matched", name="batched+matched"))
             if args.compile:
