@@ -28,18 +28,99 @@ if TYPE_CHECKING:
 MAX_IMAGES = 1_000_000  # a DataConfig whose splits would hold more images is refused before anything is built
 
 
+# How the batched engine (training.members.group_key, training.stacked_support) treats a config field; every field
+# declares one, so a new field is either implemented by the engine or refused by it, never silently ignored:
+BATCHED = {
+    "member": "may differ between the members of a group",
+    "shared": "must be equal across a group",
+    "schedule": "may differ per member, but must be equal across a group when a learning-rate schedule is used",
+    "batch": "the batch size: equal across a group once resolved against the data (50 or 100 by caption mode)",
+    "shape": "a tower field that must be equal across a group (the stacked forward implements each value)",
+    "hook": "read by hooks only (no effect on training)",
+    "unsupported": "not implemented by the batched engine: a non-default value is refused there",
+}
+_UNSET: Any = dataclasses.MISSING
+
+
+def knob(
+    default: Any,
+    text: str,
+    *,
+    batched: str,
+    recipe: bool = False,
+    results: bool = True,
+    free: bool = False,
+    legacy: Any = _UNSET,
+) -> Any:
+    """A config field declared once with everything the package derives from it (``dataclasses.field`` metadata):
+
+    - ``text``: what it does (metadata ``help``) (the ``train`` command's flag help, docs);
+    - ``batched``: how the batched engine treats it (a key of ``BATCHED``);
+    - ``recipe``: a choice the paper leaves open, part of a ``Recipe`` (a ``train`` flag, a sweep grid key);
+    - ``results``: False for execution settings that change no trained number (a resumed run may change them);
+    - ``free``: how a model was initialised or trained, not what it is (a stand-in model of a figure may differ);
+    - ``legacy``: the value a config saved before the field existed was trained with, and what a ``Recipe`` that does
+      not name the field means (default: ``default``).
+
+    Example:
+        >>> [f.name for f in dataclasses.fields(TrainConfig) if f.metadata["batched"] == "shared"]
+        ['betas', 'eps', 'device', 'optimizer', 'lr_schedule']
+    """
+    if batched not in BATCHED:
+        raise ValueError(f"knob: batched must be one of {sorted(BATCHED)}, got {batched!r}")
+    meta = {"help": text, "batched": batched, "recipe": recipe, "results": results, "free": free,
+            "legacy": default if legacy is _UNSET else legacy}  # fmt: skip
+    if isinstance(default, list | dict | set):
+        raise TypeError("knob defaults must be immutable (a tuple, not a list)")
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def field_names(cls: Any, **where: Any) -> tuple[str, ...]:
+    """The names of ``cls``'s fields (declared with ``knob``) whose metadata matches every ``where`` item.
+
+    Example:
+        >>> field_names(TrainConfig, results=False)
+        ('eval_every', 'checkpoint_every', 'device', 'threads', 'keep_snapshots', 'snapshot_epochs')
+    """
+    out = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if "batched" not in f.metadata:
+            raise TypeError(f"{cls.__name__}.{f.name} is not declared with settings.knob (no metadata)")
+        if all(f.metadata[k] == v for k, v in where.items()):
+            out.append(f.name)
+    return tuple(out)
+
+
+def legacy_values(cls: Any) -> dict[str, Any]:
+    """``{field: legacy value}`` for ``cls``'s fields whose legacy value differs from the default: what a config saved
+    before the field existed was trained with (``from_dict`` fills these in).
+
+    Example:
+        >>> legacy_values(TrainConfig)
+        {'no_decay': ()}
+    """
+    return {f.name: f.metadata["legacy"] for f in dataclasses.fields(cls)
+            if f.init and f.metadata.get("legacy", f.default) != f.default}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Dataset settings with the paper's defaults (Sec. 2.1). Impossible settings raise ``ValueError``."""
 
-    n_labels: int = 20  # Ntot: object categories 1..Ntot
-    n_heldout: int = 5  # Nval: labels Npair+1..Ntot kept out of two-object training (unseen pairs)
-    n1: int = 5  # single-object training images per label
-    n2: int = 10  # two-object training images per ordered training pair (layout diversity)
-    n_val: int = 5  # validation images per label / ordered pair, in every validation split
-    d_image: int = 10  # Dimage, pixels per image
-    caption_mode: Literal["left", "left_right"] = "left"  # two-object captions: XLY only, or XLY and YRX
-    seed: int = 0  # seeds the generator: same seed, same dataset
+    # batched "schedule": the training set's size (steps per epoch), equal in a group under a learning-rate schedule
+    n_labels: int = knob(20, "Ntot: object categories 1..Ntot", batched="schedule")
+    n_heldout: int = knob(5, "Nval: labels Npair+1..Ntot kept out of two-object training (unseen pairs)",
+                          batched="schedule")  # fmt: skip
+    n1: int = knob(5, "single-object training images per label", batched="schedule")
+    n2: int = knob(10, "two-object training images per ordered training pair (layout diversity)", batched="schedule")
+    n_val: int = knob(5, "validation images per label / ordered pair, in every validation split", batched="member")
+    d_image: int = knob(10, "Dimage, pixels per image", batched="schedule")
+    caption_mode: Literal["left", "left_right"] = knob(
+        "left", "two-object captions: XLY only ('left'), or XLY and YRX ('left_right')", batched="schedule"
+    )
+    seed: int = knob(0, "seeds the generator: same seed, same dataset", batched="member")
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> ValueError:
@@ -145,51 +226,75 @@ def check_groups(field: str, groups: Any, known: Sequence[str]) -> tuple[str, ..
     return tuple(sorted(set(groups)))
 
 
-# no_decay / frozen of a saved train config that predates the fields: AdamW(model.parameters()), biases trained
-LEGACY_TRAIN_FIELDS: dict[str, tuple[str, ...]] = {"no_decay": (), "frozen": ()}
-
-
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation settings with the paper's defaults (Sec. 2.2)."""
+    """Optimisation settings with the paper's defaults (Sec. 2.2). Each field is declared once with ``knob``: its
+    help, how the batched engine treats it, whether it is a recipe choice (``Recipe``), whether it changes results.
+    """
 
-    lr: float = 1e-4  # AdamW learning rate
-    weight_decay: float = 0.2  # AdamW decoupled weight decay w (App. B varies it)
+    lr: float = knob(1e-4, "AdamW learning rate (paper: 1e-4)", batched="schedule")
+    weight_decay: float = knob(0.2, "weight decay w (paper: 0.2; App. B varies it)", batched="member", recipe=True)
     # The paper does not say which parameters get weight decay; its attention has query/key biases (Sec. 4). The
     # defaults are the recipe cls-exempt-init002: the recipe study's (reproduce x8-recipe) with the paper's b_Q
     # kept, by the pre-registered b_Q decision over the dynamics study's arms (reproduce x10-dynamics,
-    # docs/fidelity.md):
-    no_decay: tuple[str, ...] = ("cls",)  # parameter groups exempt from decay (NO_DECAY_GROUPS):
-    # the CLS row of the vision W_E, as open_clip exempts a ViT class embedding; () decays every parameter
-    frozen: tuple[str, ...] = ()  # groups set to 0 and held there (FROZEN_GROUPS); () trains them all, the paper's
-    # query/key biases included (Sec. 4: Q = XW_Q^T + B_Q^T; the b_Q decision of docs/fidelity.md); "qk_bias" fixes
-    # b_Q = b_K = 0 (the recipe study's default until 2026-11-26); "cls_pos" the vision W_pos[0] (CLS carries no
-    # positional embedding)
-    qk_bias_decay_scale: float = 1.0  # b_Q and b_K decay at weight_decay x this (beyond the paper: a recipe that
-    # limits the query bias, docs/fidelity.md); 1 = like every other weight; needs the q/k biases trained and decayed
-    epochs: int = 10_000  # Nepoch
-    batch_size: int | None = None  # bs; None = 50 for caption_mode "left", 100 for "left_right"
-    betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas (torch defaults)
-    eps: float = 1e-8  # AdamW eps (torch default)
-    seed: int = 0  # seeds weights, data order and dropout
-    eval_every: int = 100  # epochs between metric lines (and progress-bar updates)
-    checkpoint_every: int = 500  # epochs between atomic training checkpoints
-    device: str = "cpu"  # "cpu" or "cuda"
-    threads: int | None = None  # torch.set_num_threads for training; None leaves torch's default
-    keep_snapshots: bool = False  # also keep the weights of every checkpoint as snapshots/epoch_NNNNN.safetensors
-    snapshot_epochs: tuple[int, ...] = ()  # also keep the weights at these epochs (0: the initial weights), as
-    # snapshots/epoch_NNNNN.safetensors: a training trajectory (``dense_schedule`` gives one dense early, sparse late)
+    # docs/fidelity.md). no_decay: the CLS row of the vision W_E exempt, as open_clip exempts a ViT class embedding;
+    # () decays every parameter (what runs saved before the field were trained with)
+    no_decay: tuple[str, ...] = knob(
+        ("cls",),
+        "parameter groups exempt from weight decay, comma-separated: cls, embeddings, biases, norms, logit_scale "
+        "('' = none)",
+        batched="member", recipe=True, legacy=(),
+    )  # fmt: skip
+    # frozen: () trains them all, the paper's query/key biases included (Sec. 4: Q = XW_Q^T + B_Q^T; the b_Q decision
+    # of docs/fidelity.md); "qk_bias" fixes b_Q = b_K = 0 (the recipe study's default until 2026-11-26); "cls_pos"
+    # the vision W_pos[0] (CLS carries no positional embedding)
+    frozen: tuple[str, ...] = knob(
+        (), "groups held at 0: qk_bias (no query/key biases), cls_pos ('' = none)",
+        batched="member", recipe=True, legacy=(),
+    )  # fmt: skip
+    qk_bias_decay_scale: float = knob(
+        1.0, "b_Q and b_K decay at weight decay x this (beyond the paper; needs them trained)",
+        batched="member", recipe=True,
+    )  # fmt: skip
+    epochs: int = knob(10_000, "Nepoch (paper: 10000)", batched="schedule")
+    batch_size: int | None = knob(None, "bs; None = 50 for caption_mode 'left', 100 for 'left_right'", batched="batch")
+    betas: tuple[float, float] = knob((0.9, 0.999), "AdamW betas (torch defaults)", batched="shared")
+    eps: float = knob(1e-8, "AdamW eps (torch default)", batched="shared")
+    seed: int = knob(0, "seeds weights, data order and dropout", batched="member")
+    eval_every: int = knob(100, "epochs between metric lines", batched="member", results=False)
+    checkpoint_every: int = knob(500, "epochs between atomic training checkpoints", batched="member", results=False)
+    device: str = knob("cpu", "'cpu' or 'cuda'", batched="shared", results=False)
+    threads: int | None = knob(None, "torch.set_num_threads for training; None leaves torch's default",
+                               batched="member", results=False)  # fmt: skip
+    keep_snapshots: bool = knob(
+        False, "also keep the weights of every checkpoint as snapshots/epoch_NNNNN.safetensors",
+        batched="member", results=False,
+    )  # fmt: skip
+    # a training trajectory (``dense_schedule`` gives one dense early, sparse late)
+    snapshot_epochs: tuple[int, ...] = knob(
+        (), "also keep the weights at these epochs (0: the initial weights) as snapshots/epoch_NNNNN.safetensors",
+        batched="member", results=False,
+    )  # fmt: skip
     # The optimiser and its schedule: the paper names lr and weight decay but no optimiser and no schedule.
-    optimizer: Literal["adamw", "adam"] = "adamw"  # "adamw": decoupled decay (p *= 1 - lr * w); "adam": Adam with
-    # coupled L2 decay (grad += w * p, as torch.optim.Adam(weight_decay=w)); both honour no_decay / frozen
-    lr_schedule: Literal["constant", "warmup_cosine"] = "constant"  # "warmup_cosine": linear warmup over
-    # warmup_epochs, then cosine decay to 0 at the last step (open_clip's cosine_lr), per optimizer step
-    warmup_epochs: int = 0  # epochs of linear warmup (lr_schedule "warmup_cosine" only)
+    optimizer: Literal["adamw", "adam"] = knob(
+        "adamw", "adamw (decoupled decay: p *= 1 - lr * w) or adam (coupled L2 decay, grad += w * p); the paper "
+        "names none",
+        batched="shared", recipe=True,
+    )  # fmt: skip
+    lr_schedule: Literal["constant", "warmup_cosine"] = knob(
+        "constant", "constant, or warmup_cosine (linear warmup over --warmup-epochs, then cosine to 0, per step: "
+        "open_clip's cosine_lr)",
+        batched="shared", recipe=True,
+    )  # fmt: skip
+    warmup_epochs: int = knob(0, "epochs of linear warmup (warmup_cosine only)", batched="schedule", recipe=True)
     # CLIP's temperature: the paper says "the standard CLIP contrastive loss". CLIP learns the log inverse
     # temperature logit_scale (init 1/0.07, clamped at 100); whether it is weight-decayed is the no_decay group
-    # "logit_scale" (open_clip exempts it). None: learned; a number: exp(logit_scale) set to it at the start and held
-    # there (no gradient, no decay), e.g. 100, CLIP's clamp (the temperature study, docs/fidelity.md)
-    fixed_temperature: float | None = None
+    # "logit_scale" (open_clip exempts it). The temperature study (docs/fidelity.md) tests both and a fixed one
+    fixed_temperature: float | None = knob(
+        None, "hold CLIP's inverse temperature exp(logit_scale) at this value (no gradient, no decay); unset: learned, "
+        "as CLIP does",
+        batched="member", recipe=True,
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         def is_int(v: Any) -> bool:
@@ -294,9 +399,9 @@ class TrainConfig:
     def from_dict(d: dict[str, Any]) -> TrainConfig:
         d = dict(d)
         for k in ("betas", "no_decay", "frozen", "snapshot_epochs"):
-            if k in d:
+            if isinstance(d.get(k), list):  # JSON / TOML lists; a string stays one and is refused by name
                 d[k] = tuple(d[k])
-        for k, legacy in LEGACY_TRAIN_FIELDS.items():  # saved before the field existed: trained without it
+        for k, legacy in legacy_values(TrainConfig).items():  # saved before the field existed: trained without it
             d.setdefault(k, legacy)
         known = {f.name for f in dataclasses.fields(TrainConfig)}
         if set(d) - known:
@@ -322,62 +427,36 @@ def dense_schedule(
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """A training recipe: how a run makes the choices the paper leaves open. Every field is one of ``TrainConfig``'s
-    (``TRAIN_FIELDS``) or of both towers' ``EncoderConfig`` (``MODEL_FIELDS``), with its default, so a recipe means
-    the same thing whatever a config's defaults are; ``fields()`` is the one place a recipe is expanded (the
-    ``train`` command and sweeps both use it). A new recipe field: add it here and to the config that owns it.
+class TowerKnobs:
+    """The fields of a tower's ``EncoderConfig`` that are recipe choices, declared here, without torch, so that a
+    ``Recipe``, the ``train`` command's flags and sweep specs are read without importing the model;
+    ``model.config.EncoderConfig`` inherits them (they are its fields, set on both towers by a recipe)."""
 
-    Example:
-        >>> r = RECIPES["cls-exempt-init002-cosine"]
-        >>> r.fields()["train"]["lr_schedule"], r.fields()["model"]["init_std"]
-        ('warmup_cosine', 0.02)
-        >>> RECIPES[DEFAULT_RECIPE].fields()["train"]["frozen"]
-        ()
-    """
-
-    no_decay: tuple[str, ...]  # parameter groups exempt from weight decay (NO_DECAY_GROUPS)
-    frozen: tuple[str, ...]  # groups held at 0 (FROZEN_GROUPS): "qk_bias" = no query/key biases
-    init_std: float  # N(0, std) init of W_E and W_pos
-    qk_bias_decay_scale: float = 1.0  # b_Q, b_K decay at weight_decay x this
-    attn_dropout: float = 0.0  # dropout on the attention probabilities
-    embed_dropout: float = 0.0  # dropout on E + P before block 0
-    weight_decay: float = 0.2  # the paper's w
-    optimizer: Literal["adamw", "adam"] = "adamw"
-    lr_schedule: Literal["constant", "warmup_cosine"] = "constant"
-    warmup_epochs: int = 0
-    fixed_temperature: float | None = None
-
-    # what each field does, for the ``train`` command's flags (``--no-decay``, ``--init-std``, ...)
-    HELP = {
-        "no_decay": "parameter groups exempt from weight decay, comma-separated: cls, embeddings, biases, norms, "
-        "logit_scale ('' = none)",
-        "frozen": "groups held at 0: qk_bias (no query/key biases), cls_pos ('' = none)",
-        "init_std": "std of the N(0, std) init of W_E and W_pos (1.0 is nn.Embedding's)",
-        "qk_bias_decay_scale": "b_Q and b_K decay at weight decay x this (beyond the paper; needs them trained)",
-        "attn_dropout": "dropout on the attention probabilities (the paper does not say where its dropout goes)",
-        "embed_dropout": "dropout on the embeddings E + P before block 0",
-        "weight_decay": "weight decay w (paper: 0.2)",
-        "optimizer": "adamw (decoupled decay) or adam (coupled L2 decay); the paper names none",
-        "lr_schedule": "constant, or warmup_cosine (linear warmup over --warmup-epochs, then cosine to 0)",
-        "warmup_epochs": "epochs of linear warmup (warmup_cosine only)",
-        "fixed_temperature": "hold CLIP's inverse temperature exp(logit_scale) at this value (no gradient, no decay); "
-        "unset: learned, as CLIP does",
-    }
-    TRAIN_FIELDS = (
-        "no_decay", "frozen", "qk_bias_decay_scale", "weight_decay", "optimizer", "lr_schedule", "warmup_epochs",
-        "fixed_temperature",
+    init_std: float = knob(
+        0.02, "std of the N(0, std) init of W_E and W_pos (1.0 is nn.Embedding's); the paper does not say. 0.02 (GPT-2 "
+        "/ HF CLIP's) is the recipe study's choice; configs saved before the field were trained at 1.0",
+        batched="member", recipe=True, free=True, legacy=1.0,
     )  # fmt: skip
-    MODEL_FIELDS = ("init_std", "attn_dropout", "embed_dropout")  # set on both towers
+    attn_dropout: float = knob(
+        0.0, "dropout on the attention probabilities (nn.TransformerEncoderLayer's placement); the paper does not say "
+        "where its dropout goes", batched="shape", recipe=True, free=True,
+    )  # fmt: skip
+    embed_dropout: float = knob(
+        0.0, "dropout on the embeddings E + P before block 0 (nanoGPT's, timm ViT's, BERT's placement)",
+        batched="shape", recipe=True, free=True,
+    )  # fmt: skip
+
+
+class _RecipeMethods:
+    """The methods of ``Recipe`` (whose fields are generated from the configs' declarations)."""
+
+    HELP: dict[str, str]
+    TRAIN_FIELDS: tuple[str, ...]
+    MODEL_FIELDS: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "no_decay", check_groups("no_decay", self.no_decay, NO_DECAY_GROUPS))
-        object.__setattr__(self, "frozen", check_groups("frozen", self.frozen, FROZEN_GROUPS))
-        names = {f.name for f in dataclasses.fields(self)}
-        if names != set(self.TRAIN_FIELDS) | set(self.MODEL_FIELDS) or names != set(self.HELP):
-            raise ValueError(
-                f"every Recipe field needs a place (TRAIN_FIELDS / MODEL_FIELDS) and a HELP: {sorted(names)}"
-            )
+        object.__setattr__(self, "no_decay", check_groups("no_decay", self.no_decay, NO_DECAY_GROUPS))  # type: ignore[attr-defined]
+        object.__setattr__(self, "frozen", check_groups("frozen", self.frozen, FROZEN_GROUPS))  # type: ignore[attr-defined]
 
     def fields(self) -> dict[str, dict[str, Any]]:
         """``{"train": {TrainConfig field: value}, "model": {EncoderConfig field: value}}`` (model: both towers)."""
@@ -385,6 +464,41 @@ class Recipe:
             "train": {f: getattr(self, f) for f in self.TRAIN_FIELDS},
             "model": {f: getattr(self, f) for f in self.MODEL_FIELDS},
         }
+
+
+def _make_recipe() -> type:
+    """``Recipe``: one field per config field declared with ``knob(..., recipe=True)`` (``TrainConfig`` first, then
+    ``TowerKnobs``), defaulting to its legacy value, so a recipe names only what it changes from the package's
+    original behaviour and keeps its meaning when a config default changes."""
+    train = [f for f in dataclasses.fields(TrainConfig) if f.metadata["recipe"]]
+    model = [f for f in dataclasses.fields(TowerKnobs) if f.metadata["recipe"]]
+    specs = [(f.name, f.type, dataclasses.field(default=f.metadata["legacy"])) for f in (*train, *model)]
+    cls = dataclasses.make_dataclass(
+        "Recipe", specs, bases=(_RecipeMethods,), frozen=True, namespace={"__module__": __name__}
+    )
+    cls.HELP = {f.name: f.metadata["help"] for f in (*train, *model)}
+    cls.TRAIN_FIELDS = tuple(f.name for f in train)
+    cls.MODEL_FIELDS = tuple(f.name for f in model)
+    cls.__doc__ = """A training recipe: how a run makes the choices the paper leaves open. Its fields are generated:
+    every ``TrainConfig`` field (``TRAIN_FIELDS``) and ``TowerKnobs`` field (``MODEL_FIELDS``, set on both towers)
+    declared with ``knob(..., recipe=True)``, each defaulting to its legacy value (the package's original behaviour:
+    every parameter decayed, N(0, 1) embeddings, ...), so a recipe names what it changes and means the same thing
+    whatever the configs' defaults are. ``fields()`` is the one place a recipe is expanded (the ``train`` command
+    and sweeps both use it). A new recipe field: declare it with ``knob(..., recipe=True)`` and use it.
+
+    Example:
+        >>> r = RECIPES["cls-exempt-init002-cosine"]
+        >>> r.fields()["train"]["lr_schedule"], r.fields()["model"]["init_std"]
+        ('warmup_cosine', 0.02)
+        >>> RECIPES[DEFAULT_RECIPE].fields()["train"]["frozen"]
+        ()
+        >>> Recipe().init_std, Recipe().no_decay  # the legacy values: the package before the recipe study
+        (1.0, ())
+    """
+    return cls
+
+
+Recipe: Any = _make_recipe()
 
 
 # lr x weight decay x optimizer steps of the flagship's protocol (1e-4 x 0.2 x 440,000 steps): how far decoupled
@@ -399,53 +513,57 @@ EXPOSURE1_WEIGHT_DECAY = round(1 / (1e-4 * FLAGSHIP_STEPS), 4)  # 0.0227
 RECIPES: dict[str, Recipe] = {
     # AdamW(model.parameters(), weight_decay=0.2) at nn.Embedding's N(0, 1) init: every parameter decayed, q/k
     # biases trained (the package's default before the recipe study; the flagship variant ...-all-decay)
-    "all-decay": Recipe((), (), 1.0),
+    "all-decay": Recipe(),
     # open_clip's treatment of a ViT class embedding (a 1-D parameter): CLS exempt from decay
-    "cls-exempt": Recipe(("cls",), (), 1.0),
+    "cls-exempt": Recipe(no_decay=("cls",)),
     # CLS exempt and no query/key biases (b_Q, b_K fixed at 0): the CLS query must come from W_E[CLS] + W_pos[0]
-    "cls-exempt-no-qk-bias": Recipe(("cls",), ("qk_bias",), 1.0),
+    "cls-exempt-no-qk-bias": Recipe(no_decay=("cls",), frozen=("qk_bias",)),
     # the same at GPT-2 / CLIP's small embedding init (0.02 instead of nn.Embedding's N(0, 1)): the recipe study's
     # choice, the package default from 2026-11-23 to 2026-11-26 (it drops the paper's b_Q)
-    "cls-exempt-no-qk-bias-init002": Recipe(("cls",), ("qk_bias",), 0.02),
+    "cls-exempt-no-qk-bias-init002": Recipe(no_decay=("cls",), frozen=("qk_bias",), init_std=0.02),
     # CLS exempt at the small init, q/k biases trained and decayed: does the init alone do what fixing b_Q does? The
     # package default since 2026-11-26 (DEFAULT_RECIPE): the paper's model with b_Q, by the pre-registered rule
-    "cls-exempt-init002": Recipe(("cls",), (), 0.02),
+    "cls-exempt-init002": Recipe(no_decay=("cls",), init_std=0.02),
     # plain AdamW(model.parameters()) at the small init, q/k biases trained, and a CLS token without a positional
     # embedding (prepended after the positions are added): CLS then shares no parameter with position 0, so nothing
     # needs exempting (added after the five above; docs/fidelity.md states its hypothesis)
-    "cls-nopos-init002": Recipe((), ("cls_pos",), 0.02),
+    "cls-nopos-init002": Recipe(frozen=("cls_pos",), init_std=0.02),
     # the same at nn.Embedding's N(0, 1) init, where the CLS query starts in W_E[CLS] rather than b_Q
-    "cls-nopos": Recipe((), ("cls_pos",), 1.0),
+    "cls-nopos": Recipe(frozen=("cls_pos",)),
     # the eighth and ninth (beyond the paper; docs/fidelity.md states their hypothesis, written before the runs):
     # cls-exempt-init002 with the q/k biases decayed 10x / 30x more strongly than the other weights, so that b_Q is
     # kept small and cannot take over the CLS query
-    "cls-exempt-qkdecay10-init002": Recipe(("cls",), (), 0.02, qk_bias_decay_scale=10.0),
-    "cls-exempt-qkdecay30-init002": Recipe(("cls",), (), 0.02, qk_bias_decay_scale=30.0),
+    "cls-exempt-qkdecay10-init002": Recipe(no_decay=("cls",), init_std=0.02, qk_bias_decay_scale=10.0),
+    "cls-exempt-qkdecay30-init002": Recipe(no_decay=("cls",), init_std=0.02, qk_bias_decay_scale=30.0),
     # the attention-dropout study (docs/fidelity.md states its hypothesis, written before the runs): the paper's
     # "dropout with rate p" read as nn.TransformerEncoderLayer applies it, on the attention probabilities as well
     # as on the sublayer outputs; on the default recipe, and on cls-exempt-init002 (q/k biases trained, as the
     # paper's Fig. 12-13 model has them)
-    "cls-exempt-no-qk-bias-init002-attndrop": Recipe(("cls",), ("qk_bias",), 0.02, attn_dropout=0.1),
-    "cls-exempt-init002-attndrop": Recipe(("cls",), (), 0.02, attn_dropout=0.1),
+    "cls-exempt-no-qk-bias-init002-attndrop": Recipe(
+        no_decay=("cls",), frozen=("qk_bias",), init_std=0.02, attn_dropout=0.1
+    ),
+    "cls-exempt-init002-attndrop": Recipe(no_decay=("cls",), init_std=0.02, attn_dropout=0.1),
     # the dynamics study (docs/fidelity.md states its hypothesis and criteria, written before the runs): the paper's
     # b_Q trained (cls-exempt-init002) with (b) linear warmup + cosine decay of the lr, as CLIP / open_clip train;
     # (c) decay exposure lr x w x steps held near 1 by a smaller w (beyond the protocol's w = 0.2); (d) dropout on
     # the embeddings E + P (nanoGPT's, timm ViT's, BERT's placement); (e) Adam with coupled L2 decay (the paper
     # names no optimiser)
-    "cls-exempt-init002-cosine": Recipe(("cls",), (), 0.02, lr_schedule="warmup_cosine", warmup_epochs=500),
-    "cls-exempt-init002-exposure1": Recipe(("cls",), (), 0.02, weight_decay=EXPOSURE1_WEIGHT_DECAY),
-    "cls-exempt-init002-embdrop": Recipe(("cls",), (), 0.02, embed_dropout=0.1),
-    "cls-exempt-init002-adam-l2": Recipe(("cls",), (), 0.02, optimizer="adam"),
+    "cls-exempt-init002-cosine": Recipe(
+        no_decay=("cls",), init_std=0.02, lr_schedule="warmup_cosine", warmup_epochs=500
+    ),
+    "cls-exempt-init002-exposure1": Recipe(no_decay=("cls",), init_std=0.02, weight_decay=EXPOSURE1_WEIGHT_DECAY),
+    "cls-exempt-init002-embdrop": Recipe(no_decay=("cls",), init_std=0.02, embed_dropout=0.1),
+    "cls-exempt-init002-adam-l2": Recipe(no_decay=("cls",), init_std=0.02, optimizer="adam"),
     # open_clip's grouping: every 1-D parameter exempt (CLS, biases, LayerNorm, logit_scale)
-    "open-clip": Recipe(("cls", "biases", "norms", "logit_scale"), (), 1.0),
+    "open-clip": Recipe(no_decay=("cls", "biases", "norms", "logit_scale")),
     # minGPT's grouping: embeddings, biases and LayerNorm exempt
-    "mingpt": Recipe(("embeddings", "biases", "norms"), (), 1.0),
+    "mingpt": Recipe(no_decay=("embeddings", "biases", "norms")),
     # the temperature study (docs/fidelity.md states its hypothesis, arms and decision rule, written before the
     # runs): every recipe above but open-clip decays CLIP's learnable temperature with the other weights. (b) the
     # temperature learned and exempt from decay (CLIP lets it rise to its clamp of 100, open_clip exempts it); (c)
     # held at 100; (d) open_clip's grouping at the small init (every 1-D parameter exempt)
-    "cls-exempt-init002-temp-nodecay": Recipe(("cls", "logit_scale"), (), 0.02),
-    "cls-exempt-init002-temp100": Recipe(("cls",), (), 0.02, fixed_temperature=100.0),
-    "open-clip-init002": Recipe(("cls", "biases", "norms", "logit_scale"), (), 0.02),
+    "cls-exempt-init002-temp-nodecay": Recipe(no_decay=("cls", "logit_scale"), init_std=0.02),
+    "cls-exempt-init002-temp100": Recipe(no_decay=("cls",), init_std=0.02, fixed_temperature=100.0),
+    "open-clip-init002": Recipe(no_decay=("cls", "biases", "norms", "logit_scale"), init_std=0.02),
 }
 DEFAULT_RECIPE = "cls-exempt-init002"  # the b_Q decision (docs/fidelity.md): by the pre-registered rule

@@ -31,6 +31,7 @@ import torch
 import hooked_clip1d.model.functional as functional
 from hooked_clip1d.data.vocab import Vocabulary
 from hooked_clip1d.model.terms import LAYER0_TERMS
+from hooked_clip1d.settings import TowerKnobs, knob, legacy_values
 
 Positional = Literal["learned", "rope", "none"]
 
@@ -43,61 +44,74 @@ TRAINABLE_ABLATIONS = LAYER0_TERMS
 
 
 # init_std of a saved config that predates the field (every such model was initialised like nn.Embedding)
-LEGACY_INIT_STD = 1.0
+LEGACY_INIT_STD = legacy_values(TowerKnobs)["init_std"]
 
 
 @dataclass(frozen=True)
-class EncoderConfig:
+class EncoderConfig(TowerKnobs):
     """Shapes and switches of one Transformer tower. Validated on construction.
 
     ``VisionConfig`` and ``TextConfig`` only change the defaults that differ between the towers
-    (attention direction, context length, vocabulary size).
+    (attention direction, context length, vocabulary size). Every field is declared once with ``settings.knob``
+    (its help and how the batched engine treats it); the recipe choices among them (``init_std``, ``attn_dropout``,
+    ``embed_dropout``) are declared in ``settings.TowerKnobs``, which this class inherits, so that recipes are read
+    without torch.
     """
 
-    n_labels: int = 20  # Ntot: object categories 1..n_labels; sets d_vocab
-    n_layers: int = 1  # MB x Mrep Transformer layers applied (distinct blocks: n_layers // tied_repeats)
-    n_heads: int = 4  # Mh attention heads per block
-    d_head: int = 32  # dimension of each head's query/key/value
-    d_model: int = 128  # residual stream width (token and positional embeddings too)
-    d_mlp: int | None = None  # MLP hidden width; None when attn_only
-    attn_only: bool = True  # no MLP sublayer (the paper's simplified model)
-    normalization_type: Literal["LN"] | None = None  # "LN": LayerNorm blocks (see ln_position); None: no LayerNorm
-    ln_position: Literal["pre", "post"] = "pre"  # where LayerNorm sits (with normalization_type="LN"). The paper says
-    # only "LayerNorm ... applied". "pre": x + attn(ln1(x)), x + mlp(ln2(x)), then ln_final (GPT-2, CLIP, TL: what
-    # every shipped model uses); "post": ln1(x + attn(x)), ln2(x + mlp(x)), no ln_final (the original Transformer's
-    # and nn.TransformerEncoderLayer's default). See docs/configs.md, "Open choices"
-    tied_repeats: int = 1  # the paper's "Mrep repetitions of MB blocks" read as weight tying: the
-    # n_layers // tied_repeats distinct blocks (MB) are applied tied_repeats (Mrep) times in turn (0, 1, 0, 1 for
-    # MB = Mrep = 2), each application a layer with its own hooks (blocks.{layer}) sharing its block's weights.
-    # 1: every layer has its own weights (MB x Mrep independent blocks: what every shipped model uses)
-    positional: Positional = "learned"  # learned absolute embeddings (paper), rotary (App. I) or none
-    rotary_dim: int | None = None  # dims of each head rotated by RoPE; None = d_head
-    rotary_base: int = 10000  # RoPE frequency base
-    dropout: float = 0.1  # p, applied to each sublayer's output (and the MLP hidden) in train mode only
-    attn_dropout: float = 0.0  # dropout on the attention probabilities (nn.MultiheadAttention's and
-    # nn.TransformerEncoderLayer's placement), train mode only; the paper says "dropout with rate p" but not where.
-    # 0.0: sublayer outputs only (what every shipped model was trained with); see docs/fidelity.md
-    embed_dropout: float = 0.0  # dropout on the embeddings E + P before block 0 (nanoGPT's, timm ViT's and BERT's
-    # placement), train mode only; 0.0: none (what every shipped model was trained with)
-    act_fn: Literal["gelu"] = "gelu"  # MLP nonlinearity (the paper's GeLU)
-    attention_dir: Literal["causal", "bidirectional"] = "bidirectional"  # vision: bidirectional; text: causal
-    n_ctx: int = 11  # sequence length: 1 CLS + d_image pixels (vision) or 4 caption tokens (text)
-    d_image: int = 10  # Dimage, pixels per 1D image (vision only; text ignores it)
-    init_seed: int | None = None  # seed for the weights; None = the torch global RNG
-    init_std: float = 0.02  # std of the N(0, std) init of W_E and W_pos; the paper does not say. 0.02 (GPT-2 /
-    # HF CLIP's) is the recipe that reproduces the paper's mechanism (reproduce x8-recipe); 1.0 = nn.Embedding's
-    # default, which configs saved before this field existed were trained with (from_dict reads them so)
-    pruned_heads: tuple[tuple[int, int], ...] = ()  # (layer, head) pairs whose output z is zeroed (App. K pruning)
-    ablated_terms: tuple[str, ...] = ()  # layer-0 attention terms (EP, PE, ..., VP) removed in every forward pass,
-    # training included: training-time ablation (beyond the paper); see analysis.terms
-    use_attn_result: bool = False  # fire blocks.{l}.attn.hook_result (per-head outputs) [TL]
-    use_split_qkv_input: bool = False  # fire blocks.{l}.hook_{q,k,v}_input per head [TL]
-    use_attn_in: bool = False  # fire blocks.{l}.hook_attn_in per head [TL]
-    use_hook_mlp_in: bool = False  # fire blocks.{l}.hook_mlp_in [TL]
-    device: str = "cpu"  # where parameters live (read by transformer_lens.patching)
-    dtype: torch.dtype = torch.float32  # parameter dtype
-    n_key_value_heads: int | None = None  # read by transformer_lens.patching; always None (no GQA)
-    final_rms: bool = False  # read by ActivationCache; always False
+    n_labels: int = knob(20, "Ntot: object categories 1..n_labels; sets d_vocab", batched="member")
+    n_layers: int = knob(1, "MB x Mrep layers applied (distinct blocks: n_layers // tied_repeats)", batched="shape")
+    n_heads: int = knob(4, "Mh attention heads per block", batched="shape")
+    d_head: int = knob(32, "dimension of each head's query/key/value", batched="shape")
+    d_model: int = knob(128, "residual stream width (token and positional embeddings too)", batched="shape")
+    d_mlp: int | None = knob(None, "MLP hidden width; None when attn_only", batched="shape")
+    attn_only: bool = knob(True, "no MLP sublayer (the paper's simplified model)", batched="shape")
+    normalization_type: Literal["LN"] | None = knob(
+        None, "'LN': LayerNorm blocks (see ln_position); None: no LayerNorm", batched="shape"
+    )
+    # The paper says only "LayerNorm ... applied". "pre": x + attn(ln1(x)), x + mlp(ln2(x)), then ln_final (GPT-2,
+    # CLIP, TL: what every shipped model uses); "post": ln1(x + attn(x)), ln2(x + mlp(x)), no ln_final (the original
+    # Transformer's and nn.TransformerEncoderLayer's default). See docs/configs.md, "Open choices"
+    ln_position: Literal["pre", "post"] = knob("pre", "where LayerNorm sits: 'pre' or 'post'", batched="shape")
+    # The paper's "Mrep repetitions of MB blocks" read as weight tying: the n_layers // tied_repeats distinct blocks
+    # (MB) are applied tied_repeats (Mrep) times in turn (0, 1, 0, 1 for MB = Mrep = 2), each application a layer
+    # with its own hooks (blocks.{layer}) sharing its block's weights. 1: every layer has its own weights (MB x Mrep
+    # independent blocks: what every shipped model uses)
+    tied_repeats: int = knob(1, "apply the n_layers // tied_repeats distinct blocks this often", batched="shape")
+    positional: Positional = knob("learned", "learned absolute embeddings (paper), rotary (App. I) or none",
+                                  batched="shape")  # fmt: skip
+    rotary_dim: int | None = knob(None, "dims of each head rotated by RoPE; None = d_head", batched="shape")
+    rotary_base: int = knob(10000, "RoPE frequency base", batched="shape")
+    dropout: float = knob(0.1, "p, on each sublayer's output (and the MLP hidden), train mode only", batched="shape",
+                          free=True)  # fmt: skip
+    act_fn: Literal["gelu"] = knob("gelu", "MLP nonlinearity (the paper's GeLU)", batched="shape")
+    attention_dir: Literal["causal", "bidirectional"] = knob(
+        "bidirectional", "vision: bidirectional; text: causal", batched="shape"
+    )
+    n_ctx: int = knob(11, "sequence length: 1 CLS + d_image pixels (vision) or 4 caption tokens (text)",
+                      batched="shape")  # fmt: skip
+    d_image: int = knob(10, "Dimage, pixels per 1D image (vision only; text ignores it)", batched="shape")
+    init_seed: int | None = knob(None, "seed for the weights; None = the torch global RNG", batched="member",
+                                 free=True)  # fmt: skip
+    pruned_heads: tuple[tuple[int, int], ...] = knob(
+        (), "(layer, head) pairs whose output z is zeroed (App. K pruning)", batched="member"
+    )
+    # training-time ablation (beyond the paper): see analysis.terms
+    ablated_terms: tuple[str, ...] = knob(
+        (), "layer-0 attention terms (EP, PE, ..., VP) removed in every forward pass, training included",
+        batched="unsupported",
+    )  # fmt: skip
+    use_attn_result: bool = knob(False, "fire blocks.{l}.attn.hook_result (per-head outputs) [TL]", batched="hook",
+                                 free=True)  # fmt: skip
+    use_split_qkv_input: bool = knob(False, "fire blocks.{l}.hook_{q,k,v}_input per head [TL]", batched="hook",
+                                     free=True)  # fmt: skip
+    use_attn_in: bool = knob(False, "fire blocks.{l}.hook_attn_in per head [TL]", batched="hook", free=True)
+    use_hook_mlp_in: bool = knob(False, "fire blocks.{l}.hook_mlp_in [TL]", batched="hook", free=True)
+    device: str = knob("cpu", "where parameters live (read by transformer_lens.patching)", batched="shape",
+                       free=True, results=False)  # fmt: skip
+    dtype: torch.dtype = knob(torch.float32, "parameter dtype", batched="shape", free=True)
+    n_key_value_heads: int | None = knob(None, "read by transformer_lens.patching; always None (no GQA)",
+                                         batched="shape")  # fmt: skip
+    final_rms: bool = knob(False, "read by ActivationCache; always False", batched="shape")
 
     tower: str = dataclasses.field(default="vision", init=False)  # "vision" or "text"; set by subclass
 

@@ -7,8 +7,8 @@ freshly initialised with that seed and embedding init std). A substitute must ha
 what the figures read from a zoo model: ``data_config`` and a ``manifest`` (``metrics`` on its dataset, ``history``
 from its run's ``metrics.jsonl`` where there is one, ``epochs``).
 
-``null_control(spec)`` runs a figure's checks on untrained models of its configs (``NULL_SEEDS`` x
-``NULL_INIT_STDS``, the two init scales of the zoo) by the same code path, and ``counted_checks`` applies the
+``null_control(spec)`` runs a figure's checks on untrained models of its configs (init seeds ``NULL_SEEDS``, ten
+distinct draws, at the models' own embedding init) by the same code path, and ``counted_checks`` applies the
 pre-registered rule (docs/fidelity.md): a check counts toward a verdict only if it fails on every untrained model, or,
 where the figure states the check's value (``Outcome.values``), if the trained value lies beyond the most extreme
 untrained value in the direction the paper claims. An *absence* check (``Outcome.absence``: the claim is that training
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -34,14 +35,17 @@ import matplotlib.pyplot as plt
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
+from hooked_clip1d.model.config import EncoderConfig
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome
+from hooked_clip1d.settings import field_names
 
 UNTRAINED = "untrained"
-NULL_SEEDS = (0, 1, 2, 3, 4)
-NULL_INIT_STDS = (0.02, 1.0)  # the zoo's two embedding inits: N(0, 0.02) (the recipe study's) and nn.Embedding's
+# ten distinct draws (issue 42): init seeds 0-9 at the figure's model's own embedding init. (Until 2026-11-26 the
+# null was seeds 0-4 x N(0, 0.02) and N(0, 1): one draw at two scales, which every scale-invariant check reads
+# as the same model, so "10 untrained models" were 5.)
+NULL_SEEDS = tuple(range(10))
 # model-config fields a substitute may change (how it was initialised or trained), everything else must be equal
-_FREE_FIELDS = {"init_seed", "init_std", "dropout", "attn_dropout", "embed_dropout", "device", "dtype"}
-_FREE_FIELDS |= {"use_attn_result", "use_split_qkv_input", "use_attn_in", "use_hook_mlp_in"}
+_FREE_FIELDS = set(field_names(EncoderConfig, free=True))  # declared with settings.knob(..., free=True)
 
 
 def _model_differences(a: CLIPConfig, b: CLIPConfig) -> list[str]:
@@ -62,12 +66,12 @@ def _untrained(zoo_model: CLIP1D, text: str) -> CLIP1D:
     try:
         seed = int(parts[1])
         std = float(parts[2]) if len(parts) > 2 else zoo_model.cfg.vision.init_std
-        if len(parts) > 3 or seed < 0 or not std > 0:
+        if len(parts) > 3 or seed < 0 or not (std > 0 and math.isfinite(std)):
             raise ValueError
     except (ValueError, IndexError):
         raise ValueError(
             f"{text!r}: an untrained substitute is 'untrained:SEED' or 'untrained:SEED:INIT_STD' (SEED >= 0, "
-            "INIT_STD > 0), e.g. 'untrained:3' or 'untrained:3:1.0'"
+            "INIT_STD a finite number > 0), e.g. 'untrained:3' or 'untrained:3:1.0'"
         ) from None
     cfg = zoo_model.cfg
     cfg = dataclasses.replace(cfg, vision=cfg.vision.replace(init_std=std), text=cfg.text.replace(init_std=std))
@@ -169,20 +173,19 @@ def _run_closed(run: Callable[[Any], Outcome], arg: Any) -> Outcome:
     return out
 
 
-def null_rows(spec_path: Path, seed: int, init_std: float, workdir: Path) -> list[dict[str, Any]]:
+def null_rows(spec_path: Path, seed: int, init_std: float | None, workdir: Path) -> list[dict[str, Any]]:
     """A sweep's ``results_table`` rows as its runs would give untrained: each run's model at init (``seed``,
-    ``init_std``) evaluated on its dataset, saved as ``<workdir>/<run>/model.safetensors`` (rows' ``path``)."""
+    ``init_std``; None: the run's own) evaluated on its dataset, saved as ``<workdir>/<run>/model.safetensors``
+    (rows' ``path``)."""
     from hooked_clip1d.data.dataset import SPLITS
     from hooked_clip1d.model.checkpoint import save_model
     from hooked_clip1d.sweeps.runner import load_spec
 
     rows = []
     for r in load_spec(spec_path).runs:
-        cfg = dataclasses.replace(
-            r.model_cfg,
-            vision=r.model_cfg.vision.replace(init_std=init_std),
-            text=r.model_cfg.text.replace(init_std=init_std),
-        )
+        std = {} if init_std is None else {"init_std": init_std}
+        cfg = dataclasses.replace(r.model_cfg, vision=r.model_cfg.vision.replace(**std),
+                                  text=r.model_cfg.text.replace(**std))  # fmt: skip
         model = CLIP1D(cfg, seed=seed).eval()
         model.data_config = r.data_cfg
         metrics = evaluate(model, build_dataset(r.data_cfg))
@@ -206,7 +209,8 @@ def null_rows(spec_path: Path, seed: int, init_std: float, workdir: Path) -> lis
 
 
 def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, Any]:
-    """The figure's checks on untrained models (``NULL_SEEDS`` x ``NULL_INIT_STDS``): per check, how many pass and
+    """The figure's checks on untrained models (init seeds ``NULL_SEEDS`` at the models' own init): per check, how
+    many pass and
     the values the figure states for it (``Outcome.values``); the models' names. A variant whose run raises is
     reported with its error (and counts as passing every check: it cannot show that a check fails). Also the
     figure's ``absence`` checks and ``secondary`` ones (``Outcome``), as its code marks them."""
@@ -214,32 +218,79 @@ def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, 
 
     variants: list[dict[str, Any]] = []
     marks: dict[str, Any] = {"absence": [], "secondary": {}}  # how the figure's code marks its checks
-    for std in NULL_INIT_STDS:
-        for seed in NULL_SEEDS:
-            name = f"{UNTRAINED}:{seed}:{std:g}"
-            try:
-                if spec.sweep is not None:
-                    with tempfile.TemporaryDirectory() as tmp:
-                        rows = null_rows(core.SWEEPS_DIR / f"{spec.sweep}.toml", seed, std, Path(tmp))
-                        out = _run_closed(spec.run, rows)  # type: ignore[arg-type]
-                else:
-                    out = _run_closed(spec.run, substitutes(spec, name))
-                marks = {"absence": list(out.absence), "secondary": dict(out.secondary)}
-                variants.append(
-                    {
-                        "model": name,
-                        "checks": dict(out.checks),
-                        "values": {k: float(v[0]) for k, v in out.values.items()},
-                    }
-                )
-            except Exception as e:  # noqa: BLE001 - reported, and then no check of the figure counts for it
-                variants.append({"model": name, "error": f"{type(e).__name__}: {e}"})
+    for seed in NULL_SEEDS:
+        name = f"{UNTRAINED}:{seed}"
+        try:
+            if spec.sweep is not None:
+                with tempfile.TemporaryDirectory() as tmp:
+                    rows = null_rows(core.SWEEPS_DIR / f"{spec.sweep}.toml", seed, None, Path(tmp))
+                    out = _run_closed(spec.run, rows)  # type: ignore[arg-type]
+            else:
+                out = _run_closed(spec.run, substitutes(spec, name))
+            marks = {"absence": list(out.absence), "secondary": dict(out.secondary)}
+            variants.append(
+                {"model": name, "checks": dict(out.checks), "values": {k: float(v[0]) for k, v in out.values.items()}}
+            )
+        except Exception as e:  # noqa: BLE001 - reported, and then no check of the figure counts for it
+            variants.append({"model": name, "error": f"{type(e).__name__}: {e}"})
     return {"variants": variants, **marks}
 
 
-def counted_checks(outcome: Outcome, null: dict[str, Any]) -> list[dict[str, Any]]:
+def audit_invariance(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Outcome) -> dict[str, Any]:
+    """Issue 42's invariance audit: the figure rerun with its models reparametrised by each output-preserving move
+    of ``analysis.reparametrize`` (every model whose tower admits it; the others as they are). Returns
+    ``{"applied": [names], "moved": {check: [reparametrisations under which its outcome or stated value moved]}}``;
+    a check that moves reads a choice of coordinates, not the function the model computes, and does not count.
+    ``applied`` is empty where no model admits the moves (not a 1-layer attention-only tower with learned
+    positions): the audit then says nothing.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, init_std=1.0), seed=0).eval()
+        >>> def run(models):  # one check reads the function, one a coordinate (W_E[CLS]'s norm)
+        ...     v = models["m"].vision
+        ...     out = v(v.to_tokens("C 1 . 2 . . . . . . ."))
+        ...     return Outcome({}, "", [("output", bool(out.norm() > 0)), ("W_E[CLS] > 1", bool(
+        ...         v.W_E[v.cfg.vocab.cls].norm() > 1))], {})
+        >>> spec = FigureSpec("t", "t", "t", ("m",), run)
+        >>> audit = audit_invariance(spec, {"m": m}, run({"m": m}))
+        >>> len(audit["applied"]), audit["moved"]
+        (5, {'W_E[CLS] > 1': ['cls into W_pos']})
+    """
+    from hooked_clip1d.analysis.reparametrize import REPARAMETRISATIONS
+
+    moved: dict[str, list[str]] = {}
+    applied = []
+    ref = dict(outcome.checks)
+    for name, move in REPARAMETRISATIONS.items():
+        copies, any_moved = {}, False
+        for key, model in models.items():
+            try:
+                copies[key] = move(model).eval()
+                any_moved = True
+            except ValueError:  # this tower does not admit the move: unchanged
+                copies[key] = model
+        if not any_moved:
+            continue
+        applied.append(name)
+        out = _run_closed(spec.run, copies)
+        for check, ok in out.checks:
+            value, ref_value = out.values.get(check), outcome.values.get(check)
+            drift = (
+                value is not None
+                and ref_value is not None
+                and abs(value[0] - ref_value[0]) > 1e-3 * (1 + abs(ref_value[0]))
+            )
+            if check not in ref or bool(ok) != bool(ref[check]) or drift:
+                moved.setdefault(check, []).append(name)
+    return {"applied": applied, "moved": moved}
+
+
+def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Each check of ``outcome`` with its null control: ``null_passes`` (of ``null_n`` untrained models),
     ``counted`` by the pre-registered rule (module docstring), and the null's extreme value where one is stated.
+    With an ``audit`` (``audit_invariance``), a check whose outcome moves under an output-preserving
+    reparametrisation does not count (``coordinate_dependent``: the moves that changed it).
 
     Example:
         >>> out = Outcome({}, "", [("a", True), ("b", True), ("c", True)], {}, values={"c": (0.9, ">")})
@@ -271,6 +322,9 @@ def counted_checks(outcome: Outcome, null: dict[str, Any]) -> list[dict[str, Any
         if name in outcome.secondary:
             counted = False
             row["secondary"] = outcome.secondary[name]
+        if audit is not None and name in audit["moved"]:  # a choice of coordinates, not the model's function
+            counted = False
+            row["coordinate_dependent"] = audit["moved"][name]
         row["counted"] = counted
         row["counted_holds"] = holds if counted else None
         rows.append(row)

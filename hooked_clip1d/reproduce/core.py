@@ -62,6 +62,9 @@ class Outcome:
     # absence checks: the claim is that training does NOT produce something (an upper bound untrained models meet
     # too); where an untrained model passes one, a trained pass does not count and a trained fail counts as a fail
     absence: tuple[str, ...] = ()
+    # checks whose threshold the paper does not state: {check: [(threshold, holds), ...]}, how the check's outcome
+    # moves as its threshold moves (shown beside the verdict; the pre-registered threshold still decides)
+    sensitivity: dict[str, list[tuple[float, bool]]] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)

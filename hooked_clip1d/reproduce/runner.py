@@ -24,6 +24,7 @@ from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
 from hooked_clip1d.reproduce.controls import (
     STUDY_SEEDS,
     _run_closed,
+    audit_invariance,
     counted_checks,
     null_control,
     replicate_runs,
@@ -116,6 +117,8 @@ def reproduce(
     spec = FIGURES[figure]
     if models is not None and spec.sweep is not None:
         raise ValueError(f"{figure} reads its sweep's runs, not zoo models: --model does not apply")
+    # a bad substitute (``untrained:BAD``, a missing folder) is refused before anything is written
+    given = substitutes(spec, models) if models is not None else None
     out = Path(out_dir) / figure
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
@@ -207,8 +210,8 @@ def reproduce(
     elif missing:
         record.update(verdict="not run", summary=f"needs zoo model(s) {missing}, not shipped yet", checks=[], plots=[])
     else:
-        if models is not None:
-            loaded = substitutes(spec, models)
+        if given is not None:
+            loaded = given
             record["substituted"] = {m: loaded[m].manifest["name"] for m in spec.models if loaded[m].manifest.get(
                 "name") != m}  # fmt: skip
             source = ", ".join(loaded[m].manifest.get("name", m) for m in spec.models)
@@ -222,7 +225,9 @@ def reproduce(
             m: loaded[m].manifest.get("epochs_planned", loaded[m].manifest.get("epochs")) for m in spec.models
         }
         if controls and not outcome.not_run:
-            _add_controls(record, spec, outcome, sweeps_dir, replicates=models is None)
+            audit = audit_invariance(spec, loaded, outcome)
+            record["invariance_audit"] = audit
+            _add_controls(record, spec, outcome, sweeps_dir, replicates=models is None, audit=audit)
     if spec.sweep is not None:  # the runs' paths, relative to the sweep's folder
         record = _portable(record, sweep_out)
     atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")
@@ -236,6 +241,7 @@ def _add_controls(
     sweeps_dir: str | Path | None,
     replicates: bool,
     null: dict[str, Any] | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> None:
     """Put the null control (``null``, else computed here; and, for replicated figures with ``replicates``, the
     seeds: not for a substituted model or a re-judged record) into ``record`` and judge the verdict on the checks that
@@ -244,7 +250,7 @@ def _add_controls(
     from hooked_clip1d.sweeps.runner import sweeps_home
 
     null = null if null is not None else null_control(spec)
-    rows = counted_checks(outcome, null)
+    rows = counted_checks(outcome, null, audit)
     record["null_control"] = {
         "models": [v["model"] for v in null["variants"]],
         "errors": {v["model"]: v["error"] for v in null["variants"] if "error" in v},

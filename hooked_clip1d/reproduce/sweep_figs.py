@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from hooked_clip1d.model.checkpoint import canonical_config
 from hooked_clip1d.pretrained import manifest
 from hooked_clip1d.reproduce.core import FULL, NO_QK_BIAS, NONGEN, FigureSpec, Outcome, register
+from hooked_clip1d.settings import TrainConfig, field_names
 
 
 def _fig4a(rows: list[dict[str, Any]], title: str = "Fig. 4a sweep") -> Outcome:
@@ -256,7 +257,7 @@ def grid_cell(name: str, sweep: str | Path) -> dict[str, Any] | None:
     def recipe(model: dict[str, Any], data: dict[str, Any], train: dict[str, Any], epochs: int) -> Any:
         model, data = canonical_config("model_config", model), canonical_config("data_config", data)
         towers = {t: {k: v for k, v in model[t].items() if k not in _NOT_PROTOCOL} for t in ("vision", "text")}
-        keys = ("lr", "weight_decay", "no_decay", "frozen", "qk_bias_decay_scale", "batch_size", "betas", "eps", "seed")
+        keys = set(field_names(TrainConfig, results=True)) - {"epochs"}  # every field that changes results
         protocol = {k: v for k, v in comparable_train_config(train).items() if k in keys}
         return {**model, **towers}, data, protocol, epochs
 

@@ -17,20 +17,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
-from hooked_clip1d.settings import DataConfig, TrainConfig
+from hooked_clip1d.settings import DataConfig, TrainConfig, field_names
 from hooked_clip1d.training.run_config import RunConfig
 from hooked_clip1d.training.stacked_support import SHAPE_FIELDS, check_supported, refuse_unknown
 
 # TrainConfig fields that must be equal in a group (the rest may differ per member)
-_TRAIN_SHARED = ("betas", "eps", "device", "optimizer", "lr_schedule")
-_TRAIN_KNOWN = {"lr", "weight_decay", "epochs", "batch_size", "seed", "eval_every", "checkpoint_every", "threads"}
-_TRAIN_KNOWN |= {"no_decay", "frozen", "qk_bias_decay_scale", "keep_snapshots"}  # per-member masks, snapshots
-_TRAIN_KNOWN |= {"snapshot_epochs", "warmup_epochs", "fixed_temperature"}
-_TRAIN_KNOWN |= set(_TRAIN_SHARED)
+# how the engine treats each field is declared with the field (settings.knob's ``batched``): equal across a group,
+# equal under a learning-rate schedule, or per member; a field declared "unsupported" is refused
+_TRAIN_SHARED = field_names(TrainConfig, batched="shared")
+_TRAIN_KNOWN = set(field_names(TrainConfig)) - set(field_names(TrainConfig, batched="unsupported"))
 # with a learning-rate schedule every member follows the same one: these fields (and the training set's size, so
 # the same steps per epoch) are equal in a group
-_SCHEDULE_SHARED = ("lr", "warmup_epochs", "epochs")
-_DATA_SIZE = ("n_labels", "n_heldout", "n1", "n2", "d_image", "caption_mode")
+_SCHEDULE_SHARED = field_names(TrainConfig, batched="schedule")
+_DATA_SIZE = field_names(DataConfig, batched="schedule")
 
 
 def group_key(model_cfg: CLIPConfig, data_cfg: DataConfig, train_cfg: TrainConfig) -> str:
@@ -80,6 +79,7 @@ class Member:
     train_cfg: TrainConfig
     name: str | None = None  # sub-directory of the group's out_dir (default: "member{index}")
     init_model: CLIP1D | None = None  # start from these weights instead of CLIP1D(model_cfg, seed)
+
     @classmethod
     def from_run(cls, run: RunConfig, name: str | None = None, init_model: CLIP1D | None = None) -> Member:
         """The member that trains ``run`` (a ``RunConfig``).
@@ -97,7 +97,6 @@ class Member:
     def run(self) -> RunConfig:
         """The member's three configs as one ``RunConfig`` (constructing it checks that they fit together)."""
         return RunConfig(self.model_cfg, self.data_cfg, self.train_cfg)
-
 
 
 def check_members(members: Sequence[Member]) -> list[str]:

@@ -26,16 +26,16 @@ from typing import Any
 
 from hooked_clip1d.model.checkpoint import canonical_config
 from hooked_clip1d.model.clip import CLIPConfig
-from hooked_clip1d.settings import RECIPES, DataConfig, Recipe, TrainConfig
+from hooked_clip1d.settings import RECIPES, DataConfig, Recipe, TrainConfig, field_names
 
 # TrainConfig fields that say how a run executes, not what it trains (a resumed run may change them)
-EXECUTION_FIELDS = ("eval_every", "checkpoint_every", "threads", "device", "keep_snapshots", "snapshot_epochs")
+EXECUTION_FIELDS = field_names(TrainConfig, results=False)  # declared with settings.knob(..., results=False)
 
 
 def comparable_train_config(d: dict[str, Any]) -> dict[str, Any]:
     """A saved ``train_config`` dict with fields added since filled in (defaults, or for ``no_decay`` / ``frozen``
-    the recipe runs saved before them were trained with: ``settings.LEGACY_TRAIN_FIELDS``) and the execution settings
-    (``EXECUTION_FIELDS``) removed: two runs whose dicts compare equal here trained the same way.
+    the recipe runs saved before them were trained with: ``settings.legacy_values(TrainConfig)``) and the execution
+    settings (``EXECUTION_FIELDS``) removed: two runs whose dicts compare equal here trained the same way.
 
     Example:
         >>> old = comparable_train_config({"lr": 1e-4})  # saved before no_decay / frozen existed

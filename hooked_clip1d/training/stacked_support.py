@@ -1,9 +1,10 @@
 """Which configs the stacked engine implements: ``check_supported`` (a ``CLIPConfig``), ``refuse_unknown`` (a dataclass
 against the fields an engine knows) and ``SHAPE_FIELDS`` (the tower fields every member of a batched group shares).
 
-Every ``EncoderConfig`` field is listed here with how the stacked forward (``stacked_forward``) treats it: equal
-across a group, per member, or read by hooks only. A field missing here (a new one) makes ``check_supported`` refuse
-the config instead of silently training something else; ``members.group_key`` builds on these checks.
+Every ``EncoderConfig`` field declares how the stacked forward (``stacked_forward``) treats it (``settings.knob``'s
+``batched``): equal across a group, per member, or read by hooks only; a field declared "unsupported" makes
+``check_supported`` refuse the config instead of silently training something else; ``members.group_key`` builds on
+these checks.
 """
 
 from __future__ import annotations
@@ -12,36 +13,15 @@ import dataclasses
 from typing import Any
 
 from hooked_clip1d.model.clip import CLIPConfig
+from hooked_clip1d.model.config import EncoderConfig
+from hooked_clip1d.settings import field_names
 
-# EncoderConfig fields and how the stacked forward treats them. A field missing here (a new one) makes
-# ``check_supported`` refuse the config instead of silently training something else.
-SHAPE_FIELDS = (  # must be equal across a group; the stacked forward implements each
-    "n_layers",
-    "n_heads",
-    "d_head",
-    "d_model",
-    "d_mlp",
-    "attn_only",
-    "normalization_type",
-    "ln_position",
-    "tied_repeats",
-    "positional",
-    "rotary_dim",
-    "rotary_base",
-    "dropout",
-    "attn_dropout",
-    "embed_dropout",
-    "act_fn",
-    "attention_dir",
-    "n_ctx",
-    "d_image",
-    "device",
-    "dtype",
-    "n_key_value_heads",
-    "final_rms",
-)
-_PER_MEMBER_FIELDS = ("n_labels", "init_seed", "init_std", "pruned_heads")  # may differ (padded / per-member mask)
-_HOOK_FIELDS = ("use_attn_result", "use_split_qkv_input", "use_attn_in", "use_hook_mlp_in")  # hooks only
+# EncoderConfig fields and how the stacked forward treats them, as each field declares it (settings.knob's
+# ``batched``): a field declared "unsupported" (or a new one the engine does not know) makes ``check_supported``
+# refuse the config instead of silently training something else.
+SHAPE_FIELDS = field_names(EncoderConfig, batched="shape")  # must be equal across a group; the forward implements each
+_PER_MEMBER_FIELDS = field_names(EncoderConfig, batched="member")  # may differ (padded / per-member mask)
+_HOOK_FIELDS = field_names(EncoderConfig, batched="hook")  # hooks only
 _KNOWN_FIELDS = set(SHAPE_FIELDS) | set(_PER_MEMBER_FIELDS) | set(_HOOK_FIELDS)
 
 _CLIP_KNOWN = {"vision", "text", "init_logit_scale", "max_logit_scale"}
