@@ -104,7 +104,15 @@ Components = Float[torch.Tensor, "component batch pos d_model"]
 
 
 # ---- residual components -----------------------------------------------------------------------------------------
-def _check_layer(model: HookedEncoder, layer: int, allow_final: bool = False) -> None:
+def check_layer(model: HookedEncoder, layer: int, allow_final: bool = False) -> None:
+    """Raise ``ValueError`` unless ``layer`` of ``model`` can be decomposed (a pre-LN tower, a layer that exists;
+    ``allow_final``: also the residual after the last layer): what every score decomposition checks first.
+
+    Example:
+        >>> from hooked_clip1d import VisionConfig
+        >>> from hooked_clip1d.model.encoders import HookedVisionEncoder
+        >>> check_layer(HookedVisionEncoder(VisionConfig(n_labels=5)), 0)
+    """
     check_tower(model)
     if model.cfg.normalization_type == "LN" and model.cfg.ln_position == "post":
         raise ValueError(
@@ -156,7 +164,7 @@ def residual_components(model: HookedEncoder, cache: ActivationCache, layer: int
         >>> torch.allclose(comps.sum(0), cache["resid_pre", 1], atol=1e-4)
         True
     """
-    _check_layer(model, layer, allow_final=True)
+    check_layer(model, layer, allow_final=True)
     if layer > 0:  # dropout acts on sublayer outputs only: layer 0's input E + P is the same in train mode
         _check_eval(model)
     cfg = model.cfg
@@ -429,7 +437,7 @@ def decompose_attention_scores(
         >>> sorted(dec.token_position_terms())
         ['BB', 'BE', 'BP', 'BR', 'EB', 'EE', 'EP', 'ER', 'PB', 'PE', 'PP', 'PR', 'RB', 'RE', 'RP', 'RR']
     """
-    _check_layer(model, layer)
+    check_layer(model, layer)
     comps, labels = residual_components(model, cache, layer)  # [C, b, p, dm]
     scale = _get(cache, f"blocks.{layer}.ln1.hook_scale") if model.cfg.normalization_type == "LN" else None
     n_pos = comps.shape[2]

@@ -55,8 +55,18 @@ def to_jsonable(obj: Any) -> Any:
     raise TypeError(f"to_jsonable: cannot convert {type(obj).__name__}")
 
 
-def _pair_images(model: HookedVisionEncoder, split: Split) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Two-object images of ``split``, their input positions (pixel + 1) [n, 2] and labels [n, 2]."""
+def two_object_images(model: HookedVisionEncoder, split: Split) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two-object images of ``split``, their input positions (pixel + 1) [n, 2] and labels [n, 2].
+
+    Example:
+        >>> from hooked_clip1d import DataConfig, VisionConfig, build_dataset
+        >>> from hooked_clip1d.model.encoders import HookedVisionEncoder
+        >>> ds = build_dataset(DataConfig(n_labels=6, n_heldout=2, n2=2))
+        >>> enc = HookedVisionEncoder(VisionConfig(n_labels=6))
+        >>> images, pos, labels = two_object_images(enc, ds.splits["val_unseen"])
+        >>> images.shape[0] == pos.shape[0] == labels.shape[0], pos.shape[1]
+        (True, 2)
+    """
     if not isinstance(split, Split):
         raise TypeError(f"expected a data.Split (e.g. dataset.splits['val_unseen']), got {type(split).__name__}")
     pair = split.is_pair
@@ -73,7 +83,7 @@ def cls_object_bias(model: HookedVisionEncoder, split: Split, fwd_hooks: Hooks =
     """
     if not isinstance(model, HookedVisionEncoder):
         raise TypeError("cls_object_bias needs the vision tower (model.vision)")
-    images, pos, _ = _pair_images(model, split)
+    images, pos, _ = two_object_images(model, split)
     _, cache = model.run_with_cache(images, names_filter=lambda n: n.endswith("hook_pattern"), fwd_hooks=fwd_hooks)
     L = model.cfg.n_layers
     cls_rows = torch.stack([cache["pattern", layer][:, :, 0, :] for layer in range(L)])  # [L, b, h, k]
@@ -119,7 +129,7 @@ def label_pe_deltas(model: HookedEncoder, split: Split, layer: int = 0) -> dict[
     if not isinstance(model, HookedVisionEncoder):
         raise TypeError("label_pe_deltas needs the vision tower (model.vision)")
     _check_embedding_layer(model, layer, "the Δlabel / Δp.e. decomposition")
-    images, pos, objs = _pair_images(model, split)
+    images, pos, objs = two_object_images(model, split)
     names = ("hook_embed", "hook_pos_embed", f"blocks.{layer}.attn.hook_attn_scores")
     _, cache = model.run_with_cache(images, names_filter=lambda n: n in names)
     E, P = cache["hook_embed"], cache["hook_pos_embed"]  # [n, p, dm]

@@ -148,7 +148,14 @@ def unseen_probe(dataset: Dataset) -> Dataset:
     return dataclasses.replace(dataset, splits={**dataset.splits, PROBE: split})
 
 
-def _check_tower(vision: HookedVisionEncoder) -> None:
+def check_simplified_tower(vision: HookedVisionEncoder) -> None:
+    """Raise ``ValueError`` unless ``vision`` is the paper's simplified tower (1 layer, attention only, no LayerNorm,
+    learned positions): what the CLS-row tools and the reparametrisations of ``analysis.reparametrize`` need.
+
+    Example:
+        >>> from hooked_clip1d import VisionConfig
+        >>> check_simplified_tower(HookedVisionEncoder(VisionConfig(n_labels=5)))
+    """
     cfg = vision.cfg
     if cfg.n_layers != 1 or cfg.normalization_type is not None or not cfg.attn_only or cfg.positional != "learned":
         raise ValueError(
@@ -160,7 +167,7 @@ def _check_tower(vision: HookedVisionEncoder) -> None:
 
 def cls_query(vision: HookedVisionEncoder) -> torch.Tensor:
     """The CLS query of layer 0, ``(W_E[CLS] + W_pos[0]) W_Q + b_Q`` [head, d_head]: the same for every image."""
-    _check_tower(vision)
+    check_simplified_tower(vision)
     attn = vision.blocks[0].attn
     x = vision.W_E[vision.cfg.vocab.cls] + vision.W_pos[0]
     return torch.einsum("m,hmd->hd", x, attn.W_Q) + attn.b_Q
@@ -308,7 +315,7 @@ def move_cls_embedding(model: CLIP1D, into: str = "token", fraction: float = 1.0
         raise ValueError(f"into must be 'token' or 'position', got {into!r}")
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"fraction must be in [0, 1], got {fraction!r}")
-    _check_tower(model.vision)
+    check_simplified_tower(model.vision)
     out = copy.deepcopy(model)
     cls = out.cfg.vision.vocab.cls
     with torch.no_grad():
@@ -344,7 +351,7 @@ def mechanism_report(model: CLIP1D, dataset: Dataset | None = None) -> dict[str,
     if model.training:
         raise ValueError("mechanism_report needs the model in eval mode (call model.eval())")
     vision = model.vision
-    _check_tower(vision)
+    check_simplified_tower(vision)
     ds = unseen_probe(dataset if dataset is not None else build_dataset(model.data_config))
     splits = ["val_unseen", PROBE]
     abl = evaluate_ablations(model, ds, ABLATIONS, splits=splits)

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from hooked_clip1d.analysis.mechanism import _check_tower, move_cls_embedding
+from hooked_clip1d.analysis.mechanism import check_simplified_tower, move_cls_embedding
 from hooked_clip1d.model.clip import CLIP1D
 
 
@@ -44,7 +44,7 @@ def _cls_residual(model: CLIP1D) -> torch.Tensor:
 
 def fold_query_bias(model: CLIP1D) -> CLIP1D:
     """A copy of ``model`` with the vision ``b_Q`` folded into ``W_Q`` on the CLS row (module docstring)."""
-    _check_tower(model.vision)
+    check_simplified_tower(model.vision)
     out = copy.deepcopy(model)
     attn = out.vision.blocks[0].attn
     with torch.no_grad():
@@ -60,7 +60,7 @@ def fold_query_bias(model: CLIP1D) -> CLIP1D:
 def shift_embeddings(model: CLIP1D, c: torch.Tensor | None = None) -> CLIP1D:
     """A copy of ``model`` with ``c`` (default: the mean row of the vision ``W_E``) subtracted from every row of
     ``W_E`` and added to every row of ``W_pos``."""
-    _check_tower(model.vision)
+    check_simplified_tower(model.vision)
     out = copy.deepcopy(model)
     with torch.no_grad():
         W_E, W_pos = out.vision.embed.W_E, out.vision.pos_embed.W_pos
@@ -72,7 +72,7 @@ def shift_embeddings(model: CLIP1D, c: torch.Tensor | None = None) -> CLIP1D:
 
 def scale_query_key(model: CLIP1D, c: float = 3.0) -> CLIP1D:
     """A copy of ``model`` with the vision ``W_Q``, ``b_Q`` times ``c`` and ``W_K``, ``b_K`` over ``c``."""
-    _check_tower(model.vision)
+    check_simplified_tower(model.vision)
     if not c > 0:
         raise ValueError(f"scale_query_key needs c > 0, got {c!r}")
     out = copy.deepcopy(model)

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from hooked_clip1d.analysis.heads import _pair_images
+from hooked_clip1d.analysis.heads import two_object_images
 from hooked_clip1d.data.dataset import Split
 from hooked_clip1d.model.components import apply_rotary
 from hooked_clip1d.model.encoders import HookedEncoder, HookedVisionEncoder
@@ -120,7 +120,7 @@ def consistency_condition(model: HookedEncoder, split: Split, pca_center: bool =
     cfg = model.cfg
     if cfg.positional == "none":
         raise ValueError("consistency_condition needs positional information; this tower has positional='none'")
-    images, pos, objs = _pair_images(model, split)
+    images, pos, objs = two_object_images(model, split)
     _, cache = model.run_with_cache(images, names_filter="blocks.0.attn.hook_attn_scores")
     ar = torch.arange(len(images), device=images.device)
     row = cache["attn_scores", 0][:, :, 0]  # [n, h, k]

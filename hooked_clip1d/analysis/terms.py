@@ -59,8 +59,8 @@ from hooked_clip1d.analysis.decompose import (
     REST_TERMS,
     SCORE_TERMS,
     TOKEN_POSITION_TERMS,
-    _check_layer,
     bias_parts,
+    check_layer,
     decompose_attention_scores,
     project_components,
     rotate,
@@ -113,7 +113,7 @@ def _head_mask(heads: Sequence[int], n_heads: int, like: torch.Tensor) -> torch.
 def _validate(
     model: HookedEncoder, terms: Sequence[str], layer: int, heads: Sequence[int] | None, ln_scale: str | None
 ) -> list[str]:
-    _check_layer(model, layer)
+    check_layer(model, layer)
     cfg = model.cfg
     if isinstance(terms, str):
         raise TypeError(f"terms must be a list of term names, e.g. [{terms!r}], not a string")
