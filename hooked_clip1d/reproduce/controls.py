@@ -165,7 +165,14 @@ def substitutes(spec: FigureSpec, given: Mapping[str, str | CLIP1D] | str | CLIP
     return {m: substitute(m, given[m]) if m in given else load_model(m) for m in spec.models}
 
 
-def _run_closed(run: Callable[[Any], Outcome], arg: Any) -> Outcome:
+def run_closed(run: Callable[[Any], Outcome], arg: Any) -> Outcome:
+    """``run(arg)`` (a figure function) with its matplotlib figures closed and dropped: for the controls, which read
+    the checks and numbers only.
+
+    Example:
+        >>> run_closed(lambda x: Outcome({"x": x}, "", [("x > 0", x > 0)], {}), 3).checks
+        [('x > 0', True)]
+    """
     out = run(arg)
     for fig in out.figures.values():
         plt.close(fig)
@@ -224,9 +231,9 @@ def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, 
             if spec.sweep is not None:
                 with tempfile.TemporaryDirectory() as tmp:
                     rows = null_rows(core.SWEEPS_DIR / f"{spec.sweep}.toml", seed, None, Path(tmp))
-                    out = _run_closed(spec.run, rows)  # type: ignore[arg-type]
+                    out = run_closed(spec.run, rows)  # type: ignore[arg-type]
             else:
-                out = _run_closed(spec.run, substitutes(spec, name))
+                out = run_closed(spec.run, substitutes(spec, name))
             marks = {"absence": list(out.absence), "secondary": dict(out.secondary)}
             variants.append(
                 {"model": name, "checks": dict(out.checks), "values": {k: float(v[0]) for k, v in out.values.items()}}
@@ -273,7 +280,7 @@ def audit_invariance(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Ou
         if not any_moved:
             continue
         applied.append(name)
-        out = _run_closed(spec.run, copies)
+        out = run_closed(spec.run, copies)
         for check, ok in out.checks:
             value, ref_value = out.values.get(check), outcome.values.get(check)
             drift = (

@@ -118,7 +118,7 @@ def verdict_of(checks: list[tuple[str, bool]]) -> str:
     return "reproduced" if held == len(checks) else "partly" if held else "not reproduced"
 
 
-def _outcome_record(res: Outcome, out: Path, spec: FigureSpec, source: str) -> dict[str, Any]:
+def outcome_record(res: Outcome, out: Path, spec: FigureSpec, source: str) -> dict[str, Any]:
     """The record's outcome fields; each figure is saved as ``<key>_<name>.png`` with a footer naming ``source``
     (the zoo models or the sweep it shows) and ``spec.data``."""
     figure, data = spec.key, spec.data

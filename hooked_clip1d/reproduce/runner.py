@@ -23,14 +23,14 @@ from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
 from hooked_clip1d.reproduce.controls import (
     STUDY_SEEDS,
-    _run_closed,
     audit_invariance,
     counted_checks,
     null_control,
     replicate_runs,
+    run_closed,
     substitutes,
 )
-from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, _outcome_record, verdict_of
+from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_record, verdict_of
 from hooked_clip1d.reproduce.sweep_figs import grid_cell
 
 
@@ -158,7 +158,7 @@ def reproduce(
                 ]
         interim = progress_table(load_spec(sweep_spec), sweep_out) if len(rows) < n_runs else []
         if len(rows) < n_runs and len(interim) == n_runs:
-            record.update(_outcome_record(spec.run(interim), out, spec, f"sweep {spec.sweep} (interim)"))  # type: ignore[arg-type]
+            record.update(outcome_record(spec.run(interim), out, spec, f"sweep {spec.sweep} (interim)"))  # type: ignore[arg-type]
             reached = sorted({r["epochs"] for r in interim if not r["finished"]})
             planned = sorted({r["epochs_planned"] for r in interim})
             at = f"{reached[0]}" if len(reached) == 1 else f"{reached[0]}-{reached[-1]}"
@@ -193,7 +193,7 @@ def reproduce(
                 )
         else:
             outcome = spec.run(rows)  # type: ignore[arg-type]
-            record.update(_outcome_record(outcome, out, spec, f"sweep {spec.sweep}"))
+            record.update(outcome_record(outcome, out, spec, f"sweep {spec.sweep}"))
             if controls and not outcome.not_run:
                 _add_controls(record, spec, outcome, sweeps_dir, replicates=True)
             from hooked_clip1d.sweeps.status import sweep_status
@@ -219,7 +219,7 @@ def reproduce(
             loaded = {m: load_model(m) for m in spec.models}
             source = ", ".join(spec.models)
         outcome = spec.run(loaded)
-        record.update(_outcome_record(outcome, out, spec, source))
+        record.update(outcome_record(outcome, out, spec, source))
         record["model_epochs"] = {m: loaded[m].manifest.get("epochs") for m in spec.models}
         record["model_epochs_planned"] = {
             m: loaded[m].manifest.get("epochs_planned", loaded[m].manifest.get("epochs")) for m in spec.models
@@ -260,7 +260,7 @@ def _add_controls(
         runs = replicate_runs(spec.models[0], sweeps_root)
         seeds: dict[str, dict[str, bool]] = {}
         for seed, run in runs.items():
-            res = _run_closed(spec.run, substitutes(spec, {spec.models[0]: str(run)}))
+            res = run_closed(spec.run, substitutes(spec, {spec.models[0]: str(run)}))
             seeds[str(seed)] = dict(res.checks)
         fresh = [s for s in seeds if int(s) not in STUDY_SEEDS]
         for row in rows:

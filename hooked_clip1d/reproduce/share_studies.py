@@ -28,7 +28,7 @@ import numpy as np
 from hooked_clip1d.analysis.dynamics import DYNAMICS_CHECKS, run_emergence
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome, register
 from hooked_clip1d.reproduce.mechanism_figs import PAPER_XWX_SHARE
-from hooked_clip1d.reproduce.studies import ARMS, CHECK_SHORT, _emergences
+from hooked_clip1d.reproduce.studies import ARMS, CHECK_SHORT, run_emergences
 
 E_STARS = (0.25, 0.5, 0.9)  # every run of the four arms reaches each; arm (c) reaches 0.9 at epoch 9,000
 EXPOSURE_ARMS = ("cls-exempt-init002", "cls-exempt-init002-cosine", "cls-exempt-init002-exposure1",
@@ -132,7 +132,7 @@ def _plot(runs: dict[tuple[str, int], list[dict[str, Any]]]) -> plt.Figure:
 
 
 def _x_exposure(rows: list[dict[str, Any]]) -> Outcome:
-    em = _emergences([r for r in rows if r["recipe"] in EXPOSURE_ARMS])
+    em = run_emergences([r for r in rows if r["recipe"] in EXPOSURE_ARMS])
     runs = {k: e.rows for k, e in em.items()}
     res = exposure_collapse(runs)
     pts = res["points"]

@@ -32,7 +32,9 @@ CHECK_SHORT = {"generalizes": "gen", "fig13_split": "13", "fig14_heads": "14", "
                "invariant_ablation": "inv", "picture": "all"}  # fmt: skip
 
 
-def _emergences(rows: list[dict[str, Any]]) -> dict[tuple[str, int], Any]:
+def run_emergences(rows: list[dict[str, Any]]) -> dict[tuple[str, int], Any]:
+    """``analysis.dynamics.run_emergence`` of every run of a study's sweep (``results_table`` rows with ``recipe``,
+    ``seed`` and ``path``), by (recipe, seed)."""
     from hooked_clip1d.analysis.dynamics import run_emergence
 
     return {(r["recipe"], int(r["seed"])): run_emergence(r["path"]) for r in rows}
@@ -83,7 +85,7 @@ def _coexists(final: dict[str, Any]) -> bool:
 def _x_dynamics(rows: list[dict[str, Any]]) -> Outcome:
     from hooked_clip1d.analysis.dynamics import DYNAMICS_CHECKS
 
-    em = _emergences(rows)
+    em = run_emergences(rows)
     arms = [a for a in ARMS if any(k[0] == a for k in em)]
     seeds = sorted({k[1] for k in em})
     verdicts, coexist, passes, table = {}, {}, {}, []
