@@ -326,6 +326,9 @@ def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any]
                 beyond = value > extreme if direction == ">" else value < extreme
                 row.update(value=value, direction=direction, null_extreme=extreme, beyond_null=beyond)
                 counted, holds = True, bool(ok) and beyond
+        if name in outcome.permutation:  # its own null: a permutation over the trained runs (sweep figures)
+            row["permutation_p"] = outcome.permutation[name]
+            counted, holds = True, bool(ok)
         if name in outcome.secondary:
             counted = False
             row["secondary"] = outcome.secondary[name]

@@ -65,6 +65,9 @@ class Outcome:
     # checks whose threshold the paper does not state: {check: [(threshold, holds), ...]}, how the check's outcome
     # moves as its threshold moves (shown beside the verdict; the pre-registered threshold still decides)
     sensitivity: dict[str, list[tuple[float, bool]]] = dataclasses.field(default_factory=dict)
+    # checks judged against a permutation null over the trained runs (sweep figures): {check: p-value}; such a check
+    # counts by its own null (controls.counted_checks), the untrained null is shown beside it
+    permutation: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -283,12 +283,35 @@ def _add_controls(
     record["verdict"] = verdict_of(counted) if counted else "inconclusive"
 
 
+def _rejudge_rows(spec: FigureSpec, record: dict[str, Any], rows: list[dict[str, Any]], out_dir: Path) -> dict:
+    """``rejudge_record`` for a record that keeps every run's final metrics (``numbers.rows``): the figure's current
+    code run on those rows (checks, numbers and PNGs anew; runs whose weights are needed and gone are skipped by
+    the figure), then the controls as for a fresh record."""
+    outcome = spec.run(rows)  # type: ignore[arg-type]
+    out = out_dir / spec.key
+    out.mkdir(parents=True, exist_ok=True)
+    keep = ("beyond_paper", "figure", "title", "paper", "models", "command", "recorded", "sweep_clock")
+    new = {k: record[k] for k in keep if k in record}
+    new.update(outcome_record(outcome, out, spec, f"sweep {spec.sweep} (the runs' rows kept in its record)"))
+    new["rejudged"] = {
+        "on": datetime.date.today().isoformat(),
+        "from": f"the per-run rows of the record of {record.get('recorded', 'an unknown date')}, by the figure's "
+        "current code (the runs' weights are not on this machine)",
+    }
+    if not outcome.not_run:
+        _add_controls(new, spec, outcome, None, replicates=False)
+    atomic_write_text(out / f"{spec.key}.json", json.dumps(new, indent=2, default=float) + "\n")
+    return new
+
+
 def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_dir: str | Path = "results") -> dict:
     """Judge a sweep figure's kept record again under the null control, without its sweep's runs; write
     ``<out_dir>/<figure>/<figure>.json`` (its PNGs stay the page's, ``results-page`` keeps them) and return it.
 
     For records made before the null controls existed, on sweeps that are not on this machine (docs/fidelity.md,
-    second 2026-11-26 amendment). The trained side is the record's own checks, as recorded (every check text must be
+    second 2026-11-26 amendment). A record that keeps every run's final metrics (``numbers.rows``) is judged anew by
+    the figure's current code on those rows (issue 42's restated checks). Otherwise the trained side is the
+    record's own checks, as recorded (every check text must be
     one the figure's code computes today, or it stops); the null control is computed fresh on the figure's sweep
     untrained (``controls.null_control``); the verdict follows ``controls.counted_checks``. A check that thresholds a
     number the record does not state cannot be restated beyond the null, so where an untrained model passes it, it
@@ -319,6 +342,9 @@ def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_di
         raise ValueError(f"record {path} is not a judged record of {figure} (no checks to judge)")
     if "interim" in record or "Verdict from these cells alone" in record.get("summary", ""):
         raise ValueError(f"record {path} is an early reading of an unfinished sweep: rerun it (`{spec.command}`)")
+    rows = (record.get("numbers") or {}).get("rows")
+    if rows:  # every run's final metrics are in the record: the figure's current code judges them
+        return _rejudge_rows(spec, record, rows, Path(out_dir))
     null = null_control(spec)
     computed = [v["checks"] for v in null["variants"] if "error" not in v]
     recorded = [(c["check"], bool(c["holds"])) for c in record["checks"]]

@@ -221,9 +221,14 @@ def _x_fig4a_steps(rows: list[dict[str, Any]]) -> Outcome:
     rises = len(ns) >= 3 and mean[ns[0]] < mean[ns[1]] <= mean[ns[2]] and mean[ns[0]] < 0.9
     generalizes = mean.get(20, mean[ns[-1]]) >= 0.8  # "drives generalization" presupposes that Ntot 20 generalizes
     confound = mean[ns[0]] >= 0.95 and abs(mean[ns[0]] - mean.get(20, mean[ns[-1]])) <= 0.03
+    from hooked_clip1d.reproduce.sweep_figs import PERMUTATIONS, trend_test
+
+    t_n, p_n = trend_test([int(r["n_labels"]) for r in rows], [float(r["val_unseen.acc"]) for r in rows])
+    seed_level = "unseen-pair accuracy rises with Ntot at seed level at fixed steps (permutation p < 0.05)"
     checks = [
         ("label diversity still drives generalization at fixed steps (Ntot 20 generalizes, >= 0.8; mean 10 < 15 <= "
          "20 with Ntot 10 below 0.9)", rises and generalizes),
+        (seed_level, p_n < 0.05),
     ]  # fmt: skip
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for n in ns:
@@ -245,9 +250,16 @@ def _x_fig4a_steps(rows: list[dict[str, Any]]) -> Outcome:
         "mean unseen-pair accuracy at 440,000 steps (n2 = 10): " + ", ".join(f"Ntot {n}: {mean[n]:.2f} (" + "/".join(
             f"{v:.2f}" for v in by_n[n]) + ")" for n in ns) + f"; pre-registered reading: {verdict}"
     )  # fmt: skip
-    numbers = {"ntot": ns, "unseen_acc": {str(n): by_n[n] for n in ns}, "mean": {str(n): mean[n] for n in ns},
-               "reading": verdict}  # fmt: skip
-    return Outcome(numbers, summary + ".", checks, {"fixed_steps": fig})
+    summary += f"; seed level T_Ntot = {t_n:+.2f} (permutation p = {p_n:.4f})"
+    numbers = {
+        "ntot": ns,
+        "unseen_acc": {str(n): by_n[n] for n in ns},
+        "mean": {str(n): mean[n] for n in ns},
+        "reading": verdict,
+        "rows": rows,
+        "permutation": {"T_ntot": t_n, "p_ntot": p_n, "draws": PERMUTATIONS},
+    }
+    return Outcome(numbers, summary + ".", checks, {"fixed_steps": fig}, permutation={seed_level: p_n})
 
 
 # the zoo models that ship a training trajectory (issue 35): the flagship (the all-decay contrast's retrain with
