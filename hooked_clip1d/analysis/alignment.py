@@ -11,6 +11,12 @@ markedly stronger alignment on the held-out labels 16-20 (Fig. 7b). ``embedding_
   chance level of a rotation fitted to few points in a wide space (15 points in 128 dims leave most of the
   rotation unconstrained).
 
+That leftover freedom makes ``procrustes``' answer depend on the null-space basis an SVD returns;
+``canonical_procrustes`` (``embedding_alignment(..., rotation="canonical")``) picks, of all the solutions, the one
+closest to the identity, the same on every run (Fig. 7 in ``reproduce``). The label tables are not identifiable on
+their own either: a constant moved from every row of ``W_E`` into every row of ``W_pos`` changes no output, which
+``center=True`` removes.
+
 Scores on the test labels (text rows vs vision columns of the cosine matrix): ``matched_cos`` (mean diagonal),
 ``unmatched_cos`` (mean off-diagonal), ``acc`` (fraction of text labels whose most similar vision label among
 the test labels is the right one; chance 1/n_test) and ``acc_all`` (the same among all labels; chance 1/Ntot).

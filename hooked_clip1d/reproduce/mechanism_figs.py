@@ -62,6 +62,7 @@ def _fig11(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     axes[0].set(xlabel="epoch", ylabel="accuracy", title=f"{name}: generalization dynamics", ylim=(0, 1.05))
     if added and min(added) < (epochs[0] if epochs else 1):
         axes[0].set_xscale("symlog", linthresh=10)
+        axes[0].set_xlim(left=0)
     axes[0].legend(fontsize=8)
     axes[1].plot(epochs, h["loss"])
     axes[1].set(xlabel="epoch", ylabel="training loss", yscale="log", title="training loss")
