@@ -115,6 +115,9 @@ def test_null_control_in_a_record(tmp_path):
     assert check["null_n"] == 10 and check["null_passes"] == 0 and check["counted"]
     saved = json.loads((tmp_path / "fig4c" / "fig4c.json").read_text())
     assert saved["checks"] == rec["checks"]
+    # the invariance audit: Fig. 4c reads attention patterns, which no output-preserving move changes
+    assert len(rec["invariance_audit"]["applied"]) == 5 and rec["invariance_audit"]["moved"] == {}
+    assert "coordinate_dependent" not in check
 
 
 def test_ties_fail_the_order_check():
