@@ -10,57 +10,46 @@ Example:
     torch.Size([4, 4, 11, 11])
 """
 
-import importlib
-from typing import Any
-
 from hooked_clip1d._version import __version__ as __version__
+from hooked_clip1d.lazy import lazy_exports
 
 # the public names and their modules: imported on first use (PEP 562), so `import hooked_clip1d` and the command
 # line's --help do not load torch and TransformerLens
-_LAZY = {
-    "BatchedTrainer": "hooked_clip1d.training.batched",
-    "Member": "hooked_clip1d.training.batched",
-    "train_batched": "hooked_clip1d.training.batched",
-    "train_fast": "hooked_clip1d.training.batched",
-    "CLIP1D": "hooked_clip1d.model.clip",
-    "CLIPConfig": "hooked_clip1d.model.clip",
-    "clip_loss": "hooked_clip1d.model.clip",
-    "EncoderConfig": "hooked_clip1d.model.config",
-    "TextConfig": "hooked_clip1d.model.config",
-    "VisionConfig": "hooked_clip1d.model.config",
-    "preset": "hooked_clip1d.model.config",
-    "DataConfig": "hooked_clip1d.settings",
-    "Dataset": "hooked_clip1d.data.dataset",
-    "Split": "hooked_clip1d.data.dataset",
-    "build_dataset": "hooked_clip1d.data.dataset",
-    "HookedEncoder": "hooked_clip1d.model.encoders",
-    "HookedTextEncoder": "hooked_clip1d.model.encoders",
-    "HookedVisionEncoder": "hooked_clip1d.model.encoders",
-    "evaluate": "hooked_clip1d.evaluation",
-    "list_pretrained": "hooked_clip1d.pretrained",
-    "list_checkpoints": "hooked_clip1d.pretrained",
-    "get_checkpoint_labels": "hooked_clip1d.pretrained",
-    "load_model": "hooked_clip1d.pretrained",
-    "resolve_model": "hooked_clip1d.pretrained",
-    "load_spec": "hooked_clip1d.sweeps.runner",
-    "run_sweep": "hooked_clip1d.sweeps.runner",
-    "TrainConfig": "hooked_clip1d.settings",
-    "Trainer": "hooked_clip1d.training.trainer",
-    "train": "hooked_clip1d.training.trainer",
-    "Vocabulary": "hooked_clip1d.data.vocab",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'hooked_clip1d' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "BatchedTrainer": "hooked_clip1d.training.batched",
+        "Member": "hooked_clip1d.training.batched",
+        "train_batched": "hooked_clip1d.training.batched",
+        "train_fast": "hooked_clip1d.training.batched",
+        "CLIP1D": "hooked_clip1d.model.clip",
+        "CLIPConfig": "hooked_clip1d.model.clip",
+        "clip_loss": "hooked_clip1d.model.clip",
+        "EncoderConfig": "hooked_clip1d.model.config",
+        "TextConfig": "hooked_clip1d.model.config",
+        "VisionConfig": "hooked_clip1d.model.config",
+        "preset": "hooked_clip1d.model.config",
+        "DataConfig": "hooked_clip1d.settings",
+        "Dataset": "hooked_clip1d.data.dataset",
+        "Split": "hooked_clip1d.data.dataset",
+        "build_dataset": "hooked_clip1d.data.dataset",
+        "HookedEncoder": "hooked_clip1d.model.encoders",
+        "HookedTextEncoder": "hooked_clip1d.model.encoders",
+        "HookedVisionEncoder": "hooked_clip1d.model.encoders",
+        "evaluate": "hooked_clip1d.evaluation",
+        "list_pretrained": "hooked_clip1d.pretrained",
+        "list_checkpoints": "hooked_clip1d.pretrained",
+        "get_checkpoint_labels": "hooked_clip1d.pretrained",
+        "load_model": "hooked_clip1d.pretrained",
+        "resolve_model": "hooked_clip1d.pretrained",
+        "load_spec": "hooked_clip1d.sweeps.runner",
+        "run_sweep": "hooked_clip1d.sweeps.runner",
+        "TrainConfig": "hooked_clip1d.settings",
+        "Trainer": "hooked_clip1d.training.trainer",
+        "train": "hooked_clip1d.training.trainer",
+        "Vocabulary": "hooked_clip1d.data.vocab",
+    },
+)
 
 
 __all__ = [

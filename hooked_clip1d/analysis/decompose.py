@@ -80,7 +80,7 @@ from jaxtyping import Float, Int
 from transformer_lens import ActivationCache
 
 from hooked_clip1d.analysis.hooks import check_tower
-from hooked_clip1d.model.components import apply_rotary
+from hooked_clip1d.model import functional
 from hooked_clip1d.model.encoders import HookedEncoder
 from hooked_clip1d.model.terms import SCORE_TERMS  # the nine layer-0 terms, Eq. 2 and App. D (one table, the model's)
 
@@ -273,7 +273,7 @@ def rotate(
     attn = model.blocks[layer].attn
     p, h, d = x.shape[-3:]
     flat = x.reshape(-1, p, h, d)
-    return apply_rotary(flat, attn.rotary_sin, attn.rotary_cos).reshape(x.shape)
+    return functional.rotate(flat, attn.rotary_sin[:p, None], attn.rotary_cos[:p, None]).reshape(x.shape)
 
 
 # ---- the decomposition ------------------------------------------------------------------------------------------

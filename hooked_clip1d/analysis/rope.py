@@ -43,8 +43,8 @@ import torch
 
 from hooked_clip1d.analysis.heads import two_object_images
 from hooked_clip1d.data.dataset import Split
-from hooked_clip1d.model.components import apply_rotary
 from hooked_clip1d.model.encoders import HookedEncoder, HookedVisionEncoder
+from hooked_clip1d.model.functional import rotate
 
 
 def _check_vision(model: HookedEncoder, what: str) -> None:
@@ -83,7 +83,7 @@ def _rotate(vecs: torch.Tensor, model: HookedEncoder) -> torch.Tensor:
     lead = vecs.shape[:-2]
     flat = vecs.reshape(-1, *vecs.shape[-2:])  # [N, h, dh]
     x = flat[:, None].expand(-1, model.cfg.n_ctx, -1, -1)
-    out = apply_rotary(x, attn.rotary_sin, attn.rotary_cos)
+    out = rotate(x, attn.rotary_sin[:, None], attn.rotary_cos[:, None])  # tables [n_ctx, 1, rotary_dim]
     return out.reshape(*lead, model.cfg.n_ctx, *vecs.shape[-2:])
 
 

@@ -8,33 +8,23 @@ Example:
     ['train', 'val_seen', 'val_single', 'val_unseen']
 """
 
-import importlib
-from typing import Any
+from hooked_clip1d.lazy import lazy_exports
 
 # public names and their modules, imported on first use (PEP 562): importing one module of this folder
 # (e.g. a torch-free one) does not import the others
-_LAZY = {
-    "SPLITS": "hooked_clip1d.data.dataset",
-    "SPLIT_TITLES": "hooked_clip1d.data.dataset",
-    "DataConfig": "hooked_clip1d.data.dataset",
-    "Dataset": "hooked_clip1d.data.dataset",
-    "EpochPermutations": "hooked_clip1d.data.dataset",
-    "Split": "hooked_clip1d.data.dataset",
-    "build_dataset": "hooked_clip1d.data.dataset",
-    "Vocabulary": "hooked_clip1d.data.vocab",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "SPLITS": "hooked_clip1d.data.dataset",
+        "SPLIT_TITLES": "hooked_clip1d.data.dataset",
+        "DataConfig": "hooked_clip1d.data.dataset",
+        "Dataset": "hooked_clip1d.data.dataset",
+        "EpochPermutations": "hooked_clip1d.data.dataset",
+        "Split": "hooked_clip1d.data.dataset",
+        "build_dataset": "hooked_clip1d.data.dataset",
+        "Vocabulary": "hooked_clip1d.data.vocab",
+    },
+)
 
 
 __all__ = [

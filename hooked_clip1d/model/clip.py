@@ -32,7 +32,8 @@ from transformer_lens.hook_points import HookPoint
 
 import hooked_clip1d.model.functional as functional
 from hooked_clip1d.model.config import EncoderConfig, TextConfig, VisionConfig, preset
-from hooked_clip1d.model.encoders import HookedTextEncoder, HookedVisionEncoder, _checked_hook, names_filter_list
+from hooked_clip1d.model.encoders import HookedTextEncoder, HookedVisionEncoder
+from hooked_clip1d.model.tl_conveniences import checked_hook, names_filter_list
 
 HEAD_HOOKS = ("hook_image_embed", "hook_text_embed", "hook_image_feat", "hook_text_feat", "hook_logits")
 RETURN_TYPES = ("logits", "loss", None)
@@ -247,7 +248,7 @@ class CLIP1D(nn.Module):
         with self.vision.hooks(fwd_hooks=fv, bwd_hooks=bv), self.text.hooks(fwd_hooks=ft, bwd_hooks=bt):
             try:
                 for name, fn in fh:
-                    getattr(self, name).add_hook(_checked_hook(fn), dir="fwd")
+                    getattr(self, name).add_hook(checked_hook(fn), dir="fwd")
                 for name, fn in bh:
                     getattr(self, name).add_hook(fn, dir="bwd")
                 yield self

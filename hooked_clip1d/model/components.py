@@ -113,19 +113,6 @@ class LayerNorm(_Tieable):
         return self.hook_normalized(layer_norm(x, self.w, self.b, hook_scale=self.hook_scale))
 
 
-def rotary_sin_cos(cfg: EncoderConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """NeoX-style (halves) rotary tables [n_ctx, rotary_dim], as TL's ``rotary_adjacent_pairs=False``."""
-    return rotary_tables(cfg.n_ctx, cfg.rotary_dim_, cfg.rotary_base, cfg.dtype)
-
-
-def apply_rotary(
-    x: Float[torch.Tensor, "batch pos head_index d_head"], sin: torch.Tensor, cos: torch.Tensor
-) -> Float[torch.Tensor, "batch pos head_index d_head"]:
-    """Rotate the first ``rotary_dim`` dims of each head by position (RoPE); the rest pass through."""
-    p = x.shape[1]
-    return rotate(x, sin[:p, None, :], cos[:p, None, :])  # tables [pos, 1, rd]
-
-
 class Attention(_Tieable):
     """Multi-head self-attention with TL hooks and per-head weights.
 
@@ -160,7 +147,8 @@ class Attention(_Tieable):
         self.register_buffer("mask", torch.tril(torch.ones(cfg.n_ctx, cfg.n_ctx, dtype=torch.bool)), persistent=False)
         self.register_buffer("IGNORE", torch.tensor(-torch.inf, dtype=cfg.dtype), persistent=False)
         if cfg.positional == "rope":
-            sin, cos = rotary_sin_cos(cfg)
+            # RoPE's sin / cos tables [n_ctx, rotary_dim] (functional.rotate turns q and k with them)
+            sin, cos = rotary_tables(cfg.n_ctx, cfg.rotary_dim_, cfg.rotary_base, cfg.dtype)
             self.register_buffer("rotary_sin", sin, persistent=False)
             self.register_buffer("rotary_cos", cos, persistent=False)
 
@@ -201,9 +189,6 @@ class Attention(_Tieable):
         """``W_V @ W_O`` per head, a FactoredMatrix [n_heads, d_model, d_model] (TransformerLens's ``attn.OV``)."""
         return FactoredMatrix(self.W_V, self.W_O)
 
-    def _rot(self, x: torch.Tensor) -> torch.Tensor:
-        return apply_rotary(x, self.rotary_sin, self.rotary_cos) if self.cfg.positional == "rope" else x
-
     def ablated_scores(self, E: torch.Tensor, P: torch.Tensor | None) -> torch.Tensor:
         """The sum of the ``cfg.ablated_terms`` score terms [batch, head, q, k] (÷ sqrt(d_head)), from the token
         embeddings ``E`` and positional embeddings ``P`` of this forward pass: the part (E, P or bias B) of each
@@ -214,9 +199,11 @@ class Attention(_Tieable):
         zero = torch.zeros_like(parts_q["E"])
         parts_q["P"] = self._project(P, self.W_Q, 0.0) if P is not None else zero
         parts_k["P"] = self._project(P, self.W_K, 0.0) if P is not None else zero
-        rot_q = {g: self._rot(x) for g, x in parts_q.items()}
-        rot_k = {g: self._rot(x) for g, x in parts_k.items()}
-        return term_scores(rot_q, rot_k, self.cfg.ablated_terms, self.cfg.attn_scale)
+        if self.cfg.positional == "rope":  # the parts turn as q and k do (tables [pos, 1 (every head), rotary_dim])
+            sin, cos = self.rotary_sin[: E.shape[1], None], self.rotary_cos[: E.shape[1], None]
+            parts_q = {g: rotate(x, sin, cos) for g, x in parts_q.items()}
+            parts_k = {g: rotate(x, sin, cos) for g, x in parts_k.items()}
+        return term_scores(parts_q, parts_k, self.cfg.ablated_terms, self.cfg.attn_scale)
 
     def forward(
         self,
@@ -237,9 +224,10 @@ class Attention(_Tieable):
         if embeddings is not None and "VP" in cfg.ablated_terms and embeddings[1] is not None:
             v = v - self._project(embeddings[1], self.W_V, 0.0)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        if cfg.positional == "rope":
-            q = self.hook_rot_q(apply_rotary(q, self.rotary_sin, self.rotary_cos))
-            k = self.hook_rot_k(apply_rotary(k, self.rotary_sin, self.rotary_cos))
+        if cfg.positional == "rope":  # turn q and k by their position (tables [pos, 1 (every head), rotary_dim])
+            sin, cos = self.rotary_sin[: q.shape[1], None], self.rotary_cos[: q.shape[1], None]
+            q = self.hook_rot_q(rotate(q, sin, cos))
+            k = self.hook_rot_k(rotate(k, sin, cos))
         # [b, h, q, d] @ [b, h, d, k] -> [b, h, q, k]
         scores = (q.transpose(1, 2) @ k.permute(0, 2, 3, 1)) / cfg.attn_scale
         if embeddings is not None and any(t != "VP" for t in cfg.ablated_terms):

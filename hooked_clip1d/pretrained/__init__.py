@@ -22,7 +22,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from hooked_clip1d._version import DEFAULT_MODEL as DEFAULT_MODEL
 from hooked_clip1d.files import UnknownNameError  # defined torch-free, for the CLI's parser
+from hooked_clip1d.lazy import lazy_exports
 from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file format (torch-free at import)
     CheckpointLabels,
     NoTrajectoryError,
@@ -458,10 +458,15 @@ def trajectory_table() -> str:
     return "\n".join(rows)
 
 
-def __getattr__(name: str) -> Any:  # the writing side (``ship``), imported when first used
-    if name in ("export_run", "portable_command", "ship_trajectory"):
-        return getattr(importlib.import_module("hooked_clip1d.pretrained.ship"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the writing side (``ship``), imported when first used
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "export_run": "hooked_clip1d.pretrained.ship",
+        "portable_command": "hooked_clip1d.pretrained.ship",
+        "ship_trajectory": "hooked_clip1d.pretrained.ship",
+    },
+)
 
 
 __all__ = [

@@ -9,27 +9,17 @@ Example:
     2
 """
 
-import importlib
-from typing import Any
+from hooked_clip1d.lazy import lazy_exports
 
 # public names and their modules, imported on first use (PEP 562): importing one module of this folder
 # (e.g. a torch-free one) does not import the others
-_LAZY = {
-    "load_spec": "hooked_clip1d.sweeps.runner",
-    "run_sweep": "hooked_clip1d.sweeps.runner",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "load_spec": "hooked_clip1d.sweeps.runner",
+        "run_sweep": "hooked_clip1d.sweeps.runner",
+    },
+)
 
 
 __all__ = ["load_spec", "run_sweep"]

@@ -11,35 +11,25 @@ Example:
     0.2
 """
 
-import importlib
-from typing import Any
+from hooked_clip1d.lazy import lazy_exports
 
 # public names and their modules, imported on first use (PEP 562): importing one module of this folder
 # (e.g. a torch-free one) does not import the others
-_LAZY = {
-    "TrainConfig": "hooked_clip1d.settings",
-    "BatchedTrainer": "hooked_clip1d.training.batched",
-    "GroupState": "hooked_clip1d.training.group_state",
-    "Member": "hooked_clip1d.training.members",
-    "RunConfig": "hooked_clip1d.training.run_config",
-    "train_batched": "hooked_clip1d.training.batched",
-    "train_fast": "hooked_clip1d.training.batched",
-    "TrainRun": "hooked_clip1d.training.trainer",
-    "Trainer": "hooked_clip1d.training.trainer",
-    "train": "hooked_clip1d.training.trainer",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "TrainConfig": "hooked_clip1d.settings",
+        "BatchedTrainer": "hooked_clip1d.training.batched",
+        "GroupState": "hooked_clip1d.training.group_state",
+        "Member": "hooked_clip1d.training.members",
+        "RunConfig": "hooked_clip1d.training.run_config",
+        "train_batched": "hooked_clip1d.training.batched",
+        "train_fast": "hooked_clip1d.training.batched",
+        "TrainRun": "hooked_clip1d.training.trainer",
+        "Trainer": "hooked_clip1d.training.trainer",
+        "train": "hooked_clip1d.training.trainer",
+    },
+)
 
 
 __all__ = [

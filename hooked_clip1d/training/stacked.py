@@ -45,8 +45,8 @@ from jaxtyping import Int
 from torch import nn
 
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
-from hooked_clip1d.model.components import rotary_sin_cos
 from hooked_clip1d.model.config import EncoderConfig
+from hooked_clip1d.model.functional import rotary_tables
 from hooked_clip1d.training.stacked_forward import StackedForward
 from hooked_clip1d.training.stacked_ops import DropoutRNG
 from hooked_clip1d.training.stacked_support import SHAPE_FIELDS, check_supported
@@ -117,7 +117,7 @@ class StackedCLIP(StackedForward):
         for name in ("vision", "text"):
             tc = self.tower_cfg[name]
             if tc.positional == "rope":
-                sin, cos = rotary_sin_cos(tc)
+                sin, cos = rotary_tables(tc.n_ctx, tc.rotary_dim_, tc.rotary_base, tc.dtype)
                 self.rotary[name] = (sin.to(self.device), cos.to(self.device))
         seeds = list(seeds) if seeds is not None else list(range(self.K))
         if len(seeds) != self.K:
