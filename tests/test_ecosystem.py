@@ -19,6 +19,7 @@ from conftest import tiny_config
 
 import hooked_clip1d
 import hooked_clip1d.pretrained as reg
+import hooked_clip1d.pretrained.ship as ship
 from hooked_clip1d import DataConfig, TrainConfig, load_model
 from hooked_clip1d.analysis.hooks import splice_hook
 from hooked_clip1d.analysis.sae import SparseAutoencoder, collect_activations, train_sae
@@ -266,8 +267,8 @@ def tiny_zoo(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reg, "WEIGHTS_DIR", root / "weights")
         mp.setattr(reg, "TRAJECTORIES_DIR", root / "trajectories")
-        reg.export_run(root / "run", "tiny", "a tiny test model")
-        reg.ship_trajectory(root / "run", "tiny")
+        ship.export_run(root / "run", "tiny", "a tiny test model")
+        ship.ship_trajectory(root / "run", "tiny")
     return root
 
 
@@ -358,9 +359,9 @@ def test_ship_trajectory_checks_its_destination_before_measuring(zoo, tmp_path, 
         dest, exc, msg = out / "f", NotADirectoryError, "is a file, not a folder"
     before = sorted(p.name for p in out.iterdir())
     with pytest.raises(exc, match=msg):
-        reg.ship_trajectory(run, "tiny", dest=dest)
+        ship.ship_trajectory(run, "tiny", dest=dest)
     with pytest.raises(exc, match=msg):
-        reg.export_run(run, "tiny2", "x", dest=dest)
+        ship.export_run(run, "tiny2", "x", dest=dest)
     assert sorted(p.name for p in out.iterdir()) == before  # nothing left behind
     if case == "a file":  # the command line: one line naming the folder, exit 2
         monkeypatch.setattr(reg, "TRAJECTORIES_DIR", dest)

@@ -6,7 +6,7 @@ import numpy as np
 
 from hooked_clip1d.reproduce.controls import counted_checks
 from hooked_clip1d.reproduce.core import Outcome
-from hooked_clip1d.reproduce.sweep_figs import _fig4a, trend_test
+from hooked_clip1d.reproduce.sweep_figs import fig4a_outcome, trend_test
 
 
 def _rows(acc_of):
@@ -18,9 +18,9 @@ def _rows(acc_of):
 def test_a_label_trend_passes_and_no_trend_fails():
     """A seed-level rise with Ntot (and none with n2) passes both counted checks; the same noise without the rise
     passes neither; a curve saturated at 0.98-1.00 can still pass (the old check over four means could not)."""
-    rising = _fig4a(_rows(lambda n, n2, rng: 0.5 + 0.02 * n + rng.normal(0, 0.02)))
-    flat = _fig4a(_rows(lambda n, n2, rng: 0.7 + rng.normal(0, 0.05)))
-    saturating = _fig4a(_rows(lambda n, n2, rng: min(1.0, 0.9 + 0.005 * n + rng.normal(0, 0.01))))
+    rising = fig4a_outcome(_rows(lambda n, n2, rng: 0.5 + 0.02 * n + rng.normal(0, 0.02)))
+    flat = fig4a_outcome(_rows(lambda n, n2, rng: 0.7 + rng.normal(0, 0.05)))
+    saturating = fig4a_outcome(_rows(lambda n, n2, rng: min(1.0, 0.9 + 0.005 * n + rng.normal(0, 0.01))))
     assert [ok for _, ok in rising.checks[:2]] == [True, True]
     assert [ok for _, ok in flat.checks[:2]] == [False, False]
     assert saturating.checks[0][1]

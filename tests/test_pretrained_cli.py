@@ -186,7 +186,8 @@ def test_cli_train_recipe_flags_set_the_run_config_and_resume_checks_them(tmp_pa
 def test_shipped_manifests_name_no_machine_paths():
     from pathlib import Path
 
-    from hooked_clip1d.pretrained import WEIGHTS_DIR, portable_command
+    from hooked_clip1d.pretrained import WEIGHTS_DIR
+    from hooked_clip1d.pretrained.ship import portable_command
 
     home, root = str(Path.home()), str(ROOT)
     for path in WEIGHTS_DIR.glob("*.json"):

@@ -251,7 +251,7 @@ def test_cli_failures_are_one_line_and_write_nothing(tmp_path):
 
 
 def test_export_refuses_a_run_in_use_and_a_foreign_config(tmp_path):
-    from hooked_clip1d.pretrained import export_run
+    from hooked_clip1d.pretrained.ship import export_run
 
     d = tmp_path / "run"
     Trainer(tiny_config(), DATA, _tc(epochs=1), d).run(progress=False)

@@ -18,6 +18,7 @@ from conftest import tiny_config
 from safetensors import safe_open
 
 import hooked_clip1d.pretrained as reg
+import hooked_clip1d.pretrained.ship as ship
 from hooked_clip1d import DataConfig, TrainConfig, build_dataset, evaluate
 from hooked_clip1d.analysis.mechanism import unseen_probe
 from hooked_clip1d.cli.commands import main
@@ -46,10 +47,10 @@ def built(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(reg, "WEIGHTS_DIR", root / "weights")
         mp.setattr(reg, "TRAJECTORIES_DIR", root / "trajectories")
-        reg.export_run(run, "tiny", "a tiny test model")
-        reg.export_run(other, "plain", "a tiny model without a trajectory")
+        ship.export_run(run, "tiny", "a tiny test model")
+        ship.export_run(other, "plain", "a tiny model without a trajectory")
         rng = torch.get_rng_state()
-        target = reg.ship_trajectory(run, "tiny")
+        target = ship.ship_trajectory(run, "tiny")
         assert torch.equal(rng, torch.get_rng_state())  # the caller's global RNG is left alone
     return {"root": root, "run": run, "other": other, "target": target}
 
@@ -122,7 +123,7 @@ def test_precision_falls_back_when_float16_cannot_hold_a_weight(zoo, tmp_path):
         model.W_proj[0, 0] = 1e6
     save_model(model, snap, extra={"epoch": 1})
     dest = tmp_path / "trajectories"
-    reg.ship_trajectory(run, "tiny", dest=dest)
+    ship.ship_trajectory(run, "tiny", dest=dest)
     man = json.loads((dest / "tiny.json").read_text())
     tried = man["precision"]["checkpoints"]["1"]["tried"]
     assert tried[0] == {"dtype": "float16", "accepted": False, "images_differing": None, "why": "a weight does not fit"}
@@ -140,35 +141,35 @@ def test_precision_falls_back_when_float16_cannot_hold_a_weight(zoo, tmp_path):
 
 def test_explicit_epochs_and_dtypes(zoo, tmp_path):
     dest = tmp_path / "t"
-    reg.ship_trajectory(zoo["run"], "tiny", epochs=[0, 4], dtypes=["float32"], dest=dest)
+    ship.ship_trajectory(zoo["run"], "tiny", epochs=[0, 4], dtypes=["float32"], dest=dest)
     man = json.loads((dest / "tiny.json").read_text())
     assert man["epochs"] == [0, 4, 6] and man["dtype"] == "float32"  # the last epoch is always added
     with pytest.raises(ValueError, match=r"no snapshot at epochs \[3\]; its snapshots: \[0, 1, 2, 4, 6\]"):
-        reg.ship_trajectory(zoo["run"], "tiny", epochs=[0, 3], dest=dest)
+        ship.ship_trajectory(zoo["run"], "tiny", epochs=[0, 3], dest=dest)
     with pytest.raises(ValueError, match="dtypes must be"):
-        reg.ship_trajectory(zoo["run"], "tiny", dtypes=["int8"], dest=dest)
+        ship.ship_trajectory(zoo["run"], "tiny", dtypes=["int8"], dest=dest)
 
 
 def test_the_size_budget_is_enforced_before_anything_is_written(zoo, tmp_path):
     (tmp_path / "other.safetensors").write_bytes(b"x" * 30_000)  # another trajectory already shipped
     with pytest.raises(ValueError, match=r"past the budget of 0.04 MB \(the others: 0.0 MB\): ship fewer checkpoints"):
-        reg.ship_trajectory(zoo["run"], "tiny", dest=tmp_path, budget_mb=0.04)
+        ship.ship_trajectory(zoo["run"], "tiny", dest=tmp_path, budget_mb=0.04)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.safetensors"]  # nothing written, no temp file
-    reg.ship_trajectory(zoo["run"], "tiny", dest=tmp_path, budget_mb=1)
+    ship.ship_trajectory(zoo["run"], "tiny", dest=tmp_path, budget_mb=1)
 
 
 def test_ship_refuses_a_zoo_model_not_exported_from_the_run(zoo, tmp_path):
     with pytest.raises(ValueError, match="was not exported from .*export this run first"):
-        reg.ship_trajectory(zoo["run"], "plain", dest=tmp_path)
+        ship.ship_trajectory(zoo["run"], "plain", dest=tmp_path)
     with pytest.raises(KeyError, match="unknown pretrained model 'nope'"):
-        reg.ship_trajectory(zoo["run"], "nope", dest=tmp_path)
+        ship.ship_trajectory(zoo["run"], "nope", dest=tmp_path)
     with pytest.raises(FileNotFoundError, match="has no snapshots/"):
-        reg.ship_trajectory(zoo["other"], "plain", dest=tmp_path)
+        ship.ship_trajectory(zoo["other"], "plain", dest=tmp_path)
     unfinished = tmp_path / "unfinished"
     shutil.copytree(zoo["run"], unfinished)
     (unfinished / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="the run has not finished"):
-        reg.ship_trajectory(unfinished, "tiny", dest=tmp_path)
+        ship.ship_trajectory(unfinished, "tiny", dest=tmp_path)
     assert not list(tmp_path.glob("*.json"))  # nothing written by a refused shipment
 
 
@@ -359,7 +360,7 @@ def test_cli_ship_trajectory(zoo, tmp_path, capsys, monkeypatch):
     assert res["epochs"] == [0, 2, 6] and res["dtype"] == "float16" and (tmp_path / "tiny.safetensors").exists()
     assert json.loads((tmp_path / "tiny.json").read_text())["precision"]["tolerance_images"] == 1
     with pytest.raises(ValueError, match="tolerance must be an int >= 0"):
-        reg.ship_trajectory(zoo["run"], "tiny", dest=tmp_path, tolerance_images=-1)
+        ship.ship_trajectory(zoo["run"], "tiny", dest=tmp_path, tolerance_images=-1)
     assert main(["ship-trajectory", str(zoo["run"]), "--name", "tiny", "--epochs", "0,x"]) == 2
     assert "--epochs must be a comma-separated list" in capsys.readouterr().err
 
@@ -413,11 +414,10 @@ def test_a_trajectory_past_the_part_size_ships_in_parts_and_loads_the_same(zoo, 
     """A trajectory over ``PART_BYTES`` is stored in several files of whole checkpoints (no tracked file over the
     repository's size limit); every checkpoint loads as from the one-file trajectory, and a re-ship leaves no stale
     part behind."""
-    import hooked_clip1d.pretrained.ship as ship
 
     dest = tmp_path / "trajectories"
     monkeypatch.setattr(ship, "PART_BYTES", 1)  # one checkpoint per file
-    reg.ship_trajectory(zoo["run"], "tiny", dest=dest)
+    ship.ship_trajectory(zoo["run"], "tiny", dest=dest)
     man = json.loads((dest / "tiny.json").read_text())
     files = [man["file"], *(p["file"] for p in man["parts"])]
     assert files == ["tiny.safetensors", "tiny.part1.safetensors", "tiny.part2.safetensors"]
@@ -429,5 +429,5 @@ def test_a_trajectory_past_the_part_size_ships_in_parts_and_loads_the_same(zoo, 
             parted = reg.load_model("tiny", checkpoint_value=e)
         assert _equal(parted, reg.load_model("tiny", checkpoint_value=e)), e
     monkeypatch.setattr(ship, "PART_BYTES", 10**9)
-    reg.ship_trajectory(zoo["run"], "tiny", dest=dest)
+    ship.ship_trajectory(zoo["run"], "tiny", dest=dest)
     assert sorted(p.name for p in dest.iterdir()) == ["tiny.json", "tiny.safetensors"]

@@ -227,7 +227,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from hooked_clip1d.pretrained import export_run
+    from hooked_clip1d.pretrained.ship import export_run
 
     target = export_run(a.run, a.name, a.description, weights_dtype=a.weights_dtype)
     print(f"exported {a.run} -> {target}")
@@ -275,7 +275,8 @@ def _epoch_list(text: str | None) -> list[int] | None:
 
 
 def cmd_ship_trajectory(a: argparse.Namespace) -> int:
-    from hooked_clip1d.pretrained import ship_trajectory, trajectory_manifest
+    from hooked_clip1d.pretrained import trajectory_manifest
+    from hooked_clip1d.pretrained.ship import ship_trajectory
 
     dtypes = [d for d in a.dtypes.split(",") if d]
     target = ship_trajectory(

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from hooked_clip1d._version import DEFAULT_MODEL as DEFAULT_MODEL
 from hooked_clip1d.files import UnknownNameError  # defined torch-free, for the CLI's parser
-from hooked_clip1d.lazy import lazy_exports
 from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file format (torch-free at import)
     CheckpointLabels,
     NoTrajectoryError,
@@ -458,15 +457,8 @@ def trajectory_table() -> str:
     return "\n".join(rows)
 
 
-# the writing side (``ship``), imported when first used
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "export_run": "hooked_clip1d.pretrained.ship",
-        "portable_command": "hooked_clip1d.pretrained.ship",
-        "ship_trajectory": "hooked_clip1d.pretrained.ship",
-    },
-)
+# the writing side (``export_run``, ``ship_trajectory``, ``portable_command``) is ``hooked_clip1d.pretrained.ship``:
+# it reads this module, so this module does not re-export it (no circle; one import path per name)
 
 
 __all__ = [
@@ -475,7 +467,6 @@ __all__ = [
     "TRAJECTORIES_DIR",
     "WEIGHTS_DIR",
     "checkpoint_epoch",
-    "export_run",
     "list_checkpoints",
     "list_pretrained",
     "list_trajectories",
@@ -485,12 +476,10 @@ __all__ = [
     "load_trajectory",
     "manifest",
     "model_name",
-    "portable_command",
     "read_history",
     "registry_table",
     "resolve_model",
     "sha256_file",
-    "ship_trajectory",
     "trajectory_emergence",
     "trajectory_manifest",
     "trajectory_schedule",

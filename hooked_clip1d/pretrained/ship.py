@@ -194,19 +194,61 @@ def ship_trajectory(
     """
     import torch
 
-    from hooked_clip1d.analysis.dynamics import emergence
     from hooked_clip1d.analysis.mechanism import unseen_probe
     from hooked_clip1d.data.dataset import build_dataset
     from hooked_clip1d.files import atomic_write_text
-    from hooked_clip1d.model.checkpoint import load_model_file, save_tensors
     from hooked_clip1d.settings import TrainConfig
-    from hooked_clip1d.training.rundir import RunLock, is_run_dir
+    from hooked_clip1d.training.rundir import RunLock
 
     run_dir = Path(run_dir)
     dest = Path(dest) if dest is not None else Path(reg.TRAJECTORIES_DIR)
     zman = manifest(name)  # KeyError listing the zoo for a model not exported yet
     if [d for d in dtypes if d not in STORE_DTYPES] or not dtypes:
         raise ValueError(f"dtypes must be a non-empty list of {list(STORE_DTYPES)}, got {list(dtypes)}")
+    snaps = _finished_run_snapshots(run_dir)
+    check_destination(dest, "ship-trajectory")  # before the measuring (minutes), not after it
+    with RunLock(run_dir, "run directory"), torch.random.fork_rng(devices=[]):
+        config = json.loads((run_dir / "config.json").read_text())
+        last, shipped, final = _exported_final(run_dir, name, zman, config)
+        stored = _stored_epochs(epochs, last, snaps)
+        ds = unseen_probe(build_dataset(final.data_config))
+        models, kept_dtypes, kept, record = _stored_precisions(snaps, stored, final, ds, dtypes, tolerance_images)
+        emerg = _emergence_record(kept, models, kept_dtypes, (last, shipped), TrainConfig.from_dict(
+            config["train_config"]), ds)  # fmt: skip
+
+        tensors, digests = trajectory_tensors(kept, kept_dtypes)
+        digests[str(last)] = zman["sha256"]  # the last checkpoint: the shipped weights file
+        epochs_all = [*stored, last]
+        dtype_map = {str(e): kept_dtypes[e] for e in stored}
+        trajectory = {"name": name, "epochs": epochs_all, "final_epoch": last, "dtypes": dtype_map}
+        meta = {**{k: config[k] for k in ("model_config", "data_config", "train_config")}, "trajectory": trajectory}
+        precision = dict(method=PRECISION_METHOD, candidates=list(dtypes), tolerance_images=tolerance_images,
+                         checkpoints=record)  # fmt: skip
+        source = dict(run=portable_command(str(run_dir.resolve())),
+                      command=portable_command(config["provenance"]["command"]), snapshots=list(snaps))  # fmt: skip
+        man = {
+            "format": MANIFEST_FORMAT,
+            "name": name,
+            "epochs": epochs_all,
+            "final_epoch": last,
+            "final": f"weights/{name}.safetensors (the shipped model, sha256 {zman['sha256']})",
+            "dtype": dtype_summary(kept_dtypes),
+            "dtypes": dtype_map,
+            "checkpoint_sha256": digests,
+            "chance": round(1.0 / len(ds.captions), 6),
+            "precision": precision,
+            "emergence": emerg,
+            "source": source,
+        }
+        target, text = _write_parts(dest, name, tensors, meta, man, budget_mb)
+        atomic_write_text(dest / f"{name}.json", text)
+    return target
+
+
+def _finished_run_snapshots(run_dir: Path) -> dict[int, Path]:
+    """The snapshots of a finished run directory (epoch -> file), or a FileNotFoundError naming what is missing."""
+    from hooked_clip1d.training.rundir import is_run_dir
+
     if not (run_dir / "config.json").exists() or not is_run_dir(run_dir):
         raise FileNotFoundError(f"{str(run_dir)!r} is not a hooked_clip1d training run directory (no run config.json)")
     if not (run_dir / "model.safetensors").exists():
@@ -218,136 +260,142 @@ def ship_trajectory(
         raise FileNotFoundError(
             f"{str(run_dir)!r} has no snapshots/: train with TrainConfig.snapshot_epochs (settings.dense_schedule)"
         )
-    check_destination(dest, "ship-trajectory")  # before the measuring (minutes), not after it
-    with RunLock(run_dir, "run directory"), torch.random.fork_rng(devices=[]):
-        config = json.loads((run_dir / "config.json").read_text())
-        last = int(json.loads((run_dir / "summary.json").read_text())["epochs"])
-        export_hint = f"export this run first (hooked-clip1d export {run_dir} --name {name} --description ...)"
-        if int(zman["epochs"]) != last:
-            raise ValueError(f"the zoo's {name!r} has {zman['epochs']} epochs, the run {last}: {export_hint}")
-        shipped = load_model(name)  # sha256-checked
-        final = load_model_file(run_dir / "model.safetensors")
-        zdtype = getattr(torch, zman.get("weights_dtype", "float32"))
-        sz, sf = shipped.state_dict(), final.state_dict()
-        same = sz.keys() == sf.keys() and all(torch.equal(sz[k], sf[k].to(zdtype).float()) for k in sz)
-        if not same or zman["model_config"] != config["model_config"] or zman["data_config"] != config["data_config"]:
-            raise ValueError(
-                f"the zoo's {name!r} was not exported from {str(run_dir)!r} (its weights or configs differ from the "
-                f"run's model.safetensors): {export_hint}, then ship its trajectory"
-            )
-        if epochs is None:
-            chosen = [e for e in trajectory_schedule(last) if e in snaps]
-        else:
-            chosen = sorted({int(e) for e in epochs})
-            late = [e for e in chosen if e > last]
-            if late:
-                raise ValueError(f"epochs {late} are past the run's last epoch {last}")
-            missing = [e for e in chosen if e not in snaps and e != last]
-            if missing:
-                raise ValueError(f"the run has no snapshot at epochs {missing}; its snapshots: {list(snaps)}")
-        stored = [e for e in chosen if e != last]
-        if not stored:
-            raise ValueError(f"a trajectory needs a checkpoint before the last epoch {last}; snapshots: {list(snaps)}")
-        models = {e: load_model_file(snaps[e]) for e in stored}
-        for e, m in models.items():
-            if m.cfg.to_dict() != final.cfg.to_dict():
-                raise ValueError(f"snapshot {snaps[e]} has another model config than the run's model.safetensors")
+    return snaps
 
-        ds = unseen_probe(build_dataset(final.data_config))
-        kept_dtypes, kept, record = measure_precision(models, ds, dtypes, tolerance=tolerance_images)
-        refused = [e for e in stored if e not in kept_dtypes]
-        if refused:
-            raise ValueError(
-                f"no precision of {list(dtypes)} keeps the accuracies of the checkpoints at epochs {refused}: "
-                "add float32 to dtypes"
-            )
 
-        # the emergence rows, on the stored weights and (to record what the rounding moved) on the float32 ones
-        train_cfg = TrainConfig.from_dict(config["train_config"])
-        emerg: dict[str, Any]
-        try:
-            em = emergence([*kept.items(), (last, shipped)], train_cfg, dataset=ds)
-            moved, flipped = 0.0, []
-            if any(d != "float32" for d in kept_dtypes.values()):
-                em32 = emergence([*models.items(), (last, shipped)], train_cfg, dataset=ds)
-                moved = max(numeric_diff(a, b) for a, b in zip(em32.rows, em.rows, strict=True))
-                flipped = [
-                    [a["epoch"], c] for a, b in zip(em32.rows, em.rows, strict=True) for c in a["checks"]
-                    if a["checks"][c] != b["checks"].get(c)
-                ]  # fmt: skip
-            emerg = {**em.to_json(), "max_change_from_float32": round(moved, 6), "checks_changed_by_rounding": flipped}
-        except ValueError as err:  # not the paper's simplified vision tower: no mechanism report
-            emerg = {"not_run": str(err)}
+def _exported_final(run_dir: Path, name: str, zman: dict[str, Any], config: dict[str, Any]) -> tuple[int, Any, Any]:
+    """(last epoch, the zoo's model ``name``, the run's final model), after checking that the zoo's ``name`` was
+    exported from this run: its weights equal the run's ``model.safetensors`` at the zoo file's precision."""
+    import torch
 
-        tensors, digests = trajectory_tensors(kept, kept_dtypes)
-        digests[str(last)] = zman["sha256"]  # the last checkpoint: the shipped weights file
-        epochs_all = [*stored, last]
-        dtype_map = {str(e): kept_dtypes[e] for e in stored}
-        meta = {
-            "model_config": config["model_config"],
-            "data_config": config["data_config"],
-            "train_config": config["train_config"],
-            "trajectory": {"name": name, "epochs": epochs_all, "final_epoch": last, "dtypes": dtype_map},
-        }
-        target = dest / f"{name}.safetensors"
-        groups = split_checkpoints(tensors, PART_BYTES)  # files of at most PART_BYTES: the first is `target`
-        finals = [target, *(dest / f"{name}.part{i}.safetensors" for i in range(1, len(groups)))]
-        pendings = [f.with_name(f".{f.stem}.pending.safetensors") for f in finals]  # replaced after the budget check
+    from hooked_clip1d.model.checkpoint import load_model_file
+
+    last = int(json.loads((run_dir / "summary.json").read_text())["epochs"])
+    export_hint = f"export this run first (hooked-clip1d export {run_dir} --name {name} --description ...)"
+    if int(zman["epochs"]) != last:
+        raise ValueError(f"the zoo's {name!r} has {zman['epochs']} epochs, the run {last}: {export_hint}")
+    shipped = load_model(name)  # sha256-checked
+    final = load_model_file(run_dir / "model.safetensors")
+    zdtype = getattr(torch, zman.get("weights_dtype", "float32"))
+    sz, sf = shipped.state_dict(), final.state_dict()
+    same = sz.keys() == sf.keys() and all(torch.equal(sz[k], sf[k].to(zdtype).float()) for k in sz)
+    if not same or zman["model_config"] != config["model_config"] or zman["data_config"] != config["data_config"]:
+        raise ValueError(
+            f"the zoo's {name!r} was not exported from {str(run_dir)!r} (its weights or configs differ from the "
+            f"run's model.safetensors): {export_hint}, then ship its trajectory"
+        )
+    return last, shipped, final
+
+
+def _stored_epochs(epochs: Sequence[int] | None, last: int, snaps: dict[int, Path]) -> list[int]:
+    """The epochs whose snapshots the trajectory stores (all but the last, which is the zoo's file): ``epochs``, or
+    ``trajectory_schedule(last)`` among the snapshots."""
+    if epochs is None:
+        chosen = [e for e in trajectory_schedule(last) if e in snaps]
+    else:
+        chosen = sorted({int(e) for e in epochs})
+        late = [e for e in chosen if e > last]
+        if late:
+            raise ValueError(f"epochs {late} are past the run's last epoch {last}")
+        missing = [e for e in chosen if e not in snaps and e != last]
+        if missing:
+            raise ValueError(f"the run has no snapshot at epochs {missing}; its snapshots: {list(snaps)}")
+    stored = [e for e in chosen if e != last]
+    if not stored:
+        raise ValueError(f"a trajectory needs a checkpoint before the last epoch {last}; snapshots: {list(snaps)}")
+    return stored
+
+
+def _stored_precisions(
+    snaps: dict[int, Path], stored: list[int], final: Any, ds: Any, dtypes: Sequence[str], tolerance: int
+) -> tuple[dict[int, Any], dict[int, str], dict[int, Any], dict[str, Any]]:
+    """The snapshots at ``stored`` epochs loaded (float32; each must have the final model's config) and each one's
+    precision by ``measure_precision``: (models, kept dtypes, kept weights, the precision record); a ValueError names
+    the checkpoints no precision of ``dtypes`` keeps."""
+    from hooked_clip1d.model.checkpoint import load_model_file
+
+    models = {e: load_model_file(snaps[e]) for e in stored}
+    for e, m in models.items():
+        if m.cfg.to_dict() != final.cfg.to_dict():
+            raise ValueError(f"snapshot {snaps[e]} has another model config than the run's model.safetensors")
+    kept_dtypes, kept, record = measure_precision(models, ds, dtypes, tolerance=tolerance)
+    refused = [e for e in stored if e not in kept_dtypes]
+    if refused:
+        raise ValueError(
+            f"no precision of {list(dtypes)} keeps the accuracies of the checkpoints at epochs {refused}: "
+            "add float32 to dtypes"
+        )
+    return models, kept_dtypes, kept, record
+
+
+def _emergence_record(
+    kept: dict[int, Any], models: dict[int, Any], kept_dtypes: dict[int, str], final: tuple[int, Any], train_cfg: Any,
+    ds: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """The emergence rows on the stored weights ``kept`` (and the shipped ``final`` (epoch, model)), with the largest
+    change of any of their numbers from the float32 weights ``models`` and the checks the rounding flipped."""
+    from hooked_clip1d.analysis.dynamics import emergence
+
+    try:
+        em = emergence([*kept.items(), final], train_cfg, dataset=ds)
+        moved, flipped = 0.0, []
+        if any(d != "float32" for d in kept_dtypes.values()):
+            em32 = emergence([*models.items(), final], train_cfg, dataset=ds)
+            moved = max(numeric_diff(a, b) for a, b in zip(em32.rows, em.rows, strict=True))
+            flipped = [
+                [a["epoch"], c] for a, b in zip(em32.rows, em.rows, strict=True) for c in a["checks"]
+                if a["checks"][c] != b["checks"].get(c)
+            ]  # fmt: skip
+        return {**em.to_json(), "max_change_from_float32": round(moved, 6), "checks_changed_by_rounding": flipped}
+    except ValueError as err:  # not the paper's simplified vision tower: no mechanism report
+        return {"not_run": str(err)}
+
+
+def _write_parts(
+    dest: Path, name: str, tensors: dict[str, Any], meta: dict[str, Any], man: dict[str, Any], budget_mb: int | float
+) -> tuple[Path, str]:
+    """Write the trajectory's files of at most ``PART_BYTES`` (the first is ``dest/name.safetensors``) to pending
+    names, complete the manifest ``man`` with their names, digests and sizes, refuse past ``budget_mb`` (naming the
+    sizes), then put them in place; returns (the first file, the manifest's text). Nothing half-written is left."""
+    from hooked_clip1d.model.checkpoint import save_tensors
+
+    target = dest / f"{name}.safetensors"
+    groups = split_checkpoints(tensors, PART_BYTES)  # files of at most PART_BYTES: the first is `target`
+    finals = [target, *(dest / f"{name}.part{i}.safetensors" for i in range(1, len(groups)))]
+    pendings = [f.with_name(f".{f.stem}.pending.safetensors") for f in finals]  # replaced after the budget check
+    try:
         for pend, group in zip(pendings, groups, strict=True):
             save_tensors(pend, group, meta)
-        pending = pendings[0]
-        try:
-            man = {
-                "format": MANIFEST_FORMAT,
-                "name": name,
-                "epochs": epochs_all,
-                "final_epoch": last,
-                "final": f"weights/{name}.safetensors (the shipped model, sha256 {zman['sha256']})",
-                "dtype": dtype_summary(kept_dtypes),
-                "dtypes": dtype_map,
-                "file": target.name,
-                "sha256": sha256_file(pending),
-                "bytes": sum(p.stat().st_size for p in pendings),  # every part
-                "parts": [
-                    {"file": f.name, "sha256": sha256_file(p), "bytes": p.stat().st_size}
-                    for f, p in zip(finals[1:], pendings[1:], strict=True)
-                ],  # the checkpoints past the first file's PART_BYTES
-                "checkpoint_sha256": digests,
-                "chance": round(1.0 / len(ds.captions), 6),
-                "precision": {
-                    "method": PRECISION_METHOD,
-                    "candidates": list(dtypes),
-                    "tolerance_images": tolerance_images,
-                    "checkpoints": record,
-                },
-                "emergence": emerg,
-                "source": {
-                    "run": portable_command(str(run_dir.resolve())),
-                    "command": portable_command(config["provenance"]["command"]),
-                    "snapshots": list(snaps),
-                },
-            }
-            text = json.dumps(man, indent=2) + "\n"
-            size = man["bytes"] + len(text.encode())
-            present = [
-                p for p in dest.glob("*")
-                if p.is_file() and p.stem != name and not p.name.startswith((".", f"{name}.part"))
-            ]  # fmt: skip
-            others = sum(p.stat().st_size for p in present)
-            if others + size > budget_mb * 1e6:
-                raise ValueError(
-                    f"shipping {name!r} ({size / 1e6:.1f} MB, {dtype_summary(kept_dtypes)}) would bring the "
-                    f"trajectories in {str(dest)!r} to {(others + size) / 1e6:.1f} MB, past the budget of "
-                    f"{budget_mb} MB (the others: {others / 1e6:.1f} MB): ship fewer checkpoints (--epochs) or "
-                    "raise the budget (--budget-mb)"
-                )
-            for old in dest.glob(f"{name}.part*.safetensors"):  # a re-ship may have fewer parts
-                old.unlink()
-            for pend, final in zip(pendings, finals, strict=True):
-                os.replace(pend, final)
-        finally:
-            for pend in pendings:
-                if pend.exists():
-                    pend.unlink()
-        atomic_write_text(dest / f"{name}.json", text)
-    return target
+        files = {
+            "file": target.name,
+            "sha256": sha256_file(pendings[0]),
+            "bytes": sum(p.stat().st_size for p in pendings),  # every part
+            "parts": [
+                {"file": f.name, "sha256": sha256_file(p), "bytes": p.stat().st_size}
+                for f, p in zip(finals[1:], pendings[1:], strict=True)
+            ],  # the checkpoints past the first file's PART_BYTES
+        }
+        at = list(man).index("dtypes") + 1  # the files' entries follow "dtypes", as the manifest format lists them
+        man = dict([*list(man.items())[:at], *files.items(), *list(man.items())[at:]])
+        text = json.dumps(man, indent=2) + "\n"
+        size = man["bytes"] + len(text.encode())
+        present = [
+            p for p in dest.glob("*")
+            if p.is_file() and p.stem != name and not p.name.startswith((".", f"{name}.part"))
+        ]  # fmt: skip
+        others = sum(p.stat().st_size for p in present)
+        if others + size > budget_mb * 1e6:
+            raise ValueError(
+                f"shipping {name!r} ({size / 1e6:.1f} MB, {man['dtype']}) would bring the trajectories in "
+                f"{str(dest)!r} to {(others + size) / 1e6:.1f} MB, past the budget of {budget_mb} MB (the others: "
+                f"{others / 1e6:.1f} MB): ship fewer checkpoints (--epochs) or raise the budget (--budget-mb)"
+            )
+        for old in dest.glob(f"{name}.part*.safetensors"):  # a re-ship may have fewer parts
+            old.unlink()
+        for pend, final in zip(pendings, finals, strict=True):
+            os.replace(pend, final)
+    finally:
+        for pend in pendings:
+            if pend.exists():
+                pend.unlink()
+    return target, text

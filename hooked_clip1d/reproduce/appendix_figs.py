@@ -28,9 +28,9 @@ from hooked_clip1d.reproduce.readings import (
     COORDINATE,
     ROW_TEXT,
     STD_STEPS,
-    _ep_gradient_outcome,
-    _monotonic,
-    _row_gradient,
+    ep_gradient_outcome,
+    monotonic,
+    row_gradient,
 )
 
 LEFTRIGHT_V1T2 = "leftright-v1-t2-ntot20-n2-10"  # Fig. 8's model
@@ -67,8 +67,8 @@ def _fig8(models: dict[str, CLIP1D]) -> Outcome:
     out = _manifest_accuracy_outcome(name, {"val_single:acc": (0.9, 1.0), "val_unseen:acc": (0.7, 1.0)})(models)
     bias = cls_object_bias(model.vision, build_dataset(model.data_config).splits["val_unseen"])
     left, right = bias["left"][0].tolist(), bias["right"][0].tolist()
-    rho, std = _row_gradient(cls_position_rows(model.vision))
-    ep = _ep_gradient_outcome(model, name, "C . . 16 . . 17 . . . .")
+    rho, std = row_gradient(cls_position_rows(model.vision))
+    ep = ep_gradient_outcome(model, name, "C . . 16 . . 17 . . . .")
 
     def both_sides(level: float) -> bool:
         lh = {h for h, v in enumerate(left) if v >= level}
@@ -80,10 +80,10 @@ def _fig8(models: dict[str, CLIP1D]) -> Outcome:
     c8d = f"Fig. 8d: some head's whole-CLS-query key-position row is {ROW_TEXT} along the image"
     e8d = "[EP only, the paper's coordinates] Fig. 8d: some head's EP CLS row is monotonic (|Spearman| >= 0.9)"
     ep_rho = ep.numbers["spearman"]
-    out.checks += [(c8c, both_sides(0.6)), (c8d, any(_monotonic(rho, std))), (e8d, max(map(abs, ep_rho)) >= 0.9)]
+    out.checks += [(c8c, both_sides(0.6)), (c8d, any(monotonic(rho, std))), (e8d, max(map(abs, ep_rho)) >= 0.9)]
     out.secondary = {e8d: ep.secondary[ep.checks[0][0]]}
     out.sensitivity = {c8c: [(t, both_sides(t)) for t in BIAS_STEPS],
-                       c8d: [(t, any(_monotonic(rho, std, t))) for t in STD_STEPS]}  # fmt: skip
+                       c8d: [(t, any(monotonic(rho, std, t))) for t in STD_STEPS]}  # fmt: skip
     out.numbers.update(left=left, right=right, kp_spearman=rho, kp_std=std, ep_spearman=ep_rho,
                        sensitivity=out.sensitivity)  # fmt: skip
     out.summary += (
@@ -206,8 +206,8 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
     pruned = models[PRUNED]
     kept = [h for h, on in enumerate(pruned.cfg.vision.heads_kept(0)) if on]
     after = pruned.manifest["metrics"]["val_unseen"]
-    ep = _ep_gradient_outcome(pruned, PRUNED, FIG4B_IMAGES[0])
-    rho_all, std_all = _row_gradient(cls_position_rows(pruned.vision))
+    ep = ep_gradient_outcome(pruned, PRUNED, FIG4B_IMAGES[0])
+    rho_all, std_all = row_gradient(cls_position_rows(pruned.vision))
     rho, std = [rho_all[h] for h in kept], [std_all[h] for h in kept]
     ep_rho = [ep.numbers["spearman"][h] for h in kept]
     c_acc = (
@@ -218,10 +218,10 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
     c_ep = "[EP only, the paper's coordinates] its kept heads show the EP horizontal gradient (|Spearman| >= 0.9)"
     checks += [
         (c_acc, after["acc"] >= 0.8 and after["acc"] >= base - 0.1),
-        (c_row, all(_monotonic(rho, std))),
+        (c_row, all(monotonic(rho, std))),
         (c_ep, min(map(abs, ep_rho)) >= 0.9),
     ]
-    sensitivity = {c_row: [(t, all(_monotonic(rho, std, t))) for t in STD_STEPS]}
+    sensitivity = {c_row: [(t, all(monotonic(rho, std, t))) for t in STD_STEPS]}
     shown = pruned.manifest.get("name", PRUNED)
     summary += (
         f". Heads {kept} kept and retrained {pruned.manifest['epochs']} epochs ({shown}): "
@@ -250,16 +250,16 @@ def _fig23(models: dict[str, CLIP1D]) -> Outcome:
     from hooked_clip1d.analysis.mechanism import layer0_cls_position_rows
 
     model = models[VISION2]
-    out = _ep_gradient_outcome(model, VISION2, "C . . 22 . . 24 . . . .")
-    rho, std = _row_gradient(layer0_cls_position_rows(model.vision))
+    out = ep_gradient_outcome(model, VISION2, "C . . 22 . . 24 . . . .")
+    rho, std = row_gradient(layer0_cls_position_rows(model.vision))
     acc = model.manifest["metrics"]["val_unseen"]["acc"]
     c_row = f"layer 0: every head's whole-CLS-query key-position row is {ROW_TEXT} along the image"
     out.checks = [
-        (c_row, all(_monotonic(rho, std))),
+        (c_row, all(monotonic(rho, std))),
         *out.checks,
         ("the 2-layer model generalizes (unseen-pair accuracy >= 0.7; paper 0.86)", acc >= 0.7),
     ]
-    out.sensitivity = {c_row: [(t, all(_monotonic(rho, std, t))) for t in STD_STEPS]}
+    out.sensitivity = {c_row: [(t, all(monotonic(rho, std, t))) for t in STD_STEPS]}
     out.numbers.update(kp_spearman=rho, kp_std=std, sensitivity=out.sensitivity)
     out.summary = (
         f"unseen-pair accuracy {acc:.2f}; layer 0: whole-CLS-query key-position row (Spearman / std) "

@@ -4,7 +4,7 @@ Each asks a question the paper leaves open and states checks (written before or,
 first look at the numbers):
 
 - ``x1-mirror-swap``: which head carries left/right to the readout (mirror-swap patching per head at CLS).
-- ``x2-fig4a-small-init``: Fig. 4a's sweep with small embedding init (``sweep_figs._fig4a`` on another sweep).
+- ``x2-fig4a-small-init``: Fig. 4a's sweep with small embedding init (``sweep_figs.fig4a_outcome`` on another sweep).
 - ``x3-small-init``: the paper's mechanism checks (Fig. 4b, 4c, 5d, 5e, 11, 13, 14) on the small-init model.
 - ``x4-train-ablate-ep``: training with the EP term removed.
 - ``x5-two-layer``: where the CLS-row gradient arises in the 2-layer vision encoder.
@@ -34,9 +34,17 @@ from hooked_clip1d.reproduce.core import (
     Outcome,
     register,
 )
-from hooked_clip1d.reproduce.mechanism_figs import _fig4b, _fig4c, _fig5d, _fig5e, _fig11, _fig13, _fig14
-from hooked_clip1d.reproduce.readings import _first_epoch
-from hooked_clip1d.reproduce.sweep_figs import _fig4a, _one_sided
+from hooked_clip1d.reproduce.mechanism_figs import (
+    fig4b_outcome,
+    fig4c_outcome,
+    fig5d_outcome,
+    fig5e_outcome,
+    fig11_outcome,
+    fig13_outcome,
+    fig14_outcome,
+)
+from hooked_clip1d.reproduce.readings import first_epoch
+from hooked_clip1d.reproduce.sweep_figs import fig4a_outcome, one_sided
 
 
 def _x_mirror_swap(models: dict[str, CLIP1D]) -> Outcome:
@@ -151,8 +159,8 @@ def _x_spatial_ids(models: dict[str, CLIP1D]) -> Outcome:
 
 def _x_small_init(models: dict[str, CLIP1D]) -> Outcome:
     """The flagship's mechanism checks (Fig. 4b, 4c, 5d, 5e, 11, 13, 14) on the small-init model."""
-    parts = {"fig11": _fig11, "fig4c": _fig4c, "fig4b": _fig4b, "fig5d": _fig5d, "fig5e": _fig5e, "fig13": _fig13,
-             "fig14": _fig14}  # fmt: skip
+    parts = {"fig11": fig11_outcome, "fig4c": fig4c_outcome, "fig4b": fig4b_outcome, "fig5d": fig5d_outcome,
+             "fig5e": fig5e_outcome, "fig13": fig13_outcome, "fig14": fig14_outcome}  # fmt: skip
     numbers, checks, figs, lines = {}, [], {}, []
     values, secondary, absence, sensitivity = {}, {}, [], {}
     for key, fn in parts.items():
@@ -199,7 +207,7 @@ def _x_train_ablate_ep(models: dict[str, CLIP1D]) -> Outcome:
     bias = cls_object_bias(abl.vision, ds.splits["val_unseen"])
     left, right = bias["left"][0].tolist(), bias["right"][0].tolist()
     acc_a = abl.manifest["metrics"]["val_unseen"]
-    t_base, t_abl = _first_epoch(hb, "unseen", 0.9), _first_epoch(ha, "unseen", 0.9)
+    t_base, t_abl = first_epoch(hb, "unseen", 0.9), first_epoch(ha, "unseen", 0.9)
     checks = [
         ("without EP the model still generalizes (unseen-pair accuracy >= 0.9)", acc_a["acc"] >= 0.9),
         ("some head is biased to one side on >= 90% of unseen-pair images", max(left + right) >= 0.9),
@@ -318,7 +326,7 @@ def _x_single_head_seeds(rows: list[dict[str, Any]]) -> Outcome:
         (
             "where a run reaches >= 0.8, its head attends most to one side on >= 90 % of unseen pairs with a "
             "monotonic EP row (|Spearman| >= 0.9)",
-            bool(good) and all(k in mech and _one_sided(mech[k]) for k in good),
+            bool(good) and all(k in mech and one_sided(mech[k]) for k in good),
         ),
     ]
     summary = (
@@ -344,7 +352,7 @@ def _x_single_head_seeds(rows: list[dict[str, Any]]) -> Outcome:
         "(> 0.6)."
     )
     label_set = {(int(r["seed"]), float(r["weight_decay"])): r.get("val_unseen.label_set") for r in rows}
-    sided_low = [k for k, m in sorted(mech.items()) if acc[k] <= 0.6 and _one_sided(m)]
+    sided_low = [k for k, m in sorted(mech.items()) if acc[k] <= 0.6 and one_sided(m)]
     if sided_low:
         notes += (
             " A one-sided head with a monotonic EP row is not enough: it is there too in "
@@ -370,7 +378,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "Question: with init_std = 0.02 the Fig. 4 model generalizes in ~300 epochs instead of ~5,000; does the "
         "paper's finding (Ntot matters, n2 does not) hold on that faster route, over 36 models?",
         (),
-        lambda rows: _fig4a(rows, "Fig. 4a sweep, init_std 0.02"),  # type: ignore[arg-type,misc]
+        lambda rows: fig4a_outcome(rows, "Fig. 4a sweep, init_std 0.02"),  # type: ignore[arg-type,misc]
         beyond_paper=True,
         sweep="fig4a-init002",
         data="each run's last evaluation on its own validation splits",

@@ -142,6 +142,11 @@ def outcome_record(res: Outcome, out: Path, spec: FigureSpec, source: str) -> di
         "summary": res.summary + (f" Not run as in the paper: {res.not_run}" if res.not_run else ""),
         "notes": res.notes,
         **({"table": list(res.table)} if res.table else {}),
+        **(
+            {"sensitivity": {c: [[t, bool(ok)] for t, ok in v] for c, v in res.sensitivity.items()}}
+            if res.sensitivity
+            else {}
+        ),  # fmt: skip
         "checks": [{"check": c, "holds": bool(ok)} for c, ok in res.checks],
         "numbers": res.numbers,
         "plots": plots,

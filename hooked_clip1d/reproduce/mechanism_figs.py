@@ -29,24 +29,24 @@ from hooked_clip1d.reproduce.readings import (
     COORDINATE,
     ROW_TEXT,
     STD_STEPS,
-    _ep_gradient_outcome,
-    _fine_history,
-    _first_epoch,
-    _monotonic,
-    _row_gradient,
-    _split_heads,
+    ep_gradient_outcome,
+    fine_history,
+    first_epoch,
+    monotonic,
+    row_gradient,
+    split_heads,
 )
 
 
-def _fig11(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
+def fig11_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     model = models[name]
     h = model.manifest["history"]
-    fine, added = _fine_history(model, name)
+    fine, added = fine_history(model, name)
     epochs = h["epoch"]
 
     def firsts(unseen_level: float = 0.8) -> tuple[int | None, int | None, int | None]:
         levels = (("single", 0.95), ("seen", 0.95), ("unseen", unseen_level))
-        return tuple(_first_epoch(fine, k, t) for k, t in levels)  # type: ignore[return-value]
+        return tuple(first_epoch(fine, k, t) for k, t in levels)  # type: ignore[return-value]
 
     def in_order(t: tuple[int | None, ...]) -> bool:
         return all(x is not None for x in t) and t[0] < t[1] < t[2]  # type: ignore[operator]  # a tie is no order
@@ -121,8 +121,8 @@ def _head_bias_outcome(model: CLIP1D, name: str, expect_bias: bool) -> Outcome:
             "one head attends most to one side and at least two others to the other side (each on >= 60% of "
             "unseen-pair images; the paper: 1 right, 3 left)"
         )
-        checks = [(name_c, _split_heads(left, right, 0.6))]
-        sensitivity = {name_c: [(t, _split_heads(left, right, t)) for t in BIAS_STEPS]}
+        checks = [(name_c, split_heads(left, right, 0.6))]
+        sensitivity = {name_c: [(t, split_heads(left, right, t)) for t in BIAS_STEPS]}
     else:
         checks = [("no head is biased to one side on >= 60% of images (no gradient)", not any(strong))]
         sensitivity = {}
@@ -132,7 +132,7 @@ def _head_bias_outcome(model: CLIP1D, name: str, expect_bias: bool) -> Outcome:
     return Outcome(numbers, f"P(left)/P(right) per head: {heads}.", checks, {"bias": fig}, sensitivity=sensitivity)
 
 
-def _fig4c(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
+def fig4c_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     return _head_bias_outcome(models[name], name, expect_bias=True)
 
 
@@ -146,8 +146,8 @@ def _fig15(models: dict[str, CLIP1D]) -> Outcome:
     met = model.manifest["metrics"]
     acc, single, seen = (met[s]["acc"] for s in ("val_unseen", "val_single", "val_seen"))
     learned = single >= 0.9 and seen >= 0.9  # the positive requirement: a trained model, not an untrained one
-    rho, std = _row_gradient(cls_position_rows(model.vision))
-    rows = _monotonic(rho, std)
+    rho, std = row_gradient(cls_position_rows(model.vision))
+    rows = monotonic(rho, std)
 
     def no_bias(level: float) -> bool:
         return learned and not any(max(a, b) >= level for a, b in zip(left, right, strict=True)) and not any(rows)
@@ -175,7 +175,7 @@ def _fig15(models: dict[str, CLIP1D]) -> Outcome:
     return out
 
 
-def _fig5e(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
+def fig5e_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     from hooked_clip1d.analysis.ablation import evaluate_ablations
     from hooked_clip1d.analysis.mechanism import ablate_cls_key_position
     from hooked_clip1d.evaluation import evaluate
@@ -253,7 +253,7 @@ def _fig5e(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
 FIG4B_IMAGES = ("C . . 17 . . 19 . . . .", "C . . 19 . . 17 . . . .")
 
 
-def _fig4b(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
+def fig4b_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     from hooked_clip1d.analysis.metrics import object_token_positions
     from hooked_clip1d.visualization.attention import plot_attention
 
@@ -293,7 +293,7 @@ def _flagship_decomposition(model: CLIP1D):
 PAPER_XWX_SHARE = (0.76, 0.77, 0.91, 0.76)  # App. D, Fig. 13: share of XW_QKX^T in the CLS-row std, heads 0-3
 
 
-def _fig13(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
+def fig13_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
     from hooked_clip1d.analysis.rope import key_effective_rank
     from hooked_clip1d.visualization.decomposition import plot_std_histograms, plot_std_shares, plot_term_maps
@@ -352,13 +352,13 @@ def _fig13(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     return Outcome(numbers, summary + ".", checks, figs, notes, sensitivity=sensitivity)
 
 
-def _fig14(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
+def fig14_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     from hooked_clip1d.analysis.heads import cls_object_bias
     from hooked_clip1d.analysis.mechanism import cls_position_rows
 
     model = models[name]
-    out = _ep_gradient_outcome(model, name, FIG4B_IMAGES[0])
-    rho, std = _row_gradient(cls_position_rows(model.vision))
+    out = ep_gradient_outcome(model, name, FIG4B_IMAGES[0])
+    rho, std = row_gradient(cls_position_rows(model.vision))
     bias = cls_object_bias(model.vision, build_dataset(model.data_config).splits["val_unseen"])
     side = (bias["right"][0] - bias["left"][0]).tolist()  # > 0: the head favours the right object
     c1 = f"every head's whole-CLS-query key-position row is {ROW_TEXT} along the image"
@@ -367,8 +367,8 @@ def _fig14(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         "P(right) - P(left) on unseen pairs)"
     )
     toward = [r * d > 0 for r, d in zip(rho, side, strict=True)]
-    out.checks = [(c1, all(_monotonic(rho, std))), (c2, all(toward))] + out.checks
-    out.sensitivity = {c1: [(t, all(_monotonic(rho, std, t))) for t in STD_STEPS]}
+    out.checks = [(c1, all(monotonic(rho, std))), (c2, all(toward))] + out.checks
+    out.sensitivity = {c1: [(t, all(monotonic(rho, std, t))) for t in STD_STEPS]}
     out.numbers.update(kp_spearman=rho, kp_std=std, p_right_minus_left=side, sensitivity=out.sensitivity)
     out.summary = (
         "whole-CLS-query key-position row per head (Spearman / std): "
@@ -381,7 +381,7 @@ def _fig14(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     return out
 
 
-def _fig5d(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
+def fig5d_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     from hooked_clip1d.analysis.heads import classify_head_roles, cls_object_bias, label_pe_deltas
     from hooked_clip1d.analysis.mechanism import cls_label_pe_deltas
     from hooked_clip1d.visualization.heads import plot_head_roles, plot_label_pe_scatter
@@ -524,7 +524,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "On unseen-pair images, head 2 has the strongest bias to the right object; the other three heads are "
         "left-biased (the paper states no share).",
         (FLAGSHIP,),
-        _fig4c,
+        fig4c_outcome,
         data="val_unseen (unseen-pair validation images)",
         replicate=True,
     ),
@@ -534,7 +534,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "In both images of the pair (17, 19), the CLS token attends to the objects, and head 2 attends to the "
         "right object whichever label it is (relational, not label-specific).",
         (FLAGSHIP,),
-        _fig4b,
+        fig4b_outcome,
         data="the two Fig. 4b images (17, 19 and 19, 17)",
         replicate=True,
     ),
@@ -543,7 +543,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "Weight-bias decomposition: share of each term in the CLS-row std (Fig. 12, 13, App. D)",
         "XW_QKX^T dominates: 76 %, 77 %, 91 % and 76 % of the across-key std of the CLS row in heads 0-3.",
         (FLAGSHIP,),
-        _fig13,
+        fig13_outcome,
         data="val_unseen pairs (shares, histograms); the Fig. 4b image C . . 17 . . 19 . . . . (term maps)",
         replicate=True,
     ),
@@ -553,7 +553,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "EW_QKP^T shows a clear monotonic gradient along the image on the CLS row in all four heads, in the "
         "direction of each head's left/right bias.",
         (FLAGSHIP,),
-        _fig14,
+        fig14_outcome,
         data="the Fig. 4b image C . . 17 . . 19 . . . .",
         replicate=True,
     ),
@@ -563,7 +563,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "Ablating EP drops unseen-pair accuracy to ~0.5 while label-set recognition stays high (Fig. 5e, 16); "
         "ablating all positional terms of attention and value also gives ~0.5 with label-set kept (Fig. 17).",
         (FLAGSHIP,),
-        _fig5e,
+        fig5e_outcome,
         data="val_seen and val_unseen",
         replicate=True,
     ),
@@ -572,7 +572,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "Generalization dynamics of the simplified model (Fig. 11c, d)",
         "Single-object positional, seen-pair and unseen-pair generalization are reached consecutively (three phases).",
         (FLAGSHIP,),
-        _fig11,
+        fig11_outcome,
         data="the training run's metrics (every 100 epochs) and its shipped trajectory's checkpoints",
         replicate=True,
     ),
@@ -591,7 +591,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "A head is relational when |delta-label| < |delta-p.e.|; the relational share of each head is about its "
         "|P(left) - P(right)| of Fig. 4c, so the left/right bias comes from the EP gradient.",
         (FLAGSHIP,),
-        _fig5d,
+        fig5d_outcome,
         data="val_unseen (unseen-pair validation images)",
         replicate=True,
     ),

@@ -25,25 +25,25 @@ COORDINATE = (
 ROW_TEXT = f"monotonic (|Spearman| >= {ROW_RHO}) and not flat (std >= {ROW_STD})"
 
 
-def _row_gradient(rows: torch.Tensor) -> tuple[list[float], list[float]]:
+def row_gradient(rows: torch.Tensor) -> tuple[list[float], list[float]]:
     """Rank correlation with the pixel index and std over the pixels of each row of ``rows`` [head, pixel]."""
     from hooked_clip1d.analysis.mechanism import spearman_position
 
     return spearman_position(rows).tolist(), rows.std(-1, unbiased=False).tolist()
 
 
-def _monotonic(rho: list[float], std: list[float], std_min: float = ROW_STD) -> list[bool]:
+def monotonic(rho: list[float], std: list[float], std_min: float = ROW_STD) -> list[bool]:
     """Per row: monotonic (|rho| >= ``ROW_RHO``) and not flat (std >= ``std_min``)."""
     return [abs(r) >= ROW_RHO and s >= std_min for r, s in zip(rho, std, strict=True)]
 
 
-def _split_heads(left: list[float], right: list[float], level: float) -> bool:
+def split_heads(left: list[float], right: list[float], level: float) -> bool:
     """Fig. 4c's split: >= 1 head biased to one side and >= 2 others to the other side, each at ``level``."""
     n_left, n_right = sum(v >= level for v in left), sum(v >= level for v in right)
     return (n_left >= 1 and n_right >= 2) or (n_right >= 1 and n_left >= 2)
 
 
-def _first_epoch(history: dict[str, list], key: str, level: float) -> int | None:
+def first_epoch(history: dict[str, list], key: str, level: float) -> int | None:
     return next((int(e) for e, v in zip(history["epoch"], history[key], strict=True) if v is not None and v >= level),
                 None)  # fmt: skip
 
@@ -65,7 +65,7 @@ def _trajectory_source(model: CLIP1D, name: str) -> str | None:
     return str(run) if shown.endswith(".safetensors") and (run / "snapshots").is_dir() else None
 
 
-def _fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
+def fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
     """The run's metrics history (every ``eval_every`` epochs) merged with the accuracies of its trajectory's
     checkpoints at the epochs the history lacks (Fig. 11 at the finest resolution there is); the epochs added."""
     from hooked_clip1d.evaluation import evaluate
@@ -92,7 +92,7 @@ def _fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]
     return {"epoch": epochs, **{k: [rows[e][k] for e in epochs] for k in FIG11_KEYS}}, sorted(added)
 
 
-def _ep_gradient_outcome(model: CLIP1D, name: str, image: str, layer: int = 0) -> Outcome:
+def ep_gradient_outcome(model: CLIP1D, name: str, image: str, layer: int = 0) -> Outcome:
     """The paper's EP reading of one model on one image (Fig. 14's plots and its two EP-only checks), with the checks
     marked secondary: EP alone is coordinate-dependent, and std(EP)/std(EE) is large on untrained models by
     construction. The callers add the counted whole-CLS-query checks."""

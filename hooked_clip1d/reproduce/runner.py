@@ -46,10 +46,15 @@ def _portable(obj: Any, base: Path) -> Any:
     return obj
 
 
+# the package's modules that declare no figure (the machinery around them); every other module is a figure module
+NOT_FIGURE_MODULES = ("__main__", "compare", "controls", "core", "results_page", "runner")
+
+
 def _declare_figures() -> None:
-    """Import every module of this package, so each figure module's ``register(...)`` declares its figures."""
+    """Import every figure module of this package (all but ``NOT_FIGURE_MODULES``), so each one's ``register(...)``
+    declares its figures: a new figure module needs no other entry."""
     for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        if info.name not in ("runner", "__main__"):
+        if info.name not in NOT_FIGURE_MODULES:
             importlib.import_module(f"{__package__}.{info.name}")
 
 
@@ -132,106 +137,140 @@ def reproduce(
     }
     missing = [m for m in spec.models if m not in list_pretrained()]
     if spec.sweep is not None:
-        from hooked_clip1d.sweeps.runner import load_spec, progress_table, results_table, run_sweep, sweeps_home
+        from hooked_clip1d.sweeps.runner import sweeps_home
 
-        sweep_spec = core.SWEEPS_DIR / f"{spec.sweep}.toml"
         sweep_out = Path(sweeps_dir if sweeps_dir is not None else sweeps_home()) / spec.sweep
-        if train_sweeps:
-            rows = run_sweep(
-                sweep_spec,
-                sweep_out,
-                device=sweep_device,
-                progress=True,
-                compile=compile_sweeps,
-                workers=sweep_workers,
-                max_seconds=sweep_max_seconds,
-            )
-        else:
-            rows = results_table(load_spec(sweep_spec), sweep_out)
-        n_runs = len(load_spec(sweep_spec).runs)
-        if len(rows) == n_runs and spec.extra_sweeps:  # finished: add the other sweeps' finished runs
-            rows = [{**r, "sweep": spec.sweep} for r in rows]
-            for extra in spec.extra_sweeps:
-                home = Path(sweeps_dir if sweeps_dir is not None else sweeps_home()) / extra
-                rows += [
-                    {**r, "sweep": extra} for r in results_table(load_spec(core.SWEEPS_DIR / f"{extra}.toml"), home)
-                ]
-        interim = progress_table(load_spec(sweep_spec), sweep_out) if len(rows) < n_runs else []
-        if len(rows) < n_runs and len(interim) == n_runs:
-            record.update(outcome_record(spec.run(interim), out, spec, f"sweep {spec.sweep} (interim)"))  # type: ignore[arg-type]
-            reached = sorted({r["epochs"] for r in interim if not r["finished"]})
-            planned = sorted({r["epochs_planned"] for r in interim})
-            at = f"{reached[0]}" if len(reached) == 1 else f"{reached[0]}-{reached[-1]}"
-            record.update(
-                verdict="partly" if record["verdict"] == "reproduced" else record["verdict"],
-                summary=(
-                    f"INTERIM: its sweep ({n_runs} models) has {len(rows)} finished runs; judged on every run's "
-                    f"latest evaluation (unfinished runs at epoch {at} of {'/'.join(map(str, planned))}; "
-                    f"`{spec.command}` resumes it): " + record["summary"]
-                ),
-                interim={"finished": len(rows), "runs": n_runs, "epochs_reached": reached},
-                models=[],  # read from the sweep's runs, not from zoo cells
-            )
-        elif len(rows) < n_runs:
-            summary = (
-                f"its sweep ({n_runs} models, spec hooked_clip1d/sweeps/{spec.sweep}.toml) has {len(rows)} finished "
-                f"runs; `{spec.command}` trains or resumes it"
-            )
-            in_zoo = [m for m in spec.models if m in list_pretrained()]
-            cells = {m: params for m in in_zoo if (params := grid_cell(m, sweep_spec)) is not None}
-            summary += _finished(rows) + _zoo_cells(cells)  # e.g. the runs a lent GPU's session finished
-            numbers: dict[str, Any] = {"finished_runs": rows} if rows else {}
-            record.update(verdict="not run", summary=summary, checks=[], plots=[], numbers=numbers)
-            if spec.cell_checks is not None and list(cells) == list(spec.models):
-                checks = spec.cell_checks({m: manifest(m) for m in cells})
-                verdict = verdict_of(checks)
-                record.update(
-                    verdict="partly" if verdict == "reproduced" else verdict,
-                    summary=summary + ". Verdict from these cells alone: the sweep's trend is untested",
-                    checks=[{"check": c, "holds": bool(ok)} for c, ok in checks],
-                    numbers={**numbers, "cells": cells},
-                )
-        else:
-            outcome = spec.run(rows)  # type: ignore[arg-type]
-            record.update(outcome_record(outcome, out, spec, f"sweep {spec.sweep}"))
-            if controls and not outcome.not_run:
-                _add_controls(record, spec, outcome, sweeps_dir, replicates=True)
-            from hooked_clip1d.sweeps.status import sweep_status
-
-            # each group's own clock (carried across resumes), as `sweep --status` reads it
-            groups = {g["group"]: g["elapsed_s"] for g in sweep_status(sweep_spec, sweep_out)["groups"]}
-            clock = {"groups": groups, "longest_group_s": max(groups.values()), "sum_s": sum(groups.values())}
-            record["sweep_clock"] = clock
-            record["notes"] = (record["notes"] + " " if record["notes"] else "") + (
-                "Training clock (each group's own, summed over the sessions that resumed it): longest group "
-                f"{clock['longest_group_s'] / 3600:.2f} h, all {len(groups)} groups {clock['sum_s'] / 3600:.2f} h; "
-                "groups trained side by side (`--workers`) take the longest group's."
-            )
+        train = {"device": sweep_device, "compile": compile_sweeps, "workers": sweep_workers,
+                 "max_seconds": sweep_max_seconds} if train_sweeps else None  # fmt: skip
+        _sweep_record(record, spec, out, sweep_out, train, controls, sweeps_dir)
+        record = _portable(record, sweep_out)  # the runs' paths, relative to the sweep's folder
     elif missing:
         record.update(verdict="not run", summary=f"needs zoo model(s) {missing}, not shipped yet", checks=[], plots=[])
     else:
-        if given is not None:
-            loaded = given
-            record["substituted"] = {m: loaded[m].manifest["name"] for m in spec.models if loaded[m].manifest.get(
-                "name") != m}  # fmt: skip
-            source = ", ".join(loaded[m].manifest.get("name", m) for m in spec.models)
-        else:
-            loaded = {m: load_model(m) for m in spec.models}
-            source = ", ".join(spec.models)
-        outcome = spec.run(loaded)
-        record.update(outcome_record(outcome, out, spec, source))
-        record["model_epochs"] = {m: loaded[m].manifest.get("epochs") for m in spec.models}
-        record["model_epochs_planned"] = {
-            m: loaded[m].manifest.get("epochs_planned", loaded[m].manifest.get("epochs")) for m in spec.models
-        }
-        if controls and not outcome.not_run:
-            audit = audit_invariance(spec, loaded, outcome)
-            record["invariance_audit"] = audit
-            _add_controls(record, spec, outcome, sweeps_dir, replicates=models is None, audit=audit)
-    if spec.sweep is not None:  # the runs' paths, relative to the sweep's folder
-        record = _portable(record, sweep_out)
+        _model_record(record, spec, out, given, controls, replicates=models is None, sweeps_dir=sweeps_dir)
     atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")
     return record
+
+
+def _sweep_record(
+    record: dict[str, Any],
+    spec: FigureSpec,
+    out: Path,
+    sweep_out: Path,
+    train: dict[str, Any] | None,
+    controls: bool,
+    sweeps_dir: str | Path | None,
+) -> None:
+    """Fill ``record`` with a sweep figure's reading: trains or resumes the sweep in ``sweep_out`` first when
+    ``train`` (``run_sweep``'s execution settings) is given; a finished sweep is judged (with its controls and each
+    group's training clock), an unfinished one gets ``_unfinished_sweep_record``'s interim reading."""
+    from hooked_clip1d.sweeps.runner import load_spec, results_table, run_sweep, sweeps_home
+    from hooked_clip1d.sweeps.status import sweep_status
+
+    sweep_spec = core.SWEEPS_DIR / f"{spec.sweep}.toml"
+    if train is not None:
+        rows = run_sweep(sweep_spec, sweep_out, progress=True, **train)
+    else:
+        rows = results_table(load_spec(sweep_spec), sweep_out)
+    n_runs = len(load_spec(sweep_spec).runs)
+    if len(rows) < n_runs:
+        _unfinished_sweep_record(record, spec, out, sweep_out, rows, n_runs)
+        return
+    if spec.extra_sweeps:  # finished: add the other sweeps' finished runs
+        rows = [{**r, "sweep": spec.sweep} for r in rows]
+        for extra in spec.extra_sweeps:
+            home = Path(sweeps_dir if sweeps_dir is not None else sweeps_home()) / extra
+            rows += [{**r, "sweep": extra} for r in results_table(load_spec(core.SWEEPS_DIR / f"{extra}.toml"), home)]
+    outcome = spec.run(rows)  # type: ignore[arg-type]
+    record.update(outcome_record(outcome, out, spec, f"sweep {spec.sweep}"))
+    if controls and not outcome.not_run:
+        _add_controls(record, spec, outcome, sweeps_dir, replicates=True)
+    # each group's own clock (carried across resumes), as `sweep --status` reads it
+    groups = {g["group"]: g["elapsed_s"] for g in sweep_status(sweep_spec, sweep_out)["groups"]}
+    clock = {"groups": groups, "longest_group_s": max(groups.values()), "sum_s": sum(groups.values())}
+    record["sweep_clock"] = clock
+    record["notes"] = (record["notes"] + " " if record["notes"] else "") + (
+        "Training clock (each group's own, summed over the sessions that resumed it): longest group "
+        f"{clock['longest_group_s'] / 3600:.2f} h, all {len(groups)} groups {clock['sum_s'] / 3600:.2f} h; "
+        "groups trained side by side (`--workers`) take the longest group's."
+    )
+
+
+def _unfinished_sweep_record(
+    record: dict[str, Any], spec: FigureSpec, out: Path, sweep_out: Path, rows: list[dict[str, Any]], n_runs: int
+) -> None:
+    """Fill ``record`` for a sweep with ``len(rows)`` of ``n_runs`` runs finished: an INTERIM reading on every run's
+    latest evaluation once each run has one (at most *partly*), else *not run*, judged on its zoo cells where the
+    figure has ``cell_checks`` (at most *partly*: a few cells do not measure the sweep's trend)."""
+    from hooked_clip1d.sweeps.runner import load_spec, progress_table
+
+    sweep_spec = core.SWEEPS_DIR / f"{spec.sweep}.toml"
+    interim = progress_table(load_spec(sweep_spec), sweep_out)
+    if len(interim) == n_runs:
+        record.update(outcome_record(spec.run(interim), out, spec, f"sweep {spec.sweep} (interim)"))  # type: ignore[arg-type]
+        reached = sorted({r["epochs"] for r in interim if not r["finished"]})
+        planned = sorted({r["epochs_planned"] for r in interim})
+        at = f"{reached[0]}" if len(reached) == 1 else f"{reached[0]}-{reached[-1]}"
+        record.update(
+            verdict="partly" if record["verdict"] == "reproduced" else record["verdict"],
+            summary=(
+                f"INTERIM: its sweep ({n_runs} models) has {len(rows)} finished runs; judged on every run's "
+                f"latest evaluation (unfinished runs at epoch {at} of {'/'.join(map(str, planned))}; "
+                f"`{spec.command}` resumes it): " + record["summary"]
+            ),
+            interim={"finished": len(rows), "runs": n_runs, "epochs_reached": reached},
+            models=[],  # read from the sweep's runs, not from zoo cells
+        )
+        return
+    summary = (
+        f"its sweep ({n_runs} models, spec hooked_clip1d/sweeps/{spec.sweep}.toml) has {len(rows)} finished "
+        f"runs; `{spec.command}` trains or resumes it"
+    )
+    in_zoo = [m for m in spec.models if m in list_pretrained()]
+    cells = {m: params for m in in_zoo if (params := grid_cell(m, sweep_spec)) is not None}
+    summary += _finished(rows) + _zoo_cells(cells)  # e.g. the runs a lent GPU's session finished
+    numbers: dict[str, Any] = {"finished_runs": rows} if rows else {}
+    record.update(verdict="not run", summary=summary, checks=[], plots=[], numbers=numbers)
+    if spec.cell_checks is not None and list(cells) == list(spec.models):
+        checks = spec.cell_checks({m: manifest(m) for m in cells})
+        verdict = verdict_of(checks)
+        record.update(
+            verdict="partly" if verdict == "reproduced" else verdict,
+            summary=summary + ". Verdict from these cells alone: the sweep's trend is untested",
+            checks=[{"check": c, "holds": bool(ok)} for c, ok in checks],
+            numbers={**numbers, "cells": cells},
+        )
+
+
+def _model_record(
+    record: dict[str, Any],
+    spec: FigureSpec,
+    out: Path,
+    given: dict[str, CLIP1D] | None,
+    controls: bool,
+    replicates: bool,
+    sweeps_dir: str | Path | None,
+) -> None:
+    """Fill ``record`` with a figure's reading on its zoo models (or the ``given`` substitutes), with its invariance
+    audit and controls (seed replicates only for the zoo's own models: ``replicates``)."""
+    if given is not None:
+        loaded = given
+        record["substituted"] = {m: loaded[m].manifest["name"] for m in spec.models if loaded[m].manifest.get(
+            "name") != m}  # fmt: skip
+        source = ", ".join(loaded[m].manifest.get("name", m) for m in spec.models)
+    else:
+        loaded = {m: load_model(m) for m in spec.models}
+        source = ", ".join(spec.models)
+    outcome = spec.run(loaded)
+    record.update(outcome_record(outcome, out, spec, source))
+    record["model_epochs"] = {m: loaded[m].manifest.get("epochs") for m in spec.models}
+    record["model_epochs_planned"] = {
+        m: loaded[m].manifest.get("epochs_planned", loaded[m].manifest.get("epochs")) for m in spec.models
+    }
+    if controls and not outcome.not_run:
+        audit = audit_invariance(spec, loaded, outcome)
+        record["invariance_audit"] = audit
+        _add_controls(record, spec, outcome, sweeps_dir, replicates=replicates, audit=audit)
 
 
 def _add_controls(

@@ -2,8 +2,8 @@
 
 Each figure function takes the sweep's result rows (``sweep.results_table``, or ``sweep.progress_table`` for an
 interim reading) and measures the trend the paper claims: unseen-pair accuracy over label diversity Ntot and layout
-diversity n2 (``_fig4a``, also fig3 and beyond's x2), over weight decay (``_fig10``, ``_fig21``) and over the head
-dimension of a single-head vision encoder (``_fig21b``).
+diversity n2 (``fig4a_outcome``, also fig3 and beyond's x2), over weight decay (``_fig10``, ``_fig21``) and over the
+head dimension of a single-head vision encoder (``_fig21b``).
 
 While a sweep is unfinished, ``grid_cell`` finds the zoo models that are cells of its grid and the ``_fig*_cells``
 functions check them (the spec's ``cell_checks``); ``runner.reproduce`` turns that into an "at most partly" verdict.
@@ -40,7 +40,8 @@ def trend_test(
 ) -> tuple[float, float]:
     """Seed-level trend of ``y`` with ``x``: the mean over ``blocks`` of Spearman's rho within each block (one
     block if None), and its one-sided permutation p-value, ``x`` permuted within each block (``n_perm`` draws of
-    numpy's default generator seeded with ``seed``): p = (1 + #{T* >= T}) / (1 + n_perm).
+    numpy's default generator seeded with ``seed``): p = (1 + #{T* >= T}) / (1 + n_perm). Fewer than 3 runs cannot
+    show a trend: (0.0, 1.0), so a check on it fails (a sweep read on a few finished runs or zoo cells).
 
     Example:
         >>> rho, p = trend_test([10, 10, 20, 20, 30, 30], [0.5, 0.55, 0.7, 0.72, 0.9, 0.95])
@@ -48,12 +49,16 @@ def trend_test(
         (0.956, True)
         >>> trend_test([1, 1, 2, 2], [0.5, 0.5, 0.5, 0.5])[0]  # no trend: a flat y has rho 0
         0.0
+        >>> trend_test([1, 2], [0.1, 0.9])  # two runs: no evidence either way
+        (0.0, 1.0)
     """
     import numpy as np
 
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if len(x) != len(y) or len(x) < 3:
-        raise ValueError(f"trend_test needs >= 3 paired values, got {len(x)} x and {len(y)} y")
+    if len(x) != len(y):
+        raise ValueError(f"trend_test needs paired values, got {len(x)} x and {len(y)} y")
+    if len(x) < 3:
+        return 0.0, 1.0
     keys = np.zeros(len(x), dtype=int) if blocks is None else np.unique(np.asarray(blocks), return_inverse=True)[1]
     groups = [np.flatnonzero(keys == k) for k in np.unique(keys)]
     rng = np.random.default_rng(seed)
@@ -81,7 +86,7 @@ def _avg_ranks(v: Any) -> Any:
     return below + (equal - 1) / 2
 
 
-def _fig4a(rows: list[dict[str, Any]], title: str = "Fig. 4a sweep") -> Outcome:
+def fig4a_outcome(rows: list[dict[str, Any]], title: str = "Fig. 4a sweep") -> Outcome:
     import numpy as np
 
     from hooked_clip1d.analysis.mechanism import spearman_position
@@ -185,7 +190,7 @@ def _fig10(rows: list[dict[str, Any]]) -> Outcome:
                    secondary={old[0]: "over cell means: the seed-level check replaces it"})  # fmt: skip
 
 
-def _one_sided(m: dict[str, float]) -> bool:
+def one_sided(m: dict[str, float]) -> bool:
     """An ``analysis.mechanism.single_head_mechanism`` reading whose head attends most to one side on >= 90 % of
     unseen pairs, with a monotonic EP row (|Spearman| >= 0.9)."""
     return max(m["left"], m["right"]) >= 0.9 and abs(m["ep_spearman"]) >= 0.9
@@ -248,7 +253,7 @@ def _fig21(rows: list[dict[str, Any]]) -> Outcome:
         )
         good = {float(r["weight_decay"]) for r in above if r["val_unseen.acc"] >= 0.8}
         sided = [m for m in mech if m["weight_decay"] in good]
-        if sided and all(_one_sided(m) for m in sided):
+        if sided and all(one_sided(m) for m in sided):
             notes += (
                 "; where it is >= 0.8 the head's CLS row attends most to one side on >= 90 % of unseen pairs, with a "
                 "monotonic EP gradient: "
@@ -381,7 +386,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "Unseen-pair accuracy rises with the number of labels Ntot; the number of layouts per pair n2 matters "
         "much less.",
         (NO_QK_BIAS, NONGEN),  # the zoo's cells of the grid, checked while the sweep is unfinished
-        _fig4a,  # type: ignore[arg-type]
+        fig4a_outcome,  # type: ignore[arg-type]
         sweep="fig4a",
         cell_checks=_fig4a_cells,
         data="each run's last evaluation on its own validation splits",
@@ -392,7 +397,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "With the full model (4 pre-LN blocks with MLPs), all three generalization types improve with the "
         "number of labels Ntot; the layout diversity n2 has little effect.",
         (FULL,),  # the zoo's cell of the grid, reported while the sweep is unfinished
-        lambda rows: _fig4a(rows, "Fig. 3: full model"),  # type: ignore[arg-type,misc]
+        lambda rows: fig4a_outcome(rows, "Fig. 3: full model"),  # type: ignore[arg-type,misc]
         sweep="fig3",
         cell_checks=_fig3_cells,
         data="each run's last evaluation on its own validation splits",

@@ -115,24 +115,8 @@ def _head_proxies(n_heads: int, styles: Sequence[tuple[str, str]]) -> list[Line2
     return out
 
 
-def plot_emergence(em: Emergence | Mapping[str, Any] | Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
-    """The emergence of the mechanism over training, five panels over log-epoch (see the module docstring)."""
-    rows = _rows(em)
-    windows = _windows(em, rows)
-    x = np.asarray([r["epoch"] for r in rows], dtype=float)
-    H = len(rows[0]["p_left"])
-    fig, axes = plt.subplots(5, 1, figsize=(8.0, 13.0), sharex=True, layout="constrained")
-    for ax in axes:
-        ax.set_xscale("symlog", linthresh=1.0, linscale=0.4)
-        ax.grid(alpha=0.25, lw=0.5)
-    marks = []
-    for check, text, color in (("generalizes", "generalizes", "tab:green"), ("picture", "paper's picture", "purple")):
-        first = (windows.get(check) or {}).get("first")
-        if first is not None:
-            marks.append((float(first), f"{text} from epoch {first}", color))
-
-    # 1. loss and generalization
-    ax = axes[0]
+def _panel_accuracy(ax: plt.Axes, x: np.ndarray, rows: Sequence[Mapping[str, Any]], H: int) -> list[Line2D]:
+    """Panel: loss and generalization; returns its legend proxies."""
     for key, label, style in (
         ("single", "single-object accuracy", "-"),
         ("seen", "seen-pair accuracy", "-"),
@@ -146,9 +130,11 @@ def plot_emergence(em: Emergence | Mapping[str, Any] | Sequence[Mapping[str, Any
     tw.plot(x, _col(rows, "loss"), color="black", lw=1.0, marker=".", label="training loss (fixed batches)")
     tw.set_ylabel("loss")
     ax.set_title("loss and generalization")
+    return []
 
-    # 2. head bias
-    ax = axes[1]
+
+def _panel_bias(ax: plt.Axes, x: np.ndarray, rows: Sequence[Mapping[str, Any]], H: int) -> list[Line2D]:
+    """Panel: head bias; returns its legend proxies."""
     for h in range(H):
         ax.plot(x, _col(rows, "p_left", h), color=f"C{h}", marker=".")
         ax.plot(x, _col(rows, "p_right", h), color=f"C{h}", ls="--", marker=".")
@@ -156,10 +142,11 @@ def plot_emergence(em: Emergence | Mapping[str, Any] | Sequence[Mapping[str, Any
     ax.set_ylim(-0.03, 1.03)
     ax.set_ylabel("P(CLS peaks on object)")
     ax.set_title("CLS -> object bias per head (Fig. 4c)")
-    head_styles = _head_proxies(H, [("-", "P(left object)"), ("--", "P(right object)")])
+    return _head_proxies(H, [("-", "P(left object)"), ("--", "P(right object)")])
 
-    # 3. EP CLS row
-    ax = axes[2]
+
+def _panel_ep_row(ax: plt.Axes, x: np.ndarray, rows: Sequence[Mapping[str, Any]], H: int) -> list[Line2D]:
+    """Panel: EP CLS row; returns its legend proxies."""
     for h in range(H):
         ax.plot(x, np.maximum(_col(rows, "ep_std", h), 1e-6), color=f"C{h}", marker=".")
     ax.set_yscale("log")
@@ -173,10 +160,11 @@ def plot_emergence(em: Emergence | Mapping[str, Any] | Sequence[Mapping[str, Any
     tw.set_ylim(-1.05, 1.05)
     tw.set_ylabel("EP CLS-row Spearman")
     ax.set_title("EP term of the CLS row per head (Fig. 14)")
-    ep_styles = _head_proxies(H, [("-", "std (left axis)"), (":", "Spearman with position (right axis)")])
+    return _head_proxies(H, [("-", "std (left axis)"), (":", "Spearman with position (right axis)")])
 
-    # 4. Fig. 13 share and the invariant ablation
-    ax = axes[3]
+
+def _panel_share(ax: plt.Axes, x: np.ndarray, rows: Sequence[Mapping[str, Any]], H: int) -> list[Line2D]:
+    """Panel: Fig. 13 share and the invariant ablation; returns its legend proxies."""
     ax.axhspan(0.76, 0.91, color="orange", alpha=0.15, label="paper's Fig. 13 range (0.76-0.91)")
     for h in range(H):
         ax.plot(x, _col(rows, "xwx_share", h), color=f"C{h}", marker=".")
@@ -187,10 +175,11 @@ def plot_emergence(em: Emergence | Mapping[str, Any] | Sequence[Mapping[str, Any
     ax.set_ylim(-0.03, 1.03)
     ax.set_ylabel("share / accuracy")
     ax.set_title("Fig. 13 share (XW_QKX^T of the CLS row) and the invariant ablation")
-    share_styles = _head_proxies(H, [("-", "XW_QKX^T share")])
+    return _head_proxies(H, [("-", "XW_QKX^T share")])
 
-    # 5. W_QK rank and decay exposure
-    ax = axes[4]
+
+def _panel_rank(ax: plt.Axes, x: np.ndarray, rows: Sequence[Mapping[str, Any]], H: int) -> list[Line2D]:
+    """Panel: W_QK rank and decay exposure; returns its legend proxies."""
     for h in range(H):
         ax.plot(x, _col(rows, "qk_rank", h) + 0.06 * (h - (H - 1) / 2), color=f"C{h}", marker="o", ms=3, lw=0.8)
     ranks = np.asarray([v for r in rows for v in (r.get("qk_rank") or [])], dtype=float)
@@ -209,9 +198,30 @@ def plot_emergence(em: Emergence | Mapping[str, Any] | Sequence[Mapping[str, Any
                 fontsize=7)  # fmt: skip
     ax.set_title("W_QK rank per head and weight-decay exposure")
     ax.set_xlabel(XLABEL)
-    rank_styles = _head_proxies(H, [("-", "rank (heads offset slightly)")])
+    return _head_proxies(H, [("-", "rank (heads offset slightly)")])
 
-    for ax, extra in zip(axes, ([], head_styles, ep_styles, share_styles, rank_styles), strict=True):
+
+PANELS = (_panel_accuracy, _panel_bias, _panel_ep_row, _panel_share, _panel_rank)  # top to bottom
+
+
+def plot_emergence(em: Emergence | Mapping[str, Any] | Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
+    """The emergence of the mechanism over training, five panels over log-epoch (see the module docstring)."""
+    rows = _rows(em)
+    windows = _windows(em, rows)
+    x = np.asarray([r["epoch"] for r in rows], dtype=float)
+    H = len(rows[0]["p_left"])
+    fig, axes = plt.subplots(5, 1, figsize=(8.0, 13.0), sharex=True, layout="constrained")
+    for ax in axes:
+        ax.set_xscale("symlog", linthresh=1.0, linscale=0.4)
+        ax.grid(alpha=0.25, lw=0.5)
+    marks = []
+    for check, text, color in (("generalizes", "generalizes", "tab:green"), ("picture", "paper's picture", "purple")):
+        first = (windows.get(check) or {}).get("first")
+        if first is not None:
+            marks.append((float(first), f"{text} from epoch {first}", color))
+
+    extras = [panel(ax, x, rows, H) for panel, ax in zip(PANELS, axes, strict=True)]
+    for ax, extra in zip(axes, extras, strict=True):
         for xv, label, color in marks:
             ax.axvline(xv, color=color, ls=":", lw=1.2, label=label if ax is axes[0] else "_nolegend_")
         _legend(ax, extra)
