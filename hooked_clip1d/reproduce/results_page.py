@@ -155,9 +155,27 @@ HOW_TO_READ = (
 )
 
 
+# words a period follows without ending the sentence ("Fig. 4c", "Eq. 23", "e.g. a")
+_ABBREVIATIONS = ("Fig", "Figs", "Eq", "Eqs", "App", "Sec", "e.g", "i.e", "vs", "cf", "al", "approx")
+
+
 def _first_sentence(text: str, limit: int = 160) -> str:
-    """The first sentence of ``text`` (at most ``limit`` characters), for the summary table."""
-    first = text.split(". ")[0].rstrip(".")
+    """The first sentence of ``text`` (at most ``limit`` characters), for the summary table; a period after an
+    abbreviation (``_ABBREVIATIONS``: "Fig. 4c", "Eq. 23") does not end it.
+
+    Example:
+        >>> _first_sentence("Fig. 8c: a left head and Eq. 23 hold. More text.")
+        'Fig. 8c: a left head and Eq. 23 hold'
+    """
+    import re
+
+    first = text
+    for m in re.finditer(r"\. ", text):
+        word = re.findall(r"[\w.]+$", text[: m.start()])
+        if not (word and word[0].rstrip(".") in _ABBREVIATIONS):
+            first = text[: m.start()]
+            break
+    first = first.rstrip(".")
     return (first if len(first) <= limit else first[: limit - 3].rsplit(" ", 1)[0] + "...").replace("|", "/")
 
 
