@@ -304,9 +304,9 @@ def _add_controls(
         fresh = [s for s in seeds if int(s) not in STUDY_SEEDS]
         for row in rows:
             row["seeds"] = {s: bool(c.get(row["check"], False)) for s, c in seeds.items()}
-            if row["counted"] and len(fresh) >= 3:
+            if row["counted"] and len(fresh) >= 3:  # at >= 2 of 3 fresh seeds (>= 2/3 of them where more are found)
                 row["fresh_holds"] = sum(row["seeds"][s] for s in fresh)
-                row["counted_holds"] = row["counted_holds"] and row["fresh_holds"] >= 2
+                row["counted_holds"] = row["counted_holds"] and 3 * row["fresh_holds"] >= 2 * len(fresh)
         record["replicates"] = {
             "study_seeds": sorted(int(s) for s in seeds if int(s) in STUDY_SEEDS),
             "fresh_seeds": sorted(int(s) for s in fresh),
