@@ -10,8 +10,11 @@ from hooked_clip1d.cli.commands import main
 
 
 def _model(n_layers=1, **over):
+    """A random small model at nn.Embedding's N(0, 1) init: at the default N(0, 0.02) an untrained model's beliefs are
+    ~6e-5, and whether patching's source inputs shift them at all depends on float rounding (patching and steering
+    failed with ATen's vector kernels switched off, ATEN_CPU_CAPABILITY=default)."""
     cfg = CLIPConfig.from_preset(
-        "simplified", n_labels=6, n_layers=n_layers, d_model=16, d_head=4, vision_overrides=over
+        "simplified", n_labels=6, n_layers=n_layers, d_model=16, d_head=4, init_std=1.0, vision_overrides=over
     )
     m = CLIP1D(cfg, seed=0).eval()
     m.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)

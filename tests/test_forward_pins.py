@@ -92,7 +92,8 @@ TINY = {
 }
 
 # recorded at commit 13ab020 (before the move) and again after it: the same digests
-RECORDED_ON = ("2.13.0+cpu", "x86_64", "avx2,fma,avx512f,avx512_bf16,amx_bf16")
+# torch, machine, the CPU's vector extensions and the kernels ATen dispatches to (ATEN_CPU_CAPABILITY can lower them)
+RECORDED_ON = ("2.13.0+cpu", "x86_64", "avx2,fma,avx512f,avx512_bf16,amx_bf16", "AVX512")
 RECORDED: dict[str, list[str]] = {
     "ablate-ep-ntot20-n2-10-init002": ["b46483113ef0b206", "7dc36ae719411b0e", "7e467823f7c1440d", "69bf77eac20fea55"],
     "full-ntot20-n2-10": ["a6fc7249f4121b8d", "ebd5d26b48641c37", "497157da085ca1ce", "352f8bd5bb2b88b0"],
@@ -159,9 +160,9 @@ RECORDED: dict[str, list[str]] = {
 
 
 def _here() -> None:
-    here = (torch.__version__, platform.machine(), _cpu_flags())
+    here = (torch.__version__, platform.machine(), _cpu_flags(), torch.backends.cpu.get_cpu_capability())
     if here != RECORDED_ON:
-        pytest.skip(f"recorded on torch / machine / vector extensions {RECORDED_ON}, this is {here}")
+        pytest.skip(f"recorded on torch / machine / vector extensions / ATen kernels {RECORDED_ON}, this is {here}")
 
 
 @pytest.mark.parametrize("name", sorted(list_pretrained()))
