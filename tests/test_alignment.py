@@ -124,3 +124,22 @@ def test_shipped_model_and_plot(two_layer_model):
     fig = plot_alignment(json.loads(json.dumps(res)))
     assert len(fig.axes) == 5  # two heat maps, two colour bars, the bars
     assert embedding_alignment(two_layer_model, fit_labels=[1, 2, 3], test_labels=[5, 6])["raw"] is not None
+
+
+def test_fig7_trained_control_pairs_one_models_vision_table_with_anothers_text_table():
+    """Fig. 7's trained control reads the vision label table of the figure model and the text table of a model
+    trained apart; neither model is changed, and tables of other shapes are refused."""
+    import torch
+
+    from hooked_clip1d import CLIP1D, CLIPConfig
+    from hooked_clip1d.reproduce.text_figs import _with_text_of
+
+    cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4)
+    a, b = CLIP1D(cfg, seed=0).eval(), CLIP1D(cfg, seed=1).eval()
+    before = b.vision.W_E.clone()
+    chimera = _with_text_of(a, b)
+    assert torch.equal(chimera.vision.W_E, a.vision.W_E) and torch.equal(chimera.text.W_E, b.text.W_E)
+    assert torch.equal(b.vision.W_E, before)  # the other model is untouched
+    wide = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6, d_model=32, d_head=8), seed=0)
+    with pytest.raises(ValueError, match="same shapes"):
+        _with_text_of(a, wide)
