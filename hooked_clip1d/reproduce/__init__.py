@@ -21,7 +21,8 @@ The package, by module:
 - ``beyond``: the beyond-the-paper experiments x1-x7; ``recipe_study``: x8, the training-recipe study.
 - ``studies``: the verdict studies x10-x13 (dynamics, fresh seeds, Fig. 4a at fixed steps, emergence);
   ``share_studies``: x14 and x15, Fig. 13's share at equal decay exposure and over the weight decay.
-- ``runner``: ``reproduce()``; it imports every module of the package, so ``FIGURES`` (``core``) holds every figure.
+- ``runner``: ``reproduce()``; it imports every figure module of the package (all but ``NOT_FIGURE_MODULES``), so
+  ``FIGURES`` (``core``) holds every figure.
 
 A figure declares itself: its module ends with ``SPECS = register(FigureSpec(...), ...)``. To add a figure, write
 its function and spec in a module of this package (a new module is found on its own); nothing else lists it.

@@ -1,10 +1,11 @@
 """``reproduce(figure)``: run one figure's experiment and write its record; ``FIGURES``, every figure by key.
 
 ``FIGURES`` (``core``) holds every figure a module of this package declares with ``core.register``; importing this
-module imports every module of the package, so a new figure module needs no other entry (the CLI and the results
-page sort the keys themselves). ``reproduce`` loads the zoo models a figure needs, or trains /
-reads its sweep (reading the spec under ``core.SWEEPS_DIR``), and handles unfinished sweeps: an interim reading
-once every run has an evaluation, else the zoo's cells of the grid (``sweep_figs.grid_cell``), else "not run".
+module imports every figure module of the package (all but ``NOT_FIGURE_MODULES``), so a new figure module needs
+no other entry (the CLI and the results page sort the keys themselves). ``reproduce`` loads the zoo models a
+figure needs, or trains / reads its sweep (reading the spec under ``core.SWEEPS_DIR``), and handles unfinished
+sweeps: an interim reading once every run has an evaluation, else the zoo's cells of the grid
+(``sweep_figs.grid_cell``), else "not run".
 """
 
 from __future__ import annotations
