@@ -113,8 +113,12 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
     arms = [a for a in ARMS if any(k[0] == a for k in em)]
     seeds = sorted({k[1] for k in em})
 
-    table = ["| arm | seed | epoch | 1/T | probe acc | " + " | ".join(SHORT[c] for c in names) + " |"]
-    table.append("|---|---|---|---|---|" + "---|" * len(names))
+    # the epochs at which the whole mechanism (M1-M4) holds, per run: the early phase the pre-registration's
+    # "readings over the snapshots" report
+    phase = {k: [r["epoch"] for r in e.rows if r["checks"]["mechanism_v2"]] for k, e in em.items()}
+    head = " | ".join(SHORT[c] for c in names)
+    table = [f"| arm | seed | epoch | 1/T | probe acc | {head} | M1-4 at snapshots |"]
+    table.append("|---|---|---|---|---|" + "---|" * len(names) + "---|")
     for a in arms:
         for s in seeds:
             if (a, s) not in em:
@@ -122,11 +126,13 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
             last = em[(a, s)].rows[-1]
             cells = " | ".join("yes" if last["checks"][c] else "no" for c in names)
             fresh = " (fresh)" if s in FRESH_SEEDS else ""
+            eps = phase[(a, s)]
+            when = f"{len(eps)} ({eps[0]}-{eps[-1]})" if eps else "0"
             table.append(f"| {ARMS[a]} | {s}{fresh} | {last['epoch']} | {last['temperature']:.1f} | "
-                         f"{last['probe']:.2f} | {cells} |")  # fmt: skip
+                         f"{last['probe']:.2f} | {cells} | {when} |")  # fmt: skip
     table.append(f"| untrained (10 init seeds) | 0-9 | 0 | {null[0]['temperature']:.1f} | "
                  f"{np.mean([n['probe'] for n in null]):.2f} | "
-                 + " | ".join(f"{null_passes[c]}/10" for c in names) + " |")  # fmt: skip
+                 + " | ".join(f"{null_passes[c]}/10" for c in names) + " | - |")  # fmt: skip
 
     checks = [
         ("the hypothesis is supported: an arm of (b)-(d) has the whole mechanism (M1-M4) at >= 2 of 3 study seeds "
@@ -154,6 +160,12 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
         + "; inverse temperature at epoch 10,000 (mean over seeds): "
         + ", ".join(f"{ARMS[a]} {mean_final(a, 'temperature'):.1f}" for a in arms)
         + "; untrained models passing each check (of 10): " + ", ".join(f"{SHORT[c]} {null_passes[c]}" for c in names)
+        + "; over the snapshots, the whole mechanism (M1-M4) holds at some snapshot in "
+        + f"{sum(bool(v) for v in phase.values())} of {len(phase)} runs"
+        + (f", only at epochs {min(min(v) for v in phase.values() if v)}-{max(max(v) for v in phase.values() if v)}"
+           if any(phase.values()) else "")
+        + " (runs per arm: " + ", ".join(f"{ARMS[a]} {sum(bool(v) for k, v in phase.items() if k[0] == a)}/"
+                                         f"{sum(k[0] == a for k in phase)}" for a in arms) + ")"
     )  # fmt: skip
     numbers = {
         "arms": arms,
@@ -161,6 +173,7 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
         "decision": d,
         "null_passes": null_passes,
         "null": null,
+        "mechanism_snapshots": {f"{a}/{s}": v for (a, s), v in sorted(phase.items())},
         "windows": {f"{a}/{s}": e.windows for (a, s), e in sorted(em.items())},
         "final": {f"{a}/{s}": e.rows[-1] for (a, s), e in sorted(em.items())},
         "temperature": {
