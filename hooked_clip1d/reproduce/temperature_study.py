@@ -116,23 +116,7 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
     # the epochs at which the whole mechanism (M1-M4) holds, per run: the early phase the pre-registration's
     # "readings over the snapshots" report
     phase = {k: [r["epoch"] for r in e.rows if r["checks"]["mechanism_v2"]] for k, e in em.items()}
-    head = " | ".join(SHORT[c] for c in names)
-    table = [f"| arm | seed | epoch | 1/T | probe acc | {head} | M1-4 at snapshots |"]
-    table.append("|---|---|---|---|---|" + "---|" * len(names) + "---|")
-    for a in arms:
-        for s in seeds:
-            if (a, s) not in em:
-                continue
-            last = em[(a, s)].rows[-1]
-            cells = " | ".join("yes" if last["checks"][c] else "no" for c in names)
-            fresh = " (fresh)" if s in FRESH_SEEDS else ""
-            eps = phase[(a, s)]
-            when = f"{len(eps)} ({eps[0]}-{eps[-1]})" if eps else "0"
-            table.append(f"| {ARMS[a]} | {s}{fresh} | {last['epoch']} | {last['temperature']:.1f} | "
-                         f"{last['probe']:.2f} | {cells} | {when} |")  # fmt: skip
-    table.append(f"| untrained (10 init seeds) | 0-9 | 0 | {null[0]['temperature']:.1f} | "
-                 f"{np.mean([n['probe'] for n in null]):.2f} | "
-                 + " | ".join(f"{null_passes[c]}/10" for c in names) + " | - |")  # fmt: skip
+    table = _table(em, arms, seeds, names, phase, null, null_passes)
 
     checks = [
         ("the hypothesis is supported: an arm of (b)-(d) has the whole mechanism (M1-M4) at >= 2 of 3 study seeds "
@@ -188,6 +172,32 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
     )
     return Outcome(numbers, summary + ".", checks, {"temperature": _plot(em, arms, seeds)}, notes,
                    table=tuple(table), secondary={})  # fmt: skip
+
+
+def _table(
+    em: Mapping[tuple[str, int], Any], arms: Sequence[str], seeds: Sequence[int], names: Sequence[str],
+    phase: Mapping[tuple[str, int], list[int]], null: Sequence[Mapping[str, Any]], null_passes: Mapping[str, int],
+) -> list[str]:  # fmt: skip
+    """The record's table: one row per run at epoch 10,000 (the checks, 1/T, probe accuracy, and the snapshots at
+    which M1-M4 hold), then the untrained null's row."""
+    head = " | ".join(SHORT[c] for c in names)
+    table = [f"| arm | seed | epoch | 1/T | probe acc | {head} | M1-4 at snapshots |"]
+    table.append("|---|---|---|---|---|" + "---|" * len(names) + "---|")
+    for a in arms:
+        for s in seeds:
+            if (a, s) not in em:
+                continue
+            last = em[(a, s)].rows[-1]
+            cells = " | ".join("yes" if last["checks"][c] else "no" for c in names)
+            fresh = " (fresh)" if s in FRESH_SEEDS else ""
+            eps = phase[(a, s)]
+            when = f"{len(eps)} ({eps[0]}-{eps[-1]})" if eps else "0"
+            table.append(f"| {ARMS[a]} | {s}{fresh} | {last['epoch']} | {last['temperature']:.1f} | "
+                         f"{last['probe']:.2f} | {cells} | {when} |")  # fmt: skip
+    table.append(f"| untrained (10 init seeds) | 0-9 | 0 | {null[0]['temperature']:.1f} | "
+                 f"{np.mean([n['probe'] for n in null]):.2f} | "
+                 + " | ".join(f"{null_passes[c]}/10" for c in names) + " | - |")  # fmt: skip
+    return table
 
 
 def _plot(em: Mapping[tuple[str, int], Any], arms: Sequence[str], seeds: Sequence[int]) -> plt.Figure:
