@@ -17,7 +17,7 @@
 # it runs from this checkout (PYTHONPATH) with the machine's own torch and the wheels carried in .whl/ (made here
 # by `bash benchmarks/gpu_wheels.sh`; no device time). Overridable for a test on a CPU:
 #     DEVICE=cpu QUEUE=t SPEC_DIR=my-specs MODES=graph-step,flat CHECK_PRESET=simplified CHECK_STEPS=20 \
-#     WHEELS=- STATE=/tmp/s OUT=/tmp/o bash benchmarks/gpu_queue.sh window 120
+#     WHEELS=- STATE="$(mktemp -d)" OUT="$(mktemp -d)" bash benchmarks/gpu_queue.sh window 120
 set -uo pipefail
 started=$(date +%s.%N)
 cd "$(dirname "$0")/.." || exit 3
@@ -34,7 +34,7 @@ case "$MODE" in
 esac
 
 OUT=${OUT:?set OUT to the folder whose files come back (the device tool sets it)}
-STATE=${STATE:-/tmp/hc1d-gpu}  # the machine's local disk: kept while it stays warm between calls
+STATE=${STATE:-${TMPDIR:-/tmp}/hc1d-gpu}  # the machine's local temp disk: kept while it stays warm between calls
 WHEELS=${WHEELS:-.whl}
 export PYTHONUNBUFFERED=1
 mkdir -p "$STATE" "$OUT"

@@ -49,6 +49,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -904,7 +905,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("window", help="on the GPU: one window (gpu_queue.sh window)")
     w.add_argument("--out", required=True, help="the folder whose files come back ($OUT)")
-    w.add_argument("--state", default="/tmp/hc1d-gpu", help="this machine's working folder (kept between calls)")
+    w.add_argument("--state", default=os.path.join(tempfile.gettempdir(), "hc1d-gpu"),
+                   help="this machine's working folder (kept between calls; default: in its temp dir)")  # fmt: skip
     w.add_argument("--carry", default=".gpu-carry", help="the carried folder (carry)")
     w.add_argument("--limit", type=float, default=LIMIT_S, help="seconds this command may take")
     w.add_argument("--reserve", type=float, default=RESERVE_S, help="seconds before the limit training stops")

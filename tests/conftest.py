@@ -137,3 +137,30 @@ def _close_figures():
 
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
+
+
+# torch, machine, the CPU's vector extensions and the kernels ATen dispatches to (ATEN_CPU_CAPABILITY can lower them):
+# the pin tests (test_forward_pins.py, test_step_pins.py) compare float digests only where this matches the recording
+PINS_RECORDED_ON = ("2.13.0+cpu", "x86_64", "avx2,fma,avx512f,avx512_bf16,amx_bf16", "AVX512")
+
+
+def numeric_environment() -> tuple[str, str, str, str]:
+    """What decides the bits of a float result here: torch's version, the machine, the CPU's vector extensions (from
+    /proc/cpuinfo; "?" where it cannot be read) and ATen's dispatched kernel set."""
+    import platform
+
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        text = ""
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), None)
+    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
+    found = "?" if flags is None else ",".join(f for f in wanted if f in flags)
+    return torch.__version__, platform.machine(), found, torch.backends.cpu.get_cpu_capability()
+
+
+def skip_unless_pinned_here() -> None:
+    """Skip a float-digest pin test unless this is the numeric environment its digests were recorded in."""
+    here = numeric_environment()
+    if here != PINS_RECORDED_ON:
+        pytest.skip(f"recorded on (torch, machine, vector extensions, ATen kernels) {PINS_RECORDED_ON}, this is {here}")

@@ -9,22 +9,12 @@ the digests are compared only where both match the recording (as in test_step_pi
 from __future__ import annotations
 
 import hashlib
-import platform
 
 import pytest
 import torch
-from conftest import ROPE, make_model
+from conftest import ROPE, make_model, skip_unless_pinned_here
 
 from hooked_clip1d import CLIP1D, DataConfig, build_dataset, list_pretrained, load_model
-
-
-def _cpu_flags() -> str:
-    try:
-        text = open("/proc/cpuinfo").read()
-    except OSError:
-        return "?"
-    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
-    return ",".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
 
 
 def _digest(items: dict[str, torch.Tensor]) -> str:
@@ -92,8 +82,6 @@ TINY = {
 }
 
 # recorded at commit 13ab020 (before the move) and again after it: the same digests
-# torch, machine, the CPU's vector extensions and the kernels ATen dispatches to (ATEN_CPU_CAPABILITY can lower them)
-RECORDED_ON = ("2.13.0+cpu", "x86_64", "avx2,fma,avx512f,avx512_bf16,amx_bf16", "AVX512")
 RECORDED: dict[str, list[str]] = {
     "ablate-ep-ntot20-n2-10-init002": ["b46483113ef0b206", "7dc36ae719411b0e", "7e467823f7c1440d", "69bf77eac20fea55"],
     "full-ntot20-n2-10": ["a6fc7249f4121b8d", "ebd5d26b48641c37", "497157da085ca1ce", "352f8bd5bb2b88b0"],
@@ -159,22 +147,16 @@ RECORDED: dict[str, list[str]] = {
 }
 
 
-def _here() -> None:
-    here = (torch.__version__, platform.machine(), _cpu_flags(), torch.backends.cpu.get_cpu_capability())
-    if here != RECORDED_ON:
-        pytest.skip(f"recorded on torch / machine / vector extensions / ATen kernels {RECORDED_ON}, this is {here}")
-
-
 @pytest.mark.parametrize("name", sorted(list_pretrained()))
 def test_a_shipped_model_computes_what_it_computed_before(name):
-    _here()
+    skip_unless_pinned_here()
     model = load_model(name)
     assert digests(model, *shipped_batch(model)) == RECORDED[name]
 
 
 @pytest.mark.parametrize("case", sorted(TINY))
 def test_a_tiny_model_computes_what_it_computed_before(case):
-    _here()
+    skip_unless_pinned_here()
     kw = dict(TINY[case])
     model = make_model(str(kw.pop("preset")), seed=0, **kw)
     ds = build_dataset(DataConfig(n_labels=6, n_heldout=2, n2=2))

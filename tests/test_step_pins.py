@@ -6,11 +6,10 @@ recipe ends a few steps at the very weights recorded before the speed-ups (on th
 from __future__ import annotations
 
 import hashlib
-import platform
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import skip_unless_pinned_here, tiny_config
 
 from hooked_clip1d import CLIPConfig, DataConfig
 from hooked_clip1d.settings import RECIPES
@@ -81,20 +80,9 @@ def _digest(tensors: list[torch.Tensor]) -> str:
     return h.hexdigest()[:16]
 
 
-def _cpu_flags() -> str:
-    try:
-        text = open("/proc/cpuinfo").read()
-    except OSError:
-        return "?"
-    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
-    return ",".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
-
-
 # recorded at commit 903517f (before the speed-ups of issue 44) and again after them: the same digests; float
 # results of eager CPU training depend on the CPU's vector extensions and torch's kernels, so they are compared only
 # where both match the recording
-# torch, machine, the CPU's vector extensions and the kernels ATen dispatches to (ATEN_CPU_CAPABILITY can lower them)
-RECORDED_ON = ("2.13.0+cpu", "x86_64", "avx2,fma,avx512f,avx512_bf16,amx_bf16", "AVX512")
 RECORDED = {
     "fast": ["b9e0bbb615f7058d", "01ba5e49d721ea7b", "7e7f9cd4fc02f21a", "7574dc48e248f26d", "ce492f54295661eb"],
     "matched": ["b23fffa553c6680b", "30f33c1aeaa3bd54", "2a07e37ac47bb8be", "c290d3efe794e858"],
@@ -106,9 +94,7 @@ def test_a_default_group_ends_at_the_recorded_weights(rng):
     """The paper's simplified model, 3 (fast dropout) or 2 (matched) members of the default recipe, 14 steps in two
     calls: each member's weights, the AdamW moments and the loss sums hash to the values recorded before the
     speed-ups."""
-    here = (torch.__version__, platform.machine(), _cpu_flags(), torch.backends.cpu.get_cpu_capability())
-    if here != RECORDED_ON:
-        pytest.skip(f"recorded on torch / machine / vector extensions / ATen kernels {RECORDED_ON}, this is {here}")
+    skip_unless_pinned_here()
     K = 3 if rng == "fast" else 2
     cfg = CLIPConfig.from_preset("simplified", n_labels=6)
     tc = dict(epochs=50, batch_size=16, eval_every=1000, checkpoint_every=1000, threads=1)

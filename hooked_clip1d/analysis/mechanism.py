@@ -39,7 +39,7 @@ from jaxtyping import Float
 
 from hooked_clip1d.analysis.ablation import evaluate_ablations
 from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
-from hooked_clip1d.analysis.heads import classify_head_roles, cls_object_bias, label_pe_deltas
+from hooked_clip1d.analysis.heads import classify_head_roles, cls_object_bias, label_pe_deltas, two_object_images
 from hooked_clip1d.analysis.hooks import Hook
 from hooked_clip1d.data.dataset import Dataset, Split, build_dataset
 from hooked_clip1d.model.clip import CLIP1D
@@ -247,13 +247,7 @@ def cls_label_pe_deltas(vision: HookedVisionEncoder, split: Split) -> dict[str, 
         True
     """
     _check_layer0(vision, "cls_label_pe_deltas")
-    if not isinstance(split, Split):
-        raise TypeError(f"expected a data.Split (e.g. dataset.splits['val_unseen']), got {type(split).__name__}")
-    pair = split.is_pair
-    if not bool(pair.any()):
-        raise ValueError(f"split {split.name!r} has no two-object images")
-    dev = vision.W_E.device
-    images, pos, objs = split.images[pair].to(dev), split.positions[pair].to(dev) + 1, split.objects[pair].to(dev)
+    images, pos, objs = two_object_images(vision, split)  # token positions (+1 for CLS)
     attn = vision.blocks[0].attn
     x = vision.W_E[vision.cfg.vocab.cls] + vision.W_pos[0]
     q = torch.einsum("m,hmd->hd", x, attn.W_Q) + attn.b_Q  # [h, dh]
@@ -264,7 +258,7 @@ def cls_label_pe_deltas(vision: HookedVisionEncoder, split: Split) -> dict[str, 
     d_pe = torch.einsum("hd,nhd->nh", q, kP[pos[:, 1]] - kP[pos[:, 0]]) / s
     _, cache = vision.run_with_cache(images, names_filter="blocks.0.attn.hook_attn_scores")
     scores = cache["attn_scores", 0][:, :, 0]  # [n, h, k]
-    ar = torch.arange(len(images), device=dev)
+    ar = torch.arange(len(images), device=images.device)
     d_score = scores[ar, :, pos[:, 1]] - scores[ar, :, pos[:, 0]]
     return {
         "delta_label": d_label,
