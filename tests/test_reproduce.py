@@ -587,3 +587,18 @@ def test_committed_records_name_no_machines_folders():
         for run in rec.get("replicates", {}).get("runs", {}).values():
             assert not Path(run).is_absolute() and not run.startswith("~") and "/runs/" in run, (path.name, run)
         assert home + "/" not in path.read_text() or home == "/", path.name
+
+
+def test_emergence_figure_reads_an_untrained_stand_in():
+    """x13-emergence's null control reads an untrained model at its one checkpoint; rows made by today's code carry
+    the restated checks (fig14_whole_query, ep_only_ablation, mechanism_v2), whose windows once had no short name
+    (a KeyError made every null draw count as passing)."""
+    from hooked_clip1d.analysis.dynamics import check_windows
+    from hooked_clip1d.reproduce.studies import CHECK_SHORT
+
+    rows = [{"epoch": 0, "checks": dict.fromkeys([*CHECK_SHORT, "fig14_whole_query", "mechanism_v2"], False)}]
+    assert set(check_windows(rows)) <= set(CHECK_SHORT)
+    from hooked_clip1d.reproduce.controls import substitutes
+
+    out = rp.FIGURES["x13-emergence"].run(substitutes(rp.FIGURES["x13-emergence"], "untrained:0"))
+    assert [ok for _, ok in out.checks] == [False, False]

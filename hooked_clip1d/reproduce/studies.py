@@ -28,8 +28,11 @@ ARMS = {
 }
 PROTOCOL_ARMS = ("cls-exempt-init002", "cls-exempt-init002-cosine", "cls-exempt-init002-embdrop",
                  "cls-exempt-init002-adam-l2")  # fmt: skip
+# every check analysis.dynamics' rows carry (check_windows reads the restated ones too: a window without a short
+# name raised KeyError on rows made by today's code, e.g. x13's untrained stand-ins)
 CHECK_SHORT = {"generalizes": "gen", "fig13_split": "13", "fig14_heads": "14", "fig4c_split": "4c",
-               "invariant_ablation": "inv", "picture": "all"}  # fmt: skip
+               "invariant_ablation": "inv", "picture": "all", "fig14_whole_query": "14 (whole CLS query)",
+               "ep_only_ablation": "EP-only", "mechanism_v2": "M1-4"}  # fmt: skip
 
 
 def run_emergences(rows: list[dict[str, Any]]) -> dict[tuple[str, int], Any]:
