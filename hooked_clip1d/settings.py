@@ -296,6 +296,17 @@ class TrainConfig:
         batched="member", recipe=True,
     )  # fmt: skip
 
+    # CLIP's loss and captions shared within a batch: standard CLIP (and open_clip) takes the diagonal as the only
+    # positive, so an identical caption elsewhere in the batch is a negative (a "false negative"). Our data repeat
+    # captions (each two-object caption is drawn by several images), so ~18 % of a batch's items share theirs. The
+    # false-negatives study (docs/fidelity.md) tests the two alternatives (functional.symmetric_ce)
+    negatives: Literal["all", "distinct", "shared"] = knob(
+        "all", "how the contrastive loss treats two batch items with identical captions: all (standard CLIP: the other "
+        "item's caption is a negative), distinct (neither positive nor negative: masked out in both directions), "
+        "shared (multi-positive: targets spread evenly over the identical captions)",
+        batched="member", recipe=True,
+    )  # fmt: skip
+
     def __post_init__(self) -> None:
         def is_int(v: Any) -> bool:
             return isinstance(v, int) and not isinstance(v, bool)
@@ -303,6 +314,8 @@ class TrainConfig:
         def is_real(v: Any) -> bool:
             return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
+        if self.negatives not in ("all", "distinct", "shared"):
+            raise ValueError(f"TrainConfig.negatives must be 'all', 'distinct' or 'shared', got {self.negatives!r}")
         if self.optimizer not in ("adamw", "adam"):
             raise ValueError(f"TrainConfig.optimizer must be 'adamw' or 'adam', got {self.optimizer!r}")
         if self.lr_schedule not in ("constant", "warmup_cosine"):
@@ -565,5 +578,19 @@ RECIPES: dict[str, Recipe] = {
     "cls-exempt-init002-temp-nodecay": Recipe(no_decay=("cls", "logit_scale"), init_std=0.02),
     "cls-exempt-init002-temp100": Recipe(no_decay=("cls",), init_std=0.02, fixed_temperature=100.0),
     "open-clip-init002": Recipe(no_decay=("cls", "biases", "norms", "logit_scale"), init_std=0.02),
+    # the false-negatives study (docs/fidelity.md states its hypothesis, arms and decision rule, written before the
+    # runs): standard CLIP counts an identical caption elsewhere in the batch as a negative (TrainConfig.negatives).
+    # (a') such pairs masked out ("distinct"), temperature learned and decayed; (b') the same, temperature exempt
+    # from decay; (c') the same, held at 100; (d') multi-positive ("shared"), held at 100
+    "cls-exempt-init002-distinct": Recipe(no_decay=("cls",), init_std=0.02, negatives="distinct"),
+    "cls-exempt-init002-temp-nodecay-distinct": Recipe(
+        no_decay=("cls", "logit_scale"), init_std=0.02, negatives="distinct"
+    ),
+    "cls-exempt-init002-temp100-distinct": Recipe(
+        no_decay=("cls",), init_std=0.02, fixed_temperature=100.0, negatives="distinct"
+    ),
+    "cls-exempt-init002-temp100-shared": Recipe(
+        no_decay=("cls",), init_std=0.02, fixed_temperature=100.0, negatives="shared"
+    ),
 }
 DEFAULT_RECIPE = "cls-exempt-init002"  # the b_Q decision (docs/fidelity.md): by the pre-registered rule

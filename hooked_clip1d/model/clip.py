@@ -192,15 +192,29 @@ class CLIP1D(nn.Module):
         return logits if return_type == "logits" else None
 
     def loss(
-        self, images: Int[torch.Tensor, "batch pos"], captions: Int[torch.Tensor, "batch 4"], validate: bool = True
+        self,
+        images: Int[torch.Tensor, "batch pos"],
+        captions: Int[torch.Tensor, "batch 4"],
+        validate: bool = True,
+        negatives: str = "all",
     ) -> torch.Tensor:
-        """Symmetric CLIP loss: mean of image->text and text->image cross-entropy over the batch."""
+        """Symmetric CLIP loss: mean of image->text and text->image cross-entropy over the batch.
+
+        ``negatives`` (``TrainConfig.negatives``): how two items with identical captions count: ``"all"`` (standard
+        CLIP: the other item's caption is a negative), ``"distinct"`` (masked out of both directions) or
+        ``"shared"`` (multi-positive); see ``functional.symmetric_ce``.
+        """
         if validate and images.shape[0] != captions.shape[0]:
             raise ValueError(
                 f"CLIP1D: {images.shape[0]} images but {captions.shape[0]} captions; the contrastive loss pairs "
                 "image i with caption i, so the batches must have equal size"
             )
-        return self(images, captions, validate, return_type="loss")
+        if negatives == "all":
+            return self(images, captions, validate, return_type="loss")
+        if negatives not in functional.NEGATIVES:
+            raise ValueError(f"CLIP1D.loss: negatives must be one of {list(functional.NEGATIVES)}, got {negatives!r}")
+        logits = self(images, captions, validate, return_type="logits")
+        return clip_loss(logits, captions, negatives)
 
     # ---- TransformerLens verbs over both towers and the head -----------------------------------------------------
     def hook_names(self) -> list[str]:
@@ -355,6 +369,26 @@ class CLIPCache:
         return len(self.store)
 
 
-def clip_loss(logits: Float[torch.Tensor, "batch batch"]) -> torch.Tensor:
-    """Average of the image->text and text->image cross-entropies with targets on the diagonal."""
-    return functional.symmetric_ce(logits)
+def clip_loss(
+    logits: Float[torch.Tensor, "batch batch"],
+    captions: Int[torch.Tensor, "batch L"] | None = None,
+    negatives: str = "all",
+) -> torch.Tensor:
+    """Average of the image->text and text->image cross-entropies with targets on the diagonal; with
+    ``negatives="distinct"`` / ``"shared"`` (and the batch's ``captions``), pairs of identical captions are masked out
+    / made positives (``functional.symmetric_ce``).
+
+    Example:
+        >>> logits = torch.tensor([[5.0, 0.0, 5.0], [0.0, 5.0, 0.0], [5.0, 0.0, 5.0]])
+        >>> caps = torch.tensor([[1, 2], [3, 4], [1, 2]])  # items 0 and 2 share their caption
+        >>> [round(float(clip_loss(logits, caps, n)), 3) for n in ("all", "distinct", "shared")]
+        [0.467, 0.009, 0.467]
+    """
+    if negatives == "all":
+        return functional.symmetric_ce(logits)
+    if negatives not in functional.NEGATIVES:
+        raise ValueError(f"clip_loss: negatives must be one of {list(functional.NEGATIVES)}, got {negatives!r}")
+    if captions is None or captions.shape[0] != logits.shape[-1]:
+        raise ValueError(f"clip_loss: negatives={negatives!r} needs the batch's captions, one per logits column")
+    same = functional.same_caption(captions)
+    return functional.symmetric_ce(logits, same=same, shared=torch.tensor(negatives == "shared"))

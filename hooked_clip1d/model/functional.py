@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 
 LN_EPS = 1e-5  # LayerNorm's epsilon (TransformerLens's and torch's default)
 
@@ -109,16 +109,55 @@ def temperature(log_scale: torch.Tensor, max_log_scale: float | torch.Tensor) ->
     return log_scale.clamp(max=max_log_scale).exp()
 
 
+# How the contrastive loss treats two items of a batch whose captions are identical (``TrainConfig.negatives``):
+# "all": standard CLIP (each image's only positive is its own caption; an identical caption elsewhere in the batch is
+# a negative); "distinct": such a pair is neither a positive nor a negative (masked out in both directions);
+# "shared": multi-positive (the targets are spread evenly over the identical captions / their images)
+NEGATIVES = ("all", "distinct", "shared")
+
+
+def same_caption(captions: Int[torch.Tensor, "*lead batch L"]) -> Bool[torch.Tensor, "*lead batch batch"]:
+    """``out[..., i, j]``: captions i and j are the same token sequence (the diagonal is True).
+
+    Example:
+        >>> same_caption(torch.tensor([[1, 2], [3, 4], [1, 2]])).int()
+        tensor([[1, 0, 1],
+                [0, 1, 0],
+                [1, 0, 1]], dtype=torch.int32)
+    """
+    return (captions.unsqueeze(-2) == captions.unsqueeze(-3)).all(-1)
+
+
 def symmetric_ce(
     logits: Float[torch.Tensor, "*lead batch batch"],
     valid: Bool[torch.Tensor, "*lead batch"] | None = None,
     labels: torch.Tensor | None = None,
+    same: Bool[torch.Tensor, "*lead batch batch"] | None = None,
+    shared: Bool[torch.Tensor, "*lead"] | None = None,
 ) -> Float[torch.Tensor, "*lead"]:
     """The symmetric CLIP loss (mean of image->text and text->image cross-entropy, targets on the diagonal) of each
     leading index. ``valid``: rows that are real pairs (a short batch padded to size); a padded row weighs 0 and
     a valid image (caption) sees only valid captions (images). ``labels``: ``arange(batch)`` repeated over the
-    leading indices, if the caller keeps one (saves a kernel per step)."""
+    leading indices, if the caller keeps one (saves a kernel per step).
+
+    ``same`` (``same_caption`` of the batch's captions; None: standard CLIP, ``TrainConfig.negatives="all"``): the
+    pairs whose captions are identical. Off its diagonal such a pair is, per leading index, masked out of both
+    directions' softmax (``shared`` False: ``negatives="distinct"``) or a positive (``shared`` True:
+    ``negatives="shared"``: image i's targets spread evenly over the captions identical to its own, and likewise
+    caption i's over their images; its minimum is then the targets' entropy, a constant with no gradient). A leading
+    index whose ``same`` is the identity is standard CLIP. With no repeated caption in a batch all three agree.
+
+    Example:
+        >>> logits = 10 * torch.eye(3)
+        >>> logits[0, 2] = logits[2, 0] = logits[0, 0]  # images 0 and 2 have the same caption: a perfect model
+        >>> same = same_caption(torch.tensor([[1, 2], [3, 4], [1, 2]]))
+        >>> [round(float(symmetric_ce(logits, same=s, shared=m)), 4) for s, m in
+        ...  [(None, None), (same, torch.tensor(False)), (same, torch.tensor(True))]]  # all, distinct, shared
+        [0.4621, 0.0001, 0.4621]
+    """
     B = logits.shape[-1]
+    if same is not None:
+        return _masked_symmetric_ce(logits, valid, same, shared)
     if logits.ndim == 2 and valid is None:
         labels = torch.arange(B, device=logits.device)
         return 0.5 * (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels))
@@ -138,3 +177,39 @@ def symmetric_ce(
     lt = F.cross_entropy(flat.transpose(1, 2).masked_fill(mask, inf).reshape(n * B, B), labels, reduction="none")
     w = v.to(logits.dtype)
     return (0.5 * ((li.view(n, B) * w).sum(1) + (lt.view(n, B) * w).sum(1)) / w.sum(1)).view(lead)
+
+
+def _masked_symmetric_ce(
+    logits: torch.Tensor, valid: torch.Tensor | None, same: torch.Tensor, shared: torch.Tensor | None
+) -> torch.Tensor:
+    """``symmetric_ce`` with identical captions masked out (``shared`` False) or made positives (True)."""
+    B = logits.shape[-1]
+    lead = logits.shape[:-2]
+    flat = logits.reshape(-1, B, B)
+    n = flat.shape[0]
+    eye = torch.eye(B, dtype=torch.bool, device=logits.device)
+    S = same.reshape(n, B, B)
+    drop = torch.zeros_like(S)
+    if valid is not None:
+        v = valid.reshape(n, B)
+        S = S & v[:, :, None] & v[:, None, :]
+        drop = v[:, :, None] & ~v[:, None, :]  # valid image i, padded caption j
+    S = S | eye  # a padded row keeps its own diagonal target (it weighs 0)
+    multi = torch.zeros(n, 1, 1, dtype=torch.bool, device=logits.device)
+    if shared is not None:
+        multi = shared.reshape(n, 1, 1).expand(n, 1, 1).to(torch.bool)
+    off = S & ~eye
+    drop = drop | (off & ~multi)  # distinct: identical captions leave the softmax
+    S_t = S.to(logits.dtype)
+    targets = torch.where(multi, S_t / S_t.sum(-1, keepdim=True), eye.to(logits.dtype))  # symmetric, as S is
+    zero = targets == 0
+
+    def direction(x: torch.Tensor) -> torch.Tensor:
+        lsm = torch.log_softmax(x.masked_fill(drop, float("-inf")), dim=-1)
+        return -(targets * lsm.masked_fill(zero, 0.0)).sum(-1)  # [n, B]
+
+    li, lt = direction(flat), direction(flat.transpose(1, 2))
+    if valid is None:
+        return (0.5 * (li + lt).mean(1)).view(lead)
+    w = valid.reshape(n, B).to(logits.dtype)
+    return (0.5 * ((li * w).sum(1) + (lt * w).sum(1)) / w.sum(1)).view(lead)

@@ -447,6 +447,7 @@ def _stack_members(
         models.append(m.init_model if m.init_model is not None else CLIP1D(m.model_cfg, seed=m.train_cfg.seed))
     seeds = [m.train_cfg.seed for m in members]
     model = StackedCLIP(models, dropout_rng, seeds=seeds, device=device)
+    model.set_negatives([m.train_cfg.negatives for m in members])
     model.train()
     if dropout_rng == "fast":
         torch.manual_seed(mix_seeds(seeds))  # the group's dropout stream

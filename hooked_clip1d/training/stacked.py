@@ -46,7 +46,7 @@ from torch import nn
 
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.model.config import EncoderConfig
-from hooked_clip1d.model.functional import rotary_tables
+from hooked_clip1d.model.functional import NEGATIVES, rotary_tables
 from hooked_clip1d.training.stacked_forward import StackedForward
 from hooked_clip1d.training.stacked_ops import DropoutRNG
 from hooked_clip1d.training.stacked_support import SHAPE_FIELDS, check_supported
@@ -112,6 +112,7 @@ class StackedCLIP(StackedForward):
         self.flat = nn.ParameterList(params)
         self.params: dict[str, nn.Parameter] = dict(zip(self.names, self.flat, strict=True))
         self.max_logit_scale = torch.tensor([c.max_logit_scale for c in cfgs], device=self.device)
+        self.negatives = None  # every member standard CLIP (set_negatives)
         self.head_masks = self._head_masks(cfgs)
         self.rotary: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # RoPE's (sin, cos) per tower
         for name in ("vision", "text"):
@@ -267,6 +268,22 @@ class StackedCLIP(StackedForward):
         n = self.n_labels[k]
         return torch.where(tokens > n, tokens + (self.n_max - n), tokens)
 
+    def set_negatives(self, modes: Sequence[str]) -> None:
+        """Each member's ``TrainConfig.negatives`` (``functional.NEGATIVES``): how its loss treats identical captions.
+
+        Example:
+            >>> from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
+            >>> st = StackedCLIP([CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=s) for s in (0, 1)])
+            >>> st.set_negatives(["all", "shared"]); st.negatives.tolist()
+            [0, 2]
+            >>> st.set_negatives(["all", "all"]); st.negatives is None  # the standard loss's own fast path
+            True
+        """
+        if len(modes) != self.K or any(m not in NEGATIVES for m in modes):
+            raise ValueError(f"set_negatives: one of {list(NEGATIVES)} per member ({self.K}), got {list(modes)!r}")
+        codes = [NEGATIVES.index(m) for m in modes]
+        self.negatives = torch.tensor(codes, device=self.device) if any(codes) else None
+
     def keep(self, members: Sequence[int]) -> None:
         """Drop every member not in ``members`` (finished runs); parameters become new tensors."""
         idx = torch.tensor(list(members), device=self.device)
@@ -281,6 +298,8 @@ class StackedCLIP(StackedForward):
         self.n_labels = [self.n_labels[i] for i in keep_l]
         self.K = len(keep_l)
         self.max_logit_scale = self.max_logit_scale.index_select(0, idx)
+        if self.negatives is not None:
+            self.negatives = self.negatives.index_select(0, idx)
         self.head_masks = {k: (None if m is None else m.index_select(0, idx)) for k, m in self.head_masks.items()}
         if self.dropout_rng == "matched":
             self.generators = [self.generators[i] for i in keep_l]

@@ -23,7 +23,15 @@ from jaxtyping import Bool, Float, Int
 from torch import nn
 
 from hooked_clip1d.model.config import EncoderConfig
-from hooked_clip1d.model.functional import cosine, layer_norm, rotate, symmetric_ce, temperature
+from hooked_clip1d.model.functional import (
+    NEGATIVES,
+    cosine,
+    layer_norm,
+    rotate,
+    same_caption,
+    symmetric_ce,
+    temperature,
+)
 from hooked_clip1d.training.stacked_ops import Adjacent, DropoutRNG, keep_mask
 
 
@@ -51,6 +59,7 @@ class StackedForward(nn.Module):
     tower_cfg: dict[str, EncoderConfig]
     params: dict[str, nn.Parameter]
     max_logit_scale: torch.Tensor
+    negatives: torch.Tensor | None  # per member: NEGATIVES index [K] (0 standard CLIP); None: every member standard
     head_masks: dict[tuple[str, int], torch.Tensor | None]  # per-member head masks [K, H]; None: no member prunes
     rotary: dict[str, tuple[torch.Tensor, torch.Tensor]]  # RoPE's (sin, cos) per tower
     generators: list[torch.Generator]  # per member (dropout_rng="matched")
@@ -405,7 +414,13 @@ class StackedForward(nn.Module):
             labels = torch.arange(B, device=logits.device).repeat(K)
         elif labels is None:
             labels = self._labels[(K, B)] = torch.arange(B, device=logits.device).repeat(K)
-        return symmetric_ce(logits, valid, labels)
+        if self.negatives is None:
+            return symmetric_ce(logits, valid, labels)
+        # TrainConfig.negatives per member: the standard ones keep only their diagonal as "same caption"
+        same = same_caption(captions) & (
+            (self.negatives != 0)[:, None, None] | torch.eye(B, dtype=torch.bool, device=logits.device)
+        )
+        return symmetric_ce(logits, valid, labels, same=same, shared=self.negatives == NEGATIVES.index("shared"))
 
 
 @dataclass

@@ -397,7 +397,7 @@ class Trainer:
         perm = torch.randperm(m, generator=self.gen).to(self.device)
         for start in range(0, m, bs):
             idx = perm[start : start + bs]
-            loss = model.loss(self.images[idx], self.captions[idx], validate=False)
+            loss = model.loss(self.images[idx], self.captions[idx], validate=False, negatives=self.cfg.negatives)
             if not torch.isfinite(loss):
                 raise FloatingPointError(
                     f"training loss is {loss.item()} at step {self.step + 1} (epoch {self.epoch + 1}); the "
