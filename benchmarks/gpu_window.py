@@ -509,16 +509,7 @@ def check_one(mode: str, device: str, steps: int = 200, preset: str = "full", re
                 return rec
         base = gc.five_then(device, "eager", steps, preset)
         got = gc.five_then(device, mode, steps, preset)
-        lt, gt, wt = gc.TOLS[gc._precision(mode)]
-        loss = gc._rel(got["loss"], base["loss"])
-        grad = max(gc._rel(p, q) for p, q in zip(got["grads"], base["grads"], strict=True))
-        worst = gc._worst(got["traj"], base["traj"])
-        rec["checks"] += [
-            {"check": f"{mode}: loss of 5 steps vs fp32 eager", "value": loss, "tol": lt, "ok": loss <= lt},
-            {"check": f"{mode}: gradients of step 5 vs fp32 eager", "value": grad, "tol": gt, "ok": grad <= gt},
-            {"check": f"{mode}: weights after {steps} steps vs fp32 eager ({worst[1]})", "value": worst[0],
-             "tol": wt, "ok": worst[0] <= wt},
-        ]  # fmt: skip
+        rec["checks"] += gc.mode_rows(mode, got, base, steps)  # gpu_check's one comparison (b_K by its size)
         rec["ok"] = all(c["ok"] for c in rec["checks"])
         if rec["ok"]:
             for k in ks if "compile" not in mode else ks[:1]:  # a new size recompiles (~1 min): timed at K = 2
