@@ -706,6 +706,17 @@ def choose_mode(modes: Sequence[str], run_check: Callable[[str, bool], dict[str,
     return None, recs
 
 
+def _device_name(device: str) -> str:
+    """What a check is valid for: the device kind and, on CUDA, the GPU's name (a check on one says nothing of
+    another)."""
+    if device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            return f"cuda:{torch.cuda.get_device_name(0)}"
+    return device
+
+
 def window(a: argparse.Namespace) -> int:
     started = a.started or time.time()
     until = started + a.limit - a.reserve
@@ -738,7 +749,12 @@ def window(a: argparse.Namespace) -> int:
         log(line)
     # the check: once per machine (a second call reuses it)
     check_file = state / "check.json"
-    checked = json.loads(check_file.read_text()) if check_file.exists() else {"mode": None, "failed": [], "recs": []}
+    here = _device_name(a.device)
+    checked = json.loads(check_file.read_text()) if check_file.exists() else {}
+    if checked.get("device") != here:  # another device's check (a CPU dry run, another GPU) says nothing of this one
+        if checked:
+            log(f"== the check file there is {checked.get('device')!r}'s, not {here!r}'s: checked again")
+        checked = {"mode": None, "failed": [], "recs": [], "device": here}
     mode, step_s = checked["mode"], {int(k): v for k, v in checked.get("step_s", {}).items()}
     if a.step_ms is not None:
         step_s = {2: a.step_ms / 1e3}
@@ -891,6 +907,38 @@ def estimate(a: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> float:
+    """argparse type: a finite number > 0 (a limit, a time, a size)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (v > 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+    return v
+
+
+def _non_negative(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (v >= 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return v
+
+
+def _step_ms(text: str) -> str:
+    """argparse type of ``estimate --step-ms``: 'A' or 'A,B', each a finite number of ms > 0."""
+    parts = text.split(",")
+    if len(parts) not in (1, 2):
+        raise argparse.ArgumentTypeError(f"{text!r}: give 'A' (ms at K = 2) or 'A,B' (at K = 2 and 12)")
+    for x in parts:
+        _positive(x)
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -899,13 +947,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     w.add_argument("--state", default=os.path.join(tempfile.gettempdir(), "hc1d-gpu"),
                    help="this machine's working folder (kept between calls; default: in its temp dir)")  # fmt: skip
     w.add_argument("--carry", default=".gpu-carry", help="the carried folder (carry)")
-    w.add_argument("--limit", type=float, default=LIMIT_S, help="seconds this command may take")
-    w.add_argument("--reserve", type=float, default=RESERVE_S, help="seconds before the limit training stops")
+    w.add_argument("--limit", type=_positive, default=LIMIT_S, help="seconds this command may take")
+    w.add_argument("--reserve", type=_non_negative, default=RESERVE_S, help="seconds before the limit training stops")
     w.add_argument("--started", type=float, default=None, help="time.time() the command started (gpu_queue.sh)")
-    w.add_argument("--window-s", type=float, default=LIMIT_S - RESERVE_S - STARTUP_S,
+    w.add_argument("--window-s", type=_positive, default=LIMIT_S - RESERVE_S - STARTUP_S,
                    help="training seconds of a window, for the plan")  # fmt: skip
-    w.add_argument("--room", type=float, default=None, help="MiB of state that may stay in flight (room.json)")
-    w.add_argument("--step-ms", type=float, default=None, help="assume this step time (tests)")
+    w.add_argument("--room", type=_non_negative, default=None, help="MiB of state that may stay in flight (room.json)")
+    w.add_argument("--step-ms", type=_positive, default=None, help="assume this step time (tests)")
     w.add_argument("--max-steps", type=int, default=None, help="stop each group after this many steps (tests)")
     w.add_argument("--check-scale", type=float, default=1.0, help="scale the checks' time limits")
     w.add_argument("--again", action="store_true", help="a second call: only on the machine of the first")
@@ -943,10 +991,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     k.add_argument("--travel-mib", type=float, default=None, help="MiB travelling beside the carry (default: tree "
                    "+ wheels)")  # fmt: skip
     e = sub.add_parser("estimate", help="here: windows the queue takes at assumed step times (simulate)")
-    e.add_argument("--step-ms", action="append", required=True,
+    e.add_argument("--step-ms", action="append", required=True, type=_step_ms,
                    help="ms a group step at K = 2 (or 'A,B': at K = 2 and 12); one scenario each")  # fmt: skip
-    e.add_argument("--room", type=float, default=None, help="MiB of state that travels (default: the tree's)")
-    e.add_argument("--window-s", type=float, default=LIMIT_S - RESERVE_S - STARTUP_S)
+    e.add_argument("--room", type=_non_negative, default=None, help="MiB of state that travels (default: the tree's)")
+    e.add_argument("--window-s", type=_positive, default=LIMIT_S - RESERVE_S - STARTUP_S)
     e.add_argument("--queue", default=" ".join(QUEUE))
     e.add_argument("--spec-dir", default=str(ROOT / "hooked_clip1d" / "sweeps"))
     e.add_argument("--wheels", default=str(ROOT / ".whl"))
@@ -954,6 +1002,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     u = sub.add_parser("unpack", help="here: what calls brought back, oldest first")
     u.add_argument("files_at", nargs="+")
     a = ap.parse_args(argv)
+    if a.cmd == "window" and a.reserve >= a.limit:
+        ap.error(f"window: --reserve {a.reserve:g} must be less than --limit {a.limit:g} (no time would train)")
     if a.cmd == "window":
         return window(a)
     if a.cmd == "check":

@@ -20,10 +20,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:
-    from hooked_clip1d.data.vocab import Vocabulary
+from typing import Any, Literal
 
 MAX_IMAGES = 1_000_000  # a DataConfig whose splits would hold more images is refused before anything is built
 
@@ -185,12 +182,6 @@ class DataConfig:
         return self.n_labels - self.n_heldout
 
     @property
-    def vocab(self) -> Vocabulary:
-        from hooked_clip1d.data.vocab import Vocabulary  # imports torch: not at module level
-
-        return Vocabulary(self.n_labels)
-
-    @property
     def batch_size(self) -> int:
         """The paper's batch size for this caption mode: 50 (left) or 100 (left_right)."""
         return 50 if self.caption_mode == "left" else 100
@@ -224,6 +215,31 @@ def check_groups(field: str, groups: Any, known: Sequence[str]) -> tuple[str, ..
     if unknown:
         raise ValueError(f"TrainConfig.{field}: unknown groups {unknown}; choose from {list(known)}")
     return tuple(sorted(set(groups)))
+
+
+def snapshot_schedule(snaps: Any, epochs: int) -> tuple[int, ...]:
+    """``TrainConfig.snapshot_epochs`` checked and sorted: epochs (ints) in 0..``epochs`` (one past the end would never
+    be made), each once.
+
+    Example:
+        >>> snapshot_schedule([5, 0, 5], 10)
+        (0, 5)
+    """
+    if (
+        isinstance(snaps, str)
+        or not isinstance(snaps, tuple | list)
+        or not all(isinstance(e, int) and not isinstance(e, bool) for e in snaps)
+    ):
+        raise ValueError(f"TrainConfig.snapshot_epochs must be a tuple of epochs (ints), got {snaps!r}")
+    if any(e < 0 for e in snaps):
+        raise ValueError(f"TrainConfig.snapshot_epochs must be epochs >= 0, got {sorted(snaps)}")
+    past = sorted({e for e in snaps if e > epochs})
+    if past:
+        shown = str(past) if len(past) <= 5 else f"{past[:5]} and {len(past) - 5} more"
+        raise ValueError(
+            f"TrainConfig.snapshot_epochs {shown} are past the run's end (epochs={epochs}): they would never be made"
+        )
+    return tuple(sorted(set(snaps)))
 
 
 @dataclass(frozen=True)
@@ -331,16 +347,11 @@ class TrainConfig:
                 f"TrainConfig.warmup_epochs={self.warmup_epochs} must be less than epochs={self.epochs} (the cosine "
                 "decay needs steps after the warmup)"
             )
-        snaps = self.snapshot_epochs
-        if isinstance(snaps, str) or not isinstance(snaps, tuple | list) or not all(is_int(e) for e in snaps):
-            raise ValueError(f"TrainConfig.snapshot_epochs must be a tuple of epochs (ints), got {snaps!r}")
-        if any(e < 0 for e in snaps):
-            raise ValueError(f"TrainConfig.snapshot_epochs must be epochs >= 0, got {sorted(snaps)}")
-        object.__setattr__(self, "snapshot_epochs", tuple(sorted(set(snaps))))
         for f in ("epochs", "eval_every", "checkpoint_every"):
             v = getattr(self, f)
             if not is_int(v) or v < 1:
                 raise ValueError(f"TrainConfig.{f} must be a positive int, got {v!r}")
+        object.__setattr__(self, "snapshot_epochs", snapshot_schedule(self.snapshot_epochs, self.epochs))
         if self.batch_size is not None and (not is_int(self.batch_size) or self.batch_size < 2):
             raise ValueError(f"TrainConfig.batch_size must be >= 2 for a contrastive loss, got {self.batch_size!r}")
         if not is_real(self.lr) or not self.lr > 0:

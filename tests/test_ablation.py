@@ -9,9 +9,9 @@ import torch
 from conftest import ROPE, make_model
 
 from hooked_clip1d import evaluate
-from hooked_clip1d.analysis.ablation import PAPER_ABLATIONS, evaluate_ablations, format_ablations
-from hooked_clip1d.analysis.decompose import decompose_attention_scores
-from hooked_clip1d.analysis.terms import POSITIONAL_TERMS, ablate_terms
+from hooked_clip1d.analysis.interventions.ablation import PAPER_ABLATIONS, evaluate_ablations, format_ablations
+from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores
+from hooked_clip1d.analysis.interventions.terms import POSITIONAL_TERMS, ablate_terms
 
 VARIANTS = {
     "1L": dict(),

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig, load_model
-from hooked_clip1d.analysis.alignment import embedding_alignment, procrustes
+from hooked_clip1d.analysis.mechanism.alignment import embedding_alignment, procrustes
 from hooked_clip1d.visualization.alignment import plot_alignment
 
 

@@ -13,9 +13,9 @@ import torch
 from conftest import make_model, no_hooks_left
 
 from hooked_clip1d import load_model
-from hooked_clip1d.analysis.attribution import Attribution, linear_metric
-from hooked_clip1d.analysis.edge_attribution import eap, eap_ig, exact_edge_patching
-from hooked_clip1d.analysis.graph import (
+from hooked_clip1d.analysis.circuits.attribution import Attribution, linear_metric
+from hooked_clip1d.analysis.circuits.edge_attribution import eap, eap_ig, exact_edge_patching
+from hooked_clip1d.analysis.circuits.graph import (
     Task,
     build_graph,
     clip_belief_metric,
@@ -24,9 +24,9 @@ from hooked_clip1d.analysis.graph import (
     mirror_task,
     parse_node,
 )
+from hooked_clip1d.analysis.circuits.node_attribution import NODE_KINDS, atp, atp_star, exact_patching
+from hooked_clip1d.analysis.circuits.path_patching import path_patch, path_patching
 from hooked_clip1d.analysis.metrics import mirror_images, pair_inputs
-from hooked_clip1d.analysis.node_attribution import NODE_KINDS, atp, atp_star, exact_patching
-from hooked_clip1d.analysis.path_patching import path_patch, path_patching
 
 ATOL = 1e-5
 
@@ -199,7 +199,7 @@ def test_every_method_runs_on_each_target(full_model, pairs, target):
 
 @pytest.mark.parametrize("target", ["vision", "text", "clip"])
 def test_acdc_runs_on_each_target(two_layer_model, pairs, target):
-    from hooked_clip1d.analysis.circuits import acdc
+    from hooked_clip1d.analysis.circuits.scores import acdc
 
     task = mirror_task(two_layer_model, *pairs, target=target)
     res = acdc(task, threshold=0.05)

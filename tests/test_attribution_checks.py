@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hooked_clip1d import build_dataset, load_model
-from hooked_clip1d.analysis.attribution import (
+from hooked_clip1d.analysis.circuits.attribution import (
     Attribution,
     AttributionWarning,
     agreement,
@@ -21,12 +21,18 @@ from hooked_clip1d.analysis.attribution import (
     moved,
     sample_names,
 )
-from hooked_clip1d.analysis.circuits import acdc
-from hooked_clip1d.analysis.edge_attribution import eap, exact_edge_patching
-from hooked_clip1d.analysis.graph import Task, build_graph, clip_belief_metric, mirror_task
-from hooked_clip1d.analysis.methods import METHODS, Method, check_attribution, register_method, unregister_method
+from hooked_clip1d.analysis.circuits.edge_attribution import eap, exact_edge_patching
+from hooked_clip1d.analysis.circuits.graph import Task, build_graph, clip_belief_metric, mirror_task
+from hooked_clip1d.analysis.circuits.methods import (
+    METHODS,
+    Method,
+    check_attribution,
+    register_method,
+    unregister_method,
+)
+from hooked_clip1d.analysis.circuits.node_attribution import atp, atp_star, exact_patching, node_specs
+from hooked_clip1d.analysis.circuits.scores import acdc
 from hooked_clip1d.analysis.metrics import image_belief_metric, mirror_images, pair_inputs
-from hooked_clip1d.analysis.node_attribution import atp, atp_star, exact_patching, node_specs
 
 NO_QK = "simplified-ntot20-n2-10-no-qk-bias"
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,8 +206,9 @@ def test_the_registry_names_every_method_and_a_new_one_is_benchmarked(shipped, m
 
 
 # ---- public seams ---------------------------------------------------------------------------------------------------
-ATTRIBUTION_CODE = ("attribution", "node_attribution", "edge_attribution", "path_patching", "circuits", "graph",
-                    "metrics", "term_ablation", "methods")  # fmt: skip
+ATTRIBUTION_CODE = ("circuits/attribution", "circuits/node_attribution", "circuits/edge_attribution",
+                    "circuits/path_patching", "circuits/scores", "circuits/graph", "metrics",
+                    "interventions/term_ablation", "circuits/methods")  # fmt: skip
 
 
 def test_no_private_name_crosses_modules_in_the_attribution_code():
@@ -213,7 +220,7 @@ def test_no_private_name_crosses_modules_in_the_attribution_code():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hooked_clip1d"):
                 bad += [f"{stem}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert not bad, bad
-    import hooked_clip1d.analysis.attribution as attribution
+    import hooked_clip1d.analysis.circuits.attribution as attribution
 
     for name in attribution.__all__:  # every building block is documented with an example
         obj = getattr(attribution, name)

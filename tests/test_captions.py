@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from hooked_clip1d import load_model
-from hooked_clip1d.analysis.captions import caption_attributions, caption_directions, cls_logit_lens
+from hooked_clip1d.analysis.interventions.captions import caption_attributions, caption_directions, cls_logit_lens
 
 IMGS = ["C . . 17 . . 19 . . . .", "C . . 19 . . 17 . . . .", "C 3 . . . . . . . . ."]
 CAPS = ["17 is on the left of 19", "19 is on the left of 17", "3 is in the image"]

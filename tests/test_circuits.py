@@ -10,8 +10,10 @@ import torch
 from conftest import make_model, no_hooks_left
 
 from hooked_clip1d import load_model
-from hooked_clip1d.analysis.attribution import Attribution
-from hooked_clip1d.analysis.circuits import (
+from hooked_clip1d.analysis.circuits.attribution import Attribution
+from hooked_clip1d.analysis.circuits.graph import build_graph, graph_flags, mirror_task, parse_node
+from hooked_clip1d.analysis.circuits.node_attribution import exact_patching
+from hooked_clip1d.analysis.circuits.scores import (
     Circuit,
     ablation_values,
     acdc,
@@ -25,17 +27,15 @@ from hooked_clip1d.analysis.circuits import (
     run_circuit,
     score_method,
 )
-from hooked_clip1d.analysis.graph import build_graph, graph_flags, mirror_task, parse_node
 from hooked_clip1d.analysis.hooks import (
     mean_ablation_hooks,
     mean_heads_hooks,
     resample_ablation_hooks,
     resample_heads_hooks,
 )
+from hooked_clip1d.analysis.interventions.term_ablation import mean_ablate_terms, resample_ablate_terms
+from hooked_clip1d.analysis.interventions.terms import ablate_terms
 from hooked_clip1d.analysis.metrics import pair_inputs
-from hooked_clip1d.analysis.node_attribution import exact_patching
-from hooked_clip1d.analysis.term_ablation import mean_ablate_terms, resample_ablate_terms
-from hooked_clip1d.analysis.terms import ablate_terms
 from hooked_clip1d.pretrained.circuit_files import CIRCUIT_MODELS, list_circuits, load_circuit, measure_circuit
 
 NO_QK = "simplified-ntot20-n2-10-no-qk-bias"  # the model whose circuit these tests know (head 2; no b_Q)
@@ -222,7 +222,7 @@ def test_x_circuits_benchmark_on_one_model(monkeypatch):
     2 steps; ~30 s under the test suite's type checks, hence slow): a row per registered method and belief, with its
     AUCs, its agreement with exact patching where it estimates it, and its time."""
     import hooked_clip1d.reproduce.circuits as xc
-    from hooked_clip1d.analysis.methods import METHODS
+    from hooked_clip1d.analysis.circuits.methods import METHODS
 
     monkeypatch.setattr(xc, "OVERRIDES", {"EAP-IG": {"steps": 2}})
     monkeypatch.setattr(xc, "N_INPUTS", 4)

@@ -151,7 +151,7 @@ IMGS = ["C 1 . . 2 . . . . . .", "C . 3 4 . . . . . . .", "C . . . . . . . 5 . 6
 
 
 def test_ablated_terms_remove_the_term_from_every_forward_pass():
-    from hooked_clip1d.analysis.terms import ablate_terms, attention_terms
+    from hooked_clip1d.analysis.interventions.terms import ablate_terms, attention_terms
 
     m, ref = _ablated_pair()
     img = m.vision.to_tokens(IMGS)
@@ -169,7 +169,7 @@ def test_ablated_terms_remove_the_term_from_every_forward_pass():
 
 def test_ablated_terms_follow_a_patched_embedding():
     """A user hook on hook_embed runs before the ablation reads E: the removed EP is that of the patched E."""
-    from hooked_clip1d.analysis.terms import ablate_terms
+    from hooked_clip1d.analysis.interventions.terms import ablate_terms
 
     m, ref = _ablated_pair()
     img = m.vision.to_tokens(IMGS)

@@ -71,7 +71,7 @@ def test_a_training_run_substitutes_with_its_history(tmp_path):
     tc = manifest(FLAGSHIP)["train_config"]
     from hooked_clip1d.settings import TrainConfig
 
-    cfg = TrainConfig.from_dict({**tc, "epochs": 1, "eval_every": 1, "seed": 9})
+    cfg = TrainConfig.from_dict({**tc, "epochs": 1, "eval_every": 1, "seed": 9, "snapshot_epochs": []})
     Trainer(zoo.cfg, zoo.data_config, cfg, tmp_path / "run").run(progress=False)
     m = substitute(FLAGSHIP, str(tmp_path / "run"))
     assert m.manifest["history"]["epoch"] == [1] and m.manifest["epochs"] == 1

@@ -10,7 +10,7 @@ import torch
 from conftest import ROPE, make_model
 
 from hooked_clip1d import build_dataset, load_model
-from hooked_clip1d.analysis.decompose import (
+from hooked_clip1d.analysis.interventions.decompose import (
     SCORE_TERMS,
     TOKEN_POSITION_TERMS,
     WEIGHT_BIAS_TERMS,
@@ -18,7 +18,7 @@ from hooked_clip1d.analysis.decompose import (
     residual_components,
     row_std_shares,
 )
-from hooked_clip1d.analysis.terms import attention_terms
+from hooked_clip1d.analysis.interventions.terms import attention_terms
 from hooked_clip1d.visualization.decomposition import (
     plot_ablations,
     plot_row_profiles,

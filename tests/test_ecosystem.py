@@ -22,7 +22,7 @@ import hooked_clip1d.pretrained as reg
 import hooked_clip1d.pretrained.ship as ship
 from hooked_clip1d import DataConfig, TrainConfig, load_model
 from hooked_clip1d.analysis.hooks import splice_hook
-from hooked_clip1d.analysis.sae import SparseAutoencoder, collect_activations, train_sae
+from hooked_clip1d.analysis.interventions.sae import SparseAutoencoder, collect_activations, train_sae
 from hooked_clip1d.cli.commands import main
 from hooked_clip1d.model.tl_compat import TL_VERSION, remove_batch_dim
 from hooked_clip1d.training.trainer import Trainer

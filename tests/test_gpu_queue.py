@@ -318,7 +318,7 @@ def test_a_mode_that_crashes_in_training_hands_over_to_the_next(tmp_path, specs)
     it crashes (here: it needs CUDA): the window checks the next mode and trains the queue with it."""
     state = tmp_path / "s"
     state.mkdir()
-    passed = {"mode": "graph-step", "failed": [], "recs": [], "step_s": {"2": 0.01}}
+    passed = {"mode": "graph-step", "failed": [], "recs": [], "step_s": {"2": 0.01}, "device": "cpu"}
     (state / "check.json").write_text(json.dumps(passed))
     out = _queue(tmp_path, "window", "300", STATE=str(state), OUT=str(tmp_path / "o"), MODES="graph-step,flat",
                  WINDOW_ARGS="--check-scale 4 --check-timing-s 0.05")  # fmt: skip
@@ -392,3 +392,32 @@ def test_the_gradient_gate_still_fails_on_a_real_difference():
     nan = [torch.tensor([float("nan"), -2.0]), ref[1]]
     assert not any(r["ok"] for r in gc.grad_checks("x", names, nan, ref, 1e-4))
     assert all(r["ok"] for r in gc.grad_checks("x", names, [ref[0], None], ref, 1e-4))  # b_K frozen: no gradient
+
+
+@pytest.mark.slow
+def test_a_check_made_on_another_device_is_not_reused(tmp_path, specs):
+    """A check file left by a window on another device (a GPU, or the CPU dry run on a machine later lent a GPU)
+    says nothing of this one: the window checks again instead of skipping its check."""
+    state = tmp_path / "s"
+    state.mkdir()
+    other = {"mode": "flat", "failed": [], "recs": [], "step_s": {"2": 0.01}, "device": "cuda:NVIDIA H200"}
+    (state / "check.json").write_text(json.dumps(other))
+    out = _queue(tmp_path, "window", "300", STATE=str(state), OUT=str(tmp_path / "o"), MODES="flat",
+                 WINDOW_ARGS="--check-scale 4 --check-timing-s 0.05 --max-steps 2")  # fmt: skip
+    assert "is 'cuda:NVIDIA H200''s, not 'cpu''s: checked again" in out and "== check: flat (" in out
+    assert json.loads((state / "check.json").read_text())["device"] == "cpu"
+
+
+def test_the_window_refuses_bad_numbers_before_writing_anything(tmp_path, capsys):
+    for argv in (["window", "--out", str(tmp_path / "o"), "--state", str(tmp_path / "s"), "--limit", "-5"],
+                 ["window", "--out", str(tmp_path / "o"), "--state", str(tmp_path / "s"), "--limit", "30",
+                  "--reserve", "60"],
+                 ["estimate", "--step-ms", "abc"], ["estimate", "--step-ms", "1,2,3"],
+                 ["estimate", "--step-ms", "0"]):  # fmt: skip
+        with pytest.raises(SystemExit) as e:
+            gw.main(argv)
+        assert e.value.code == 2, argv
+    err = capsys.readouterr().err
+    assert "'-5' must be a finite number > 0" in err and "must be less than --limit" in err
+    assert "'abc' is not a number" in err and "give 'A'" in err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "s").exists()

@@ -8,7 +8,8 @@ import torch
 from conftest import ROPE, make_model
 
 from hooked_clip1d import load_model
-from hooked_clip1d.analysis.heads import (
+from hooked_clip1d.analysis.interventions.terms import attention_terms
+from hooked_clip1d.analysis.mechanism.heads import (
     classify_head_roles,
     cls_object_bias,
     label_pe_deltas,
@@ -16,7 +17,6 @@ from hooked_clip1d.analysis.heads import (
     text_eot_bias,
     to_jsonable,
 )
-from hooked_clip1d.analysis.terms import attention_terms
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.visualization.heads import plot_eot_bias, plot_head_roles, plot_label_pe_scatter
 

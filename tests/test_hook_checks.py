@@ -70,7 +70,7 @@ def test_evaluate_refuses_nan_similarities(model):
 
 
 def test_steering_refuses_nan_alphas():
-    from hooked_clip1d.analysis.spatial_ids import _alphas
+    from hooked_clip1d.analysis.mechanism.spatial_ids import _alphas
 
     with pytest.raises(ValueError, match="finite"):
         _alphas([0.0, float("nan")])

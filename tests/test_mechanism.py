@@ -1,4 +1,5 @@
-"""analysis.mechanism: probe set, average-rank Spearman, the CLS-row reparametrisation and the invariant ablation."""
+"""analysis.mechanism.report: probe set, average-rank Spearman, the CLS-row reparametrisation and the invariant "
+"ablation."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import torch
 from conftest import randomize_biases
 
 from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig, build_dataset, load_model
-from hooked_clip1d.analysis.ablation import evaluate_ablations
-from hooked_clip1d.analysis.mechanism import (
+from hooked_clip1d.analysis.interventions.ablation import evaluate_ablations
+from hooked_clip1d.analysis.interventions.terms import ablate_terms
+from hooked_clip1d.analysis.mechanism.report import (
     PROBE,
     ablate_cls_key_position,
     cls_query,
@@ -18,7 +20,6 @@ from hooked_clip1d.analysis.mechanism import (
     spearman_position,
     unseen_probe,
 )
-from hooked_clip1d.analysis.terms import ablate_terms
 
 D = DataConfig(n_labels=8, n_heldout=3, n2=3)
 

@@ -7,7 +7,7 @@ import torch
 from conftest import randomize_biases
 
 from hooked_clip1d import CLIP1D, CLIPConfig, load_model
-from hooked_clip1d.analysis.terms import ablate_terms
+from hooked_clip1d.analysis.interventions.terms import ablate_terms
 
 IMGS = ["C 1 . 2 . . . . . . .", "C 2 . . . 1 . . . . .", "C . . . 3 . . 4 . . ."]
 

@@ -9,18 +9,7 @@ import torch
 from conftest import make_model
 
 from hooked_clip1d import load_model
-from hooked_clip1d.analysis.metrics import (
-    caption_belief,
-    image_belief,
-    image_belief_metric,
-    mirror_images,
-    pair_grid,
-    pair_inputs,
-    shift_fraction,
-    swap_captions,
-    swap_objects,
-)
-from hooked_clip1d.analysis.patching import (
+from hooked_clip1d.analysis.interventions.patching import (
     TL_KINDS,
     caption_swap_patching,
     cls_object_edges,
@@ -33,6 +22,17 @@ from hooked_clip1d.analysis.patching import (
     position_sets,
     text_interchange,
     tl_patching,
+)
+from hooked_clip1d.analysis.metrics import (
+    caption_belief,
+    image_belief,
+    image_belief_metric,
+    mirror_images,
+    pair_grid,
+    pair_inputs,
+    shift_fraction,
+    swap_captions,
+    swap_objects,
 )
 from hooked_clip1d.visualization.patching import (
     plot_fraction_map,
@@ -401,7 +401,8 @@ def test_plots_write_files(tmp_path, two_layer_model, pairs):
 
 def test_hook_factories_have_one_home_and_their_old_import_paths_still_work():
     from hooked_clip1d import analysis
-    from hooked_clip1d.analysis import hooks, interchange, knockout, patching, tl_adapter
+    from hooked_clip1d.analysis import hooks
+    from hooked_clip1d.analysis.interventions import interchange, knockout, patching, tl_adapter
 
     moved = {
         hooks: ["patch_hook", "knockout_hooks", "residual_hook_names", "depth_labels"],

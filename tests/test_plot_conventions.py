@@ -11,9 +11,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from hooked_clip1d.analysis.interchange import InterchangeResult  # noqa: E402
-from hooked_clip1d.analysis.knockout import KnockoutResult  # noqa: E402
-from hooked_clip1d.analysis.patching import PatchSweep  # noqa: E402
+from hooked_clip1d.analysis.interventions.interchange import InterchangeResult  # noqa: E402
+from hooked_clip1d.analysis.interventions.knockout import KnockoutResult  # noqa: E402
+from hooked_clip1d.analysis.interventions.patching import PatchSweep  # noqa: E402
 from hooked_clip1d.visualization import style  # noqa: E402
 from hooked_clip1d.visualization.alignment import plot_alignment  # noqa: E402
 from hooked_clip1d.visualization.decomposition import plot_ablations  # noqa: E402

@@ -121,7 +121,7 @@ def test_cli_demo_writes_png_and_json(tmp_path, capsys):
         hooks = [] if term == "none" else ablate_terms(model.vision, [term])
         want = evaluate(model, ds, splits=("val_unseen",), vision_hooks=hooks)["val_unseen"]["acc"]
         assert res["ablation"][term]["val_unseen"]["acc"] == pytest.approx(want, abs=1e-6), term
-    from hooked_clip1d.analysis.mechanism import ablate_cls_key_position
+    from hooked_clip1d.analysis.mechanism.report import ablate_cls_key_position
 
     hooks = {"positional": ablate_terms(model.vision, ["EP", "PE", "PP", "BP", "VP"]),
              "CLS-key-position": ablate_cls_key_position(model.vision)}  # fmt: skip

@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from hooked_clip1d import build_dataset, load_model
-from hooked_clip1d.analysis.metrics import pair_grid, pair_inputs
-from hooked_clip1d.analysis.probes import (
+from hooked_clip1d.analysis.interventions.probes import (
     VISION_TARGETS,
     fit_probe,
     probe_sweep,
     probe_targets,
     residual_activations,
 )
+from hooked_clip1d.analysis.metrics import pair_grid, pair_inputs
 from hooked_clip1d.visualization.patching import plot_probe_accuracy
 
 

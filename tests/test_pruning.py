@@ -11,9 +11,8 @@ from test_batched import _assert_same_model
 
 from hooked_clip1d import TrainConfig, evaluate, load_model
 from hooked_clip1d.analysis.hooks import zero_heads_hooks
-from hooked_clip1d.analysis.pruning import format_sweep, head_subset_sweep
 from hooked_clip1d.model.checkpoint import load_model_file, save_model
-from hooked_clip1d.training.retrain import prune_and_retrain, prune_heads
+from hooked_clip1d.training.retrain import format_sweep, head_subset_sweep, prune_and_retrain, prune_heads
 from hooked_clip1d.visualization.heads import plot_pruning
 
 

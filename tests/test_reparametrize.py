@@ -7,15 +7,15 @@ import pytest
 import torch
 
 from hooked_clip1d import load_model
-from hooked_clip1d.analysis.dynamics import INVARIANT_CHECKS, invariant_checks
-from hooked_clip1d.analysis.mechanism import mechanism_report
-from hooked_clip1d.analysis.reparametrize import (
+from hooked_clip1d.analysis.mechanism.dynamics import INVARIANT_CHECKS, invariant_checks
+from hooked_clip1d.analysis.mechanism.reparametrize import (
     REPARAMETRISATIONS,
     fold_query_bias,
     invariance_audit,
     scale_query_key,
     shift_embeddings,
 )
+from hooked_clip1d.analysis.mechanism.report import mechanism_report
 
 
 @pytest.fixture(scope="module")

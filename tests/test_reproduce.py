@@ -593,7 +593,7 @@ def test_emergence_figure_reads_an_untrained_stand_in():
     """x13-emergence's null control reads an untrained model at its one checkpoint; rows made by today's code carry
     the restated checks (fig14_whole_query, ep_only_ablation, mechanism_v2), whose windows once had no short name
     (a KeyError made every null draw count as passing)."""
-    from hooked_clip1d.analysis.dynamics import check_windows
+    from hooked_clip1d.analysis.mechanism.dynamics import check_windows
     from hooked_clip1d.reproduce.studies import CHECK_SHORT
 
     rows = [{"epoch": 0, "checks": dict.fromkeys([*CHECK_SHORT, "fig14_whole_query", "mechanism_v2"], False)}]

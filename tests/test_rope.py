@@ -8,8 +8,8 @@ import torch
 from conftest import ROPE, make_model
 
 from hooked_clip1d import CLIP1D, CLIPConfig, load_model
-from hooked_clip1d.analysis.heads import to_jsonable
-from hooked_clip1d.analysis.rope import (
+from hooked_clip1d.analysis.mechanism.heads import to_jsonable
+from hooked_clip1d.analysis.mechanism.rope import (
     bias_gradient,
     consistency_condition,
     key_effective_rank,

@@ -7,8 +7,8 @@ import torch
 
 from hooked_clip1d import build_dataset, evaluate, load_model
 from hooked_clip1d.analysis.hooks import splice_hook
+from hooked_clip1d.analysis.interventions.sae import SparseAutoencoder, collect_activations, train_sae
 from hooked_clip1d.analysis.metrics import mirror_images
-from hooked_clip1d.analysis.sae import SparseAutoencoder, collect_activations, train_sae
 
 
 @pytest.fixture(scope="module")

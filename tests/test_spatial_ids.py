@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from hooked_clip1d import build_dataset, load_model
-from hooked_clip1d.analysis.metrics import image_belief, pair_inputs, swap_objects
-from hooked_clip1d.analysis.spatial_ids import (
+from hooked_clip1d.analysis.mechanism.spatial_ids import (
     SpatialIDs,
     add_hook,
     steer_text,
@@ -17,6 +16,7 @@ from hooked_clip1d.analysis.spatial_ids import (
     text_role_ids,
     vision_spatial_ids,
 )
+from hooked_clip1d.analysis.metrics import image_belief, pair_inputs, swap_objects
 from hooked_clip1d.visualization.patching import plot_spatial_ids, plot_steering_curves
 
 ATOL = 1e-5

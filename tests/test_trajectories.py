@@ -20,7 +20,7 @@ from safetensors import safe_open
 import hooked_clip1d.pretrained as reg
 import hooked_clip1d.pretrained.ship as ship
 from hooked_clip1d import DataConfig, TrainConfig, build_dataset, evaluate
-from hooked_clip1d.analysis.mechanism import unseen_probe
+from hooked_clip1d.analysis.mechanism.report import unseen_probe
 from hooked_clip1d.cli.commands import main
 from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file, save_model
 from hooked_clip1d.training.trainer import Trainer

@@ -7,15 +7,15 @@ import torch
 
 from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig, build_dataset
 from hooked_clip1d import reproduce as rp
-from hooked_clip1d.analysis.alignment import canonical_procrustes, embedding_alignment, procrustes
-from hooked_clip1d.analysis.heads import classify_head_roles, label_pe_deltas
-from hooked_clip1d.analysis.mechanism import (
+from hooked_clip1d.analysis.mechanism.alignment import canonical_procrustes, embedding_alignment, procrustes
+from hooked_clip1d.analysis.mechanism.heads import classify_head_roles, label_pe_deltas
+from hooked_clip1d.analysis.mechanism.reparametrize import REPARAMETRISATIONS, invariance_audit
+from hooked_clip1d.analysis.mechanism.report import (
     cls_label_pe_deltas,
     cls_position_rows,
     layer0_cls_position_rows,
     move_cls_embedding,
 )
-from hooked_clip1d.analysis.reparametrize import REPARAMETRISATIONS, invariance_audit
 from hooked_clip1d.pretrained import load_model
 from hooked_clip1d.reproduce.controls import substitutes
 
@@ -107,7 +107,7 @@ def test_layer0_rows_match_the_one_layer_rows_and_read_a_deeper_tower():
 def test_removing_every_positional_term_is_an_identity():
     """Fig. 5e's "ablating every positional term gives ~0.5": mirrored images become the same input, so accuracy is
     label-set / 2 exactly, on any model (here an untrained one): secondary, never counted."""
-    from hooked_clip1d.analysis.ablation import evaluate_ablations
+    from hooked_clip1d.analysis.interventions.ablation import evaluate_ablations
 
     model = _small(seed=3)
     ds = build_dataset(model.data_config)

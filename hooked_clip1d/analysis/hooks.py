@@ -355,7 +355,7 @@ def splice_hook(sae: Callable[[torch.Tensor], torch.Tensor], pos: int | None = N
     the hook name: ``("hook_pooled", splice_hook(sae))``.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.sae import SparseAutoencoder
+    >>> from hooked_clip1d.analysis.interventions.sae import SparseAutoencoder
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img = m.vision.to_tokens("C 1 . 2 . . . . . . .")
     >>> sae = SparseAutoencoder(d_in=128, d_sae=16, k=4)

@@ -24,7 +24,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 import hooked_clip1d.cli.families  # noqa: F401 (its @family declarations fill FAMILIES)
-from hooked_clip1d.analysis.heads import to_jsonable
+from hooked_clip1d.analysis.mechanism.heads import to_jsonable
 from hooked_clip1d.cli.family_api import FAMILIES
 from hooked_clip1d.files import atomic_write, atomic_write_text
 from hooked_clip1d.model.clip import CLIP1D

@@ -15,7 +15,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from hooked_clip1d.analysis import ablate_terms, cls_object_bias
-from hooked_clip1d.analysis.mechanism import ablate_cls_key_position
+from hooked_clip1d.analysis.mechanism.report import ablate_cls_key_position
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.evaluation import evaluate, format_metrics
 from hooked_clip1d.files import atomic_write, atomic_write_text

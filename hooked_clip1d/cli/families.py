@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from hooked_clip1d.analysis.heads import to_jsonable
+from hooked_clip1d.analysis.mechanism.heads import to_jsonable
 from hooked_clip1d.cli.family_api import Report, family, first_pair_image, flag_option, model_dataset, pair_split
 from hooked_clip1d.model.clip import CLIP1D
 
@@ -62,7 +62,7 @@ def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
     options={"layer": "the attention layer (default 0)"},
 )
 def _decompose(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
+    from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores, row_std_shares
     from hooked_clip1d.visualization.decomposition import plot_row_profiles, plot_std_shares, plot_term_maps
 
     ds = model_dataset(model)
@@ -104,7 +104,7 @@ def _decompose(model: CLIP1D, opts: dict[str, Any]) -> Report:
     options={"layer": "the attention layer whose terms are ablated (default 0)"},
 )
 def _ablate(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.analysis.ablation import evaluate_ablations, format_ablations
+    from hooked_clip1d.analysis.interventions.ablation import evaluate_ablations, format_ablations
     from hooked_clip1d.visualization.decomposition import plot_ablations
 
     res = evaluate_ablations(model, model_dataset(model), layer=int(opts.get("layer", 0)))
@@ -153,9 +153,9 @@ def _interchange_table(itf: dict[str, Any]) -> str:
     options={"split": "the split of the image/caption pairs: train, val_seen, val_unseen (default)"},
 )
 def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.analysis.interchange import text_interchange
-    from hooked_clip1d.analysis.knockout import knockout_sweep
-    from hooked_clip1d.analysis.patching import caption_swap_patching, mirror_swap_patching
+    from hooked_clip1d.analysis.interventions.interchange import text_interchange
+    from hooked_clip1d.analysis.interventions.knockout import knockout_sweep
+    from hooked_clip1d.analysis.interventions.patching import caption_swap_patching, mirror_swap_patching
     from hooked_clip1d.visualization import patching as vp
 
     imgs, caps = _pairs(model, opts)
@@ -213,8 +213,8 @@ def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
     options={"n": "images sampled (default 3000)", "seed": "sampling seed (default 0)"},
 )
 def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.interventions.probes import probe_sweep, probe_targets
     from hooked_clip1d.analysis.metrics import pair_grid
-    from hooked_clip1d.analysis.probes import probe_sweep, probe_targets
     from hooked_clip1d.visualization.patching import plot_probe_accuracy
 
     v = model.vision.cfg.vocab
@@ -254,7 +254,7 @@ def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
     options={"split": "the split of the image/caption pairs: train, val_seen, val_unseen (default)"},
 )
 def _steering(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.analysis.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
+    from hooked_clip1d.analysis.mechanism.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
     from hooked_clip1d.visualization.patching import plot_spatial_ids, plot_steering_curves
 
     imgs, caps = _pairs(model, opts)
@@ -294,7 +294,7 @@ def _steering(model: CLIP1D, opts: dict[str, Any]) -> Report:
     options={"split": "a split with two-object images: train, val_seen, val_unseen (default)"},
 )
 def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.analysis.heads import (
+    from hooked_clip1d.analysis.mechanism.heads import (
         classify_head_roles,
         cls_object_bias,
         label_pe_deltas,
@@ -347,7 +347,7 @@ def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
     options={"center": "center the embeddings before the fit (true/false, default false)"},
 )
 def _alignment(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.analysis.alignment import embedding_alignment
+    from hooked_clip1d.analysis.mechanism.alignment import embedding_alignment
     from hooked_clip1d.visualization.alignment import plot_alignment
 
     res = embedding_alignment(model, center=flag_option(opts, "center", False))
@@ -366,7 +366,7 @@ def _alignment(model: CLIP1D, opts: dict[str, Any]) -> Report:
     options={},
 )
 def _rope(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.analysis.rope import key_effective_rank, rope_mechanism
+    from hooked_clip1d.analysis.mechanism.rope import key_effective_rank, rope_mechanism
     from hooked_clip1d.visualization.rope import plot_rope_mechanism
 
     ds = model_dataset(model)
@@ -396,7 +396,7 @@ def _rope(model: CLIP1D, opts: dict[str, Any]) -> Report:
     },
 )
 def _pruning(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.analysis.pruning import format_sweep, head_subset_sweep
+    from hooked_clip1d.training.retrain import format_sweep, head_subset_sweep
     from hooked_clip1d.visualization.heads import plot_pruning
 
     H = model.vision.cfg.n_heads * model.vision.cfg.n_layers
@@ -427,7 +427,7 @@ def _pruning(model: CLIP1D, opts: dict[str, Any]) -> Report:
     },
 )
 def _dynamics(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.analysis.dynamics import CHECK_TEXT
+    from hooked_clip1d.analysis.mechanism.dynamics import CHECK_TEXT
     from hooked_clip1d.pretrained import list_trajectories, load_trajectory, trajectory_emergence
     from hooked_clip1d.visualization.dynamics import (
         plot_checkpoints,
@@ -441,7 +441,7 @@ def _dynamics(model: CLIP1D, opts: dict[str, Any]) -> Report:
         have = ", ".join(list_trajectories()) or "none yet"
         raise ValueError(
             "analyze dynamics needs a shipped model with a training trajectory (--model NAME); models with one: "
-            f"{have} (for a run directory's snapshots: hooked_clip1d.analysis.dynamics.run_emergence)"
+            f"{have} (for a run directory's snapshots: hooked_clip1d.analysis.mechanism.dynamics.run_emergence)"
         )
 
     def epoch_list(key: str) -> list[int] | None:

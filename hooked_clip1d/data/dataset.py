@@ -77,7 +77,7 @@ class Dataset:
 
     @property
     def vocab(self) -> Vocabulary:
-        return self.config.vocab
+        return Vocabulary(self.config.n_labels)
 
     def training_pairs(self) -> tuple[Int[torch.Tensor, "m pos"], Int[torch.Tensor, "m 4"]]:
         """(image, caption) rows for contrastive training: each image once per true caption."""
@@ -95,7 +95,7 @@ class Dataset:
 def build_dataset(cfg: DataConfig) -> Dataset:
     """Generate every split of ``cfg`` deterministically from ``cfg.seed`` (see the module docstring)."""
     rng = np.random.default_rng(cfg.seed)
-    vocab = cfg.vocab
+    vocab = Vocabulary(cfg.n_labels)
     D = cfg.d_image
     pos_pairs = list(itertools.combinations(range(D), 2))  # all p1 < p2
 

@@ -192,7 +192,8 @@ class Attention(_Tieable):
     def ablated_scores(self, E: torch.Tensor, P: torch.Tensor | None) -> torch.Tensor:
         """The sum of the ``cfg.ablated_terms`` score terms [batch, head, q, k] (÷ sqrt(d_head)), from the token
         embeddings ``E`` and positional embeddings ``P`` of this forward pass: the part (E, P or bias B) of each
-        query times the part of each key (``model.terms``, shared with ``analysis.terms``). Layer 0 without
+        query times the part of each key (``model.terms``, shared with ``analysis.interventions.terms``). Layer 0
+        without
         LayerNorm only."""
         parts_q = {"E": self._project(E, self.W_Q, 0.0), "B": self.b_Q.expand(*E.shape[:2], -1, -1)}
         parts_k = {"E": self._project(E, self.W_K, 0.0), "B": self.b_K.expand(*E.shape[:2], -1, -1)}

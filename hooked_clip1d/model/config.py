@@ -95,7 +95,7 @@ class EncoderConfig(TowerKnobs):
     pruned_heads: tuple[tuple[int, int], ...] = knob(
         (), "(layer, head) pairs whose output z is zeroed (App. K pruning)", batched="member"
     )
-    # training-time ablation (beyond the paper): see analysis.terms
+    # training-time ablation (beyond the paper): see analysis.interventions.terms
     ablated_terms: tuple[str, ...] = knob(
         (), "layer-0 attention terms (EP, PE, ..., VP) removed in every forward pass, training included",
         batched="unsupported",

@@ -7,7 +7,8 @@ its pre-softmax score ``q k^T / sqrt(d_head)`` is the sum of the terms ``q_a k_c
 two parts ("EP": query from E, key from P). ``VP`` is the positional part ``P W_V`` of the values.
 
 Two users share this table and ``term_scores``: the model itself, which removes ``EncoderConfig.ablated_terms`` in
-every forward pass (training-time ablation, ``components.Attention``), and ``analysis.terms.ablate_terms``, hooks that
+every forward pass (training-time ablation, ``components.Attention``), and
+``analysis.interventions.terms.ablate_terms``, hooks that
 remove terms at any layer (with R, the rest of the residual stream, at later layers or through LayerNorm). Each
 computes its parts (projections through ``W_Q`` / ``W_K``, LayerNorm, RoPE) its own way and hands them here.
 

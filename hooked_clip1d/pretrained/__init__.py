@@ -45,7 +45,7 @@ from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file fo
 )
 
 if TYPE_CHECKING:  # torch is imported where weights are read: listing the zoo and its manifests needs none
-    from hooked_clip1d.analysis.dynamics import Emergence
+    from hooked_clip1d.analysis.mechanism.dynamics import Emergence
     from hooked_clip1d.model.clip import CLIP1D
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
@@ -365,7 +365,7 @@ def load_trajectory(
 ) -> list[tuple[int, CLIP1D]]:
     """Every checkpoint (or those at ``epochs``) of shipped model ``name`` or of a run directory's ``snapshots/``, as
     ``[(epoch, model), ...]`` in epoch order (models as ``load_checkpoint`` gives them; the file is read once): what
-    ``analysis.dynamics.emergence`` and ``visualization.dynamics`` take.
+    ``analysis.mechanism.dynamics.emergence`` and ``visualization.dynamics`` take.
 
     Example (a run directory trained with snapshots; a shipped name works the same):
         >>> import tempfile
@@ -392,15 +392,17 @@ def load_trajectory(
 def trajectory_emergence(
     name: str | os.PathLike, epochs: Sequence[int] | None = None, recompute: bool = False
 ) -> Emergence:
-    """``analysis.dynamics.emergence`` of a trajectory: per checkpoint the loss, the three generalization accuracies,
+    """``analysis.mechanism.dynamics.emergence`` of a trajectory: per checkpoint the loss, the three generalization
+    accuracies,
     per-head P(left) / P(right), EP row std and rank correlation, the invariant ablation, the Fig. 13 share, W_QK rank
     and decay exposure, plus the first / last epoch at which each check holds (``windows``).
 
     For a shipped model the rows measured when it was shipped (on the stored weights) are returned, unless
     ``recompute`` (about 2 s a checkpoint for the simplified model); a run directory's rows come from
-    ``analysis.dynamics.run_emergence`` (cached in the run directory). ``epochs`` keeps only those checkpoints.
+    ``analysis.mechanism.dynamics.run_emergence`` (cached in the run directory). ``epochs`` keeps only those
+    checkpoints.
     """
-    from hooked_clip1d.analysis.dynamics import Emergence, check_windows, emergence, run_emergence
+    from hooked_clip1d.analysis.mechanism.dynamics import Emergence, check_windows, emergence, run_emergence
 
     if _snapshot_dir(name):
         list_checkpoints(name)  # a folder without snapshots: the error that says so

@@ -1,6 +1,7 @@
 """The ground-truth circuits of zoo models, shipped as data: ``hooked_clip1d/pretrained/circuits/<model>.json``.
 
-Each file is an ``analysis.circuits.Circuit`` measured by ``analysis.circuits.ground_truth_circuit`` on every
+Each file is an ``analysis.circuits.scores.Circuit`` measured by ``analysis.circuits.scores.ground_truth_circuit``
+on every
 unseen-pair validation image of the model's own dataset (``ground_truth_inputs(model)``: 100 images for the shipped
 models): its nodes and edges (every edge whose mean ablation moves the belief by >= 5 %, in either direction), the
 rule and measurements that define it (edge mean ablation; term ablations, mirror swaps and knockouts beside it) and
@@ -31,7 +32,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from hooked_clip1d.analysis.circuits import Circuit, ground_truth_circuit, ground_truth_inputs
+from hooked_clip1d.analysis.circuits.scores import Circuit, ground_truth_circuit, ground_truth_inputs
 from hooked_clip1d.pretrained import list_pretrained, load_model
 
 CIRCUITS_DIR = Path(__file__).resolve().parent / "circuits"

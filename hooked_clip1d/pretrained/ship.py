@@ -194,7 +194,7 @@ def ship_trajectory(
     """
     import torch
 
-    from hooked_clip1d.analysis.mechanism import unseen_probe
+    from hooked_clip1d.analysis.mechanism.report import unseen_probe
     from hooked_clip1d.data.dataset import build_dataset
     from hooked_clip1d.files import atomic_write_text
     from hooked_clip1d.settings import TrainConfig
@@ -334,7 +334,7 @@ def _emergence_record(
 ) -> dict[str, Any]:  # fmt: skip
     """The emergence rows on the stored weights ``kept`` (and the shipped ``final`` (epoch, model)), with the largest
     change of any of their numbers from the float32 weights ``models`` and the checks the rounding flipped."""
-    from hooked_clip1d.analysis.dynamics import emergence
+    from hooked_clip1d.analysis.mechanism.dynamics import emergence
 
     try:
         em = emergence([*kept.items(), final], train_cfg, dataset=ds)

@@ -58,8 +58,8 @@ def _manifest_accuracy_outcome(name: str, expect: dict[str, tuple[float, float]]
 def _fig8(models: dict[str, CLIP1D]) -> Outcome:
     """Fig. 8: the accuracies (a, b), left- and right-biased heads (c) and a positional gradient (d, in the whole-CLS
     -query form; the paper's EP-only reading is secondary)."""
-    from hooked_clip1d.analysis.heads import cls_object_bias
-    from hooked_clip1d.analysis.mechanism import cls_position_rows
+    from hooked_clip1d.analysis.mechanism.heads import cls_object_bias
+    from hooked_clip1d.analysis.mechanism.report import cls_position_rows
     from hooked_clip1d.visualization.plots import plot_head_bias
 
     name = LEFTRIGHT_V1T2
@@ -101,7 +101,7 @@ def _fig8(models: dict[str, CLIP1D]) -> Outcome:
 
 
 def _fig18(models: dict[str, CLIP1D]) -> Outcome:
-    from hooked_clip1d.analysis.heads import cls_object_bias
+    from hooked_clip1d.analysis.mechanism.heads import cls_object_bias
     from hooked_clip1d.visualization.plots import plot_head_bias
 
     model = models["rope-ntot20-n2-15"]
@@ -122,9 +122,9 @@ def _fig18(models: dict[str, CLIP1D]) -> Outcome:
 
 
 def _fig19(models: dict[str, CLIP1D]) -> Outcome:
-    from hooked_clip1d.analysis.heads import cls_object_bias, to_jsonable
-    from hooked_clip1d.analysis.mechanism import spearman_position
-    from hooked_clip1d.analysis.rope import rope_mechanism
+    from hooked_clip1d.analysis.mechanism.heads import cls_object_bias, to_jsonable
+    from hooked_clip1d.analysis.mechanism.report import spearman_position
+    from hooked_clip1d.analysis.mechanism.rope import rope_mechanism
     from hooked_clip1d.visualization.rope import plot_rope_mechanism
 
     model = models["rope-ntot20-n2-15"]
@@ -184,8 +184,8 @@ def _fig19(models: dict[str, CLIP1D]) -> Outcome:
 
 
 def _fig22(models: dict[str, CLIP1D]) -> Outcome:
-    from hooked_clip1d.analysis.mechanism import cls_position_rows
-    from hooked_clip1d.analysis.pruning import head_subset_sweep
+    from hooked_clip1d.analysis.mechanism.report import cls_position_rows
+    from hooked_clip1d.training.retrain import head_subset_sweep
     from hooked_clip1d.visualization.heads import plot_pruning
 
     res = head_subset_sweep(models[NO_QK_BIAS], [1, 2, 3], epochs=0)
@@ -247,7 +247,7 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
 
 
 def _fig23(models: dict[str, CLIP1D]) -> Outcome:
-    from hooked_clip1d.analysis.mechanism import layer0_cls_position_rows
+    from hooked_clip1d.analysis.mechanism.report import layer0_cls_position_rows
 
     model = models[VISION2]
     out = ep_gradient_outcome(model, VISION2, "C . . 22 . . 24 . . . .")

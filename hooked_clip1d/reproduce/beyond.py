@@ -48,8 +48,8 @@ from hooked_clip1d.reproduce.sweep_figs import fig4a_outcome, one_sided
 
 
 def _x_mirror_swap(models: dict[str, CLIP1D]) -> Outcome:
+    from hooked_clip1d.analysis.interventions.patching import mirror_swap_patching
     from hooked_clip1d.analysis.metrics import pair_inputs
-    from hooked_clip1d.analysis.patching import mirror_swap_patching
     from hooked_clip1d.visualization.patching import plot_patching_map
 
     figs, numbers, parts, checks = {}, {}, [], []
@@ -73,9 +73,9 @@ STEER_ALPHAS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 
 
 def _x_spatial_ids(models: dict[str, CLIP1D]) -> Outcome:
-    from hooked_clip1d.analysis.mechanism import spearman_position
+    from hooked_clip1d.analysis.mechanism.report import spearman_position
+    from hooked_clip1d.analysis.mechanism.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
     from hooked_clip1d.analysis.metrics import pair_inputs
-    from hooked_clip1d.analysis.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
     from hooked_clip1d.visualization.patching import plot_spatial_ids, plot_steering_curves
 
     numbers: dict[str, Any] = {}
@@ -185,8 +185,8 @@ def _x_small_init(models: dict[str, CLIP1D]) -> Outcome:
 
 
 def _x_train_ablate_ep(models: dict[str, CLIP1D]) -> Outcome:
-    from hooked_clip1d.analysis.ablation import evaluate_ablations
-    from hooked_clip1d.analysis.heads import cls_object_bias
+    from hooked_clip1d.analysis.interventions.ablation import evaluate_ablations
+    from hooked_clip1d.analysis.mechanism.heads import cls_object_bias
     from hooked_clip1d.visualization.decomposition import plot_ablations
 
     base, abl = models[SMALL_INIT], models[ABLATE_EP]
@@ -241,9 +241,9 @@ def _x_train_ablate_ep(models: dict[str, CLIP1D]) -> Outcome:
 
 
 def _x_two_layer(models: dict[str, CLIP1D]) -> Outcome:
-    from hooked_clip1d.analysis.ablation import evaluate_ablations
-    from hooked_clip1d.analysis.decompose import decompose_attention_scores
-    from hooked_clip1d.analysis.mechanism import gradient_sources
+    from hooked_clip1d.analysis.interventions.ablation import evaluate_ablations
+    from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores
+    from hooked_clip1d.analysis.mechanism.report import gradient_sources
     from hooked_clip1d.visualization.decomposition import plot_row_profiles
 
     model = models[VISION2]
@@ -297,7 +297,7 @@ def _x_two_layer(models: dict[str, CLIP1D]) -> Outcome:
 
 def _x_single_head_seeds(rows: list[dict[str, Any]]) -> Outcome:
     """fig21's grid at more seeds: is the single head's generalization at weight decay 0 / 0.05 seed-robust?"""
-    from hooked_clip1d.analysis.mechanism import single_head_mechanism
+    from hooked_clip1d.analysis.mechanism.report import single_head_mechanism
 
     seeds = sorted({int(r["seed"]) for r in rows})
     wds = sorted({float(r["weight_decay"]) for r in rows})

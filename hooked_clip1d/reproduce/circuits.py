@@ -2,9 +2,11 @@
 patching (beyond the paper).
 
 For each model with a shipped ground truth (``pretrained.circuit_files.CIRCUIT_MODELS``), the ground-truth circuit
-is measured afresh (``analysis.circuits.ground_truth_circuit``: edge mean ablation, edges in both directions, every
+is measured afresh (``analysis.circuits.scores.ground_truth_circuit``: edge mean ablation, edges in both directions,
+every
 unseen-pair image), and its faithfulness and minimality are measured again on 100 seen pairs and 100 training pairs
-(the inputs it was not chosen on). Every method of the registry (``analysis.methods.METHODS``, in its order, with
+(the inputs it was not chosen on). Every method of the registry (``analysis.circuits.methods.METHODS``, in its
+order, with
 its defaults: ACDC's threshold 0.01, EAP-IG's 20 steps) runs on the whole CLIP's mirror task
 (``graph.mirror_task(..., "clip")``: images against their mirrors, captions against their swaps, the left/right
 logit difference) on the same images, under each of the three forms of the belief (``norm``: ``live``, CLIP's
@@ -60,7 +62,7 @@ def _kinds(model: CLIP1D) -> list[str]:
 
 def _transfer(model: CLIP1D, truth: Any, split: str) -> dict[str, Any]:
     """The ground truth's scores on ``N_TRANSFER`` pairs of ``split`` (inputs it was not chosen on)."""
-    from hooked_clip1d.analysis.circuits import circuit_scores, ground_truth_inputs
+    from hooked_clip1d.analysis.circuits.scores import circuit_scores, ground_truth_inputs
 
     images, captions = ground_truth_inputs(model, split, n=N_TRANSFER, seed=0)
     s = circuit_scores(model, images, captions, truth)
@@ -70,8 +72,8 @@ def _transfer(model: CLIP1D, truth: Any, split: str) -> dict[str, Any]:
 
 def _run_methods(model: CLIP1D, images: torch.Tensor, captions: torch.Tensor, norm: str) -> dict[str, Any]:
     """Every registered method on the mirror task with belief ``norm``, timed."""
-    from hooked_clip1d.analysis.graph import mirror_task
-    from hooked_clip1d.analysis.methods import METHODS
+    from hooked_clip1d.analysis.circuits.graph import mirror_task
+    from hooked_clip1d.analysis.circuits.methods import METHODS
 
     task = mirror_task(model, images, captions, target="clip", norm=norm)
     kinds = _kinds(model)
@@ -91,9 +93,9 @@ def _agreement_fields(prefix: str, out: dict[str, Any] | None) -> dict[str, Any]
 
 def _method_rows(name: str, norm: str, results: dict[str, Any], truth: Any, graph: Any) -> list[dict[str, Any]]:
     """One row per method: its agreement with exact patching and its recovery of the ground truth."""
-    from hooked_clip1d.analysis.attribution import agreement, moved
-    from hooked_clip1d.analysis.circuits import node_scores_from_edges, score_method
-    from hooked_clip1d.analysis.methods import METHODS
+    from hooked_clip1d.analysis.circuits.attribution import agreement, moved
+    from hooked_clip1d.analysis.circuits.methods import METHODS
+    from hooked_clip1d.analysis.circuits.scores import node_scores_from_edges, score_method
 
     components = graph.components()
     exact_nodes, exact_edges = results["exact patching"], results["path patching"]
@@ -132,8 +134,8 @@ def _method_rows(name: str, norm: str, results: dict[str, Any], truth: Any, grap
 def _benchmark_model(name: str, model: CLIP1D) -> dict[str, Any]:
     """Ground truth (and its scores on other inputs), every method under every norm, and their scores on one model
     (module docstring)."""
-    from hooked_clip1d.analysis.circuits import ground_truth_circuit, ground_truth_inputs
-    from hooked_clip1d.analysis.graph import build_graph, mirror_task
+    from hooked_clip1d.analysis.circuits.graph import build_graph, mirror_task
+    from hooked_clip1d.analysis.circuits.scores import ground_truth_circuit, ground_truth_inputs
 
     images, captions = ground_truth_inputs(model, n=N_INPUTS)
     belief = mirror_task(model, images, captions, target="clip").clean_metric()
@@ -381,7 +383,7 @@ NOTES = (
 
 
 def _x_circuits(models: dict[str, CLIP1D]) -> Outcome:
-    from hooked_clip1d.analysis.methods import METHODS
+    from hooked_clip1d.analysis.circuits.methods import METHODS
     from hooked_clip1d.visualization.circuits import plot_circuit_benchmark
 
     per_model = {}

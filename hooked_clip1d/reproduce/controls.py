@@ -44,6 +44,7 @@ UNTRAINED = "untrained"
 # null was seeds 0-4 x N(0, 0.02) and N(0, 1): one draw at two scales, which every scale-invariant check reads
 # as the same model, so "10 untrained models" were 5.)
 NULL_SEEDS = tuple(range(10))
+NULL_ATTEMPTS = 2 * len(NULL_SEEDS)  # init seeds tried at most: a draw that raises is re-drawn with the next
 # model-config fields a substitute may change (how it was initialised or trained), everything else must be equal
 _FREE_FIELDS = set(field_names(EncoderConfig, free=True))  # declared with settings.knob(..., free=True)
 
@@ -216,16 +217,20 @@ def null_rows(spec_path: Path, seed: int, init_std: float | None, workdir: Path)
 
 
 def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, Any]:
-    """The figure's checks on untrained models (init seeds ``NULL_SEEDS`` at the models' own init): per check, how
-    many pass and
-    the values the figure states for it (``Outcome.values``); the models' names. A variant whose run raises is
-    reported with its error (and counts as passing every check: it cannot show that a check fails). Also the
-    figure's ``absence`` checks and ``secondary`` ones (``Outcome``), as its code marks them."""
+    """The figure's checks on untrained models (``len(NULL_SEEDS)`` distinct init draws at the models' own init): per
+    check, how many pass and the values the figure states for it (``Outcome.values``); the models' names. A draw
+    whose run raises is a failed control run: reported in ``failed`` (model and error) and re-drawn with the next
+    init seed, at most ``NULL_ATTEMPTS`` seeds in all; it never stands for a pass or a fail. ``complete`` is False
+    when fewer than ``len(NULL_SEEDS)`` draws ran (``counted_checks`` then counts no check). Also the figure's
+    ``absence`` checks and ``secondary`` ones (``Outcome``), as its code marks them."""
     import hooked_clip1d.reproduce.core as core
 
     variants: list[dict[str, Any]] = []
+    failed: list[dict[str, str]] = []
     marks: dict[str, Any] = {"absence": [], "secondary": {}}  # how the figure's code marks its checks
-    for seed in NULL_SEEDS:
+    for seed in range(NULL_ATTEMPTS):
+        if len(variants) == len(NULL_SEEDS):
+            break
         name = f"{UNTRAINED}:{seed}"
         try:
             if spec.sweep is not None:
@@ -234,22 +239,28 @@ def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, 
                     out = run_closed(spec.run, rows)  # type: ignore[arg-type]
             else:
                 out = run_closed(spec.run, substitutes(spec, name))
-            marks = {"absence": list(out.absence), "secondary": dict(out.secondary)}
-            variants.append(
-                {"model": name, "checks": dict(out.checks), "values": {k: float(v[0]) for k, v in out.values.items()}}
-            )
-        except Exception as e:  # noqa: BLE001 - reported, and then no check of the figure counts for it
-            variants.append({"model": name, "error": f"{type(e).__name__}: {e}"})
-    return {"variants": variants, **marks}
+        except Exception as e:  # noqa: BLE001 - a failed control run: reported and re-drawn
+            failed.append({"model": name, "error": f"{type(e).__name__}: {e}"})
+            continue
+        marks = {"absence": list(out.absence), "secondary": dict(out.secondary)}
+        variants.append(
+            {"model": name, "checks": dict(out.checks), "values": {k: float(v[0]) for k, v in out.values.items()}}
+        )
+    return {"variants": variants, "failed": failed, "complete": len(variants) == len(NULL_SEEDS), **marks}
 
 
 def audit_invariance(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Outcome) -> dict[str, Any]:
     """Issue 42's invariance audit: the figure rerun with its models reparametrised by each output-preserving move
-    of ``analysis.reparametrize`` (every model whose tower admits it; the others as they are). Returns
-    ``{"applied": [names], "moved": {check: [reparametrisations under which its outcome or stated value moved]}}``;
-    a check that moves reads a choice of coordinates, not the function the model computes, and does not count.
-    ``applied`` is empty where no model admits the moves (not a 1-layer attention-only tower with learned
-    positions): the audit then says nothing.
+    of ``analysis.mechanism.reparametrize`` (every model whose tower admits it and whose outputs it preserves; the
+    others as they are). Returns ``{"applied": [names], "moved": {check: [reparametrisations under which its outcome
+    or stated value moved]}, "skipped": {name: [why, per model]}}``; a check that moves reads a choice of
+    coordinates, not the function the model computes, and does not count.
+
+    A move is applied to a model only after it is shown to preserve that model's outputs (``logit_change`` below
+    ``PRESERVING_TOL`` on a fixed probe batch): a model whose forward ablates a score term computes another function
+    after some moves, and such a move is skipped for it, with a line in ``skipped``. A check that the rerun no longer
+    reports, or whose stated value vanishes or is not finite, counts as moved (never as invariant). ``applied`` is
+    empty where no model admits the moves: the audit then says nothing.
 
     Example:
         >>> from hooked_clip1d import CLIP1D, CLIPConfig
@@ -261,36 +272,51 @@ def audit_invariance(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Ou
         ...         v.W_E[v.cfg.vocab.cls].norm() > 1))], {})
         >>> spec = FigureSpec("t", "t", "t", ("m",), run)
         >>> audit = audit_invariance(spec, {"m": m}, run({"m": m}))
-        >>> len(audit["applied"]), audit["moved"]
-        (5, {'W_E[CLS] > 1': ['cls into W_pos']})
+        >>> len(audit["applied"]), audit["moved"], audit["skipped"]
+        (5, {'W_E[CLS] > 1': ['cls into W_pos']}, {})
     """
-    from hooked_clip1d.analysis.reparametrize import REPARAMETRISATIONS
+    from hooked_clip1d.analysis.mechanism.reparametrize import PRESERVING_TOL, REPARAMETRISATIONS, logit_change
 
+    for key, model in models.items():
+        if not isinstance(model, CLIP1D):
+            raise TypeError(f"audit_invariance: models[{key!r}] is a {type(model).__name__}, expected a CLIP1D")
     moved: dict[str, list[str]] = {}
+    skipped: dict[str, list[str]] = {}
     applied = []
     ref = dict(outcome.checks)
     for name, move in REPARAMETRISATIONS.items():
         copies, any_moved = {}, False
         for key, model in models.items():
             try:
-                copies[key] = move(model).eval()
-                any_moved = True
+                copy = move(model).eval()
             except ValueError:  # this tower does not admit the move: unchanged
                 copies[key] = model
+                continue
+            change = logit_change(model, copy)
+            if not change <= PRESERVING_TOL:  # NaN too: not shown to preserve the outputs
+                skipped.setdefault(name, []).append(f"{key}: logits move by {change:.3g} of the largest")
+                copies[key] = model
+                continue
+            copies[key] = copy
+            any_moved = True
         if not any_moved:
             continue
         applied.append(name)
         out = run_closed(spec.run, copies)
-        for check, ok in out.checks:
+        got = dict(out.checks)
+        for check in [*ref, *(c for c in got if c not in ref)]:
+            if check not in got or check not in ref:  # vanished from the rerun, or new in it: not shown invariant
+                moved.setdefault(check, []).append(name)
+                continue
             value, ref_value = out.values.get(check), outcome.values.get(check)
-            drift = (
+            drift = (value is None) != (ref_value is None) or (
                 value is not None
                 and ref_value is not None
-                and abs(value[0] - ref_value[0]) > 1e-3 * (1 + abs(ref_value[0]))
+                and not abs(value[0] - ref_value[0]) <= 1e-3 * (1 + abs(ref_value[0]))  # NaN drifts
             )
-            if check not in ref or bool(ok) != bool(ref[check]) or drift:
+            if bool(got[check]) != bool(ref[check]) or drift:
                 moved.setdefault(check, []).append(name)
-    return {"applied": applied, "moved": moved}
+    return {"applied": applied, "moved": moved, "skipped": skipped}
 
 
 def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -309,16 +335,22 @@ def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any]
         >>> [(c["check"], c["counted"], c["counted_holds"]) for c in counted_checks(out, null)]
         [('low', False, None), ('low too', True, False)]
     """
-    variants = null.get("variants", [])
+    ran = [v for v in null.get("variants", []) if "error" not in v]  # records made before re-drawing kept errors
+    variants = ran
+    complete = bool(ran) and len(ran) == len(null.get("variants", [])) and null.get("complete", True)
     rows = []
     for name, ok in outcome.checks:
-        passes = sum(1 for v in variants if "error" in v or v["checks"].get(name, False))
+        passes = sum(1 for v in variants if v["checks"].get(name, False))
         row: dict[str, Any] = {"check": name, "holds": bool(ok), "null_passes": passes, "null_n": len(variants)}
-        counted, holds = passes == 0 and bool(variants), bool(ok)
-        if name in outcome.absence and passes:  # an upper bound untrained models meet: only a trained fail says much
+        counted, holds = passes == 0 and complete, bool(ok)
+        if not complete:  # a null control that did not run in full shows nothing either way
+            row["null_incomplete"] = f"{len(ran)} untrained draws ran of {len(NULL_SEEDS)} needed"
+        if not complete:
+            pass
+        elif name in outcome.absence and passes:  # an upper bound untrained models meet: only a trained fail says much
             row["absence"] = True
             counted, holds = not ok, False
-        elif name in outcome.values and passes and not any("error" in v for v in variants):
+        elif name in outcome.values and passes:
             value, direction = outcome.values[name]
             nulls = [v["values"][name] for v in variants if name in v.get("values", {})]
             if len(nulls) == len(variants):  # restated: beyond the most extreme untrained value

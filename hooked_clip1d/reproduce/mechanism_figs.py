@@ -104,7 +104,7 @@ def fig11_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
 
 
 def _head_bias_outcome(model: CLIP1D, name: str, expect_bias: bool) -> Outcome:
-    from hooked_clip1d.analysis.heads import cls_object_bias
+    from hooked_clip1d.analysis.mechanism.heads import cls_object_bias
     from hooked_clip1d.visualization.plots import plot_head_bias
 
     ds = build_dataset(model.data_config)
@@ -137,7 +137,7 @@ def fig4c_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
 
 
 def _fig15(models: dict[str, CLIP1D]) -> Outcome:
-    from hooked_clip1d.analysis.mechanism import cls_position_rows
+    from hooked_clip1d.analysis.mechanism.report import cls_position_rows
 
     name = NONGEN
     model = models[name]
@@ -176,8 +176,8 @@ def _fig15(models: dict[str, CLIP1D]) -> Outcome:
 
 
 def fig5e_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
-    from hooked_clip1d.analysis.ablation import evaluate_ablations
-    from hooked_clip1d.analysis.mechanism import ablate_cls_key_position
+    from hooked_clip1d.analysis.interventions.ablation import evaluate_ablations
+    from hooked_clip1d.analysis.mechanism.report import ablate_cls_key_position
     from hooked_clip1d.evaluation import evaluate
     from hooked_clip1d.visualization.decomposition import plot_ablations
 
@@ -225,7 +225,8 @@ def fig5e_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         + "; ".join(f"{k} {a:.2f}/{ls:.2f}" for k, (a, ls) in u.items())
     )
     why = (
-        "coordinate-dependent: moving W_E[CLS] + W_pos[0] wholly into one row (analysis.mechanism.move_cls_embedding) "
+        "coordinate-dependent: moving W_E[CLS] + W_pos[0] wholly into one row "
+        "(analysis.mechanism.report.move_cls_embedding) "
         "leaves every output unchanged and swaps EP's and PP's ablations; judged by the invariant ablation instead"
     )
     secondary = {c: why for c, _ in checks[1:5]}
@@ -282,7 +283,7 @@ def fig4b_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
 
 
 def _flagship_decomposition(model: CLIP1D):
-    from hooked_clip1d.analysis.decompose import decompose_attention_scores
+    from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores
 
     ds = build_dataset(model.data_config)
     split = ds.splits["val_unseen"]
@@ -294,8 +295,8 @@ PAPER_XWX_SHARE = (0.76, 0.77, 0.91, 0.76)  # App. D, Fig. 13: share of XW_QKX^T
 
 
 def fig13_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
-    from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
-    from hooked_clip1d.analysis.rope import key_effective_rank
+    from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores, row_std_shares
+    from hooked_clip1d.analysis.mechanism.rope import key_effective_rank
     from hooked_clip1d.visualization.decomposition import plot_std_histograms, plot_std_shares, plot_term_maps
 
     model = models[name]
@@ -353,8 +354,8 @@ def fig13_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
 
 
 def fig14_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
-    from hooked_clip1d.analysis.heads import cls_object_bias
-    from hooked_clip1d.analysis.mechanism import cls_position_rows
+    from hooked_clip1d.analysis.mechanism.heads import cls_object_bias
+    from hooked_clip1d.analysis.mechanism.report import cls_position_rows
 
     model = models[name]
     out = ep_gradient_outcome(model, name, FIG4B_IMAGES[0])
@@ -382,8 +383,8 @@ def fig14_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
 
 
 def fig5d_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
-    from hooked_clip1d.analysis.heads import classify_head_roles, cls_object_bias, label_pe_deltas
-    from hooked_clip1d.analysis.mechanism import cls_label_pe_deltas
+    from hooked_clip1d.analysis.mechanism.heads import classify_head_roles, cls_object_bias, label_pe_deltas
+    from hooked_clip1d.analysis.mechanism.report import cls_label_pe_deltas
     from hooked_clip1d.visualization.heads import plot_head_roles, plot_label_pe_scatter
 
     model = models[name]

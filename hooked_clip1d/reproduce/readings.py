@@ -19,15 +19,15 @@ BIAS_STEPS = (0.55, 0.6, 0.65, 0.7, 0.8)  # a head "biased" to a side: attends m
 STD_STEPS = (0.02, 0.05, 0.1, 0.2, 0.5)  # a key-position row "not flat": its std over the pixels (logit units)
 ROW_RHO, ROW_STD = 0.9, 0.1  # monotonic (|Spearman| with the pixel index) and not flat (M3's thresholds)
 COORDINATE = (
-    "coordinate-dependent: moving W_E[CLS] into W_pos[0] (analysis.mechanism.move_cls_embedding) changes no output "
-    "and changes this reading; the counted check reads the whole CLS query instead"
+    "coordinate-dependent: moving W_E[CLS] into W_pos[0] (analysis.mechanism.report.move_cls_embedding) changes no "
+    "output and changes this reading; the counted check reads the whole CLS query instead"
 )
 ROW_TEXT = f"monotonic (|Spearman| >= {ROW_RHO}) and not flat (std >= {ROW_STD})"
 
 
 def row_gradient(rows: torch.Tensor) -> tuple[list[float], list[float]]:
     """Rank correlation with the pixel index and std over the pixels of each row of ``rows`` [head, pixel]."""
-    from hooked_clip1d.analysis.mechanism import spearman_position
+    from hooked_clip1d.analysis.mechanism.report import spearman_position
 
     return spearman_position(rows).tolist(), rows.std(-1, unbiased=False).tolist()
 
@@ -96,8 +96,8 @@ def ep_gradient_outcome(model: CLIP1D, name: str, image: str, layer: int = 0) ->
     """The paper's EP reading of one model on one image (Fig. 14's plots and its two EP-only checks), with the checks
     marked secondary: EP alone is coordinate-dependent, and std(EP)/std(EE) is large on untrained models by
     construction. The callers add the counted whole-CLS-query checks."""
-    from hooked_clip1d.analysis.decompose import decompose_attention_scores
-    from hooked_clip1d.analysis.mechanism import spearman_position
+    from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores
+    from hooked_clip1d.analysis.mechanism.report import spearman_position
     from hooked_clip1d.visualization.decomposition import plot_row_profiles, plot_term_maps
 
     img = model.vision.to_tokens(image)

@@ -1,7 +1,8 @@
 """The recipe study (``x8-recipe``, beyond the paper): which training recipe gives the paper's mechanism.
 
 It reads the sweep ``recipe`` (hooked_clip1d/sweeps/recipe.toml: every recipe of ``settings.RECIPES`` at 3
-seeds), runs ``analysis.mechanism.mechanism_report`` on each run's kept snapshots (cached per run) and judges each
+seeds), runs ``analysis.mechanism.report.mechanism_report`` on each run's kept snapshots (cached per run) and judges
+each
 run's latest one with ``mechanism_checks``. ``_recipe_run_text`` formats one run once, for the notes, the table and
 the identifiability comparison.
 """
@@ -26,7 +27,7 @@ class _RunText(NamedTuple):
 
 def _recipe_run_text(rc: str, s: int, rep: dict[str, Any], pr: dict[str, Any]) -> _RunText:
     """Format run (recipe ``rc``, seed ``s``) once: its latest ``mechanism_report`` ``rep`` and its checks ``pr``."""
-    from hooked_clip1d.analysis.mechanism import PROBE
+    from hooked_clip1d.analysis.mechanism.report import PROBE
 
     a = rep["acc"][PROBE]
     acc, paper = f"{a['baseline'][0]:.2f}", f"{rep['acc']['val_unseen']['baseline'][0]:.2f}"
@@ -67,7 +68,7 @@ class _Judged(NamedTuple):
 
 def _judge(rows: list[dict[str, Any]]) -> _Judged:
     """Every run's ``mechanism_report`` history (every 2000 epochs, cached per run) and its final checks."""
-    from hooked_clip1d.analysis.mechanism import PROBE, core_checks_hold, mechanism_checks, run_mechanism_history
+    from hooked_clip1d.analysis.mechanism.report import PROBE, core_checks_hold, mechanism_checks, run_mechanism_history
     from hooked_clip1d.settings import RECIPES
 
     recipes = [r for r in RECIPES if any(row["recipe"] == r for row in rows)]
@@ -90,7 +91,7 @@ def _judge(rows: list[dict[str, Any]]) -> _Judged:
 def _accuracy_plot(j: _Judged, title: str) -> plt.Figure:
     """Probe accuracy and EP-ablated probe accuracy through training, per recipe (one line per seed), on a grid of
     at most 5 per row with one epoch axis for all (an unfinished recipe shows how far it has come)."""
-    from hooked_clip1d.analysis.mechanism import PROBE
+    from hooked_clip1d.analysis.mechanism.report import PROBE
 
     recipes, seeds, hist = j.recipes, j.seeds, j.hist
     ncols = min(5, len(recipes))

@@ -293,7 +293,8 @@ def _add_controls(
     rows = counted_checks(outcome, null, audit)
     record["null_control"] = {
         "models": [v["model"] for v in null["variants"]],
-        "errors": {v["model"]: v["error"] for v in null["variants"] if "error" in v},
+        "errors": {v["model"]: v["error"] for v in [*null["variants"], *null.get("failed", [])] if "error" in v},
+        "complete": bool(null.get("complete", True)) and not any("error" in v for v in null["variants"]),
     }
     if spec.replicate and replicates:
         sweeps_root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()

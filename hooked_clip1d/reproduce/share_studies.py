@@ -25,7 +25,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-from hooked_clip1d.analysis.dynamics import DYNAMICS_CHECKS, run_emergence
+from hooked_clip1d.analysis.mechanism.dynamics import DYNAMICS_CHECKS, run_emergence
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome, register
 from hooked_clip1d.reproduce.mechanism_figs import PAPER_XWX_SHARE
 from hooked_clip1d.reproduce.studies import ARMS, CHECK_SHORT, run_emergences

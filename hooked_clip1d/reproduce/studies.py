@@ -1,7 +1,7 @@
 """The verdict studies of issue 34 (beyond the paper; pre-registered in docs/fidelity.md before their runs).
 
 - ``x10-dynamics``: is the paper's picture a state before weight-decay equilibrium? Five training arms that train the
-  paper's ``b_Q`` x 3 seeds, every check read on each run's snapshots (``analysis.dynamics``), judged by the
+  paper's ``b_Q`` x 3 seeds, every check read on each run's snapshots (``analysis.mechanism.dynamics``), judged by the
   pre-registered verdict per arm; and the ``b_Q`` decision for the default recipe.
 - ``x11-fresh-seeds``: the mechanism's checks at epoch 10,000 at the seeds that chose the recipe (0-2) and at fresh
   seeds (3-5), for the pre-study default and for ``cls-exempt-init002`` (the paper's ``b_Q`` trained).
@@ -28,7 +28,8 @@ ARMS = {
 }
 PROTOCOL_ARMS = ("cls-exempt-init002", "cls-exempt-init002-cosine", "cls-exempt-init002-embdrop",
                  "cls-exempt-init002-adam-l2")  # fmt: skip
-# every check analysis.dynamics' rows carry (check_windows reads the restated ones too: a window without a short
+# every check analysis.mechanism.dynamics' rows carry (check_windows reads the restated ones too: a window without a
+# short
 # name raised KeyError on rows made by today's code, e.g. x13's untrained stand-ins)
 CHECK_SHORT = {"generalizes": "gen", "fig13_split": "13", "fig14_heads": "14", "fig4c_split": "4c",
                "invariant_ablation": "inv", "picture": "all", "fig14_whole_query": "14 (whole CLS query)",
@@ -36,9 +37,10 @@ CHECK_SHORT = {"generalizes": "gen", "fig13_split": "13", "fig14_heads": "14", "
 
 
 def run_emergences(rows: list[dict[str, Any]]) -> dict[tuple[str, int], Any]:
-    """``analysis.dynamics.run_emergence`` of every run of a study's sweep (``results_table`` rows with ``recipe``,
+    """``analysis.mechanism.dynamics.run_emergence`` of every run of a study's sweep (``results_table`` rows with
+    ``recipe``,
     ``seed`` and ``path``), by (recipe, seed)."""
-    from hooked_clip1d.analysis.dynamics import run_emergence
+    from hooked_clip1d.analysis.mechanism.dynamics import run_emergence
 
     return {(r["recipe"], int(r["seed"])): run_emergence(r["path"]) for r in rows}
 
@@ -52,7 +54,8 @@ def _window(w: dict[str, Any]) -> str:
 
 def arm_verdict(windows: list[dict[str, dict[str, Any]]]) -> str:
     """The dynamics study's pre-registered verdict for one arm from its seeds' check windows
-    (``analysis.dynamics.check_windows``): *supported* if the whole picture holds at some snapshot at >= 2 seeds and
+    (``analysis.mechanism.dynamics.check_windows``): *supported* if the whole picture holds at some snapshot at >= 2
+    seeds and
     at the last snapshot at <= 1; *partly* if Fig. 13's, 14's and 4c's checks each hold at some snapshot at >= 2
     seeds but the whole picture never holds at >= 2; else *refuted* (also when the picture holds at the end at >= 2
     seeds: then it is not a state before equilibrium, which the summary says).
@@ -86,7 +89,7 @@ def _coexists(final: dict[str, Any]) -> bool:
 
 
 def _x_dynamics(rows: list[dict[str, Any]]) -> Outcome:
-    from hooked_clip1d.analysis.dynamics import DYNAMICS_CHECKS
+    from hooked_clip1d.analysis.mechanism.dynamics import DYNAMICS_CHECKS
 
     em = run_emergences(rows)
     arms = [a for a in ARMS if any(k[0] == a for k in em)]
@@ -150,7 +153,7 @@ def _x_dynamics(rows: list[dict[str, Any]]) -> Outcome:
 
 def _dynamics_plot(em: dict[tuple[str, int], Any], arms: list[str], seeds: list[int]) -> plt.Figure:
     """Per arm: which check holds at which snapshot, one row per (seed, check)."""
-    from hooked_clip1d.analysis.dynamics import DYNAMICS_CHECKS
+    from hooked_clip1d.analysis.mechanism.dynamics import DYNAMICS_CHECKS
 
     names = (*DYNAMICS_CHECKS, "picture")
     fig, axes = plt.subplots(len(arms), 1, figsize=(11, 1.2 + 0.32 * len(seeds) * len(names) * len(arms) / max(len(
@@ -178,8 +181,8 @@ def _dynamics_plot(em: dict[tuple[str, int], Any], arms: list[str], seeds: list[
 
 
 def _x_fresh_seeds(rows: list[dict[str, Any]]) -> Outcome:
-    from hooked_clip1d.analysis.dynamics import DYNAMICS_CHECKS, dynamics_checks
-    from hooked_clip1d.analysis.mechanism import mechanism_checks, mechanism_report
+    from hooked_clip1d.analysis.mechanism.dynamics import DYNAMICS_CHECKS, dynamics_checks
+    from hooked_clip1d.analysis.mechanism.report import mechanism_checks, mechanism_report
     from hooked_clip1d.model.checkpoint import load_model_file
     from hooked_clip1d.settings import DEFAULT_RECIPE, RECIPES
 
@@ -273,7 +276,7 @@ TRAJECTORY_MODELS = ("simplified-ntot20-n2-10",)
 def _x_emergence(models: dict[str, Any]) -> Outcome:
     """The emergence of the mechanism along each shipped trajectory (a model without one, e.g. an untrained
     stand-in, is read at its one checkpoint)."""
-    from hooked_clip1d.analysis.dynamics import emergence
+    from hooked_clip1d.analysis.mechanism.dynamics import emergence
     from hooked_clip1d.pretrained import list_trajectories, trajectory_emergence
     from hooked_clip1d.visualization.dynamics import plot_emergence
 

@@ -41,7 +41,9 @@ def trend_test(
     """Seed-level trend of ``y`` with ``x``: the mean over ``blocks`` of Spearman's rho within each block (one
     block if None), and its one-sided permutation p-value, ``x`` permuted within each block (``n_perm`` draws of
     numpy's default generator seeded with ``seed``): p = (1 + #{T* >= T}) / (1 + n_perm). Fewer than 3 runs cannot
-    show a trend: (0.0, 1.0), so a check on it fails (a sweep read on a few finished runs or zoo cells).
+    show a trend: (0.0, 1.0), so a check on it fails (a sweep read on a few finished runs or zoo cells). A non-finite
+    value (a diverged run), a block list of another length or ``n_perm < 1`` is refused with ``ValueError``: the
+    verdict machinery never reads a trend over them.
 
     Example:
         >>> rho, p = trend_test([10, 10, 20, 20, 30, 30], [0.5, 0.55, 0.7, 0.72, 0.9, 0.95])
@@ -51,12 +53,23 @@ def trend_test(
         0.0
         >>> trend_test([1, 2], [0.1, 0.9])  # two runs: no evidence either way
         (0.0, 1.0)
+        >>> trend_test([1, 2, 3], [0.1, float("nan"), 0.9])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: trend_test: runs [1] have a non-finite x or y ([2.0], [nan]); a verdict is not read over ...
     """
     import numpy as np
 
+    if isinstance(n_perm, bool) or not isinstance(n_perm, int) or n_perm < 1:
+        raise ValueError(f"trend_test: n_perm must be an int >= 1, got {n_perm!r}")
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if len(x) != len(y):
-        raise ValueError(f"trend_test needs paired values, got {len(x)} x and {len(y)} y")
+    if x.ndim != 1 or y.ndim != 1 or len(x) != len(y):
+        raise ValueError(f"trend_test needs paired values, got {x.shape} x and {y.shape} y")
+    if blocks is not None and len(blocks) != len(x):
+        raise ValueError(f"trend_test: {len(blocks)} block labels for {len(x)} runs (one label per run)")
+    bad = np.flatnonzero(~(np.isfinite(x) & np.isfinite(y)))
+    if len(bad):  # a NaN would rank below every value and move p: a diverged run is an error, never a reading
+        raise ValueError(f"trend_test: runs {bad.tolist()} have a non-finite x or y ({x[bad].tolist()}, "
+                         f"{y[bad].tolist()}); a verdict is not read over a diverged or missing run")  # fmt: skip
     if len(x) < 3:
         return 0.0, 1.0
     keys = np.zeros(len(x), dtype=int) if blocks is None else np.unique(np.asarray(blocks), return_inverse=True)[1]
@@ -89,7 +102,7 @@ def _avg_ranks(v: Any) -> Any:
 def fig4a_outcome(rows: list[dict[str, Any]], title: str = "Fig. 4a sweep") -> Outcome:
     import numpy as np
 
-    from hooked_clip1d.analysis.mechanism import spearman_position
+    from hooked_clip1d.analysis.mechanism.report import spearman_position
 
     ntot = sorted({r["n_labels"] for r in rows})
     n2s = sorted({r["n2"] for r in rows})
@@ -165,7 +178,7 @@ def _weight_decay_rows(rows: list[dict[str, Any]], title: str) -> tuple[list[flo
 
 
 def _fig10(rows: list[dict[str, Any]]) -> Outcome:
-    from hooked_clip1d.analysis.mechanism import spearman_position
+    from hooked_clip1d.analysis.mechanism.report import spearman_position
 
     wds, acc, fig = _weight_decay_rows(rows, "Fig. 10: full model, weight decay")
     rho = float(spearman_position(torch.tensor(acc)))
@@ -191,7 +204,7 @@ def _fig10(rows: list[dict[str, Any]]) -> Outcome:
 
 
 def one_sided(m: dict[str, float]) -> bool:
-    """An ``analysis.mechanism.single_head_mechanism`` reading whose head attends most to one side on >= 90 % of
+    """An ``analysis.mechanism.report.single_head_mechanism`` reading whose head attends most to one side on >= 90 % of
     unseen pairs, with a monotonic EP row (|Spearman| >= 0.9)."""
     return max(m["left"], m["right"]) >= 0.9 and abs(m["ep_spearman"]) >= 0.9
 
@@ -221,7 +234,7 @@ def _order_given_labels(rows: list[dict[str, Any]]) -> str:
 
 
 def _fig21(rows: list[dict[str, Any]]) -> Outcome:
-    from hooked_clip1d.analysis.mechanism import single_head_mechanism
+    from hooked_clip1d.analysis.mechanism.report import single_head_mechanism
 
     wds, acc, fig = _weight_decay_rows(rows, "Fig. 21a: single-head vision, weight decay")
     restated = (

@@ -3,7 +3,8 @@
 ``x16-temperature``: every recipe before it decayed CLIP's learnable temperature with the other weights. Four arms
 ((a) decayed, as before; (b) learned and not decayed; (c) held at 100; (d) open_clip's grouping) x study seeds 0-2
 (they decide) and fresh seeds 6-8 (they confirm), each read at its 43 snapshots by the restated checks M1-M4
-(``analysis.dynamics.invariant_checks``), with a null control of ten untrained models (init seeds 0-9) read by the
+(``analysis.mechanism.dynamics.invariant_checks``), with a null control of ten untrained models (init seeds 0-9)
+read by the
 same code: a check that any of them passes does not count. ``temperature_decision`` is the pre-registered rule.
 """
 
@@ -44,7 +45,7 @@ def temperature_decision(
     (c)); the fresh seeds report, per counted check, at how many of them the chosen arm holds it.
 
     Example:
-        >>> from hooked_clip1d.analysis.dynamics import INVARIANT_CHECKS
+        >>> from hooked_clip1d.analysis.mechanism.dynamics import INVARIANT_CHECKS
         >>> ok = {c: True for c in INVARIANT_CHECKS} | {"mechanism_v2": True}
         >>> bad = {c: c == "generalizes" for c in INVARIANT_CHECKS} | {"mechanism_v2": False}
         >>> finals = {(a, s): (ok if a == "open-clip-init002" else bad) for a in ARMS for s in (0, 1, 2, 6, 7, 8)}
@@ -56,7 +57,7 @@ def temperature_decision(
         >>> temperature_decision({k: bad for k in finals}, INVARIANT_CHECKS)["default"]  # a tie keeps (a)
         'cls-exempt-init002'
     """
-    from hooked_clip1d.analysis.dynamics import INVARIANT_CHECKS
+    from hooked_clip1d.analysis.mechanism.dynamics import INVARIANT_CHECKS
 
     counted = [c for c in INVARIANT_CHECKS if c in counted]
     arms = [a for a in ARMS if any(k[0] == a for k in finals)]
@@ -79,13 +80,13 @@ def temperature_decision(
             "counted": counted}  # fmt: skip
 
 
-def _null_rows(run_dir: str) -> list[dict[str, Any]]:
+def untrained_rows(run_dir: str) -> list[dict[str, Any]]:
     """The study's model config at init seeds 0-9 (N(0, 0.02), distinct draws), untrained, read by the same code."""
     import json
     from pathlib import Path
 
-    from hooked_clip1d.analysis.dynamics import emergence_row
-    from hooked_clip1d.analysis.mechanism import unseen_probe
+    from hooked_clip1d.analysis.mechanism.dynamics import emergence_row
+    from hooked_clip1d.analysis.mechanism.report import unseen_probe
     from hooked_clip1d.data.dataset import build_dataset
     from hooked_clip1d.model.clip import CLIP1D
     from hooked_clip1d.training.run_config import RunConfig
@@ -101,11 +102,11 @@ def _null_rows(run_dir: str) -> list[dict[str, Any]]:
 
 
 def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
-    from hooked_clip1d.analysis.dynamics import INVARIANT_CHECKS, SECONDARY_CHECKS, run_emergence
+    from hooked_clip1d.analysis.mechanism.dynamics import INVARIANT_CHECKS, SECONDARY_CHECKS, run_emergence
 
     em = {(r["recipe"], int(r["seed"])): run_emergence(r["path"]) for r in rows if r["recipe"] in ARMS}
     names = (*INVARIANT_CHECKS, "mechanism_v2", *SECONDARY_CHECKS)
-    null = _null_rows(next(r["path"] for r in rows if r["recipe"] in ARMS))
+    null = untrained_rows(next(r["path"] for r in rows if r["recipe"] in ARMS))
     null_passes = {c: sum(bool(n["checks"][c]) for n in null) for c in names}
     counted = [c for c in INVARIANT_CHECKS if null_passes[c] == 0]
     finals = {k: e.rows[-1]["checks"] for k, e in em.items()}
@@ -202,7 +203,7 @@ def _table(
 
 def _plot(em: Mapping[tuple[str, int], Any], arms: Sequence[str], seeds: Sequence[int]) -> plt.Figure:
     """Per arm: the inverse temperature and the number of restated checks holding, over training."""
-    from hooked_clip1d.analysis.dynamics import INVARIANT_CHECKS
+    from hooked_clip1d.analysis.mechanism.dynamics import INVARIANT_CHECKS
 
     fig, axes = plt.subplots(2, len(arms), figsize=(3.2 * len(arms), 5.5), squeeze=False, sharey="row")
     for j, a in enumerate(arms):

@@ -15,7 +15,7 @@ from hooked_clip1d.reproduce.core import FLAGSHIP, NO_QK_BIAS, SMALL_INIT, Figur
 
 
 def _fig6(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
-    from hooked_clip1d.analysis.heads import pair_captions, text_eot_bias
+    from hooked_clip1d.analysis.mechanism.heads import pair_captions, text_eot_bias
     from hooked_clip1d.visualization.attention import plot_attention
     from hooked_clip1d.visualization.heads import plot_eot_bias
 
@@ -72,7 +72,7 @@ def _with_text_of(model: CLIP1D, other: CLIP1D) -> CLIP1D:
 
 
 def _fig7(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
-    from hooked_clip1d.analysis.alignment import embedding_alignment
+    from hooked_clip1d.analysis.mechanism.alignment import embedding_alignment
     from hooked_clip1d.visualization.alignment import plot_alignment
 
     model = models[name]
@@ -131,7 +131,8 @@ def _fig7(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     values = {c_cos: (rot["matched_cos"], ">"), c_acc: (rot["acc"], ">")}
     why = (
         "coordinate-dependent: a constant moved from every row of the vision W_E into every row of W_pos "
-        "(analysis.reparametrize.shift_embeddings) changes no output and moves every uncentred label embedding"
+        "(analysis.mechanism.reparametrize.shift_embeddings) changes no output and moves every uncentred label "
+        "embedding"
     )
     return Outcome(numbers, summary + ".", checks, {"alignment": plot_alignment(res)}, values=values,
                    absence=(c_raw,), secondary={s_cos: why, s_acc: why}, sensitivity=sensitivity)  # fmt: skip

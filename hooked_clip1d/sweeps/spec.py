@@ -45,6 +45,7 @@ from typing import Any
 from hooked_clip1d.model.clip import CLIPConfig
 from hooked_clip1d.model.config import PRESETS, EncoderConfig, TextConfig, VisionConfig
 from hooked_clip1d.settings import RECIPES, DataConfig, TrainConfig
+from hooked_clip1d.training.run_config import RunConfig
 
 # the folder of the shipped sweep specs (the figures' sweeps), and a tiny one for examples and doctests
 SPECS_DIR = Path(__file__).resolve().parent
@@ -149,8 +150,8 @@ def _build_run(base: dict[str, dict[str, Any]], params: dict[str, Any], preset: 
     for s in ("vision", "text"):
         if "pruned_heads" in sec[s]:
             sec[s]["pruned_heads"] = tuple(tuple(x) for x in sec[s]["pruned_heads"])
-    for k in ("betas", "no_decay", "frozen", "snapshot_epochs"):  # TOML gives lists
-        if k in sec["train"]:
+    for k in ("betas", "no_decay", "frozen", "snapshot_epochs"):  # TOML gives lists; a string stays one and is refused
+        if isinstance(sec["train"].get(k), list):
             sec["train"][k] = tuple(sec["train"][k])
     try:
         vision = VisionConfig(**{**PRESETS[preset], **sec["model"], **sec["vision"]})
@@ -158,7 +159,8 @@ def _build_run(base: dict[str, dict[str, Any]], params: dict[str, Any], preset: 
         model_cfg = CLIPConfig(vision=vision, text=text, **sec["clip"])
         data_cfg = DataConfig(**sec["data"])
         train_cfg = TrainConfig(**sec["train"])
-    except TypeError as e:
+        RunConfig(model_cfg, data_cfg, train_cfg)  # the three together (e.g. a held temperature above the clamp)
+    except (TypeError, ValueError) as e:
         raise ValueError(f"sweep run {params}: {e}") from None
     name = "_".join(f"{k.replace('.', '-')}-{_fmt(v)}" for k, v in params.items()) or "run"
     return RunSpec(name, dict(params), model_cfg, data_cfg, train_cfg)

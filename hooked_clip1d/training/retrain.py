@@ -7,8 +7,9 @@ and the trainers retrain it with the mask on (the pruned heads' weights then onl
 - ``prune_heads(model, vision=..., text=...)``: a copy of a ``CLIP1D`` with those heads pruned.
 - ``prune_and_retrain(model, heads, dataset, epochs, out_dir)``: prune, then continue training with ``Trainer``.
 - ``retrain_batched(model, split, ...)``: several pruned copies retrained as one batched group.
-
-``analysis.pruning.head_subset_sweep`` measures every subset of kept heads with these.
+- ``head_subset_sweep(model, n_kept, ...)``: every subset of ``n_kept`` heads kept, each scored before and after
+  retraining (Fig. 22a); ``format_sweep`` prints it as a table. (It lived in ``analysis.pruning`` until the analysis
+  wings of issue 52: it retrains, and analysis never imports training.)
 
 Example:
     >>> import torch
@@ -27,12 +28,17 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from hooked_clip1d.data.dataset import DataConfig, Dataset
+from hooked_clip1d.data.dataset import DataConfig, Dataset, build_dataset
+from hooked_clip1d.evaluation import evaluate
+from hooked_clip1d.files import atomic_write_text
 from hooked_clip1d.model.checkpoint import load_model_file
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.config import check_heads
@@ -157,3 +163,131 @@ def retrain_batched(
     resume = resume and (group_dir / GROUP_CHECKPOINT).exists()
     trainer = BatchedTrainer(members, group_dir, resume=resume, member_dirs=dirs)
     return [run.model for run in trainer.run(progress=progress, desc="retrain pruned")]
+
+
+def _name(kept: Sequence[Head]) -> str:
+    return "keep-" + ("-".join(f"L{layer}H{head}" for layer, head in kept) or "none")
+
+
+def head_subset_sweep(
+    model: CLIP1D,
+    n_kept: int | Sequence[int],
+    dataset: Dataset | DataConfig | None = None,
+    epochs: int = 0,
+    out_dir: str | Path | None = None,
+    tower: str = "vision",
+    train_cfg: TrainConfig | None = None,
+    resume: bool = False,
+    progress: bool = False,
+    engine: str = "standard",
+) -> dict[str, Any]:
+    """For every subset of ``n_kept`` heads of one tower (all others pruned), evaluate the pruned model before
+    and, if ``epochs > 0``, after retraining it for ``epochs`` epochs (Paper App. K, Fig. 22a).
+
+    Heads are the (layer, head) pairs of the tower not already pruned in ``model``; ``n_kept`` may be a list
+    (e.g. ``[1, 2, 3]`` for every configuration of a 4-head layer). Each retraining run goes to
+    ``out_dir/keep-L0H0-L0H2`` and the whole result to ``out_dir/sweep.json``. ``resume=True`` resumes (or reuses,
+    when finished) runs already in ``out_dir``. ``engine="batched"`` retrains every subset at once as one stacked
+    group of ``batched.BatchedTrainer`` (same trajectories to float rounding, several times faster; its group
+    checkpoint is ``out_dir/group_checkpoint.safetensors``).
+
+    Returns a JSON-able dict: ``tower``, ``epochs``, ``baseline`` (``evaluate`` of ``model``) and ``runs``, one per
+    subset with ``kept``, ``pruned`` (lists of [layer, head]), ``before`` and ``after`` (``evaluate`` output;
+    ``after`` is None without retraining) and ``out_dir``.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, d_model=16, d_head=4), seed=0).eval()
+        >>> res = head_subset_sweep(m, 2, DataConfig(n_labels=5, n_heldout=2, n2=2))
+        >>> [r["kept"] for r in res["runs"]][:2]
+        [[[0, 0], [0, 1]], [[0, 0], [0, 2]]]
+    """
+    if tower not in ("vision", "text"):
+        raise ValueError(f"tower must be 'vision' or 'text', got {tower!r}")
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
+        raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
+    if epochs > 0 and out_dir is None:
+        raise ValueError("retraining (epochs > 0) needs out_dir for the runs' checkpoints")
+    if engine not in ("standard", "batched"):
+        raise ValueError(f"engine must be 'standard' or 'batched', got {engine!r}")
+    cfg = getattr(model.cfg, tower)
+    heads = [(lyr, h) for lyr in range(cfg.n_layers) for h in range(cfg.n_heads) if (lyr, h) not in cfg.pruned_heads]
+    ks = [n_kept] if isinstance(n_kept, int) else list(n_kept)
+    bad = [k for k in ks if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(heads)]
+    if bad or not ks:
+        raise ValueError(
+            f"n_kept must be ints in 1..{len(heads)} (the unpruned heads of the {tower} tower), got {n_kept!r}"
+        )
+    data_cfg = data_config_of(model, dataset)
+    ds = dataset if isinstance(dataset, Dataset) else build_dataset(data_cfg)
+    was_training = model.training
+    model.eval()
+    try:
+        baseline = evaluate(model, ds)
+        subsets = [kept for k in ks for kept in itertools.combinations(heads, k)]
+        pruned_of = [[lh for lh in heads if lh not in kept] for kept in subsets]
+        run_dirs: list[Path | None] = [None] * len(subsets)
+        afters: list[dict | None] = [None] * len(subsets)
+        if epochs > 0:
+            assert out_dir is not None
+            run_dirs = [Path(out_dir) / _name(kept) for kept in subsets]
+            split = [(p, ()) if tower == "vision" else ((), p) for p in pruned_of]
+            if engine == "batched":
+                retrained = retrain_batched(model, split, data_cfg, epochs, Path(out_dir), run_dirs, train_cfg,
+                                             resume, progress)  # fmt: skip
+            else:
+                retrained = []
+                for (vis, txt), run_dir in zip(split, run_dirs, strict=True):
+                    assert run_dir is not None
+                    resume_this = resume and (run_dir / "checkpoint.safetensors").exists()
+                    retrained.append(
+                        prune_and_retrain(
+                            model, vis, data_cfg, epochs, run_dir, text_heads=txt, train_cfg=train_cfg,
+                            resume=resume_this, progress=progress,
+                        ).model
+                    )  # fmt: skip
+            afters = [evaluate(m.eval(), ds) for m in retrained]
+        runs = []
+        for kept, pruned, run_dir, after in zip(subsets, pruned_of, run_dirs, afters, strict=True):
+            before = evaluate(prune_heads(model, **{tower: pruned}).eval(), ds)
+            runs.append(
+                {
+                    "kept": [list(lh) for lh in kept],
+                    "pruned": [list(lh) for lh in pruned],
+                    "before": before,
+                    "after": after,
+                    "out_dir": None if run_dir is None else str(run_dir),
+                }
+            )
+    finally:
+        model.train(was_training)
+    result = {"tower": tower, "epochs": epochs, "baseline": baseline, "runs": runs}
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(out_dir) / "sweep.json", json.dumps(result, indent=2))
+    return result
+
+
+def format_sweep(result: dict[str, Any], split: str = "val_unseen", metric: str = "acc") -> str:
+    """A text table of ``head_subset_sweep`` output: kept heads, ``metric`` of ``split`` before / after retraining.
+
+    Example:
+        >>> r = {"baseline": {"val_unseen": {"acc": 0.9}},
+        ...      "runs": [{"kept": [[0, 1]], "before": {"val_unseen": {"acc": 0.5}}, "after": None}]}
+        >>> print(format_sweep(r))
+        kept heads          before   after
+        all (baseline)       0.900       -
+        L0H1                 0.500       -
+    """
+
+    def val(m: dict | None) -> str:
+        return "-" if m is None else f"{m[split][metric]:.3f}"
+
+    lines = [
+        f"{'kept heads':<18}{'before':>8}{'after':>8}",
+        f"{'all (baseline)':<18}{val(result['baseline']):>8}{'-':>8}",
+    ]
+    for r in result["runs"]:
+        name = ",".join(f"L{a}H{b}" for a, b in r["kept"])
+        lines.append(f"{name:<18}{val(r['before']):>8}{val(r['after']):>8}")
+    return "\n".join(lines)

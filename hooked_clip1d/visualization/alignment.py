@@ -1,9 +1,10 @@
-"""Figure of the vision / text label-embedding alignment (Fig. 7) from ``analysis.alignment.embedding_alignment``.
+"""Figure of the vision / text label-embedding alignment (Fig. 7) from
+``analysis.mechanism.alignment.embedding_alignment``.
 
 Example:
     >>> import os, tempfile
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.alignment import embedding_alignment
+    >>> from hooked_clip1d.analysis.mechanism.alignment import embedding_alignment
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6), seed=0)
     >>> fig = plot_alignment(embedding_alignment(m, fit_labels=[1, 2, 3, 4], test_labels=[5, 6]))
     >>> fig.savefig(os.path.join(tempfile.mkdtemp(), "alignment.png"))

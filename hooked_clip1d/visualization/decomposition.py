@@ -7,12 +7,12 @@
 - ``plot_std_shares`` / ``plot_std_histograms``: the across-key standard deviation of each term on the CLS row,
   as shares per head and as per-image histograms (Fig. 13).
 - ``plot_ablations``: accuracy and label-set recognition per ablation condition (Fig. 5e, 16, 17), from
-  ``analysis.ablation.evaluate_ablations``.
+  ``analysis.interventions.ablation.evaluate_ablations``.
 
 Example:
     >>> import os, tempfile
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
+    >>> from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores, row_std_shares
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img = m.vision.to_tokens(["C 1 . . 2 . . . . . .", "C . 3 . . . 4 . . . ."])
     >>> _, cache = m.vision.run_with_cache(img)
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from hooked_clip1d.analysis.decompose import TERM_LABELS
+from hooked_clip1d.analysis.interventions.decompose import TERM_LABELS
 from hooked_clip1d.data.dataset import SPLIT_TITLES
 from hooked_clip1d.visualization.plots import plot_ablation_accuracy
 from hooked_clip1d.visualization.style import bars, legend_outside
@@ -209,7 +209,8 @@ def plot_std_shares(
 ) -> Figure:
     """Bars of each term's share of the across-key std of the row, per head (Fig. 13 summary).
 
-    ``shares`` is ``analysis.decompose.row_std_shares(...)``; ``reference`` optionally marks published shares
+    ``shares`` is ``analysis.interventions.decompose.row_std_shares(...)``; ``reference`` optionally marks published
+    shares
     (term -> one value per head, e.g. ``{"XWX": [0.76, 0.77, 0.91, 0.76]}``) as black ticks.
     """
     _check_shares(shares)
@@ -273,7 +274,8 @@ def plot_ablations(
 ) -> Figure:
     """Bars of ``metrics`` per ablation condition, a panel per split (Fig. 5e, 16, 17).
 
-    ``result`` is ``analysis.ablation.evaluate_ablations(...)``; each panel is ``plots.plot_ablation_accuracy``.
+    ``result`` is ``analysis.interventions.ablation.evaluate_ablations(...)``; each panel is
+    ``plots.plot_ablation_accuracy``.
 
     Example:
         >>> res = {"splits": ["val_unseen"], "conditions": {

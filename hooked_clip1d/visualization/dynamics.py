@@ -1,7 +1,8 @@
 """Figures of a training trajectory: the mechanism's emergence over log-epoch, the attention pattern and the EP row
 at a few checkpoints side by side, and a circuitsvis view that steps through the checkpoints.
 
-- ``plot_emergence(em)``: ``analysis.dynamics.emergence`` output (an ``Emergence``, its ``to_json()`` or its rows)
+- ``plot_emergence(em)``: ``analysis.mechanism.dynamics.emergence`` output (an ``Emergence``, its ``to_json()`` or
+its rows)
   over the epoch on a symmetric-log axis (linear below 1, so epoch 0 is drawn, at the left edge), one panel per
   family: loss and accuracies; per-head P(left) / P(right); the EP CLS row's std and rank correlation; the Fig. 13
   XW_QKX^T share and the invariant ablation; the per-head W_QK rank and the decay exposure. Dotted vertical lines mark
@@ -17,7 +18,7 @@ conventions (labelled reference lines, readable legends outside the axes).
 
 Example:
     >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
-    >>> from hooked_clip1d.analysis.dynamics import emergence
+    >>> from hooked_clip1d.analysis.mechanism.dynamics import emergence
     >>> cfg = CLIPConfig.from_preset("simplified", n_labels=8, d_model=16, d_head=4)
     >>> ckpts = [(e, CLIP1D(cfg, seed=e).eval()) for e in (0, 10)]
     >>> for _, m in ckpts:
@@ -47,8 +48,8 @@ from jaxtyping import Int
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from hooked_clip1d.analysis.dynamics import Emergence
-from hooked_clip1d.analysis.terms import attention_terms
+from hooked_clip1d.analysis.interventions.terms import attention_terms
+from hooked_clip1d.analysis.mechanism.dynamics import Emergence
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.visualization.attention import attention_view
 from hooked_clip1d.visualization.style import legend_outside, reference_line
@@ -69,7 +70,7 @@ def _windows(em: Any, rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
         return em.windows
     if isinstance(em, Mapping) and "windows" in em:
         return em["windows"]
-    from hooked_clip1d.analysis.dynamics import check_windows
+    from hooked_clip1d.analysis.mechanism.dynamics import check_windows
 
     return check_windows(rows)
 

@@ -1,5 +1,6 @@
 """Figures of head roles: Δlabel vs Δp.e. (Fig. 5c), relational / label-specific shares (Fig. 5d), the text
-EOT bias (Fig. 6) and head-pruning sweeps (Fig. 22a). Inputs are the outputs of ``hooked_clip1d.analysis.heads``
+EOT bias (Fig. 6) and head-pruning sweeps (Fig. 22a). Inputs are the outputs of
+``hooked_clip1d.analysis.mechanism.heads``
 and ``.pruning``, as tensors or as their ``to_jsonable`` lists.
 
 Example:

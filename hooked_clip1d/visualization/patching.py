@@ -1,4 +1,5 @@
-"""Figures of the causal analyses (``hooked_clip1d.analysis.patching``, ``probes``, ``spatial_ids``), matplotlib.
+"""Figures of the causal analyses (``hooked_clip1d.analysis.interventions.patching``, ``probes``, ``spatial_ids``),
+matplotlib.
 
 - ``plot_patching_map``: recovered fraction per hook/depth x position set (per head: one panel per set);
   ``plot_fraction_map`` draws any 2-D fraction array (e.g. ``tl_patching`` output) the same way.
@@ -13,7 +14,7 @@ Every function returns the ``Figure`` (and draws into ``ax`` when given one).
 Example:
     >>> import os, tempfile
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.patching import mirror_swap_patching
+    >>> from hooked_clip1d.analysis.interventions.patching import mirror_swap_patching
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> res = mirror_swap_patching(m, img, cap)
@@ -29,11 +30,11 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from hooked_clip1d.analysis.interchange import InterchangeResult
-from hooked_clip1d.analysis.knockout import KnockoutResult
-from hooked_clip1d.analysis.patching import PatchSweep
-from hooked_clip1d.analysis.probes import ProbeSweep
-from hooked_clip1d.analysis.spatial_ids import SpatialIDs, SteeringResult
+from hooked_clip1d.analysis.interventions.interchange import InterchangeResult
+from hooked_clip1d.analysis.interventions.knockout import KnockoutResult
+from hooked_clip1d.analysis.interventions.patching import PatchSweep
+from hooked_clip1d.analysis.interventions.probes import ProbeSweep
+from hooked_clip1d.analysis.mechanism.spatial_ids import SpatialIDs, SteeringResult
 from hooked_clip1d.visualization.style import bars, legend_outside, reference_line
 
 
@@ -79,7 +80,7 @@ def plot_patching_map(sweep: PatchSweep, title: str | None = None) -> Figure:
     """Recovered fraction per hook/depth (rows) x position set (columns); per-head sweeps get one panel per set
     with heads as columns.
 
-    >>> from hooked_clip1d.analysis.patching import PatchSweep
+    >>> from hooked_clip1d.analysis.interventions.patching import PatchSweep
     >>> sw = PatchSweep("vision", ["h"], ["embed"], ["all", "cls"], False, torch.tensor([[[0.0], [1.0]]]),
     ...                 torch.tensor([1.0]), torch.tensor([0.0]))
     >>> fig = plot_patching_map(sw)
@@ -102,7 +103,7 @@ def plot_patching_map(sweep: PatchSweep, title: str | None = None) -> Figure:
 def plot_recovery_bars(sweep: PatchSweep, ax: plt.Axes | None = None) -> Figure:
     """Grouped bars: one group per position set, one bar per hook/depth (for sweeps without per-head patching).
 
-    >>> from hooked_clip1d.analysis.patching import PatchSweep
+    >>> from hooked_clip1d.analysis.interventions.patching import PatchSweep
     >>> sw = PatchSweep("vision", ["a", "b"], ["embed", "after L0"], ["all", "cls"], False,
     ...                 torch.tensor([[[0.0], [1.0]], [[0.0], [0.0]]]), torch.tensor([1.0]), torch.tensor([0.0]))
     >>> fig = plot_recovery_bars(sw)
@@ -236,7 +237,7 @@ def plot_spatial_ids(ids: SpatialIDs, ax: plt.Axes | None = None) -> Figure:
     """Universal IDs projected on their horizontal direction (Eq. 5), one line per depth.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.spatial_ids import vision_spatial_ids
+    >>> from hooked_clip1d.analysis.mechanism.spatial_ids import vision_spatial_ids
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=3), seed=0).eval()
     >>> fig = plot_spatial_ids(vision_spatial_ids(m.vision))
     """

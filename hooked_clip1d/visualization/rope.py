@@ -1,9 +1,9 @@
-"""Figure of the RoPE mechanism analysis (Fig. 19) from ``analysis.rope.rope_mechanism``.
+"""Figure of the RoPE mechanism analysis (Fig. 19) from ``analysis.mechanism.rope.rope_mechanism``.
 
 Example:
     >>> import os, tempfile
     >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig, build_dataset
-    >>> from hooked_clip1d.analysis.rope import rope_mechanism
+    >>> from hooked_clip1d.analysis.mechanism.rope import rope_mechanism
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=8, positional="rope"), seed=0).eval()
     >>> ds = build_dataset(DataConfig(n_labels=8, n_heldout=3, n2=3))
     >>> fig = plot_rope_mechanism(rope_mechanism(m.vision, ds.splits["val_unseen"]))

@@ -15,7 +15,7 @@ measure, AtP*'s corrections and when EAP is exact: ``attribution``'s module docs
 
 Example:
     >>> from hooked_clip1d import load_model
-    >>> from hooked_clip1d.analysis.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
     >>> m = load_model("simplified-ntot20-n2-10")
     >>> imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 18 . . . . . . . 20 ."])
     >>> caps = m.text.to_tokens(["17 is on the left of 19", "18 is on the left of 20"])
@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from hooked_clip1d.analysis.attribution import (
+from hooked_clip1d.analysis.circuits.attribution import (
     Attribution,
     apply_grad_drop,
     as_hooks,
@@ -45,7 +45,7 @@ from hooked_clip1d.analysis.attribution import (
     qk_delta_scores,
     run_task,
 )
-from hooked_clip1d.analysis.graph import (
+from hooked_clip1d.analysis.circuits.graph import (
     Edge,
     Task,
     build_graph,
@@ -194,7 +194,7 @@ def check_edge_attribution(task: Task, result: Attribution, *, n: int = 8, seed:
     (``attribution.check_against_exact``). Returns the agreement.
 
     >>> from hooked_clip1d import load_model
-    >>> from hooked_clip1d.analysis.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
     >>> m = load_model("simplified-ntot20-n2-10")
     >>> imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 18 . . . . . . . 20 ."])
     >>> caps = m.text.to_tokens(["17 is on the left of 19", "18 is on the left of 20"])

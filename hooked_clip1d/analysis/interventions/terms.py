@@ -20,7 +20,7 @@ BB     b_Q b_K^T                   B_Q^T B_K (constant)
 
 ``VP`` (App. H) is the positional part ``P W_V`` of the values.
 
-**Beyond layer 0 without LN** (see ``hooked_clip1d.analysis.decompose``), a fourth part R ("rest") holds
+**Beyond layer 0 without LN** (see ``hooked_clip1d.analysis.interventions.decompose``), a fourth part R ("rest") holds
 everything else in the attention input: earlier layers' outputs and, with LayerNorm, the LN bias ``ln1.b``. This
 adds the terms ER, RE, PR, RP, BR, RB, RR, and E / P mean the *direct* path of the embeddings:
 
@@ -55,7 +55,8 @@ from jaxtyping import Float
 from transformer_lens import ActivationCache
 from transformer_lens.hook_points import HookPoint
 
-from hooked_clip1d.analysis.decompose import (
+from hooked_clip1d.analysis.hooks import Hook, check_indices
+from hooked_clip1d.analysis.interventions.decompose import (
     REST_TERMS,
     SCORE_TERMS,
     TOKEN_POSITION_TERMS,
@@ -65,7 +66,6 @@ from hooked_clip1d.analysis.decompose import (
     project_components,
     rotate,
 )
-from hooked_clip1d.analysis.hooks import Hook, check_indices
 from hooked_clip1d.model.encoders import HookedEncoder
 from hooked_clip1d.model.terms import VALUE_TERMS, term_scores
 

@@ -66,9 +66,9 @@ import torch
 from jaxtyping import Float
 from transformer_lens.hook_points import HookPoint
 
-from hooked_clip1d.analysis.decompose import rotate
-from hooked_clip1d.analysis.graph import Task
+from hooked_clip1d.analysis.circuits.graph import Task
 from hooked_clip1d.analysis.hooks import Hook
+from hooked_clip1d.analysis.interventions.decompose import rotate
 
 
 # ---- results --------------------------------------------------------------------------------------------------------
@@ -163,7 +163,7 @@ def run_task(
     parameters' ``requires_grad``), ready for ``grads_of``.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> task = mirror_task(m, img, cap, target="vision")
@@ -214,7 +214,7 @@ def frozen_patterns(task: Task, freeze_pattern: bool = True) -> dict[str, dict[s
     when ``freeze_pattern`` is False), for ``run_task(pre=...)`` or, through ``as_hooks``, ``Task.run``.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> list(frozen_patterns(mirror_task(m, img, cap))["vision"])
@@ -258,7 +258,7 @@ def drop_layer_posts(task: Task, tower: str, layer: int) -> dict[str, dict[str, 
     ``hook_attn_out`` and ``hook_mlp_out``), so no gradient flows through them; forward values are unchanged.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> list(drop_layer_posts(mirror_task(m, img, cap), "vision", 0)["vision"])
@@ -297,7 +297,7 @@ def qk_delta_scores(
     captures them.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> task = mirror_task(m, img, cap, target="vision")
@@ -324,7 +324,7 @@ def apply_grad_drop(
     item's score with block ``l``'s residual contributions detached; ``|plain|`` where there is no other layer.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> task = mirror_task(m, img, cap, target="vision")

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from hooked_clip1d.analysis.mechanism import PROBE, mechanism_report, unseen_probe
+from hooked_clip1d.analysis.mechanism.report import PROBE, mechanism_report, unseen_probe
 from hooked_clip1d.data.dataset import Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.clip import CLIP1D
@@ -55,7 +55,8 @@ CHECK_TEXT = {
 
 
 # the restated checks (mechanism checks v2; docs/fidelity.md, "The temperature study", written before its runs):
-# each reads outputs or quantities that no output-preserving reparametrisation changes (analysis.reparametrize)
+# each reads outputs or quantities that no output-preserving reparametrisation changes
+# (analysis.mechanism.reparametrize)
 INVARIANT_CHECKS = ("generalizes", "fig4c_split", "fig14_whole_query", "invariant_ablation")
 # reported beside them, not counted: coordinate-dependent (the b_Q fold, the CLS move change them)
 SECONDARY_CHECKS = ("fig13_split", "ep_only_ablation")

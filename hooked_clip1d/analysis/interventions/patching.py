@@ -55,8 +55,9 @@ from hooked_clip1d.analysis.hooks import (
     patch_hook,
     residual_hook_names,
 )
-from hooked_clip1d.analysis.interchange import InterchangeResult, text_interchange
-from hooked_clip1d.analysis.knockout import KnockoutResult, cls_object_edges, eot_edges, knockout_sweep
+from hooked_clip1d.analysis.interventions.interchange import InterchangeResult, text_interchange
+from hooked_clip1d.analysis.interventions.knockout import KnockoutResult, cls_object_edges, eot_edges, knockout_sweep
+from hooked_clip1d.analysis.interventions.tl_adapter import TL_KINDS, tl_patching
 from hooked_clip1d.analysis.metrics import (
     caption_belief_metric,
     check_model,
@@ -68,7 +69,6 @@ from hooked_clip1d.analysis.metrics import (
     shift_fraction,
     swap_captions,
 )
-from hooked_clip1d.analysis.tl_adapter import TL_KINDS, tl_patching
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.encoders import HookedEncoder
 

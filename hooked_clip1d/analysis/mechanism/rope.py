@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from hooked_clip1d.analysis.heads import two_object_images
+from hooked_clip1d.analysis.mechanism.heads import two_object_images
 from hooked_clip1d.data.dataset import Split
 from hooked_clip1d.model.encoders import HookedEncoder, HookedVisionEncoder
 from hooked_clip1d.model.functional import rotate
@@ -301,7 +301,7 @@ def rope_mechanism(
 ) -> dict[str, Any]:
     """Every Fig. 19 quantity for a RoPE vision tower on ``split`` (the paper uses the unseen pairs):
     ``consistency`` (``consistency_condition``), ``bias_gradient``, ``key_pca``, ``effective_rank`` and ``rho``.
-    ``to_jsonable`` (in ``analysis.heads``) turns the result into JSON.
+    ``to_jsonable`` (in ``analysis.mechanism.heads``) turns the result into JSON.
 
     Example:
         >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig, build_dataset

@@ -4,8 +4,8 @@ A check that reads a trained model's parameters can report a choice of coordinat
 function the model computes. Each function here returns a copy of a ``CLIP1D`` whose every output (image
 embeddings, logits, the CLS row's attention pattern) is the same as the original's, with its parameters moved:
 
-- ``move_cls_embedding`` (``analysis.mechanism``): ``W_E[CLS] + W_pos[0]`` moved into one of the two rows (CLS only
-  ever sits at position 0). The paper's EP and PP terms of the CLS row trade places.
+- ``move_cls_embedding`` (``analysis.mechanism.report``): ``W_E[CLS] + W_pos[0]`` moved into one of the two rows
+  (CLS only ever sits at position 0). The paper's EP and PP terms of the CLS row trade places.
 - ``fold_query_bias``: ``b_Q`` folded into ``W_Q`` along the CLS token's residual ``x_CLS = W_E[CLS] + W_pos[0]``
   (``W_Q += x_CLS^T b_Q / |x_CLS|^2``, ``b_Q = 0``). In a 1-layer tower read out at CLS only the CLS query reaches the
   output; other rows' queries change, the output does not. Fig. 13's XW_QKX^T share becomes 1 in every head.
@@ -14,7 +14,10 @@ embeddings, logits, the CLS row's attention pattern) is the same as the original
 - ``scale_query_key``: ``W_Q, b_Q`` times c and ``W_K, b_K`` over c (every score unchanged).
 
 ``invariance_audit(model, measure)`` evaluates ``measure`` on the model and on each reparametrised copy: a counted
-check must give the same value on every one (issue 42's invariance audit; docs/fidelity.md).
+check must give the same value on every one (issue 42's invariance audit; docs/fidelity.md). A move is
+output-preserving only for the model it was derived for: a model whose forward ablates a score term
+(``EncoderConfig.ablated_terms``) computes a different function after it. ``logit_change(model, moved)`` measures
+that on a fixed probe batch, and the audits apply a move only where it is below ``PRESERVING_TOL``.
 
 Example:
     >>> import torch
@@ -28,12 +31,13 @@ Example:
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from hooked_clip1d.analysis.mechanism import check_simplified_tower, move_cls_embedding
+from hooked_clip1d.analysis.mechanism.report import check_simplified_tower, move_cls_embedding
 from hooked_clip1d.model.clip import CLIP1D
 
 
@@ -64,17 +68,22 @@ def shift_embeddings(model: CLIP1D, c: torch.Tensor | None = None) -> CLIP1D:
     out = copy.deepcopy(model)
     with torch.no_grad():
         W_E, W_pos = out.vision.embed.W_E, out.vision.pos_embed.W_pos
-        c = W_E.mean(0) if c is None else c.to(W_E)
+        c = W_E.mean(0) if c is None else torch.as_tensor(c).to(W_E)
+        if c.shape != W_E.shape[-1:] or not bool(torch.isfinite(c).all()):
+            raise ValueError(
+                f"shift_embeddings needs a finite vector of d_model = {W_E.shape[-1]}, got {tuple(c.shape)}"
+            )
         W_E -= c
         W_pos += c
     return out
 
 
 def scale_query_key(model: CLIP1D, c: float = 3.0) -> CLIP1D:
-    """A copy of ``model`` with the vision ``W_Q``, ``b_Q`` times ``c`` and ``W_K``, ``b_K`` over ``c``."""
+    """A copy of ``model`` with the vision ``W_Q``, ``b_Q`` times ``c`` and ``W_K``, ``b_K`` over ``c`` (``c`` a finite
+    number > 0: an infinite one would turn every score into NaN or inf)."""
     check_simplified_tower(model.vision)
-    if not c > 0:
-        raise ValueError(f"scale_query_key needs c > 0, got {c!r}")
+    if isinstance(c, bool) or not isinstance(c, int | float) or not math.isfinite(c) or not c > 0:
+        raise ValueError(f"scale_query_key needs a finite c > 0, got {c!r}")
     out = copy.deepcopy(model)
     attn = out.vision.blocks[0].attn
     with torch.no_grad():
@@ -94,6 +103,45 @@ REPARAMETRISATIONS: dict[str, Callable[[CLIP1D], CLIP1D]] = {
 }
 
 
+PRESERVING_TOL = 1e-4  # a move preserves a model's outputs when no logit moves by more than this x the largest one
+
+
+@torch.no_grad()
+def logit_change(model: CLIP1D, moved: CLIP1D, n: int = 64, seed: int = 0) -> float:
+    """The largest change of CLIP's logits from ``model`` to ``moved`` over a fixed probe batch, relative to the
+    largest logit: ``n`` random images (CLS first, every other pixel a random label or background) against ``n``
+    random captions, drawn from ``seed`` (a generator of its own: the global RNG is untouched). Both in eval mode
+    for the measurement, each given back in its own mode.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, init_std=1.0), seed=0).eval()
+        >>> logit_change(m, scale_query_key(m)) < PRESERVING_TOL
+        True
+        >>> ablated = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, init_std=1.0,
+        ...                                         vision_overrides={"ablated_terms": ("EP",)}), seed=0).eval()
+        >>> logit_change(ablated, move_cls_embedding(ablated, "position")) > PRESERVING_TOL  # EP moves into PP
+        True
+    """
+    g = torch.Generator().manual_seed(seed)
+    vc, tc = model.cfg.vision, model.cfg.text
+    images = torch.randint(0, vc.n_labels + 1, (n, vc.n_ctx), generator=g)
+    images[:, 0] = vc.vocab.cls
+    captions = torch.randint(1, tc.d_vocab, (n, tc.n_ctx), generator=g)
+    modes = (model.training, moved.training)
+    model.eval()
+    moved.eval()
+    try:
+        a = model(images, captions, validate=False)
+        b = moved(images, captions, validate=False)
+    finally:
+        model.train(modes[0])
+        moved.train(modes[1])
+    if not bool(torch.isfinite(b).all()):
+        return float("inf")
+    return float((a - b).abs().max() / a.abs().max().clamp_min(1e-12))
+
+
 def invariance_audit(model: CLIP1D, measure: Callable[[CLIP1D], Any]) -> dict[str, Any]:
     """``measure`` on ``model`` (key ``"as trained"``) and on each of ``REPARAMETRISATIONS``; every copy is in eval
     mode and the caller's model is not changed.
@@ -101,7 +149,7 @@ def invariance_audit(model: CLIP1D, measure: Callable[[CLIP1D], Any]) -> dict[st
     Example:
         >>> from hooked_clip1d import CLIP1D, CLIPConfig
         >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, init_std=1.0), seed=0).eval()
-        >>> audit = invariance_audit(m, lambda x: round(float(x.vision.blocks[0].attn.b_Q.norm()), 3))
+        >>> audit = invariance_audit(m, lambda x: round(float(x.vision.blocks[0].attn.b_Q.detach().norm()), 3))
         >>> audit["as trained"] == audit["embedding shift"], audit["b_Q folded into W_Q"]
         (True, 0.0)
     """

@@ -29,7 +29,7 @@ from jaxtyping import Int
 from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.analysis.hooks import Hook, check_eval, check_indices, check_tower
-from hooked_clip1d.analysis.terms import ablate_terms, attention_terms
+from hooked_clip1d.analysis.interventions.terms import ablate_terms, attention_terms
 from hooked_clip1d.model.encoders import HookedEncoder
 
 

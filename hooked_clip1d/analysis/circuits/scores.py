@@ -66,8 +66,8 @@ from typing import Any
 import torch
 from jaxtyping import Float, Int
 
-from hooked_clip1d.analysis.attribution import Attribution
-from hooked_clip1d.analysis.graph import (
+from hooked_clip1d.analysis.circuits.attribution import Attribution
+from hooked_clip1d.analysis.circuits.graph import (
     Edge,
     Graph,
     Task,
@@ -80,9 +80,9 @@ from hooked_clip1d.analysis.graph import (
     writer_activations,
 )
 from hooked_clip1d.analysis.hooks import check_eval, knockout_hooks
-from hooked_clip1d.analysis.knockout import cls_object_edges, eot_edges
+from hooked_clip1d.analysis.interventions.knockout import cls_object_edges, eot_edges
+from hooked_clip1d.analysis.interventions.terms import ablate_terms, attention_terms
 from hooked_clip1d.analysis.metrics import check_model, pair_inputs
-from hooked_clip1d.analysis.terms import ablate_terms, attention_terms
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.model.clip import CLIP1D
 

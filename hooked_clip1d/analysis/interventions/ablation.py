@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hooked_clip1d.analysis.terms import ablate_terms
+from hooked_clip1d.analysis.interventions.terms import ablate_terms
 from hooked_clip1d.data.dataset import SPLITS, Dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.clip import CLIP1D

@@ -37,10 +37,15 @@ from typing import Any
 import torch
 from jaxtyping import Float
 
-from hooked_clip1d.analysis.ablation import evaluate_ablations
-from hooked_clip1d.analysis.decompose import decompose_attention_scores, row_std_shares
-from hooked_clip1d.analysis.heads import classify_head_roles, cls_object_bias, label_pe_deltas, two_object_images
 from hooked_clip1d.analysis.hooks import Hook
+from hooked_clip1d.analysis.interventions.ablation import evaluate_ablations
+from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores, row_std_shares
+from hooked_clip1d.analysis.mechanism.heads import (
+    classify_head_roles,
+    cls_object_bias,
+    label_pe_deltas,
+    two_object_images,
+)
 from hooked_clip1d.data.dataset import Dataset, Split, build_dataset
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.encoders import HookedVisionEncoder
@@ -124,7 +129,7 @@ def unseen_probe(dataset: Dataset) -> Dataset:
     ``left_right`` mode), rows of ``dataset.captions``.
     """
     cfg = dataset.config
-    vocab = cfg.vocab
+    vocab = dataset.vocab
     index = {tuple(c.tolist()): i for i, c in enumerate(dataset.captions)}
     images, targets, objects, positions = [], [], [], []
     for x, y in itertools.permutations(range(cfg.n_pair + 1, cfg.n_labels + 1), 2):
@@ -150,7 +155,7 @@ def unseen_probe(dataset: Dataset) -> Dataset:
 
 def check_simplified_tower(vision: HookedVisionEncoder) -> None:
     """Raise ``ValueError`` unless ``vision`` is the paper's simplified tower (1 layer, attention only, no LayerNorm,
-    learned positions): what the CLS-row tools and the reparametrisations of ``analysis.reparametrize`` need.
+    learned positions): what the CLS-row tools and the reparametrisations of ``analysis.mechanism.reparametrize`` need.
 
     Example:
         >>> from hooked_clip1d import VisionConfig
@@ -179,7 +184,8 @@ def cls_position_rows(vision: HookedVisionEncoder) -> torch.Tensor:
     for pixel keys j = 1..d_image [head, pixel], with ``q_CLS`` the whole CLS query (E, P and bias parts together).
 
     The paper's EP + PP + BP terms of the CLS row (App. I's form), the same for every image. Unlike EP alone it is
-    the same under every reparametrisation of ``analysis.reparametrize`` (up to a constant added to a row, which
+    the same under every reparametrisation of ``analysis.mechanism.reparametrize`` (up to a constant added to a row,
+    which
     changes neither its rank correlation with position nor its spread).
 
     Example:
@@ -235,7 +241,8 @@ def cls_label_pe_deltas(vision: HookedVisionEncoder, split: Split) -> dict[str, 
     For a two-object image with label x at pixel a and y at pixel b > a, ``Δlabel = q_CLS . (W_E[y] - W_E[x]) W_K``
     and ``Δp.e. = q_CLS . (W_pos[b] - W_pos[a]) W_K`` (right minus left, over ``attn_scale``): App. I's T and Π with
     the sign flipped. ``b_K`` cancels, so ``Δlabel + Δp.e.`` is the head's whole CLS logit difference
-    (``delta_score``), and no output-preserving reparametrisation of ``analysis.reparametrize`` changes either part
+    (``delta_score``), and no output-preserving reparametrisation of ``analysis.mechanism.reparametrize`` changes
+    either part
     (``label_pe_deltas``' EP-only Δp.e. goes to 0 when ``W_E[CLS]`` moves into ``W_pos[0]``). Same keys as
     ``heads.label_pe_deltas``, so ``heads.classify_head_roles`` reads it.
 

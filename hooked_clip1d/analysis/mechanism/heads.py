@@ -109,7 +109,7 @@ def _check_embedding_layer(model: HookedEncoder, layer: int, what: str) -> None:
     if cfg.positional != "learned":
         raise ValueError(
             f"{what} needs learned additive positional embeddings (the p.e. in E W_QK P^T); this tower has "
-            f"positional={cfg.positional!r} (for RoPE see hooked_clip1d.analysis.rope)"
+            f"positional={cfg.positional!r} (for RoPE see hooked_clip1d.analysis.mechanism.rope)"
         )
 
 
