@@ -4,7 +4,7 @@
     python benchmarks/gpu_check.py --device cpu --quick  # smoke test of the script itself, anywhere
 
 The whole table takes minutes (two compiled modes compile ~1 min each): it is issue 43's step table, run as
-``bash benchmarks/gpu_queue.sh table`` in a window of its own. A queue window checks only the mode it trains with
+``bash tools/gpu/gpu_queue.sh table`` in a window of its own. A queue window checks only the mode it trains with
 (``gpu_window.check_one``, with this module's checks and tolerances) and falls back in ``gpu_window.MODES`` order.
 
 **Against the CPU** (dropout 0, so both devices compute the same function):

@@ -373,7 +373,7 @@ def test_the_eyes_see_what_they_claim():
     assert edges[(_full("data.dataset"), _full("settings"))] == "import"
     assert edges[(PKG, _full("pretrained"))] == "lazy"
     assert edges[(_full("model"), _full("model.clip"))] == "lazy"
-    assert edges[(_full("reproduce.runner"), _full("reproduce.beyond"))] == "declared"
+    assert edges[(_full("reproduce.runner"), _full("reproduce.open_questions"))] == "declared"
     assert (_full("reproduce.runner"), _full("reproduce.runner")) not in edges
 
 

@@ -66,7 +66,7 @@ def test_no_function_of_the_command_line_is_over_80_lines():
 
 
 def test_one_parser_function_per_command():
-    from hooked_clip1d.cli import commands, studies, train
+    from hooked_clip1d.cli import commands, many_runs, train
 
     sub = next(a for a in commands.build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
     names = list(sub.choices)
@@ -74,7 +74,7 @@ def test_one_parser_function_per_command():
                      "unpack", "export", "ship-trajectory"]  # fmt: skip
     for name in names:
         fn = f"add_{name.replace('-', '_')}_parser"
-        assert any(hasattr(m, fn) for m in (commands, studies, train)), f"no {fn}"
+        assert any(hasattr(m, fn) for m in (commands, many_runs, train)), f"no {fn}"
         assert callable(sub.choices[name].get_default("func")), f"{name} runs no function"
     assert commands.build_parser().parse_args(["train", "--out", "x"]).func is commands.cmd_train
 

@@ -1,4 +1,4 @@
-"""The GPU queue's windows on the CPU (benchmarks/gpu_window.py through benchmarks/gpu_queue.sh; issue 43).
+"""The GPU queue's windows on the CPU (tools/gpu/gpu_window.py through tools/gpu/gpu_queue.sh; issue 43).
 
 A lent GPU is a 15-minute window whose machine starts bare, with 64 MiB travelling each way. Everything a window
 does but the GPU's arithmetic is tested here, before any device time is spent on it: the check and its fallback,
@@ -46,7 +46,8 @@ dropout_rng = "fast"
 
 def _load(name: str):  # noqa: ANN202
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        where = "tools/gpu" if name == "gpu_window" else "benchmarks"  # operations tooling / the step table
+        spec = importlib.util.spec_from_file_location(name, ROOT / where / f"{name}.py")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)
@@ -261,7 +262,7 @@ def _queue(tmp: Path, *args: str, rc: int = 0, **env: str) -> str:
     full = {**os.environ, "QUEUE": "t", "SPEC_DIR": str(tmp / "specs"), "CARRY": str(tmp / "carry"), "DEVICE": "cpu",
             "MODES": "flat", "CHECK_PRESET": "simplified", "CHECK_STEPS": "10", "WHEELS": str(tmp / "no-wheels"),
             "OMP_NUM_THREADS": "1", "TRAVEL_MIB": "30", **env}  # fmt: skip
-    r = subprocess.run(["bash", "benchmarks/gpu_queue.sh", *args], cwd=ROOT, env=full, capture_output=True, text=True)
+    r = subprocess.run(["bash", "tools/gpu/gpu_queue.sh", *args], cwd=ROOT, env=full, capture_output=True, text=True)
     assert r.returncode == rc, r.stdout[-4000:] + r.stderr[-4000:]
     return r.stdout + r.stderr
 

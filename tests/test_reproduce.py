@@ -594,7 +594,7 @@ def test_emergence_figure_reads_an_untrained_stand_in():
     the restated checks (fig14_whole_query, ep_only_ablation, mechanism_v2), whose windows once had no short name
     (a KeyError made every null draw count as passing)."""
     from hooked_clip1d.analysis.mechanism.dynamics import check_windows
-    from hooked_clip1d.reproduce.studies import CHECK_SHORT
+    from hooked_clip1d.reproduce.dynamics_studies import CHECK_SHORT
 
     rows = [{"epoch": 0, "checks": dict.fromkeys([*CHECK_SHORT, "fig14_whole_query", "mechanism_v2"], False)}]
     assert set(check_windows(rows)) <= set(CHECK_SHORT)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hooked_clip1d.reproduce.share_studies import (
+from hooked_clip1d.reproduce.decay_studies import (
     E_STARS,
     EXPOSURE_ARMS,
     _plot,
@@ -81,7 +81,7 @@ def test_decay_rate_figure_on_untrained_runs_fails_every_check(tmp_path):
 
 
 def test_decay_rate_table_reads_the_preregistered_checks():
-    from hooked_clip1d.reproduce.share_studies import decay_rate_table
+    from hooked_clip1d.reproduce.decay_studies import decay_rate_table
 
     def row(share, gen=True, f13=False, pic=False):
         return {"xwx_share": [share] * 4, "checks": {"generalizes": gen, "fig13_split": f13, "picture": pic}}

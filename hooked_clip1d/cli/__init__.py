@@ -1,6 +1,6 @@
 """The command line, ``hooked-clip1d train|eval|analyze|sweep|reproduce|...``: the parser and the single-model
 commands (``commands``: ``build_parser``, one ``add_<command>_parser`` per command, and ``main``), the train
-command's flags and configs (``train``), the commands over many runs (``studies``), the ``analyze`` command
+command's flags and configs (``train``), the commands over many runs (``many_runs``), the ``analyze`` command
 (``analyze``), its families (``families``) and what they build on (``family_api``), and the demo (``demo``).
 Importing it does not import torch (``--help`` stays fast)."""
 

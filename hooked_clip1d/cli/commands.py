@@ -5,7 +5,7 @@ checkpoint of a shipped trajectory or of a run directory's snapshots; ``list --c
 
 Each command is ``add_<command>_parser(sub)`` (its subcommand, flags and the function it runs) beside
 ``cmd_<command>``; ``build_parser`` calls them in order. The commands over many runs (``sweep``, ``pack``,
-``unpack``, ``reproduce``, ``results-page``) live in ``cli.studies``, the train command's flags in ``cli.train``.
+``unpack``, ``reproduce``, ``results-page``) live in ``cli.many_runs``, the train command's flags in ``cli.train``.
 Every command prints a human-readable table and, with ``--json``, a machine-readable JSON object instead.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hooked_clip1d._version import DEFAULT_MODEL, __version__
-from hooked_clip1d.cli.studies import (  # sweeps, transfers and figures (torch-free at import too)
+from hooked_clip1d.cli.many_runs import (  # sweeps, transfers and figures (torch-free at import too)
     add_pack_parser,
     add_reproduce_parser,
     add_results_page_parser,

@@ -10,7 +10,7 @@
 
 ``FIG4B_IMAGES`` is shared with ``appendix_figs`` (Fig. 22), and the readings both use (the whole-CLS-query rows, the
 paper's EP reading, the sensitivity steps) are in ``readings``; the figure functions take the model name so
-``beyond`` reruns them on other models. The checks are those of
+``open_questions`` reruns them on other models. The checks are those of
 docs/fidelity.md ("Verdicts v2"): readings invariant to every output-preserving reparametrisation count, the paper's
 coordinate-dependent ones and identities are shown as secondary, and thresholds the paper does not state carry a
 sensitivity table (``Outcome.sensitivity``, also under ``numbers["sensitivity"]``).

@@ -430,7 +430,7 @@ def run_sweep(
     the same); so does ``threads`` (the spec's ``run.threads``: torch threads per group; 1 when other processes
     share the cores, since oversubscribed threads can slow a step several-fold).
     ``groups`` trains only these groups of the plan (names as in ``plan.json``); the others wait for a later call
-    (for a caller that chooses the groups itself, e.g. ``benchmarks/gpu_window.py``).
+    (for a caller that chooses the groups itself, e.g. ``tools/gpu/gpu_window.py``).
     The table has the runs finished so far. See the module
     docstring for the spec format and the files written.
     """

@@ -1,35 +1,35 @@
 #!/usr/bin/env bash
 # The GPU queue, one lent-GPU window at a time (issue 43; docs/cli.md, "On a GPU", has the exact calls):
 #
-#     bash benchmarks/gpu_queue.sh window [LIMIT [again]]   # on the GPU, from the repository root: one window
+#     bash tools/gpu/gpu_queue.sh window [LIMIT [again]]   # on the GPU, from the repository root: one window
 #                                                   # in LIMIT seconds (default 540; timeout_s 600): the carried
 #                                                   # wheels installed, the carried state in, the <= 60 s check of
 #                                                   # the step mode (falling back to the next one), training until
 #                                                   # 60 s before LIMIT, what finished and the resumable state packed
-#                                                   # into $OUT (benchmarks/gpu_window.py); `again`: a second
+#                                                   # into $OUT (tools/gpu/gpu_window.py); `again`: a second
 #                                                   # call, which goes on only on the first call's machine
-#     bash benchmarks/gpu_queue.sh unpack FILES_AT [FILES_AT ...]   # here: what came back -> the sweeps home
-#     bash benchmarks/gpu_queue.sh carry            # here, before every window: the sweeps home -> .gpu-carry/
-#     bash benchmarks/gpu_queue.sh table [ARGS]     # on the GPU, optional: gpu_check.py's full step table
+#     bash tools/gpu/gpu_queue.sh unpack FILES_AT [FILES_AT ...]   # here: what came back -> the sweeps home
+#     bash tools/gpu/gpu_queue.sh carry            # here, before every window: the sweeps home -> .gpu-carry/
+#     bash tools/gpu/gpu_queue.sh table [ARGS]     # on the GPU, optional: gpu_check.py's full step table
 #
 # The queue, in order: full-variants (the full model under each candidate default recipe, 4 independent blocks
 # and 2 tied blocks applied twice), fig10 (5 weight decays), fig3 (12 cells). The package is not installed there:
 # it runs from this checkout (PYTHONPATH) with the machine's own torch and the wheels carried in .whl/ (made here
-# by `bash benchmarks/gpu_wheels.sh`; no device time). Overridable for a test on a CPU:
+# by `bash tools/gpu/gpu_wheels.sh`; no device time). Overridable for a test on a CPU:
 #     DEVICE=cpu QUEUE=t SPEC_DIR=my-specs MODES=graph-step,flat CHECK_PRESET=simplified CHECK_STEPS=20 \
-#     WHEELS=- STATE="$(mktemp -d)" OUT="$(mktemp -d)" bash benchmarks/gpu_queue.sh window 120
+#     WHEELS=- STATE="$(mktemp -d)" OUT="$(mktemp -d)" bash tools/gpu/gpu_queue.sh window 120
 set -uo pipefail
 started=$(date +%s.%N)
-cd "$(dirname "$0")/.." || exit 3
+cd "$(dirname "$0")/../.." || exit 3
 MODE=${1:-window}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # this checkout's package, here and there
 case "$MODE" in
-  carry) exec python3 benchmarks/gpu_window.py carry --dest "${CARRY:-.gpu-carry}" --wheels "${WHEELS:-.whl}" \
+  carry) exec python3 tools/gpu/gpu_window.py carry --dest "${CARRY:-.gpu-carry}" --wheels "${WHEELS:-.whl}" \
            --queue "${QUEUE:-full-variants fig10 fig3}" --spec-dir "${SPEC_DIR:-hooked_clip1d/sweeps}" \
            ${TRAVEL_MIB:+--travel-mib "$TRAVEL_MIB"} ;;
-  unpack) exec python3 benchmarks/gpu_window.py unpack "${@:2}" ;;
+  unpack) exec python3 tools/gpu/gpu_window.py unpack "${@:2}" ;;
   window|table) ;;
-  *) echo "usage: bash benchmarks/gpu_queue.sh window [LIMIT] | unpack FILES_AT... | carry | table [ARGS]" >&2
+  *) echo "usage: bash tools/gpu/gpu_queue.sh window [LIMIT] | unpack FILES_AT... | carry | table [ARGS]" >&2
      exit 2 ;;
 esac
 
@@ -49,7 +49,7 @@ if [ "$MODE" = table ]; then  # the step table of issue 43's item 2 (every mode,
   exit "${PIPESTATUS[0]}"
 fi
 # shellcheck disable=SC2086
-exec python3 benchmarks/gpu_window.py window --started "$started" --limit "${2:-540}" --out "$OUT" --state "$STATE" \
+exec python3 tools/gpu/gpu_window.py window --started "$started" --limit "${2:-540}" --out "$OUT" --state "$STATE" \
   --carry "${CARRY:-.gpu-carry}" --device "${DEVICE:-cuda}" --queue "${QUEUE:-full-variants fig10 fig3}" \
   --spec-dir "${SPEC_DIR:-hooked_clip1d/sweeps}" --modes "${MODES:-graph-step,compile+cudagraphs/flat,flat}" \
   --check-steps "${CHECK_STEPS:-200}" --check-preset "${CHECK_PRESET:-full}" ${3:+--"$3"} ${WINDOW_ARGS:-}

@@ -2,7 +2,7 @@
 
 A lent GPU gives 15 minutes of device time per window (start-up and idle included), at most 10 minutes a command,
 and its machine starts bare; 64 MiB travel each way (in: the working tree, the wheels and the carried state; back:
-at most 8 files of 16 MiB from ``$OUT``). So a window is one command, ``bash benchmarks/gpu_queue.sh window 540``
+at most 8 files of 16 MiB from ``$OUT``). So a window is one command, ``bash tools/gpu/gpu_queue.sh window 540``
 (docs/cli.md, "On a GPU", has the exact calls), which installs the carried wheels and runs ``window`` here:
 
 1. **carry in** (``carry_in``): ``.gpu-carry/<sweep>/`` (finished runs' configs, metrics and summaries, the sweep's
@@ -33,9 +33,9 @@ and the wheels (2.9 MiB) leaves ~26 MiB, the packed state of one full model with
 three with tied blocks (~8 MiB each). So runs longer than a window travel a few at a time, and a group is only
 as large as finishes inside a window or travels (``plan_for_windows``).
 
-    python benchmarks/gpu_window.py window --out OUT ...   # on the GPU (through gpu_queue.sh)
-    python benchmarks/gpu_window.py unpack FILES_AT ...    # here, oldest call first
-    python benchmarks/gpu_window.py carry                  # here, before every window
+    python tools/gpu/gpu_window.py window --out OUT ...   # on the GPU (through gpu_queue.sh)
+    python tools/gpu/gpu_window.py unpack FILES_AT ...    # here, oldest call first
+    python tools/gpu/gpu_window.py carry                  # here, before every window
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file is tools/gpu/gpu_window.py)
 MIB = 2**20
 CALL_MIB = 64  # what travels with a call, each way (the device tool)
 OUT_FILES, OUT_FILE_MIB = 8, 16  # what comes back from $OUT: at most 8 files of 16 MiB, 64 MiB together
@@ -479,7 +479,7 @@ def _gpu_check() -> Any:
     if "gpu_check" not in sys.modules:
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("gpu_check", Path(__file__).resolve().parent / "gpu_check.py")
+        spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
         sys.modules["gpu_check"] = mod
@@ -734,7 +734,7 @@ def window(a: argparse.Namespace) -> int:
     try:
         sweeps = load_queue(a.queue.split(), Path(a.spec_dir), home)
     except ImportError as e:  # a module the carried wheels do not hold: name it (add it to gpu_wheels.sh)
-        log(f"== cannot import the package: {e} (add the module to benchmarks/gpu_wheels.sh; carry .whl)")
+        log(f"== cannot import the package: {e} (add the module to tools/gpu/gpu_wheels.sh; carry .whl)")
         return 3
     room_file = Path(a.carry) / "room.json"
     room = json.loads(room_file.read_text())["room_mib"] if room_file.exists() else DEFAULT_ROOM_MIB

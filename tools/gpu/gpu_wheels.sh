@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Download, here (on the CPU machine, no device time), the wheels a lent GPU machine lacks to import the package:
 #
-#     bash benchmarks/gpu_wheels.sh          # -> .whl/ (ignored by git; name it in the device tool's `carry`)
+#     bash tools/gpu/gpu_wheels.sh          # -> .whl/ (ignored by git; name it in the device tool's `carry`)
 #
 # The GPU image (the device tool's KINDS.md: Python 3.12, its own torch, transformers, huggingface-hub, jaxtyping,
 # safetensors, matplotlib, ...) lacks transformer-lens and the modules it imports at import time that the image does
-# not hold (datasets, dill, multiprocess, and what this machine's huggingface-hub imports). benchmarks/gpu_queue.sh
+# not hold (datasets, dill, multiprocess, and what this machine's huggingface-hub imports). tools/gpu/gpu_queue.sh
 # installs .whl/*.whl there with --no-deps and exits 3 naming the first module that still cannot be imported: add it
 # here. Versions are the ones this package is tested with (pip show on the CPU machine).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 WHEELS=(
   transformer-lens==4.3.0
   datasets==5.2.0

@@ -27,8 +27,8 @@ import numpy as np
 
 from hooked_clip1d.analysis.mechanism.dynamics import DYNAMICS_CHECKS, run_emergence
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome, register
+from hooked_clip1d.reproduce.dynamics_studies import ARMS, CHECK_SHORT, run_emergences
 from hooked_clip1d.reproduce.mechanism_figs import PAPER_XWX_SHARE
-from hooked_clip1d.reproduce.studies import ARMS, CHECK_SHORT, run_emergences
 
 E_STARS = (0.25, 0.5, 0.9)  # every run of the four arms reaches each; arm (c) reaches 0.9 at epoch 9,000
 EXPOSURE_ARMS = ("cls-exempt-init002", "cls-exempt-init002-cosine", "cls-exempt-init002-exposure1",
