@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -31,6 +32,15 @@ def atomic_write(path: str | os.PathLike, write: Any) -> None:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):  # say what happened and what is left
+            why = {errno.ENOSPC: "the disk is full", errno.EFBIG: "the file is over the size limit",
+                   errno.EDQUOT: "the disk quota is exceeded"}[e.errno]  # fmt: skip
+            kept = "the previous file is intact" if path.exists() else "nothing was written"
+            raise OSError(e.errno, f"could not write {str(path)!r}: {why} ({e.strerror}); {kept}") from e
+        raise
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)

@@ -159,3 +159,50 @@ def test_a_sweep_spec_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match="no_decay"):  # a string used to become ['c', 'l', 's']
         load_spec(text='[train]\nepochs = 3\nno_decay = "cls"')
     assert load_spec(text='[train]\nepochs = 3\nno_decay = ["cls"]').runs[0].train_cfg.no_decay == ("cls",)
+
+
+# ---- writing files ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("code", ["ENOSPC", "EFBIG"])
+def test_a_full_disk_while_writing_names_the_problem_and_keeps_the_old_file(tmp_path, code):
+    import errno
+
+    from hooked_clip1d.files import atomic_write, atomic_write_text
+
+    path = tmp_path / "checkpoint.safetensors"
+    atomic_write_text(path, "old")
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            f.write("half")
+        raise OSError(getattr(errno, code), "No space left on device")
+
+    with pytest.raises(OSError, match="could not write .*checkpoint.safetensors.*the previous file is intact"):
+        atomic_write(path, write)
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["checkpoint.safetensors"]
+
+
+def test_string_items_and_unknown_method_names_are_refused_by_name():
+    from hooked_clip1d.analysis.circuits.edge_attribution import eap
+    from hooked_clip1d.analysis.circuits.graph import mirror_task
+    from hooked_clip1d.analysis.circuits.methods import METHODS
+
+    with pytest.raises(KeyError, match=r"no attribution method named 'EAP-ig' \(did you mean 'EAP-IG'\?\)"):
+        METHODS["EAP-ig"]
+    m = _model()
+    imgs = m.vision.to_tokens(["C 1 . . 2 . . . . . .", "C 3 . . . . . 4 . . ."])
+    caps = m.text.to_tokens(["1 is on the left of 2", "3 is on the left of 4"])
+    task = mirror_task(m, imgs, caps, target="vision")
+    with pytest.raises(TypeError, match="items must be a list of node kinds or names"):
+        METHODS["AtP"](task, "heads")
+    with pytest.raises(TypeError, match="the string 'a->b'"):
+        METHODS["EAP"](task, "a->b")
+    with pytest.raises(TypeError):  # the tests' beartype reads the hint first; without it, the message above
+        eap(task, edges="a->b")
+
+
+@pytest.mark.parametrize("fn", ["fold_query_bias", "shift_embeddings", "scale_query_key"])
+def test_a_tower_given_for_a_clip_is_refused_by_name(fn):
+    from hooked_clip1d.analysis.mechanism import reparametrize
+
+    with pytest.raises(TypeError, match="CLIP1D"):
+        getattr(reparametrize, fn)(_model().vision)

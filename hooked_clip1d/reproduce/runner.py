@@ -379,6 +379,8 @@ def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_di
         record = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"record {path} is not valid JSON ({e})") from e
+    if isinstance(record, dict) and record.get("figure") not in (None, figure):
+        raise ValueError(f"record {path} is the record of {record['figure']!r}, not of {figure!r}")
     if not isinstance(record, dict) or record.get("figure") != figure or not record.get("checks"):
         raise ValueError(f"record {path} is not a judged record of {figure} (no checks to judge)")
     if "interim" in record or "Verdict from these cells alone" in record.get("summary", ""):

@@ -65,6 +65,9 @@ def _edges(task: Task, edges: Sequence[Edge] | None) -> list[Edge]:
     graph = build_graph(task.target)
     if edges is None:
         return list(graph.edges)
+    if isinstance(edges, str):  # one edge name ('writer->port') would be read as a list of letters
+        raise TypeError(f"edges must be a list of (writer, port) pairs, got the string {edges!r}; e.g. "
+                        f"[{tuple(edges.split('->', 1)) if '->' in edges else ('writer', 'port')!r}]")  # fmt: skip
     out = []
     for e in edges:
         if not (isinstance(e, tuple | list) and len(e) == 2):

@@ -70,6 +70,9 @@ class Method:
         """Run on ``task``: node methods on ``items`` (default: heads), edge methods on ``items`` (default: every
         edge), with ``kwargs`` updated by ``overrides``. The result is named after the registry entry."""
         kwargs = {**self.kwargs, **overrides}
+        if isinstance(items, str):  # a string would be read as a list of letters
+            what = "node kinds or names, e.g. ['heads']" if self.unit == "node" else "(writer, port) edges"
+            raise TypeError(f"{self.name}: items must be a list of {what}, got the string {items!r}")
         if self.unit == "node":
             result = self.fn(task, list(items) if items is not None else ["heads"], **kwargs)
         else:
@@ -90,9 +93,33 @@ def _acdc(task: Task, edges: Sequence[Edge] | None = None, threshold: float = 0.
     return acdc(task, threshold=threshold)
 
 
+class _Registry(Mapping[str, Method]):
+    """A read-only view of the registered methods whose missing name is a ``KeyError`` naming the registered ones
+    (and the one meant, where only the case differs)."""
+
+    def __init__(self, methods: dict[str, Method]):
+        self._methods = methods
+
+    def __getitem__(self, name: str) -> Method:
+        if name in self._methods:
+            return self._methods[name]
+        close = [k for k in self._methods if k.lower() == str(name).lower()]
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise KeyError(f"no attribution method named {name!r}{hint}; registered: {list(self._methods)}")
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self._methods)
+
+    def __len__(self) -> int:
+        return len(self._methods)
+
+    def __repr__(self) -> str:
+        return f"METHODS({list(self._methods)})"
+
+
 _METHODS: dict[str, Method] = {}
 #: every registered method by name, in registration order (read-only; add with ``register_method``)
-METHODS: Mapping[str, Method] = MappingProxyType(_METHODS)
+METHODS: Mapping[str, Method] = _Registry(_METHODS)
 
 
 def register_method(method: Method, *, replace: bool = False) -> Method:

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from hooked_clip1d.analysis.mechanism.report import check_simplified_tower, move_cls_embedding
+from hooked_clip1d.analysis.mechanism.report import check_clip, check_simplified_tower, move_cls_embedding
 from hooked_clip1d.model.clip import CLIP1D
 
 
@@ -48,6 +48,7 @@ def _cls_residual(model: CLIP1D) -> torch.Tensor:
 
 def fold_query_bias(model: CLIP1D) -> CLIP1D:
     """A copy of ``model`` with the vision ``b_Q`` folded into ``W_Q`` on the CLS row (module docstring)."""
+    check_clip(model, "fold_query_bias")
     check_simplified_tower(model.vision)
     out = copy.deepcopy(model)
     attn = out.vision.blocks[0].attn
@@ -64,6 +65,7 @@ def fold_query_bias(model: CLIP1D) -> CLIP1D:
 def shift_embeddings(model: CLIP1D, c: torch.Tensor | None = None) -> CLIP1D:
     """A copy of ``model`` with ``c`` (default: the mean row of the vision ``W_E``) subtracted from every row of
     ``W_E`` and added to every row of ``W_pos``."""
+    check_clip(model, "shift_embeddings")
     check_simplified_tower(model.vision)
     out = copy.deepcopy(model)
     with torch.no_grad():
@@ -81,6 +83,7 @@ def shift_embeddings(model: CLIP1D, c: torch.Tensor | None = None) -> CLIP1D:
 def scale_query_key(model: CLIP1D, c: float = 3.0) -> CLIP1D:
     """A copy of ``model`` with the vision ``W_Q``, ``b_Q`` times ``c`` and ``W_K``, ``b_K`` over ``c`` (``c`` a finite
     number > 0: an infinite one would turn every score into NaN or inf)."""
+    check_clip(model, "scale_query_key")
     check_simplified_tower(model.vision)
     if isinstance(c, bool) or not isinstance(c, int | float) or not math.isfinite(c) or not c > 0:
         raise ValueError(f"scale_query_key needs a finite c > 0, got {c!r}")

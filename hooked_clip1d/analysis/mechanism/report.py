@@ -153,6 +153,23 @@ def unseen_probe(dataset: Dataset) -> Dataset:
     return dataclasses.replace(dataset, splits={**dataset.splits, PROBE: split})
 
 
+def check_clip(model: object, what: str) -> None:
+    """Raise ``TypeError`` naming ``what`` unless ``model`` is a whole ``CLIP1D`` (a tower is not: the moves and
+    reports read both towers and the head).
+
+    Example:
+        >>> from hooked_clip1d import CLIPConfig
+        >>> check_clip(CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5)).vision, "fold_query_bias")
+        ... # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        TypeError: fold_query_bias needs a CLIP1D (the whole model), got a HookedVisionEncoder; ...
+    """
+    if not isinstance(model, CLIP1D):
+        raise TypeError(f"{what} needs a CLIP1D (the whole model), got a {type(model).__name__}; pass the CLIP, not "
+                        "its tower")  # fmt: skip
+
+
 def check_simplified_tower(vision: HookedVisionEncoder) -> None:
     """Raise ``ValueError`` unless ``vision`` is the paper's simplified tower (1 layer, attention only, no LayerNorm,
     learned positions): what the CLS-row tools and the reparametrisations of ``analysis.mechanism.reparametrize`` need.
@@ -312,6 +329,7 @@ def move_cls_embedding(model: CLIP1D, into: str = "token", fraction: float = 1.0
         >>> float(moved.vision.W_E[m.cfg.vision.vocab.cls].detach().abs().max())
         0.0
     """
+    check_clip(model, "move_cls_embedding")
     if into not in ("token", "position"):
         raise ValueError(f"into must be 'token' or 'position', got {into!r}")
     if not 0.0 <= fraction <= 1.0:
