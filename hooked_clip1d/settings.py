@@ -118,6 +118,13 @@ class DataConfig:
         "left", "two-object captions: XLY only ('left'), or XLY and YRX ('left_right')", batched="schedule"
     )
     seed: int = knob(0, "seeds the generator: same seed, same dataset", batched="member")
+    # a trained control (verdicts v3, docs/fidelity.md): the same images, captions that carry no order
+    caption_order: Literal["ordered", "shuffled"] = knob(
+        "ordered", "two-object training captions: ordered (the paper's), or shuffled (a trained control: each training "
+        "image's caption names its two objects in a random order, drawn once per image from the data seed, so the "
+        "captions carry the label set and not the order; the images and every validation caption are unchanged)",
+        batched="member",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> ValueError:
@@ -159,6 +166,8 @@ class DataConfig:
             raise bad("n_val", f"more than the {n_pos_pairs} position pairs that exist")
         if self.caption_mode not in ("left", "left_right"):
             raise bad("caption_mode", "must be 'left' or 'left_right'")
+        if self.caption_order not in ("ordered", "shuffled"):
+            raise bad("caption_order", "must be 'ordered' or 'shuffled'")
         if self.n_images > MAX_IMAGES:
             raise bad(
                 "n_labels",

@@ -131,12 +131,20 @@ def build_dataset(cfg: DataConfig) -> Dataset:
             add("train" if i < cfg.n1 else "val_single", {p: x}, t, (x, 0), (p, -1))
 
     # Two-object images of trained ordered pairs: n2 train + n_val seen-pair validation position pairs.
+    # caption_order "shuffled": a training image's caption names its objects in a random order, from a generator of
+    # its own (the images, and every other draw, are those of "ordered")
+    swap = np.random.default_rng([cfg.seed, 1]) if cfg.caption_order == "shuffled" else None
+    if swap is not None:  # the caption table in the order "ordered" builds it (a swapped caption registers early)
+        for x, y in itertools.permutations(range(1, cfg.n_pair + 1), 2):
+            pair_targets(x, y)
     for x, y in itertools.permutations(range(1, cfg.n_pair + 1), 2):
         idx = rng.permutation(len(pos_pairs))[: cfg.n2 + cfg.n_val].tolist()
         t = pair_targets(x, y)
         for i, j in enumerate(idx):
             p1, p2 = pos_pairs[j]
-            add("train" if i < cfg.n2 else "val_seen", {p1: x, p2: y}, t, (x, y), (p1, p2))
+            train = i < cfg.n2
+            ti = pair_targets(y, x) if train and swap is not None and swap.random() < 0.5 else t
+            add("train" if train else "val_seen", {p1: x, p2: y}, ti, (x, y), (p1, p2))
 
     # Unseen pairs: ordered pairs of held-out labels, n_val distinct position pairs each.
     for x, y in itertools.permutations(range(cfg.n_pair + 1, cfg.n_labels + 1), 2):
