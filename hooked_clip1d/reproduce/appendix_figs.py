@@ -55,6 +55,29 @@ def _manifest_accuracy_outcome(name: str, expect: dict[str, tuple[float, float]]
     return run
 
 
+def _fig20(models: dict[str, CLIP1D]) -> Outcome:
+    """Fig. 20: single objects recognized (a) and the failure (b-d) as one combined check (verdicts v3): the labels
+    kept, the order lost. Its three parts are shown, not counted (each alone passes on models that generalize or on
+    untrained ones)."""
+    name = "leftright-v1-t1-ntot20-n2-10"
+    parts = {"val_single:acc": (0.9, 1.0), "val_unseen:acc": (0.0, 0.1), "val_unseen:relaxed": (0.0, 0.6),
+             "val_unseen:label_set": (0.9, 1.0)}  # fmt: skip
+    out = _manifest_accuracy_outcome(name, parts)(models)
+    u = models[name].manifest["metrics"]["val_unseen"]
+    combined = (
+        "the failure of Fig. 20b-d: val_unseen accuracy <= 0.1, relaxed accuracy <= 0.6 and label-set >= 0.9 (the "
+        "labels kept, the order lost)"
+    )
+    ok = u["acc"] <= 0.1 and u["relaxed"] <= 0.6 and u["label_set"] >= 0.9
+    single = out.checks[0]
+    shown = out.checks[1:]
+    out.checks = [single, (combined, ok), *shown]
+    out.absence = ()
+    why = "replaced by the combined failure check (verdicts v3, docs/fidelity.md): alone it passes on other models"
+    out.secondary = {c: why for c, _ in shown}
+    return out
+
+
 def _fig8(models: dict[str, CLIP1D]) -> Outcome:
     """Fig. 8: the accuracies (a, b), left- and right-biased heads (c) and a positional gradient (d, in the whole-CLS
     -query form; the paper's EP-only reading is secondary)."""
@@ -139,15 +162,22 @@ def _fig19(models: dict[str, CLIP1D]) -> Outcome:
     rate_nb = res["consistency"]["rate_no_bias"]
     rank95 = [r[1] for r in res["effective_rank"]["rank"]]
     second = sorted((abs(r) for r in rho_sp), reverse=True)[1] if len(rho_sp) > 1 else 0.0
-    c19f = (
+    biased = sorted((abs(r) for r, g in zip(rho_sp, gap, strict=True) if g >= 0.3), reverse=True)
+    second_biased = biased[1] if len(biased) > 1 else 0.0  # 0 where fewer than 2 heads are side-biased
+    c19f_all = (
         "Fig. 19f: rho_a = q R_a v is monotonic along the image (|Spearman| >= 0.9) in at least 2 heads ('several "
         "heads')"
+    )
+    c19f = (
+        "Fig. 19f: rho_a = q R_a v is monotonic along the image (|Spearman| >= 0.9) in at least 2 side-biased heads "
+        "(|P(left) - P(right)| >= 0.3)"
     )
     c_match = "the consistency-condition rate (Eq. 23) matches |P(left) - P(right)| per head (within 0.15)"
     c_nb = "without Pi_bias the condition still holds for the most biased head (>= 0.8: Mechanism 2)"
     c_rank = "keys are low-rank: effective rank of W_K at 95 % energy <= 3 in every head"
     checks = [
-        (c19f, second >= 0.9),
+        (c19f, second_biased >= 0.9),
+        (c19f_all, second >= 0.9),
         (c_match, all(abs(r - g) <= 0.15 for r, g in zip(rate, gap, strict=True))),
         (c_nb, rate_nb[max(range(len(gap)), key=gap.__getitem__)] >= 0.8),
         (c_rank, max(rank95) <= 3),
@@ -164,6 +194,10 @@ def _fig19(models: dict[str, CLIP1D]) -> Outcome:
         + f"; effective rank of W_K at 95 % energy {rank95}"
     )
     secondary = {
+        c19f_all: (
+            "replaced by the side-biased form (verdicts v3, docs/fidelity.md): it held in heads with no side bias, and "
+            "a RoPE model trained on shuffled captions ties its untrained extreme"
+        ),
         c_match: (
             "identity: Eq. 23 holds on a pair exactly when the head's CLS logits prefer the same side in both orders, "
             "which |P(left) - P(right)| counts on the same images; it holds on a model with unseen-pair accuracy 0.00 "
@@ -179,8 +213,9 @@ def _fig19(models: dict[str, CLIP1D]) -> Outcome:
     if not (attn.b_Q.abs().max() > 0 or attn.b_K.abs().max() > 0):
         secondary[c_nb] = "true by construction: this model's b_Q and b_K are 0 (no Pi_bias to remove)"
     res["rho_spearman"] = rho_sp
-    return Outcome(res, summary + ".", checks, {"mechanism": plot_rope_mechanism(res)}, values={c19f: (second, ">")},
-                   secondary=secondary)  # fmt: skip
+    res["rho_spearman_side_biased"] = second_biased
+    return Outcome(res, summary + ".", checks, {"mechanism": plot_rope_mechanism(res)},
+                   values={c19f: (second_biased, ">"), c19f_all: (second, ">")}, secondary=secondary)  # fmt: skip
 
 
 def _fig22(models: dict[str, CLIP1D]) -> Outcome:
@@ -306,15 +341,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "With 1-layer vision and text encoders, single objects are recognized (Fig. 20a) but unseen-pair accuracy "
         "is 0 and at most 0.5 relaxed (b, c); label-set recognition is high (d).",
         ("leftright-v1-t1-ntot20-n2-10",),
-        _manifest_accuracy_outcome(
-            "leftright-v1-t1-ntot20-n2-10",
-            {
-                "val_single:acc": (0.9, 1.0),
-                "val_unseen:acc": (0.0, 0.1),
-                "val_unseen:relaxed": (0.0, 0.6),
-                "val_unseen:label_set": (0.9, 1.0),
-            },
-        ),
+        _fig20,
         data="the model's validation splits",
     ),
     FigureSpec(

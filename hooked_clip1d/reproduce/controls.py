@@ -62,6 +62,108 @@ def _model_differences(a: CLIPConfig, b: CLIPConfig) -> list[str]:
     return out
 
 
+# verdicts v3 (docs/fidelity.md, pre-registered before any control was trained): the trained control guarding a
+# figure's counted checks, per zoo model of the figure: (the control's zoo name, whether its architecture may differ
+# from the figure's model: a control of the property, not a stand-in of the same shapes). A guarded check counts only
+# if it fails on every run of its control on the machine (the shipped model, and the controls sweep's other seeds)
+CONTROLS_SWEEP = "controls"
+SHUFFLED = "control-shuffled-ntot20-n2-10"
+SHUFFLED_ROPE = "control-shuffled-rope-ntot20-n2-15"
+TRAINED_CONTROLS: dict[str, dict[str, tuple[str, bool]]] = {
+    "fig4c": {"simplified-ntot20-n2-10": (SHUFFLED, False)},
+    "fig5d": {"simplified-ntot20-n2-10": (SHUFFLED, False)},
+    "fig5e": {"simplified-ntot20-n2-10": (SHUFFLED, False)},
+    "fig6": {"simplified-ntot20-n2-10": (SHUFFLED, False)},
+    "fig8": {"leftright-v1-t2-ntot20-n2-10": (SHUFFLED, True)},
+    "fig14": {"simplified-ntot20-n2-10": (SHUFFLED, False)},
+    "fig18": {"rope-ntot20-n2-15": (SHUFFLED_ROPE, False)},
+    "fig19": {"rope-ntot20-n2-15": (SHUFFLED_ROPE, False)},
+    "fig20": {"leftright-v1-t1-ntot20-n2-10": ("leftright-v1-t2-ntot20-n2-10", True)},
+}
+
+
+def trained_control_runs(spec: FigureSpec, sweeps_root: Path | None) -> tuple[list[tuple[str, dict[str, CLIP1D]]], str]:
+    """The trained-control runs of figure ``spec`` (``TRAINED_CONTROLS``): ``(label, the figure's models with the
+    control in place)`` for the shipped control and each other seed of its config in ``sweeps_root/controls``, and a
+    status line (what was found, or why nothing was). Empty where the figure has no control or it is not trained."""
+    from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
+
+    table = TRAINED_CONTROLS.get(spec.key)
+    if not table:
+        return [], "no trained control is declared for this figure"
+    (zoo_name, (control, free)), *more = table.items()
+    if more:
+        raise ValueError(f"{spec.key}: one trained control per figure is implemented, {len(table)} declared")
+    if control not in list_pretrained():
+        return [], f"the trained control {control!r} is not in the zoo yet (sweep {CONTROLS_SWEEP}.toml trains it)"
+    others = {m: load_model(m) for m in spec.models if m != zoo_name}
+    runs = [(control, {**others, zoo_name: _as_control(zoo_name, load_model(control), free)})]
+    if sweeps_root is not None:
+        man = manifest(control)
+        for run in sorted((Path(sweeps_root) / CONTROLS_SWEEP / "runs").glob("*")):
+            if not (run / "summary.json").exists():
+                continue
+            saved = json.loads((run / "config.json").read_text())
+            if saved["train_config"]["seed"] == man["train_config"]["seed"]:
+                continue
+            same = saved["data_config"] == man["data_config"] and _without_init_seed(
+                CLIPConfig.from_dict(saved["model_config"])) == _without_init_seed(CLIPConfig.from_dict(
+                    man["model_config"]))  # fmt: skip
+            if same:
+                from hooked_clip1d.model.checkpoint import load_model_file
+
+                model = load_model_file(run / "model.safetensors")
+                label = f"{CONTROLS_SWEEP}/runs/{run.name}"
+                runs.append((label, {**others, zoo_name: _as_control(zoo_name, model, free, label)}))
+    return runs, f"{len(runs)} run(s) of {control!r}"
+
+
+def _as_control(zoo_name: str, model: CLIP1D, free: bool, label: str | None = None) -> CLIP1D:
+    """A control in a figure's place: through ``substitute`` (the same shapes and data, the caption order aside), or,
+    for a control whose architecture differs by design (``free``), as it is, with its metrics measured."""
+    if not free:
+        return substitute(zoo_name, model)
+    model = model.eval()
+    if getattr(model, "manifest", None) is None:
+        model.manifest = {"name": label or "control"}
+    model.manifest = {**model.manifest, "metrics": evaluate(model, build_dataset(model.data_config))}
+    return model
+
+
+def apply_trained_control(rows: list[dict[str, Any]], spec: FigureSpec, runs: list[tuple[str, dict[str, CLIP1D]]],
+                          status: str) -> dict[str, Any]:  # fmt: skip
+    """Run ``spec`` on each trained-control run and mark each check row with the control's outcome
+    (``trained_control``: label -> holds); a counted check that some control run passes is not counted
+    (``control_passes``). A check the control's run does not report is an error. Returns the record's
+    ``trained_control`` entry.
+
+    Example:
+        >>> rows = [{"check": "a", "counted": True, "counted_holds": True}, {"check": "b", "counted": True,
+        ...          "counted_holds": True}]
+        >>> spec = FigureSpec("t", "t", "t", ("m",), lambda ms: Outcome({}, "", [("a", True), ("b", False)], {}))
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> ctl = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5))
+        >>> apply_trained_control(rows, spec, [("ctl", {"m": ctl})], "1 run")["passes"]
+        {'a': ['ctl']}
+        >>> [(r["check"], r["counted"]) for r in rows]
+        [('a', False), ('b', True)]
+    """
+    passes: dict[str, list[str]] = {}
+    for label, models in runs:
+        got = dict(run_closed(spec.run, models).checks)
+        for row in rows:
+            if row["check"] not in got:
+                raise ValueError(f"{spec.key}: the trained control {label} does not report the check {row['check']!r}")
+            row.setdefault("trained_control", {})[label] = bool(got[row["check"]])
+            if got[row["check"]]:
+                passes.setdefault(row["check"], []).append(label)
+    for row in rows:
+        if row["counted"] and row["check"] in passes:  # a model that cannot know what the check claims passes it
+            row["counted"], row["counted_holds"] = False, None
+            row["control_passes"] = passes[row["check"]]
+    return {"status": status, "runs": [label for label, _ in runs], "passes": passes}
+
+
 def _untrained(zoo_model: CLIP1D, text: str) -> CLIP1D:
     parts = text.split(":")
     try:
@@ -120,7 +222,7 @@ def substitute(zoo_name: str, spec: str | Path | CLIP1D) -> CLIP1D:
         diffs = _model_differences(zoo.cfg, model.cfg)
         data_a, data_b = zoo.data_config.to_dict(), model.data_config.to_dict()
         diffs += [f"data {k}: {data_b[k]!r} (the figure's model has {data_a[k]!r})" for k in data_a
-                  if k != "seed" and data_a[k] != data_b.get(k)]  # fmt: skip
+                  if k not in ("seed", "caption_order") and data_a[k] != data_b.get(k)]  # fmt: skip
         if diffs:
             raise ValueError(f"{spec!r} cannot stand in for {zoo_name!r}: " + "; ".join(diffs))
         model = model.eval()

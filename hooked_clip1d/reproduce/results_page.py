@@ -219,16 +219,25 @@ def _check_context(c: dict[str, Any]) -> str:
         )
     if "permutation_p" in c:
         parts.append(f"permutation p = {c['permutation_p']:.4f} over the trained runs: counts by it")
+    if c.get("trained_control"):
+        parts.append(
+            "trained control: " + " ".join(f"{k}:{'y' if ok else 'n'}" for k, ok in c["trained_control"].items())
+        )
+    if c.get("null_incomplete"):
+        parts.append(f"not counted: the null control is incomplete ({c['null_incomplete']})")
     if c.get("coordinate_dependent"):
         parts.append("not counted: moves under " + ", ".join(c["coordinate_dependent"]) + " (coordinate-dependent)")
-    if c.get("secondary"):
+    if c.get("control_passes"):
+        parts.append("**not counted**: a trained control that cannot know what it claims passes it ("
+                     + ", ".join(c["control_passes"]) + ")")  # fmt: skip
+    elif c.get("secondary"):
         parts.append(f"not counted: {c['secondary']}")
     elif c.get("absence"):  # an upper bound untrained models meet too (controls.counted_checks)
         parts.append(
             "absence check: untrained models meet it too, so "
             + ("a trained fail counts" if c.get("counted") else "a trained pass is **not counted**")
         )
-    elif not c.get("counted") and not c.get("coordinate_dependent"):
+    elif not c.get("counted") and not c.get("coordinate_dependent") and not c.get("null_incomplete"):
         parts.append("**not counted** (an untrained model passes it)")
     elif c.get("counted_holds") is not None and c["counted_holds"] != c["holds"]:
         parts.append("counts as failing (" + ("fresh seeds" if "fresh_holds" in c else "beyond-null rule") + ")")

@@ -24,12 +24,15 @@ from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
 from hooked_clip1d.reproduce.controls import (
     STUDY_SEEDS,
+    TRAINED_CONTROLS,
+    apply_trained_control,
     audit_invariance,
     counted_checks,
     null_control,
     replicate_runs,
     run_closed,
     substitutes,
+    trained_control_runs,
 )
 from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_record, verdict_of
 from hooked_clip1d.reproduce.sweep_figs import grid_cell
@@ -317,6 +320,11 @@ def _add_controls(
         }
         if len(fresh) < 3:
             record["replicates"]["note"] = f"only {len(fresh)} fresh seeds found: judged on the shipped model alone"
+    if replicates:  # verdicts v3: the trained control (not for a substituted model or a re-judged record)
+        sweeps_root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
+        runs, status = trained_control_runs(spec, sweeps_root)
+        if spec.key in TRAINED_CONTROLS:
+            record["trained_control"] = apply_trained_control(rows, spec, runs, status)
     record["checks"] = rows
     counted = [(r["check"], r["counted_holds"]) for r in rows if r["counted"]]
     if record.get("verdict") == "not run":
