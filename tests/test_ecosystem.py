@@ -299,8 +299,37 @@ def test_loaded_checkpoints_carry_transformer_lens_checkpoint_fields(zoo):
             assert fields == {"from_checkpoint": True, "checkpoint_index": index, "checkpoint_value": value}
             assert m.manifest["checkpoint_label_type"] == "epoch"
             assert m.manifest["checkpoint"]["epoch"] == value  # the older entry stays
+            cfg = m.cfg  # on the loaded config, as TransformerLens's cfg carries them
+            assert (cfg.from_checkpoint, cfg.checkpoint_index, cfg.checkpoint_value) == (True, index, value)
+            assert cfg.checkpoint_label_type == "epoch" and "checkpoint_index" not in cfg.to_dict()
     assert reg.model_name(reg.load_model(str(zoo / "run"), checkpoint_index=1)) == f"{zoo / 'run'} @ epoch 1"
-    assert "from_checkpoint" not in reg.load_model("tiny").manifest  # a plain load is as before
+    plain = reg.load_model("tiny")
+    assert "from_checkpoint" not in plain.manifest  # a plain load is as before
+    assert (plain.cfg.from_checkpoint, plain.cfg.checkpoint_index, plain.cfg.checkpoint_value) == (False, None, None)
+
+
+def test_a_snapshot_whose_metadata_disagrees_with_its_label_is_refused(zoo):
+    """A copy of another epoch's file under this epoch's name, or a file from another run, is refused by name."""
+    from hooked_clip1d.model.checkpoint import CheckpointError
+
+    run = zoo / "run"  # the session's tiny zoo: every change is undone
+    snaps = run / "snapshots"
+    backup = (snaps / "epoch_00001.safetensors").read_bytes()
+    shutil.copy(snaps / "epoch_00002.safetensors", snaps / "epoch_00001.safetensors")
+    try:
+        with pytest.raises(CheckpointError, match="labelled epoch 1 by its name but holds the weights of epoch 2"):
+            reg.load_model(str(run), checkpoint_value=1)
+    finally:
+        (snaps / "epoch_00001.safetensors").write_bytes(backup)
+    saved = (run / "config.json").read_text()
+    cfg = json.loads(saved)
+    cfg["model_config"]["vision"]["init_seed"] = 12345
+    (run / "config.json").write_text(json.dumps(cfg))
+    try:
+        with pytest.raises(CheckpointError, match="not a snapshot of this run: its model_config differs"):
+            reg.load_model(str(run), checkpoint_value=1)
+    finally:
+        (run / "config.json").write_text(saved)
 
 
 def test_a_trajectory_with_its_main_file_deleted_names_the_missing_file(zoo, tmp_path, monkeypatch, capsys):

@@ -219,8 +219,11 @@ def test_errors_list_what_exists(zoo):
         reg.load_model("tiny", checkpoint_index=4)
     with pytest.raises(ValueError, match=rf"no checkpoint at epoch 4; {listing}"):
         reg.load_model("tiny", checkpoint_value=4)
-    with pytest.raises(ValueError, match="not both"):
-        reg.load_model("tiny", checkpoint_index=0, checkpoint_value=0)
+    # both given: the value, as TransformerLens 4.3 loads it (3.x loaded the index); a warning where they disagree
+    assert reg.load_model("tiny", checkpoint_index=0, checkpoint_value=0).cfg.checkpoint_value == 0
+    with pytest.warns(UserWarning, match="name different checkpoints; the value is loaded"):
+        m = reg.load_model("tiny", checkpoint_index=0, checkpoint_value=6)
+    assert (m.cfg.checkpoint_index, m.cfg.checkpoint_value) == (3, 6)
     with pytest.raises(TypeError, match="checkpoint_index must be an int"):
         reg.load_model("tiny", checkpoint_index=True)
     with pytest.raises(ValueError, match="'plain' ships no training trajectory; models with one: tiny"):

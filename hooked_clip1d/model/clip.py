@@ -47,6 +47,14 @@ class CLIPConfig:
     text: TextConfig  # text tower (causal, EOT readout)
     init_logit_scale: float = math.log(1 / 0.07)  # initial log inverse temperature (CLIP's 1/0.07)
     max_logit_scale: float = math.log(100.0)  # the log inverse temperature is clamped here (CLIP's 100)
+    # TransformerLens's checkpoint fields (HookedTransformerConfig's / TransformerBridgeConfig's names), set by
+    # pretrained.load_model on a checkpoint of a training trajectory (False / None on a plain load). Which checkpoint a
+    # model is, not what it is: left out of to_dict (nothing saves them) and of == (a checkpoint's config equals its
+    # run's)
+    from_checkpoint: bool = dataclasses.field(default=False, compare=False)
+    checkpoint_index: int | None = dataclasses.field(default=None, compare=False)
+    checkpoint_label_type: str | None = dataclasses.field(default=None, compare=False)
+    checkpoint_value: int | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.vision, VisionConfig) or not isinstance(self.text, TextConfig):
@@ -90,7 +98,7 @@ class CLIPConfig:
             text = EncoderConfig.from_dict(d.pop("text"))
         except KeyError as e:
             raise ValueError(f"CLIP config is missing {e}") from None
-        known = {f.name for f in dataclasses.fields(CLIPConfig)}
+        known = {f.name for f in dataclasses.fields(CLIPConfig) if f.compare}  # checkpoint fields are not saved
         if set(d) - known:
             raise ValueError(f"unknown CLIPConfig fields {sorted(set(d) - known)}")
         return CLIPConfig(vision=vision, text=text, **d)  # type: ignore[arg-type]

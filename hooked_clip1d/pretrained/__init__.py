@@ -34,11 +34,11 @@ from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file fo
     CheckpointLabels,
     NoTrajectoryError,
     checkpoint_epoch,
-    checkpoint_fields,
     incomplete_trajectory,
     read_manifest,
     read_trajectory,
     run_snapshots,
+    set_checkpoint_fields,
     stored_checkpoint,
     stored_metrics,
     trajectory_schedule,
@@ -305,8 +305,8 @@ def _attach_checkpoint(model: CLIP1D, name: str, man: dict[str, Any], epoch: int
             keep = [i for i, e in enumerate(hist["epoch"]) if e <= epoch]
             base["history"] = {k: [v[i] for i in keep] for k, v in hist.items()}
     base["checkpoint"] = info
-    base.update(checkpoint_fields(epochs, epoch))  # TransformerLens's names, as its cfg carries them
     model.manifest = base
+    set_checkpoint_fields(model, epochs, epoch)  # TransformerLens's names, on the config as its cfg carries them
     return model
 
 
@@ -321,12 +321,15 @@ def _load_checkpoints(name: str | os.PathLike, epochs: list[int], device: str) -
     with torch.random.fork_rng(devices=[]):
         if _snapshot_dir(name):
             snaps = run_snapshots(name)
+            run_cfg = Path(name) / "config.json"
+            saved = json.loads(run_cfg.read_text()) if run_cfg.is_file() else None
             for e in epochs:
+                check_snapshot(snaps[e], e, saved)
                 model = load_model_file(snaps[e]).to(device).eval()
                 have = list(snaps)
                 info = {"index": have.index(e), "epoch": e, "epochs": have, "final": e == have[-1]}
-                fields = checkpoint_fields(have, e)  # TransformerLens's names, as its cfg carries them
-                model.manifest = {"name": str(name), "epochs": e, "checkpoint": info, **fields}
+                model.manifest = {"name": str(name), "epochs": e, "checkpoint": info}
+                set_checkpoint_fields(model, have, e)  # TransformerLens's names, on the config as its cfg has them
                 out.append((e, model))
             return out
         name = str(name)
@@ -342,6 +345,26 @@ def _load_checkpoints(name: str | os.PathLike, epochs: list[int], device: str) -
         if final in epochs:
             out.append((final, _attach_checkpoint(load_model(name, device=device), name, man, final)))
     return sorted(out, key=lambda c: c[0])
+
+
+def check_snapshot(path: Path, epoch: int, run_config: dict[str, Any] | None) -> None:
+    """Refuse a run's snapshot file whose own metadata disagrees with where it lies: another epoch's weights copied
+    under this epoch's name, or a file from another run (its model or data config, init seeds included, differ from
+    the run's ``config.json``). ``CheckpointError`` names the file and the disagreement."""
+    from hooked_clip1d.model.checkpoint import CheckpointError, read_tensors
+
+    meta = read_tensors(path)[1]
+    own = meta.get("epoch")
+    if own is not None and int(own) != int(epoch):
+        raise CheckpointError(
+            f"{str(path)!r} is labelled epoch {epoch} by its name but holds the weights of epoch {own}"
+        )
+    if run_config is not None:
+        for key in ("model_config", "data_config"):
+            if key in meta and key in run_config and meta[key] != run_config[key]:
+                raise CheckpointError(
+                    f"{str(path)!r} is not a snapshot of this run: its {key} differs from the run's config.json"
+                )
 
 
 def load_checkpoint(

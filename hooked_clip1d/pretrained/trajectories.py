@@ -25,9 +25,11 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,6 +76,23 @@ class CheckpointLabels(list):
     def with_type(self) -> tuple[list[int], str]:
         """``(labels, label_type)``, as TransformerLens's ``get_checkpoint_labels`` returns them."""
         return list(self), self.label_type
+
+
+def set_checkpoint_fields(model: Any, epochs: Sequence[int], epoch: int) -> None:
+    """Put ``checkpoint_fields`` on ``model.cfg`` (a ``CLIPConfig``: TransformerLens's fields on the loaded config)
+    and in ``model.manifest``.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5))
+        >>> m.manifest = {}
+        >>> set_checkpoint_fields(m, [0, 10, 100], 10)
+        >>> m.cfg.from_checkpoint, m.cfg.checkpoint_index, m.cfg.checkpoint_value, m.cfg.checkpoint_label_type
+        (True, 1, 10, 'epoch')
+    """
+    fields = checkpoint_fields(epochs, epoch)
+    model.cfg = dataclasses.replace(model.cfg, **fields)
+    model.manifest = {**(getattr(model, "manifest", None) or {}), **fields}
 
 
 def checkpoint_fields(epochs: Sequence[int], epoch: int) -> dict[str, Any]:
@@ -157,6 +176,8 @@ def checkpoint_epoch(epochs: Sequence[int], checkpoint_index: int | None, checkp
     Example:
         >>> checkpoint_epoch([0, 10, 100], -1, None), checkpoint_epoch([0, 10, 100], None, 10)
         (100, 10)
+        >>> checkpoint_epoch([0, 10, 100], 1, 10)  # both, naming one checkpoint: the value (TransformerLens 4.3)
+        10
         >>> try:
         ...     checkpoint_epoch([0, 10, 100], None, 50)
         ... except NoTrajectoryError as e:
@@ -165,13 +186,22 @@ def checkpoint_epoch(epochs: Sequence[int], checkpoint_index: int | None, checkp
     """
     epochs = list(epochs)
     where = f"the trajectory has epochs {epochs} (indexes 0..{len(epochs) - 1})"
-    if checkpoint_index is not None and checkpoint_value is not None:
-        raise ValueError("give checkpoint_index or checkpoint_value, not both (TransformerLens's rule)")
     for what, v in (("checkpoint_index", checkpoint_index), ("checkpoint_value", checkpoint_value)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
             raise TypeError(f"{what} must be an int, got {v!r}")
     if checkpoint_index is None and checkpoint_value is None:
         raise ValueError("give checkpoint_index or checkpoint_value")
+    if checkpoint_index is not None and checkpoint_value is not None:
+        # TransformerLens 4.3 loads the value and sets the index from it (3.x loaded the index); the same here, and
+        # a warning where the two name different checkpoints
+        named = epochs[checkpoint_index] if -len(epochs) <= checkpoint_index < len(epochs) else None
+        if named != checkpoint_value:
+            warnings.warn(
+                f"checkpoint_index={checkpoint_index} and checkpoint_value={checkpoint_value} name different "
+                f"checkpoints; the value is loaded, as TransformerLens 4.3 does (3.x loaded the index)",
+                stacklevel=3,
+            )
+        checkpoint_index = None
     if checkpoint_index is not None:
         if not -len(epochs) <= checkpoint_index < len(epochs):
             raise NoTrajectoryError(f"no checkpoint index {checkpoint_index}; {where}")
