@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -214,6 +215,46 @@ def test_an_sae_lens_sae_splices_into_a_tower_as_ours_does(flagship, trained_sae
     jump = sae_lens.JumpReLUSAE(sae_lens.JumpReLUSAEConfig(d_in=128, d_sae=32))
     with pytest.raises(ValueError, match="architecture 'jumprelu' is not supported"):
         SparseAutoencoder.from_sae_lens(jump)
+
+
+def test_sae_lens_default_top_k_with_decoder_norm_rescaling_both_ways(flagship, tmp_path):
+    """SAELens's top-k training default (rescale_acts_by_decoder_norm=True): a fresh TopKSAE with non-unit decoder
+    rows, through the on-disk format and in memory, gives SAELens's outputs and features here, bit for bit."""
+    sae_lens = pytest.importorskip("sae_lens")
+    m, images, _ = flagship
+    x = collect_activations(m.vision, "hook_pooled", images)
+    theirs = sae_lens.TopKSAE(sae_lens.TopKSAEConfig(d_in=128, d_sae=32, k=4, rescale_acts_by_decoder_norm=True))
+    with torch.no_grad():
+        theirs.W_dec.mul_(torch.linspace(0.2, 3.0, 32)[:, None])  # decoder rows of many norms: the rescale matters
+        theirs.b_enc.normal_(0, 0.1)
+    theirs.save_model(tmp_path / "theirs")
+    for ours in (SparseAutoencoder.load_sae_lens(tmp_path / "theirs"), SparseAutoencoder.from_sae_lens(theirs)):
+        assert ours.rescale_acts_by_decoder_norm and ours.k == 4
+        with torch.no_grad():
+            assert torch.equal(ours.encode(x), theirs.encode(x)) and torch.equal(ours(x), theirs(x))
+    back = SparseAutoencoder.from_sae_lens(theirs).to_sae_lens(hook_name="hook_pooled")
+    with torch.no_grad():
+        assert torch.equal(back(x), theirs(x))
+
+
+def test_spliced_caches_features_under_sae_lens_names_and_the_error_term_matches_sae_lens(flagship):
+    """SAE in the loop: with the error term the model's outputs are unchanged and the cached features are SAELens's
+    ``hook_sae_acts_post`` of the same SAE (its own use_error_term forward gives the same output)."""
+    pytest.importorskip("sae_lens")
+    m, images, _ = flagship
+    x = collect_activations(m.vision, "hook_pooled", images)
+    ours, _ = train_sae(x, d_sae=32, k=4, steps=50, seed=0)
+    theirs = ours.to_sae_lens(hook_name="hook_pooled")
+    with warnings.catch_warnings():  # SAELens 6.x would have it set through HookedSAETransformer.add_sae
+        warnings.simplefilter("ignore", DeprecationWarning)
+        theirs.use_error_term = True
+    with ours.spliced(m.vision, "hook_pooled", error_term=True):
+        out, cache = m.vision.run_with_cache(images)
+    with torch.no_grad():
+        assert torch.allclose(out, theirs(x), atol=1e-5) and torch.allclose(out, m.vision(images), atol=1e-5)
+        _, their_cache = theirs.run_with_cache(x)
+    assert torch.equal(cache["hook_pooled.hook_sae_acts_post"], their_cache["hook_sae_acts_post"])
+    assert torch.allclose(cache["hook_pooled.hook_sae_error"], their_cache["hook_sae_error"], atol=1e-6)
 
 
 # ---- nnsight -------------------------------------------------------------------------------------------------------

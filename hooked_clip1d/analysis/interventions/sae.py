@@ -65,10 +65,14 @@ class SparseAutoencoder(HookedRootModule):
     ``save_sae_lens`` / ``load_sae_lens`` / ``to_sae_lens`` / ``from_sae_lens`` move an SAE between the two.
     """
 
-    def __init__(self, d_in: int, d_sae: int, k: int | None = None, seed: int = 0):
+    def __init__(
+        self, d_in: int, d_sae: int, k: int | None = None, seed: int = 0, rescale_acts_by_decoder_norm: bool = False
+    ):
         super().__init__()
         if d_in < 1 or d_sae < 1 or (k is not None and not 1 <= k <= d_sae):
             raise ValueError(f"SparseAutoencoder needs d_in, d_sae >= 1 and 1 <= k <= d_sae; got {d_in}, {d_sae}, {k}")
+        if rescale_acts_by_decoder_norm and k is None:
+            raise ValueError("rescale_acts_by_decoder_norm is SAELens's top-k option: it needs k")
         gen = torch.Generator().manual_seed(seed)
         W = torch.randn(d_sae, d_in, generator=gen)
         W = W / W.norm(dim=-1, keepdim=True)
@@ -77,9 +81,15 @@ class SparseAutoencoder(HookedRootModule):
         self.b_enc = nn.Parameter(torch.zeros(d_sae))
         self.b_dec = nn.Parameter(torch.zeros(d_in))
         self.k = k
+        # SAELens's top-k option (its training default): the top k chosen on pre-activations times each decoder row's
+        # norm, and the activations divided by it before decoding (the decoder read as if its rows had unit norm)
+        self.rescale_acts_by_decoder_norm = bool(rescale_acts_by_decoder_norm)
+        self.hook_sae_input = HookPoint()  # [batch, d_in] (SAELens's names: in a splice they cache under the hook)
         self.hook_sae_acts_pre = HookPoint()  # [batch, d_sae]
         self.hook_sae_acts_post = HookPoint()  # [batch, d_sae]
         self.hook_sae_recons = HookPoint()  # [batch, d_in]
+        self.hook_sae_error = HookPoint()  # [batch, d_in]: input - reconstruction (spliced with error_term)
+        self.hook_sae_output = HookPoint()  # [batch, d_in]: what the model reads on (spliced)
         self.metadata: dict[str, Any] = {}  # what SAELens's cfg.json "metadata" holds (hook_name, model_name, ...)
         self.setup()
 
@@ -87,14 +97,78 @@ class SparseAutoencoder(HookedRootModule):
         pre = self.hook_sae_acts_pre((x - self.b_dec) @ self.W_enc + self.b_enc)
         if self.k is None:
             return self.hook_sae_acts_post(F.relu(pre))
+        if self.rescale_acts_by_decoder_norm:
+            pre = pre * self.W_dec.norm(dim=-1)
         top = pre.topk(self.k, dim=-1)
         return self.hook_sae_acts_post(torch.zeros_like(pre).scatter(-1, top.indices, F.relu(top.values)))
 
     def decode(self, acts: Float[torch.Tensor, "batch d_sae"]) -> Float[torch.Tensor, "batch d_in"]:
+        if self.rescale_acts_by_decoder_norm:
+            acts = acts * (1 / self.W_dec.norm(dim=-1))
         return self.hook_sae_recons(acts @ self.W_dec + self.b_dec)
 
     def forward(self, x: Float[torch.Tensor, "batch d_in"]) -> Float[torch.Tensor, "batch d_in"]:
         return self.decode(self.encode(x))
+
+    # ---- in the loop ------------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def spliced(self, model: Any, hook_name: str, error_term: bool = False) -> Iterator[SparseAutoencoder]:
+        """Run ``model`` (a tower, or a ``CLIP1D`` with ``vision.`` / ``text.`` names) with this SAE in the loop at
+        ``hook_name``, as SAELens's ``HookedSAETransformer.saes(...)`` does: the activation is replaced by the SAE's
+        output, and the SAE's hook points join the model's under the hook's name (``f"{hook_name}.hook_sae_acts_post"``,
+        ``.hook_sae_input``, ``.hook_sae_acts_pre``, ``.hook_sae_recons``, ``.hook_sae_error``, ``.hook_sae_output``),
+        so ``run_with_cache`` caches the features and ``run_with_hooks`` can edit them. With ``error_term`` the output
+        is the reconstruction plus the error ``input - reconstruction`` computed without any edit of the features
+        (SAELens's ``use_error_term``): the model's outputs are unchanged until a feature is edited. The activation's
+        last dimension is the SAE's input (``hook_z`` over every head: its last two, flattened). On exit the model's
+        hooks and modules are as they were.
+
+        Example:
+            >>> from hooked_clip1d import CLIP1D, CLIPConfig
+            >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+            >>> img = m.vision.to_tokens(["C 1 . 2 . . . . . . .", "C . 3 . . 4 . . . . ."])
+            >>> sae = SparseAutoencoder(d_in=128, d_sae=16, k=4)
+            >>> with sae.spliced(m.vision, "hook_pooled", error_term=True):
+            ...     out, cache = m.vision.run_with_cache(img)
+            >>> cache["hook_pooled.hook_sae_acts_post"].shape, bool(torch.allclose(out, m.vision(img), atol=1e-5))
+            (torch.Size([2, 16]), True)
+            >>> "hook_pooled.hook_sae_acts_post" in m.vision.hook_dict  # gone again
+            False
+        """
+        tower, name = _tower_of(model, hook_name)
+        if name not in tower.hook_dict:
+            raise ValueError(f"spliced: {hook_name!r} is not a hook point of the model")
+        point = tower.hook_dict[name]
+        if any(k.startswith("hook_sae_") for k in point._modules):
+            raise ValueError(f"spliced: an SAE is already spliced at {hook_name!r}")
+        mine = {k: m for k, m in self._modules.items() if isinstance(m, HookPoint)}
+        head_z = name.endswith("hook_z") and self.W_enc.shape[0] != point_width(tower, name)
+
+        def splice(module: nn.Module, args: Any, act: torch.Tensor) -> torch.Tensor:
+            shape = act.shape
+            flat = act.reshape(-1, shape[-2] * shape[-1]) if head_z else act.reshape(-1, shape[-1])
+            x = self.hook_sae_input(flat.float())
+            recons = self.decode(self.encode(x))
+            out = recons
+            if error_term:
+                with torch.no_grad(), _quiet(self):  # the error of the unedited SAE: no hook sees this pass
+                    clean = self.decode(self.encode(x))
+                out = recons + self.hook_sae_error(x - clean)
+            out = self.hook_sae_output(out)
+            return out.reshape(shape).to(act.dtype)
+
+        for k, m in mine.items():  # SAELens's layout: the SAE's hook points named under the hook's own name
+            point.add_module(k, m)
+        handle = point.register_forward_hook(splice)
+        tower.setup()
+        try:
+            yield self
+        finally:
+            handle.remove()
+            for k in mine:
+                del point._modules[k]
+            tower.setup()
+            self.setup()  # the hook points' own names again
 
     # ---- SAELens's format -------------------------------------------------------------------------------------------
     def sae_lens_config(self, **metadata: Any) -> dict[str, Any]:
@@ -123,7 +197,7 @@ class SparseAutoencoder(HookedRootModule):
             "architecture": "standard" if self.k is None else "topk",
         }
         if self.k is not None:
-            cfg.update(k=self.k, rescale_acts_by_decoder_norm=False)
+            cfg.update(k=self.k, rescale_acts_by_decoder_norm=self.rescale_acts_by_decoder_norm)
         return cfg
 
     def save_sae_lens(self, path: str | os.PathLike, **metadata: Any) -> Path:
@@ -151,6 +225,9 @@ class SparseAutoencoder(HookedRootModule):
         cfg = self.sae_lens_config(**metadata)
         text = json.dumps(cfg, indent=2) + "\n"  # checked to be JSON before anything is written
         state = {k: getattr(self, k).detach().cpu().contiguous() for k in SAE_LENS_KEYS}
+        # the old cfg goes first: a failure between the two files (a full disk) leaves weights without a cfg, which
+        # load_sae_lens refuses by name, never an old cfg beside new weights (another SAE that loads)
+        (folder / SAE_LENS_CFG).unlink(missing_ok=True)
         atomic_write(folder / SAE_LENS_WEIGHTS, lambda tmp: save_file(state, tmp))
         atomic_write_text(folder / SAE_LENS_CFG, text)
         return folder
@@ -195,37 +272,97 @@ class SparseAutoencoder(HookedRootModule):
         return cls._from_sae_lens_parts(sae.cfg.to_dict(), state, type(sae).__name__)
 
     @classmethod
-    def _from_sae_lens_parts(cls, cfg: dict[str, Any], state: dict[str, torch.Tensor], where: str) -> SparseAutoencoder:
+    def _from_sae_lens_parts(cls, cfg: Any, state: dict[str, torch.Tensor], where: str) -> SparseAutoencoder:
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{where}: a SAELens cfg is a JSON object, got a {type(cfg).__name__}")
         arch = cfg.get("architecture", "standard")
         if arch not in ("standard", "topk"):
             raise ValueError(f"{where}: SAELens architecture {arch!r} is not supported (standard and topk are)")
-        wanted = {
-            "apply_b_dec_to_input": True,
-            "normalize_activations": "none",
-            "rescale_acts_by_decoder_norm": False,
-        }
+        wanted = {"apply_b_dec_to_input": True, "normalize_activations": "none"}
+        if arch == "standard":
+            wanted["rescale_acts_by_decoder_norm"] = False
         for field, value in wanted.items():
             if cfg.get(field, value) != value:
                 raise ValueError(f"{where}: {field}={cfg[field]!r} is not supported (only {value!r})")
         if cfg.get("reshape_activations", "none") not in ("none", "hook_z"):
             raise ValueError(f"{where}: reshape_activations={cfg['reshape_activations']!r} is not supported")
+        d_in, d_sae = (_count(cfg, f, where) for f in ("d_in", "d_sae"))
+        k = None
+        if arch == "topk":
+            k = _count(cfg, "k", where)
+            if k > d_sae:
+                raise ValueError(f"{where}: k={k} is more than d_sae={d_sae}")
+        rescale = cfg.get("rescale_acts_by_decoder_norm", False) if arch == "topk" else False
+        if not isinstance(rescale, bool):
+            raise ValueError(f"{where}: rescale_acts_by_decoder_norm must be true or false, got {rescale!r}")
         missing, extra = sorted(set(SAE_LENS_KEYS) - set(state)), sorted(set(state) - set(SAE_LENS_KEYS))
         if missing or extra:
             raise ValueError(f"{where}: weights {missing} missing, {extra} unexpected (SAELens keys {SAE_LENS_KEYS})")
-        d_in, d_sae = int(cfg["d_in"]), int(cfg["d_sae"])
         shapes = {"W_enc": (d_in, d_sae), "W_dec": (d_sae, d_in), "b_enc": (d_sae,), "b_dec": (d_in,)}
-        for k, shape in shapes.items():
-            if tuple(state[k].shape) != shape:
-                raise ValueError(f"{where}: {k} has shape {list(state[k].shape)}, cfg says {list(shape)}")
-        sae = cls(d_in, d_sae, k=int(cfg["k"]) if arch == "topk" else None)
+        for name, shape in shapes.items():
+            if tuple(state[name].shape) != shape:
+                raise ValueError(f"{where}: {name} has shape {list(state[name].shape)}, cfg says {list(shape)}")
+            if not bool(torch.isfinite(state[name].float()).all()):
+                raise ValueError(f"{where}: {name} holds NaN or infinite values")
+        if rescale and not bool((state["W_dec"].float().norm(dim=-1) > 0).all()):
+            raise ValueError(f"{where}: rescale_acts_by_decoder_norm with a zero decoder row divides by 0")
+        sae = cls(d_in, d_sae, k=k, rescale_acts_by_decoder_norm=rescale)
         with torch.no_grad():
-            for k in SAE_LENS_KEYS:
-                getattr(sae, k).copy_(state[k].float())
-        meta = dict(cfg.get("metadata") or {})
-        for k in ("sae_lens_version", "sae_lens_training_version"):
-            meta.pop(k, None)
+            for name in SAE_LENS_KEYS:
+                getattr(sae, name).copy_(state[name].float())
+        meta = cfg.get("metadata") or {}
+        if not isinstance(meta, dict):
+            raise ValueError(f"{where}: metadata must be a JSON object, got {type(meta).__name__}")
+        meta = dict(meta)
+        for key in ("sae_lens_version", "sae_lens_training_version"):
+            meta.pop(key, None)
         sae.metadata = meta
         return sae.eval()
+
+
+def _tower_of(model: Any, hook_name: str) -> tuple[Any, str]:
+    """The tower a hook name belongs to and its name there (a ``CLIP1D``'s ``vision.`` / ``text.`` names)."""
+    towers = {k: getattr(model, k) for k in ("vision", "text") if hasattr(model, k) and hasattr(model, "hook_logits")}
+    if towers:
+        prefix, _, rest = hook_name.partition(".")
+        if prefix not in towers or not rest:
+            raise ValueError(f"spliced: on a CLIP1D a hook name starts with 'vision.' or 'text.', got {hook_name!r}")
+        return towers[prefix], rest
+    if not hasattr(model, "hook_dict"):
+        raise TypeError(f"spliced: expected a tower or a CLIP1D, got {type(model).__name__}")
+    return model, hook_name
+
+
+def point_width(tower: Any, name: str) -> int:
+    """The last dimension of hook point ``name``'s activation in ``tower`` (``d_head`` for ``hook_z``)."""
+    cfg = tower.cfg
+    return cfg.d_head if name.endswith(("hook_z", "hook_q", "hook_k", "hook_v")) else cfg.d_model
+
+
+@contextlib.contextmanager
+def _quiet(sae: SparseAutoencoder) -> Iterator[None]:
+    """The SAE's own hooks off for a pass (the error term's clean reconstruction)."""
+    points = [m for m in sae.modules() if isinstance(m, HookPoint)]
+    saved = [(p, dict(p._forward_hooks)) for p in points]
+    try:
+        for p in points:
+            p._forward_hooks.clear()
+        yield
+    finally:
+        for p, hooks in saved:
+            p._forward_hooks.update(hooks)
+
+
+def _count(cfg: dict[str, Any], field: str, where: str) -> int:
+    """A positive int field of a SAELens cfg (2.7, "2", True and a missing field are refused by name)."""
+    if field not in cfg:
+        raise ValueError(f"{where}: the SAELens cfg has no {field!r}")
+    v = cfg[field]
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{where}: {field} must be a positive int, got {cfg[field]!r}")
+    return v
 
 
 ATTENTION_LAYOUT = ("hook_pattern", "hook_attn_scores")  # [batch, head, query, key]: the query is the position
