@@ -50,8 +50,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -247,9 +249,41 @@ def _check_norm(norm: object, clean: torch.Tensor | None, what: str) -> None:
         raise ValueError(f"norm='frozen' holds each row's norm at its clean value: pass the clean {what} ({what}=...)")
 
 
+_HELD = threading.local()  # held_norms' switch, per thread
+
+
+@contextlib.contextmanager
+def held_norms(on: bool = True) -> Iterator[None]:
+    """While on, ``normalize`` divides by a norm held out of the backward pass: the value is the cosine's, the
+    gradient that of ``x / c`` with ``c = |x|`` a constant (how attribution patching linearises CLIP's logits, as it
+    holds LayerNorm's scale; ``graph.Task.linearise``).
+
+    Example:
+        >>> x = torch.tensor([[3.0, 4.0]], requires_grad=True)
+        >>> with held_norms():
+        ...     y = normalize(x)
+        >>> y.detach().tolist(), torch.autograd.grad(y[0, 0], x)[0].tolist()  # d(x0 / 5)/dx: the norm held
+        ([[0.6000000238418579, 0.800000011920929]], [[0.20000000298023224, 0.0]])
+    """
+    before = getattr(_HELD, "on", False)
+    _HELD.on = bool(on)
+    try:
+        yield
+    finally:
+        _HELD.on = before
+
+
+def normalize(x: torch.Tensor) -> torch.Tensor:
+    """``x / |x|`` over the last dim (``F.normalize``'s value); inside ``held_norms`` the norm is held out of the
+    backward pass."""
+    if getattr(_HELD, "on", False):
+        return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12).detach()
+    return F.normalize(x, dim=-1)
+
+
 def _normalised(x: torch.Tensor, norm: str, clean_norm: torch.Tensor | None) -> torch.Tensor:
     if norm == "live":
-        return F.normalize(x, dim=-1)
+        return normalize(x)
     if norm == "frozen":
         assert clean_norm is not None
         return x / clean_norm[:, None]

@@ -69,6 +69,7 @@ from transformer_lens.hook_points import HookPoint
 from hooked_clip1d.analysis.circuits.graph import Task
 from hooked_clip1d.analysis.hooks import Hook
 from hooked_clip1d.analysis.interventions.decompose import rotate
+from hooked_clip1d.analysis.metrics import held_norms
 
 
 # ---- results --------------------------------------------------------------------------------------------------------
@@ -155,12 +156,14 @@ def run_task(
     pre: Transforms | None = None,
     post: Mapping[str, Mapping[str, Transform]] | None = None,
     grad: bool = False,
+    linearise: str = "live",
 ) -> tuple[torch.Tensor, dict[tuple[str, str], torch.Tensor]]:
     """Run every tower of ``task`` on its ``which`` input with composite hooks: at each hook point, the ``pre``
     transforms of that tower and point in order, then the ``capture`` (points per tower), then the ``post``
     transform. Return the batch-mean metric and the captured activations by (tower, point). With ``grad`` the
     embeddings become leaves that require grad, so activations downstream are in the autograd graph (whatever the
-    parameters' ``requires_grad``), ready for ``grads_of``.
+    parameters' ``requires_grad``), ready for ``grads_of``; ``linearise="held"`` holds the embeddings' norms out of
+    that graph (``graph.Task``; the value is the same).
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
     >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
@@ -188,7 +191,8 @@ def run_task(
                 keep = (lambda a, key=(t, point): captured.__setitem__(key, a)) if point in cap_t else None
                 hooks.append((point, _Composite(pre_t.get(point, []), keep, post_t.get(point))))
             pooled[t] = tower.run_with_hooks(task.tokens(t, which), fwd_hooks=hooks)
-        value = task.metric_of(pooled).mean()
+        with held_norms(grad and linearise == "held"):  # the value is the same either way
+            value = task.metric_of(pooled).mean()
     return value, captured
 
 
@@ -365,6 +369,9 @@ class AttributionWarning(UserWarning):
 
 #: below this share of matching signs (on the items exact patching moves), ``check_against_exact`` warns
 MIN_SIGN_AGREEMENT = 0.75
+# items a first-order method patches exactly as its default check (a warning when they disagree; ~0.1 s on the zoo's
+# models); check=0 turns it off
+CHECK_N = 8
 #: below this Pearson correlation with exact patching, ``check_against_exact`` warns
 MIN_PEARSON = 0.5
 

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from hooked_clip1d.analysis.circuits.attribution import (
+    CHECK_N,
     Attribution,
     apply_grad_drop,
     as_hooks,
@@ -52,6 +53,7 @@ from hooked_clip1d.analysis.circuits.graph import (
     check_nodes,
     edge_name,
     graph_flags,
+    linearisation,
     parse_node,
     port_hook,
     run_with_edges,
@@ -123,7 +125,7 @@ def _eap(
     grad_drop: bool = False,
     freeze_pattern: bool = False,
     method: str = "EAP",
-    check: int = 0,
+    check: int = CHECK_N,
 ) -> Attribution:
     check_freeze(freeze_pattern, qk_fix)
     if isinstance(check, bool) or not isinstance(check, int) or check < 0:
@@ -150,7 +152,9 @@ def _eap(
                 caps[t].update({f"blocks.{ref.layer}.attn.hook_{'rot_' if rope else ''}{c}" for c in "qk"})
 
         def grads_with(pre: Mapping | None = None, post: Mapping | None = None) -> tuple[dict, dict]:
-            value, acts = run_task(task, capture=caps, pre=merge_transforms(frozen, pre or {}), post=post, grad=True)
+            pre_all = merge_transforms(frozen, pre or {})
+            lin = linearisation(task, "EAP-IG" if steps else "EAP")
+            value, acts = run_task(task, capture=caps, pre=pre_all, post=post, grad=True, linearise=lin)
             return grads_of(value, acts), {k: a.detach() for k, a in acts.items()}
 
         def scores_with(post: Mapping | None) -> torch.Tensor:
@@ -248,7 +252,7 @@ def eap(
     qk_fix: bool = False,
     grad_drop: bool = False,
     freeze_pattern: bool = False,
-    check: int = 0,
+    check: int = CHECK_N,
 ) -> Attribution:
     """Edge attribution patching (Syed et al. 2023): for each edge ``w -> port`` of ``graph.build_graph`` (or the
     given ``edges``), ``(w(corrupted) - w(clean)) . dM/d(port input)`` at the clean run; ``qk_fix`` / ``grad_drop``
@@ -261,7 +265,7 @@ def eap(
                 check=check)  # fmt: skip
 
 
-def eap_ig(task: Task, edges: Sequence[Edge] | None = None, *, steps: int = 20, check: int = 0) -> Attribution:
+def eap_ig(task: Task, edges: Sequence[Edge] | None = None, *, steps: int = 20, check: int = CHECK_N) -> Attribution:
     """EAP-IG (Hanna et al. 2024): EAP with the port gradients averaged over ``steps`` points on the straight line
     from the corrupted to the clean embeddings (per tower on the whole CLIP: module docstring). ``check`` as in
     ``eap``."""

@@ -39,6 +39,7 @@ import torch
 from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.analysis.circuits.attribution import (
+    CHECK_N,
     Attribution,
     apply_grad_drop,
     as_hooks,
@@ -49,7 +50,7 @@ from hooked_clip1d.analysis.circuits.attribution import (
     qk_delta_scores,
     run_task,
 )
-from hooked_clip1d.analysis.circuits.graph import Task
+from hooked_clip1d.analysis.circuits.graph import Task, linearisation
 from hooked_clip1d.analysis.interventions.terms import attention_terms
 
 NODE_KINDS = ("heads", "mlp", "neurons", "embed", "pos", "resid", "q", "k", "v", "terms")
@@ -259,7 +260,8 @@ def _atp(
                 grad_caps[s.tower].update({f"blocks.{s.layer}.attn.hook_{'rot_' if rope else ''}{c}" for c in "qk"})
 
     def scores_with(post: Mapping | None) -> torch.Tensor:
-        value, acts = run_task(task, capture=grad_caps, pre=frozen, post=post, grad=True)
+        lin = linearisation(task, "AtP")
+        value, acts = run_task(task, capture=grad_caps, pre=frozen, post=post, grad=True, linearise=lin)
         grads = grads_of(value, acts)
         clean = {k: a.detach() for k, a in acts.items()}
         return _node_scores(task, specs, corr, deltas, clean, grads, qk_fix)
@@ -308,7 +310,9 @@ def check_node_attribution(task: Task, result: Attribution, *, n: int = 8, seed:
     )
 
 
-def atp(task: Task, nodes: Sequence[str] = ("heads",), *, freeze_pattern: bool = False, check: int = 0) -> Attribution:
+def atp(
+    task: Task, nodes: Sequence[str] = ("heads",), *, freeze_pattern: bool = False, check: int = CHECK_N
+) -> Attribution:
     """Attribution patching (AtP): ``(n(corrupted) - n(clean)) . dM/dn`` at the clean run, for every node of the
     ``nodes`` kinds or names (module docstring), from one corrupted forward pass and one clean forward and backward
     pass. For a score term the gradient is ``dM/d(scores)``. Exact wherever the metric and the path to the output

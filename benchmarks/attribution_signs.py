@@ -1,0 +1,75 @@
+"""How well each first-order attribution method's signs agree with exact patching of the same metric, by how the
+metric is linearised (issue 49): CLIP's logit difference (``norm="live"``) differentiated through the cosine
+(``linearise="live"``, the default until issue 49) or with the embeddings' norms held out of the backward pass
+(``linearise="held"``, the default since), beside the old opt-in metric ``norm="frozen"`` (a different metric).
+
+    python benchmarks/attribution_signs.py --out benchmarks/records/attribution_signs.json
+
+On the mirror task of the two zoo models with shipped ground-truth circuits (every unseen-pair validation image):
+node methods on every node kind, edge methods on every edge; sign agreement over the items exact patching moves, and
+over those whose |exact effect| is at least ``FLOOR`` of the largest (the stated floor), and Pearson's r.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from hooked_clip1d import load_model
+from hooked_clip1d.analysis.circuits.attribution import agreement, moved
+from hooked_clip1d.analysis.circuits.graph import mirror_task
+from hooked_clip1d.analysis.circuits.methods import METHODS
+from hooked_clip1d.analysis.circuits.scores import ground_truth_inputs
+
+MODELS = ("simplified-ntot20-n2-10", "simplified-ntot20-n2-10-no-qk-bias")
+KINDS = ["heads", "embed", "pos", "resid", "q", "k", "v", "terms"]
+SETTINGS = (("live", "live"), ("live", "held"), ("live", None), ("frozen", "live"))  # (norm, linearise)
+FIRST_ORDER = ("AtP", "AtP+QK", "EAP", "EAP+QK", "EAP-IG")
+FLOOR = 0.05  # |exact| >= 5 % of the largest |exact|: the stated floor of the default-row check
+
+
+def signs_above(result, exact, floor: float) -> tuple[int, int]:
+    keep = moved(exact) & (exact.scores.abs() >= floor * float(exact.scores.abs().max()))
+    got = result.subset(exact.names).scores if hasattr(result, "subset") else result.scores
+    agree = (torch.sign(got[keep]) == torch.sign(exact.scores[keep])).sum()
+    return int(agree), int(keep.sum())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="results/attribution_signs.json")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    for name in MODELS:
+        model = load_model(name)
+        images, captions = ground_truth_inputs(model, "val_unseen")
+        for norm, lin in SETTINGS:
+            task = mirror_task(model, images, captions, target="clip", norm=norm, linearise=lin)
+            t0 = time.perf_counter()
+            exact_n = METHODS["exact patching"](task, KINDS)
+            exact_e = METHODS["path patching"](task)
+            for method in FIRST_ORDER:
+                m = METHODS[method]
+                res = m(task, KINDS if m.unit == "node" else None)
+                exact = exact_n if m.unit == "node" else exact_e
+                ag = agreement(res, exact)
+                ok, n = signs_above(res, exact, FLOOR)
+                rows.append({"model": name, "norm": norm, "linearise": lin, "method": method, "unit": m.unit,
+                             "sign_agreement": ag["sign_agreement"], "n_moved": ag["n"], "pearson": ag["pearson"],
+                             "signs_above_floor": ok, "n_above_floor": n})  # fmt: skip
+                r = rows[-1]
+                print(f"{name:<36} norm={norm:<6} lin={str(lin):<4} {method:<7} signs {r['sign_agreement']:.2f} "
+                      f"({r['n_moved']}), above floor {ok}/{n}, pearson {r['pearson']:.2f}", flush=True)  # fmt: skip
+            print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps({"floor": FLOOR, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
