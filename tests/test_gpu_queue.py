@@ -81,7 +81,7 @@ def test_the_limits_are_the_device_tools():
     assert gw.LIMIT_S <= 540 and gw.LIMIT_S - gw.RESERVE_S - gw.STARTUP_S > 0  # <= 9 minutes, training in it
     assert gw.CHECK_SECONDS["graph-step"] <= 60  # the mode the queue expects to train with
     assert set(gw.MODES) == set(gw.SWEEP_KW) and set(gw.MODES) <= set(gw._gpu_check().MODES)
-    assert gw.QUEUE == ("full-variants", "fig10", "fig3")
+    assert gw.QUEUE == ("full-protocol", "fig10", "full-variants", "fig3")
 
 
 def test_out_problems_names_each_limit(tmp_path):
@@ -133,7 +133,8 @@ def test_the_queue_never_sticks_and_its_first_item_is_every_candidate_both_ways(
     from hooked_clip1d.training.members import group_key
 
     sweeps = gw.load_queue(gw.QUEUE, ROOT / "hooked_clip1d" / "sweeps", Path("/nonexistent"))
-    fv = sweeps[0]
+    by = {sw.name: sw for sw in sweeps}
+    fv = by["full-variants"]
     assert [r.params["recipe"] for r in fv.spec.runs][::2] == [
         DEFAULT_RECIPE,
         "cls-exempt-init002-temp-nodecay",
@@ -142,17 +143,18 @@ def test_the_queue_never_sticks_and_its_first_item_is_every_candidate_both_ways(
     ]
     assert all(r.params["recipe"] in RECIPES for r in fv.spec.runs) and len(fv.spec.runs) == 8
     assert sorted(r.params["tied_repeats"] for r in fv.spec.runs) == [1] * 4 + [2] * 4
-    assert set(fv.steps.values()) == {440_000} and sum(fv.steps.values()) + sum(sweeps[1].steps.values()) == 5_720_000
+    assert set(fv.steps.values()) == {440_000} and sum(fv.steps.values()) + sum(by["fig10"].steps.values()) == 5_720_000
+    protocol = by["full-protocol"].spec.runs
+    assert len(protocol) == 1 and len(protocol[0].train_cfg.snapshot_epochs) == 43  # Fig. 11a's trajectory
     queue = [(sw.name, [(r.name, group_key(r.model_cfg, r.data_cfg, r.train_cfg), sw.steps[r.name],
                          gw.member_mib(r.model_cfg)) for r in sw.spec.runs]) for sw in sweeps]  # fmt: skip
     sizes = [sw.spec.run["max_group_size"] for sw in sweeps]
-    for ms, most in ((0.5, 6), (1.0, 25), (3.5, 90)):
+    for ms, most in ((0.5, 7), (1.0, 27), (3.5, 95)):
         wins = gw.simulate(queue, gw.step_model({2: ms / 1e3, 12: 1.4 * ms / 1e3}), 420, 25.8, sizes)
         assert not wins[-1]["stuck"] and wins[-1]["done"] == sorted(gw.QUEUE) and len(wins) <= most, (ms, len(wins))
-    # at 0.5 ms each block reading's candidates train as one group of 4 and finish inside a window (windows 1, 2)
+    # at 0.5 ms the full model at protocol, the queue's first item, finishes inside the first window
     wins = gw.simulate(queue, gw.step_model({2: 5e-4, 12: 7e-4}), 420, 25.8, sizes)
-    fv = [(i, t["K"], t["verdict"]) for i, w in enumerate(wins) for t in w["trained"] if t["sweep"] == "full-variants"]
-    assert fv == [(0, 4, "finish"), (1, 4, "finish")]
+    assert [(t["K"], t["verdict"]) for t in wins[0]["trained"] if t["sweep"] == "full-protocol"] == [(1, "finish")]
 
 
 def test_a_second_call_on_a_fresh_machine_stops_at_once(tmp_path):
@@ -422,3 +424,30 @@ def test_the_window_refuses_bad_numbers_before_writing_anything(tmp_path, capsys
     assert "'-5' must be a finite number > 0" in err and "must be less than --limit" in err
     assert "'abc' is not a number" in err and "give 'A'" in err
     assert not (tmp_path / "o").exists() and not (tmp_path / "s").exists()
+
+
+def test_identical_runs_of_the_queue_are_trained_once(tmp_path):
+    """Issue 51: the full model at protocol, Fig. 10's w = 0.2, Fig. 3's (20, 10) cell and full-variants' first run
+    compute the same: the shipped queue trains that run once; a finished run is copied into the others (its
+    snapshots left out), a run that differs in what it computes is not."""
+    sweeps = gw.load_queue(gw.QUEUE, ROOT / "hooked_clip1d" / "sweeps", tmp_path / "home")
+    ids: dict[str, list[str]] = {}
+    for sw in sweeps:
+        for name, run in sw.runs.items():
+            ids.setdefault(gw._identity(run), []).append(f"{sw.name}/{name}")
+    shared = [v for v in ids.values() if len(v) > 1]
+    assert len(shared) == 1 and shared[0][0] == "full-protocol/seed-0" and len(shared[0]) == 4
+    src = sweeps[0].out / "runs" / "seed-0"
+    (src / "snapshots").mkdir(parents=True)
+    (src / "snapshots" / "epoch_00000.safetensors").write_bytes(b"x")
+    for f in ("summary.json", "config.json", "metrics.jsonl", "model.safetensors"):
+        (src / f).write_text("{}")
+    lines = gw.adopt_identical(sweeps)
+    assert len(lines) == 3 and all("copied, not trained again" in line for line in lines)
+    for key in shared[0][1:]:
+        sweep, name = key.split("/")
+        dest = tmp_path / "home" / sweep / "runs" / name
+        assert (dest / "summary.json").exists() and not (dest / "snapshots").exists()
+    assert gw.adopt_identical(sweeps) == []  # nothing left to adopt
+    fig10 = next(sw for sw in sweeps if sw.name == "fig10")
+    assert sum(fig10.finished(n) for n in fig10.runs) == 1  # the other four weight decays still train

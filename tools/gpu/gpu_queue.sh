@@ -12,8 +12,9 @@
 #     bash tools/gpu/gpu_queue.sh carry            # here, before every window: the sweeps home -> .gpu-carry/
 #     bash tools/gpu/gpu_queue.sh table [ARGS]     # on the GPU, optional: gpu_check.py's full step table
 #
-# The queue, in order: full-variants (the full model under each candidate default recipe, 4 independent blocks
-# and 2 tied blocks applied twice), fig10 (5 weight decays), fig3 (12 cells). The package is not installed there:
+# The queue, in order (issue 51): full-protocol (the full model at protocol, default recipe, with its trajectory),
+# fig10 (5 weight decays), full-variants (the full model under each candidate default recipe, 4 independent blocks
+# and 2 tied blocks applied twice), fig3 (12 cells); a run identical to one finished is copied, not trained again. The package is not installed there:
 # it runs from this checkout (PYTHONPATH) with the machine's own torch and the wheels carried in .whl/ (made here
 # by `bash tools/gpu/gpu_wheels.sh`; no device time). Overridable for a test on a CPU:
 #     DEVICE=cpu QUEUE=t SPEC_DIR=my-specs MODES=graph-step,flat CHECK_PRESET=simplified CHECK_STEPS=20 \
@@ -25,7 +26,7 @@ MODE=${1:-window}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # this checkout's package, here and there
 case "$MODE" in
   carry) exec python3 tools/gpu/gpu_window.py carry --dest "${CARRY:-.gpu-carry}" --wheels "${WHEELS:-.whl}" \
-           --queue "${QUEUE:-full-variants fig10 fig3}" --spec-dir "${SPEC_DIR:-hooked_clip1d/sweeps}" \
+           --queue "${QUEUE:-full-protocol fig10 full-variants fig3}" --spec-dir "${SPEC_DIR:-hooked_clip1d/sweeps}" \
            ${TRAVEL_MIB:+--travel-mib "$TRAVEL_MIB"} ;;
   unpack) exec python3 tools/gpu/gpu_window.py unpack "${@:2}" ;;
   window|table) ;;
@@ -50,6 +51,6 @@ if [ "$MODE" = table ]; then  # the step table of issue 43's item 2 (every mode,
 fi
 # shellcheck disable=SC2086
 exec python3 tools/gpu/gpu_window.py window --started "$started" --limit "${2:-540}" --out "$OUT" --state "$STATE" \
-  --carry "${CARRY:-.gpu-carry}" --device "${DEVICE:-cuda}" --queue "${QUEUE:-full-variants fig10 fig3}" \
+  --carry "${CARRY:-.gpu-carry}" --device "${DEVICE:-cuda}" --queue "${QUEUE:-full-protocol fig10 full-variants fig3}" \
   --spec-dir "${SPEC_DIR:-hooked_clip1d/sweeps}" --modes "${MODES:-graph-step,compile+cudagraphs/flat,flat}" \
   --check-steps "${CHECK_STEPS:-200}" --check-preset "${CHECK_PRESET:-full}" ${3:+--"$3"} ${WINDOW_ARGS:-}

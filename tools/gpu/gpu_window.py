@@ -62,7 +62,9 @@ OUT_FILES, OUT_FILE_MIB = 8, 16  # what comes back from $OUT: at most 8 files of
 OUT_MARGIN_MIB = 2  # kept free of $OUT's 64 MiB
 FILE_MIB = 15  # archives at most this, under 16 MiB with their headers
 IN_MARGIN_MIB = 1  # kept free of what travels in
-QUEUE = ("full-variants", "fig10", "fig3")  # docs/cli.md, "On a GPU"
+# docs/cli.md, "On a GPU" (issue 51's order): the full model at protocol with its trajectory (Fig. 11a reads it), Fig.
+# 10's weight decays, the other full-model variants, Fig. 3; identical runs are trained once (adopt_identical)
+QUEUE = ("full-protocol", "fig10", "full-variants", "fig3")
 #: step modes in fallback order (gpu_check.MODES names) and the sweep settings each trains with
 MODES = ("graph-step", "compile+cudagraphs/flat", "flat")
 SWEEP_KW: dict[str, dict[str, bool]] = {
@@ -400,6 +402,46 @@ def load_queue(queue: Sequence[str], spec_dir: Path, home: Path) -> list[Sweep]:
     return [Sweep(Path(spec_dir) / f"{q}.toml", home) for q in queue]
 
 
+def _identity(run: Any) -> str:
+    """What a run computes: its model and data configs and the training fields that change results (execution
+    settings such as eval_every or snapshot_epochs left out)."""
+    from hooked_clip1d.training.run_config import comparable_train_config
+
+    parts = [run.model_cfg.to_dict(), run.data_cfg.to_dict(), comparable_train_config(run.train_cfg.to_dict())]
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def adopt_identical(sweeps: Sequence[Sweep]) -> list[str]:
+    """Train identical runs once (issue 51): a run of the queue that computes what a finished run of any sweep of
+    the queue computed (``_identity``) is copied from it (its snapshots left out) instead of trained again, e.g. the
+    full model at protocol, Fig. 10's w = 0.2 and Fig. 3's (20, 10) cell. Returns a line per run adopted.
+
+    Example:
+        >>> adopt_identical([])
+        []
+    """
+    done: dict[str, Path] = {}
+    for sw in sweeps:
+        for name, run in sw.runs.items():
+            if sw.finished(name):
+                done.setdefault(_identity(run), sw.out / "runs" / name)
+    lines = []
+    for sw in sweeps:
+        for name, run in sw.runs.items():
+            src = done.get(_identity(run))
+            if sw.finished(name) or src is None:
+                continue
+            dest = sw.out / "runs" / name
+            tmp = dest.with_name(f".{name}.adopting")
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("snapshots", "*.lock", ".*.tmp"))
+            shutil.rmtree(dest, ignore_errors=True)  # a partial run of its own: the finished one replaces it
+            os.replace(tmp, dest)
+            lines.append(f"== {sw.name}: run {name} is {src.parent.parent.name}/{src.name} (identical): copied, "
+                         "not trained again")  # fmt: skip
+    return lines
+
+
 # ---- training (the `train` process) ------------------------------------------------------------------------------
 def train_queue(sweeps: Sequence[Sweep], device: str, mode: str, until: float, step_s: dict[int, float],
                 room_mib: float, window_s: float, max_steps: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
@@ -418,6 +460,8 @@ def train_queue(sweeps: Sequence[Sweep], device: str, mode: str, until: float, s
         left = until - time.time()
         if left <= GROUP_OVERHEAD_S:
             break
+        for line in adopt_identical(sweeps):
+            log(line)
         f = lambda k, s=scale: model(k) * s  # noqa: E731
         for sw in sweeps:
             if not sw.done() and sw.ensure_plan(f, window_s, room_mib):
