@@ -413,6 +413,7 @@ def run_sweep(
     cudagraphs: bool | None = None,
     graph_step: bool | None = None,
     groups: Sequence[str] | None = None,
+    streams: bool | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep of ``spec_path``; returns the results table (also written to ``out_dir``).
 
@@ -425,7 +426,8 @@ def run_sweep(
     long (checked after every step; groups not started by then wait for the next call), e.g. for a GPU lent in
     10-minute commands. ``cudagraphs`` overrides ``run.cudagraphs`` (with compile, on a GPU: each step replayed
     as CUDA graphs); ``graph_step`` overrides ``run.graph_step`` (on a GPU, without compile: each whole step,
-    optimizer included, replayed as one CUDA graph; it replaces the spec's ``run.compile`` and ``run.cudagraphs``).
+    optimizer included, replayed as one CUDA graph; it replaces the spec's ``run.compile`` and ``run.cudagraphs``);
+    ``streams`` overrides ``run.streams`` (on a GPU: the two towers on two CUDA streams).
     ``compile`` overrides the spec's ``run.compile`` (an execution setting: the spec, and so the output folder, stays
     the same); so does ``threads`` (the spec's ``run.threads``: torch threads per group; 1 when other processes
     share the cores, since oversubscribed threads can slow a step several-fold).
@@ -457,6 +459,8 @@ def run_sweep(
         if graph_step:  # the call's whole-step graph replaces the spec's compile (both execution settings)
             run |= {"compile": False, "cudagraphs": False}
         spec = dataclasses.replace(spec, run=run)
+    if streams is not None:  # an execution setting: the towers on two CUDA streams
+        spec = dataclasses.replace(spec, run={**spec.run, "streams": bool(streams)})
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
@@ -503,6 +507,7 @@ def _extends(old: SweepSpec, new: SweepSpec) -> bool:
         "threads",
         "cudagraphs",
         "graph_step",
+        "streams",
     )  # execution settings (the command line may override them)
     same_run = {k: v for k, v in old.run.items() if k not in execution} == {
         k: v for k, v in new.run.items() if k not in execution

@@ -66,13 +66,18 @@ IN_MARGIN_MIB = 1  # kept free of what travels in
 # 10's weight decays, the other full-model variants, Fig. 3; identical runs are trained once (adopt_identical)
 QUEUE = ("full-protocol", "fig10", "full-variants", "fig3")
 #: step modes in fallback order (gpu_check.MODES names) and the sweep settings each trains with
-MODES = ("graph-step", "compile+cudagraphs/flat", "flat")
+MODES = ("graph-step+streams", "graph-step", "compile+cudagraphs/flat", "flat")
 SWEEP_KW: dict[str, dict[str, bool]] = {
+    "graph-step+streams": {"graph_step": True, "streams": True},  # the fastest fp32 step measured (H200: 1.24-1.46x)
     "graph-step": {"graph_step": True},
     "compile+cudagraphs/flat": {"compile": True, "cudagraphs": True},
     "flat": {"compile": False},
 }
-CHECK_SECONDS = {"graph-step": 60, "compile+cudagraphs/flat": 150, "flat": 60}  # a compiled mode compiles ~1 min
+CHECK_SECONDS = {"graph-step+streams": 60, "graph-step": 60, "compile+cudagraphs/flat": 150, "flat": 60}
+# the fastest fp32 step measured on a GPU kind (ms at K = 1 and 12; benchmarks/records): a mode more than
+# MAX_SLOWDOWN times slower there is refused (an eager fallback ~10x slower would spend windows for little)
+BEST_STEP_MS = {"NVIDIA H200": {1: 1.892, 12: 4.26}}
+MAX_SLOWDOWN = 2.0  # a compiled mode compiles ~1 min
 PACKED = 0.87  # packed / raw size of a group checkpoint (fig10's at 37,912 steps: 0.83; benchmarks/README.md)
 SAFETY = 1.1  # time predictions: a step this much slower than timed
 GROUP_OVERHEAD_S = 10.0  # a group's start: data, models, warm-up and capture (or compile, cached by the check)
@@ -564,11 +569,38 @@ def check_one(mode: str, device: str, steps: int = 200, preset: str = "full", re
                     n *= 2
                     dt = gc._advance(bt, n)
                 rec["step_s"][k] = dt / n
+            slow = too_slow(rec.get("gpu"), rec["step_s"])
+            if slow:
+                rec["ok"], rec["error"] = False, slow
     except Exception as e:  # noqa: BLE001 - a mode that crashes is a failed check; the next mode is tried
         rec["ok"] = False
         rec["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
     rec["seconds"] = round(time.time() - t0, 1)
     return rec
+
+
+def too_slow(gpu: str | None, step_s: dict[int, float]) -> str | None:
+    """Why a mode is refused for speed on ``gpu`` (its timed ``step_s``, seconds by K): slower than ``MAX_SLOWDOWN``
+    times the fastest step measured on that GPU kind (``BEST_STEP_MS``, compared at K = 12, or K = 2 against K = 1's);
+    None where it is not, or where nothing was measured on that kind.
+
+    Example:
+        >>> too_slow("NVIDIA H200", {2: 0.004, 12: 0.005}) is None
+        True
+        >>> too_slow("NVIDIA H200", {2: 0.03, 12: 0.036})
+        'too slow: 36.0 ms a step at K = 12, over 2x the fastest measured on this GPU (4.26 ms)'
+        >>> too_slow("NVIDIA H100", {12: 1.0}) is None  # nothing measured there
+        True
+    """
+    best = BEST_STEP_MS.get(gpu or "")
+    if not best or not step_s:
+        return None
+    k, ref = (12, best[12]) if 12 in step_s else (min(step_s), best[1])
+    ms = step_s[k] * 1e3
+    if ms > MAX_SLOWDOWN * ref:
+        fastest = f"the fastest measured on this GPU ({ref} ms)"
+        return f"too slow: {ms:.1f} ms a step at K = {k}, over {MAX_SLOWDOWN:g}x {fastest}"
+    return None
 
 
 def _check_lines(rec: dict[str, Any]) -> list[str]:
