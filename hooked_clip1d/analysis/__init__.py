@@ -47,6 +47,8 @@ Beside the wings, what all three use:
   set, the CLS row's identifiability (``move_cls_embedding``, ``ablate_cls_key_position``), where a CLS-row gradient
   comes from (``gradient_sources``), a single-head run's bias and gradient (``single_head_mechanism``).
 - ``dynamics``: the mechanism over a training trajectory (emergence rows, the restated checks M1-M4, windows).
+- ``dissolution``: the contrastive loss and its gradient split by whether an item's caption is shared in its batch
+  (``caption_split``; record x18).
 - ``reparametrize``: output-preserving reparametrisations and the invariance audit.
 
 Pruning and retraining (App. K, Fig. 22: ``head_subset_sweep``) is training: ``hooked_clip1d.training.retrain``.
@@ -105,6 +107,7 @@ from hooked_clip1d.analysis.interventions.terms import (
 )
 from hooked_clip1d.analysis.interventions.tl_adapter import tl_patching
 from hooked_clip1d.analysis.mechanism.alignment import embedding_alignment, procrustes
+from hooked_clip1d.analysis.mechanism.dissolution import caption_split
 from hooked_clip1d.analysis.mechanism.heads import (
     classify_head_roles,
     cls_object_bias,
@@ -150,6 +153,7 @@ __all__ = [
     "check_attribution",
     "caption_attributions",
     "caption_belief",
+    "caption_split",
     "caption_directions",
     "caption_swap_patching",
     "circuit_scores",
