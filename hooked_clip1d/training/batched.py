@@ -54,7 +54,7 @@ from hooked_clip1d.training.graph_step import StepGraph, check_graph_step
 from hooked_clip1d.training.group_io import GroupFiles
 from hooked_clip1d.training.group_state import GroupState, pair_tables
 from hooked_clip1d.training.members import Member, check_members, mix_seeds
-from hooked_clip1d.training.param_groups import decay_mask, frozen_mask, held_value
+from hooked_clip1d.training.param_groups import param_rule
 from hooked_clip1d.training.run_config import RunConfig, run_args
 from hooked_clip1d.training.rundir import (
     RunLock,
@@ -471,8 +471,8 @@ def _optimizer(model: StackedCLIP, members: Sequence[Member], models: Sequence[C
     )
     with torch.no_grad():
         for name, p in model.params.items():
-            for k, mb in enumerate(members):
-                held = held_value(name, mb.train_cfg.fixed_temperature)
+            for k, (mb, mdl) in enumerate(zip(members, models, strict=True)):
+                held = param_rule(name, mdl.cfg, mb.train_cfg).held
                 if held is not None:
                     p[k] = held
     return opt
@@ -488,10 +488,8 @@ def _masks(
         dm, gm, any_d, any_g = [], [], False, False
         for mb, mdl in zip(members, models, strict=True):
             shape = mdl.state_dict()[name].shape
-            tc = mb.train_cfg
-            held = held_value(name, tc.fixed_temperature) is not None
-            fm = 0.0 if held else frozen_mask(name, mdl.cfg, tc.frozen)
-            mask = 0.0 if isinstance(fm, float) else decay_mask(name, mdl.cfg, tc.no_decay, tc.qk_bias_decay_scale)
+            rule = param_rule(name, mdl.cfg, mb.train_cfg)  # the same rule the single-model trainer reads
+            fm, mask = rule.grad, rule.decay
             any_d |= mask is not None
             any_g |= fm is not None
             dm.append(torch.ones(shape) if mask is None else torch.as_tensor(mask).expand(shape).clone())

@@ -17,8 +17,9 @@ paper's P terms (PE, PP) vanish and its query is ``W_E[CLS] W_Q (+ b_Q)`` alone.
 absent (``"qk_bias"``: ``b_Q`` and ``b_K``, which start at 0; ``"cls_pos"``: the vision ``W_pos[0]``), and
 ``TrainConfig.qk_bias_decay_scale`` multiplies the decay of ``b_Q`` and ``b_K`` (beyond the paper: a recipe that
 limits the query bias), and ``TrainConfig.fixed_temperature`` holds ``logit_scale`` at a value (``held_value``).
-Both trainers (``training.Trainer`` and the batched engine) read the same masks from
-``decay_mask`` / ``frozen_mask``. The group names (``NO_DECAY_GROUPS``, ``FROZEN_GROUPS``) and the named recipes
+Both trainers (``training.Trainer`` and the batched engine) read one rule per parameter, ``param_rule`` (held,
+frozen and decay masks decided once, in that order of precedence), built from ``decay_mask`` / ``frozen_mask`` /
+``held_value``. The group names (``NO_DECAY_GROUPS``, ``FROZEN_GROUPS``) and the named recipes
 (``RECIPES``, ``DEFAULT_RECIPE``) are in ``settings``, beside ``TrainConfig``, where they can be read without torch.
 
 Example:
@@ -42,12 +43,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 if TYPE_CHECKING:
     from hooked_clip1d.model.clip import CLIPConfig
+    from hooked_clip1d.settings import TrainConfig
 
 
 def _leaf(name: str) -> str:
@@ -122,3 +125,39 @@ def masks_needed(
 ) -> bool:
     """Whether a recipe differs from plain ``AdamW(model.parameters())`` at all."""
     return bool(no_decay) or bool(frozen) or qk_bias_scale != 1 or fixed_temperature is not None
+
+
+@dataclass(frozen=True)
+class ParamRule:
+    """How one parameter trains under a recipe: ``held`` (set to this value and held: no gradient, no decay), else
+    ``grad`` (``frozen_mask``: None trained; 0.0 held at 0 whole; a 0/1 tensor: trained where 1) and ``decay``
+    (``decay_mask``; 0.0 for a held or wholly frozen parameter)."""
+
+    held: float | None
+    grad: torch.Tensor | float | None
+    decay: torch.Tensor | float | None
+
+
+def param_rule(name: str, cfg: CLIPConfig, train_cfg: TrainConfig) -> ParamRule:
+    """The one place a recipe's choices for ``CLIP1D`` parameter ``name`` are decided, for both trainers: a held
+    value first, then a frozen mask, then the decay mask.
+
+    Example:
+        >>> from hooked_clip1d.model.clip import CLIPConfig
+        >>> from hooked_clip1d.settings import TrainConfig
+        >>> cfg = CLIPConfig.from_preset("simplified", n_labels=5, d_model=8, d_head=4)
+        >>> param_rule("logit_scale", cfg, TrainConfig(fixed_temperature=100.0)).decay
+        0.0
+        >>> r = param_rule("vision.blocks.0.attn.b_Q", cfg, TrainConfig(frozen=("qk_bias",)))
+        >>> r.held, r.grad, r.decay
+        (None, 0.0, 0.0)
+        >>> param_rule("vision.blocks.0.attn.W_Q", cfg, TrainConfig()).decay is None
+        True
+    """
+    held = held_value(name, train_cfg.fixed_temperature)
+    if held is not None:
+        return ParamRule(held, 0.0, 0.0)
+    grad = frozen_mask(name, cfg, train_cfg.frozen)
+    if isinstance(grad, float):
+        return ParamRule(None, grad, 0.0)
+    return ParamRule(None, grad, decay_mask(name, cfg, train_cfg.no_decay, train_cfg.qk_bias_decay_scale))

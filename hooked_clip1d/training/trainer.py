@@ -46,7 +46,7 @@ from hooked_clip1d.model.checkpoint import (
 )
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.settings import TrainConfig
-from hooked_clip1d.training.param_groups import decay_mask, frozen_mask, held_value, masks_needed
+from hooked_clip1d.training.param_groups import masks_needed, param_rule
 from hooked_clip1d.training.run_config import RunConfig, run_args
 from hooked_clip1d.training.rundir import (
     RunLock,
@@ -107,13 +107,13 @@ class MaskedAdamW(torch.optim.AdamW):
         # tensor = decayed where 1); exempt ones left out
         self._decayed: list[tuple[torch.Tensor, torch.Tensor | float | None]] = []
         for n, p in zip(names, params, strict=True):
-            held = held_value(n, cfg.fixed_temperature)
-            if held is not None:  # set and held there: no gradient, no decay
+            rule = param_rule(n, model.cfg, cfg)
+            if rule.held is not None:  # set and held there: no gradient, no decay
                 with torch.no_grad():
-                    p.fill_(held)
+                    p.fill_(rule.held)
                 self._frozen.append(p)
                 continue
-            fm = frozen_mask(n, model.cfg, cfg.frozen)
+            fm = rule.grad
             if fm is not None:
                 fm = fm if isinstance(fm, float) else fm.to(p.device, p.dtype)
                 with torch.no_grad():
@@ -122,7 +122,7 @@ class MaskedAdamW(torch.optim.AdamW):
                     self._frozen.append(p)
                     continue
                 self._grad_masks.append((p, fm))
-            mask = decay_mask(n, model.cfg, cfg.no_decay, cfg.qk_bias_decay_scale)
+            mask = rule.decay
             if isinstance(mask, float) and mask == 0.0:
                 continue  # exempt
             if isinstance(mask, torch.Tensor):
