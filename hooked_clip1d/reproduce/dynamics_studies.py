@@ -276,7 +276,7 @@ TRAJECTORY_MODELS = ("simplified-ntot20-n2-10",)
 def _x_emergence(models: dict[str, Any]) -> Outcome:
     """The emergence of the mechanism along each shipped trajectory (a model without one, e.g. an untrained
     stand-in, is read at its one checkpoint)."""
-    from hooked_clip1d.analysis.mechanism.dynamics import emergence
+    from hooked_clip1d.analysis.mechanism.dynamics import BIAS_GRID, STD_GRID, emergence, grid_counts
     from hooked_clip1d.pretrained import list_trajectories, trajectory_emergence
     from hooked_clip1d.visualization.dynamics import plot_emergence
 
@@ -285,6 +285,10 @@ def _x_emergence(models: dict[str, Any]) -> Outcome:
         shipped = model.manifest.get("name") == name and name in list_trajectories()
         em = trajectory_emergence(name) if shipped else emergence([(model.manifest.get("epochs") or 0, model)])
         rows = em.rows
+        # the restated checks M1-M4 at every snapshot across the threshold grid (verdicts v3): rows of today's code
+        # (the shipped rows predate M3's whole-CLS-query numbers)
+        now = trajectory_emergence(name, recompute=True).rows if shipped else rows
+        grid = grid_counts(now)
         first = {k: next((r["epoch"] for r in rows if r[k] is not None and r[k] >= t), None)
                  for k, t in (("single", 0.95), ("seen", 0.95), ("probe", 0.8))}  # fmt: skip
         order = [first[k] for k in ("single", "seen", "probe")]
@@ -295,7 +299,8 @@ def _x_emergence(models: dict[str, Any]) -> Outcome:
              "(checkpoint epochs; ties fail)", strict),
         ]  # fmt: skip
         figs[name] = plot_emergence(em, title=f"{name}: the mechanism over training")
-        numbers[name] = {"epochs": [r["epoch"] for r in rows], "first": first, "windows": em.windows}
+        numbers[name] = {"epochs": [r["epoch"] for r in rows], "first": first, "windows": em.windows,
+                         "threshold_grid": grid}  # fmt: skip
         w = em.windows
         parts.append(
             f"{name} ({len(rows)} checkpoints): single-object >= 0.95 first at epoch {first['single']}, seen-pair "
@@ -303,7 +308,12 @@ def _x_emergence(models: dict[str, Any]) -> Outcome:
             + ("never holds" if w["picture"]["first"] is None else f"holds from epoch {w['picture']['first']}")
             + "; windows "
             + ", ".join(f"{CHECK_SHORT[c]} {_window(w[c])}" for c in w if c != "picture")
-        )
+            + "; the restated mechanism M1-M4 holds at some snapshot at "
+            + f"{sum(bool(v) for v in grid.values())} of {len(grid)} points of the threshold grid (M3's std floor "
+            + f"{'/'.join(map(str, STD_GRID))} x side bias {'/'.join(map(str, BIAS_GRID))}"
+            + (f"; epochs {min(min(v) for v in grid.values() if v)}-{max(max(v) for v in grid.values() if v)})"
+               if any(grid.values()) else ")")
+        )  # fmt: skip
     return Outcome(numbers, "; ".join(parts) + ".", checks, figs)
 
 

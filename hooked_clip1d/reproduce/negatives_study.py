@@ -6,7 +6,8 @@ decayed; (b') the same, not decayed; (c') the same, held at 100; (d') multi-posi
 (they decide) and fresh seeds 6-8 (they confirm), each read at its 43 snapshots by the restated checks M1-M4, beside
 its control: the temperature study's arm with the same temperature and the standard loss (record
 ``x16-temperature``, same seeds, engine and schedule). ``negatives_decision`` is the pre-registered rule;
-``m2_lifetime`` and ``lifetime_test`` the reported lifetime comparison; ``mechanism_at`` the threshold grid.
+``m2_lifetime`` and ``lifetime_test`` the reported lifetime comparison; ``dynamics.mechanism_at`` the threshold
+grid.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
+from hooked_clip1d.analysis.mechanism.dynamics import BIAS_GRID, STD_GRID, mechanism_at
 from hooked_clip1d.reproduce.core import FLAGSHIP, FigureSpec, Outcome, register
 from hooked_clip1d.reproduce.temperature_study import FRESH_SEEDS, STUDY_SEEDS, untrained_rows
 
@@ -46,35 +48,8 @@ TIE_ORDER = tuple(ARMS)  # (a') one change from today, (b') CLIP's temperature p
 COUNTED = ("generalizes", "fig4c_split", "fig14_whole_query", "invariant_ablation")  # M1-M4
 SHORT = {"generalizes": "M1", "fig4c_split": "M2", "fig14_whole_query": "M3", "invariant_ablation": "M4",
          "mechanism_v2": "M1-4", "fig13_split": "S1", "ep_only_ablation": "S2"}  # fmt: skip
-STD_GRID, BIAS_GRID = (0.05, 0.1, 0.2), (0.55, 0.6, 0.7)  # the threshold grid of the "at some snapshot" counts
 # the controls' rows: the temperature study's record (its runs are not shipped)
 X16_RECORD = Path(__file__).resolve().parents[2] / "docs" / "records" / "x16-temperature.json"
-
-
-def mechanism_at(row: Mapping[str, Any], std_floor: float = 0.1, bias: float = 0.6) -> dict[str, bool]:
-    """M1-M4 and their conjunction on one emergence row, at M3's std floor ``std_floor`` and the side-bias threshold
-    ``bias`` (the pre-registered 0.1 and 0.6 give the row's own ``checks``).
-
-    Example:
-        >>> row = {"probe": 0.95, "invariant": [0.5, 0.97], "p_left": [0.9, 0.7, 0.65, 0.1],
-        ...        "p_right": [0.1, 0.3, 0.35, 0.9], "kp_spearman": [-1.0, -0.95, 0.92, 0.3],
-        ...        "kp_std": [2.0, 0.5, 0.08, 0.01]}
-        >>> mechanism_at(row)["fig14_whole_query"], mechanism_at(row, std_floor=0.05)["mechanism_v2"]
-        (False, True)
-    """
-    gen = row["probe"] >= 0.8
-    left = sum(p >= bias for p in row["p_left"])
-    right = sum(p >= bias for p in row["p_right"])
-    rows = sum(abs(r) >= 0.9 and s >= std_floor for r, s in zip(row["kp_spearman"], row["kp_std"], strict=True))
-    inv, inv_ls = row["invariant"]
-    out = {
-        "generalizes": gen,
-        "fig4c_split": (left >= 1 and right >= 2) or (right >= 1 and left >= 2),
-        "fig14_whole_query": rows >= 3,
-        "invariant_ablation": gen and 0.4 <= inv <= 0.6 and inv_ls >= 0.8,
-    }
-    out["mechanism_v2"] = all(out.values())
-    return out
 
 
 def m2_lifetime(rows: Sequence[Mapping[str, Any]]) -> int:

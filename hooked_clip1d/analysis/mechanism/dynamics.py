@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,51 @@ def invariant_checks(report: dict[str, Any], split: str = PROBE) -> list[tuple[s
         ("fig13_split", all(0.76 <= s <= 0.91 for s in share) and max(share) - min(share) >= 0.10),
         ("ep_only_ablation", 0.3 <= ep <= 0.7 and base - ep >= 0.15),
     ]
+
+
+# the threshold grid of every "at some snapshot" count (verdicts v3, docs/fidelity.md): M3's std floor and the side bias
+STD_GRID, BIAS_GRID = (0.05, 0.1, 0.2), (0.55, 0.6, 0.7)
+
+
+def grid_counts(rows: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
+    """Per point of the threshold grid (``"std T / bias B"``), the epochs of ``rows`` (emergence rows with the
+    restated checks' raw numbers) at which the whole mechanism M1-M4 holds (``mechanism_at``).
+
+    Example:
+        >>> row = {"epoch": 5, "probe": 0.95, "invariant": [0.5, 0.97], "p_left": [0.9, 0.7, 0.65, 0.1],
+        ...        "p_right": [0.1, 0.3, 0.35, 0.9], "kp_spearman": [-1.0, -0.95, 0.92, 0.3],
+        ...        "kp_std": [2.0, 0.5, 0.08, 0.01]}
+        >>> g = grid_counts([row]); g["std 0.05 / bias 0.6"], g["std 0.1 / bias 0.6"]
+        ([5], [])
+    """
+    return {f"std {t} / bias {b}": [int(r["epoch"]) for r in rows if mechanism_at(r, t, b)["mechanism_v2"]]
+            for t in STD_GRID for b in BIAS_GRID}  # fmt: skip
+
+
+def mechanism_at(row: Mapping[str, Any], std_floor: float = 0.1, bias: float = 0.6) -> dict[str, bool]:
+    """M1-M4 and their conjunction on one emergence row, at M3's std floor ``std_floor`` and the side-bias threshold
+    ``bias`` (the pre-registered 0.1 and 0.6 give the row's own ``checks``).
+
+    Example:
+        >>> row = {"probe": 0.95, "invariant": [0.5, 0.97], "p_left": [0.9, 0.7, 0.65, 0.1],
+        ...        "p_right": [0.1, 0.3, 0.35, 0.9], "kp_spearman": [-1.0, -0.95, 0.92, 0.3],
+        ...        "kp_std": [2.0, 0.5, 0.08, 0.01]}
+        >>> mechanism_at(row)["fig14_whole_query"], mechanism_at(row, std_floor=0.05)["mechanism_v2"]
+        (False, True)
+    """
+    gen = row["probe"] >= 0.8
+    left = sum(p >= bias for p in row["p_left"])
+    right = sum(p >= bias for p in row["p_right"])
+    rows = sum(abs(r) >= 0.9 and s >= std_floor for r, s in zip(row["kp_spearman"], row["kp_std"], strict=True))
+    inv, inv_ls = row["invariant"]
+    out = {
+        "generalizes": gen,
+        "fig4c_split": (left >= 1 and right >= 2) or (right >= 1 and left >= 2),
+        "fig14_whole_query": rows >= 3,
+        "invariant_ablation": gen and 0.4 <= inv <= 0.6 and inv_ls >= 0.8,
+    }
+    out["mechanism_v2"] = all(out.values())
+    return out
 
 
 def dynamics_checks(report: dict[str, Any], split: str = PROBE) -> list[tuple[str, bool]]:
