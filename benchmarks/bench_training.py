@@ -207,12 +207,12 @@ def make_batched(
     ]  # fmt: skip
     tr = BatchedTrainer(members, None, dropout_rng=dropout_rng, compile=compile, amp=amp)
     # count the executed FLOPs of one stacked step (eager, fp32: the math compile/bf16 run too)
-    st, tables = tr.model, tr.state.tables
+    st, tables = tr.state.model, tr.state.tables
     imgs = tables.images[:, :BATCH]
     caps = tables.captions[:, :BATCH]
     r = tables.text_readout if tables.text_readout is not None else caps[..., -1]
     flops = counted_flops(lambda: st.loss(imgs, caps[..., :-1], r))
-    tr.opt.zero_grad()
+    tr.state.opt.zero_grad()
     if compile:  # compile outside the timed rounds
         t0 = time.perf_counter()
         tr.run(progress=False, max_steps=3)

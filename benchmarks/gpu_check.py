@@ -113,16 +113,16 @@ def _group(device: str, preset: str, k: int, steps: int, *, amp: bool = False, c
     if flat is not None:
         set_flat(bt, flat)
     if streams:
-        bt.model.use_streams()
+        bt.state.model.use_streams()
     bt.precision = precision
     return bt, _advance(bt, steps)
 
 
 def _advance(bt: BatchedTrainer, steps: int) -> float:
     t0 = time.perf_counter()
-    with matmul_precision(getattr(bt, "precision", "fp32"), bt.device):
+    with matmul_precision(getattr(bt, "precision", "fp32"), bt.state.device):
         bt.run(progress=False, max_steps=steps)
-    if bt.device.type == "cuda":
+    if bt.state.device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t0
 
@@ -146,7 +146,7 @@ def zero_by_construction(name: str) -> bool:
 
 def _worst(a: BatchedTrainer, b: BatchedTrainer) -> tuple[float, str]:
     return max(
-        (_rel(p, q), n) for n, p, q in zip(a.model.names, a.model.flat, b.model.flat, strict=True)
+        (_rel(p, q), n) for n, p, q in zip(a.state.model.names, a.state.model.flat, b.state.model.flat, strict=True)
         if not zero_by_construction(n)  # b_K's value is not reproducible (Adam normalises its noise)
     )  # fmt: skip
 
@@ -194,10 +194,10 @@ def check_step(device: str) -> list[dict]:
     for preset in ("simplified", "full"):
         dev, _ = _group(device, preset, 2, 1)
         cpu, _ = _group("cpu", preset, 2, 1)
-        loss = _rel(dev.loss_sum, cpu.loss_sum)
+        loss = _rel(dev.state.loss_sum, cpu.state.loss_sum)
         rows.append({"check": f"{preset}: loss, one step", "value": loss, "tol": LOSS_TOL, "ok": loss <= LOSS_TOL})
-        grads = ([p.grad for p in dev.model.flat], [q.grad for q in cpu.model.flat])
-        rows += grad_checks(f"{preset}: one step", dev.model.names, *grads, GRAD_TOL)
+        grads = ([p.grad for p in dev.state.model.flat], [q.grad for q in cpu.state.model.flat])
+        rows += grad_checks(f"{preset}: one step", dev.state.model.names, *grads, GRAD_TOL)
     return rows
 
 
@@ -213,7 +213,7 @@ def five_then(device: str, mode: str, steps: int, preset: str = "full") -> dict:
     """One group of ``mode`` (K = 2, ``preset``): its summed loss and gradients after 5 steps, then the group after
     ``steps`` (one group, so a compiled mode compiles once)."""
     bt, _ = _mode_group(device, mode, 2, 5, preset=preset)
-    out = {"loss": bt.loss_sum.clone(), "grads": [p.grad.detach().clone() for p in bt.model.flat]}
+    out = {"loss": bt.state.loss_sum.clone(), "grads": [p.grad.detach().clone() for p in bt.state.model.flat]}
     _advance(bt, steps - 5)
     return {**out, "traj": bt}
 
@@ -225,7 +225,7 @@ def mode_rows(mode: str, got: dict, base: dict, steps: int) -> list[dict]:
     loss = _rel(got["loss"], base["loss"])
     worst = _worst(got["traj"], base["traj"])
     rows = [{"check": f"{mode}: loss of 5 steps vs fp32 eager", "value": loss, "tol": lt, "ok": loss <= lt}]
-    rows += grad_checks(f"{mode}: step 5 vs fp32 eager", got["traj"].model.names, got["grads"], base["grads"], gt)
+    rows += grad_checks(f"{mode}: step 5 vs fp32 eager", got["traj"].state.model.names, got["grads"], base["grads"], gt)
     rows.append({"check": f"{mode}: weights after {steps} steps vs fp32 eager ({worst[1]})", "value": worst[0],
                  "tol": wt, "ok": worst[0] <= wt})  # fmt: skip
     return [{**r, "mode": mode} for r in rows]
@@ -239,8 +239,8 @@ def check_mode(device: str, mode: str, steps: int, base: dict, preset: str = "fu
 
 def _accuracies(bt: BatchedTrainer) -> list[float]:
     out = []
-    for i in bt.active:
-        metrics = evaluate(bt.member_model(i), bt.datasets[i])
+    for i in bt.state.active:
+        metrics = evaluate(bt.state.member_model(i), bt.state.datasets[i])
         out += [metrics[split]["acc"] for split in sorted(metrics)]
     return out
 
@@ -248,7 +248,7 @@ def _accuracies(bt: BatchedTrainer) -> list[float]:
 def check_long(device: str, mode: str, steps: int, fp32: BatchedTrainer) -> list[dict]:
     """A reduced-precision mode over ``steps`` steps against fp32 eager: the mean loss and the final accuracies."""
     bt, _ = _mode_group(device, mode, 2, steps)
-    diff = float(((bt.loss_sum - fp32.loss_sum).abs() / steps).max())
+    diff = float(((bt.state.loss_sum - fp32.state.loss_sum).abs() / steps).max())
     acc = max(abs(a - b) for a, b in zip(_accuracies(bt), _accuracies(fp32), strict=True))
     tol = LONG_TOLS[_precision(mode)]
     return [

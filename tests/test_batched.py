@@ -189,14 +189,14 @@ def test_group_resume_is_bit_exact(tmp_path, dropout_rng):
     full = BatchedTrainer(members, tmp_path / "full", dropout_rng=dropout_rng).run(progress=False)
     part = BatchedTrainer(members, tmp_path / "part", dropout_rng=dropout_rng)
     assert part.run(progress=False, max_steps=13) == []  # stops mid-epoch (13 = 3 epochs of a + 1 step)
-    assert part.step == 13
+    assert part.state.step == 13
     with pytest.raises(FileExistsError, match="resume"):
         BatchedTrainer(members, tmp_path / "part", dropout_rng=dropout_rng)
     resumed = BatchedTrainer(members, tmp_path / "part", resume=True, dropout_rng=dropout_rng)
-    assert resumed.step == 13
+    assert resumed.state.step == 13
     resumed.run(progress=False, max_steps=10)  # b finishes (20 steps), a goes on
     again = BatchedTrainer(members, tmp_path / "part", resume=True, dropout_rng=dropout_rng)
-    assert again.active == [0]
+    assert again.state.active == [0]
     runs = again.run(progress=False)
     assert [r.model for r in runs][0] is not None
     for name, want in (("a", full[0].model), ("b", full[1].model)):
@@ -344,9 +344,9 @@ def test_deadline_stops_within_a_step_and_resumes_bit_exact(tmp_path):
     full = BatchedTrainer(members, tmp_path / "full", dropout_rng="fast").run(progress=False)
     part = BatchedTrainer(members, tmp_path / "part", dropout_rng="fast")
     assert part.run(progress=False, deadline=time.time() - 1) == []
-    assert part.step == 1  # one step, not the whole chunk (the 12 steps of the run)
+    assert part.state.step == 1  # one step, not the whole chunk (the 12 steps of the run)
     resumed = BatchedTrainer(members, tmp_path / "part", resume=True, dropout_rng="fast")
-    assert resumed.step == 1
+    assert resumed.state.step == 1
     resumed.run(progress=False)
     got = load_model_file(tmp_path / "part" / "a" / "model.safetensors")
     for k, v in full[0].model.state_dict().items():
@@ -424,7 +424,7 @@ def test_a_finished_group_continues_from_its_members_checkpoints(tmp_path, dropo
     BatchedTrainer(members, tmp_path / "part", dropout_rng=dropout_rng).run(progress=False)
     assert (tmp_path / "part" / GROUP_CHECKPOINT).exists()  # from before the last steps: the members are newer
     more = BatchedTrainer(longer, tmp_path / "part", resume=True, dropout_rng=dropout_rng)
-    assert more.step == 4 * 4 and not (tmp_path / "part" / "a" / "summary.json").exists()  # 4 steps an epoch
+    assert more.state.step == 4 * 4 and not (tmp_path / "part" / "a" / "summary.json").exists()  # 4 steps an epoch
     more.run(progress=False)
     for name, want in (("a", full[0].model), ("b", full[1].model)):
         got = load_model_file(tmp_path / "part" / name / "model.safetensors")

@@ -52,17 +52,19 @@ def test_folded_decay_is_the_separate_multiply_bit_for_bit(case, lr_wd):
         tcs = [TrainConfig(**{**tc, "seed": s, "lr": lr[s], "weight_decay": wd[s]}) for s in (0, 1)]
         members = [Member(tiny_config(n_labels=6), D6, t) for t in tcs]
         bt = BatchedTrainer(members, None, dropout_rng="fast")
-        bt.opt.fold_decay = fold
+        bt.state.opt.fold_decay = fold
         groups.append(bt)
-    assert any(groups[0].opt._folded) == (len(set(wd)) == 1 and decay_folds(lr[0], wd[0]))
-    assert not any(groups[1].opt._folded)
+    assert any(groups[0].state.opt._folded) == (len(set(wd)) == 1 and decay_folds(lr[0], wd[0]))
+    assert not any(groups[1].state.opt._folded)
     for _ in range(3):
         for bt in groups:
             bt.run(progress=False, max_steps=2)
         a, b = groups
-        assert all(torch.equal(x, y) for x, y in zip(a.model.flat, b.model.flat, strict=True))
-        assert all(torch.equal(sa[k], sb[k]) for sa, sb in zip(a.opt.state, b.opt.state, strict=True) for k in sa)
-        assert torch.equal(a.loss_sum, b.loss_sum)
+        assert all(torch.equal(x, y) for x, y in zip(a.state.model.flat, b.state.model.flat, strict=True))
+        assert all(
+            torch.equal(sa[k], sb[k]) for sa, sb in zip(a.state.opt.state, b.state.opt.state, strict=True) for k in sa
+        )
+        assert torch.equal(a.state.loss_sum, b.state.loss_sum)
 
 
 def test_decay_folds_only_where_the_kernel_rounds_to_the_same_factor():
@@ -101,7 +103,7 @@ def test_a_default_group_ends_at_the_recorded_weights(rng):
     tr = BatchedTrainer([Member(cfg, D6, TrainConfig(seed=s, **tc)) for s in range(K)], None, dropout_rng=rng)
     tr.run(progress=False, max_steps=11)
     tr.run(progress=False, max_steps=3)
-    got = [_digest(list(tr.model.member_state_dict(k).values())) for k in range(K)]
-    got.append(_digest([st[key] for st in tr.opt.state for key in ("exp_avg", "exp_avg_sq")]))
-    got.append(_digest([tr.loss_sum]))
+    got = [_digest(list(tr.state.model.member_state_dict(k).values())) for k in range(K)]
+    got.append(_digest([st[key] for st in tr.state.opt.state for key in ("exp_avg", "exp_avg_sq")]))
+    got.append(_digest([tr.state.loss_sum]))
     assert got == RECORDED[rng]

@@ -89,7 +89,7 @@ def test_amp_keeps_the_clip_head_in_fp32():
     """Under bf16 autocast the towers run in bf16 but the projection, cosines and temperature do not: the loss equals
     the head computed by hand in fp32 from the autocast towers' outputs (a bf16 head is ~1e-3 off)."""
     g = _group(amp=True)
-    m, imgs, caps = g.model, g.state.tables.images[:, :16], g.state.tables.captions[:, :16, :-1]
+    m, imgs, caps = g.state.model, g.state.tables.images[:, :16], g.state.tables.captions[:, :16, :-1]
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         img, txt = m.tower("vision", imgs, 0), m.tower("text", caps, g.state.tables.text_readout)
         loss = m.loss(imgs, caps, g.state.tables.text_readout)
@@ -115,16 +115,16 @@ def test_amp_training_stays_within_tolerance_of_fp32():
     within 20 % (relative norm) of fp32's update (measured: <= 0.2 % and <= 8 %). Weights themselves would be a weak
     check: AdamW moves each by at most ~lr a step, whatever the gradient."""
     amp, fp32 = _group(amp=True), _group(amp=False)
-    init = [fp32.model.member_state_dict(k) for k in range(2)]
+    init = [fp32.state.model.member_state_dict(k) for k in range(2)]
     for g in (amp, fp32):
         g.run(progress=False, max_steps=1)
-    torch.testing.assert_close(amp.loss_sum, fp32.loss_sum, rtol=1e-2, atol=0)
-    assert not torch.equal(amp.loss_sum, fp32.loss_sum)  # bf16 is really used
+    torch.testing.assert_close(amp.state.loss_sum, fp32.state.loss_sum, rtol=1e-2, atol=0)
+    assert not torch.equal(amp.state.loss_sum, fp32.state.loss_sum)  # bf16 is really used
     for g in (amp, fp32):
         g.run(progress=False, max_steps=4)
-    assert amp.step == fp32.step == 5
+    assert amp.state.step == fp32.state.step == 5
     for k in range(2):
-        got, want = amp.model.member_state_dict(k), fp32.model.member_state_dict(k)
+        got, want = amp.state.model.member_state_dict(k), fp32.state.model.member_state_dict(k)
         for name, w0 in init[k].items():
             d_amp, d_fp32 = got[name] - w0, want[name] - w0
             assert got[name].dtype == torch.float32, name  # the master weights stay fp32
@@ -133,6 +133,6 @@ def test_amp_training_stays_within_tolerance_of_fp32():
                 continue
             if name.endswith("attn.b_K"):  # b_K shifts a whole score row, which softmax ignores: its gradient is
                 # rounding noise, which AdamW scales to ~lr a step in either precision; bound it, don't compare it
-                assert d_amp.abs().max() <= 5 * 3 * amp.members[0].train_cfg.lr, (k, name)
+                assert d_amp.abs().max() <= 5 * 3 * amp.state.members[0].train_cfg.lr, (k, name)
                 continue
             assert (d_amp - d_fp32).norm() <= 0.2 * d_fp32.norm(), (k, name)

@@ -89,7 +89,7 @@ def run_group(task: GroupTask) -> list[str]:
             shutil.rmtree(gdir)
     trainer = BatchedTrainer(members, gdir, resume=resume, member_dirs=run_dirs, **kw)
     if task.run.get("streams"):  # the towers on two CUDA streams (a ValueError naming the device elsewhere)
-        trainer.model.use_streams()
+        trainer.state.model.use_streams()
     try:
         trainer.run(progress=task.progress, max_steps=task.max_steps, desc=task.name, position=task.position,
                     deadline=task.deadline)  # fmt: skip

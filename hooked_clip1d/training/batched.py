@@ -70,26 +70,13 @@ from hooked_clip1d.training.stacked_ops import DropoutRNG
 from hooked_clip1d.training.trainer import TrainRun, save_snapshot
 
 
-class _StateAttr:
-    """A ``BatchedTrainer`` attribute that is the field (or method) of the same name of its ``state``, read and
-    written there: the trainer's long-standing attributes stay where callers look for them."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
-        return self if obj is None else getattr(obj.state, self.name)
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        setattr(obj.state, self.name, value)
-
-
 class BatchedTrainer:
     """Train ``members`` together (see the module docstring); each writes a ``Trainer``-style run directory.
 
     The group's state (members, data, stacked model, optimizer, step, ...) is ``self.state``, a
     ``group_state.GroupState``, which its files (``self.files``, a ``group_io.GroupFiles``) and its whole-step graph
-    receive; ``model``, ``opt``, ``step``, ``active`` and the other attributes below read (and write) it.
+    receive: callers read ``trainer.state.model``, ``.opt``, ``.step``, ``.active`` ... (issue 52: the trainer keeps
+    no copies of them).
 
     Args:
         members: the runs; their shapes must agree (``group_key``).
@@ -104,25 +91,6 @@ class BatchedTrainer:
         graph_step: on a GPU, capture the whole step (forward, backward, AdamW) as one CUDA graph and replay it
             (``graph_step`` module; not with ``compile``).
     """
-
-    members = _StateAttr()
-    names = _StateAttr()
-    datasets = _StateAttr()
-    streams = _StateAttr()
-    total_steps = _StateAttr()
-    model = _StateAttr()
-    opt = _StateAttr()
-    dropout_rng = _StateAttr()
-    device = _StateAttr()
-    out_dir = _StateAttr()
-    active = _StateAttr()
-    step = _StateAttr()
-    elapsed = _StateAttr()
-    loss_sum = _StateAttr()
-    finished = _StateAttr()
-    member_dir = _StateAttr()
-    member_model = _StateAttr()
-    run_config = _StateAttr()
 
     def __init__(
         self,

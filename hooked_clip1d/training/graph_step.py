@@ -99,11 +99,12 @@ def set_flat(group: Any, on: bool) -> None:
         >>> from hooked_clip1d.training.batched import BatchedTrainer, Member
         >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2)
         >>> bt = BatchedTrainer([Member(cfg, DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig())], None)
-        >>> set_flat(bt, True); bt.model.flat_data is not None, bt.opt.flat_param is not None
+        >>> set_flat(bt, True); bt.state.model.flat_data is not None, bt.state.opt.flat_param is not None
         (True, True)
     """
-    model: StackedCLIP = group.model
-    opt: StackedAdamW = group.opt
+    st = getattr(group, "state", group)  # a BatchedTrainer's GroupState, or the state itself
+    model: StackedCLIP = st.model
+    opt: StackedAdamW = st.opt
     model.flat_layout(on)
     opt.rebind(flat=on)
 
