@@ -104,6 +104,32 @@ def test_a_check_that_vanishes_under_a_move_counts_as_moved():
     assert "cls into W_pos" in audit["moved"]["always"]  # its stated value appeared (NaN): not shown invariant
 
 
+def test_a_check_on_stored_numbers_is_reported_not_auditable_never_invariant():
+    """Issue 50, item 3: a check that reads the zoo's stored metrics (Fig. 8, 20) or trajectory (Fig. 11, 18, 23, x13)
+    sees the original numbers on every reparametrised copy; the audit now says it cannot see it, the record row says
+    so, and the results page shows it."""
+    from hooked_clip1d.reproduce.results_page import _check_context
+
+    m = _model()
+    m.manifest = {"metrics": {"val_unseen": {"acc": 0.97}}}
+
+    def run(models):
+        mm = models["m"]
+        w = float(mm.vision.W_E[mm.vision.cfg.vocab.cls].detach().norm())
+        return Outcome({}, "", [("stored acc", mm.manifest["metrics"]["val_unseen"]["acc"] > 0.9),
+                                ("reads the weights", w > 0)], {}, values={"reads the weights": (w, ">")})  # fmt: skip
+
+    outcome = run({"m": m})
+    audit = audit_invariance(FigureSpec("t", "t", "t", ("m",), run), {"m": m}, outcome)
+    assert audit["not_auditable"] == ["stored acc"]
+    null = {"variants": [{"model": f"u{i}", "checks": {"stored acc": False, "reads the weights": False}, "values": {}}
+                         for i in range(10)]}  # fmt: skip
+    rows = {r["check"]: r for r in counted_checks(outcome, null, audit)}
+    assert rows["stored acc"]["not_auditable"] and rows["stored acc"]["counted"]
+    assert "not_auditable" not in rows["reads the weights"]
+    assert "not auditable" in _check_context(rows["stored acc"])
+
+
 def test_the_audit_refuses_a_tower_given_for_a_clip():
     m = _model()
     spec = FigureSpec("t", "t", "t", ("m",), lambda ms: Outcome({}, "", [("a", True)], {}))

@@ -355,8 +355,10 @@ def audit_invariance(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Ou
     """Issue 42's invariance audit: the figure rerun with its models reparametrised by each output-preserving move
     of ``analysis.mechanism.reparametrize`` (every model whose tower admits it and whose outputs it preserves; the
     others as they are). Returns ``{"applied": [names], "moved": {check: [reparametrisations under which its outcome
-    or stated value moved]}, "skipped": {name: [why, per model]}}``; a check that moves reads a choice of
-    coordinates, not the function the model computes, and does not count.
+    or stated value moved]}, "skipped": {name: [why, per model]}, "not_auditable": [checks]}``; a check that moves
+    reads a choice of coordinates, not the function the model computes, and does not count. ``not_auditable`` lists
+    the checks the audit cannot see (``_blind_checks``: unchanged when the weights are replaced by untrained ones,
+    e.g. a check on the zoo's stored metrics or trajectory): they are shown as such, never as invariant.
 
     A move is applied to a model only after it is shown to preserve that model's outputs (``logit_change`` below
     ``PRESERVING_TOL`` on a fixed probe batch): a model whose forward ablates a score term computes another function
@@ -371,11 +373,11 @@ def audit_invariance(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Ou
         ...     v = models["m"].vision
         ...     out = v(v.to_tokens("C 1 . 2 . . . . . . ."))
         ...     return Outcome({}, "", [("output", bool(out.norm() > 0)), ("W_E[CLS] > 1", bool(
-        ...         v.W_E[v.cfg.vocab.cls].norm() > 1))], {})
+        ...         v.W_E[v.cfg.vocab.cls].norm() > 1))], {}, values={"output": (out.norm().item(), ">")})
         >>> spec = FigureSpec("t", "t", "t", ("m",), run)
         >>> audit = audit_invariance(spec, {"m": m}, run({"m": m}))
-        >>> len(audit["applied"]), audit["moved"], audit["skipped"]
-        (5, {'W_E[CLS] > 1': ['cls into W_pos']}, {})
+        >>> len(audit["applied"]), audit["moved"], audit["skipped"], audit["not_auditable"]
+        (5, {'W_E[CLS] > 1': ['cls into W_pos']}, {}, [])
     """
     from hooked_clip1d.analysis.mechanism.reparametrize import PRESERVING_TOL, REPARAMETRISATIONS, logit_change
 
@@ -418,7 +420,58 @@ def audit_invariance(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Ou
             )
             if bool(got[check]) != bool(ref[check]) or drift:
                 moved.setdefault(check, []).append(name)
-    return {"applied": applied, "moved": moved, "skipped": skipped}
+    blind = [c for c in _blind_checks(spec, models, outcome) if c not in moved]  # a move the audit saw: auditable
+    return {"applied": applied, "moved": moved, "skipped": skipped, "not_auditable": blind}
+
+
+#: the init seeds of the weights ``_blind_checks`` swaps in (any models other than the trained one will do; two, so
+#: that a check on the weights rarely keeps its outcome by chance)
+BLIND_SEEDS = (9_998, 9_999)
+
+
+def _blind_checks(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Outcome) -> list[str]:
+    """The checks of ``outcome`` the invariance audit cannot see: rerun with every model's weights replaced by an
+    untrained draw (its config, each of ``BLIND_SEEDS``; manifest and data kept), a check whose outcome and stated
+    value are unchanged under both draws does not read the weights it is given (e.g. it reads the zoo's stored
+    metrics or trajectory), so a reparametrised copy cannot move it and "invariant" says nothing about it. A check
+    without a stated value that holds on any weights is listed too: the audit cannot see it move either. A rerun that
+    errors reads the weights: nothing is listed.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+        >>> m.manifest = {"metrics": {"acc": 0.97}}
+        >>> def run(models):  # a stored number and a weight
+        ...     mm = models["m"]
+        ...     w = mm.vision.W_E[0, 0].item()
+        ...     return Outcome({}, "", [("stored", mm.manifest["metrics"]["acc"] > 0.9), ("weight", w > 0)], {},
+        ...                    values={"weight": (w, ">")})
+        >>> _blind_checks(FigureSpec("t", "t", "t", ("m",), run), {"m": m}, run({"m": m}))
+        ['stored']
+    """
+    got = []
+    for seed in BLIND_SEEDS:
+        blind = {}
+        for key, model in models.items():
+            copy = CLIP1D(model.cfg, seed=seed).eval()
+            copy.data_config = getattr(model, "data_config", None)
+            copy.manifest = dict(getattr(model, "manifest", {}) or {})
+            blind[key] = copy
+        try:
+            got.append(run_closed(spec.run, blind))
+        except Exception:  # noqa: BLE001 - a figure that cannot run on other weights reads them
+            return []
+    same = []
+    for check, ok in outcome.checks:
+        ref_value = outcome.values.get(check)
+        if all(
+            bool(dict(out.checks).get(check, not ok)) == bool(ok)
+            and (out.values.get(check) is None) == (ref_value is None)
+            and (ref_value is None or out.values[check][0] == ref_value[0])
+            for out in got
+        ):
+            same.append(check)
+    return same
 
 
 def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -469,6 +522,8 @@ def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any]
         if audit is not None and name in audit["moved"]:  # a choice of coordinates, not the model's function
             counted = False
             row["coordinate_dependent"] = audit["moved"][name]
+        elif audit is not None and name in audit.get("not_auditable", ()):  # the audit cannot see it (counts as is)
+            row["not_auditable"] = True
         row["counted"] = counted
         row["counted_holds"] = holds if counted else None
         rows.append(row)

@@ -227,6 +227,8 @@ def _check_context(c: dict[str, Any]) -> str:
         parts.append(f"not counted: the null control is incomplete ({c['null_incomplete']})")
     if c.get("coordinate_dependent"):
         parts.append("not counted: moves under " + ", ".join(c["coordinate_dependent"]) + " (coordinate-dependent)")
+    if c.get("not_auditable"):
+        parts.append("invariance audit: not auditable (unchanged on untrained weights: it reads stored numbers)")
     if c.get("control_passes"):
         parts.append("**not counted**: a trained control that cannot know what it claims passes it ("
                      + ", ".join(c["control_passes"]) + ")")  # fmt: skip
