@@ -220,6 +220,7 @@ def _tiny_fig4a(tmp_path, monkeypatch):
     rec = {"figure": "fig4a", "title": "t", "paper": "p", "command": "hooked-clip1d reproduce fig4a", "verdict":
            "partly", "recorded": "2026-11-25", "summary": "s", "checks": [{"check": checks[0], "holds": False},
            {"check": checks[1], "holds": True}], "plots": ["fig4a_sweep.png"]}  # fmt: skip
+    rec["models"] = ["the flagship"]  # an old record's name for the zoo cell
     (records / "fig4a.json").write_text(json.dumps(rec))
     return records, rec
 
@@ -238,6 +239,7 @@ def test_rejudge_record_adds_the_null_control_to_a_kept_sweep_record(tmp_path, m
     assert new["verdict"] == (rp.verdict_of(counted) if counted else "inconclusive")
     assert json.loads((tmp_path / "res" / "fig4a" / "fig4a.json").read_text()) == new
     assert new["plots"] == rec["plots"] and new["summary"] == rec["summary"]  # the trained side as recorded
+    assert new["models"] == list(rp.FIGURES["fig4a"].models)  # today's zoo cells, not the old record's names
     # the page: the re-judged record replaces the kept one and keeps its PNG (made when the sweep was trained)
     from hooked_clip1d.reproduce.results_page import build_results_page
 

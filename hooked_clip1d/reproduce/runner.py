@@ -339,8 +339,9 @@ def _rejudge_rows(spec: FigureSpec, record: dict[str, Any], rows: list[dict[str,
     outcome = spec.run(rows)  # type: ignore[arg-type]
     out = out_dir / spec.key
     out.mkdir(parents=True, exist_ok=True)
-    keep = ("beyond_paper", "figure", "title", "paper", "models", "command", "recorded", "sweep_clock")
+    keep = ("beyond_paper", "figure", "title", "paper", "command", "recorded", "sweep_clock")
     new = {k: record[k] for k in keep if k in record}
+    new["models"] = list(spec.models)  # the figure's zoo cells today (an old record may name another model)
     new.update(outcome_record(outcome, out, spec, f"sweep {spec.sweep} (the runs' rows kept in its record)"))
     new["rejudged"] = {
         "on": datetime.date.today().isoformat(),
@@ -408,6 +409,7 @@ def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_di
     outcome = Outcome({}, "", recorded, {}, values=values, absence=tuple(null["absence"]),
                       secondary=dict(null["secondary"]))  # fmt: skip
     record = {k: v for k, v in record.items() if k not in ("null_control", "_dir")}
+    record["models"] = list(spec.models)  # the figure's zoo cells today (an old record may name another model)
     record["rejudged"] = {
         "on": datetime.date.today().isoformat(),
         "from": f"the record of {record.get('recorded', 'an unknown date')}: its checks as recorded",
