@@ -59,12 +59,26 @@ def main() -> int:
                 exact = exact_n if m.unit == "node" else exact_e
                 ag = agreement(res, exact)
                 ok, n = signs_above(res, exact, FLOOR)
-                rows.append({"model": name, "norm": norm, "linearise": lin, "method": method, "unit": m.unit,
-                             "sign_agreement": ag["sign_agreement"], "n_moved": ag["n"], "pearson": ag["pearson"],
-                             "signs_above_floor": ok, "n_above_floor": n})  # fmt: skip
+                rows.append(
+                    {
+                        "model": name,
+                        "norm": norm,
+                        "linearise": lin,
+                        "method": method,
+                        "unit": m.unit,
+                        "sign_agreement": ag["sign_agreement"],
+                        "n_moved": ag["n"],
+                        "pearson": ag["pearson"],
+                        "signs_above_floor": ok,
+                        "n_above_floor": n,
+                    }
+                )
                 r = rows[-1]
-                print(f"{name:<36} norm={norm:<6} lin={str(lin):<4} {method:<7} signs {r['sign_agreement']:.2f} "
-                      f"({r['n_moved']}), above floor {ok}/{n}, pearson {r['pearson']:.2f}", flush=True)  # fmt: skip
+                print(
+                    f"{name:<36} norm={norm:<6} lin={str(lin):<4} {method:<7} signs {r['sign_agreement']:.2f} "
+                    f"({r['n_moved']}), above floor {ok}/{n}, pearson {r['pearson']:.2f}",
+                    flush=True,
+                )
             print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"floor": FLOOR, "rows": rows}, indent=2) + "\n")

@@ -169,8 +169,12 @@ def make_plain(preset: str, images, captions) -> Impl:
 
 
 def make_trainer(preset: str, images, captions, tmpdir: str) -> Impl:
-    tr = Trainer(CLIPConfig.from_preset(preset, n_labels=N_LABELS), DataConfig(), TrainConfig(epochs=10**9),
-                 Path(tmpdir) / f"trainer-{preset}")  # fmt: skip
+    tr = Trainer(
+        CLIPConfig.from_preset(preset, n_labels=N_LABELS),
+        DataConfig(),
+        TrainConfig(epochs=10**9),
+        Path(tmpdir) / f"trainer-{preset}",
+    )
     model, opt = tr.model, tr.opt
     model.train()
     batches = _batches(len(images))
@@ -201,10 +205,13 @@ def make_batched(
     train_kw=None,
 ) -> Impl:
     members = [
-        Member(CLIPConfig.from_preset(preset, n_labels=N_LABELS), DataConfig(),
-               TrainConfig(epochs=10**6, seed=s, eval_every=10**6, checkpoint_every=10**6, **(train_kw or {})))
+        Member(
+            CLIPConfig.from_preset(preset, n_labels=N_LABELS),
+            DataConfig(),
+            TrainConfig(epochs=10**6, seed=s, eval_every=10**6, checkpoint_every=10**6, **(train_kw or {})),
+        )
         for s in range(K)
-    ]  # fmt: skip
+    ]
     tr = BatchedTrainer(members, None, dropout_rng=dropout_rng, compile=compile, amp=amp)
     # count the executed FLOPs of one stacked step (eager, fp32: the math compile/bf16 run too)
     st, tables = tr.state.model, tr.state.tables
@@ -258,10 +265,13 @@ def make_version(pkg: str, rev: str, preset: str, K: int, flops: int, train_kw: 
     known = {f.name for f in dataclasses.fields(top.TrainConfig)}  # an old version may lack a recipe field
     kw = {k: v for k, v in (train_kw or {}).items() if k in known}
     members = [
-        b.Member(top.CLIPConfig.from_preset(preset, n_labels=N_LABELS), top.DataConfig(),
-                 top.TrainConfig(epochs=10**6, seed=s, eval_every=10**6, checkpoint_every=10**6, **kw))
+        b.Member(
+            top.CLIPConfig.from_preset(preset, n_labels=N_LABELS),
+            top.DataConfig(),
+            top.TrainConfig(epochs=10**6, seed=s, eval_every=10**6, checkpoint_every=10**6, **kw),
+        )
         for s in range(K)
-    ]  # fmt: skip
+    ]
     tr = b.BatchedTrainer(members, None, dropout_rng="fast")
 
     def run(n: int) -> None:

@@ -99,17 +99,30 @@ def _cfg(preset: str, dropout: float = 0.0) -> CLIPConfig:
     return CLIPConfig.from_preset(preset, n_labels=20, dropout=dropout)
 
 
-def _group(device: str, preset: str, k: int, steps: int, *, amp: bool = False, compile: bool = False,  # noqa: A002
-           dropout: float = 0.0, cudagraphs: bool = False, graph_step: bool = False, flat: bool | None = None,
-           precision: str = "fp32", streams: bool = False) -> tuple[BatchedTrainer, float]:  # fmt: skip
+def _group(
+    device: str,
+    preset: str,
+    k: int,
+    steps: int,
+    *,
+    amp: bool = False,
+    compile: bool = False,  # noqa: A002
+    dropout: float = 0.0,
+    cudagraphs: bool = False,
+    graph_step: bool = False,
+    flat: bool | None = None,
+    precision: str = "fp32",
+    streams: bool = False,
+) -> tuple[BatchedTrainer, float]:
     """A group of ``k`` members (seeds 0..k-1) after ``steps`` steps, and the seconds they took. ``flat``: the
     layout (None: the device's default, flat on CUDA); ``precision``: ``graph_step.matmul_precision``."""
     members = [
         Member(_cfg(preset, dropout), DATA, TrainConfig(seed=s, device=device, epochs=10_000, eval_every=10_000))
         for s in range(k)
     ]
-    bt = BatchedTrainer(members, None, dropout_rng="fast", amp=amp, compile=compile, cudagraphs=cudagraphs,
-                        graph_step=graph_step)  # fmt: skip
+    bt = BatchedTrainer(
+        members, None, dropout_rng="fast", amp=amp, compile=compile, cudagraphs=cudagraphs, graph_step=graph_step
+    )
     if flat is not None:
         set_flat(bt, flat)
     if streams:
@@ -127,8 +140,9 @@ def _advance(bt: BatchedTrainer, steps: int) -> float:
     return time.perf_counter() - t0
 
 
-def _mode_group(device: str, mode: str, k: int, steps: int, dropout: float = 0.0,
-                preset: str = "full") -> tuple[BatchedTrainer, float]:  # fmt: skip
+def _mode_group(
+    device: str, mode: str, k: int, steps: int, dropout: float = 0.0, preset: str = "full"
+) -> tuple[BatchedTrainer, float]:
     return _group(device, preset, k, steps, dropout=dropout, **MODES[mode])
 
 
@@ -146,9 +160,10 @@ def zero_by_construction(name: str) -> bool:
 
 def _worst(a: BatchedTrainer, b: BatchedTrainer) -> tuple[float, str]:
     return max(
-        (_rel(p, q), n) for n, p, q in zip(a.state.model.names, a.state.model.flat, b.state.model.flat, strict=True)
+        (_rel(p, q), n)
+        for n, p, q in zip(a.state.model.names, a.state.model.flat, b.state.model.flat, strict=True)
         if not zero_by_construction(n)  # b_K's value is not reproducible (Adam normalises its noise)
-    )  # fmt: skip
+    )
 
 
 def grad_checks(
@@ -184,9 +199,13 @@ def grad_checks(
         ratio = float("nan")
     return [
         {"check": f"{label}: gradients but b_K (worst: {worst})", "value": rel, "tol": tol, "ok": rel <= tol},
-        {"check": f"{label}: b_K's gradient is zero (largest |grad b_K| / largest |grad|)", "value": ratio,
-         "tol": ZERO_GRAD_TOL, "ok": ratio <= ZERO_GRAD_TOL},
-    ]  # fmt: skip
+        {
+            "check": f"{label}: b_K's gradient is zero (largest |grad b_K| / largest |grad|)",
+            "value": ratio,
+            "tol": ZERO_GRAD_TOL,
+            "ok": ratio <= ZERO_GRAD_TOL,
+        },
+    ]
 
 
 def check_step(device: str) -> list[dict]:
@@ -205,8 +224,14 @@ def check_trajectory(device: str, steps: int) -> list[dict]:
     dev, _ = _group(device, "simplified", 2, steps)
     cpu, _ = _group("cpu", "simplified", 2, steps)
     worst = _worst(dev, cpu)
-    return [{"check": f"simplified: weights after {steps} steps (worst: {worst[1]})", "value": worst[0],
-             "tol": TRAJ_TOL, "ok": worst[0] <= TRAJ_TOL}]  # fmt: skip
+    return [
+        {
+            "check": f"simplified: weights after {steps} steps (worst: {worst[1]})",
+            "value": worst[0],
+            "tol": TRAJ_TOL,
+            "ok": worst[0] <= TRAJ_TOL,
+        }
+    ]
 
 
 def five_then(device: str, mode: str, steps: int, preset: str = "full") -> dict:
@@ -226,8 +251,14 @@ def mode_rows(mode: str, got: dict, base: dict, steps: int) -> list[dict]:
     worst = _worst(got["traj"], base["traj"])
     rows = [{"check": f"{mode}: loss of 5 steps vs fp32 eager", "value": loss, "tol": lt, "ok": loss <= lt}]
     rows += grad_checks(f"{mode}: step 5 vs fp32 eager", got["traj"].state.model.names, got["grads"], base["grads"], gt)
-    rows.append({"check": f"{mode}: weights after {steps} steps vs fp32 eager ({worst[1]})", "value": worst[0],
-                 "tol": wt, "ok": worst[0] <= wt})  # fmt: skip
+    rows.append(
+        {
+            "check": f"{mode}: weights after {steps} steps vs fp32 eager ({worst[1]})",
+            "value": worst[0],
+            "tol": wt,
+            "ok": worst[0] <= wt,
+        }
+    )
     return [{**r, "mode": mode} for r in rows]
 
 
@@ -252,11 +283,21 @@ def check_long(device: str, mode: str, steps: int, fp32: BatchedTrainer) -> list
     acc = max(abs(a - b) for a, b in zip(_accuracies(bt), _accuracies(fp32), strict=True))
     tol = LONG_TOLS[_precision(mode)]
     return [
-        {"check": f"{mode}: mean loss over {steps} steps vs fp32", "value": diff, "tol": tol, "ok": diff <= tol,
-         "mode": mode},
-        {"check": f"{mode}: accuracies after {steps} steps vs fp32", "value": acc, "tol": ACC_TOL,
-         "ok": acc <= ACC_TOL, "mode": mode},
-    ]  # fmt: skip
+        {
+            "check": f"{mode}: mean loss over {steps} steps vs fp32",
+            "value": diff,
+            "tol": tol,
+            "ok": diff <= tol,
+            "mode": mode,
+        },
+        {
+            "check": f"{mode}: accuracies after {steps} steps vs fp32",
+            "value": acc,
+            "tol": ACC_TOL,
+            "ok": acc <= ACC_TOL,
+            "mode": mode,
+        },
+    ]
 
 
 def check_trainer(device: str, out: Path) -> list[dict]:
@@ -266,8 +307,14 @@ def check_trainer(device: str, out: Path) -> list[dict]:
     run = Trainer(cfg, DataConfig(n_labels=8, n_heldout=3, n2=3), tc, d).run(progress=False)
     lines = (d / "metrics.jsonl").read_text().splitlines()
     ok = len(lines) == 3 and all(json.loads(ln)["loss"] == json.loads(ln)["loss"] for ln in lines)
-    return [{"check": "standard Trainer on the device: 3 epochs, finite loss, files", "value": run.step, "tol": None,
-             "ok": ok and (d / "model.safetensors").exists()}]  # fmt: skip
+    return [
+        {
+            "check": "standard Trainer on the device: 3 epochs, finite loss, files",
+            "value": run.step,
+            "tol": None,
+            "ok": ok and (d / "model.safetensors").exists(),
+        }
+    ]
 
 
 def _guarded(label: str, fn, *args) -> list[dict]:  # noqa: ANN001
@@ -350,8 +397,21 @@ def timing(device: str, ks: list[int], seconds: float, budget: float, log: Path,
     peak = {device: peaks(device)}
     flops = {k: step_flops(device, k) for k in ks}
     cuda = device.startswith("cuda")
-    order = ["graph-step", "eager", "flat", "graph-step+tf32", "graph-step/per-tensor", "graph-step+streams",
-             "graph-step+bf16", "compile+cudagraphs/flat", "compile+cudagraphs"] if cuda else ["eager"]  # fmt: skip
+    order = (
+        [
+            "graph-step",
+            "eager",
+            "flat",
+            "graph-step+tf32",
+            "graph-step/per-tensor",
+            "graph-step+streams",
+            "graph-step+bf16",
+            "compile+cudagraphs/flat",
+            "compile+cudagraphs",
+        ]
+        if cuda
+        else ["eager"]
+    )
     plan = [(m, k, device) for m in order for k in ks]
     if cpu_too and cuda:
         peak["cpu"] = peaks("cpu")
@@ -363,10 +423,13 @@ def timing(device: str, ks: list[int], seconds: float, budget: float, log: Path,
         t0 = time.perf_counter()
         try:
             row = time_mode(dev, mode, k, seconds, flops[k], peak[dev])
-            print(f"  {mode:<24} K={k:<3} {dev:<5} {row['ms_per_step']:9.3f} ms  {row['model_steps_per_s']:7d} "
-                  f"model-steps/s  kernels {row.get('kernels_per_step', '-')!s:>6}  launches "
-                  f"{row.get('launches_per_step', '-')!s:>6}  {row['gflop_s']:8.1f} GFLOP/s  "
-                  f"{row['pct_peak']!s:>6} % peak", flush=True)  # fmt: skip
+            print(
+                f"  {mode:<24} K={k:<3} {dev:<5} {row['ms_per_step']:9.3f} ms  {row['model_steps_per_s']:7d} "
+                f"model-steps/s  kernels {row.get('kernels_per_step', '-')!s:>6}  launches "
+                f"{row.get('launches_per_step', '-')!s:>6}  {row['gflop_s']:8.1f} GFLOP/s  "
+                f"{row['pct_peak']!s:>6} % peak",
+                flush=True,
+            )
         except Exception as e:  # noqa: BLE001 - a broken mode is a finding, not the end of the table
             row = {"mode": mode, "K": k, "device": dev, "error": f"{type(e).__name__}: {str(e)[:300]}"}
             print(f"  {mode:<24} K={k:<3} {dev:<5} FAILED {row['error']}", flush=True)
@@ -433,16 +496,22 @@ def main() -> int:
         tol = "-" if c["tol"] is None else f"{c['tol']:.0e}"
         print(f"{c['check']:<72} {c['value']:>10.3g} {tol:>8}  {'yes' if c['ok'] else 'NO'}")
     ks = [1, 2] if a.quick else [1, 5, 12]
-    rows = [] if a.no_throughput else timing(a.device, ks, 0.3 if a.quick else a.seconds, a.budget,
-                                             out / "timing.json", not a.no_cpu)  # fmt: skip
+    rows = (
+        []
+        if a.no_throughput
+        else timing(a.device, ks, 0.3 if a.quick else a.seconds, a.budget, out / "timing.json", not a.no_cpu)
+    )
     flags, hours = pick(checks, rows)
     if flags is not None:
         (out / "queue_flags.txt").write_text(flags + "\n")
         print(f"queue flags: {flags} (the queue's groups: ~{hours:.2f} h at the timed step)")
     else:
         print("queue flags: none picked (no fp32 queue mode passed and was timed at every K)")
-    info = {"torch": torch.__version__, "device": a.device,
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}  # fmt: skip
+    info = {
+        "torch": torch.__version__,
+        "device": a.device,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
     record = {"info": info, "checks": checks, "timing": rows, "queue_flags": flags, "queue_hours": hours}
     (out / "gpu_check.json").write_text(json.dumps(record, indent=2))
     print(f"wrote {out / 'gpu_check.json'}")

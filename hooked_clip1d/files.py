@@ -36,8 +36,11 @@ def atomic_write(path: str | os.PathLike, write: Any) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):  # say what happened and what is left
-            why = {errno.ENOSPC: "the disk is full", errno.EFBIG: "the file is over the size limit",
-                   errno.EDQUOT: "the disk quota is exceeded"}[e.errno]  # fmt: skip
+            why = {
+                errno.ENOSPC: "the disk is full",
+                errno.EFBIG: "the file is over the size limit",
+                errno.EDQUOT: "the disk quota is exceeded",
+            }[e.errno]
             kept = "the previous file is intact" if path.exists() else "nothing was written"
             raise OSError(e.errno, f"could not write {str(path)!r}: {why} ({e.strerror}); {kept}") from e
         raise

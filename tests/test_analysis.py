@@ -30,8 +30,9 @@ def test_terms_sum_to_scores(setup):
 def test_ablating_nothing_changes_nothing(setup):
     model, ds = setup
     imgs = ds.splits["val_unseen"].images
-    torch.testing.assert_close(model.vision.run_with_hooks(imgs, fwd_hooks=ablate_terms(model.vision, [])),
-                               model.vision(imgs), atol=0, rtol=0)  # fmt: skip
+    torch.testing.assert_close(
+        model.vision.run_with_hooks(imgs, fwd_hooks=ablate_terms(model.vision, [])), model.vision(imgs), atol=0, rtol=0
+    )
 
 
 def test_ablating_every_score_term_gives_uniform_attention(setup):

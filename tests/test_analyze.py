@@ -98,7 +98,13 @@ def test_options_are_checked(tmp_path, capsys):
     from hooked_clip1d.cli.commands import parse_options
 
     assert parse_options(["center=False", "a=True", "b=None", "c=false", "kept=[1,2]", "image=C . 1"]) == {
-        "center": False, "a": True, "b": None, "c": False, "kept": [1, 2], "image": "C . 1"}  # fmt: skip
+        "center": False,
+        "a": True,
+        "b": None,
+        "c": False,
+        "kept": [1, 2],
+        "image": "C . 1",
+    }
     assert main(["analyze", "ablate", "-o", "heads=2", "--out", str(tmp_path)]) == 2
     assert "unknown option(s) ['heads'] for analysis 'ablate'" in capsys.readouterr().err
     assert main(["analyze", "list"]) == 0

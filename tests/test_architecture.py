@@ -307,7 +307,12 @@ def _under(module: str, prefix: str) -> bool:
 
 def test_the_analysis_wings_import_one_way():
     assert {m.removeprefix(f"{PKG}.analysis.").split(".")[0] for m in _modules() if _under(m, "analysis")} >= {
-        "interventions", "circuits", "mechanism", "hooks", "metrics"}  # fmt: skip
+        "interventions",
+        "circuits",
+        "mechanism",
+        "hooks",
+        "metrics",
+    }
     bad = [
         f"{a} imports {b} ({kind}): {why}"
         for (a, b), kind in sorted(_edges().items())
@@ -329,14 +334,28 @@ def test_few_long_functions():
     assert len(long) <= MAX_LONG_FUNCTIONS, f"{len(long)} functions over 80 lines: {long[::-1]}"
 
 
+# the modules whose declarations are a table laid out by hand (one knob per field: default, help, properties);
+# everywhere else the formatter lays the code out, so the long-function bound is measured on formatted code
+HAND_LAID_TABLES = ("settings", "model.config")
+
+
+def test_the_formatter_lays_out_the_code():
+    """``# fmt: skip`` only in the knob tables (issue 52 item 5: 216 lines in 46 modules kept functions short by hand
+    before; now 27, all in ``HAND_LAID_TABLES``)."""
+    skipped = {name.removeprefix(PKG + "."): _modules()[name].read_text().count("# fmt: skip") for name in _modules()}
+    assert {n for n, c in skipped.items() if c} <= set(HAND_LAID_TABLES), skipped
+
+
 def test_no_import_circles():
     circles = _circles(set(CIRCLE_ALLOWED))
     edges = _edges()
     msg = [
-        "import circle among " + ", ".join(c) + ":\n  "
+        "import circle among "
+        + ", ".join(c)
+        + ":\n  "
         + "\n  ".join(f"{a} -> {b} ({edges[(a, b)]})" for a in c for b in c if (a, b) in edges)
         for c in circles
-    ]  # fmt: skip
+    ]
     assert not circles, "\n".join(msg)
 
 

@@ -191,8 +191,13 @@ def test_every_method_runs_on_each_target(full_model, pairs, target):
         assert {n.split(".")[0] for n in res.names} == set(towers)
         assert torch.isfinite(res.scores).all() and res.seconds > 0
     edges = list(build_graph(task.target).edges)[:40]
-    for res in (eap(task, edges), eap(task, edges, qk_fix=True, grad_drop=True), eap_ig(task, edges, steps=3),
-                exact_edge_patching(task, edges), path_patching(task, senders=[e[0] for e in edges[:2]])):  # fmt: skip
+    for res in (
+        eap(task, edges),
+        eap(task, edges, qk_fix=True, grad_drop=True),
+        eap_ig(task, edges, steps=3),
+        exact_edge_patching(task, edges),
+        path_patching(task, senders=[e[0] for e in edges[:2]]),
+    ):
         assert torch.isfinite(res.scores).all()
     assert eap(task, edges).names == [edge_name(e) for e in edges]
 

@@ -187,8 +187,18 @@ def test_the_registry_names_every_method_and_a_new_one_is_benchmarked(shipped, m
     monkeypatch.setattr(xc, "_kinds", lambda model: ["heads"])  # keep it fast: heads only, EAP-IG with 2 steps
     monkeypatch.setattr(xc, "OVERRIDES", {"EAP-IG": {"steps": 2}})
 
-    assert list(METHODS) == ["exact patching", "AtP", "AtP+QK", "AtP*", "path patching", "EAP", "EAP+QK",
-                             "EAP+AtP*", "EAP-IG", "ACDC"]  # fmt: skip
+    assert list(METHODS) == [
+        "exact patching",
+        "AtP",
+        "AtP+QK",
+        "AtP*",
+        "path patching",
+        "EAP",
+        "EAP+QK",
+        "EAP+AtP*",
+        "EAP-IG",
+        "ACDC",
+    ]
     assert not METHODS["AtP*"].signed and METHODS["ACDC"].estimate is False and METHODS["path patching"].exact
     with pytest.raises(ValueError, match="already registered"):
         register_method(Method("AtP", atp, "node"))
@@ -206,9 +216,17 @@ def test_the_registry_names_every_method_and_a_new_one_is_benchmarked(shipped, m
 
 
 # ---- public seams ---------------------------------------------------------------------------------------------------
-ATTRIBUTION_CODE = ("circuits/attribution", "circuits/node_attribution", "circuits/edge_attribution",
-                    "circuits/path_patching", "circuits/scores", "circuits/graph", "metrics",
-                    "interventions/term_ablation", "circuits/methods")  # fmt: skip
+ATTRIBUTION_CODE = (
+    "circuits/attribution",
+    "circuits/node_attribution",
+    "circuits/edge_attribution",
+    "circuits/path_patching",
+    "circuits/scores",
+    "circuits/graph",
+    "metrics",
+    "interventions/term_ablation",
+    "circuits/methods",
+)
 
 
 def test_no_private_name_crosses_modules_in_the_attribution_code():

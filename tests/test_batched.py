@@ -366,9 +366,11 @@ def test_sweep_graph_step_replaces_the_specs_compile_but_not_a_requested_one(tmp
     from hooked_clip1d.sweeps.runner import run_sweep
 
     spec = tmp_path / "s.toml"
-    spec.write_text('name = "s"\n[model]\npreset = "simplified"\n[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n'
-                    '[train]\nepochs = 1\n[grid]\nseed = [0]\n'
-                    '[run]\ncompile = true\ndropout_rng = "fast"\n')  # fmt: skip
+    spec.write_text(
+        'name = "s"\n[model]\npreset = "simplified"\n[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n'
+        "[train]\nepochs = 1\n[grid]\nseed = [0]\n"
+        '[run]\ncompile = true\ndropout_rng = "fast"\n'
+    )
     with pytest.raises(ValueError, match="graph_step=True replaces compile"):
         run_sweep(spec, tmp_path / "out", progress=False, graph_step=True, compile=True)
     with pytest.raises(ValueError, match="graph_step=True needs a CUDA device"):  # compile dropped: on to the GPU check
@@ -417,8 +419,9 @@ def test_a_finished_group_continues_from_its_members_checkpoints(tmp_path, dropo
     """A finished group keeps only its members' Trainer-format checkpoints; the batched engine continues them to
     more epochs (weights, AdamW state, data order, dropout stream) bit-exactly like one uninterrupted run, and
     refuses members that stopped at different steps or were trained otherwise."""
-    members = [Member(tiny_config(), D6, _tc(epochs=4, seed=s, checkpoint_every=2), name=n) for s, n in ((0, "a"),
-               (1, "b"))]  # fmt: skip
+    members = [
+        Member(tiny_config(), D6, _tc(epochs=4, seed=s, checkpoint_every=2), name=n) for s, n in ((0, "a"), (1, "b"))
+    ]
     longer = [dataclasses.replace(m, train_cfg=dataclasses.replace(m.train_cfg, epochs=6)) for m in members]
     full = BatchedTrainer(longer, tmp_path / "full", dropout_rng=dropout_rng).run(progress=False)
     BatchedTrainer(members, tmp_path / "part", dropout_rng=dropout_rng).run(progress=False)

@@ -81,8 +81,12 @@ def test_flagship_circuit_is_the_papers_mechanism():
     values; ablating its EP term costs the whole belief (Fig. 5e); knocking out CLS -> right object in head 2 flips
     it (Fig. 4c: head 2 attends right)."""
     c = load_circuit(NO_QK)
-    assert {"vision.embed->vision.L0.H2.k", "vision.pos->vision.L0.H2.k", "vision.embed->vision.L0.H2.v",
-            "vision.L0.H2->vision.readout"} <= set(c.edges)  # fmt: skip
+    assert {
+        "vision.embed->vision.L0.H2.k",
+        "vision.pos->vision.L0.H2.k",
+        "vision.embed->vision.L0.H2.v",
+        "vision.L0.H2->vision.readout",
+    } <= set(c.edges)
     assert [n for n in c.components() if n.startswith("vision")] == ["vision.L0.H2"]
     assert c.measurements["terms"]["vision.L0.H2.EP"] > 0.9
     assert c.measurements["knockouts"]["vision.H2.CLS->right"] > 1.5

@@ -70,8 +70,20 @@ def test_one_parser_function_per_command():
 
     sub = next(a for a in commands.build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
     names = list(sub.choices)
-    assert names == ["train", "eval", "demo", "list", "analyze", "sweep", "reproduce", "results-page", "pack",
-                     "unpack", "export", "ship-trajectory"]  # fmt: skip
+    assert names == [
+        "train",
+        "eval",
+        "demo",
+        "list",
+        "analyze",
+        "sweep",
+        "reproduce",
+        "results-page",
+        "pack",
+        "unpack",
+        "export",
+        "ship-trajectory",
+    ]
     for name in names:
         fn = f"add_{name.replace('-', '_')}_parser"
         assert any(hasattr(m, fn) for m in (commands, many_runs, train)), f"no {fn}"

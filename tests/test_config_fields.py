@@ -55,17 +55,41 @@ def test_recipes_are_typed_and_expanded_once_for_the_cli_and_sweeps():
     assert set(Recipe.TRAIN_FIELDS) <= train_fields and set(Recipe.MODEL_FIELDS) <= model_fields
     parser = add_train_parser(argparse.ArgumentParser().add_subparsers())
     for name in RECIPES:
-        cli = train_configs(parser.parse_args(["--out", "r", "--recipe", name, "--n-labels", "6", "--n-heldout",
-                                               "2", "--n2", "2", "--epochs", "600"]))  # fmt: skip
-        run = load_spec(text=f'[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n[train]\nepochs = 600\n'
-                             f'[grid]\nrecipe = ["{name}"]').runs[0]  # fmt: skip
+        cli = train_configs(
+            parser.parse_args(
+                ["--out", "r", "--recipe", name, "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--epochs", "600"]
+            )
+        )
+        run = load_spec(
+            text=f'[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n[train]\nepochs = 600\n[grid]\nrecipe = ["{name}"]'
+        ).runs[0]
         assert cli[2] == run.train_cfg, name
         assert cli[0].vision == run.model_cfg.vision and cli[0].text == run.model_cfg.text, name
     # explicit flags and spec keys override the recipe, the same way
-    cli = train_configs(parser.parse_args(["--out", "r", "--recipe", "all-decay", "--frozen", "qk_bias", "--init-std",
-                                           "0.5", "--n-labels", "6", "--n-heldout", "2", "--n2", "2"]))  # fmt: skip
-    run = load_spec(text='[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n[train]\nfrozen = ["qk_bias"]\n'
-                         '[model]\ninit_std = 0.5\n[grid]\nrecipe = ["all-decay"]').runs[0]  # fmt: skip
+    cli = train_configs(
+        parser.parse_args(
+            [
+                "--out",
+                "r",
+                "--recipe",
+                "all-decay",
+                "--frozen",
+                "qk_bias",
+                "--init-std",
+                "0.5",
+                "--n-labels",
+                "6",
+                "--n-heldout",
+                "2",
+                "--n2",
+                "2",
+            ]
+        )
+    )
+    run = load_spec(
+        text='[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n[train]\nfrozen = ["qk_bias"]\n'
+        '[model]\ninit_std = 0.5\n[grid]\nrecipe = ["all-decay"]'
+    ).runs[0]
     assert cli[2] == run.train_cfg and cli[0].vision.init_std == run.model_cfg.vision.init_std == 0.5
 
 

@@ -83,17 +83,27 @@ def test_a_training_run_substitutes_with_its_history(tmp_path):
 
 def test_counted_checks_follow_the_preregistered_rule():
     out = Outcome(
-        {}, "", [("a", True), ("b", True), ("c", False), ("d", True), ("e", True)], {},
-        values={"b": (0.9, ">"), "c": (0.1, "<")}, secondary={"e": "by construction"},
-    )  # fmt: skip
+        {},
+        "",
+        [("a", True), ("b", True), ("c", False), ("d", True), ("e", True)],
+        {},
+        values={"b": (0.9, ">"), "c": (0.1, "<")},
+        secondary={"e": "by construction"},
+    )
     null = {
         "variants": [
-            {"model": "u0", "checks": {"a": False, "b": True, "c": True, "d": True, "e": False}, "values": {"b": 0.7,
-             "c": 0.3}},
-            {"model": "u1", "checks": {"a": False, "b": True, "c": False, "d": False, "e": False}, "values": {"b": 0.95,
-             "c": 0.2}},
+            {
+                "model": "u0",
+                "checks": {"a": False, "b": True, "c": True, "d": True, "e": False},
+                "values": {"b": 0.7, "c": 0.3},
+            },
+            {
+                "model": "u1",
+                "checks": {"a": False, "b": True, "c": False, "d": False, "e": False},
+                "values": {"b": 0.95, "c": 0.2},
+            },
         ]
-    }  # fmt: skip
+    }
     rows = {r["check"]: r for r in counted_checks(out, null)}
     assert (rows["a"]["counted"], rows["a"]["counted_holds"], rows["a"]["null_passes"]) == (True, True, 0)
     # restated relative to the null: 0.9 is not beyond the untrained 0.95, so it counts and fails
@@ -123,8 +133,15 @@ def test_null_control_in_a_record(tmp_path):
 def test_ties_fail_the_order_check():
     """Fig. 11's order check fails when two generalizations are first reached at the same evaluation."""
     model = load_model(FLAGSHIP)
-    h = {"epoch": [100, 200, 300], "step": [1, 2, 3], "loss": [1.0, 0.5, 0.2], "single": [0.96, 1.0, 1.0],
-         "seen": [0.5, 0.98, 1.0], "unseen": [0.5, 0.91, 0.95], "unseen_label_set": [1.0, 1.0, 1.0]}  # fmt: skip
+    h = {
+        "epoch": [100, 200, 300],
+        "step": [1, 2, 3],
+        "loss": [1.0, 0.5, 0.2],
+        "single": [0.96, 1.0, 1.0],
+        "seen": [0.5, 0.98, 1.0],
+        "unseen": [0.5, 0.91, 0.95],
+        "unseen_label_set": [1.0, 1.0, 1.0],
+    }
     model.manifest = {**model.manifest, "history": h}
     out = rp.FIGURES["fig11"].run({FLAGSHIP: model})
     order = "they are reached in the paper's order, strictly (single before seen before unseen; ties fail)"
@@ -138,8 +155,9 @@ def test_ties_fail_the_order_check():
 def _fake_run(root, name, train_cfg, model_cfg, data_cfg, model):
     d = root / name
     d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps({"train_config": train_cfg, "model_config": model_cfg,
-                                               "data_config": data_cfg}))  # fmt: skip
+    (d / "config.json").write_text(
+        json.dumps({"train_config": train_cfg, "model_config": model_cfg, "data_config": data_cfg})
+    )
     (d / "summary.json").write_text(json.dumps({"epochs": train_cfg["epochs"]}))
     save_model(model, d / "model.safetensors", model.data_config)
     return d
@@ -150,8 +168,9 @@ def test_replicate_runs_are_found_by_recipe_not_by_name(tmp_path):
     model = substitute(FLAGSHIP, "untrained:0")
     runs = tmp_path / "fresh-seeds" / "runs"
     tc = dict(man["train_config"])
-    good = _fake_run(runs, "a", {**tc, "seed": 4, "snapshot_epochs": [0, 5]}, man["model_config"], man["data_config"],
-                     model)  # fmt: skip
+    good = _fake_run(
+        runs, "a", {**tc, "seed": 4, "snapshot_epochs": [0, 5]}, man["model_config"], man["data_config"], model
+    )
     _fake_run(runs, "b", {**tc, "seed": 5, "weight_decay": 0.1}, man["model_config"], man["data_config"], model)
     _fake_run(runs, "c", {**tc, "seed": tc["seed"]}, man["model_config"], man["data_config"], model)  # the shipped seed
     other = dict(man["model_config"])
@@ -163,8 +182,9 @@ def test_replicate_runs_are_found_by_recipe_not_by_name(tmp_path):
 def test_cli_model_option(tmp_path, capsys):
     assert main(["reproduce", "fig4c", "--model", "untrained:0", "--out", str(tmp_path), "--no-controls"]) == 0
     assert "not reproduced" in capsys.readouterr().out
-    assert main(["reproduce", "fig4c", "--model", f"{FLAGSHIP}=untrained:1", "--out", str(tmp_path),
-                 "--no-controls"]) == 0  # fmt: skip
+    assert (
+        main(["reproduce", "fig4c", "--model", f"{FLAGSHIP}=untrained:1", "--out", str(tmp_path), "--no-controls"]) == 0
+    )
     assert json.loads((tmp_path / "fig4c" / "fig4c.json").read_text())["substituted"] == {FLAGSHIP: "untrained:1:0.02"}
     assert main(["reproduce", "fig4c", "--model", "a", "--model", "b", "--out", str(tmp_path)]) == 2
     assert "each is NAME=SPEC" in capsys.readouterr().err
@@ -188,8 +208,9 @@ def test_absence_checks_count_only_a_trained_fail():
     is evidence against the claim; where every untrained model fails it, it counts as any check."""
     names = ["stays low", "fails low", "untrained fail"]
     out = Outcome({}, "", [(names[0], True), (names[1], False), (names[2], True)], {}, absence=tuple(names))
-    null = {"variants": [{"model": f"u{i}", "checks": {names[0]: True, names[1]: True, names[2]: False}}
-                         for i in range(2)]}  # fmt: skip
+    null = {
+        "variants": [{"model": f"u{i}", "checks": {names[0]: True, names[1]: True, names[2]: False}} for i in range(2)]
+    }
     rows = {r["check"]: r for r in counted_checks(out, null)}
     assert (rows[names[0]]["counted"], rows[names[0]]["counted_holds"], rows[names[0]]["absence"]) == (
         False,
@@ -212,14 +233,27 @@ def _tiny_fig4a(tmp_path, monkeypatch):
     specs.mkdir()
     shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", specs / "fig4a.toml")
     monkeypatch.setattr(rp_core, "SWEEPS_DIR", specs)
-    checks = [c for c, _ in rp.FIGURES["fig4a"].run(
-        [{"run": f"r{nt}", "n_labels": nt, "n2": 2, "seed": 0, "epochs": 1, "val_unseen.acc": 0.5}
-         for nt in (6, 7)]).checks]  # fmt: skip
+    checks = [
+        c
+        for c, _ in rp.FIGURES["fig4a"]
+        .run(
+            [{"run": f"r{nt}", "n_labels": nt, "n2": 2, "seed": 0, "epochs": 1, "val_unseen.acc": 0.5} for nt in (6, 7)]
+        )
+        .checks
+    ]
     records = tmp_path / "records"
     records.mkdir()
-    rec = {"figure": "fig4a", "title": "t", "paper": "p", "command": "hooked-clip1d reproduce fig4a", "verdict":
-           "partly", "recorded": "2026-11-25", "summary": "s", "checks": [{"check": checks[0], "holds": False},
-           {"check": checks[1], "holds": True}], "plots": ["fig4a_sweep.png"]}  # fmt: skip
+    rec = {
+        "figure": "fig4a",
+        "title": "t",
+        "paper": "p",
+        "command": "hooked-clip1d reproduce fig4a",
+        "verdict": "partly",
+        "recorded": "2026-11-25",
+        "summary": "s",
+        "checks": [{"check": checks[0], "holds": False}, {"check": checks[1], "holds": True}],
+        "plots": ["fig4a_sweep.png"],
+    }
     rec["models"] = ["the flagship"]  # an old record's name for the zoo cell
     (records / "fig4a.json").write_text(json.dumps(rec))
     return records, rec

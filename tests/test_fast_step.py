@@ -153,10 +153,13 @@ def _members(epochs: tuple[int, ...]) -> list[Member]:
     cfg = tiny_config("full", n_layers=2)
     tc = dict(batch_size=16, eval_every=2, checkpoint_every=2)
     return [
-        Member(cfg if i % 2 == 0 else tiny_config("full", n_labels=7, n_layers=2), D6 if i % 2 == 0 else D7,
-               TrainConfig(epochs=e, seed=i, weight_decay=0.1 * (i + 1), **tc))
+        Member(
+            cfg if i % 2 == 0 else tiny_config("full", n_labels=7, n_layers=2),
+            D6 if i % 2 == 0 else D7,
+            TrainConfig(epochs=e, seed=i, weight_decay=0.1 * (i + 1), **tc),
+        )
         for i, e in enumerate(epochs)
-    ]  # fmt: skip
+    ]
 
 
 def test_a_batched_group_on_flat_buffers_trains_and_resumes_bit_for_bit(tmp_path):

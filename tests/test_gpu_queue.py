@@ -146,8 +146,16 @@ def test_the_queue_never_sticks_and_its_first_item_is_every_candidate_both_ways(
     assert set(fv.steps.values()) == {440_000} and sum(fv.steps.values()) + sum(by["fig10"].steps.values()) == 5_720_000
     protocol = by["full-protocol"].spec.runs
     assert len(protocol) == 1 and len(protocol[0].train_cfg.snapshot_epochs) == 43  # Fig. 11a's trajectory
-    queue = [(sw.name, [(r.name, group_key(r.model_cfg, r.data_cfg, r.train_cfg), sw.steps[r.name],
-                         gw.member_mib(r.model_cfg)) for r in sw.spec.runs]) for sw in sweeps]  # fmt: skip
+    queue = [
+        (
+            sw.name,
+            [
+                (r.name, group_key(r.model_cfg, r.data_cfg, r.train_cfg), sw.steps[r.name], gw.member_mib(r.model_cfg))
+                for r in sw.spec.runs
+            ],
+        )
+        for sw in sweeps
+    ]
     sizes = [sw.spec.run["max_group_size"] for sw in sweeps]
     for ms, most in ((0.5, 7), (1.0, 27), (3.5, 95)):
         wins = gw.simulate(queue, gw.step_model({2: ms / 1e3, 12: 1.4 * ms / 1e3}), 420, 25.8, sizes)
@@ -261,9 +269,20 @@ def test_carry_keeps_state_within_what_travels(tmp_path, specs):
 
 
 def _queue(tmp: Path, *args: str, rc: int = 0, **env: str) -> str:
-    full = {**os.environ, "QUEUE": "t", "SPEC_DIR": str(tmp / "specs"), "CARRY": str(tmp / "carry"), "DEVICE": "cpu",
-            "MODES": "flat", "CHECK_PRESET": "simplified", "CHECK_STEPS": "10", "WHEELS": str(tmp / "no-wheels"),
-            "OMP_NUM_THREADS": "1", "TRAVEL_MIB": "30", **env}  # fmt: skip
+    full = {
+        **os.environ,
+        "QUEUE": "t",
+        "SPEC_DIR": str(tmp / "specs"),
+        "CARRY": str(tmp / "carry"),
+        "DEVICE": "cpu",
+        "MODES": "flat",
+        "CHECK_PRESET": "simplified",
+        "CHECK_STEPS": "10",
+        "WHEELS": str(tmp / "no-wheels"),
+        "OMP_NUM_THREADS": "1",
+        "TRAVEL_MIB": "30",
+        **env,
+    }
     r = subprocess.run(["bash", "tools/gpu/gpu_queue.sh", *args], cwd=ROOT, env=full, capture_output=True, text=True)
     assert r.returncode == rc, r.stdout[-4000:] + r.stderr[-4000:]
     return r.stdout + r.stderr
@@ -278,8 +297,14 @@ def _members(archive: Path) -> set[str]:
 def test_two_windows_end_bit_for_bit_where_one_uninterrupted_sweep_ends(tmp_path, specs):
     home, args = tmp_path / "home", "--check-scale 4 --check-timing-s 0.05"
     # window 1, call 1 (a short limit, and 7 steps a group): n_labels-5 finishes, n_labels-7 stops at step 7
-    out = _queue(tmp_path, "window", "300", STATE=str(tmp_path / "s1"), OUT=str(tmp_path / "o1a"),
-                 WINDOW_ARGS=f"{args} --max-steps 7")  # fmt: skip
+    out = _queue(
+        tmp_path,
+        "window",
+        "300",
+        STATE=str(tmp_path / "s1"),
+        OUT=str(tmp_path / "o1a"),
+        WINDOW_ARGS=f"{args} --max-steps 7",
+    )
     assert "== check: flat" in out and "t g000" in out and "7 steps in" in out
     assert sorted(p.name for p in (tmp_path / "o1a" / "t").iterdir()) == ["runs-000.tar", "state-000.tar"]
     assert _members(tmp_path / "o1a" / "t" / "runs-000.tar") == {"n_labels-5"}
@@ -287,8 +312,15 @@ def test_two_windows_end_bit_for_bit_where_one_uninterrupted_sweep_ends(tmp_path
     record = json.loads((tmp_path / "o1a" / "window.json").read_text())
     assert record["mode"] == "flat" and [r["steps"] for r in record["trained"]] == [7]
     # window 1, call 2 on the same machine: the check is not repeated, the group goes on one step
-    out = _queue(tmp_path, "window", "300", "again", STATE=str(tmp_path / "s1"), OUT=str(tmp_path / "o1b"),
-                 WINDOW_ARGS=f"{args} --max-steps 1")  # fmt: skip
+    out = _queue(
+        tmp_path,
+        "window",
+        "300",
+        "again",
+        STATE=str(tmp_path / "s1"),
+        OUT=str(tmp_path / "o1b"),
+        WINDOW_ARGS=f"{args} --max-steps 1",
+    )
     assert "passed in an earlier call on this machine" in out and "1 runs from step 7" in out
     assert _members(tmp_path / "o1b" / "t" / "resent-000.tar") == {"n_labels-5"}
     # here: unpack both calls (oldest first), carry; window 2 on a fresh machine resumes at step 8 and finishes
@@ -310,8 +342,10 @@ def test_two_windows_end_bit_for_bit_where_one_uninterrupted_sweep_ends(tmp_path
             b = read_tensors(there / "model.safetensors")[0]
             dtype = b[next(iter(b))].dtype
             assert a.keys() == b.keys() and all(torch.equal(a[k].to(dtype), b[k]) for k in a), (run, there)
-            lines = [[{k: v for k, v in json.loads(x).items() if k != "elapsed_s"} for x in open(d / "metrics.jsonl")]
-                     for d in (whole / "runs" / run, there)]  # fmt: skip
+            lines = [
+                [{k: v for k, v in json.loads(x).items() if k != "elapsed_s"} for x in open(d / "metrics.jsonl")]
+                for d in (whole / "runs" / run, there)
+            ]
             assert lines[0] == lines[1], (run, there)
 
 
@@ -323,8 +357,15 @@ def test_a_mode_that_crashes_in_training_hands_over_to_the_next(tmp_path, specs)
     state.mkdir()
     passed = {"mode": "graph-step", "failed": [], "recs": [], "step_s": {"2": 0.01}, "device": "cpu"}
     (state / "check.json").write_text(json.dumps(passed))
-    out = _queue(tmp_path, "window", "300", STATE=str(state), OUT=str(tmp_path / "o"), MODES="graph-step,flat",
-                 WINDOW_ARGS="--check-scale 4 --check-timing-s 0.05")  # fmt: skip
+    out = _queue(
+        tmp_path,
+        "window",
+        "300",
+        STATE=str(state),
+        OUT=str(tmp_path / "o"),
+        MODES="graph-step,flat",
+        WINDOW_ARGS="--check-scale 4 --check-timing-s 0.05",
+    )
     assert "training with graph-step stopped: exit 4" in out and "needs a CUDA device" in out
     assert "== check: flat" in out and "2 of 2 runs finished (done)" in out
     record = json.loads((tmp_path / "o" / "window.json").read_text())
@@ -343,8 +384,9 @@ def test_the_packed_state_of_a_full_model_is_what_the_plan_assumes(tmp_path):
     from hooked_clip1d.training.trainer import TrainConfig
 
     cfg = CLIPConfig.from_preset("full", n_labels=20)
-    members = [Member(cfg, DataConfig(n_labels=20, n2=10), TrainConfig(seed=s, epochs=10), name=f"m{s}")
-               for s in (0, 1)]  # fmt: skip
+    members = [
+        Member(cfg, DataConfig(n_labels=20, n2=10), TrainConfig(seed=s, epochs=10), name=f"m{s}") for s in (0, 1)
+    ]
     sweep = tmp_path / "sweep"
     bt = BatchedTrainer(members, sweep / "groups" / "g000", dropout_rng="fast")
     bt.run(progress=False, max_steps=2)
@@ -405,18 +447,27 @@ def test_a_check_made_on_another_device_is_not_reused(tmp_path, specs):
     state.mkdir()
     other = {"mode": "flat", "failed": [], "recs": [], "step_s": {"2": 0.01}, "device": "cuda:NVIDIA H200"}
     (state / "check.json").write_text(json.dumps(other))
-    out = _queue(tmp_path, "window", "300", STATE=str(state), OUT=str(tmp_path / "o"), MODES="flat",
-                 WINDOW_ARGS="--check-scale 4 --check-timing-s 0.05 --max-steps 2")  # fmt: skip
+    out = _queue(
+        tmp_path,
+        "window",
+        "300",
+        STATE=str(state),
+        OUT=str(tmp_path / "o"),
+        MODES="flat",
+        WINDOW_ARGS="--check-scale 4 --check-timing-s 0.05 --max-steps 2",
+    )
     assert "is 'cuda:NVIDIA H200''s, not 'cpu''s: checked again" in out and "== check: flat (" in out
     assert json.loads((state / "check.json").read_text())["device"] == "cpu"
 
 
 def test_the_window_refuses_bad_numbers_before_writing_anything(tmp_path, capsys):
-    for argv in (["window", "--out", str(tmp_path / "o"), "--state", str(tmp_path / "s"), "--limit", "-5"],
-                 ["window", "--out", str(tmp_path / "o"), "--state", str(tmp_path / "s"), "--limit", "30",
-                  "--reserve", "60"],
-                 ["estimate", "--step-ms", "abc"], ["estimate", "--step-ms", "1,2,3"],
-                 ["estimate", "--step-ms", "0"]):  # fmt: skip
+    for argv in (
+        ["window", "--out", str(tmp_path / "o"), "--state", str(tmp_path / "s"), "--limit", "-5"],
+        ["window", "--out", str(tmp_path / "o"), "--state", str(tmp_path / "s"), "--limit", "30", "--reserve", "60"],
+        ["estimate", "--step-ms", "abc"],
+        ["estimate", "--step-ms", "1,2,3"],
+        ["estimate", "--step-ms", "0"],
+    ):
         with pytest.raises(SystemExit) as e:
             gw.main(argv)
         assert e.value.code == 2, argv

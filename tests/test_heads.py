@@ -50,8 +50,9 @@ def test_deltas_are_the_ee_and_ep_terms(fixture, request, dataset):
     imgs, pos, objs = split.images[pair].clone(), split.positions[pair] + 1, split.objects[pair]
     ar = torch.arange(len(imgs))
     imgs[ar, pos[:, 0]], imgs[ar, pos[:, 1]] = objs[:, 1], objs[:, 0]
-    swapped = dataclasses.replace(split, images=imgs, objects=objs.flip(-1), positions=split.positions[pair],
-                                  targets=split.targets[pair])  # fmt: skip
+    swapped = dataclasses.replace(
+        split, images=imgs, objects=objs.flip(-1), positions=split.positions[pair], targets=split.targets[pair]
+    )
     ds = label_pe_deltas(model.vision, swapped)
     torch.testing.assert_close(ds["delta_label"], -d["delta_label"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ds["delta_pe"], d["delta_pe"], atol=1e-6, rtol=1e-6)

@@ -158,8 +158,14 @@ def test_validation_and_recipes():
         clip_loss(torch.eye(2), None, "distinct")
     assert TrainConfig.from_dict({"lr": 1e-4}).negatives == "all"  # saved before the field: standard CLIP
     assert TrainConfig.from_dict(TrainConfig(negatives="shared").to_dict()).negatives == "shared"
-    arms = {r: RECIPES[r].fields()["train"] for r in (
-        "cls-exempt-init002-distinct", "cls-exempt-init002-temp-nodecay-distinct",
-        "cls-exempt-init002-temp100-distinct", "cls-exempt-init002-temp100-shared")}  # fmt: skip
+    arms = {
+        r: RECIPES[r].fields()["train"]
+        for r in (
+            "cls-exempt-init002-distinct",
+            "cls-exempt-init002-temp-nodecay-distinct",
+            "cls-exempt-init002-temp100-distinct",
+            "cls-exempt-init002-temp100-shared",
+        )
+    }
     assert [a["negatives"] for a in arms.values()] == ["distinct", "distinct", "distinct", "shared"]
     assert RECIPES["cls-exempt-init002"].fields()["train"]["negatives"] == "all"

@@ -39,8 +39,9 @@ def test_untrained_arms_beat_no_control(tmp_path):
     assert out.numbers["null_passes"]["generalizes"] == 0 and len(out.numbers["null"]) == 10
     assert len(out.table) == 2 + 4 + 1  # header, rule, 2 arms x 2 seeds, the null row
     assert out.numbers["lifetimes"]["cls-exempt-init002/0"] > 0  # the controls' lifetimes come from x16's record
-    assert set(out.numbers["threshold_grid"]) == {f"std {t} / bias {b}" for t in (0.05, 0.1, 0.2)
-                                                  for b in (0.55, 0.6, 0.7)}  # fmt: skip
+    assert set(out.numbers["threshold_grid"]) == {
+        f"std {t} / bias {b}" for t in (0.05, 0.1, 0.2) for b in (0.55, 0.6, 0.7)
+    }
 
 
 def test_the_controls_are_the_temperature_studys_arms():

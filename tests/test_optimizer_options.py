@@ -48,8 +48,9 @@ def test_batched_engine_follows_trainer(tmp_path, kw):
     """Both engines take the same trajectory (matched dropout) with each option; the option changes the result."""
     cfg, tc = tiny_config(), _tc(**kw)
     single = Trainer(cfg, D6, tc, tmp_path / "single").run(progress=False)
-    runs = BatchedTrainer([Member(cfg, D6, tc), Member(cfg, D6, _tc(**{**kw, "seed": 1}))], tmp_path / "group",
-                          dropout_rng="matched").run(progress=False)  # fmt: skip
+    runs = BatchedTrainer(
+        [Member(cfg, D6, tc), Member(cfg, D6, _tc(**{**kw, "seed": 1}))], tmp_path / "group", dropout_rng="matched"
+    ).run(progress=False)
     _close(single.model, runs[0].model)
     plain = Trainer(cfg, D6, _tc(frozen=kw.get("frozen", ("qk_bias",))), tmp_path / "plain").run(progress=False)
     diff = max(
@@ -164,8 +165,12 @@ def test_snapshot_schedule_on_both_engines(tmp_path):
     BatchedTrainer([Member(cfg, D6, tc, name="m")], tmp_path / "group", dropout_rng="matched").run(progress=False)
     for d in (tmp_path / "single", tmp_path / "group" / "m"):
         names = sorted(p.name for p in (d / "snapshots").iterdir())
-        assert names == ["epoch_00000.safetensors", "epoch_00001.safetensors", "epoch_00005.safetensors",
-                         "epoch_00012.safetensors"]  # fmt: skip
+        assert names == [
+            "epoch_00000.safetensors",
+            "epoch_00001.safetensors",
+            "epoch_00005.safetensors",
+            "epoch_00012.safetensors",
+        ]
     init = CLIP1D(cfg, seed=0)
     for d in (tmp_path / "single", tmp_path / "group" / "m"):
         _close(init, load_model_file(d / "snapshots" / "epoch_00000.safetensors"), atol=0)

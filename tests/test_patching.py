@@ -386,7 +386,7 @@ def test_plots_write_files(tmp_path, two_layer_model, pairs):
             tl_patching(m.vision, imgs, mirror_images(imgs), image_belief_metric(m, caps)),
             ["L0", "L1"],
             [str(p) for p in range(11)],
-        ),  # fmt: skip
+        ),
         "interchange": plot_interchange(text_interchange(m, imgs, caps)),
         "knockout": plot_knockout(knockout_sweep(m, imgs, caps, tower="text")),
     }

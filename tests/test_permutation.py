@@ -11,8 +11,12 @@ from hooked_clip1d.reproduce.sweep_figs import fig4a_outcome, trend_test
 
 def _rows(acc_of):
     rng = np.random.default_rng(1)
-    return [{"n_labels": n, "n2": n2, "seed": s, "epochs": 10, "val_unseen.acc": float(acc_of(n, n2, rng))}
-            for n in (10, 15, 20, 25) for n2 in (5, 10, 15) for s in range(3)]  # fmt: skip
+    return [
+        {"n_labels": n, "n2": n2, "seed": s, "epochs": 10, "val_unseen.acc": float(acc_of(n, n2, rng))}
+        for n in (10, 15, 20, 25)
+        for n2 in (5, 10, 15)
+        for s in range(3)
+    ]
 
 
 def test_a_label_trend_passes_and_no_trend_fails():

@@ -39,8 +39,15 @@ def _pruning():
 
 def _alignment():
     s = {"matched_cos": 0.0, "unmatched_cos": 0.1, "acc": 0.0}
-    return {"cos_raw": np.eye(3), "cos_procrustes": np.eye(3), "fit_labels": [1, 2], "test_labels": [3],
-            "raw": s, "procrustes": s, "shuffled": s}  # fmt: skip
+    return {
+        "cos_raw": np.eye(3),
+        "cos_procrustes": np.eye(3),
+        "fit_labels": [1, 2],
+        "test_labels": [3],
+        "raw": s,
+        "procrustes": s,
+        "shuffled": s,
+    }
 
 
 FIGURES = {
@@ -63,7 +70,7 @@ FIGURES = {
             torch.tensor([1.0]),
             torch.tensor([0.0]),
         )
-    ),  # fmt: skip
+    ),
     "interchange": lambda: plot_interchange(
         InterchangeResult(
             torch.tensor([1.0]),
@@ -73,7 +80,7 @@ FIGURES = {
             torch.tensor([[0.0]]),
             torch.tensor([[[0.0], [0.0]]]),
         )
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -112,7 +119,7 @@ def test_zero_bars_are_drawn(fig):
         for line in ax.get_lines()
         if len(line.get_ydata()) == 2
         and tuple(np.asarray(line.get_ydata(), float)) == (0.0, 0.0)
-        and line.get_linewidth() >= 2  # fmt: skip
+        and line.get_linewidth() >= 2
     ]
     zeros = [t for ax in fig.axes for t in ax.texts if t.get_text() == "0"]
     assert zero_lines and zeros

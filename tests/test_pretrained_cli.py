@@ -123,8 +123,10 @@ def test_cli_demo_writes_png_and_json(tmp_path, capsys):
         assert res["ablation"][term]["val_unseen"]["acc"] == pytest.approx(want, abs=1e-6), term
     from hooked_clip1d.analysis.mechanism.report import ablate_cls_key_position
 
-    hooks = {"positional": ablate_terms(model.vision, ["EP", "PE", "PP", "BP", "VP"]),
-             "CLS-key-position": ablate_cls_key_position(model.vision)}  # fmt: skip
+    hooks = {
+        "positional": ablate_terms(model.vision, ["EP", "PE", "PP", "BP", "VP"]),
+        "CLS-key-position": ablate_cls_key_position(model.vision),
+    }
     for key, h in hooks.items():  # the readings independent of how the CLS query is split into parameters
         want = evaluate(model, ds, splits=("val_unseen",), vision_hooks=h)["val_unseen"]["acc"]
         assert res["ablation"][key]["val_unseen"]["acc"] == pytest.approx(want, abs=1e-6), key
@@ -138,8 +140,21 @@ def test_cli_errors_are_clear(capsys):
 
 
 def test_cli_train_then_resume(tmp_path, capsys):
-    args = ["train", "--out", str(tmp_path / "run"), "--n-labels", "6", "--n-heldout", "2", "--n2", "2",
-            "--eval-every", "1", "--no-progress", "--json"]  # fmt: skip
+    args = [
+        "train",
+        "--out",
+        str(tmp_path / "run"),
+        "--n-labels",
+        "6",
+        "--n-heldout",
+        "2",
+        "--n2",
+        "2",
+        "--eval-every",
+        "1",
+        "--no-progress",
+        "--json",
+    ]
     assert main([*args, "--epochs", "1"]) == 0
     assert main([*args, "--epochs", "2", "--resume"]) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -160,8 +175,22 @@ def test_cli_train_recipe_flags_set_the_run_config_and_resume_checks_them(tmp_pa
     assert main([*base, "--recipe", "all-decay", "--out", str(tmp_path / "a")]) == 0
     assert saved(tmp_path / "a") == ([], [], 1.0)
     # explicit flags override the recipe
-    assert main([*base, "--recipe", "all-decay", "--no-decay", "cls,biases", "--init-std", "0.1",
-                 "--out", str(tmp_path / "b")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                *base,
+                "--recipe",
+                "all-decay",
+                "--no-decay",
+                "cls,biases",
+                "--init-std",
+                "0.1",
+                "--out",
+                str(tmp_path / "b"),
+            ]
+        )
+        == 0
+    )
     assert saved(tmp_path / "b") == (["biases", "cls"], [], 0.1)
     capsys.readouterr()
     assert main([*base, "--epochs", "2", "--resume", "--recipe", "cls-exempt", "--out", str(tmp_path / "a")]) == 2
@@ -262,8 +291,22 @@ def test_cli_train_compile_uses_the_group_dropout_stream(tmp_path, monkeypatch):
         return real(*args, **{**kwargs, "compile": False})  # the compiled step itself: the slow test below
 
     monkeypatch.setattr(batched, "train_fast", spy)
-    args = ["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--no-progress", "--engine", "batched",
-            "--epochs", "1", "--out", str(tmp_path)]  # fmt: skip
+    args = [
+        "train",
+        "--n-labels",
+        "6",
+        "--n-heldout",
+        "2",
+        "--n2",
+        "2",
+        "--no-progress",
+        "--engine",
+        "batched",
+        "--epochs",
+        "1",
+        "--out",
+        str(tmp_path),
+    ]
     assert main([*args, "--compile"]) == 0
     assert seen["compile"] is True and seen["dropout_rng"] == "fast"
 
@@ -274,8 +317,24 @@ def test_cli_train_compiled_with_dropout(tmp_path):
     import subprocess
     import sys
 
-    args = [sys.executable, "-m", "hooked_clip1d", "train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2",
-            "--no-progress", "--engine", "batched", "--compile", "--out", str(tmp_path)]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "hooked_clip1d",
+        "train",
+        "--n-labels",
+        "6",
+        "--n-heldout",
+        "2",
+        "--n2",
+        "2",
+        "--no-progress",
+        "--engine",
+        "batched",
+        "--compile",
+        "--out",
+        str(tmp_path),
+    ]
     subprocess.run([*args, "--epochs", "2"], check=True)
     assert json.loads((tmp_path / "summary.json").read_text())["epochs"] == 2
     # a finished batched run keeps a Trainer-format checkpoint: the standard engine extends it
@@ -288,8 +347,25 @@ def test_export_measures_and_ships_the_stored_weights(tmp_path, monkeypatch):
     from safetensors import safe_open
 
     run = tmp_path / "run"
-    assert main(["train", "--out", str(run), "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--epochs", "1",
-                 "--no-progress"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(run),
+                "--n-labels",
+                "6",
+                "--n-heldout",
+                "2",
+                "--n2",
+                "2",
+                "--epochs",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     dest = tmp_path / "weights"
     dest.mkdir()
     monkeypatch.setattr(reg, "WEIGHTS_DIR", dest)
@@ -376,8 +452,12 @@ def test_cli_train_attention_dropout_from_recipe_or_flag_on_both_engines(tmp_pat
     assert main([*base, "--attn-dropout", "0.3", "--engine", "batched", "--out", str(tmp_path / "b")]) == 0
     assert attn(tmp_path / "b") == 0.3
     capsys.readouterr()
-    assert main([*base, "--resume", "--recipe", "cls-exempt-init002", "--attn-dropout", "0.2",
-                 "--out", str(tmp_path / "r")]) == 2  # fmt: skip
+    assert (
+        main(
+            [*base, "--resume", "--recipe", "cls-exempt-init002", "--attn-dropout", "0.2", "--out", str(tmp_path / "r")]
+        )
+        == 2
+    )
     assert "attn_dropout: the run has 0.1, the flags say 0.2" in capsys.readouterr().err
     assert main([*base, "--attn-dropout", "1.5", "--out", str(tmp_path / "x")]) == 2
     assert "attn_dropout: must be a number in [0, 1), got 1.5" in capsys.readouterr().err

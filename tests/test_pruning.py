@@ -139,8 +139,10 @@ def test_shipped_model_pruning_before_retraining():
     assert p.data_config == model.data_config and p.cfg.vision.pruned_heads == ((0, 0), (0, 1), (0, 2))
     img = model.vision.to_tokens("C . . 17 . . 19 . . . .")
     assert (p.vision(img) - model.vision(img)).abs().max() > 1e-3
-    torch.testing.assert_close(p.text(model.text.to_tokens("17 is on the left of 19")),
-                               model.text(model.text.to_tokens("17 is on the left of 19")))  # fmt: skip
+    torch.testing.assert_close(
+        p.text(model.text.to_tokens("17 is on the left of 19")),
+        model.text(model.text.to_tokens("17 is on the left of 19")),
+    )
 
 
 def test_retraining_a_two_layer_model(two_layer_model, data_config, tmp_path):
@@ -163,8 +165,9 @@ def test_sweep_batched_engine_matches_standard(dataset, tmp_path):
         mb = load_model_file(Path(b["out_dir"]) / "model.safetensors")
         assert mb.cfg.vision.pruned_heads == tuple(tuple(h) for h in b["pruned"])
         _assert_same_model(ma, mb, dataset)
-    again = head_subset_sweep(m, 1, dataset, epochs=2, out_dir=tmp_path / "fast", train_cfg=tc, engine="batched",
-                              resume=True)  # fmt: skip
+    again = head_subset_sweep(
+        m, 1, dataset, epochs=2, out_dir=tmp_path / "fast", train_cfg=tc, engine="batched", resume=True
+    )
     assert again == fast  # finished: loaded, not retrained
     with pytest.raises(ValueError, match="engine"):
         head_subset_sweep(m, 1, dataset, epochs=1, out_dir=tmp_path / "x", engine="ray")

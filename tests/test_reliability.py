@@ -160,8 +160,10 @@ def test_cli_train_config_mismatch_leaves_no_run_directory(tmp_path, capsys):
     save_model(make_model(), tmp_path / "six.safetensors")  # 6 labels
     out = tmp_path / "new" / "run"
     data = ["--n-heldout", "2", "--n2", "2", "--epochs", "1", "--no-progress"]
-    assert main(["train", "--out", str(out), "--init-from", str(tmp_path / "six.safetensors"), "--n-labels", "7",
-                 *data]) == 2  # fmt: skip
+    assert (
+        main(["train", "--out", str(out), "--init-from", str(tmp_path / "six.safetensors"), "--n-labels", "7", *data])
+        == 2
+    )
     assert "--init-from model has n_labels=6 but --n-labels is 7" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
     args = ["train", "--out", str(out), "--n-labels", "6", "--engine", "batched", "--ablate-vision-terms", "EP", *data]

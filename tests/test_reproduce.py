@@ -319,9 +319,17 @@ def _fake_record(results, figure, summary, plot=None):
     """A minimal reproduce record under ``results/<figure>/`` (the page builder only reads these fields)."""
     d = results / figure
     d.mkdir(parents=True, exist_ok=True)
-    rec = {"figure": figure, "title": f"title {figure}", "paper": "claim", "command": f"cmd {figure}",
-           "verdict": "partly", "summary": summary, "checks": [{"check": "c", "holds": True}],
-           "plots": [plot] if plot else [], "recorded": "2026-01-02"}  # fmt: skip
+    rec = {
+        "figure": figure,
+        "title": f"title {figure}",
+        "paper": "claim",
+        "command": f"cmd {figure}",
+        "verdict": "partly",
+        "summary": summary,
+        "checks": [{"check": "c", "holds": True}],
+        "plots": [plot] if plot else [],
+        "recorded": "2026-01-02",
+    }
     if plot:
         (d / plot).write_bytes(b"\x89PNG fake")
     (d / f"{figure}.json").write_text(json.dumps(rec))
@@ -419,16 +427,27 @@ def test_single_head_seeds_checks_each_seed_not_the_mean():
 
 
 def test_beyond_the_paper_sections_say_question_once(tmp_path):
-    rec = {"figure": "x9", "title": "t", "paper": "Question: does it?", "beyond_paper": True, "command": "c",
-           "verdict": "partly", "summary": "s", "checks": [], "plots": []}  # fmt: skip
+    rec = {
+        "figure": "x9",
+        "title": "t",
+        "paper": "Question: does it?",
+        "beyond_paper": True,
+        "command": "c",
+        "verdict": "partly",
+        "summary": "s",
+        "checks": [],
+        "plots": [],
+    }
     (section,) = [line for line in rp_page._record_section(rec, tmp_path, tmp_path) if "Question" in line]
     assert section == "- **Question:** does it?"
 
 
 def test_fig21b_judges_every_run_over_head_dimension():
     def rows(accs, label_set=0.9):  # {(d_head, seed): unseen-pair accuracy}
-        return [{"vision.d_head": d, "seed": s, "val_unseen.acc": a, "val_unseen.label_set": label_set, "epochs": 10}
-                for (d, s), a in accs.items()]  # fmt: skip
+        return [
+            {"vision.d_head": d, "seed": s, "val_unseen.acc": a, "val_unseen.label_set": label_set, "epochs": 10}
+            for (d, s), a in accs.items()
+        ]
 
     low = {(d, s): 0.4 + 0.01 * s for d in (32, 128) for s in (0, 1)}
     out = rp.FIGURES["fig21b"].run(rows(low))
@@ -445,8 +464,10 @@ def test_single_head_figures_need_the_label_set_recognised():
     Runs that stay low because they do not recognise the labels fail it, as the recorded Fig. 21b runs do."""
     from pathlib import Path
 
-    low_labels = [{"vision.d_head": 32, "seed": s, "val_unseen.acc": 0.4, "val_unseen.label_set": 0.45, "epochs": 10}
-                  for s in (0, 1)]  # fmt: skip
+    low_labels = [
+        {"vision.d_head": 32, "seed": s, "val_unseen.acc": 0.4, "val_unseen.label_set": 0.45, "epochs": 10}
+        for s in (0, 1)
+    ]
     out = rp.FIGURES["fig21b"].run(low_labels)
     absence, restated = out.checks
     assert absence[1] and not restated[1] and out.absence == (absence[0],)
@@ -479,8 +500,12 @@ def test_compare_records_lists_every_difference(tmp_path):
     old, new = tmp_path / "old", tmp_path / "new"
     (new / "fig2").mkdir(parents=True)
     old.mkdir()
-    rec = {"verdict": "reproduced", "recorded": "2026-01-01", "checks": [{"check": "a", "holds": True}],
-           "numbers": {"acc": [0.5, 0.25], "n": 3}}  # fmt: skip
+    rec = {
+        "verdict": "reproduced",
+        "recorded": "2026-01-01",
+        "checks": [{"check": "a", "holds": True}],
+        "numbers": {"acc": [0.5, 0.25], "n": 3},
+    }
     (old / "fig1.json").write_text(json.dumps(rec))
     (old / "fig2.json").write_text(json.dumps(rec))
     changed = {**rec, "recorded": "2026-02-02", "numbers": {"acc": [0.5, 0.26]}, "verdict": "partly"}

@@ -240,10 +240,23 @@ def test_run_analysis_restores_the_callers_mode(tmp_path):
 
 def test_cli_failures_are_one_line_and_write_nothing(tmp_path):
     r = subprocess.run(
-        [sys.executable, "-m", "hooked_clip1d", "train", "--preset", "simplified", "--n-labels", "6", "--threads",
-         "-1", "--out", str(tmp_path / "run")],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "hooked_clip1d",
+            "train",
+            "--preset",
+            "simplified",
+            "--n-labels",
+            "6",
+            "--threads",
+            "-1",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "threads" in r.stderr
     assert not (tmp_path / "run").exists()
     r = subprocess.run(f"{sys.executable} -m hooked_clip1d list | head -1", shell=True, capture_output=True, text=True)
@@ -275,8 +288,26 @@ def test_resume_reads_the_runs_own_config_and_names_disagreeing_flags(tmp_path, 
     from hooked_clip1d.cli.commands import main
 
     out = str(tmp_path / "run")
-    base = ["train", "--preset", "simplified", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--batch-size",
-            "16", "--lr", "3e-4", "--epochs", "2", "--no-progress", "--out", out]  # fmt: skip
+    base = [
+        "train",
+        "--preset",
+        "simplified",
+        "--n-labels",
+        "6",
+        "--n-heldout",
+        "2",
+        "--n2",
+        "2",
+        "--batch-size",
+        "16",
+        "--lr",
+        "3e-4",
+        "--epochs",
+        "2",
+        "--no-progress",
+        "--out",
+        out,
+    ]
     assert main(base) == 0
     # only --resume, --out and a larger --epochs: everything else comes from the run's config.json
     assert main(["train", "--resume", "--out", out, "--epochs", "3", "--no-progress"]) == 0
@@ -302,15 +333,18 @@ def test_resume_flags_are_checked_by_the_one_resume_comparison(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "train_config.epochs: the run has 2, the flags say 3" in err
     parser = add_train_parser(argparse.ArgumentParser().add_subparsers())
-    cfg, data, tc, init = train_configs(parser.parse_args(["--resume", "--out", out, "--eval-every", "1",
-                                                           "--threads", "1"]))  # fmt: skip
+    cfg, data, tc, init = train_configs(
+        parser.parse_args(["--resume", "--out", out, "--eval-every", "1", "--threads", "1"])
+    )
     assert RunConfig(cfg, data, tc).resume_problems(saved) == [] and init is None
     assert (tc.eval_every, tc.threads, tc.lr_schedule, data.n_labels) == (1, 1, "warmup_cosine", 6)
     with pytest.raises(ValueError) as e:
         train_configs(parser.parse_args(["--resume", "--out", out, "--seed", "3", "--n2", "3"]))
-    asked = RunConfig.resumed_with(saved, RunConfig(*train_configs(parser.parse_args(["--out", "x", "--seed", "3",
-                                                                                      "--n2", "3"]))[:3]),
-                                   RunConfig(*train_configs(parser.parse_args(["--out", "x"]))[:3]))  # fmt: skip
+    asked = RunConfig.resumed_with(
+        saved,
+        RunConfig(*train_configs(parser.parse_args(["--out", "x", "--seed", "3", "--n2", "3"]))[:3]),
+        RunConfig(*train_configs(parser.parse_args(["--out", "x"]))[:3]),
+    )
     want = asked.resume_problems(saved, "the run has", "the flags say")
     assert str(e.value) == f"--resume {out!r}: flags disagree with the run: " + "; ".join(want)
     assert want == [
@@ -324,7 +358,26 @@ def test_resume_with_a_disagreeing_data_flag_is_an_error(tmp_path, capsys):
     from hooked_clip1d.cli.commands import main
 
     out = str(tmp_path / "run")
-    assert main(["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--batch-size", "16", "--epochs", "1",
-                 "--no-progress", "--out", out]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--n-labels",
+                "6",
+                "--n-heldout",
+                "2",
+                "--n2",
+                "2",
+                "--batch-size",
+                "16",
+                "--epochs",
+                "1",
+                "--no-progress",
+                "--out",
+                out,
+            ]
+        )
+        == 0
+    )
     assert main(["train", "--resume", "--out", out, "--n2", "3", "--epochs", "2"]) == 2
     assert "data_config.n2: the run has 2, the flags say 3" in capsys.readouterr().err

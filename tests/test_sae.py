@@ -64,7 +64,8 @@ def test_spliced_replaces_the_activation_and_puts_everything_back():
     with sae.spliced(m.vision, "hook_pooled"):
         out, cache = m.vision.run_with_cache(img)
         assert {f"hook_pooled.hook_sae_{k}" for k in ("input", "acts_pre", "acts_post", "recons", "output")} <= set(
-            cache.keys())  # fmt: skip
+            cache.keys()
+        )
         zero = m.vision.run_with_hooks(img, fwd_hooks=[("hook_pooled.hook_sae_acts_post", lambda a, hook: a * 0)])
     assert torch.allclose(out, m.vision.run_with_hooks(img, fwd_hooks=[("hook_pooled", splice_hook(sae))]))
     assert torch.allclose(zero, sae.b_dec.expand_as(zero))  # every feature off: the decoder bias alone

@@ -22,13 +22,17 @@ def _runs(share, probe=lambda arm, epoch: 1.0):
     """Synthetic emergence rows: every arm x 3 seeds, the share given as a function of (exposure, epoch)."""
     return {
         (arm, seed): [
-            {"epoch": ep, "exposure": RATE[arm] * ep, "xwx_share": [share(RATE[arm] * ep, ep) + 0.01 * seed] * 4,
-             "probe": probe(arm, ep)}
+            {
+                "epoch": ep,
+                "exposure": RATE[arm] * ep,
+                "xwx_share": [share(RATE[arm] * ep, ep) + 0.01 * seed] * 4,
+                "probe": probe(arm, ep),
+            }
             for ep in EPOCHS
         ]
         for arm in EXPOSURE_ARMS
         for seed in range(3)
-    }  # fmt: skip
+    }
 
 
 def test_a_share_set_by_exposure_passes_both_checks():
@@ -60,9 +64,11 @@ def test_untrained_runs_reach_no_exposure():
 
 
 def test_interpolation_and_reach():
-    rows = [{"epoch": 0, "exposure": 0.0, "xwx_share": [0.2], "probe": 0.9},
-            {"epoch": 100, "exposure": 0.5, "xwx_share": [0.4], "probe": 0.9},
-            {"epoch": 200, "exposure": 1.0, "xwx_share": [0.8], "probe": 0.7}]  # fmt: skip
+    rows = [
+        {"epoch": 0, "exposure": 0.0, "xwx_share": [0.2], "probe": 0.9},
+        {"epoch": 100, "exposure": 0.5, "xwx_share": [0.4], "probe": 0.9},
+        {"epoch": 200, "exposure": 1.0, "xwx_share": [0.8], "probe": 0.7},
+    ]
     assert share_at(rows, "exposure", 0.25) == pytest.approx(0.3)
     assert share_at(rows, "exposure", 0.75) is None  # the later snapshot does not generalize
     assert share_at(rows, "epoch", 50) == pytest.approx(0.3)

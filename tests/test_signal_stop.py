@@ -113,8 +113,20 @@ def test_sigterm_to_a_sweep_with_two_workers_checkpoints_both_groups_and_exits_1
     text = (ROOT / "examples" / "sweeps" / "tiny.toml").read_text()
     spec.write_text(text.replace("epochs = 3", "epochs = 100000").replace("max_group_size = 4", "max_group_size = 2"))
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "hooked_clip1d", "sweep", str(spec), "--out", str(out), "--workers", "2",
-           "--threads", "1", "--no-progress"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "hooked_clip1d",
+        "sweep",
+        str(spec),
+        "--out",
+        str(out),
+        "--workers",
+        "2",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "TQDM_DISABLE": "1"})
     try:
         deadline = time.time() + 240

@@ -68,8 +68,12 @@ def test_temperature_arms_train_in_one_group():
     cfg = tiny_config()
     keys = {
         group_key(cfg, D6, TrainConfig(**{k: v for k, v in RECIPES[r].fields()["train"].items()}))
-        for r in ("cls-exempt-init002", "cls-exempt-init002-temp-nodecay", "cls-exempt-init002-temp100",
-                  "open-clip-init002")
-    }  # fmt: skip
+        for r in (
+            "cls-exempt-init002",
+            "cls-exempt-init002-temp-nodecay",
+            "cls-exempt-init002-temp100",
+            "open-clip-init002",
+        )
+    }
     assert len(keys) == 1
     assert isinstance(RECIPES["cls-exempt-init002-temp100"], Recipe)

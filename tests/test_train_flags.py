@@ -22,8 +22,23 @@ DATA = DataConfig(n_labels=6, n_heldout=2, n2=2)
 @pytest.fixture(scope="module")
 def ep_ablated_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ablated") / "run"
-    args = ["train", "--out", str(out), "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--epochs", "1",
-            "--ablate-vision-terms", "EP", "--no-progress", "--json"]  # fmt: skip
+    args = [
+        "train",
+        "--out",
+        str(out),
+        "--n-labels",
+        "6",
+        "--n-heldout",
+        "2",
+        "--n2",
+        "2",
+        "--epochs",
+        "1",
+        "--ablate-vision-terms",
+        "EP",
+        "--no-progress",
+        "--json",
+    ]
     assert main(args) == 0
     return out
 

@@ -451,14 +451,29 @@ def test_resume_a_checkpoint_saved_before_a_config_field_existed(tmp_path, engin
     from hooked_clip1d.model.checkpoint import read_tensors, save_tensors
     from hooked_clip1d.training.batched import BatchedTrainer, Member
 
-    args = ["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--no-progress", "--engine", engine,
-            "--out", str(tmp_path)]  # fmt: skip
+    args = [
+        "train",
+        "--n-labels",
+        "6",
+        "--n-heldout",
+        "2",
+        "--n2",
+        "2",
+        "--no-progress",
+        "--engine",
+        engine,
+        "--out",
+        str(tmp_path),
+    ]
     if engine == "standard":
         assert main([*args, "--epochs", "1"]) == 0
         ckpt = tmp_path / "checkpoint.safetensors"
     else:  # a 3-epoch group run stopped early, as a killed session leaves it
-        m = Member(CLIPConfig.from_preset("simplified", n_labels=6), DataConfig(n_labels=6, n_heldout=2, n2=2),
-                   TrainConfig(epochs=3))  # fmt: skip
+        m = Member(
+            CLIPConfig.from_preset("simplified", n_labels=6),
+            DataConfig(n_labels=6, n_heldout=2, n2=2),
+            TrainConfig(epochs=3),
+        )
         BatchedTrainer([m], tmp_path, member_dirs=[tmp_path]).run(progress=False, max_steps=2)
         ckpt = tmp_path / "group_checkpoint.safetensors"
     tensors, meta = read_tensors(ckpt)

@@ -267,8 +267,22 @@ def test_emergence_rows_recorded_at_shipping_equal_a_recomputation(zoo):
     again = reg.trajectory_emergence("tiny", recompute=True)
     assert again.rows == stored.rows and again.windows == stored.windows
     row = stored.rows[0]
-    for key in ("loss", "single", "seen", "unseen", "probe", "p_left", "p_right", "ep_std", "ep_spearman", "invariant",
-                "xwx_share", "qk_rank", "exposure", "checks"):  # fmt: skip
+    for key in (
+        "loss",
+        "single",
+        "seen",
+        "unseen",
+        "probe",
+        "p_left",
+        "p_right",
+        "ep_std",
+        "ep_spearman",
+        "invariant",
+        "xwx_share",
+        "qk_rank",
+        "exposure",
+        "checks",
+    ):
         assert key in row, key
     assert row["exposure"] == 0.0 and stored.rows[-1]["exposure"] > 0
     assert set(stored.windows) >= {"generalizes", "picture"}

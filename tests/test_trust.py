@@ -116,14 +116,23 @@ def test_a_check_on_stored_numbers_is_reported_not_auditable_never_invariant():
     def run(models):
         mm = models["m"]
         w = float(mm.vision.W_E[mm.vision.cfg.vocab.cls].detach().norm())
-        return Outcome({}, "", [("stored acc", mm.manifest["metrics"]["val_unseen"]["acc"] > 0.9),
-                                ("reads the weights", w > 0)], {}, values={"reads the weights": (w, ">")})  # fmt: skip
+        return Outcome(
+            {},
+            "",
+            [("stored acc", mm.manifest["metrics"]["val_unseen"]["acc"] > 0.9), ("reads the weights", w > 0)],
+            {},
+            values={"reads the weights": (w, ">")},
+        )
 
     outcome = run({"m": m})
     audit = audit_invariance(FigureSpec("t", "t", "t", ("m",), run), {"m": m}, outcome)
     assert audit["not_auditable"] == ["stored acc"]
-    null = {"variants": [{"model": f"u{i}", "checks": {"stored acc": False, "reads the weights": False}, "values": {}}
-                         for i in range(10)]}  # fmt: skip
+    null = {
+        "variants": [
+            {"model": f"u{i}", "checks": {"stored acc": False, "reads the weights": False}, "values": {}}
+            for i in range(10)
+        ]
+    }
     rows = {r["check"]: r for r in counted_checks(outcome, null, audit)}
     assert rows["stored acc"]["not_auditable"] and rows["stored acc"]["counted"]
     assert "not_auditable" not in rows["reads the weights"]

@@ -397,8 +397,10 @@ def _replace_fn(name: str, value: torch.Tensor, head: int | None, rows: bool) ->
     def fn(act: torch.Tensor, hook: HookPoint) -> torch.Tensor:
         v = value.to(act.device, act.dtype)
         if rows and v.shape != act.shape:
-            raise ValueError(f"{name}: resampled activation {tuple(v.shape)} != run activation {tuple(act.shape)}; "
-                             "draw as many resampled rows as the run has")  # fmt: skip
+            raise ValueError(
+                f"{name}: resampled activation {tuple(v.shape)} != run activation {tuple(act.shape)}; "
+                "draw as many resampled rows as the run has"
+            )
         if not rows and v.shape != act.shape[1:]:
             raise ValueError(f"{name}: mean activation {tuple(v.shape)} != run activation {tuple(act.shape[1:])}")
         if head is None:

@@ -45,9 +45,16 @@ def cmd_train(a: argparse.Namespace) -> int:
         extra_dropout = any(t.attn_dropout or t.embed_dropout for t in (cfg.vision, cfg.text))
         rng = "fast" if a.compile or extra_dropout else "matched"
         run = train_fast(
-            cfg, data_cfg, tc, a.out, resume=a.resume, progress=not a.no_progress, compile=a.compile,
-            dropout_rng=rng, init_model=init,
-        )  # fmt: skip
+            cfg,
+            data_cfg,
+            tc,
+            a.out,
+            resume=a.resume,
+            progress=not a.no_progress,
+            compile=a.compile,
+            dropout_rng=rng,
+            init_model=init,
+        )
     else:
         run = train(cfg, data_cfg, tc, a.out, resume=a.resume, progress=not a.no_progress, init_model=init)
     res = {

@@ -229,8 +229,18 @@ def _data_cfg(a: argparse.Namespace) -> DataConfig:
     )
 
 
-_SHAPE_FLAGS = ("vision_preset", "text_preset", "vision_layers", "text_layers", "vision_heads", "positional",
-                "text_positional", "dropout", "ablate_vision_terms", *Recipe.MODEL_FIELDS)  # fmt: skip
+_SHAPE_FLAGS = (
+    "vision_preset",
+    "text_preset",
+    "vision_layers",
+    "text_layers",
+    "vision_heads",
+    "positional",
+    "text_positional",
+    "dropout",
+    "ablate_vision_terms",
+    *Recipe.MODEL_FIELDS,
+)
 
 
 def _init_model(a: argparse.Namespace) -> CLIP1D | None:

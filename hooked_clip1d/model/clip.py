@@ -227,8 +227,11 @@ class CLIP1D(nn.Module):
     # ---- TransformerLens verbs over both towers and the head -----------------------------------------------------
     def hook_names(self) -> list[str]:
         """Every hook point of the whole model: ``vision.<name>``, ``text.<name>`` and the head's ``HEAD_HOOKS``."""
-        return [*(f"vision.{n}" for n in self.vision.hook_names()), *(f"text.{n}" for n in self.text.hook_names()),
-                *HEAD_HOOKS]  # fmt: skip
+        return [
+            *(f"vision.{n}" for n in self.vision.hook_names()),
+            *(f"text.{n}" for n in self.text.hook_names()),
+            *HEAD_HOOKS,
+        ]
 
     def _route(self, hooks: Any) -> tuple[list, list, list]:
         """Split ``[(name, fn), ...]`` by owner: vision tower, text tower, head (names without the tower prefix)."""
@@ -279,9 +282,13 @@ class CLIP1D(nn.Module):
                     getattr(self, name).remove_hooks("both")
 
     def run_with_hooks(
-        self, images: torch.Tensor, captions: torch.Tensor, fwd_hooks: Any = (), bwd_hooks: Any = (),
+        self,
+        images: torch.Tensor,
+        captions: torch.Tensor,
+        fwd_hooks: Any = (),
+        bwd_hooks: Any = (),
         return_type: str | None = "logits",
-    ) -> torch.Tensor | None:  # fmt: skip
+    ) -> torch.Tensor | None:
         """Run with temporary hooks (names as in ``hook_names()``); see ``forward`` for ``return_type``."""
         with self.hooks(fwd_hooks, bwd_hooks):
             return self(images, captions, return_type=return_type)

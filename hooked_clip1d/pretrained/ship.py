@@ -213,36 +213,77 @@ def ship_trajectory(
         stored = _stored_epochs(epochs, last, snaps)
         ds = unseen_probe(build_dataset(final.data_config))
         models, kept_dtypes, kept, record = _stored_precisions(snaps, stored, final, ds, dtypes, tolerance_images)
-        emerg = _emergence_record(kept, models, kept_dtypes, (last, shipped), TrainConfig.from_dict(
-            config["train_config"]), ds)  # fmt: skip
+        emerg = _emergence_record(
+            kept, models, kept_dtypes, (last, shipped), TrainConfig.from_dict(config["train_config"]), ds
+        )
 
-        tensors, digests = trajectory_tensors(kept, kept_dtypes)
-        digests[str(last)] = zman["sha256"]  # the last checkpoint: the shipped weights file
-        epochs_all = [*stored, last]
-        dtype_map = {str(e): kept_dtypes[e] for e in stored}
-        trajectory = {"name": name, "epochs": epochs_all, "final_epoch": last, "dtypes": dtype_map}
-        meta = {**{k: config[k] for k in ("model_config", "data_config", "train_config")}, "trajectory": trajectory}
-        precision = dict(method=PRECISION_METHOD, candidates=list(dtypes), tolerance_images=tolerance_images,
-                         checkpoints=record)  # fmt: skip
-        source = dict(run=portable_command(str(run_dir.resolve())),
-                      command=portable_command(config["provenance"]["command"]), snapshots=list(snaps))  # fmt: skip
-        man = {
-            "format": MANIFEST_FORMAT,
-            "name": name,
-            "epochs": epochs_all,
-            "final_epoch": last,
-            "final": f"weights/{name}.safetensors (the shipped model, sha256 {zman['sha256']})",
-            "dtype": dtype_summary(kept_dtypes),
-            "dtypes": dtype_map,
-            "checkpoint_sha256": digests,
-            "chance": round(1.0 / len(ds.captions), 6),
-            "precision": precision,
-            "emergence": emerg,
-            "source": source,
-        }
+        tensors, meta, man = _trajectory_files(
+            name,
+            config,
+            zman,
+            run_dir,
+            snaps,
+            stored,
+            last,
+            kept,
+            kept_dtypes,
+            dtypes,
+            tolerance_images,
+            record,
+            emerg,
+            len(ds.captions),
+        )
         target, text = _write_parts(dest, name, tensors, meta, man, budget_mb)
         atomic_write_text(dest / f"{name}.json", text)
     return target
+
+
+def _trajectory_files(
+    name: str,
+    config: dict[str, Any],
+    zman: dict[str, Any],
+    run_dir: Path,
+    snaps: dict[int, Path],
+    stored: list[int],
+    last: int,
+    kept: dict[int, Any],
+    kept_dtypes: dict[int, str],
+    dtypes: Sequence[str],
+    tolerance_images: int,
+    record: Any,
+    emerg: dict[str, Any],
+    n_captions: int,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``ship_trajectory``'s tensors, file metadata and manifest, from what it measured."""
+    tensors, digests = trajectory_tensors(kept, kept_dtypes)
+    digests[str(last)] = zman["sha256"]  # the last checkpoint: the shipped weights file
+    epochs_all = [*stored, last]
+    dtype_map = {str(e): kept_dtypes[e] for e in stored}
+    trajectory = {"name": name, "epochs": epochs_all, "final_epoch": last, "dtypes": dtype_map}
+    meta = {**{k: config[k] for k in ("model_config", "data_config", "train_config")}, "trajectory": trajectory}
+    precision = dict(
+        method=PRECISION_METHOD, candidates=list(dtypes), tolerance_images=tolerance_images, checkpoints=record
+    )
+    source = dict(
+        run=portable_command(str(run_dir.resolve())),
+        command=portable_command(config["provenance"]["command"]),
+        snapshots=list(snaps),
+    )
+    man = {
+        "format": MANIFEST_FORMAT,
+        "name": name,
+        "epochs": epochs_all,
+        "final_epoch": last,
+        "final": f"weights/{name}.safetensors (the shipped model, sha256 {zman['sha256']})",
+        "dtype": dtype_summary(kept_dtypes),
+        "dtypes": dtype_map,
+        "checkpoint_sha256": digests,
+        "chance": round(1.0 / n_captions, 6),
+        "precision": precision,
+        "emergence": emerg,
+        "source": source,
+    }
+    return tensors, meta, man
 
 
 def _finished_run_snapshots(run_dir: Path) -> dict[int, Path]:
@@ -329,9 +370,13 @@ def _stored_precisions(
 
 
 def _emergence_record(
-    kept: dict[int, Any], models: dict[int, Any], kept_dtypes: dict[int, str], final: tuple[int, Any], train_cfg: Any,
+    kept: dict[int, Any],
+    models: dict[int, Any],
+    kept_dtypes: dict[int, str],
+    final: tuple[int, Any],
+    train_cfg: Any,
     ds: Any,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The emergence rows on the stored weights ``kept`` (and the shipped ``final`` (epoch, model)), with the largest
     change of any of their numbers from the float32 weights ``models`` and the checks the rounding flipped."""
     from hooked_clip1d.analysis.mechanism.dynamics import emergence
@@ -343,9 +388,11 @@ def _emergence_record(
             em32 = emergence([*models.items(), final], train_cfg, dataset=ds)
             moved = max(numeric_diff(a, b) for a, b in zip(em32.rows, em.rows, strict=True))
             flipped = [
-                [a["epoch"], c] for a, b in zip(em32.rows, em.rows, strict=True) for c in a["checks"]
+                [a["epoch"], c]
+                for a, b in zip(em32.rows, em.rows, strict=True)
+                for c in a["checks"]
                 if a["checks"][c] != b["checks"].get(c)
-            ]  # fmt: skip
+            ]
         return {**em.to_json(), "max_change_from_float32": round(moved, 6), "checks_changed_by_rounding": flipped}
     except ValueError as err:  # not the paper's simplified vision tower: no mechanism report
         return {"not_run": str(err)}
@@ -380,9 +427,8 @@ def _write_parts(
         text = json.dumps(man, indent=2) + "\n"
         size = man["bytes"] + len(text.encode())
         present = [
-            p for p in dest.glob("*")
-            if p.is_file() and p.stem != name and not p.name.startswith((".", f"{name}.part"))
-        ]  # fmt: skip
+            p for p in dest.glob("*") if p.is_file() and p.stem != name and not p.name.startswith((".", f"{name}.part"))
+        ]
         others = sum(p.stat().st_size for p in present)
         if others + size > budget_mb * 1e6:
             raise ValueError(

@@ -60,8 +60,12 @@ def _fig20(models: dict[str, CLIP1D]) -> Outcome:
     kept, the order lost. Its three parts are shown, not counted (each alone passes on models that generalize or on
     untrained ones)."""
     name = "leftright-v1-t1-ntot20-n2-10"
-    parts = {"val_single:acc": (0.9, 1.0), "val_unseen:acc": (0.0, 0.1), "val_unseen:relaxed": (0.0, 0.6),
-             "val_unseen:label_set": (0.9, 1.0)}  # fmt: skip
+    parts = {
+        "val_single:acc": (0.9, 1.0),
+        "val_unseen:acc": (0.0, 0.1),
+        "val_unseen:relaxed": (0.0, 0.6),
+        "val_unseen:label_set": (0.9, 1.0),
+    }
     out = _manifest_accuracy_outcome(name, parts)(models)
     u = models[name].manifest["metrics"]["val_unseen"]
     combined = (
@@ -105,10 +109,13 @@ def _fig8(models: dict[str, CLIP1D]) -> Outcome:
     ep_rho = ep.numbers["spearman"]
     out.checks += [(c8c, both_sides(0.6)), (c8d, any(monotonic(rho, std))), (e8d, max(map(abs, ep_rho)) >= 0.9)]
     out.secondary = {e8d: ep.secondary[ep.checks[0][0]]}
-    out.sensitivity = {c8c: [(t, both_sides(t)) for t in BIAS_STEPS],
-                       c8d: [(t, any(monotonic(rho, std, t))) for t in STD_STEPS]}  # fmt: skip
-    out.numbers.update(left=left, right=right, kp_spearman=rho, kp_std=std, ep_spearman=ep_rho,
-                       sensitivity=out.sensitivity)  # fmt: skip
+    out.sensitivity = {
+        c8c: [(t, both_sides(t)) for t in BIAS_STEPS],
+        c8d: [(t, any(monotonic(rho, std, t))) for t in STD_STEPS],
+    }
+    out.numbers.update(
+        left=left, right=right, kp_spearman=rho, kp_std=std, ep_spearman=ep_rho, sensitivity=out.sensitivity
+    )
     out.summary += (
         " P(left)/P(right) per head on unseen pairs: "
         + ", ".join(f"h{h} {a:.2f}/{b:.2f}" for h, (a, b) in enumerate(zip(left, right, strict=True)))
@@ -214,8 +221,14 @@ def _fig19(models: dict[str, CLIP1D]) -> Outcome:
         secondary[c_nb] = "true by construction: this model's b_Q and b_K are 0 (no Pi_bias to remove)"
     res["rho_spearman"] = rho_sp
     res["rho_spearman_side_biased"] = second_biased
-    return Outcome(res, summary + ".", checks, {"mechanism": plot_rope_mechanism(res)},
-                   values={c19f: (second_biased, ">"), c19f_all: (second, ">")}, secondary=secondary)  # fmt: skip
+    return Outcome(
+        res,
+        summary + ".",
+        checks,
+        {"mechanism": plot_rope_mechanism(res)},
+        values={c19f: (second_biased, ">"), c19f_all: (second, ">")},
+        secondary=secondary,
+    )
 
 
 def _fig22(models: dict[str, CLIP1D]) -> Outcome:
@@ -266,8 +279,14 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
         + "; EP alone (Spearman) "
         + ", ".join(f"h{h} {r:+.2f}" for h, r in zip(kept, ep_rho, strict=True))
     )
-    numbers["retrained"] = {"model": PRUNED, "kept": kept, "val_unseen": after, "kp_spearman": rho, "kp_std": std,
-                            "ep_spearman": ep_rho}  # fmt: skip
+    numbers["retrained"] = {
+        "model": PRUNED,
+        "kept": kept,
+        "val_unseen": after,
+        "kp_spearman": rho,
+        "kp_std": std,
+        "ep_spearman": ep_rho,
+    }
     numbers["sensitivity"] = sensitivity
     figs["retrained_ep"] = ep.figures["fig14_terms"]
     plt.close(ep.figures["fig5a_rows"])
@@ -277,8 +296,16 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
         "with the figure's other model (`--model`, and an untrained two-head model in the null control); the "
         "figure is not read at more seeds, as the seed sweeps hold no retrained pruned model."
     )
-    return Outcome(numbers, summary + ".", checks, figs, notes, absence=(checks[0][0],),
-                   secondary={c_ep: COORDINATE}, sensitivity=sensitivity)  # fmt: skip
+    return Outcome(
+        numbers,
+        summary + ".",
+        checks,
+        figs,
+        notes,
+        absence=(checks[0][0],),
+        secondary={c_ep: COORDINATE},
+        sensitivity=sensitivity,
+    )
 
 
 def _fig23(models: dict[str, CLIP1D]) -> Outcome:

@@ -152,8 +152,11 @@ def _benchmark_model(name: str, model: CLIP1D) -> dict[str, Any]:
         results = _run_methods(model, images, captions, norm)
         rows += _method_rows(name, norm, results, truth, graph)
         if norm == DEFAULT_NORM:
-            positional = {m: max((abs(r[e]) for e in pos_edges), default=0.0)
-                          for m, r in results.items() if r.names and "->" in r.names[0]}  # fmt: skip
+            positional = {
+                m: max((abs(r[e]) for e in pos_edges), default=0.0)
+                for m, r in results.items()
+                if r.names and "->" in r.names[0]
+            }
     return {
         "model": name,
         "accuracy": accuracy,
@@ -163,7 +166,7 @@ def _benchmark_model(name: str, model: CLIP1D) -> dict[str, Any]:
             "edges": truth.edges,
             "scores": truth.scores,
             "seconds": truth_seconds,
-        },  # fmt: skip
+        },
         "transfer": {split: _transfer(model, truth, split) for split in TRANSFER_SPLITS},
         "n_components": len(graph.components()),
         "n_edges": len(graph.edges),
@@ -190,8 +193,9 @@ def _value(rows: list[dict[str, Any]], model: str, method: str, norm: str, key: 
     return None
 
 
-def _checks(per_model: dict[str, Any], models: dict[str, CLIP1D]) -> tuple[list, dict, dict]:
-    """The claims (restated for issue 45, before this version was first run), their scalars and what is secondary."""
+def _flags(per_model: dict[str, Any], models: dict[str, CLIP1D]) -> dict[str, Any]:
+    """What ``_checks`` judges, measured on the models whose circuit was found (every flag False unless every model's
+    was): each claim's truth value, and the two scalars its value lines state (``exact_auc``, ``atp_sign``)."""
     measured = [m for m in per_model.values() if m["circuit"] is not None]
     rows = [r for m in measured for r in m["rows"]]
     names = [m["model"] for m in measured]
@@ -204,42 +208,90 @@ def _checks(per_model: dict[str, Any], models: dict[str, CLIP1D]) -> tuple[list,
     def most(flags: list[bool]) -> bool:
         return every and sum(flags) > len(flags) / 2
 
-    faithful = every and all(m["circuit"]["scores"]["faithfulness"] >= 0.8 for m in measured)
-    complete = every and all(m["circuit"]["scores"]["completeness"] >= 0.9 for m in measured)
     exact_auc = [v(n, "exact patching", "node_auc") for n in names]
     atp_sign = [v(n, "AtP", "node_sign_agreement") for n in names]
-    linear_helps = [v(n, m, f"{u}_pearson", "frozen") > v(n, m, f"{u}_pearson") for n in names
-                    for m, u in (("AtP", "node"), ("EAP", "edge"))]  # fmt: skip
+    linear_helps = [
+        v(n, m, f"{u}_pearson", "frozen") > v(n, m, f"{u}_pearson")
+        for n in names
+        for m, u in (("AtP", "node"), ("EAP", "edge"))
+    ]
     one_layer = [m["model"] for m in measured if m["one_layer"]]
-    qk_exact = [v(n, "EAP+QK", "edge_pearson", "frozen") >= 0.999 and v(n, "EAP+QK", "edge_sign_agreement", "frozen")
-                == 1.0 for n in one_layer]  # fmt: skip
-    ig = [v(n, "EAP-IG", "edge_pearson") >= v(n, "EAP", "edge_pearson") for n in names]
-    qk = [v(n, "EAP+QK", "edge_pearson") >= v(n, "EAP", "edge_pearson") for n in names]
-    blind = every and all(all(x == 0.0 for x in m["positional_edge_scores"].values()) for m in measured)
-    minimal = every and all(t["minimal_fraction"] == 1.0 for m in measured for t in m["transfer"].values())
+    qk_exact = [
+        v(n, "EAP+QK", "edge_pearson", "frozen") >= 0.999 and v(n, "EAP+QK", "edge_sign_agreement", "frozen") == 1.0
+        for n in one_layer
+    ]
     shipped_ok = [m["matches_shipped_file"] for m in per_model.values() if m["matches_shipped_file"] is not None]
+    return {
+        "exact_auc": exact_auc,
+        "atp_sign": atp_sign,
+        "faithful_complete": every
+        and all(m["circuit"]["scores"]["faithfulness"] >= 0.8 for m in measured)
+        and all(m["circuit"]["scores"]["completeness"] >= 0.9 for m in measured),
+        "auc": every and all(a >= 0.9 for a in exact_auc),
+        "atp": every and all(a >= 0.75 for a in atp_sign),
+        "linear_helps": every and all(linear_helps),
+        "qk_exact": every and bool(qk_exact) and all(qk_exact),
+        "ig": most([v(n, "EAP-IG", "edge_pearson") >= v(n, "EAP", "edge_pearson") for n in names]),
+        "qk": most([v(n, "EAP+QK", "edge_pearson") >= v(n, "EAP", "edge_pearson") for n in names]),
+        "blind": every and all(all(x == 0.0 for x in m["positional_edge_scores"].values()) for m in measured),
+        "minimal": every and all(t["minimal_fraction"] == 1.0 for m in measured for t in m["transfer"].values()),
+        "shipped": bool(shipped_ok) and all(shipped_ok),
+    }
+
+
+def _checks(per_model: dict[str, Any], models: dict[str, CLIP1D]) -> tuple[list, dict, dict]:
+    """The claims (restated for issue 45, before this version was first run), their scalars and what is secondary."""
+    f = _flags(per_model, models)
+    exact_auc, atp_sign = f["exact_auc"], f["atp_sign"]
     checks = [
-        ("every model's ground-truth circuit is faithful (normalised faithfulness >= 0.8) and complete (>= 0.9)",
-         faithful and complete),
-        ("exact patching on the mirror task ranks the ground-truth heads / MLPs first (node ROC AUC >= 0.9 on every "
-         "model)", every and all(a >= 0.9 for a in exact_auc)),
-        ("AtP gets the sign of exact patching right under CLIP's cosine belief (sign agreement >= 0.75 over every "
-         "node the mirror moves, on every model)", every and all(a >= 0.75 for a in atp_sign)),
-        ("a belief linear in the embeddings (norm='frozen') brings AtP (nodes) and EAP (edges) closer to exact "
-         "patching than the cosine (higher Pearson, every model, both)", every and all(linear_helps)),
-        ("with norm='frozen', EAP with the QK fix is exact on the one-layer models (Pearson >= 0.999, every sign "
-         "right)", every and bool(qk_exact) and all(qk_exact)),
-        ("EAP-IG agrees with exact edge patching at least as well as EAP (signed Pearson, cosine belief) on most "
-         "models (Hanna et al. 2024)", most(ig)),
-        ("the QK fix brings EAP at least as close to exact edge patching (signed Pearson, cosine belief) on most "
-         "models (Kramár et al. 2024)", most(qk)),
-        ("no input-contrast method scores the ground truth's positional edges (pos -> head): 0 on every model",
-         blind),
-        (f"every ground-truth circuit stays minimal on inputs it was not measured on (every edge moves the belief "
-         f"by >= 0.05 of the circuit's effect on {N_TRANSFER} seen and {N_TRANSFER} training pairs)", minimal),
-        ("the shipped circuit files are what ground_truth_circuit measures today", bool(shipped_ok) and
-         all(shipped_ok)),
-    ]  # fmt: skip
+        (
+            "every model's ground-truth circuit is faithful (normalised faithfulness >= 0.8) and complete (>= 0.9)",
+            f["faithful_complete"],
+        ),
+        (
+            "exact patching on the mirror task ranks the ground-truth heads / MLPs first (node ROC AUC >= 0.9 on every "
+            "model)",
+            f["auc"],
+        ),
+        (
+            "AtP gets the sign of exact patching right under CLIP's cosine belief (sign agreement >= 0.75 over every "
+            "node the mirror moves, on every model)",
+            f["atp"],
+        ),
+        (
+            "a belief linear in the embeddings (norm='frozen') brings AtP (nodes) and EAP (edges) closer to exact "
+            "patching than the cosine (higher Pearson, every model, both)",
+            f["linear_helps"],
+        ),
+        (
+            "with norm='frozen', EAP with the QK fix is exact on the one-layer models (Pearson >= 0.999, every sign "
+            "right)",
+            f["qk_exact"],
+        ),
+        (
+            "EAP-IG agrees with exact edge patching at least as well as EAP (signed Pearson, cosine belief) on most "
+            "models (Hanna et al. 2024)",
+            f["ig"],
+        ),
+        (
+            "the QK fix brings EAP at least as close to exact edge patching (signed Pearson, cosine belief) on most "
+            "models (Kramár et al. 2024)",
+            f["qk"],
+        ),
+        (
+            "no input-contrast method scores the ground truth's positional edges (pos -> head): 0 on every model",
+            f["blind"],
+        ),
+        (
+            f"every ground-truth circuit stays minimal on inputs it was not measured on (every edge moves the belief "
+            f"by >= 0.05 of the circuit's effect on {N_TRANSFER} seen and {N_TRANSFER} training pairs)",
+            f["minimal"],
+        ),
+        (
+            "the shipped circuit files are what ground_truth_circuit measures today",
+            f["shipped"],
+        ),
+    ]
     secondary = {
         checks[7][0]: "true by construction: P is the same in an image and its mirror, so every patching-based "
         "score of a pos edge is 0 (the blind spot the benchmark exposes, not a finding about training)",
@@ -249,10 +301,22 @@ def _checks(per_model: dict[str, Any], models: dict[str, CLIP1D]) -> tuple[list,
     return checks, values, secondary
 
 
-SUMMARY_KEYS = ("node_auc", "node_precision_at_k", "edge_auc", "edge_precision_at_k", "edge_auc_all",
-                "node_sign_agreement", "node_weighted_sign_agreement", "node_pearson", "node_top_k_overlap",
-                "edge_sign_agreement", "edge_weighted_sign_agreement", "edge_pearson", "edge_top_k_overlap",
-                "seconds")  # fmt: skip
+SUMMARY_KEYS = (
+    "node_auc",
+    "node_precision_at_k",
+    "edge_auc",
+    "edge_precision_at_k",
+    "edge_auc_all",
+    "node_sign_agreement",
+    "node_weighted_sign_agreement",
+    "node_pearson",
+    "node_top_k_overlap",
+    "edge_sign_agreement",
+    "edge_weighted_sign_agreement",
+    "edge_pearson",
+    "edge_top_k_overlap",
+    "seconds",
+)
 
 
 def _summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -292,8 +356,13 @@ def _tables(measured: list[dict[str, Any]], summary: list[dict[str, Any]]) -> li
         "|---|---|" + "---|" * len(measured),
     ]
     for norm in NORMS:
-        for method, unit in (("AtP", "node"), ("AtP+QK", "node"), ("EAP", "edge"), ("EAP+QK", "edge"),
-                             ("EAP-IG", "edge")):  # fmt: skip
+        for method, unit in (
+            ("AtP", "node"),
+            ("AtP+QK", "node"),
+            ("EAP", "edge"),
+            ("EAP+QK", "edge"),
+            ("EAP-IG", "edge"),
+        ):
             cells = [
                 f"{_fmt(_value(rows, m['model'], method, norm, f'{unit}_sign_agreement'))} / "
                 f"{_fmt(_value(rows, m['model'], method, norm, f'{unit}_pearson'))}"
@@ -310,18 +379,23 @@ def _tables(measured: list[dict[str, Any]], summary: list[dict[str, Any]]) -> li
     ]
     for s in summary:
         if s["norm"] == DEFAULT_NORM:
-            table.append(f"| {s['method']} | " + " | ".join(_fmt(s[k]) for k in SUMMARY_KEYS[:5])
-                         + f" | {_fmt(s['seconds'])} |")  # fmt: skip
+            table.append(
+                f"| {s['method']} | " + " | ".join(_fmt(s[k]) for k in SUMMARY_KEYS[:5]) + f" | {_fmt(s['seconds'])} |"
+            )
     title = "Ground truths on inputs they were not measured on (faithfulness / minimal fraction / min share):"
     table += ["", title, ""]
     table.append("| model | val_unseen (measured on) | " + " | ".join(TRANSFER_SPLITS) + " |")
     table.append("|---|---|" + "---|" * len(TRANSFER_SPLITS))
     for m in measured:
         sc = m["circuit"]["scores"]
-        cells = [f"{_fmt(t['faithfulness'])} / {_fmt(t['minimal_fraction'])} / {_fmt(t['minimality_min'])}"
-                 for t in m["transfer"].values()]  # fmt: skip
-        table.append(f"| `{m['model']}` | {_fmt(sc['faithfulness'])} / {_fmt(sc['minimal_fraction'])} / "
-                     f"{_fmt(sc['minimality_min'])} | " + " | ".join(cells) + " |")  # fmt: skip
+        cells = [
+            f"{_fmt(t['faithfulness'])} / {_fmt(t['minimal_fraction'])} / {_fmt(t['minimality_min'])}"
+            for t in m["transfer"].values()
+        ]
+        table.append(
+            f"| `{m['model']}` | {_fmt(sc['faithfulness'])} / {_fmt(sc['minimal_fraction'])} / "
+            f"{_fmt(sc['minimality_min'])} | " + " | ".join(cells) + " |"
+        )
     return table
 
 
@@ -356,7 +430,7 @@ def _summary(per_model: dict[str, Any], summary: list[dict[str, Any]]) -> str:
             f"{s['method']} {_fmt(s['edge_auc'])}"
             for s in summary
             if s["norm"] == DEFAULT_NORM and s["edge_auc"] is not None
-        )  # fmt: skip
+        )
         + ". Every ground truth holds positional edges (pos -> a head's key or query) that no input-contrast method "
         "can score, since P is the same in an image and its mirror."
     )
@@ -396,8 +470,9 @@ def _x_circuits(models: dict[str, CLIP1D]) -> Outcome:
         torch.set_num_threads(threads)
     for name, model in models.items():
         shipped_name = getattr(model, "manifest", {}).get("name", name)
-        per_model[name]["matches_shipped_file"] = _same_as_shipped(name, per_model[name]) if shipped_name == name \
-            else None  # fmt: skip
+        per_model[name]["matches_shipped_file"] = (
+            _same_as_shipped(name, per_model[name]) if shipped_name == name else None
+        )
     measured = [m for m in per_model.values() if m["circuit"] is not None]
     rows = [r for m in measured for r in m["rows"]]
     checks, values, secondary = _checks(per_model, models)
@@ -406,7 +481,7 @@ def _x_circuits(models: dict[str, CLIP1D]) -> Outcome:
         "methods": {
             n: {"unit": m.unit, "signed": m.signed, "kwargs": {**m.kwargs, **OVERRIDES.get(n, {})}}
             for n, m in METHODS.items()
-        },  # fmt: skip
+        },
         "norms": list(NORMS),
         "top_k": TOP_K,
         "models": per_model,
@@ -414,9 +489,16 @@ def _x_circuits(models: dict[str, CLIP1D]) -> Outcome:
     }
     default_rows = [r for r in rows if r["norm"] == DEFAULT_NORM]
     figs = {"benchmark": plot_circuit_benchmark(default_rows)} if default_rows else {}
-    return Outcome(numbers, _summary(per_model, summary), checks, figs, notes=NOTES,
-                   table=tuple(_tables(measured, summary)) if measured else (), values=values,
-                   secondary=secondary)  # fmt: skip
+    return Outcome(
+        numbers,
+        _summary(per_model, summary),
+        checks,
+        figs,
+        notes=NOTES,
+        table=tuple(_tables(measured, summary)) if measured else (),
+        values=values,
+        secondary=secondary,
+    )
 
 
 def _models() -> tuple[str, ...]:

@@ -107,8 +107,8 @@ def trained_control_runs(spec: FigureSpec, sweeps_root: Path | None) -> tuple[li
             if saved["train_config"]["seed"] == man["train_config"]["seed"]:
                 continue
             same = saved["data_config"] == man["data_config"] and _without_init_seed(
-                CLIPConfig.from_dict(saved["model_config"])) == _without_init_seed(CLIPConfig.from_dict(
-                    man["model_config"]))  # fmt: skip
+                CLIPConfig.from_dict(saved["model_config"])
+            ) == _without_init_seed(CLIPConfig.from_dict(man["model_config"]))
             if same:
                 from hooked_clip1d.model.checkpoint import load_model_file
 
@@ -130,8 +130,9 @@ def _as_control(zoo_name: str, model: CLIP1D, free: bool, label: str | None = No
     return model
 
 
-def apply_trained_control(rows: list[dict[str, Any]], spec: FigureSpec, runs: list[tuple[str, dict[str, CLIP1D]]],
-                          status: str) -> dict[str, Any]:  # fmt: skip
+def apply_trained_control(
+    rows: list[dict[str, Any]], spec: FigureSpec, runs: list[tuple[str, dict[str, CLIP1D]]], status: str
+) -> dict[str, Any]:
     """Run ``spec`` on each trained-control run and mark each check row with the control's outcome
     (``trained_control``: label -> holds); a counted check that some control run passes is not counted
     (``control_passes``). A check the control's run does not report is an error. Returns the record's
@@ -221,8 +222,11 @@ def substitute(zoo_name: str, spec: str | Path | CLIP1D) -> CLIP1D:
             raise ValueError(f"substitute {spec!r} has no data_config (load it from a training run or a model file)")
         diffs = _model_differences(zoo.cfg, model.cfg)
         data_a, data_b = zoo.data_config.to_dict(), model.data_config.to_dict()
-        diffs += [f"data {k}: {data_b[k]!r} (the figure's model has {data_a[k]!r})" for k in data_a
-                  if k not in ("seed", "caption_order") and data_a[k] != data_b.get(k)]  # fmt: skip
+        diffs += [
+            f"data {k}: {data_b[k]!r} (the figure's model has {data_a[k]!r})"
+            for k in data_a
+            if k not in ("seed", "caption_order") and data_a[k] != data_b.get(k)
+        ]
         if diffs:
             raise ValueError(f"{spec!r} cannot stand in for {zoo_name!r}: " + "; ".join(diffs))
         model = model.eval()
@@ -241,10 +245,14 @@ def substitute(zoo_name: str, spec: str | Path | CLIP1D) -> CLIP1D:
     if not model.manifest.get("history"):
         m = model.manifest["metrics"]
         model.manifest["history"] = {
-            "epoch": [model.manifest.get("epochs") or 0], "step": [0], "loss": [None],
-            "single": [m["val_single"]["acc"]], "seen": [m["val_seen"]["acc"]], "unseen": [m["val_unseen"]["acc"]],
+            "epoch": [model.manifest.get("epochs") or 0],
+            "step": [0],
+            "loss": [None],
+            "single": [m["val_single"]["acc"]],
+            "seen": [m["val_seen"]["acc"]],
+            "unseen": [m["val_unseen"]["acc"]],
             "unseen_label_set": [m["val_unseen"]["label_set"]],
-        }  # fmt: skip
+        }
     return model
 
 
@@ -294,8 +302,9 @@ def null_rows(spec_path: Path, seed: int, init_std: float | None, workdir: Path)
     rows = []
     for r in load_spec(spec_path).runs:
         std = {} if init_std is None else {"init_std": init_std}
-        cfg = dataclasses.replace(r.model_cfg, vision=r.model_cfg.vision.replace(**std),
-                                  text=r.model_cfg.text.replace(**std))  # fmt: skip
+        cfg = dataclasses.replace(
+            r.model_cfg, vision=r.model_cfg.vision.replace(**std), text=r.model_cfg.text.replace(**std)
+        )
         model = CLIP1D(cfg, seed=seed).eval()
         model.data_config = r.data_cfg
         metrics = evaluate(model, build_dataset(r.data_cfg))
@@ -303,14 +312,26 @@ def null_rows(spec_path: Path, seed: int, init_std: float | None, workdir: Path)
         d.mkdir(parents=True, exist_ok=True)
         save_model(model, d / "model.safetensors", r.data_cfg, extra={"train_config": r.train_cfg.to_dict()})
         save_model(model, d / "snapshots" / "epoch_00000.safetensors", r.data_cfg, extra={"epoch": 0})
-        configs = {"model_config": cfg.to_dict(), "data_config": r.data_cfg.to_dict(),
-                   "train_config": r.train_cfg.to_dict()}  # fmt: skip
+        configs = {
+            "model_config": cfg.to_dict(),
+            "data_config": r.data_cfg.to_dict(),
+            "train_config": r.train_cfg.to_dict(),
+        }
         (d / "config.json").write_text(json.dumps(configs))
         (d / "metrics.jsonl").write_text(json.dumps({"epoch": 0, "step": 0, "loss": None, "eval": metrics}) + "\n")
         (d / "summary.json").write_text(json.dumps({"epochs": 0, "steps": 0, "final_metrics": metrics}))
-        row: dict[str, Any] = {"run": r.name, **r.params, "n_labels": r.model_cfg.n_labels, "n2": r.data_cfg.n2,
-                               "seed": r.train_cfg.seed, "epochs": 0, "steps": 0, "train_seconds": 0.0,
-                               "final_loss": None, "path": str(d)}  # fmt: skip
+        row: dict[str, Any] = {
+            "run": r.name,
+            **r.params,
+            "n_labels": r.model_cfg.n_labels,
+            "n2": r.data_cfg.n2,
+            "seed": r.train_cfg.seed,
+            "epochs": 0,
+            "steps": 0,
+            "train_seconds": 0.0,
+            "final_loss": None,
+            "path": str(d),
+        }
         for split in SPLITS:
             for metric in ("acc", "relaxed", "label_set"):
                 row[f"{split}.{metric}"] = metrics.get(split, {}).get(metric)

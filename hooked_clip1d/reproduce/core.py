@@ -146,7 +146,7 @@ def outcome_record(res: Outcome, out: Path, spec: FigureSpec, source: str) -> di
             {"sensitivity": {c: [[t, bool(ok)] for t, ok in v] for c, v in res.sensitivity.items()}}
             if res.sensitivity
             else {}
-        ),  # fmt: skip
+        ),
         "checks": [{"check": c, "holds": bool(ok)} for c, ok in res.checks],
         "numbers": res.numbers,
         "plots": plots,

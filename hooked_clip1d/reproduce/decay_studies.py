@@ -31,8 +31,12 @@ from hooked_clip1d.reproduce.dynamics_studies import ARMS, CHECK_SHORT, run_emer
 from hooked_clip1d.reproduce.mechanism_figs import PAPER_XWX_SHARE
 
 E_STARS = (0.25, 0.5, 0.9)  # every run of the four arms reaches each; arm (c) reaches 0.9 at epoch 9,000
-EXPOSURE_ARMS = ("cls-exempt-init002", "cls-exempt-init002-cosine", "cls-exempt-init002-exposure1",
-                 "cls-exempt-init002-embdrop")  # fmt: skip  # arm (e) has no decoupled decay, so no exposure
+EXPOSURE_ARMS = (
+    "cls-exempt-init002",
+    "cls-exempt-init002-cosine",
+    "cls-exempt-init002-exposure1",
+    "cls-exempt-init002-embdrop",
+)  # arm (e) has no decoupled decay, so no exposure
 REFERENCE_ARM = "cls-exempt-init002"  # arm (a): the epoch-matched reading uses the epoch at which it reaches E*
 KEEP_PROBE = 0.8  # a run's share counts at a point only where it generalizes (probe accuracy at both snapshots)
 MAX_SPREAD = 0.10
@@ -70,8 +74,9 @@ def share_at(rows: list[dict[str, Any]], key: str, x: float | int) -> float | No
 
 def epoch_at(rows: list[dict[str, Any]], exposure: float | int) -> float | None:
     """The (interpolated) epoch at which a run's decay exposure reaches ``exposure``; None if it never does."""
-    found = _bracket(sorted((r for r in rows if r.get("exposure") is not None), key=lambda r: r["epoch"]), "exposure",
-                     exposure)  # fmt: skip
+    found = _bracket(
+        sorted((r for r in rows if r.get("exposure") is not None), key=lambda r: r["epoch"]), "exposure", exposure
+    )
     return None if found is None else found[0]["epoch"] + found[2] * (found[1]["epoch"] - found[0]["epoch"])
 
 
@@ -99,12 +104,18 @@ def exposure_collapse(runs: dict[tuple[str, int], list[dict[str, Any]]]) -> dict
         by_exposure = _arm_values(runs, "exposure", e)
         by_epoch = _arm_values(runs, "epoch", epoch) if epoch is not None else dict.fromkeys(EXPOSURE_ARMS)
         s_exp, s_ep = _spread(by_exposure), _spread(by_epoch)
-        points.append({
-            "exposure": e, "epoch_of_a": epoch, "by_exposure": by_exposure, "by_epoch": by_epoch,
-            "spread_exposure": s_exp, "spread_epoch": s_ep,
-            "collapses": s_exp is not None and s_exp <= MAX_SPREAD,
-            "beats_epoch": s_exp is not None and s_ep is not None and s_exp < s_ep,
-        })  # fmt: skip
+        points.append(
+            {
+                "exposure": e,
+                "epoch_of_a": epoch,
+                "by_exposure": by_exposure,
+                "by_epoch": by_epoch,
+                "spread_exposure": s_exp,
+                "spread_epoch": s_ep,
+                "collapses": s_exp is not None and s_exp <= MAX_SPREAD,
+                "beats_epoch": s_exp is not None and s_ep is not None and s_exp < s_ep,
+            }
+        )
     return {"points": points}
 
 
@@ -114,8 +125,14 @@ def _plot(runs: dict[tuple[str, int], list[dict[str, Any]]]) -> plt.Figure:
     for (arm, seed), rows in sorted(runs.items()):
         pts = [r for r in rows if r.get("exposure") and r.get("xwx_share")]
         for ax, key in zip(axes, ("exposure", "epoch"), strict=True):
-            ax.plot([r[key] for r in pts], [_head_mean(r) for r in pts], color=colors[arm], lw=0.9, alpha=0.8,
-                    label=ARMS[arm] if seed == min(s for a, s in runs if a == arm) else None)  # fmt: skip
+            ax.plot(
+                [r[key] for r in pts],
+                [_head_mean(r) for r in pts],
+                color=colors[arm],
+                lw=0.9,
+                alpha=0.8,
+                label=ARMS[arm] if seed == min(s for a, s in runs if a == arm) else None,
+            )
     for e in E_STARS:
         axes[0].axvline(e, color="grey", lw=0.6, ls=":")
     # untrained runs have nothing past epoch 0 (exposure 0): a log axis would raise on them
@@ -137,11 +154,16 @@ def _x_exposure(rows: list[dict[str, Any]]) -> Outcome:
     res = exposure_collapse(runs)
     pts = res["points"]
     checks = [
-        (f"at every exposure {', '.join(map(str, E_STARS))}, the arms' shares at equal exposure differ by <= "
-         f"{MAX_SPREAD} (max - min of the arm means)", all(p["collapses"] for p in pts)),
-        ("at every one of them, the arms differ less at equal exposure than at equal epoch (ties fail)",
-         all(p["beats_epoch"] for p in pts)),
-    ]  # fmt: skip
+        (
+            f"at every exposure {', '.join(map(str, E_STARS))}, the arms' shares at equal exposure differ by <= "
+            f"{MAX_SPREAD} (max - min of the arm means)",
+            all(p["collapses"] for p in pts),
+        ),
+        (
+            "at every one of them, the arms differ less at equal exposure than at equal epoch (ties fail)",
+            all(p["beats_epoch"] for p in pts),
+        ),
+    ]
     reading = (
         "the share is a function of the decay exposure"
         if all(ok for _, ok in checks)
@@ -151,12 +173,15 @@ def _x_exposure(rows: list[dict[str, Any]]) -> Outcome:
     )
 
     summary = f"{reading}. " + "; ".join(
-        f"exposure {p['exposure']}: arms " + " / ".join(_fmt(p["by_exposure"][a]) for a in EXPOSURE_ARMS)
+        f"exposure {p['exposure']}: arms "
+        + " / ".join(_fmt(p["by_exposure"][a]) for a in EXPOSURE_ARMS)
         + f" (spread {_fmt(p['spread_exposure'])}); at arm (a)'s epoch "
-        + ("-" if p["epoch_of_a"] is None else f"{p['epoch_of_a']:.0f}") + ": "
-        + " / ".join(_fmt(p["by_epoch"][a]) for a in EXPOSURE_ARMS) + f" (spread {_fmt(p['spread_epoch'])})"
+        + ("-" if p["epoch_of_a"] is None else f"{p['epoch_of_a']:.0f}")
+        + ": "
+        + " / ".join(_fmt(p["by_epoch"][a]) for a in EXPOSURE_ARMS)
+        + f" (spread {_fmt(p['spread_epoch'])})"
         for p in pts
-    )  # fmt: skip
+    )
     notes = (
         "Arms in order: " + ", ".join(ARMS[a] for a in EXPOSURE_ARMS) + f"; {len(runs)} runs. A run's share at a point "
         "is the head-mean XW_QKX^T share interpolated between the two snapshots around it, kept where the run "
@@ -199,9 +224,15 @@ def decay_rate_table(finals: dict[tuple[float, int], dict[str, Any]]) -> dict[st
         picture[w] = sum(bool(r["checks"]["picture"]) for r in rows)
     vals = [mean[w] for w in ws]
     falls = len(vals) >= 2 and None not in vals and all(a > b for a, b in zip(vals, vals[1:], strict=False))  # type: ignore[operator]
-    return {"w": ws, "mean_share": mean, "fig13_seeds": fig13, "picture_seeds": picture, "falls_with_w": falls,
-            "fig13_somewhere": any(n >= 2 for n in fig13.values()),
-            "picture_somewhere": any(n >= 2 for n in picture.values())}  # fmt: skip
+    return {
+        "w": ws,
+        "mean_share": mean,
+        "fig13_seeds": fig13,
+        "picture_seeds": picture,
+        "falls_with_w": falls,
+        "fig13_somewhere": any(n >= 2 for n in fig13.values()),
+        "picture_somewhere": any(n >= 2 for n in picture.values()),
+    }
 
 
 def _x_decay_rate(rows: list[dict[str, Any]]) -> Outcome:
@@ -210,13 +241,21 @@ def _x_decay_rate(rows: list[dict[str, Any]]) -> Outcome:
     finals = {k: e.rows[-1] for k, e in em.items()}
     t = decay_rate_table(finals)
     checks = [
-        ("the XW_QKX^T share (head mean, seeds that generalize) strictly falls as w rises over "
-         + ", ".join(f"{w:g}" for w in t["w"]) + " (ties fail)", t["falls_with_w"]),
-        ("at some w, Fig. 13's check (every head in [0.76, 0.91], spread >= 0.10) holds at >= 2 of 3 seeds",
-         t["fig13_somewhere"]),
-        ("at some w, the paper's whole picture (the dynamics study's five checks) holds at >= 2 of 3 seeds",
-         t["picture_somewhere"]),
-    ]  # fmt: skip
+        (
+            "the XW_QKX^T share (head mean, seeds that generalize) strictly falls as w rises over "
+            + ", ".join(f"{w:g}" for w in t["w"])
+            + " (ties fail)",
+            t["falls_with_w"],
+        ),
+        (
+            "at some w, Fig. 13's check (every head in [0.76, 0.91], spread >= 0.10) holds at >= 2 of 3 seeds",
+            t["fig13_somewhere"],
+        ),
+        (
+            "at some w, the paper's whole picture (the dynamics study's five checks) holds at >= 2 of 3 seeds",
+            t["picture_somewhere"],
+        ),
+    ]
 
     per_w = " / ".join(f"{w:g}" for w in t["w"])
     summary = (
@@ -235,16 +274,22 @@ def _x_decay_rate(rows: list[dict[str, Any]]) -> Outcome:
     for (w, seed), r in sorted(finals.items()):
         sh = r["xwx_share"]
         marks = " | ".join("y" if r["checks"][c] else "" for c in names)
-        table.append(f"| {w:g} | {seed} | {r['probe']:.2f} | {' / '.join(f'{x:.2f}' for x in sh)} | "
-                     f"{max(sh) - min(sh):.2f} | {marks} |")  # fmt: skip
+        table.append(
+            f"| {w:g} | {seed} | {r['probe']:.2f} | {' / '.join(f'{x:.2f}' for x in sh)} | "
+            f"{max(sh) - min(sh):.2f} | {marks} |"
+        )
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for (w, _seed), r in sorted(finals.items()):
         axes[0].scatter([w], [_head_mean(r)], color="k" if r["checks"]["generalizes"] else "tab:red", s=14)
     got = [w for w in t["w"] if t["mean_share"][w] is not None]
     axes[0].plot(got, [t["mean_share"][w] for w in got], color="tab:blue", lw=1)
     axes[0].axhspan(*PAPER_RANGE, color="tab:green", alpha=0.1)
-    axes[0].set(xscale="log", xlabel="weight decay w", ylabel="XW_QKX^T share at epoch 10,000 (head mean)",
-                title="per seed (red: does not generalize) and mean")  # fmt: skip
+    axes[0].set(
+        xscale="log",
+        xlabel="weight decay w",
+        ylabel="XW_QKX^T share at epoch 10,000 (head mean)",
+        title="per seed (red: does not generalize) and mean",
+    )
     for w in t["w"]:
         runs = [e.rows for (w2, _), e in em.items() if w2 == w]
         epochs = [r["epoch"] for r in runs[0] if r["epoch"] > 0]

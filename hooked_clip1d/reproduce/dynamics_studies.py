@@ -26,14 +26,26 @@ ARMS = {
     "cls-exempt-init002-embdrop": "(d) embedding dropout",
     "cls-exempt-init002-adam-l2": "(e) Adam, coupled L2",
 }
-PROTOCOL_ARMS = ("cls-exempt-init002", "cls-exempt-init002-cosine", "cls-exempt-init002-embdrop",
-                 "cls-exempt-init002-adam-l2")  # fmt: skip
+PROTOCOL_ARMS = (
+    "cls-exempt-init002",
+    "cls-exempt-init002-cosine",
+    "cls-exempt-init002-embdrop",
+    "cls-exempt-init002-adam-l2",
+)
 # every check analysis.mechanism.dynamics' rows carry (check_windows reads the restated ones too: a window without a
 # short
 # name raised KeyError on rows made by today's code, e.g. x13's untrained stand-ins)
-CHECK_SHORT = {"generalizes": "gen", "fig13_split": "13", "fig14_heads": "14", "fig4c_split": "4c",
-               "invariant_ablation": "inv", "picture": "all", "fig14_whole_query": "14 (whole CLS query)",
-               "ep_only_ablation": "EP-only", "mechanism_v2": "M1-4"}  # fmt: skip
+CHECK_SHORT = {
+    "generalizes": "gen",
+    "fig13_split": "13",
+    "fig14_heads": "14",
+    "fig4c_split": "4c",
+    "invariant_ablation": "inv",
+    "picture": "all",
+    "fig14_whole_query": "14 (whole CLS query)",
+    "ep_only_ablation": "EP-only",
+    "mechanism_v2": "M1-4",
+}
 
 
 def run_emergences(rows: list[dict[str, Any]]) -> dict[tuple[str, int], Any]:
@@ -108,8 +120,14 @@ def _x_dynamics(rows: list[dict[str, Any]]) -> Outcome:
             table.append(f"| {ARMS[arm]} | {s} | {cells} |")
     eligible = [a for a in PROTOCOL_ARMS if coexist.get(a)]
     default = max(eligible, key=lambda a: (passes[a], a == "cls-exempt-init002")) if eligible else None
-    checks = [(f"arm {ARMS[a]}: the paper's picture holds at some snapshot at >= 2 of 3 seeds, at epoch 10,000 at "
-               "<= 1 (the hypothesis supported)", verdicts[a] == "supported") for a in arms]  # fmt: skip
+    checks = [
+        (
+            f"arm {ARMS[a]}: the paper's picture holds at some snapshot at >= 2 of 3 seeds, at epoch 10,000 at "
+            "<= 1 (the hypothesis supported)",
+            verdicts[a] == "supported",
+        )
+        for a in arms
+    ]
     supported = [a for a in arms if verdicts[a] == "supported"]
     at_end = [a for a in arms if sum(em[(a, s)].windows["picture"]["held_at_end"] for s in seeds if (a, s) in em) >= 2]
     summary = (
@@ -156,8 +174,9 @@ def _dynamics_plot(em: dict[tuple[str, int], Any], arms: list[str], seeds: list[
     from hooked_clip1d.analysis.mechanism.dynamics import DYNAMICS_CHECKS
 
     names = (*DYNAMICS_CHECKS, "picture")
-    fig, axes = plt.subplots(len(arms), 1, figsize=(11, 1.2 + 0.32 * len(seeds) * len(names) * len(arms) / max(len(
-        arms), 1)), squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(arms), 1, figsize=(11, 1.2 + 0.32 * len(seeds) * len(names) * len(arms) / max(len(arms), 1)), squeeze=False
+    )
     for ax, arm in zip(axes[:, 0], arms, strict=True):
         ylabels, grid, epochs = [], [], None
         for s in seeds:
@@ -186,8 +205,11 @@ def _x_fresh_seeds(rows: list[dict[str, Any]]) -> Outcome:
     from hooked_clip1d.model.checkpoint import load_model_file
     from hooked_clip1d.settings import DEFAULT_RECIPE, RECIPES
 
-    recipes = [rc for rc in (DEFAULT_RECIPE, "cls-exempt-no-qk-bias-init002", "cls-exempt-init002")
-               if any(r["recipe"] == rc for r in rows)]  # fmt: skip
+    recipes = [
+        rc
+        for rc in (DEFAULT_RECIPE, "cls-exempt-no-qk-bias-init002", "cls-exempt-init002")
+        if any(r["recipe"] == rc for r in rows)
+    ]
     recipes = list(dict.fromkeys(recipes))
     out: dict[str, dict[int, dict[str, bool]]] = {}
     for r in rows:  # one run per (recipe, seed): the fresh-seeds sweep first, then the study sweeps
@@ -208,8 +230,11 @@ def _x_fresh_seeds(rows: list[dict[str, Any]]) -> Outcome:
             cells = " | ".join(("yes" if out[rc][s].get(c) else "no") if s in out[rc] else "-" for s in seeds)
             table.append(f"| {rc} | {c} | {cells} |")
             held[(rc, c)] = (sum(bool(out[rc][s].get(c)) for s in fresh), len(fresh))
-    checks = [(f"{rc}: {CHECK_SHORT[c]} ({c}) holds at >= 2 of 3 fresh seeds", held[(rc, c)][0] >= 2)
-              for rc in recipes for c in DYNAMICS_CHECKS]  # fmt: skip
+    checks = [
+        (f"{rc}: {CHECK_SHORT[c]} ({c}) holds at >= 2 of 3 fresh seeds", held[(rc, c)][0] >= 2)
+        for rc in recipes
+        for c in DYNAMICS_CHECKS
+    ]
     summary = "fresh seeds at which each check holds: " + "; ".join(
         f"{rc}: " + ", ".join(f"{CHECK_SHORT[c]} {held[(rc, c)][0]}/{held[(rc, c)][1]}" for c in DYNAMICS_CHECKS)
         for rc in recipes
@@ -232,10 +257,13 @@ def _x_fig4a_steps(rows: list[dict[str, Any]]) -> Outcome:
     t_n, p_n = trend_test([int(r["n_labels"]) for r in rows], [float(r["val_unseen.acc"]) for r in rows])
     seed_level = "unseen-pair accuracy rises with Ntot at seed level at fixed steps (permutation p < 0.05)"
     checks = [
-        ("label diversity still drives generalization at fixed steps (Ntot 20 generalizes, >= 0.8; mean 10 < 15 <= "
-         "20 with Ntot 10 below 0.9)", rises and generalizes),
+        (
+            "label diversity still drives generalization at fixed steps (Ntot 20 generalizes, >= 0.8; mean 10 < 15 <= "
+            "20 with Ntot 10 below 0.9)",
+            rises and generalizes,
+        ),
         (seed_level, p_n < 0.05),
-    ]  # fmt: skip
+    ]
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for n in ns:
         ax.scatter([n] * len(by_n[n]), by_n[n], color="tab:blue", alpha=0.6)
@@ -253,9 +281,10 @@ def _x_fig4a_steps(rows: list[dict[str, Any]]) -> Outcome:
         else "inconclusive"
     )
     summary = (
-        "mean unseen-pair accuracy at 440,000 steps (n2 = 10): " + ", ".join(f"Ntot {n}: {mean[n]:.2f} (" + "/".join(
-            f"{v:.2f}" for v in by_n[n]) + ")" for n in ns) + f"; pre-registered reading: {verdict}"
-    )  # fmt: skip
+        "mean unseen-pair accuracy at 440,000 steps (n2 = 10): "
+        + ", ".join(f"Ntot {n}: {mean[n]:.2f} (" + "/".join(f"{v:.2f}" for v in by_n[n]) + ")" for n in ns)
+        + f"; pre-registered reading: {verdict}"
+    )
     summary += f"; seed level T_Ntot = {t_n:+.2f} (permutation p = {p_n:.4f})"
     numbers = {
         "ntot": ns,
@@ -289,18 +318,27 @@ def _x_emergence(models: dict[str, Any]) -> Outcome:
         # (the shipped rows predate M3's whole-CLS-query numbers)
         now = trajectory_emergence(name, recompute=True).rows if shipped else rows
         grid = grid_counts(now)
-        first = {k: next((r["epoch"] for r in rows if r[k] is not None and r[k] >= t), None)
-                 for k, t in (("single", 0.95), ("seen", 0.95), ("probe", 0.8))}  # fmt: skip
+        first = {
+            k: next((r["epoch"] for r in rows if r[k] is not None and r[k] >= t), None)
+            for k, t in (("single", 0.95), ("seen", 0.95), ("probe", 0.8))
+        }
         order = [first[k] for k in ("single", "seen", "probe")]
         strict = None not in order and order[0] < order[1] < order[2]
         checks += [
             (f"{name}: the unseen-pair probe reaches 0.8 along the trajectory", first["probe"] is not None),
-            (f"{name}: single-object, seen-pair and unseen-pair generalization arrive in App. C's order, strictly "
-             "(checkpoint epochs; ties fail)", strict),
-        ]  # fmt: skip
+            (
+                f"{name}: single-object, seen-pair and unseen-pair generalization arrive in App. C's order, strictly "
+                "(checkpoint epochs; ties fail)",
+                strict,
+            ),
+        ]
         figs[name] = plot_emergence(em, title=f"{name}: the mechanism over training")
-        numbers[name] = {"epochs": [r["epoch"] for r in rows], "first": first, "windows": em.windows,
-                         "threshold_grid": grid}  # fmt: skip
+        numbers[name] = {
+            "epochs": [r["epoch"] for r in rows],
+            "first": first,
+            "windows": em.windows,
+            "threshold_grid": grid,
+        }
         w = em.windows
         parts.append(
             f"{name} ({len(rows)} checkpoints): single-object >= 0.95 first at epoch {first['single']}, seen-pair "
@@ -311,9 +349,12 @@ def _x_emergence(models: dict[str, Any]) -> Outcome:
             + "; the restated mechanism M1-M4 holds at some snapshot at "
             + f"{sum(bool(v) for v in grid.values())} of {len(grid)} points of the threshold grid (M3's std floor "
             + f"{'/'.join(map(str, STD_GRID))} x side bias {'/'.join(map(str, BIAS_GRID))}"
-            + (f"; epochs {min(min(v) for v in grid.values() if v)}-{max(max(v) for v in grid.values() if v)})"
-               if any(grid.values()) else ")")
-        )  # fmt: skip
+            + (
+                f"; epochs {min(min(v) for v in grid.values() if v)}-{max(max(v) for v in grid.values() if v)})"
+                if any(grid.values())
+                else ")"
+            )
+        )
     return Outcome(numbers, "; ".join(parts) + ".", checks, figs)
 
 

@@ -56,8 +56,9 @@ def fig11_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     for key, label in (("single", "single-object"), ("seen", "seen-pair"), ("unseen", "unseen-pair")):
         line = axes[0].plot(fine["epoch"], fine[key], label=label)[0]
         if added:
-            axes[0].plot(added, [fine[key][fine["epoch"].index(e)] for e in added], ls="", marker=".",
-                         color=line.get_color())  # fmt: skip
+            axes[0].plot(
+                added, [fine[key][fine["epoch"].index(e)] for e in added], ls="", marker=".", color=line.get_color()
+            )
     axes[0].plot(epochs, h["unseen_label_set"], ls=":", label="unseen label-set")
     axes[0].set(xlabel="epoch", ylabel="accuracy", title=f"{name}: generalization dynamics", ylim=(0, 1.05))
     if added and min(added) < (epochs[0] if epochs else 1):
@@ -87,8 +88,15 @@ def fig11_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         + (f" and the shipped trajectory's checkpoints at epochs {added}" if added else "")
     )
     sensitivity = {order: [(t, in_order(firsts(t))) for t in (0.6, 0.7, 0.8, 0.9)]}  # the unseen-pair threshold
-    numbers = {"epoch_single_095": t_single, "epoch_seen_095": t_seen, "epoch_unseen_08": t_unseen, "history": h,
-               "fine_history": fine, "trajectory_epochs_added": added, "sensitivity": sensitivity}  # fmt: skip
+    numbers = {
+        "epoch_single_095": t_single,
+        "epoch_seen_095": t_seen,
+        "epoch_unseen_08": t_unseen,
+        "history": h,
+        "fine_history": fine,
+        "trajectory_epochs_added": added,
+        "sensitivity": sensitivity,
+    }
     values = {
         checks[0][0]: (max(v for v in fine["single"] if v is not None), ">"),
         checks[1][0]: (max(v for v in fine["seen"] if v is not None), ">"),
@@ -164,8 +172,9 @@ def _fig15(models: dict[str, CLIP1D]) -> Outcome:
     out.checks = [(c1, no_bias(0.6)), (c2, learned and acc <= 0.6)]
     out.absence = (c1, c2)  # absence claims; with the positive requirement no untrained model passes them
     out.sensitivity = {c1: [(t, no_bias(t)) for t in BIAS_STEPS]}
-    out.numbers.update(unseen_acc=acc, single_acc=single, seen_acc=seen, kp_spearman=rho, kp_std=std,
-                       sensitivity=out.sensitivity)  # fmt: skip
+    out.numbers.update(
+        unseen_acc=acc, single_acc=single, seen_acc=seen, kp_spearman=rho, kp_std=std, sensitivity=out.sensitivity
+    )
     out.summary += (
         f" Single-object / seen-pair / unseen-pair accuracy {single:.2f} / {seen:.2f} / {acc:.2f}. Whole-CLS-query "
         "key-position row per head (Spearman, std): "
@@ -325,9 +334,10 @@ def fig13_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         ),
     ]
     sensitivity = {  # the spread's 0.10 is ours; the range is the paper's
-        checks[1][0]: [(t, all(0.76 <= x <= 0.91 for x in xwx) and max(xwx) - min(xwx) >= t)
-                       for t in (0.05, 0.1, 0.15, 0.2)]
-    }  # fmt: skip
+        checks[1][0]: [
+            (t, all(0.76 <= x <= 0.91 for x in xwx) and max(xwx) - min(xwx) >= t) for t in (0.05, 0.1, 0.15, 0.2)
+        ]
+    }
     summary = "XW_QKX^T share of the CLS-row std per head: " + ", ".join(
         f"h{h} {x:.2f} (paper {p:.2f})" for h, (x, p) in enumerate(zip(xwx, PAPER_XWX_SHARE, strict=True))
     )
@@ -430,8 +440,16 @@ def fig5d_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         "by <= 0.10 in every reading from epoch 500 on)"
     )
     secondary = {c2: constructed, e1: COORDINATE, e2: COORDINATE}
-    return Outcome(numbers, summary + ".", checks, figs, notes, values={c1: (max(rel), ">")}, secondary=secondary,
-                   sensitivity=sensitivity)  # fmt: skip
+    return Outcome(
+        numbers,
+        summary + ".",
+        checks,
+        figs,
+        notes,
+        values={c1: (max(rel), ">")},
+        secondary=secondary,
+        sensitivity=sensitivity,
+    )
 
 
 # the figures of this module, each with its claim, thresholds (in its function) and zoo models

@@ -46,8 +46,15 @@ CONTROL_NAME = {
 BASELINE = "cls-exempt-init002"  # today's default
 TIE_ORDER = tuple(ARMS)  # (a') one change from today, (b') CLIP's temperature practice, (c'), (d')
 COUNTED = ("generalizes", "fig4c_split", "fig14_whole_query", "invariant_ablation")  # M1-M4
-SHORT = {"generalizes": "M1", "fig4c_split": "M2", "fig14_whole_query": "M3", "invariant_ablation": "M4",
-         "mechanism_v2": "M1-4", "fig13_split": "S1", "ep_only_ablation": "S2"}  # fmt: skip
+SHORT = {
+    "generalizes": "M1",
+    "fig4c_split": "M2",
+    "fig14_whole_query": "M3",
+    "invariant_ablation": "M4",
+    "mechanism_v2": "M1-4",
+    "fig13_split": "S1",
+    "ep_only_ablation": "S2",
+}
 # the controls' rows: the temperature study's record (its runs are not shipped)
 X16_RECORD = Path(__file__).resolve().parents[2] / "docs" / "records" / "x16-temperature.json"
 
@@ -137,17 +144,31 @@ def negatives_decision(
     else:
         verdict = "refuted"
     best = max(arms, key=lambda a: (scores[a], -TIE_ORDER.index(a)), default=None)
-    fresh = {a: {c: sum(bool(finals[(a, s)].get(c)) for s in FRESH_SEEDS if (a, s) in finals)
-                 for c in (*counted, "mechanism_v2")} for a in arms}  # fmt: skip
+    fresh = {
+        a: {
+            c: sum(bool(finals[(a, s)].get(c)) for s in FRESH_SEEDS if (a, s) in finals)
+            for c in (*counted, "mechanism_v2")
+        }
+        for a in arms
+    }
     base = control_scores[BASELINE]
     confirmed = False
     if best is not None and scores[best] >= base + 2:
         beats = [c for c in counted if score_one(finals, best, c) > score_one(finals, BASELINE, c)]
         confirmed = all(fresh[best][c] >= 2 for c in beats)
     default = best if confirmed else BASELINE
-    return {"verdict": verdict, "default": default, "scores": scores, "control_scores": control_scores,
-            "whole_mechanism": {a: whole(a) for a in [*arms, *controls]}, "outlasts": outlasts, "fresh": fresh,
-            "counted": counted, "best": best, "fresh_confirms": confirmed}  # fmt: skip
+    return {
+        "verdict": verdict,
+        "default": default,
+        "scores": scores,
+        "control_scores": control_scores,
+        "whole_mechanism": {a: whole(a) for a in [*arms, *controls]},
+        "outlasts": outlasts,
+        "fresh": fresh,
+        "counted": counted,
+        "best": best,
+        "fresh_confirms": confirmed,
+    }
 
 
 def score_one(finals: Mapping[tuple[str, int], Mapping[str, bool]], recipe: str, check: str) -> int:
@@ -160,8 +181,9 @@ def control_rows(record: str | Path = X16_RECORD) -> tuple[dict[tuple[str, int],
     from the temperature study's record, by (recipe, seed)."""
     path = Path(record)
     if not path.is_file():
-        raise FileNotFoundError(f"the controls' record {str(path)!r} is missing (`hooked-clip1d reproduce "
-                                "x16-temperature` writes it)")  # fmt: skip
+        raise FileNotFoundError(
+            f"the controls' record {str(path)!r} is missing (`hooked-clip1d reproduce x16-temperature` writes it)"
+        )
     num = json.loads(path.read_text())["numbers"]
     finals, life = {}, {}
     for key, row in num["final"].items():
@@ -170,6 +192,70 @@ def control_rows(record: str | Path = X16_RECORD) -> tuple[dict[tuple[str, int],
         last = num["windows"][key]["fig4c_split"]["last"]
         life[(recipe, int(seed))] = int(last or 0)
     return finals, life
+
+
+def _negatives_checks(d: Mapping[str, Any], arms: Sequence[str]) -> list[tuple[str, bool]]:
+    """x17's pre-registered checks from ``negatives_decision``'s result ``d``."""
+    checks = [
+        (
+            "the hypothesis is supported: an arm has the whole mechanism (M1-M4) at >= 2 of 3 study seeds at "
+            "epoch 10,000 and its control at <= 1",
+            d["verdict"] == "supported",
+        )
+    ]
+    for a in arms:
+        c = CONTROL[a]
+        checks.append(
+            (
+                f"arm {ARMS[a]} scores more (study seed, counted check) passes than its control "
+                f"{CONTROL_NAME[c]} at epoch 10,000",
+                d["scores"][a] > d["control_scores"][c],
+            )
+        )
+        checks.append(
+            (
+                f"arm {ARMS[a]}: M2 lasts longer than in {CONTROL_NAME[c]} at every study seed (exact "
+                "permutation p = 0.05)",
+                d["outlasts"][a],
+            )
+        )
+    return checks
+
+
+def _negatives_summary(
+    d: Mapping[str, Any],
+    arms: Sequence[str],
+    seeds: Sequence[int],
+    life: Mapping[tuple[str, int], int],
+    p: tuple[Mapping[str, float], Mapping[str, float]],
+    null_passes: Mapping[str, int],
+) -> str:
+    """x17's summary: the decision, each arm's score and lifetimes against its control's, the null's passes."""
+    p_study, p_all = p
+    summary = (
+        f"pre-registered reading: {d['verdict']}; scores (study seeds, counted checks of "
+        + ", ".join(SHORT[c] for c in d["counted"])
+        + "): "
+        + ", ".join(
+            f"{ARMS[a]} {d['scores'][a]} (control {CONTROL_NAME[CONTROL[a]]} {d['control_scores'][CONTROL[a]]})"
+            for a in arms
+        )
+        + "; whole mechanism at study seeds: "
+        + ", ".join(f"{ARMS[a]} {d['whole_mechanism'][a]}/3" for a in arms)
+        + f"; the default by the rule: {d['default']}"
+        + "; M2 lifetimes (last snapshot with Fig. 4c's split, per seed "
+        + ", ".join(str(s) for s in seeds)
+        + "): "
+        + "; ".join(
+            f"{ARMS[a]} {[life[(a, s)] for s in seeds if (a, s) in life]} vs "
+            f"{CONTROL_NAME[CONTROL[a]]} {[life[(CONTROL[a], s)] for s in seeds if (CONTROL[a], s) in life]}"
+            f" (p {p_study[a]:.2f} study seeds, {p_all[a]:.4f} all)"
+            for a in arms
+        )
+        + "; untrained models passing each check (of 10): "
+        + ", ".join(f"{SHORT[c]} {null_passes[c]}" for c in null_passes)
+    )
+    return summary
 
 
 def _x_negatives(rows: list[dict[str, Any]]) -> Outcome:
@@ -196,64 +282,62 @@ def _x_negatives(rows: list[dict[str, Any]]) -> Outcome:
     p_study, p_all = {}, {}
     for a in arms:
         c = CONTROL[a]
-        p_study[a] = lifetime_test([life[(a, s)] for s in STUDY_SEEDS if (a, s) in life],
-                                   [life[(c, s)] for s in STUDY_SEEDS if (c, s) in life])  # fmt: skip
-        p_all[a] = lifetime_test([life[(a, s)] for s in seeds if (a, s) in life],
-                                 [life[(c, s)] for s in seeds if (c, s) in life])  # fmt: skip
-    grid = {f"std {t} / bias {b}": {a: sum(any(mechanism_at(r, t, b)["mechanism_v2"] for r in em[(a, s)].rows)
-                                           for s in seeds if (a, s) in em) for a in arms}
-            for t in STD_GRID for b in BIAS_GRID}  # fmt: skip
+        p_study[a] = lifetime_test(
+            [life[(a, s)] for s in STUDY_SEEDS if (a, s) in life], [life[(c, s)] for s in STUDY_SEEDS if (c, s) in life]
+        )
+        p_all[a] = lifetime_test(
+            [life[(a, s)] for s in seeds if (a, s) in life], [life[(c, s)] for s in seeds if (c, s) in life]
+        )
+    grid = {
+        f"std {t} / bias {b}": {
+            a: sum(any(mechanism_at(r, t, b)["mechanism_v2"] for r in em[(a, s)].rows) for s in seeds if (a, s) in em)
+            for a in arms
+        }
+        for t in STD_GRID
+        for b in BIAS_GRID
+    }
     table = _table(em, arms, seeds, life, floor, null_passes)
-    checks = [("the hypothesis is supported: an arm has the whole mechanism (M1-M4) at >= 2 of 3 study seeds at "
-               "epoch 10,000 and its control at <= 1", d["verdict"] == "supported")]  # fmt: skip
-    for a in arms:
-        c = CONTROL[a]
-        checks.append((f"arm {ARMS[a]} scores more (study seed, counted check) passes than its control "
-                       f"{CONTROL_NAME[c]} at epoch 10,000", d["scores"][a] > d["control_scores"][c]))  # fmt: skip
-        checks.append((f"arm {ARMS[a]}: M2 lasts longer than in {CONTROL_NAME[c]} at every study seed (exact "
-                       "permutation p = 0.05)", d["outlasts"][a]))  # fmt: skip
-    summary = (
-        f"pre-registered reading: {d['verdict']}; scores (study seeds, counted checks of "
-        + ", ".join(SHORT[c] for c in d["counted"]) + "): "
-        + ", ".join(f"{ARMS[a]} {d['scores'][a]} (control {CONTROL_NAME[CONTROL[a]]} "
-                    f"{d['control_scores'][CONTROL[a]]})" for a in arms)
-        + "; whole mechanism at study seeds: " + ", ".join(f"{ARMS[a]} {d['whole_mechanism'][a]}/3" for a in arms)
-        + f"; the default by the rule: {d['default']}"
-        + "; M2 lifetimes (last snapshot with Fig. 4c's split, per seed "
-        + ", ".join(str(s) for s in seeds) + "): "
-        + "; ".join(f"{ARMS[a]} {[life[(a, s)] for s in seeds if (a, s) in life]} vs "
-                    f"{CONTROL_NAME[CONTROL[a]]} {[life[(CONTROL[a], s)] for s in seeds if (CONTROL[a], s) in life]}"
-                    f" (p {p_study[a]:.2f} study seeds, {p_all[a]:.4f} all)" for a in arms)
-        + "; untrained models passing each check (of 10): " + ", ".join(f"{SHORT[c]} {null_passes[c]}"
-                                                                        for c in null_passes)
-    )  # fmt: skip
+    checks = _negatives_checks(d, arms)
+    summary = _negatives_summary(d, arms, seeds, life, (p_study, p_all), null_passes)
     numbers = {
-        "arms": arms, "seeds": seeds, "decision": d, "null_passes": null_passes, "null": null,
-        "m3_null_floor": floor, "lifetimes": {f"{a}/{s}": v for (a, s), v in sorted(life.items())},
-        "lifetime_p": {"study_seeds": p_study, "all_seeds": p_all}, "threshold_grid": grid,
+        "arms": arms,
+        "seeds": seeds,
+        "decision": d,
+        "null_passes": null_passes,
+        "null": null,
+        "m3_null_floor": floor,
+        "lifetimes": {f"{a}/{s}": v for (a, s), v in sorted(life.items())},
+        "lifetime_p": {"study_seeds": p_study, "all_seeds": p_all},
+        "threshold_grid": grid,
         "windows": {f"{a}/{s}": e.windows for (a, s), e in sorted(em.items())},
         "final": {f"{a}/{s}": e.rows[-1] for (a, s), e in sorted(em.items())},
-    }  # fmt: skip
+    }
     notes = (
         "M1-M4 as in the temperature study (docs/fidelity.md). Controls: x16-temperature's arms (a)-(c), the same "
         "seeds, engine and schedule with the standard loss. Not counted: S1, S2, M3 at the untrained null's floor "
         f"(std > {floor:.4f}), the M2 lifetimes' permutation p over all six seeds, the threshold grid. Seeds 0-2 "
         "decide, 6-8 confirm."
     )
-    return Outcome(numbers, summary + ".", checks, {"lifetimes": _plot(life, arms, seeds)}, notes,
-                   table=tuple(table))  # fmt: skip
+    return Outcome(numbers, summary + ".", checks, {"lifetimes": _plot(life, arms, seeds)}, notes, table=tuple(table))
 
 
 def _table(
-    em: Mapping[tuple[str, int], Any], arms: Sequence[str], seeds: Sequence[int], life: Mapping[tuple[str, int], int],
-    floor: float, null_passes: Mapping[str, int],
-) -> list[str]:  # fmt: skip
+    em: Mapping[tuple[str, int], Any],
+    arms: Sequence[str],
+    seeds: Sequence[int],
+    life: Mapping[tuple[str, int], int],
+    floor: float,
+    null_passes: Mapping[str, int],
+) -> list[str]:
     """One row per run at epoch 10,000: the checks, 1/T, probe accuracy, M3 at the null's floor, M2's lifetime and
     Fig. 13's shares; then the untrained null's row."""
     names = (*COUNTED, "mechanism_v2")
-    table = ["| arm | seed | 1/T | probe acc | " + " | ".join(SHORT[c] for c in names)
-             + " | M3 at null floor | M2 lifetime | Fig. 13 shares |",
-             "|---|---|---|---|" + "---|" * len(names) + "---|---|---|"]  # fmt: skip
+    table = [
+        "| arm | seed | 1/T | probe acc | "
+        + " | ".join(SHORT[c] for c in names)
+        + " | M3 at null floor | M2 lifetime | Fig. 13 shares |",
+        "|---|---|---|---|" + "---|" * len(names) + "---|---|---|",
+    ]
     for a in arms:
         for s in seeds:
             if (a, s) not in em:
@@ -263,10 +347,15 @@ def _table(
             cells = " | ".join("yes" if last["checks"][c] else "no" for c in names)
             shares = ", ".join(f"{v:.2f}" for v in last["xwx_share"])
             fresh = " (fresh)" if s in FRESH_SEEDS else ""
-            table.append(f"| {ARMS[a]} | {s}{fresh} | {last['temperature']:.1f} | {last['probe']:.2f} | {cells} | "
-                         f"{'yes' if m3 >= 3 else 'no'} ({m3}) | {life[(a, s)]} | {shares} |")  # fmt: skip
-    table.append("| untrained (10 init seeds) | 0-9 | - | - | "
-                 + " | ".join(f"{null_passes[c]}/10" for c in names) + " | - | - | - |")  # fmt: skip
+            table.append(
+                f"| {ARMS[a]} | {s}{fresh} | {last['temperature']:.1f} | {last['probe']:.2f} | {cells} | "
+                f"{'yes' if m3 >= 3 else 'no'} ({m3}) | {life[(a, s)]} | {shares} |"
+            )
+    table.append(
+        "| untrained (10 init seeds) | 0-9 | - | - | "
+        + " | ".join(f"{null_passes[c]}/10" for c in names)
+        + " | - | - | - |"
+    )
     return table
 
 
@@ -277,9 +366,14 @@ def _plot(life: Mapping[tuple[str, int], int], arms: Sequence[str], seeds: Seque
         for k, (recipe, dx) in enumerate(((CONTROL[a], -0.15), (a, 0.15))):
             for s in seeds:
                 if (recipe, s) in life:
-                    ax.plot(j + dx, life[(recipe, s)], "o", color=f"C{k}", mfc=f"C{k}" if s in STUDY_SEEDS else "none",
-                            label=("standard loss (control)" if k == 0 else "arm") if j == 0 and s == seeds[0]
-                            else None)  # fmt: skip
+                    ax.plot(
+                        j + dx,
+                        life[(recipe, s)],
+                        "o",
+                        color=f"C{k}",
+                        mfc=f"C{k}" if s in STUDY_SEEDS else "none",
+                        label=("standard loss (control)" if k == 0 else "arm") if j == 0 and s == seeds[0] else None,
+                    )
     ax.set_xticks(range(len(arms)), [ARMS[a] for a in arms], fontsize=7, rotation=15)
     ax.set(ylabel="M2 lifetime (last epoch with Fig. 4c's split)", ylim=(-200, 10_500))
     ax.legend(fontsize=7)
@@ -352,15 +446,30 @@ def dissolution_checks(split: Sequence[Mapping[str, Any]], rows: Sequence[Mappin
     late = [r for r in split if r["epoch"] >= LATE]
     dominant = int(np.argmax(rows[-1]["kp_std"])) if rows and rows[-1].get("kp_std") else None
     h1 = bool(late) and all(r["loss_shared"] > 0.5 * r["loss"] for r in late)
-    h2 = bool(late) and dominant is not None and all(
-        (r["share"]["W_pos"]["shared"] or 0) > 0.5 and (r["share"][f"W_K.{dominant}"]["shared"] or 0) > 0.5
-        for r in late)  # fmt: skip
+    h2 = (
+        bool(late)
+        and dominant is not None
+        and all(
+            (r["share"]["W_pos"]["shared"] or 0) > 0.5 and (r["share"][f"W_K.{dominant}"]["shared"] or 0) > 0.5
+            for r in late
+        )
+    )
     m2_end = m2_lifetime(rows) if rows else 0
     after = [r for r in rows if m2_end and r["epoch"] >= m2_end]
-    h3 = bool(after) and dominant is not None and after[-1]["kp_std"][dominant] > after[0]["kp_std"][dominant] and all(
-        v < 0.1 for r in after for h, v in enumerate(r["kp_std"]) if h != dominant)  # fmt: skip
-    return {"dominant": dominant, "m2_end": m2_end, "h1": h1, "h2": h2, "h3": h3,
-            "dominant_kp_std_end": rows[-1]["kp_std"][dominant] if dominant is not None else None}  # fmt: skip
+    h3 = (
+        bool(after)
+        and dominant is not None
+        and after[-1]["kp_std"][dominant] > after[0]["kp_std"][dominant]
+        and all(v < 0.1 for r in after for h, v in enumerate(r["kp_std"]) if h != dominant)
+    )
+    return {
+        "dominant": dominant,
+        "m2_end": m2_end,
+        "h1": h1,
+        "h2": h2,
+        "h3": h3,
+        "dominant_kp_std_end": rows[-1]["kp_std"][dominant] if dominant is not None else None,
+    }
 
 
 def _x_dissolution(models: dict[str, Any]) -> Outcome:
@@ -389,34 +498,59 @@ def _x_dissolution(models: dict[str, Any]) -> Outcome:
         arm_split = _trajectory_split(arm_ckpts, negatives)
         arm_rows = run_emergence(run).rows
         arm_c = dissolution_checks(arm_split, arm_rows)
-        numbers["arm"] = {"recipe": arm, "run": run.name, "split": arm_split,
-                          "kp_std": [[r["epoch"], r["kp_std"]] for r in arm_rows], **arm_c}  # fmt: skip
+        numbers["arm"] = {
+            "recipe": arm,
+            "run": run.name,
+            "split": arm_split,
+            "kp_std": [[r["epoch"], r["kp_std"]] for r in arm_rows],
+            **arm_c,
+        }
     end_std, end_arm = std["dominant_kp_std_end"], arm_c["dominant_kp_std_end"]
     checks = [
-        ("(1) standard loss: the items that share their caption carry more than half of the loss at every snapshot "
-         f"from epoch {LATE:,}", std["h1"]),
-        ("(2) standard loss: they carry more than half of the gradient (<g_shared, g> / <g, g>) on W_pos and on the "
-         f"dominant head's W_K at every snapshot from epoch {LATE:,}", std["h2"]),
-        ("(3) standard loss: the dominant head's key-position row std grows from M2's end to the last snapshot while "
-         "every other head's stays below 0.1", std["h3"]),
-        ("(4) the study's best arm: its dominant head's key-position row std at the last snapshot is smaller than the "
-         "standard loss run's", end_std is not None and end_arm is not None and end_arm < end_std),
-    ]  # fmt: skip
+        (
+            "(1) standard loss: the items that share their caption carry more than half of the loss at every snapshot "
+            f"from epoch {LATE:,}",
+            std["h1"],
+        ),
+        (
+            "(2) standard loss: they carry more than half of the gradient (<g_shared, g> / <g, g>) on W_pos and on the "
+            f"dominant head's W_K at every snapshot from epoch {LATE:,}",
+            std["h2"],
+        ),
+        (
+            "(3) standard loss: the dominant head's key-position row std grows from M2's end to the last snapshot "
+            "while every other head's stays below 0.1",
+            std["h3"],
+        ),
+        (
+            "(4) the study's best arm: its dominant head's key-position row std at the last snapshot is smaller than "
+            "the standard loss run's",
+            end_std is not None and end_arm is not None and end_arm < end_std,
+        ),
+    ]
     late = [r for r in split if r["epoch"] >= LATE]
     loss_share = [r["loss_shared"] / r["loss"] for r in late]
     pos_share = [r["share"]["W_pos"]["shared"] for r in late]
     summary = (
         f"standard loss ({name}, {len(split)} checkpoints): from epoch {LATE:,} the shared items carry "
-        + (f"{min(loss_share):.2f}-{max(loss_share):.2f} of the loss ({np.mean([r['shared_items'] for r in late]):.2f}"
-           f" of the items), {min(pos_share):.2f}-{max(pos_share):.2f} of the W_pos gradient" if late
-           else "nothing (no checkpoint that late)")
+        + (
+            f"{min(loss_share):.2f}-{max(loss_share):.2f} of the loss ({np.mean([r['shared_items'] for r in late]):.2f}"
+            f" of the items), {min(pos_share):.2f}-{max(pos_share):.2f} of the W_pos gradient"
+            if late
+            else "nothing (no checkpoint that late)"
+        )
         + f"; dominant head {std['dominant']}, key-position std {end_std}; M2 ends at epoch {std['m2_end']}"
-        + (f"; best arm {ARMS[numbers['arm']['recipe']]} (seed 0): dominant head {arm_c['dominant']} at std "
-           f"{end_arm}" if found is not None else "; the study's arms are not all on this machine: (4) not read")
-    )  # fmt: skip
-    notes = ("Hypotheses (1)-(4) pre-registered in docs/fidelity.md (x18) before any was computed; descriptive: they "
-             "decide nothing about the default. The loss and gradients over one training epoch in each run's own data "
-             "order, eval mode (no dropout).")  # fmt: skip
+        + (
+            f"; best arm {ARMS[numbers['arm']['recipe']]} (seed 0): dominant head {arm_c['dominant']} at std {end_arm}"
+            if found is not None
+            else "; the study's arms are not all on this machine: (4) not read"
+        )
+    )
+    notes = (
+        "Hypotheses (1)-(4) pre-registered in docs/fidelity.md (x18) before any was computed; descriptive: they "
+        "decide nothing about the default. The loss and gradients over one training epoch in each run's own data "
+        "order, eval mode (no dropout)."
+    )
     return Outcome(numbers, summary + ".", checks, {"split": _plot_split(numbers)}, notes)
 
 
@@ -429,10 +563,16 @@ def _plot_split(numbers: Mapping[str, Any]) -> plt.Figure:
             continue
         sp = numbers[key]["split"]
         ep = [max(r["epoch"], 1) for r in sp]
-        axes[0].plot(ep, [r["loss_shared"] / r["loss"] if r["loss"] else np.nan for r in sp], style, color="C0",
-                     label=f"{key}: loss share")  # fmt: skip
-        axes[0].plot(ep, [r["share"]["W_pos"]["shared"] for r in sp], style, color="C1",
-                     label=f"{key}: W_pos gradient share")  # fmt: skip
+        axes[0].plot(
+            ep,
+            [r["loss_shared"] / r["loss"] if r["loss"] else np.nan for r in sp],
+            style,
+            color="C0",
+            label=f"{key}: loss share",
+        )
+        axes[0].plot(
+            ep, [r["share"]["W_pos"]["shared"] for r in sp], style, color="C1", label=f"{key}: W_pos gradient share"
+        )
         for h in range(len(numbers[key]["kp_std"][-1][1] or [])):
             pts = [(max(e, 1), v[h]) for e, v in numbers[key]["kp_std"] if v]
             axes[1].plot(*zip(*pts, strict=True), style, color=f"C{h}", lw=1, label=f"{key}: head {h}")

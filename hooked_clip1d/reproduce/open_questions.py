@@ -72,57 +72,67 @@ def _x_mirror_swap(models: dict[str, CLIP1D]) -> Outcome:
 STEER_ALPHAS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 
 
-def _x_spatial_ids(models: dict[str, CLIP1D]) -> Outcome:
+def _spatial_ids_one(name: str, model: CLIP1D) -> tuple[dict[str, Any], Any, Any, str]:
+    """x6's readings on one model: its numbers, its CLS steering result, its ID figure and its summary part."""
     from hooked_clip1d.analysis.mechanism.report import spearman_position
     from hooked_clip1d.analysis.mechanism.spatial_ids import steer_text, steer_vision, text_role_ids, vision_spatial_ids
     from hooked_clip1d.analysis.metrics import pair_inputs
-    from hooked_clip1d.visualization.patching import plot_spatial_ids, plot_steering_curves
+    from hooked_clip1d.visualization.patching import plot_spatial_ids
+
+    ds = build_dataset(model.data_config)
+    imgs, caps = pair_inputs(ds.splits["val_unseen"], ds.vocab)
+    last = model.vision.cfg.n_layers  # depth index of the residual stream after the last layer
+    # object-token IDs at the embeddings: exchanging them is the swap itself (learned positions; none with RoPE)
+    obj = vision_spatial_ids(model.vision, site="object", context="single")
+    has_pos = model.vision.cfg.positional == "learned"
+    exact = float(steer_vision(model, imgs, caps, obj, 0, [1.0]).fraction()[0]) if has_pos else None
+    # the readout's IDs: CLS after the last layer, object-specific (pair context), steered at CLS
+    cls_pair = vision_spatial_ids(model.vision, site="cls", context="pair")
+    sr = steer_vision(model, imgs, caps, cls_pair, last, STEER_ALPHAS)
+    frac, flips = sr.fraction().tolist(), sr.flip_rate().tolist()
+    reach = next((a for a, f in zip(STEER_ALPHAS, frac, strict=True) if f >= 0.9), None)
+    # are the CLS IDs (single objects) ordered along the image? projection on the horizontal direction
+    cls_single = vision_spatial_ids(model.vision, site="cls", context="single")
+    ids = cls_single.ids[last].double()
+    proj = (ids @ cls_single.direction(last).double()).float()
+    order = float(spearman_position(proj[None])[0])
+    sv = torch.linalg.svdvals(ids - ids.mean(0))
+    pc1 = float(sv[0] ** 2 / (sv**2).sum())
+    text = float(steer_text(model, imgs, caps, text_role_ids(model.text), 0, [1.0]).fraction()[0])
+    acc = manifest(name)["metrics"]["val_unseen"]["acc"]
+    entry = {
+        "unseen_pair_acc": acc,
+        "embed_object_exchange_fraction": exact,
+        "cls_steering": sr.to_dict(),
+        "cls_alpha_reaching_0.9": reach,
+        "cls_ids_order_spearman": order,
+        "cls_ids_pc1_share": pc1,
+        "text_role_exchange_fraction": text,
+    }
+    fig = plot_spatial_ids(cls_single)
+    fig.axes[0].set_title(f"{name}: CLS spatial IDs (single objects)", fontsize=9)
+    part = (
+        f"{name} (unseen-pair {acc:.2f}): embed exchange {'n/a (RoPE)' if exact is None else f'{exact:.2f}'}; "
+        f"CLS steering {frac[STEER_ALPHAS.index(1.0)]:.2f} at alpha 1, "
+        + (
+            f">= 0.9 from alpha {reach:g} (flip rate {flips[STEER_ALPHAS.index(reach)]:.2f})"
+            if reach is not None
+            else f"below 0.9 up to alpha {STEER_ALPHAS[-1]:g}"
+        )
+        + f"; CLS IDs ordered along the image (Spearman {order:+.2f}, PC1 {pc1:.2f}); text role exchange "
+        f"{text:.2f}"
+    )
+    return entry, sr, fig, part
+
+
+def _x_spatial_ids(models: dict[str, CLIP1D]) -> Outcome:
+    from hooked_clip1d.visualization.patching import plot_steering_curves
 
     numbers: dict[str, Any] = {}
     curves, figs, parts = {}, {}, []
     for name in SPATIAL_ID_MODELS:
-        model = models[name]
-        ds = build_dataset(model.data_config)
-        imgs, caps = pair_inputs(ds.splits["val_unseen"], ds.vocab)
-        last = model.vision.cfg.n_layers  # depth index of the residual stream after the last layer
-        # object-token IDs at the embeddings: exchanging them is the swap itself (learned positions; none with RoPE)
-        obj = vision_spatial_ids(model.vision, site="object", context="single")
-        has_pos = model.vision.cfg.positional == "learned"
-        exact = float(steer_vision(model, imgs, caps, obj, 0, [1.0]).fraction()[0]) if has_pos else None
-        # the readout's IDs: CLS after the last layer, object-specific (pair context), steered at CLS
-        cls_pair = vision_spatial_ids(model.vision, site="cls", context="pair")
-        sr = steer_vision(model, imgs, caps, cls_pair, last, STEER_ALPHAS)
-        curves[name] = sr
-        frac, flips = sr.fraction().tolist(), sr.flip_rate().tolist()
-        reach = next((a for a, f in zip(STEER_ALPHAS, frac, strict=True) if f >= 0.9), None)
-        # are the CLS IDs (single objects) ordered along the image? projection on the horizontal direction
-        cls_single = vision_spatial_ids(model.vision, site="cls", context="single")
-        ids = cls_single.ids[last].double()
-        proj = (ids @ cls_single.direction(last).double()).float()
-        order = float(spearman_position(proj[None])[0])
-        sv = torch.linalg.svdvals(ids - ids.mean(0))
-        pc1 = float(sv[0] ** 2 / (sv**2).sum())
-        text = float(steer_text(model, imgs, caps, text_role_ids(model.text), 0, [1.0]).fraction()[0])
-        acc = manifest(name)["metrics"]["val_unseen"]["acc"]
-        numbers[name] = {
-            "unseen_pair_acc": acc,
-            "embed_object_exchange_fraction": exact,
-            "cls_steering": sr.to_dict(),
-            "cls_alpha_reaching_0.9": reach,
-            "cls_ids_order_spearman": order,
-            "cls_ids_pc1_share": pc1,
-            "text_role_exchange_fraction": text,
-        }
-        figs[f"ids_{name}"] = plot_spatial_ids(cls_single)
-        figs[f"ids_{name}"].axes[0].set_title(f"{name}: CLS spatial IDs (single objects)", fontsize=9)
-        parts.append(
-            f"{name} (unseen-pair {acc:.2f}): embed exchange {'n/a (RoPE)' if exact is None else f'{exact:.2f}'}; "
-            f"CLS steering {frac[STEER_ALPHAS.index(1.0)]:.2f} at alpha 1, "
-            + (f">= 0.9 from alpha {reach:g} (flip rate {flips[STEER_ALPHAS.index(reach)]:.2f})" if reach is not None
-               else f"below 0.9 up to alpha {STEER_ALPHAS[-1]:g}")
-            + f"; CLS IDs ordered along the image (Spearman {order:+.2f}, PC1 {pc1:.2f}); text role exchange "
-            f"{text:.2f}"
-        )  # fmt: skip
+        numbers[name], curves[name], figs[f"ids_{name}"], part = _spatial_ids_one(name, models[name])
+        parts.append(part)
     figs["steering"] = plot_steering_curves(curves)
     gen = [n for n in SPATIAL_ID_MODELS if numbers[n]["unseen_pair_acc"] >= 0.6]
     learned = [n for n in SPATIAL_ID_MODELS if numbers[n]["embed_object_exchange_fraction"] is not None]
@@ -159,8 +169,15 @@ def _x_spatial_ids(models: dict[str, CLIP1D]) -> Outcome:
 
 def _x_small_init(models: dict[str, CLIP1D]) -> Outcome:
     """The flagship's mechanism checks (Fig. 4b, 4c, 5d, 5e, 11, 13, 14) on the small-init model."""
-    parts = {"fig11": fig11_outcome, "fig4c": fig4c_outcome, "fig4b": fig4b_outcome, "fig5d": fig5d_outcome,
-             "fig5e": fig5e_outcome, "fig13": fig13_outcome, "fig14": fig14_outcome}  # fmt: skip
+    parts = {
+        "fig11": fig11_outcome,
+        "fig4c": fig4c_outcome,
+        "fig4b": fig4b_outcome,
+        "fig5d": fig5d_outcome,
+        "fig5e": fig5e_outcome,
+        "fig13": fig13_outcome,
+        "fig14": fig14_outcome,
+    }
     numbers, checks, figs, lines = {}, [], {}, []
     values, secondary, absence, sensitivity = {}, {}, [], {}
     for key, fn in parts.items():
@@ -180,8 +197,16 @@ def _x_small_init(models: dict[str, CLIP1D]) -> Outcome:
         f"unseen-pair accuracy {m['acc']:.2f} (the N(0, 1) flagship: 0.67). Per figure, with the paper's checks: "
         + " ".join(lines)
     )
-    return Outcome(numbers, summary, checks, figs, values=values, secondary=secondary, absence=tuple(absence),
-                   sensitivity=sensitivity)  # fmt: skip
+    return Outcome(
+        numbers,
+        summary,
+        checks,
+        figs,
+        values=values,
+        secondary=secondary,
+        absence=tuple(absence),
+        sensitivity=sensitivity,
+    )
 
 
 def _x_train_ablate_ep(models: dict[str, CLIP1D]) -> Outcome:
@@ -194,13 +219,25 @@ def _x_train_ablate_ep(models: dict[str, CLIP1D]) -> Outcome:
     fig, ax = plt.subplots(figsize=(5.2, 3.4))
     for h, label in ((hb, "trained with EP (init 0.02)"), (ha, "trained with EP removed")):
         ax.plot(h["epoch"], h["unseen"], label=label)
-    ax.set(xlabel="epoch", ylabel="unseen-pair accuracy", ylim=(0, 1.05), xlim=(0, max(ha["epoch"])),
-           title="training-time EP ablation")  # fmt: skip
+    ax.set(
+        xlabel="epoch",
+        ylabel="unseen-pair accuracy",
+        ylim=(0, 1.05),
+        xlim=(0, max(ha["epoch"])),
+        title="training-time EP ablation",
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     ds = build_dataset(abl.data_config)
-    conds = {"baseline": [], "PE": ["PE"], "PP": ["PP"], "BP": ["BP"], "PP+BP": ["PP", "BP"], "VP": ["VP"],
-             "PP+BP+VP": ["PP", "BP", "VP"]}  # fmt: skip
+    conds = {
+        "baseline": [],
+        "PE": ["PE"],
+        "PP": ["PP"],
+        "BP": ["BP"],
+        "PP+BP": ["PP", "BP"],
+        "VP": ["VP"],
+        "PP+BP+VP": ["PP", "BP", "VP"],
+    }
     res = evaluate_ablations(abl, ds, conds)
     u = {k: c["metrics"]["val_unseen"]["acc"] for k, c in res["conditions"].items()}
     ls = {k: c["metrics"]["val_unseen"]["label_set"] for k, c in res["conditions"].items()}
@@ -255,7 +292,7 @@ def _x_two_layer(models: dict[str, CLIP1D]) -> Outcome:
     abl = {
         f"L{layer}": evaluate_ablations(
             model, ds, {"baseline": [], "EP": ["EP"], "all P": pos_terms}, layer=layer, splits=("val_unseen",)
-        )  # fmt: skip
+        )
         for layer in sources
     }
     u = {f"{lk} {c}": v["metrics"]["val_unseen"]["acc"] for lk, r in abl.items() for c, v in r["conditions"].items()}
@@ -288,7 +325,7 @@ def _x_two_layer(models: dict[str, CLIP1D]) -> Outcome:
         "CLS-row term per head: "
         + "; ".join(
             f"layer {layer}: " + ", ".join(f"h{h} {fmt(t)}" for h, t in enumerate(lead[layer])) for layer in lead
-        )  # fmt: skip
+        )
         + ". Unseen-pair accuracy under ablation: "
         + ", ".join(f"{k} {v:.2f}" for k, v in u.items())
     )

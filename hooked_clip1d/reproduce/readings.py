@@ -44,8 +44,9 @@ def split_heads(left: list[float], right: list[float], level: float) -> bool:
 
 
 def first_epoch(history: dict[str, list], key: str, level: float) -> int | None:
-    return next((int(e) for e, v in zip(history["epoch"], history[key], strict=True) if v is not None and v >= level),
-                None)  # fmt: skip
+    return next(
+        (int(e) for e, v in zip(history["epoch"], history[key], strict=True) if v is not None and v >= level), None
+    )
 
 
 FIG11_KEYS = {"single": "val_single", "seen": "val_seen", "unseen": "val_unseen"}

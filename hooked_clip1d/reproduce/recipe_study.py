@@ -104,10 +104,14 @@ def _accuracy_plot(j: _Judged, title: str) -> plt.Figure:
         for s in seeds:
             h = hist.get((rc, s), {})
             ep = sorted(h)
-            (line,) = ax.plot(ep, [h[e]["acc"][PROBE]["baseline"][0] for e in ep], marker="o", ms=3,
-                              label=f"seed {s}")  # fmt: skip
-            ax.plot(ep, [h[e]["acc"][PROBE]["EP"][0] for e in ep], ls="--", color=line.get_color(),
-                    label=f"seed {s}, EP ablated")  # fmt: skip
+            (line,) = ax.plot(ep, [h[e]["acc"][PROBE]["baseline"][0] for e in ep], marker="o", ms=3, label=f"seed {s}")
+            ax.plot(
+                ep,
+                [h[e]["acc"][PROBE]["EP"][0] for e in ep],
+                ls="--",
+                color=line.get_color(),
+                label=f"seed {s}, EP ablated",
+            )
         ax.axhline(0.5, color="grey", lw=0.8, ls=":", label="chance (left vs right)")
         ax.set(title=rc, xlabel="epoch", ylim=(-0.02, 1.02), xlim=(0, last_epoch * 1.04))
     for row in axes:
@@ -149,8 +153,13 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
 
     j = _judge(rows)
     recipes, seeds, final, per_run, n_core, frozen_qk = j.recipes, j.seeds, j.final, j.per_run, j.n_core, j.frozen_qk
-    best = max(recipes, key=lambda rc: (n_core[rc], sum(sum(ok for _, ok in per_run[(rc, s)]["checks"])
-                                                          for s in seeds if (rc, s) in per_run)))  # fmt: skip
+    best = max(
+        recipes,
+        key=lambda rc: (
+            n_core[rc],
+            sum(sum(ok for _, ok in per_run[(rc, s)]["checks"]) for s in seeds if (rc, s) in per_run),
+        ),
+    )
     checks = [
         (
             "the old default recipe (all-decay) lacks the mechanism (core checks fail) at >= 2 of 3 seeds, as the "
@@ -180,10 +189,10 @@ def _x_recipe(rows: list[dict[str, Any]]) -> Outcome:
     # the paper's Fig. 13 range, beside the one-sided check: a share near 1 passes the check with b_Q all but gone
     lo, hi = min(PAPER_XWX_SHARE), max(PAPER_XWX_SHARE)
     in_range = {
-        rc: sum(all(lo <= v <= hi for v in final[(rc, s)]["xwx_share"])
-                for s in seeds if (rc, s) in final)
-        for rc in recipes if not frozen_qk[rc]
-    }  # fmt: skip
+        rc: sum(all(lo <= v <= hi for v in final[(rc, s)]["xwx_share"]) for s in seeds if (rc, s) in final)
+        for rc in recipes
+        if not frozen_qk[rc]
+    }
     summary = (
         f"core checks (Fig. 4c, 5d, 5e, 13, 14) hold at n of {len(seeds)} seeds: "
         + ", ".join(f"{rc} {n_core[rc]}" for rc in recipes)

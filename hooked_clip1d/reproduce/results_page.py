@@ -230,8 +230,11 @@ def _check_context(c: dict[str, Any]) -> str:
     if c.get("not_auditable"):
         parts.append("invariance audit: not auditable (unchanged on untrained weights: it reads stored numbers)")
     if c.get("control_passes"):
-        parts.append("**not counted**: a trained control that cannot know what it claims passes it ("
-                     + ", ".join(c["control_passes"]) + ")")  # fmt: skip
+        parts.append(
+            "**not counted**: a trained control that cannot know what it claims passes it ("
+            + ", ".join(c["control_passes"])
+            + ")"
+        )
     elif c.get("secondary"):
         parts.append(f"not counted: {c['secondary']}")
     elif c.get("absence"):  # an upper bound untrained models meet too (controls.counted_checks)

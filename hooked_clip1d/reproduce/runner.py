@@ -144,8 +144,16 @@ def reproduce(
         from hooked_clip1d.sweeps.runner import sweeps_home
 
         sweep_out = Path(sweeps_dir if sweeps_dir is not None else sweeps_home()) / spec.sweep
-        train = {"device": sweep_device, "compile": compile_sweeps, "workers": sweep_workers,
-                 "max_seconds": sweep_max_seconds} if train_sweeps else None  # fmt: skip
+        train = (
+            {
+                "device": sweep_device,
+                "compile": compile_sweeps,
+                "workers": sweep_workers,
+                "max_seconds": sweep_max_seconds,
+            }
+            if train_sweeps
+            else None
+        )
         _sweep_record(record, spec, out, sweep_out, train, controls, sweeps_dir)
         record = _portable(record, sweep_out)  # the runs' paths, relative to the sweep's folder
     elif missing:
@@ -259,8 +267,9 @@ def _model_record(
     audit and controls (seed replicates only for the zoo's own models: ``replicates``)."""
     if given is not None:
         loaded = given
-        record["substituted"] = {m: loaded[m].manifest["name"] for m in spec.models if loaded[m].manifest.get(
-            "name") != m}  # fmt: skip
+        record["substituted"] = {
+            m: loaded[m].manifest["name"] for m in spec.models if loaded[m].manifest.get("name") != m
+        }
         source = ", ".join(loaded[m].manifest.get("name", m) for m in spec.models)
     else:
         loaded = {m: load_model(m) for m in spec.models}
@@ -406,8 +415,9 @@ def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_di
             f"record {path} has checks {figure}'s code no longer computes: {unknown}; rerun it (`{spec.command}`)"
         )
     values = {c["check"]: (c["value"], c["direction"]) for c in record["checks"] if "value" in c}  # stated ones
-    outcome = Outcome({}, "", recorded, {}, values=values, absence=tuple(null["absence"]),
-                      secondary=dict(null["secondary"]))  # fmt: skip
+    outcome = Outcome(
+        {}, "", recorded, {}, values=values, absence=tuple(null["absence"]), secondary=dict(null["secondary"])
+    )
     record = {k: v for k, v in record.items() if k not in ("null_control", "_dir")}
     record["models"] = list(spec.models)  # the figure's zoo cells today (an old record may name another model)
     record["rejudged"] = {

@@ -68,8 +68,10 @@ def trend_test(
         raise ValueError(f"trend_test: {len(blocks)} block labels for {len(x)} runs (one label per run)")
     bad = np.flatnonzero(~(np.isfinite(x) & np.isfinite(y)))
     if len(bad):  # a NaN would rank below every value and move p: a diverged run is an error, never a reading
-        raise ValueError(f"trend_test: runs {bad.tolist()} have a non-finite x or y ({x[bad].tolist()}, "
-                         f"{y[bad].tolist()}); a verdict is not read over a diverged or missing run")  # fmt: skip
+        raise ValueError(
+            f"trend_test: runs {bad.tolist()} have a non-finite x or y ({x[bad].tolist()}, "
+            f"{y[bad].tolist()}); a verdict is not read over a diverged or missing run"
+        )
     if len(x) < 3:
         return 0.0, 1.0
     keys = np.zeros(len(x), dtype=int) if blocks is None else np.unique(np.asarray(blocks), return_inverse=True)[1]
@@ -167,8 +169,9 @@ def fig4a_outcome(rows: list[dict[str, Any]], title: str = "Fig. 4a sweep") -> O
 def _weight_decay_rows(rows: list[dict[str, Any]], title: str) -> tuple[list[float], list[float], Figure]:
     """Mean unseen-pair accuracy per weight decay over a sweep's runs, and its plot."""
     wds = sorted({float(r["weight_decay"]) for r in rows})
-    acc = [float(torch.tensor([r["val_unseen.acc"] for r in rows if float(r["weight_decay"]) == w]).mean())
-           for w in wds]  # fmt: skip
+    acc = [
+        float(torch.tensor([r["val_unseen.acc"] for r in rows if float(r["weight_decay"]) == w]).mean()) for w in wds
+    ]
     fig, ax = plt.subplots(figsize=(4.6, 3.4))
     ax.plot(range(len(wds)), acc, marker="o")
     ax.set_xticks(range(len(wds)), [f"{w:g}" for w in wds])
@@ -196,11 +199,21 @@ def _fig10(rows: list[dict[str, Any]]) -> Outcome:
         + f"; seed level T_w = {t_w:+.2f} (permutation p = {p_w:.4f})"
     )
     epochs = sorted({r["epochs"] for r in rows})
-    numbers = {"weight_decay": wds, "unseen_acc": acc, "rows": rows,
-               "permutation": {"T_w": t_w, "p_w": p_w, "draws": PERMUTATIONS}}  # fmt: skip
-    return Outcome(numbers, summary + ".", checks, {"sweep": fig}, f"{len(rows)} runs, {epochs} epochs each.",
-                   permutation={seed_level: p_w},
-                   secondary={old[0]: "over cell means: the seed-level check replaces it"})  # fmt: skip
+    numbers = {
+        "weight_decay": wds,
+        "unseen_acc": acc,
+        "rows": rows,
+        "permutation": {"T_w": t_w, "p_w": p_w, "draws": PERMUTATIONS},
+    }
+    return Outcome(
+        numbers,
+        summary + ".",
+        checks,
+        {"sweep": fig},
+        f"{len(rows)} runs, {epochs} epochs each.",
+        permutation={seed_level: p_w},
+        secondary={old[0]: "over cell means: the seed-level check replaces it"},
+    )
 
 
 def one_sided(m: dict[str, float]) -> bool:
@@ -241,8 +254,10 @@ def _fig21(rows: list[dict[str, Any]]) -> Outcome:
         "every single-head model stays <= 0.6 on unseen pairs while recognising their label set (label-set >= 0.8): "
         "it fails at left/right, not at the labels"
     )
-    checks = [("every single-head model stays around or below 0.5 (<= 0.6)", max(acc) <= 0.6),
-              (restated, _fails_at_order(rows))]  # fmt: skip
+    checks = [
+        ("every single-head model stays around or below 0.5 (<= 0.6)", max(acc) <= 0.6),
+        (restated, _fails_at_order(rows)),
+    ]
     sensitivity = {restated: [(t, _fails_at_order(rows, t)) for t in LABEL_SET_STEPS]}
     summary = "single-head vision encoder, mean unseen-pair accuracy per weight decay: " + ", ".join(
         f"{w:g}: {a:.2f}" for w, a in zip(wds, acc, strict=True)
@@ -279,8 +294,15 @@ def _fig21(rows: list[dict[str, Any]]) -> Outcome:
             for r in poor
         )
     numbers = {"weight_decay": wds, "unseen_acc": acc, "rows": rows, "mechanism": mech, "sensitivity": sensitivity}
-    return Outcome(numbers, summary + ".", checks, {"sweep": fig}, notes + "." + _order_given_labels(rows),
-                   absence=(checks[0][0],), sensitivity=sensitivity)  # fmt: skip
+    return Outcome(
+        numbers,
+        summary + ".",
+        checks,
+        {"sweep": fig},
+        notes + "." + _order_given_labels(rows),
+        absence=(checks[0][0],),
+        sensitivity=sensitivity,
+    )
 
 
 def _fig21b(rows: list[dict[str, Any]]) -> Outcome:
@@ -293,13 +315,23 @@ def _fig21b(rows: list[dict[str, Any]]) -> Outcome:
     mean = [float(np.mean([a for (d, _), a in acc.items() if d == dim])) for dim in dims]
     fig, ax = plt.subplots(figsize=(4.6, 3.4))
     for s in seeds:
-        ax.plot(range(len(dims)), [acc.get((d, s), float("nan")) for d in dims], marker=".", lw=0.8, alpha=0.6,
-                label=f"seed {s}")  # fmt: skip
+        ax.plot(
+            range(len(dims)),
+            [acc.get((d, s), float("nan")) for d in dims],
+            marker=".",
+            lw=0.8,
+            alpha=0.6,
+            label=f"seed {s}",
+        )
     ax.plot(range(len(dims)), mean, marker="o", color="k", label="mean")
     ax.axhline(0.6, color="grey", lw=0.8, ls="--")
     ax.set_xticks(range(len(dims)), [str(d) for d in dims])
-    ax.set(xlabel="vision d_head (one head)", ylabel="unseen-pair accuracy", ylim=(0, 1.05),
-           title="Fig. 21b: single-head vision, d_head")  # fmt: skip
+    ax.set(
+        xlabel="vision d_head (one head)",
+        ylabel="unseen-pair accuracy",
+        ylim=(0, 1.05),
+        title="Fig. 21b: single-head vision, d_head",
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     restated = (
@@ -330,8 +362,9 @@ def _fig21b(rows: list[dict[str, Any]]) -> Outcome:
         )
     notes += _order_given_labels(rows)
     numbers = {"d_head": dims, "seeds": seeds, "unseen_acc_mean": mean, "rows": rows, "sensitivity": sensitivity}
-    return Outcome(numbers, summary + ".", checks, {"sweep": fig}, notes, absence=(checks[0][0],),
-                   sensitivity=sensitivity)  # fmt: skip
+    return Outcome(
+        numbers, summary + ".", checks, {"sweep": fig}, notes, absence=(checks[0][0],), sensitivity=sensitivity
+    )
 
 
 _NOT_PROTOCOL = ("init_seed", "device", "dtype")  # model-config fields set per run or per machine, not the recipe

@@ -29,8 +29,15 @@ TIE_ORDER = ("cls-exempt-init002-temp-nodecay", "open-clip-init002", "cls-exempt
 STUDY_SEEDS = (0, 1, 2)
 FRESH_SEEDS = (6, 7, 8)
 NULL_INIT_SEEDS = tuple(range(10))
-SHORT = {"generalizes": "M1 gen", "fig4c_split": "M2 4c", "fig14_whole_query": "M3 14", "invariant_ablation":
-         "M4 inv", "mechanism_v2": "M1-4", "fig13_split": "S1 13", "ep_only_ablation": "S2 EP"}  # fmt: skip
+SHORT = {
+    "generalizes": "M1 gen",
+    "fig4c_split": "M2 4c",
+    "fig14_whole_query": "M3 14",
+    "invariant_ablation": "M4 inv",
+    "mechanism_v2": "M1-4",
+    "fig13_split": "S1 13",
+    "ep_only_ablation": "S2 EP",
+}
 
 
 def temperature_decision(
@@ -61,8 +68,9 @@ def temperature_decision(
 
     counted = [c for c in INVARIANT_CHECKS if c in counted]
     arms = [a for a in ARMS if any(k[0] == a for k in finals)]
-    scores = {a: sum(bool(finals[(a, s)].get(c)) for s in STUDY_SEEDS if (a, s) in finals for c in counted)
-              for a in arms}  # fmt: skip
+    scores = {
+        a: sum(bool(finals[(a, s)].get(c)) for s in STUDY_SEEDS if (a, s) in finals for c in counted) for a in arms
+    }
     whole = {a: sum(bool(finals[(a, s)].get("mechanism_v2")) for s in STUDY_SEEDS if (a, s) in finals) for a in arms}
     challengers = [a for a in TIE_ORDER if a in arms]
     base = scores.get(BASELINE, 0)
@@ -74,10 +82,21 @@ def temperature_decision(
         verdict = "refuted"
     best = max(challengers, key=lambda a: (scores[a], -TIE_ORDER.index(a)), default=None)
     default = best if best is not None and scores[best] > base else BASELINE
-    fresh = {a: {c: sum(bool(finals[(a, s)].get(c)) for s in FRESH_SEEDS if (a, s) in finals) for c in
-                 (*counted, "mechanism_v2")} for a in arms}  # fmt: skip
-    return {"verdict": verdict, "default": default, "scores": scores, "whole_mechanism": whole, "fresh": fresh,
-            "counted": counted}  # fmt: skip
+    fresh = {
+        a: {
+            c: sum(bool(finals[(a, s)].get(c)) for s in FRESH_SEEDS if (a, s) in finals)
+            for c in (*counted, "mechanism_v2")
+        }
+        for a in arms
+    }
+    return {
+        "verdict": verdict,
+        "default": default,
+        "scores": scores,
+        "whole_mechanism": whole,
+        "fresh": fresh,
+        "counted": counted,
+    }
 
 
 def untrained_rows(run_dir: str) -> list[dict[str, Any]]:
@@ -101,6 +120,34 @@ def untrained_rows(run_dir: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _temperature_checks(d: Mapping[str, Any], arms: Sequence[str]) -> list[tuple[str, bool]]:
+    """x16's pre-registered checks from ``temperature_decision``'s result ``d``."""
+    checks = [
+        (
+            "the hypothesis is supported: an arm of (b)-(d) has the whole mechanism (M1-M4) at >= 2 of 3 study seeds "
+            "at epoch 10,000 and arm (a) at <= 1",
+            d["verdict"] == "supported",
+        ),
+    ]
+    for a in arms:
+        if a != BASELINE:
+            checks.append(
+                (
+                    f"arm {ARMS[a]} scores more (study seed, counted check) passes than arm (a) at epoch 10,000",
+                    d["scores"][a] > d["scores"].get(BASELINE, 0),
+                )
+            )
+    if d["default"] != BASELINE:
+        for c in d["counted"]:
+            checks.append(
+                (
+                    f"the chosen arm {ARMS[d['default']]}: {SHORT[c]} ({c}) holds at >= 2 of 3 fresh seeds",
+                    d["fresh"][d["default"]][c] >= 2,
+                )
+            )
+    return checks
+
+
 def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
     from hooked_clip1d.analysis.mechanism.dynamics import INVARIANT_CHECKS, SECONDARY_CHECKS, run_emergence
 
@@ -119,18 +166,7 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
     phase = {k: [r["epoch"] for r in e.rows if r["checks"]["mechanism_v2"]] for k, e in em.items()}
     table = _table(em, arms, seeds, names, phase, null, null_passes)
 
-    checks = [
-        ("the hypothesis is supported: an arm of (b)-(d) has the whole mechanism (M1-M4) at >= 2 of 3 study seeds "
-         "at epoch 10,000 and arm (a) at <= 1", d["verdict"] == "supported"),
-    ]  # fmt: skip
-    for a in arms:
-        if a != BASELINE:
-            checks.append((f"arm {ARMS[a]} scores more (study seed, counted check) passes than arm (a) at epoch "
-                           "10,000", d["scores"][a] > d["scores"].get(BASELINE, 0)))  # fmt: skip
-    if d["default"] != BASELINE:
-        for c in d["counted"]:
-            checks.append((f"the chosen arm {ARMS[d['default']]}: {SHORT[c]} ({c}) holds at >= 2 of 3 fresh seeds",
-                           d["fresh"][d["default"]][c] >= 2))  # fmt: skip
+    checks = _temperature_checks(d, arms)
 
     def mean_final(a: str, key: str, i: int | None = None) -> float:
         vals = [em[(a, s)].rows[-1][key] for s in seeds if (a, s) in em]
@@ -138,20 +174,30 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
 
     summary = (
         f"pre-registered reading: {d['verdict']}; scores (study seeds, counted checks of "
-        + ", ".join(SHORT[c] for c in d["counted"]) + "): "
+        + ", ".join(SHORT[c] for c in d["counted"])
+        + "): "
         + ", ".join(f"{ARMS[a]} {d['scores'][a]}" for a in arms)
-        + "; whole mechanism at study seeds: " + ", ".join(f"{ARMS[a]} {d['whole_mechanism'][a]}/3" for a in arms)
+        + "; whole mechanism at study seeds: "
+        + ", ".join(f"{ARMS[a]} {d['whole_mechanism'][a]}/3" for a in arms)
         + f"; the default by the rule: {d['default']}"
         + "; inverse temperature at epoch 10,000 (mean over seeds): "
         + ", ".join(f"{ARMS[a]} {mean_final(a, 'temperature'):.1f}" for a in arms)
-        + "; untrained models passing each check (of 10): " + ", ".join(f"{SHORT[c]} {null_passes[c]}" for c in names)
+        + "; untrained models passing each check (of 10): "
+        + ", ".join(f"{SHORT[c]} {null_passes[c]}" for c in names)
         + "; over the snapshots, the whole mechanism (M1-M4) holds at some snapshot in "
         + f"{sum(bool(v) for v in phase.values())} of {len(phase)} runs"
-        + (f", only at epochs {min(min(v) for v in phase.values() if v)}-{max(max(v) for v in phase.values() if v)}"
-           if any(phase.values()) else "")
-        + " (runs per arm: " + ", ".join(f"{ARMS[a]} {sum(bool(v) for k, v in phase.items() if k[0] == a)}/"
-                                         f"{sum(k[0] == a for k in phase)}" for a in arms) + ")"
-    )  # fmt: skip
+        + (
+            f", only at epochs {min(min(v) for v in phase.values() if v)}-{max(max(v) for v in phase.values() if v)}"
+            if any(phase.values())
+            else ""
+        )
+        + " (runs per arm: "
+        + ", ".join(
+            f"{ARMS[a]} {sum(bool(v) for k, v in phase.items() if k[0] == a)}/{sum(k[0] == a for k in phase)}"
+            for a in arms
+        )
+        + ")"
+    )
     numbers = {
         "arms": arms,
         "seeds": seeds,
@@ -163,7 +209,7 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
         "final": {f"{a}/{s}": e.rows[-1] for (a, s), e in sorted(em.items())},
         "temperature": {
             f"{a}/{s}": [[r["epoch"], r["temperature"]] for r in e.rows] for (a, s), e in sorted(em.items())
-        },  # fmt: skip
+        },
     }
     notes = (
         "M1: unseen-pair probe accuracy >= 0.8; M2: one head biased to one side and >= 2 others to the other (P >= "
@@ -171,14 +217,20 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
         "0.1; M4: the invariant ablation gives 0.4-0.6 with label-set >= 0.8. S1 (Fig. 13's split) and S2 (EP-only "
         "ablation) are coordinate-dependent: shown, not counted. Seeds 0-2 decide, 6-8 confirm."
     )
-    return Outcome(numbers, summary + ".", checks, {"temperature": _plot(em, arms, seeds)}, notes,
-                   table=tuple(table), secondary={})  # fmt: skip
+    return Outcome(
+        numbers, summary + ".", checks, {"temperature": _plot(em, arms, seeds)}, notes, table=tuple(table), secondary={}
+    )
 
 
 def _table(
-    em: Mapping[tuple[str, int], Any], arms: Sequence[str], seeds: Sequence[int], names: Sequence[str],
-    phase: Mapping[tuple[str, int], list[int]], null: Sequence[Mapping[str, Any]], null_passes: Mapping[str, int],
-) -> list[str]:  # fmt: skip
+    em: Mapping[tuple[str, int], Any],
+    arms: Sequence[str],
+    seeds: Sequence[int],
+    names: Sequence[str],
+    phase: Mapping[tuple[str, int], list[int]],
+    null: Sequence[Mapping[str, Any]],
+    null_passes: Mapping[str, int],
+) -> list[str]:
     """The record's table: one row per run at epoch 10,000 (the checks, 1/T, probe accuracy, and the snapshots at
     which M1-M4 hold), then the untrained null's row."""
     head = " | ".join(SHORT[c] for c in names)
@@ -193,11 +245,14 @@ def _table(
             fresh = " (fresh)" if s in FRESH_SEEDS else ""
             eps = phase[(a, s)]
             when = f"{len(eps)} ({eps[0]}-{eps[-1]})" if eps else "0"
-            table.append(f"| {ARMS[a]} | {s}{fresh} | {last['epoch']} | {last['temperature']:.1f} | "
-                         f"{last['probe']:.2f} | {cells} | {when} |")  # fmt: skip
-    table.append(f"| untrained (10 init seeds) | 0-9 | 0 | {null[0]['temperature']:.1f} | "
-                 f"{np.mean([n['probe'] for n in null]):.2f} | "
-                 + " | ".join(f"{null_passes[c]}/10" for c in names) + " | - |")  # fmt: skip
+            table.append(
+                f"| {ARMS[a]} | {s}{fresh} | {last['epoch']} | {last['temperature']:.1f} | "
+                f"{last['probe']:.2f} | {cells} | {when} |"
+            )
+    table.append(
+        f"| untrained (10 init seeds) | 0-9 | 0 | {null[0]['temperature']:.1f} | "
+        f"{np.mean([n['probe'] for n in null]):.2f} | " + " | ".join(f"{null_passes[c]}/10" for c in names) + " | - |"
+    )
     return table
 
 

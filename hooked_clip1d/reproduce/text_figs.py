@@ -6,6 +6,8 @@ rotation, with its trained control: the same fit against text towers trained apa
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from hooked_clip1d.data.dataset import build_dataset
@@ -45,12 +47,26 @@ def _fig6(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         "at its ceiling: a share of captions is 0 or 1 on untrained models too (a tiny but consistent positional "
         "tilt decides every caption), so it can never lie beyond the null; the counted check is the attention margin"
     )
-    sensitivity = {c1: [(t, m_subj >= t) for t in (0.05, 0.1, 0.2, 0.3, 0.5)],
-                   c2: [(t, m_obj >= t) for t in (0.05, 0.1, 0.2, 0.3, 0.5)]}  # fmt: skip
-    numbers = {"first": first, "second": eot["second"][0].tolist(), "subject_minus_object": to_subject,
-               "mean": mean.tolist(), "sensitivity": sensitivity}  # fmt: skip
-    return Outcome(numbers, summary + ".", checks, figs, values={c1: (m_subj, ">"), c2: (m_obj, ">")},
-                   secondary={s1: ceiling, s2: ceiling}, sensitivity=sensitivity)  # fmt: skip
+    sensitivity = {
+        c1: [(t, m_subj >= t) for t in (0.05, 0.1, 0.2, 0.3, 0.5)],
+        c2: [(t, m_obj >= t) for t in (0.05, 0.1, 0.2, 0.3, 0.5)],
+    }
+    numbers = {
+        "first": first,
+        "second": eot["second"][0].tolist(),
+        "subject_minus_object": to_subject,
+        "mean": mean.tolist(),
+        "sensitivity": sensitivity,
+    }
+    return Outcome(
+        numbers,
+        summary + ".",
+        checks,
+        figs,
+        values={c1: (m_subj, ">"), c2: (m_obj, ">")},
+        secondary={s1: ceiling, s2: ceiling},
+        sensitivity=sensitivity,
+    )
 
 
 # zoo models trained apart from the flagship on the same data, with its text architecture: Fig. 7's trained control
@@ -69,6 +85,19 @@ def _with_text_of(model: CLIP1D, other: CLIP1D) -> CLIP1D:
         chimera.vision.W_E.copy_(model.vision.W_E)
     chimera.data_config = model.data_config
     return chimera
+
+
+def _fig7_cross(model: CLIP1D) -> dict[str, dict[str, Any]]:
+    """Fig. 7's trained control (docs/fidelity.md, 2026-11-26 amendment): the same fit from this vision tower to
+    text towers trained apart on the same data (``CROSS_TEXT``); the alignment must be the jointly trained pair's."""
+    from hooked_clip1d.analysis.mechanism.alignment import embedding_alignment
+
+    return {
+        other: embedding_alignment(
+            _with_text_of(model, load_model(other)), center=True, rotation="canonical", n_shuffles=0
+        )["procrustes"]
+        for other in CROSS_TEXT
+    }
 
 
 def _fig7(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
@@ -106,10 +135,7 @@ def _fig7(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         f"rotation restricted to the fit labels' span: matched cosine {span['procrustes']['matched_cos']:.3f}, "
         f"retrieval {span['procrustes']['acc']:.2f}"
     )
-    # the trained control (docs/fidelity.md, 2026-11-26 amendment): the same fit from this vision tower to text
-    # towers trained apart on the same data; the alignment must be the jointly trained pair's
-    cross = {other: embedding_alignment(_with_text_of(model, load_model(other)), center=True, rotation="canonical",
-                                        n_shuffles=0)["procrustes"] for other in CROSS_TEXT}  # fmt: skip
+    cross = _fig7_cross(model)  # the trained control
     best_cross = max(c["matched_cos"] for c in cross.values())
     c_cross = (
         "the own pair aligns held-out labels (matched cos >= 0.5) and better than the vision tower with any of 4 "
@@ -121,12 +147,19 @@ def _fig7(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         + ", ".join(f"{c['matched_cos']:.3f}" for c in cross.values())
         + f" (own {rot['matched_cos']:.3f}), retrieval "
         + ", ".join(f"{c['acc']:.2f}" for c in cross.values())
-    )  # fmt: skip
+    )
     numbers = {k: res[k] for k in ("fit_labels", "test_labels", "raw", "procrustes", "shuffled")}
-    numbers.update(center=True, rotation="canonical", uncentred={k: paper[k] for k in ("raw", "procrustes")},
-                   span_only=span["procrustes"], cross_model=cross)  # fmt: skip
-    sensitivity = {c_cos: [(t, rot["matched_cos"] >= t) for t in (0.3, 0.4, 0.5, 0.6, 0.7)],
-                   c_acc: [(t, rot["acc"] >= t) for t in (0.6, 0.8, 1.0)]}  # fmt: skip
+    numbers.update(
+        center=True,
+        rotation="canonical",
+        uncentred={k: paper[k] for k in ("raw", "procrustes")},
+        span_only=span["procrustes"],
+        cross_model=cross,
+    )
+    sensitivity = {
+        c_cos: [(t, rot["matched_cos"] >= t) for t in (0.3, 0.4, 0.5, 0.6, 0.7)],
+        c_acc: [(t, rot["acc"] >= t) for t in (0.6, 0.8, 1.0)],
+    }
     numbers["sensitivity"] = sensitivity
     values = {c_cos: (rot["matched_cos"], ">"), c_acc: (rot["acc"], ">")}
     why = (
@@ -134,8 +167,16 @@ def _fig7(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         "(analysis.mechanism.reparametrize.shift_embeddings) changes no output and moves every uncentred label "
         "embedding"
     )
-    return Outcome(numbers, summary + ".", checks, {"alignment": plot_alignment(res)}, values=values,
-                   absence=(c_raw,), secondary={s_cos: why, s_acc: why}, sensitivity=sensitivity)  # fmt: skip
+    return Outcome(
+        numbers,
+        summary + ".",
+        checks,
+        {"alignment": plot_alignment(res)},
+        values=values,
+        absence=(c_raw,),
+        secondary={s_cos: why, s_acc: why},
+        sensitivity=sensitivity,
+    )
 
 
 # the figures of this module, each with its claim, thresholds (in its function) and zoo models

@@ -91,8 +91,13 @@ def run_group(task: GroupTask) -> list[str]:
     if task.run.get("streams"):  # the towers on two CUDA streams (a ValueError naming the device elsewhere)
         trainer.state.model.use_streams()
     try:
-        trainer.run(progress=task.progress, max_steps=task.max_steps, desc=task.name, position=task.position,
-                    deadline=task.deadline)  # fmt: skip
+        trainer.run(
+            progress=task.progress,
+            max_steps=task.max_steps,
+            desc=task.name,
+            position=task.position,
+            deadline=task.deadline,
+        )
     except TrainingInterrupted as e:
         if multiprocessing.parent_process() is not None:  # a worker of this sweep's pool (not the sweep process)
             _interrupted.append(e.signum)

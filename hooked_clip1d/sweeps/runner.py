@@ -270,8 +270,11 @@ def _check_trained_as_specified(r: RunSpec, run_dir: Path) -> None:
 
     saved = json.loads((run_dir / "config.json").read_text())
     have, want = comparable_train_config(saved["train_config"]), comparable_train_config(r.train_cfg.to_dict())
-    diffs = [f"train_config.{k}: trained with {have.get(k)!r}, the spec asks {v!r}" for k, v in want.items()
-             if have.get(k) != v]  # fmt: skip
+    diffs = [
+        f"train_config.{k}: trained with {have.get(k)!r}, the spec asks {v!r}"
+        for k, v in want.items()
+        if have.get(k) != v
+    ]
     trained = CLIPConfig.from_dict(saved["model_config"])
     for tower in ("vision", "text"):
         a, b = getattr(trained, tower).init_std, getattr(r.model_cfg, tower).init_std

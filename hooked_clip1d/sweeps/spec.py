@@ -94,8 +94,13 @@ def _route(key: str) -> list[tuple[str, str]]:
         section, name = key.split(".", 1)
         if section == "model" and name in _CLIP_FIELDS:
             return [("clip", name)]
-        known = {"model": _ENC_FIELDS, "vision": _ENC_FIELDS, "text": _ENC_FIELDS, "data": _DATA_FIELDS,
-                 "train": _TRAIN_FIELDS}  # fmt: skip
+        known = {
+            "model": _ENC_FIELDS,
+            "vision": _ENC_FIELDS,
+            "text": _ENC_FIELDS,
+            "data": _DATA_FIELDS,
+            "train": _TRAIN_FIELDS,
+        }
         if section not in known:
             raise ValueError(f"sweep key {key!r}: unknown section {section!r}; use model/vision/text/data/train")
         if name not in known[section]:
@@ -111,8 +116,9 @@ def _route(key: str) -> list[tuple[str, str]]:
         return [("data", "d_image"), ("vision", "d_image")]
     if key in _CLIP_FIELDS:
         return [("clip", key)]
-    where = [s for s, names in (("data", _DATA_FIELDS), ("train", _TRAIN_FIELDS), ("model", _ENC_FIELDS))
-             if key in names]  # fmt: skip
+    where = [
+        s for s, names in (("data", _DATA_FIELDS), ("train", _TRAIN_FIELDS), ("model", _ENC_FIELDS)) if key in names
+    ]
     if not where:
         raise ValueError(f"sweep key {key!r} is not a field of DataConfig, TrainConfig or EncoderConfig")
     if len(where) > 1:

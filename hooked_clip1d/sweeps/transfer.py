@@ -365,8 +365,14 @@ def pack_state(
     set_id = hashlib.sha256(b"".join(hashlib.sha256(b).digest() for _, b in meta + pieces)).hexdigest()[:16]
     pieces_of = {g["name"]: sum(1 for n, _ in pieces if n.startswith(f"groups/{g['name']}/")) for g in chosen}
     for i, batch in enumerate(batches):
-        head = {"format": STATE_FORMAT, "set": set_id, "archive": i, "archives": len(batches), "sweep": src.name,
-                "groups": [{**g, "pieces": pieces_of[g["name"]]} for g in chosen]}  # fmt: skip
+        head = {
+            "format": STATE_FORMAT,
+            "set": set_id,
+            "archive": i,
+            "archives": len(batches),
+            "sweep": src.name,
+            "groups": [{**g, "pieces": pieces_of[g["name"]]} for g in chosen],
+        }
         batch.insert(0, ("STATE.json", json.dumps(head, indent=1).encode()))
     return _write_archives(batches, dest, prefix)
 
@@ -396,11 +402,16 @@ def unpack_state(archives: Sequence[str | os.PathLike], dest: str | os.PathLike)
         with tarfile.open(archive, "r") as tar:
             for m in tar.getmembers():
                 parts = m.name.split("/")
-                ok = m.isfile() and ".." not in parts and "" not in parts and (
-                    m.name in ("STATE.json", "spec.toml", "plan.json")
-                    or (len(parts) == 3 and parts[0] == "groups" and parts[2].startswith(f"{GROUP_CHECKPOINT}.z."))
-                    or (len(parts) == 3 and parts[0] == "runs" and parts[2] in STATE_RUN_FILES)
-                )  # fmt: skip
+                ok = (
+                    m.isfile()
+                    and ".." not in parts
+                    and "" not in parts
+                    and (
+                        m.name in ("STATE.json", "spec.toml", "plan.json")
+                        or (len(parts) == 3 and parts[0] == "groups" and parts[2].startswith(f"{GROUP_CHECKPOINT}.z."))
+                        or (len(parts) == 3 and parts[0] == "runs" and parts[2] in STATE_RUN_FILES)
+                    )
+                )
                 if not ok:
                     raise ValueError(f"{archive}: unexpected member {m.name!r}; not an archive of pack_state")
                 f = tar.extractfile(m)
@@ -480,6 +491,36 @@ def carry_sweep(spec: Any, src: str | os.PathLike, dest: str | os.PathLike, *, s
     return out
 
 
+class _Room:
+    """What one call can still bring back (``files`` archives, ``bytes``); ``keep`` moves the archives that fit, in
+    order, into ``dest`` and counts them off."""
+
+    def __init__(self, dest: Path, files: int, total_bytes: float) -> None:
+        self.dest, self.files, self.bytes = dest, files, total_bytes
+
+    def keep(self, archives: list[Path], prefix: str) -> list[Path]:
+        """Move the archives that fit (in order) into ``dest`` as ``<prefix>-NNN.tar``; return those moved."""
+        moved = []
+        for i, a in enumerate(archives):
+            size = a.stat().st_size
+            if self.files < 1 or size > self.bytes:
+                break
+            self.dest.mkdir(parents=True, exist_ok=True)
+            target = self.dest / f"{prefix}-{i:03d}.tar"
+            if target.exists():
+                raise FileExistsError(f"{str(target)!r} exists; pack into an empty folder")
+            shutil.move(str(a), target)
+            moved.append(target)
+            self.files, self.bytes = self.files - 1, self.bytes - size
+        return moved
+
+
+def _archive_runs(archive: Path) -> set[str]:
+    """The top-level folders (runs) of a tar archive."""
+    with tarfile.open(archive) as tar:
+        return {m.name.split("/")[0] for m in tar.getmembers()}
+
+
 def pack_for_transfer(
     sweep_dir: str | os.PathLike,
     dest: str | os.PathLike,
@@ -508,53 +549,41 @@ def pack_for_transfer(
     new = [r for r in finished if r not in set(sent)]
     old = [r for r in finished if r in set(sent)]
     out: dict[str, Any] = {"runs": [], "resent": [], "state": [], "archives": [], "left": [], "state_left": []}
-    files, room = max_files, max_total_mib * 2**20
-
-    def keep(archives: list[Path], tmp: Path, prefix: str) -> list[Path]:
-        """Move the archives that fit (in order) from ``tmp`` into ``dest``; return those moved."""
-        nonlocal files, room
-        moved = []
-        for i, a in enumerate(archives):
-            size = a.stat().st_size
-            if files < 1 or size > room:
-                break
-            dest.mkdir(parents=True, exist_ok=True)
-            target = dest / f"{prefix}-{i:03d}.tar"
-            if target.exists():
-                raise FileExistsError(f"{str(target)!r} exists; pack into an empty folder")
-            shutil.move(str(a), target)
-            moved.append(target)
-            files, room = files - 1, room - size
-        return moved
-
-    def members(archive: Path) -> set[str]:
-        with tarfile.open(archive) as tar:
-            return {m.name.split("/")[0] for m in tar.getmembers()}
+    room = _Room(dest, max_files, max_total_mib * 2**20)
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         if new:
-            moved = keep(pack_runs(src, tmp_path / "new", max_mib=max_mib, weights_dtype=weights_dtype, runs=new),
-                         tmp_path, "runs")  # fmt: skip
-            got = set().union(*(members(a) for a in moved)) if moved else set()
+            moved = room.keep(
+                pack_runs(src, tmp_path / "new", max_mib=max_mib, weights_dtype=weights_dtype, runs=new),
+                "runs",
+            )
+            got = set().union(*(_archive_runs(a) for a in moved)) if moved else set()
             out["runs"] = [r for r in new if r in got]
             out["left"] = [r for r in new if r not in got]
             out["archives"] += moved
         groups = unfinished_groups(src) if src.is_dir() else []
-        if groups and files > 0:
-            state = pack_state(src, tmp_path / "state", max_mib=max_mib, max_files=files,
-                               budget_mib=min(state_mib, room / 2**20 * 0.98))  # fmt: skip
-            if state and sum(a.stat().st_size for a in state) <= room and len(state) <= files:  # all or none
+        if groups and room.files > 0:
+            state = pack_state(
+                src,
+                tmp_path / "state",
+                max_mib=max_mib,
+                max_files=room.files,
+                budget_mib=min(state_mib, room.bytes / 2**20 * 0.98),
+            )
+            if state and sum(a.stat().st_size for a in state) <= room.bytes and len(state) <= room.files:  # all or none
                 with tarfile.open(state[0]) as tar:
                     f = tar.extractfile("STATE.json")
                     assert f is not None
                     out["state"] = json.loads(f.read())["groups"]
-                out["archives"] += keep(state, tmp_path, "state")
+                out["archives"] += room.keep(state, "state")
         packed = {g["name"] for g in out["state"]}
         out["state_left"] = [g["name"] for g in groups if g["name"] not in packed]
-        if old and files > 0:
-            moved = keep(pack_runs(src, tmp_path / "old", max_mib=max_mib, weights_dtype=weights_dtype, runs=old),
-                         tmp_path, "resent")  # fmt: skip
-            out["resent"] = sorted(set().union(*(members(a) for a in moved))) if moved else []
+        if old and room.files > 0:
+            moved = room.keep(
+                pack_runs(src, tmp_path / "old", max_mib=max_mib, weights_dtype=weights_dtype, runs=old),
+                "resent",
+            )
+            out["resent"] = sorted(set().union(*(_archive_runs(a) for a in moved))) if moved else []
             out["archives"] += moved
     return out

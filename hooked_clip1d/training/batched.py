@@ -308,8 +308,15 @@ class BatchedTrainer:
             torch.set_num_threads(threads)
         total = max(st.total_steps)
         stop_at = total if max_steps is None else min(total, st.step + max_steps)
-        bar = tqdm(total=total, initial=st.step, desc=desc or f"group of {len(st.members)}", unit="step",
-                   disable=not progress, mininterval=1.0, position=position)  # fmt: skip
+        bar = tqdm(
+            total=total,
+            initial=st.step,
+            desc=desc or f"group of {len(st.members)}",
+            unit="step",
+            disable=not progress,
+            mininterval=1.0,
+            position=position,
+        )
         t0 = time.perf_counter() - st.elapsed
         caller_rng = torch.get_rng_state()
         torch.set_rng_state(self._rng)

@@ -233,8 +233,9 @@ def head_subset_sweep(
             run_dirs = [Path(out_dir) / _name(kept) for kept in subsets]
             split = [(p, ()) if tower == "vision" else ((), p) for p in pruned_of]
             if engine == "batched":
-                retrained = retrain_batched(model, split, data_cfg, epochs, Path(out_dir), run_dirs, train_cfg,
-                                             resume, progress)  # fmt: skip
+                retrained = retrain_batched(
+                    model, split, data_cfg, epochs, Path(out_dir), run_dirs, train_cfg, resume, progress
+                )
             else:
                 retrained = []
                 for (vis, txt), run_dir in zip(split, run_dirs, strict=True):
@@ -242,10 +243,17 @@ def head_subset_sweep(
                     resume_this = resume and (run_dir / "checkpoint.safetensors").exists()
                     retrained.append(
                         prune_and_retrain(
-                            model, vis, data_cfg, epochs, run_dir, text_heads=txt, train_cfg=train_cfg,
-                            resume=resume_this, progress=progress,
+                            model,
+                            vis,
+                            data_cfg,
+                            epochs,
+                            run_dir,
+                            text_heads=txt,
+                            train_cfg=train_cfg,
+                            resume=resume_this,
+                            progress=progress,
                         ).model
-                    )  # fmt: skip
+                    )
             afters = [evaluate(m.eval(), ds) for m in retrained]
         runs = []
         for kept, pruned, run_dir, after in zip(subsets, pruned_of, run_dirs, afters, strict=True):

@@ -359,8 +359,9 @@ def provenance() -> dict[str, Any]:
     }
 
 
-def write_config(run_dir: str | os.PathLike, configs: dict[str, Any], prov: dict[str, Any] | None = None,
-                 **extra: Any) -> None:  # fmt: skip
+def write_config(
+    run_dir: str | os.PathLike, configs: dict[str, Any], prov: dict[str, Any] | None = None, **extra: Any
+) -> None:
     """Write ``config.json`` (the run's configs, ``provenance`` and ``extra`` sections) unless it exists: a resumed
     run keeps the record of how it started."""
     path = Path(run_dir) / "config.json"

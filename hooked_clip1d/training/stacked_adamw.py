@@ -223,35 +223,67 @@ class StackedAdamW:
             if self.fused and len(set(self.lr)) == 1:
                 torch._foreach_add_(steps, 1)
                 torch._fused_adamw_(
-                    params, grads, m, v, [], steps,
-                    lr=self.lr[0], beta1=b1, beta2=b2, weight_decay=0.0, eps=self.eps,
-                    amsgrad=False, maximize=False,
-                )  # fmt: skip
+                    params,
+                    grads,
+                    m,
+                    v,
+                    [],
+                    steps,
+                    lr=self.lr[0],
+                    beta1=b1,
+                    beta2=b2,
+                    weight_decay=0.0,
+                    eps=self.eps,
+                    amsgrad=False,
+                    maximize=False,
+                )
                 return
         if self.uniform and self.fused and not self.coupled:
             torch._foreach_add_(steps, 1)
             torch._fused_adamw_(
-                params, grads, m, v, [], steps,
-                lr=self.lr[0], beta1=b1, beta2=b2, weight_decay=self.wd[0], eps=self.eps,
-                amsgrad=False, maximize=False,
-            )  # fmt: skip
+                params,
+                grads,
+                m,
+                v,
+                [],
+                steps,
+                lr=self.lr[0],
+                beta1=b1,
+                beta2=b2,
+                weight_decay=self.wd[0],
+                eps=self.eps,
+                amsgrad=False,
+                maximize=False,
+            )
             return
         if self.fused and len(set(self.lr)) == 1 and not self.coupled:
             # per-member or masked decay, one lr: decay first (as AdamW does), then the fused kernel without decay;
             # the parameters whose decay folds into the kernel (_folded) are decayed there, in the same pass
             torch._foreach_add_(steps, 1)
-            for part, wd in (([j for j, i in enumerate(idx) if not self._folded[i]], 0.0),
-                             ([j for j, i in enumerate(idx) if self._folded[i]], self.wd[0])):  # fmt: skip
+            for part, wd in (
+                ([j for j, i in enumerate(idx) if not self._folded[i]], 0.0),
+                ([j for j, i in enumerate(idx) if self._folded[i]], self.wd[0]),
+            ):
                 if not part:
                     continue
                 ps = [params[j] for j in part]
                 if not wd:
                     torch._foreach_mul_(ps, [self._decay[idx[j]] for j in part])
                 torch._fused_adamw_(
-                    ps, [grads[j] for j in part], [m[j] for j in part], [v[j] for j in part], [],
-                    [steps[j] for j in part], lr=self.lr[0], beta1=b1, beta2=b2, weight_decay=wd, eps=self.eps,
-                    amsgrad=False, maximize=False,
-                )  # fmt: skip
+                    ps,
+                    [grads[j] for j in part],
+                    [m[j] for j in part],
+                    [v[j] for j in part],
+                    [],
+                    [steps[j] for j in part],
+                    lr=self.lr[0],
+                    beta1=b1,
+                    beta2=b2,
+                    weight_decay=wd,
+                    eps=self.eps,
+                    amsgrad=False,
+                    maximize=False,
+                )
             return
         torch._foreach_add_(steps, 1)
         step = float(steps[0].item())
@@ -302,10 +334,20 @@ class StackedAdamW:
             if not decay_in_kernel and not self.coupled:
                 p.mul_(self._flat_decay)  # per-member or masked decay first (as AdamW does), then no decay
             torch._fused_adamw_(
-                [p], [g], [m], [v], [], steps[:1],
-                lr=self.lr[0], beta1=b1, beta2=b2, weight_decay=self.wd[0] if decay_in_kernel else 0.0,
-                eps=self.eps, amsgrad=False, maximize=False,
-            )  # fmt: skip
+                [p],
+                [g],
+                [m],
+                [v],
+                [],
+                steps[:1],
+                lr=self.lr[0],
+                beta1=b1,
+                beta2=b2,
+                weight_decay=self.wd[0] if decay_in_kernel else 0.0,
+                eps=self.eps,
+                amsgrad=False,
+                maximize=False,
+            )
             return
         torch._foreach_add_(steps, 1)
         step = float(steps[0].item())

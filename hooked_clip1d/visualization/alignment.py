@@ -49,8 +49,9 @@ def plot_alignment(result: Mapping[str, Any]) -> Figure:
         ax.set_yticks(ticks.tolist(), [str(o) for o in order], fontsize=6)
         ax.axhline(len(fit) - 0.5, color="k", lw=0.8, label="fit | test labels")
         ax.axvline(len(fit) - 0.5, color="k", lw=0.8, label="fit | test labels")
-        ax.text(len(fit) - 0.5, 1.01, "fit | test", ha="center", va="bottom", fontsize=6,
-                transform=ax.get_xaxis_transform())  # fmt: skip
+        ax.text(
+            len(fit) - 0.5, 1.01, "fit | test", ha="center", va="bottom", fontsize=6, transform=ax.get_xaxis_transform()
+        )
         ax.set_xlabel("vision label embedding")
         ax.set_ylabel("text label embedding")
         ax.set_title(f"cosine, {title}", fontsize=9, pad=14)  # room for "fit | test" above the top row

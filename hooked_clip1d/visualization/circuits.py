@@ -47,8 +47,9 @@ def plot_circuit_benchmark(rows: Sequence[Mapping[str, Any]]) -> Figure:
             ys = [next((r[key] for r in rows if r["method"] == m and r["model"] == model), None) for m in methods]
             pts = [(xi, y) for xi, y in zip(x, ys, strict=True) if y is not None and not math.isnan(y)]
             if pts:
-                ax.scatter(*zip(*pts, strict=True), s=14, marker=markers[j % len(markers)], color="k", zorder=4,
-                           label=model)  # fmt: skip
+                ax.scatter(
+                    *zip(*pts, strict=True), s=14, marker=markers[j % len(markers)], color="k", zorder=4, label=model
+                )
         reference_line(ax, 0.5, "chance (AUC 0.5)", color="gray")
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("ROC AUC against the ground truth")

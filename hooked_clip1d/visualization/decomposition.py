@@ -119,9 +119,12 @@ def plot_term_maps(
     qlabels = _queries_axis_labels(n_q, tokens, query_positions)
     klabels = list(tokens) if tokens is not None else [str(k) for k in range(n_k)]
     fig, axes = plt.subplots(
-        len(heads), len(names), figsize=(2.3 * len(names) + 0.6, 2.0 * len(heads) * max(0.35, n_q / n_k) + 0.8),
-        squeeze=False, constrained_layout=True,
-    )  # fmt: skip
+        len(heads),
+        len(names),
+        figsize=(2.3 * len(names) + 0.6, 2.0 * len(heads) * max(0.35, n_q / n_k) + 0.8),
+        squeeze=False,
+        constrained_layout=True,
+    )
     for j, n in enumerate(names):
         vmax = float(np.abs(maps[n][heads]).max()) or 1.0
         for i, h in enumerate(heads):

@@ -195,8 +195,15 @@ def _panel_rank(ax: plt.Axes, x: np.ndarray, rows: Sequence[Mapping[str, Any]], 
         tw.plot(x, exposure, color="black", lw=1.0, marker=".", label="decay exposure w x sum(lr)")
         tw.set_ylabel("decay exposure")
     else:
-        ax.text(0.99, 0.95, "decay exposure: n/a (no training config)", transform=ax.transAxes, ha="right", va="top",
-                fontsize=7)  # fmt: skip
+        ax.text(
+            0.99,
+            0.95,
+            "decay exposure: n/a (no training config)",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=7,
+        )
     ax.set_title("W_QK rank per head and weight-decay exposure")
     ax.set_xlabel(XLABEL)
     return _head_proxies(H, [("-", "rank (heads offset slightly)")])

@@ -69,8 +69,15 @@ def plot_fraction_map(
     if annotate and v.size <= 400:
         for i in range(v.shape[0]):
             for j in range(v.shape[1]):
-                ax.text(j, i, f"{v[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if abs(v[i, j]) > 0.6 else "black")  # fmt: skip
+                ax.text(
+                    j,
+                    i,
+                    f"{v[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if abs(v[i, j]) > 0.6 else "black",
+                )
     ax.set_title(title)
     fig.colorbar(im, ax=ax, label="fraction of shift recovered")
     return fig

@@ -97,8 +97,9 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 # ---- the device tool's limits ------------------------------------------------------------------------------------
-def out_problems(out: str | os.PathLike, files: int = OUT_FILES, file_mib: float = OUT_FILE_MIB,
-                 total_mib: float = CALL_MIB) -> list[str]:  # fmt: skip
+def out_problems(
+    out: str | os.PathLike, files: int = OUT_FILES, file_mib: float = OUT_FILE_MIB, total_mib: float = CALL_MIB
+) -> list[str]:
     """What in ``out`` would not come back through the device tool: more than ``files`` files, a file over
     ``file_mib`` MiB, more than ``total_mib`` MiB together, anything more than 2 folders down, a name with other
     characters than letters, digits, '.', '_' and '-', a link. Empty when everything comes back.
@@ -138,8 +139,12 @@ def out_problems(out: str | os.PathLike, files: int = OUT_FILES, file_mib: float
 
 def tree_bytes(root: Path = ROOT) -> int:
     """Bytes of the working tree that travels with a call: tracked and untracked-not-ignored files (git)."""
-    r = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
-                       capture_output=True, check=True)  # fmt: skip
+    r = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        check=True,
+    )
     return sum((root / f).stat().st_size for f in r.stdout.decode().split("\0") if f and (root / f).is_file())
 
 
@@ -172,8 +177,13 @@ def step_model(step_s: dict[int, float]) -> Callable[[int], float]:
     return lambda k: max(0.8 * t0, t0 + slope * (k - k0))
 
 
-def decide(remaining: Sequence[int], member_mib: float, step_s: Callable[[int], float], seconds_left: float,
-           room_left_mib: float) -> str | None:  # fmt: skip
+def decide(
+    remaining: Sequence[int],
+    member_mib: float,
+    step_s: Callable[[int], float],
+    seconds_left: float,
+    room_left_mib: float,
+) -> str | None:
     """Whether a group may train now, with ``seconds_left`` before training must stop: ``"finish"`` if its members'
     ``remaining`` steps all fit, ``"carry"`` if the members still training then (at the slower estimate, so the most
     of them) have packed state (``member_mib`` each) within ``room_left_mib``, else None (it would train for
@@ -200,8 +210,13 @@ def decide(remaining: Sequence[int], member_mib: float, step_s: Callable[[int], 
     return "carry" if sum(1 for r in remaining if r > done) * member_mib <= room_left_mib else None
 
 
-def plan_for_windows(runs: Sequence[tuple[str, str, int, float]], step_s: Callable[[int], float], window_s: float,
-                     room_mib: float, max_group_size: int) -> list[list[str]]:  # fmt: skip
+def plan_for_windows(
+    runs: Sequence[tuple[str, str, int, float]],
+    step_s: Callable[[int], float],
+    window_s: float,
+    room_mib: float,
+    max_group_size: int,
+) -> list[list[str]]:
     """Groups for a sweep trained in windows (``runs``: name, group key, steps, packed state MiB of a member; spec
     order): per key, the runs too long to finish inside one window of ``window_s`` training seconds go in groups
     of as many as their state fits ``room_mib`` (so a group can travel between windows), longest first; the
@@ -245,9 +260,14 @@ def plan_for_windows(runs: Sequence[tuple[str, str, int, float]], step_s: Callab
     return plan
 
 
-def simulate(queue: Sequence[tuple[str, Sequence[tuple[str, str, int, float]]]], step_s: Callable[[int], float],
-             window_s: float, room_mib: float, max_group_size: Sequence[int] | int = 12,
-             max_windows: int = 1000) -> list[dict[str, Any]]:  # fmt: skip
+def simulate(
+    queue: Sequence[tuple[str, Sequence[tuple[str, str, int, float]]]],
+    step_s: Callable[[int], float],
+    window_s: float,
+    room_mib: float,
+    max_group_size: Sequence[int] | int = 12,
+    max_windows: int = 1000,
+) -> list[dict[str, Any]]:
     """Windows of the queue (``queue``: per sweep its name and ``plan_for_windows`` rows) under this module's plan
     and rule, if a group step took exactly ``step_s(K)`` (the rule plans with ``SAFETY`` on top) and every window
     trained ``window_s`` seconds: one row per window with what trained (sweep, group, K at its start, steps,
@@ -266,8 +286,16 @@ def simulate(queue: Sequence[tuple[str, Sequence[tuple[str, str, int, float]]]],
     for (sweep, rows), cap in zip(queue, sizes, strict=True):
         by = {r[0]: r for r in rows}
         for i, g in enumerate(plan_for_windows(rows, step_s, window_s, room_mib, cap)):
-            groups.append({"sweep": sweep, "group": f"g{i:03d}", "steps": [by[n][2] for n in g], "at": 0,
-                           "mib": max(by[n][3] for n in g), "flight": False})  # fmt: skip
+            groups.append(
+                {
+                    "sweep": sweep,
+                    "group": f"g{i:03d}",
+                    "steps": [by[n][2] for n in g],
+                    "at": 0,
+                    "mib": max(by[n][3] for n in g),
+                    "flight": False,
+                }
+            )
 
     def left(g: dict[str, Any]) -> list[int]:
         return [s - g["at"] for s in g["steps"] if s > g["at"]]
@@ -300,8 +328,9 @@ def simulate(queue: Sequence[tuple[str, Sequence[tuple[str, str, int, float]]]],
                 g["at"], t = g["at"] + n, t + n * step_s(k)
                 if g["at"] < end:
                     break
-            trained.append({"sweep": g["sweep"], "group": g["group"], "K": k0, "steps": g["at"] - at0,
-                            "verdict": verdict})  # fmt: skip
+            trained.append(
+                {"sweep": g["sweep"], "group": g["group"], "K": k0, "steps": g["at"] - at0, "verdict": verdict}
+            )
             g["flight"] = bool(left(g))
             if g["flight"]:
                 tried.add(i)
@@ -370,8 +399,10 @@ class Sweep:
         if (self.out / "plan.json").exists():
             return False
         todo = [r for r in self.spec.runs if not self.finished(r.name)]
-        rows = [(r.name, group_key(r.model_cfg, r.data_cfg, r.train_cfg), self.steps[r.name], member_mib(r.model_cfg))
-                for r in todo]  # fmt: skip
+        rows = [
+            (r.name, group_key(r.model_cfg, r.data_cfg, r.train_cfg), self.steps[r.name], member_mib(r.model_cfg))
+            for r in todo
+        ]
         groups = plan_for_windows(rows, step_s, window_s, room_mib, self.spec.run["max_group_size"])
         plan = [[f"g{i:03d}-{hashlib.sha256(json.dumps(g).encode()).hexdigest()[:8]}", g] for i, g in enumerate(groups)]
         self.out.mkdir(parents=True, exist_ok=True)
@@ -397,9 +428,17 @@ class Sweep:
                 active = [gs["names"][i] for i in gs["active"] if gs["names"][i] in left]
                 step = gs["step"]
             mib = max((member_mib(self.runs[n].model_cfg) for n in names), default=0.0)
-            rows.append({"name": gname, "runs": names, "active": active, "step": step, "member_mib": mib,
-                         "remaining": [max(0, self.steps[n] - step) for n in active],
-                         "in_flight": gs is not None and bool(active)})  # fmt: skip
+            rows.append(
+                {
+                    "name": gname,
+                    "runs": names,
+                    "active": active,
+                    "step": step,
+                    "member_mib": mib,
+                    "remaining": [max(0, self.steps[n] - step) for n in active],
+                    "in_flight": gs is not None and bool(active),
+                }
+            )
         return rows
 
 
@@ -442,14 +481,24 @@ def adopt_identical(sweeps: Sequence[Sweep]) -> list[str]:
             shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("snapshots", "*.lock", ".*.tmp"))
             shutil.rmtree(dest, ignore_errors=True)  # a partial run of its own: the finished one replaces it
             os.replace(tmp, dest)
-            lines.append(f"== {sw.name}: run {name} is {src.parent.parent.name}/{src.name} (identical): copied, "
-                         "not trained again")  # fmt: skip
+            lines.append(
+                f"== {sw.name}: run {name} is {src.parent.parent.name}/{src.name} (identical): copied, "
+                "not trained again"
+            )
     return lines
 
 
 # ---- training (the `train` process) ------------------------------------------------------------------------------
-def train_queue(sweeps: Sequence[Sweep], device: str, mode: str, until: float, step_s: dict[int, float],
-                room_mib: float, window_s: float, max_steps: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def train_queue(
+    sweeps: Sequence[Sweep],
+    device: str,
+    mode: str,
+    until: float,
+    step_s: dict[int, float],
+    room_mib: float,
+    window_s: float,
+    max_steps: int | None = None,
+) -> list[dict[str, Any]]:
     """Train the queue's groups until ``until`` (a ``time.time()``): repeatedly the first group, in queue and plan
     order, that ``decide`` lets train (the room left is ``room_mib`` less the state of the other groups in
     flight); a group stopped before its end is not taken up again in this call. A sweep without a plan gets one
@@ -475,8 +524,9 @@ def train_queue(sweeps: Sequence[Sweep], device: str, mode: str, until: float, s
                     f"{[len(g['runs']) for g in sw.groups()]}; {window_s:.0f} s windows, {room_mib:.1f} MiB room)"
                 )
         status = {sw.name: sw.groups() for sw in sweeps}
-        flight = {(s, g["name"]): len(g["active"]) * g["member_mib"] for s, gs in status.items() for g in gs
-                  if g["in_flight"]}  # fmt: skip
+        flight = {
+            (s, g["name"]): len(g["active"]) * g["member_mib"] for s, gs in status.items() for g in gs if g["in_flight"]
+        }
         pick = None
         for sw in sweeps:
             for g in status[sw.name]:
@@ -505,17 +555,35 @@ def train_queue(sweeps: Sequence[Sweep], device: str, mode: str, until: float, s
             f"{left:.0f} s left)"
         )
         t0 = time.time()
-        run_sweep(sw.path, sw.out, device=device, progress=False, max_seconds=max(1.0, until - time.time()),
-                  max_steps=max_steps, groups=[g["name"]], **SWEEP_KW[mode])  # fmt: skip
+        run_sweep(
+            sw.path,
+            sw.out,
+            device=device,
+            progress=False,
+            max_seconds=max(1.0, until - time.time()),
+            max_steps=max_steps,
+            groups=[g["name"]],
+            **SWEEP_KW[mode],
+        )
         sec = time.time() - t0
         after = next(x for x in sw.groups() if x["name"] == g["name"])
         fin = not after["active"]
         steps = (max(g["remaining"]) if fin else max(0, after["step"] - g["step"])) if g["remaining"] else 0
         if steps >= 500 and sec > GROUP_OVERHEAD_S:  # the rate this group trained at, its start left out
             scale = max(0.5, min(3.0, (sec - GROUP_OVERHEAD_S / 2) / steps / model(k)))
-        rows.append({"sweep": sw.name, "group": g["name"], "runs": k, "verdict": verdict, "from_step": g["step"],
-                     "steps": steps, "seconds": round(sec, 1), "finished": fin,
-                     "ms_per_step": round(1e3 * sec / steps, 3) if steps else None})  # fmt: skip
+        rows.append(
+            {
+                "sweep": sw.name,
+                "group": g["name"],
+                "runs": k,
+                "verdict": verdict,
+                "from_step": g["step"],
+                "steps": steps,
+                "seconds": round(sec, 1),
+                "finished": fin,
+                "ms_per_step": round(1e3 * sec / steps, 3) if steps else None,
+            }
+        )
         log(f"== {sw.name} {g['name']}: {steps:,} steps in {sec:.0f} s" + (", finished" if fin else ", stopped"))
         if not fin:
             tried.add((sw.name, g["name"]))
@@ -536,8 +604,15 @@ def _gpu_check() -> Any:
     return sys.modules["gpu_check"]
 
 
-def check_one(mode: str, device: str, steps: int = 200, preset: str = "full", required: bool = False,
-              ks: Sequence[int] = (2, 12), timing_s: float = 0.5) -> dict[str, Any]:  # fmt: skip
+def check_one(
+    mode: str,
+    device: str,
+    steps: int = 200,
+    preset: str = "full",
+    required: bool = False,
+    ks: Sequence[int] = (2, 12),
+    timing_s: float = 0.5,
+) -> dict[str, Any]:
     """Check one step ``mode`` (module docstring, step 2) and time it at group sizes ``ks``; with ``required``,
     fp32 eager on ``device`` against the CPU first. Returns ``ok``, ``checks`` (rows with value and tolerance),
     ``step_s`` ({K: seconds}), ``error`` (a crash: the check failed) and ``required_failed``."""
@@ -653,8 +728,9 @@ def carry_out(sweeps: Sequence[Sweep], dest: Path, travel_bytes: int) -> dict[st
             with tarfile.open(archives[0]) as tar:
                 f = tar.extractfile("STATE.json")
                 packed = json.loads(f.read())["groups"] if f else []
-            got["sweeps"][sw.name]["state"] = [{"name": g["name"], "step": g["step"], "runs": g["active"]}
-                                               for g in packed]  # fmt: skip
+            got["sweeps"][sw.name]["state"] = [
+                {"name": g["name"], "step": g["step"], "runs": g["active"]} for g in packed
+            ]
             used += sum(a.stat().st_size for a in archives) / MIB
         packed_names = {g["name"] for g in got["sweeps"][sw.name]["state"]}
         left = [g["name"] for g in groups if g["name"] not in packed_names]
@@ -693,8 +769,10 @@ def carry_in(sweeps: Sequence[Sweep], carry: Path) -> list[str]:
             unpack_runs(tars, sw.out)
         n = sum(1 for r in sw.runs if sw.finished(r))
         state = [f"{g['name']} at step {g['step']:,} ({len(g['active'])} runs)" for g in sw.groups() if g["in_flight"]]
-        lines.append(f"== {sw.name}: {n} of {len(sw.runs)} runs finished earlier (not retrained)"
-                     + (f"; resumes {', '.join(state)}" if state else ""))  # fmt: skip
+        lines.append(
+            f"== {sw.name}: {n} of {len(sw.runs)} runs finished earlier (not retrained)"
+            + (f"; resumes {', '.join(state)}" if state else "")
+        )
     return lines
 
 
@@ -716,8 +794,14 @@ def unpack(files_at: Sequence[Path], home: Path) -> list[str]:
 
 
 # ---- packing (there) ---------------------------------------------------------------------------------------------
-def pack(sweeps: Sequence[Sweep], out: Path, state_dir: Path, room_mib: float, files: int = OUT_FILES - 1,
-         total_mib: float = CALL_MIB - OUT_MARGIN_MIB) -> list[dict[str, Any]]:  # fmt: skip
+def pack(
+    sweeps: Sequence[Sweep],
+    out: Path,
+    state_dir: Path,
+    room_mib: float,
+    files: int = OUT_FILES - 1,
+    total_mib: float = CALL_MIB - OUT_MARGIN_MIB,
+) -> list[dict[str, Any]]:
     """Pack each sweep's news into ``out/<sweep>/`` (``transfer.pack_for_transfer``: runs finished since the last
     call, the state of its groups in flight, runs sent before), within ``files`` archives and ``total_mib``
     together (one file of the device tool's 8 is left for window.json) and the state within ``room_mib`` (what can
@@ -731,17 +815,32 @@ def pack(sweeps: Sequence[Sweep], out: Path, state_dir: Path, room_mib: float, f
             continue
         sent_file = state_dir / f"sent-{sw.name}"
         sent = sent_file.read_text().split() if sent_file.exists() else []
-        r = pack_for_transfer(sw.out, out / sw.name, sent=sent, max_files=files, max_mib=FILE_MIB,
-                              max_total_mib=max(0.0, total_mib), state_mib=max(0.0, state_left))  # fmt: skip
+        r = pack_for_transfer(
+            sw.out,
+            out / sw.name,
+            sent=sent,
+            max_files=files,
+            max_mib=FILE_MIB,
+            max_total_mib=max(0.0, total_mib),
+            state_mib=max(0.0, state_left),
+        )
         sent_file.write_text("".join(f"{n}\n" for n in sent + r["runs"]))
         size = sum(a.stat().st_size for a in r["archives"]) / MIB
         state = sum(a.stat().st_size for a in r["archives"] if a.name.startswith("state-")) / MIB
         files -= len(r["archives"])
         total_mib -= size
         state_left -= state
-        rows.append({"sweep": sw.name, "runs": r["runs"], "resent": r["resent"], "left": r["left"],
-                     "state": [{"name": g["name"], "step": g["step"], "runs": g["active"]} for g in r["state"]],
-                     "state_left": r["state_left"], "mib": round(size, 2)})  # fmt: skip
+        rows.append(
+            {
+                "sweep": sw.name,
+                "runs": r["runs"],
+                "resent": r["resent"],
+                "left": r["left"],
+                "state": [{"name": g["name"], "step": g["step"], "runs": g["active"]} for g in r["state"]],
+                "state_left": r["state_left"],
+                "mib": round(size, 2),
+            }
+        )
     return rows
 
 
@@ -755,8 +854,9 @@ def _sub(args: list[str], timeout: float) -> int:
         return 124
 
 
-def choose_mode(modes: Sequence[str], run_check: Callable[[str, bool], dict[str, Any]],
-                failed: Sequence[str] = ()) -> tuple[str | None, list[dict[str, Any]]]:  # fmt: skip
+def choose_mode(
+    modes: Sequence[str], run_check: Callable[[str, bool], dict[str, Any]], failed: Sequence[str] = ()
+) -> tuple[str | None, list[dict[str, Any]]]:
     """The first of ``modes`` (not in ``failed``) whose check passes, and every check record; ``run_check(mode,
     required)`` runs one (``required``: with the eager-against-CPU check, for the first mode tried). None when a
     required check failed or no mode passed.
@@ -804,9 +904,15 @@ def window(a: argparse.Namespace) -> int:
         return 6
     home = state / "sweeps"  # this machine's sweeps (the train process reads them through the variable)
     os.environ["HOOKED_CLIP1D_SWEEPS"] = str(home)
-    rec: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)), "limit": a.limit,
-                           "reserve": a.reserve, "device": a.device, "queue": a.queue, "checks": [],
-                           "trained": []}  # fmt: skip
+    rec: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+        "limit": a.limit,
+        "reserve": a.reserve,
+        "device": a.device,
+        "queue": a.queue,
+        "checks": [],
+        "trained": [],
+    }
     try:
         sweeps = load_queue(a.queue.split(), Path(a.spec_dir), home)
     except ImportError as e:  # a module the carried wheels do not hold: name it (add it to gpu_wheels.sh)
@@ -839,8 +945,21 @@ def window(a: argparse.Namespace) -> int:
     def run_check(m: str, required: bool) -> dict[str, Any]:
         js = state / f"check-{m.replace('+', '_').replace('/', '_')}.json"
         js.unlink(missing_ok=True)
-        args = ["check", "--mode", m, "--device", a.device, "--steps", str(a.check_steps), "--preset",
-                a.check_preset, "--timing-s", str(a.check_timing_s), "--json", str(js)]  # fmt: skip
+        args = [
+            "check",
+            "--mode",
+            m,
+            "--device",
+            a.device,
+            "--steps",
+            str(a.check_steps),
+            "--preset",
+            a.check_preset,
+            "--timing-s",
+            str(a.check_timing_s),
+            "--json",
+            str(js),
+        ]
         args += ["--required"] if required else []
         rc = _sub(args, CHECK_SECONDS.get(m, 60) * a.check_scale)
         r = json.loads(js.read_text()) if js.exists() else {"mode": m, "ok": False, "checks": [], "step_s": {}}
@@ -877,9 +996,27 @@ def window(a: argparse.Namespace) -> int:
     while mode is not None and until - time.time() > GROUP_OVERHEAD_S + 5:
         calls += 1
         js = state / f"train-{int(started)}-{calls}.json"
-        args = ["train", "--mode", mode, "--until", str(until), "--device", a.device, "--queue", a.queue,
-                "--spec-dir", a.spec_dir, "--room", str(room), "--window-s", str(a.window_s), "--step-json",
-                json.dumps(step_s), "--json", str(js)]  # fmt: skip
+        args = [
+            "train",
+            "--mode",
+            mode,
+            "--until",
+            str(until),
+            "--device",
+            a.device,
+            "--queue",
+            a.queue,
+            "--spec-dir",
+            a.spec_dir,
+            "--room",
+            str(room),
+            "--window-s",
+            str(a.window_s),
+            "--step-json",
+            json.dumps(step_s),
+            "--json",
+            str(js),
+        ]
         args += ["--max-steps", str(a.max_steps)] if a.max_steps else []
         code = _sub(args, until - time.time() + 60)
         got = json.loads(js.read_text()) if js.exists() else {}
@@ -910,8 +1047,10 @@ def window(a: argparse.Namespace) -> int:
             log(f"== {r['sweep']}: WARNING: runs {r['left']} did not fit; a second call brings them")
         if r["state_left"]:
             log(f"== {r['sweep']}: WARNING: the state of {r['state_left']} did not fit; they restart next window")
-    rec["sweeps"] = {sw.name: {"finished": sum(1 for r in sw.runs if sw.finished(r)), "runs": len(sw.runs),
-                               "done": sw.done()} for sw in sweeps}  # fmt: skip
+    rec["sweeps"] = {
+        sw.name: {"finished": sum(1 for r in sw.runs if sw.finished(r)), "runs": len(sw.runs), "done": sw.done()}
+        for sw in sweeps
+    }
     rec["seconds"] = round(time.time() - started, 1)
     _write_json(out / "window.json", rec)
     problems = out_problems(out)
@@ -956,8 +1095,16 @@ def estimate(a: argparse.Namespace) -> int:
     from hooked_clip1d.training.members import group_key
 
     sweeps = load_queue(a.queue.split(), Path(a.spec_dir), Path("/nonexistent"))
-    queue = [(sw.name, [(r.name, group_key(r.model_cfg, r.data_cfg, r.train_cfg), sw.steps[r.name],
-                         member_mib(r.model_cfg)) for r in sw.spec.runs]) for sw in sweeps]  # fmt: skip
+    queue = [
+        (
+            sw.name,
+            [
+                (r.name, group_key(r.model_cfg, r.data_cfg, r.train_cfg), sw.steps[r.name], member_mib(r.model_cfg))
+                for r in sw.spec.runs
+            ],
+        )
+        for sw in sweeps
+    ]
     wheels = sum(p.stat().st_size for p in Path(a.wheels).glob("*.whl")) if Path(a.wheels).is_dir() else int(2.9 * MIB)
     room = a.room if a.room is not None else CALL_MIB - (tree_bytes() + wheels) / MIB - IN_MARGIN_MIB - 0.5
     log(
@@ -978,8 +1125,12 @@ def estimate(a: argparse.Namespace) -> int:
         )
         if a.verbose:
             for i, w in enumerate(wins):
-                log(f"  window {i + 1}: " + "; ".join(f"{t['sweep']} {t['group']} K={t['K']} {t['steps']:,} "
-                                                      f"({t['verdict']})" for t in w["trained"]))  # fmt: skip
+                log(
+                    f"  window {i + 1}: "
+                    + "; ".join(
+                        f"{t['sweep']} {t['group']} K={t['K']} {t['steps']:,} ({t['verdict']})" for t in w["trained"]
+                    )
+                )
     return 0
 
 
@@ -1020,14 +1171,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("window", help="on the GPU: one window (gpu_queue.sh window)")
     w.add_argument("--out", required=True, help="the folder whose files come back ($OUT)")
-    w.add_argument("--state", default=os.path.join(tempfile.gettempdir(), "hc1d-gpu"),
-                   help="this machine's working folder (kept between calls; default: in its temp dir)")  # fmt: skip
+    w.add_argument(
+        "--state",
+        default=os.path.join(tempfile.gettempdir(), "hc1d-gpu"),
+        help="this machine's working folder (kept between calls; default: in its temp dir)",
+    )
     w.add_argument("--carry", default=".gpu-carry", help="the carried folder (carry)")
     w.add_argument("--limit", type=_positive, default=LIMIT_S, help="seconds this command may take")
     w.add_argument("--reserve", type=_non_negative, default=RESERVE_S, help="seconds before the limit training stops")
     w.add_argument("--started", type=float, default=None, help="time.time() the command started (gpu_queue.sh)")
-    w.add_argument("--window-s", type=_positive, default=LIMIT_S - RESERVE_S - STARTUP_S,
-                   help="training seconds of a window, for the plan")  # fmt: skip
+    w.add_argument(
+        "--window-s",
+        type=_positive,
+        default=LIMIT_S - RESERVE_S - STARTUP_S,
+        help="training seconds of a window, for the plan",
+    )
     w.add_argument("--room", type=_non_negative, default=None, help="MiB of state that may stay in flight (room.json)")
     w.add_argument("--step-ms", type=_positive, default=None, help="assume this step time (tests)")
     w.add_argument("--max-steps", type=int, default=None, help="stop each group after this many steps (tests)")
@@ -1064,11 +1222,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     k.add_argument("--wheels", default=str(ROOT / ".whl"))
     k.add_argument("--queue", default=" ".join(QUEUE))
     k.add_argument("--spec-dir", default=str(ROOT / "hooked_clip1d" / "sweeps"))
-    k.add_argument("--travel-mib", type=float, default=None, help="MiB travelling beside the carry (default: tree "
-                   "+ wheels)")  # fmt: skip
+    k.add_argument(
+        "--travel-mib", type=float, default=None, help="MiB travelling beside the carry (default: tree + wheels)"
+    )
     e = sub.add_parser("estimate", help="here: windows the queue takes at assumed step times (simulate)")
-    e.add_argument("--step-ms", action="append", required=True, type=_step_ms,
-                   help="ms a group step at K = 2 (or 'A,B': at K = 2 and 12); one scenario each")  # fmt: skip
+    e.add_argument(
+        "--step-ms",
+        action="append",
+        required=True,
+        type=_step_ms,
+        help="ms a group step at K = 2 (or 'A,B': at K = 2 and 12); one scenario each",
+    )
     e.add_argument("--room", type=_non_negative, default=None, help="MiB of state that travels (default: the tree's)")
     e.add_argument("--window-s", type=_positive, default=LIMIT_S - RESERVE_S - STARTUP_S)
     e.add_argument("--queue", default=" ".join(QUEUE))

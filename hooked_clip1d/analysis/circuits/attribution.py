@@ -523,8 +523,11 @@ def check_against_exact(
         worst = (names[i], float(mine[i]), float(exact.scores[i]))
     out.update(poor=bool(poor), sample=names, worst=worst)
     if poor and warn:
-        what = (f"signs agree on {sign:.0%} of the {out['n']} items it moves" if sign is not None
-                else f"{out['n']} items moved")  # fmt: skip
+        what = (
+            f"signs agree on {sign:.0%} of the {out['n']} items it moves"
+            if sign is not None
+            else f"{out['n']} items moved"
+        )
         warnings.warn(
             AttributionWarning(
                 f"{result.method} disagrees with exact patching on a sample of {len(names)} of its {len(result.names)} "

@@ -68,8 +68,10 @@ def _edges(task: Task, edges: Sequence[Edge] | None) -> list[Edge]:
     if edges is None:
         return list(graph.edges)
     if isinstance(edges, str):  # one edge name ('writer->port') would be read as a list of letters
-        raise TypeError(f"edges must be a list of (writer, port) pairs, got the string {edges!r}; e.g. "
-                        f"[{tuple(edges.split('->', 1)) if '->' in edges else ('writer', 'port')!r}]")  # fmt: skip
+        raise TypeError(
+            f"edges must be a list of (writer, port) pairs, got the string {edges!r}; e.g. "
+            f"[{tuple(edges.split('->', 1)) if '->' in edges else ('writer', 'port')!r}]"
+        )
     out = []
     for e in edges:
         if not (isinstance(e, tuple | list) and len(e) == 2):
@@ -129,8 +131,9 @@ def _eap(
 ) -> Attribution:
     check_freeze(freeze_pattern, qk_fix)
     if isinstance(check, bool) or not isinstance(check, int) or check < 0:
-        raise ValueError(f"check (how many edges to patch exactly as a check; 0: none) must be an int >= 0, got "
-                         f"{check!r}")  # fmt: skip
+        raise ValueError(
+            f"check (how many edges to patch exactly as a check; 0: none) must be an int >= 0, got {check!r}"
+        )
     if steps and (qk_fix or grad_drop):
         raise ValueError("EAP-IG takes neither qk_fix nor grad_drop")
     start = time.perf_counter()
@@ -169,8 +172,12 @@ def _eap(
             for tw in emb:
                 total: dict | None = None
                 for k in range(steps):
-                    pre = {tw: {point: [lambda a, c=c, x=x, al=k / steps: x + al * (c - x)]
-                                for point, (c, x) in emb[tw].items()}}  # fmt: skip
+                    pre = {
+                        tw: {
+                            point: [lambda a, c=c, x=x, al=k / steps: x + al * (c - x)]
+                            for point, (c, x) in emb[tw].items()
+                        }
+                    }
                     grads, _ = grads_with(pre=pre)
                     total = grads if total is None else {key: total[key] + g for key, g in grads.items()}
                 assert total is not None
@@ -182,8 +189,9 @@ def _eap(
                 where = [(parse_node(p).tower, _port_layer(task, p)) for _, p in edge_list]
                 scores = apply_grad_drop(task, scores, where, scores_with)
     names = [edge_name(e) for e in edge_list]
-    result = Attribution(method, names, scores, time.perf_counter() - start, info={"steps": steps} if steps else {},
-                         signed=not grad_drop)  # fmt: skip
+    result = Attribution(
+        method, names, scores, time.perf_counter() - start, info={"steps": steps} if steps else {}, signed=not grad_drop
+    )
     return _finish(task, result, check, freeze_pattern)
 
 
@@ -261,8 +269,9 @@ def eap(
     is linear (``mirror_task(..., norm="frozen")``), and with ``qk_fix`` for edges into a one-layer tower's queries
     and keys too. ``check=n`` patches ``n`` edges exactly and warns when EAP disagrees (``check_edge_attribution``)."""
     name = "EAP" + ("+QK" if qk_fix else "") + ("+GD" if grad_drop else "")
-    return _eap(task, edges, qk_fix=qk_fix, grad_drop=grad_drop, freeze_pattern=freeze_pattern, method=name,
-                check=check)  # fmt: skip
+    return _eap(
+        task, edges, qk_fix=qk_fix, grad_drop=grad_drop, freeze_pattern=freeze_pattern, method=name, check=check
+    )
 
 
 def eap_ig(task: Task, edges: Sequence[Edge] | None = None, *, steps: int = 20, check: int = CHECK_N) -> Attribution:

@@ -377,12 +377,16 @@ class Task:
                 f"{tuple(out.shape)} (a metric that reduces the batch would score example 0 only)"
             )
         if not out.is_floating_point():
-            raise TypeError(f"metric returned dtype {out.dtype}: it must return floating-point values (e.g. a logit "
-                            "difference), not counts or labels, which have no gradient or mean effect")  # fmt: skip
+            raise TypeError(
+                f"metric returned dtype {out.dtype}: it must return floating-point values (e.g. a logit "
+                "difference), not counts or labels, which have no gradient or mean effect"
+            )
         bad = int((~torch.isfinite(out)).sum())
         if bad:
-            raise ValueError(f"metric returned {bad} non-finite value(s) (NaN or inf) of {n}: every score would be "
-                             "NaN (and ACDC would keep every edge); fix the metric or the inputs")  # fmt: skip
+            raise ValueError(
+                f"metric returned {bad} non-finite value(s) (NaN or inf) of {n}: every score would be "
+                "NaN (and ACDC would keep every edge); fix the metric or the inputs"
+            )
         return out
 
     def _clean_norms(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -433,8 +437,9 @@ def clip_belief_metric(n_images: int) -> Callable[[torch.Tensor], torch.Tensor]:
 
     def metric(logits: Float[torch.Tensor, "n_images n_captions"]) -> Float[torch.Tensor, " n_images"]:
         if logits.shape != (n_images, 2 * n_images):
-            raise ValueError(f"expected logits [{n_images}, {2 * n_images}] (true, then swapped captions), got "
-                             f"{tuple(logits.shape)}")  # fmt: skip
+            raise ValueError(
+                f"expected logits [{n_images}, {2 * n_images}] (true, then swapped captions), got {tuple(logits.shape)}"
+            )
         rows = torch.arange(n_images, device=logits.device)
         return logits[rows, rows] - logits[rows, n_images + rows]
 
@@ -527,9 +532,11 @@ def _select(act: torch.Tensor, head: int | None) -> torch.Tensor:
 
 
 def writer_activations(
-    task: Task, which: Literal["clean", "corrupted"] = "clean", tokens: Mapping[str, torch.Tensor] | None = None,
+    task: Task,
+    which: Literal["clean", "corrupted"] = "clean",
+    tokens: Mapping[str, torch.Tensor] | None = None,
     extra_hooks: Mapping[str, Sequence[Hook]] | None = None,
-) -> dict[str, torch.Tensor]:  # fmt: skip
+) -> dict[str, torch.Tensor]:
     """Every writer's activation [batch, pos, d_model] on the task's clean or corrupted input (or on ``tokens`` per
     tower). Call inside ``graph_flags``."""
     graph = build_graph(task.target)

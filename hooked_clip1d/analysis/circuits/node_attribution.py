@@ -113,11 +113,17 @@ def _kind_specs(task: Task, nodes: Sequence[str], strict: bool) -> list[NodeSpec
             cfg = tower.cfg
             L, H = cfg.n_layers, cfg.n_heads
             if kind == "heads":
-                specs += [S(f"{t}.L{li}.H{h}", t, f"blocks.{li}.attn.hook_z", (A, A, h), li, kind, h)
-                          for li in range(L) for h in range(H)]  # fmt: skip
+                specs += [
+                    S(f"{t}.L{li}.H{h}", t, f"blocks.{li}.attn.hook_z", (A, A, h), li, kind, h)
+                    for li in range(L)
+                    for h in range(H)
+                ]
             elif kind in ("q", "k", "v"):
-                specs += [S(f"{t}.L{li}.H{h}.{kind}", t, f"blocks.{li}.attn.hook_{kind}", (A, A, h), li, kind, h)
-                          for li in range(L) for h in range(H)]  # fmt: skip
+                specs += [
+                    S(f"{t}.L{li}.H{h}.{kind}", t, f"blocks.{li}.attn.hook_{kind}", (A, A, h), li, kind, h)
+                    for li in range(L)
+                    for h in range(H)
+                ]
             elif kind == "embed":
                 specs.append(S(f"{t}.embed", t, "hook_embed", (), -1, kind))
             elif kind == "pos":
@@ -128,23 +134,34 @@ def _kind_specs(task: Task, nodes: Sequence[str], strict: bool) -> list[NodeSpec
                     specs += [S(f"{t}.L{li}.mlp", t, f"blocks.{li}.hook_mlp_out", (), li, kind) for li in range(L)]
             elif kind == "neurons":
                 if not cfg.attn_only:
-                    specs += [S(f"{t}.L{li}.N{n}", t, f"blocks.{li}.mlp.hook_post", (..., n), li, kind)
-                              for li in range(L) for n in range(cfg.d_mlp)]  # fmt: skip
+                    specs += [
+                        S(f"{t}.L{li}.N{n}", t, f"blocks.{li}.mlp.hook_post", (..., n), li, kind)
+                        for li in range(L)
+                        for n in range(cfg.d_mlp)
+                    ]
             elif kind == "resid":
                 points = ["blocks.0.hook_resid_pre"] + [f"blocks.{li}.hook_resid_post" for li in range(L)]
-                specs += [S(f"{t}.resid{d}.pos{p}", t, point, (A, p), d - 1, kind)
-                          for d, point in enumerate(points) for p in range(cfg.n_ctx)]  # fmt: skip
+                specs += [
+                    S(f"{t}.resid{d}.pos{p}", t, point, (A, p), d - 1, kind)
+                    for d, point in enumerate(points)
+                    for p in range(cfg.n_ctx)
+                ]
             elif kind == "terms":
                 with torch.no_grad():
                     _, cache = tower.run_with_cache(task.tokens(t)[:1])
                 for li in range(L):
                     names = list(attention_terms(tower, cache, li))
-                    specs += [S(f"{t}.L{li}.H{h}.{term}", t, f"blocks.{li}.attn.hook_attn_scores", (A, h), li, kind,
-                                    h, term) for h in range(H) for term in names]  # fmt: skip
+                    specs += [
+                        S(f"{t}.L{li}.H{h}.{term}", t, f"blocks.{li}.attn.hook_attn_scores", (A, h), li, kind, h, term)
+                        for h in range(H)
+                        for term in names
+                    ]
             found = found or any(s.kind == kind and s.tower == t for s in specs)
         if not found and strict:
-            raise ValueError(f"no {kind!r} nodes in this target (e.g. no MLP in an attention-only tower, no learned "
-                             "positions with RoPE)")  # fmt: skip
+            raise ValueError(
+                f"no {kind!r} nodes in this target (e.g. no MLP in an attention-only tower, no learned "
+                "positions with RoPE)"
+            )
     return specs
 
 
@@ -275,8 +292,9 @@ def _atp(
 
 def _check_n(check: object) -> None:
     if isinstance(check, bool) or not isinstance(check, int) or check < 0:
-        raise ValueError(f"check (how many nodes to patch exactly as a check; 0: none) must be an int >= 0, got "
-                         f"{check!r}")  # fmt: skip
+        raise ValueError(
+            f"check (how many nodes to patch exactly as a check; 0: none) must be an int >= 0, got {check!r}"
+        )
 
 
 def _finish(task: Task, result: Attribution, check: int, freeze_pattern: bool) -> Attribution:

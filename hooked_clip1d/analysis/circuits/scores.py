@@ -168,8 +168,10 @@ def ablation_values(task: Task, reference: Mapping[str, torch.Tensor] | None = N
     ``graph_flags``."""
     reference = reference_inputs(task) if reference is None else reference
     acts = writer_activations(task, tokens=reference)
-    return {w: (torch.zeros_like(a[:1]) if parse_node(w).kind == "pos" else a.mean(0, keepdim=True))
-            for w, a in acts.items()}  # fmt: skip
+    return {
+        w: (torch.zeros_like(a[:1]) if parse_node(w).kind == "pos" else a.mean(0, keepdim=True))
+        for w, a in acts.items()
+    }
 
 
 def run_circuit(
@@ -244,8 +246,10 @@ def ground_truth_circuit(
     graph = build_graph(model)
     full = float(task.clean_metric().mean())
     if full <= 0:
-        raise ValueError(f"the model's mean belief on these inputs is {full:.3g} <= 0: it does not do the task, so "
-                         "there is no circuit to measure")  # fmt: skip
+        raise ValueError(
+            f"the model's mean belief on these inputs is {full:.3g} <= 0: it does not do the task, so "
+            "there is no circuit to measure"
+        )
     with graph_flags(model):
         values = ablation_values(task)
         full = float(task.run({}).mean())
@@ -256,8 +260,10 @@ def ground_truth_circuit(
         }
         edges, components = _prune(graph, {e for e, c in edge_cost.items() if abs(c) >= threshold})
         corr = writer_activations(task, "corrupted")
-        mirror = {w: -_cost(full, run_with_edges(task, {e: corr[w] for e in graph.edges if e[0] == w}))
-                  for w in graph.components()}  # fmt: skip
+        mirror = {
+            w: -_cost(full, run_with_edges(task, {e: corr[w] for e in graph.edges if e[0] == w}))
+            for w in graph.components()
+        }
     inputs = [w for w in graph.writers if parse_node(w).kind in ("embed", "pos") and any(e[0] == w for e in edges)]
     circuit = Circuit(
         model=name,

@@ -48,8 +48,9 @@ def _add(layer: int, value: torch.Tensor, heads: Sequence[int] | None, rows: boo
     def fn(scores: torch.Tensor, hook: HookPoint) -> torch.Tensor:
         v = value.to(scores.device, scores.dtype)
         if rows and v.shape != scores.shape:
-            raise ValueError(f"resampled terms {tuple(v.shape)} != scores {tuple(scores.shape)}: draw as many rows as "
-                             "the run has")  # fmt: skip
+            raise ValueError(
+                f"resampled terms {tuple(v.shape)} != scores {tuple(scores.shape)}: draw as many rows as the run has"
+            )
         if heads is not None:
             mask = torch.zeros(scores.shape[1], dtype=scores.dtype, device=scores.device)
             mask[list(heads)] = 1
@@ -64,8 +65,10 @@ def _checked(tower: HookedEncoder, terms: Sequence[str], reference: torch.Tensor
     if isinstance(terms, str):
         raise TypeError(f"terms must be a list of term names, e.g. [{terms!r}], not a string")
     if "VP" in terms:
-        raise ValueError("VP is the positional part of the values, the same on every input: its mean (and any "
-                         "resample) is itself; use terms.ablate_terms(['VP']) for its zero ablation")  # fmt: skip
+        raise ValueError(
+            "VP is the positional part of the values, the same on every input: its mean (and any "
+            "resample) is itself; use terms.ablate_terms(['VP']) for its zero ablation"
+        )
     tower.validate_tokens(reference)
     if heads is not None:
         check_indices(list(heads), tower.cfg.n_heads, "heads")

@@ -141,6 +141,24 @@ def _label_list(labels: Iterable[int], n_labels: int, what: str) -> list[int]:
     return out
 
 
+def _fit_test_labels(
+    model: CLIP1D, fit_labels: Iterable[int] | None, test_labels: Iterable[int] | None
+) -> tuple[list[int], list[int]]:
+    """``embedding_alignment``'s fit and test labels, checked: the paper's split (1..Npair / the held-out labels,
+    from ``model.data_config``; without one the last quarter is held out) where not given."""
+    n = model.cfg.n_labels
+    if fit_labels is None or test_labels is None:
+        dc = model.data_config
+        n_pair = dc.n_pair if dc is not None else n - max(1, n // 4)
+        fit_labels = range(1, n_pair + 1) if fit_labels is None else fit_labels
+        test_labels = range(n_pair + 1, n + 1) if test_labels is None else test_labels
+    fit = _label_list(fit_labels, n, "fit_labels")
+    test = _label_list(test_labels, n, "test_labels")
+    if len(fit) < 2:
+        raise ValueError(f"fit_labels: a rotation needs at least 2 labels to fit, got {fit}")
+    return fit, test
+
+
 @torch.no_grad()
 def embedding_alignment(
     model: CLIP1D,
@@ -172,19 +190,14 @@ def embedding_alignment(
     if not isinstance(model, CLIP1D):
         raise TypeError(f"embedding_alignment needs a CLIP1D (both towers), got {type(model).__name__}")
     n = model.cfg.n_labels
-    if fit_labels is None or test_labels is None:
-        dc = model.data_config
-        n_pair = dc.n_pair if dc is not None else n - max(1, n // 4)
-        fit_labels = range(1, n_pair + 1) if fit_labels is None else fit_labels
-        test_labels = range(n_pair + 1, n + 1) if test_labels is None else test_labels
-    fit = _label_list(fit_labels, n, "fit_labels")
-    test = _label_list(test_labels, n, "test_labels")
-    if len(fit) < 2:
-        raise ValueError(f"fit_labels: a rotation needs at least 2 labels to fit, got {fit}")
+    fit, test = _fit_test_labels(model, fit_labels, test_labels)
     if not isinstance(n_shuffles, int) or n_shuffles < 0:
         raise ValueError(f"n_shuffles must be an int >= 0, got {n_shuffles!r}")
-    fits = {"procrustes": procrustes, "canonical": canonical_procrustes,
-            "span": lambda a, b: canonical_procrustes(a, b, complete=False)}  # fmt: skip
+    fits = {
+        "procrustes": procrustes,
+        "canonical": canonical_procrustes,
+        "span": lambda a, b: canonical_procrustes(a, b, complete=False),
+    }
     if rotation not in fits:
         raise ValueError(f"rotation must be one of {sorted(fits)}, got {rotation!r}")
     fit_rotation = fits[rotation]

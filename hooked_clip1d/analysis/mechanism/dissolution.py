@@ -65,6 +65,35 @@ def _slices(model: CLIP1D) -> dict[str, tuple[torch.Tensor, Any]]:
     return out
 
 
+def _split_record(
+    epoch: int,
+    negatives: str,
+    loss: dict[str, float],
+    shared_items: float,
+    grads: dict[str, dict[str, torch.Tensor]],
+) -> dict[str, Any]:
+    """``caption_split``'s result from its sums: the two parts' losses and each slice's gradient norm and shares."""
+    out: dict[str, Any] = {
+        "epoch": epoch,
+        "negatives": negatives,
+        "loss": loss["unique"] + loss["shared"],
+        "loss_unique": loss["unique"],
+        "loss_shared": loss["shared"],
+        "shared_items": shared_items,
+        "share": {},
+        "norm": {},
+    }
+    for k in grads["unique"]:
+        gu, gs = grads["unique"][k].flatten(), grads["shared"][k].flatten()
+        g = gu + gs
+        gg = float(g @ g)
+        out["norm"][k] = gg**0.5
+        out["share"][k] = (
+            {"shared": float(gs @ g) / gg, "unique": float(gu @ g) / gg} if gg > 0 else {"shared": None, "unique": None}
+        )
+    return out
+
+
 def caption_split(
     model: CLIP1D,
     dataset: Dataset,
@@ -90,8 +119,10 @@ def caption_split(
     if orders is None:
         orders = EpochPermutations(len(images), bs, seed)
     elif (orders.m, orders.bs) != (len(images), bs):
-        raise ValueError(f"caption_split: orders are of {orders.m} items in batches of {orders.bs}, the data of "
-                         f"{len(images)} in batches of {bs}")  # fmt: skip
+        raise ValueError(
+            f"caption_split: orders are of {orders.m} items in batches of {orders.bs}, the data of "
+            f"{len(images)} in batches of {bs}"
+        )
     order = orders.perm(epoch)
     params = [p for p in model.parameters()]
     saved = [None if p.grad is None else p.grad.clone() for p in params]
@@ -125,22 +156,4 @@ def caption_split(
         model.train(was_training)
         for p, g in zip(params, saved, strict=True):
             p.grad = g
-    out: dict[str, Any] = {
-        "epoch": epoch,
-        "negatives": negatives,
-        "loss": loss["unique"] + loss["shared"],
-        "loss_unique": loss["unique"],
-        "loss_shared": loss["shared"],
-        "shared_items": n_shared / len(images),
-        "share": {},
-        "norm": {},
-    }
-    for k in slices:
-        gu, gs = grads["unique"][k].flatten(), grads["shared"][k].flatten()
-        g = gu + gs
-        gg = float(g @ g)
-        out["norm"][k] = gg**0.5
-        out["share"][k] = (
-            {"shared": float(gs @ g) / gg, "unique": float(gu @ g) / gg} if gg > 0 else {"shared": None, "unique": None}
-        )
-    return out
+    return _split_record(epoch, negatives, loss, n_shared / len(images), grads)

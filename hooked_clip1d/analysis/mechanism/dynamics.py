@@ -116,8 +116,11 @@ def grid_counts(rows: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
         >>> g = grid_counts([row]); g["std 0.05 / bias 0.6"], g["std 0.1 / bias 0.6"]
         ([5], [])
     """
-    return {f"std {t} / bias {b}": [int(r["epoch"]) for r in rows if mechanism_at(r, t, b)["mechanism_v2"]]
-            for t in STD_GRID for b in BIAS_GRID}  # fmt: skip
+    return {
+        f"std {t} / bias {b}": [int(r["epoch"]) for r in rows if mechanism_at(r, t, b)["mechanism_v2"]]
+        for t in STD_GRID
+        for b in BIAS_GRID
+    }
 
 
 def mechanism_at(row: Mapping[str, Any], std_floor: float = 0.1, bias: float = 0.6) -> dict[str, bool]:

@@ -114,8 +114,14 @@ def gradient_sources(model: CLIP1D, images: torch.Tensor, layer: int, top: int =
         terms = []
         for i in flat.tolist():
             a, b = divmod(i, rows.shape[1])
-            terms.append({"q": dec.q_labels[a], "k": dec.k_labels[b], "spearman": float(rho[a, b, h]),
-                          "std": float(std[a, b, h])})  # fmt: skip
+            terms.append(
+                {
+                    "q": dec.q_labels[a],
+                    "k": dec.k_labels[b],
+                    "spearman": float(rho[a, b, h]),
+                    "std": float(std[a, b, h]),
+                }
+            )
         out.append({"head": h, "terms": terms})
     return out
 
@@ -166,8 +172,9 @@ def check_clip(model: object, what: str) -> None:
         TypeError: fold_query_bias needs a CLIP1D (the whole model), got a HookedVisionEncoder; ...
     """
     if not isinstance(model, CLIP1D):
-        raise TypeError(f"{what} needs a CLIP1D (the whole model), got a {type(model).__name__}; pass the CLIP, not "
-                        "its tower")  # fmt: skip
+        raise TypeError(
+            f"{what} needs a CLIP1D (the whole model), got a {type(model).__name__}; pass the CLIP, not its tower"
+        )
 
 
 def check_simplified_tower(vision: HookedVisionEncoder) -> None:
