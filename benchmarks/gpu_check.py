@@ -74,11 +74,15 @@ MODES: dict[str, dict] = {
     "graph-step": dict(graph_step=True, flat=True),  # the whole-step graph on the flat layout
     "graph-step+streams": dict(graph_step=True, flat=True, streams=True),  # the towers on two streams in the graph
     "compile+cudagraphs/flat": dict(compile=True, cudagraphs=True, flat=True),
+    # issue 51 item 4: inductor's fused forward/backward kernels captured inside the whole-step graph
+    "graph-step+compile": dict(graph_step=True, compile=True, flat=True),
+    "graph-step+compile+tf32": dict(graph_step=True, compile=True, flat=True, precision="tf32"),
     "graph-step+tf32": dict(graph_step=True, flat=True, precision="tf32"),
     "graph-step+bf16": dict(graph_step=True, flat=True, amp=True),
 }
 # the fp32 modes the sweeps train with today (sweep flags; on a GPU the layout is flat by default)
 QUEUE_FLAGS = {
+    "graph-step+compile": "--graph-step --compile",
     "graph-step": "--graph-step",
     "compile+cudagraphs/flat": "--compile --cudagraphs",
     "flat": "--no-compile",
@@ -400,6 +404,7 @@ def timing(device: str, ks: list[int], seconds: float, budget: float, log: Path,
     order = (
         [
             "graph-step",
+            "graph-step+compile",
             "eager",
             "flat",
             "graph-step+tf32",
@@ -489,7 +494,7 @@ def main() -> int:
     if cuda:
         long = 200 if a.quick else a.long_steps
         fp32, _ = _mode_group(a.device, "eager", 2, long)
-        for mode in ("graph-step+tf32", "graph-step+bf16"):
+        for mode in ("graph-step+compile+tf32", "graph-step+tf32", "graph-step+bf16"):
             checks += _guarded(mode, check_long, a.device, mode, long, fp32)
     print(f"{'check':<72} {'value':>10} {'tol':>8}  ok")
     for c in checks:

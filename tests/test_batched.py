@@ -358,11 +358,17 @@ def test_graph_step_refuses_what_it_cannot_capture():
     m = Member(tiny_config(), D6, TrainConfig(epochs=1, batch_size=16))
     with pytest.raises(ValueError, match="graph_step=True needs a CUDA device"):
         BatchedTrainer([m], None, dropout_rng="fast", graph_step=True)
+    # issue 51 item 4: a compiled loss is captured inside the step's graph; inductor's own CUDA graphs cannot nest
+    with pytest.raises(ValueError, match="graph_step=True needs a CUDA device"):
+        BatchedTrainer([m], None, dropout_rng="fast", graph_step=True, compile=True)
+    with pytest.raises(ValueError, match="not cudagraphs=True"):
+        BatchedTrainer([m], None, dropout_rng="fast", graph_step=True, compile=True, cudagraphs=True)
 
 
-def test_sweep_graph_step_replaces_the_specs_compile_but_not_a_requested_one(tmp_path):
+def test_sweep_graph_step_replaces_the_specs_compile_and_takes_a_requested_one(tmp_path):
     # fig4a.toml compiles (the CPU's fastest step) and the GPU queue runs it with --graph-step: the call's execution
-    # setting wins over the spec's; asking for both in one call is refused
+    # setting wins over the spec's; --graph-step --compile is the compiled whole step (inductor's kernels captured in
+    # the step's graph, issue 51 item 4); --graph-step --cudagraphs is refused (a graph inside a graph)
     from hooked_clip1d.sweeps.runner import run_sweep
 
     spec = tmp_path / "s.toml"
@@ -371,10 +377,11 @@ def test_sweep_graph_step_replaces_the_specs_compile_but_not_a_requested_one(tmp
         "[train]\nepochs = 1\n[grid]\nseed = [0]\n"
         '[run]\ncompile = true\ndropout_rng = "fast"\n'
     )
-    with pytest.raises(ValueError, match="graph_step=True replaces compile"):
-        run_sweep(spec, tmp_path / "out", progress=False, graph_step=True, compile=True)
-    with pytest.raises(ValueError, match="graph_step=True needs a CUDA device"):  # compile dropped: on to the GPU check
-        run_sweep(spec, tmp_path / "out2", progress=False, graph_step=True)
+    with pytest.raises(ValueError, match="not cudagraphs=True"):
+        run_sweep(spec, tmp_path / "out", progress=False, graph_step=True, compile=True, cudagraphs=True)
+    for i, compile_ in enumerate((True, None)):  # compiled whole step, or the spec's compile dropped
+        with pytest.raises(ValueError, match="graph_step=True needs a CUDA device"):  # on to the GPU check
+            run_sweep(spec, tmp_path / f"out{i}", progress=False, graph_step=True, compile=compile_)
 
 
 @pytest.mark.parametrize("shared_query", [True, False])

@@ -81,6 +81,11 @@ def test_the_limits_are_the_device_tools():
     assert gw.LIMIT_S <= 540 and gw.LIMIT_S - gw.RESERVE_S - gw.STARTUP_S > 0  # <= 9 minutes, training in it
     assert gw.CHECK_SECONDS["graph-step"] <= 60  # the mode the queue expects to train with
     assert set(gw.MODES) == set(gw.SWEEP_KW) and set(gw.MODES) <= set(gw._gpu_check().MODES)
+    # the queue script tries the window's own modes (a list of its own went stale: the two-stream and the compiled
+    # whole-step modes were never tried by `gpu_queue.sh window`)
+    script = (ROOT / "tools" / "gpu" / "gpu_queue.sh").read_text()
+    assert '${MODES:+--modes "$MODES"}' in script and "MODES:-" not in script
+    assert gw.MODES[0] == "graph-step+compile" and set(gw.CHECK_SECONDS) == set(gw.MODES)
     assert gw.QUEUE == ("full-protocol", "fig10", "full-variants", "fig3")
 
 
@@ -502,3 +507,31 @@ def test_identical_runs_of_the_queue_are_trained_once(tmp_path):
     assert gw.adopt_identical(sweeps) == []  # nothing left to adopt
     fig10 = next(sw for sw in sweeps if sw.name == "fig10")
     assert sum(fig10.finished(n) for n in fig10.runs) == 1  # the other four weight decays still train
+
+
+def test_the_compile_cache_travels_per_gpu_kind(tmp_path, specs):
+    """Issue 51 item 4: inductor's compile cache of one GPU kind comes back in $OUT, goes into the sweeps home here,
+    travels in with the next window in the room the state leaves, and a foreign archive is refused."""
+    slug = gw.cache_slug("cuda:NVIDIA H200")
+    there = tmp_path / "there" / gw.CACHE_DIR / slug
+    (there / "fxgraph").mkdir(parents=True)
+    (there / "fxgraph" / "kernel.py").write_text("# compiled\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert gw.pack_cache(there, out, slug, files_left=0, mib_left=60) is None  # no file left for it
+    tar = gw.pack_cache(there, out, slug, files_left=1, mib_left=60)
+    assert tar is not None and tar.name == f"inductor-{slug}.tar"
+    home = tmp_path / "home"
+    lines = gw.unpack([out], home)
+    assert any("compile cache" in line for line in lines)
+    assert (home / gw.CACHE_DIR / slug / "fxgraph" / "kernel.py").read_text() == "# compiled\n"
+    sw = _half_trained(specs, home)
+    got = gw.carry_out([sw], tmp_path / "carry", travel_bytes=30 * gw.MIB)
+    assert got["caches"] == [slug]
+    assert (tmp_path / "carry" / gw.CACHE_DIR / slug / "fxgraph" / "kernel.py").exists()
+    bad = tmp_path / "bad" / f"inductor-{slug}.tar"
+    bad.parent.mkdir()
+    with tarfile.open(bad, "w") as t:
+        t.add(there / "fxgraph" / "kernel.py", arcname="elsewhere/kernel.py")
+    with pytest.raises(ValueError, match="outside"):
+        gw.unpack_cache(bad, home)

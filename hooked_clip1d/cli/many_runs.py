@@ -42,7 +42,8 @@ def add_sweep_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--graph-step",
         action="store_true",
-        help="on a GPU: each whole step replayed as one CUDA graph (replaces the spec's compile; not with --compile)",
+        help="on a GPU: each whole step replayed as one CUDA graph (replaces the spec's compile; with --compile, "
+        "inductor's fused kernels inside it; not with --cudagraphs)",
     )
     p.add_argument("--workers", type=int, default=1, help="train up to this many groups at once (local processes)")
     p.add_argument(

@@ -73,8 +73,9 @@ def run_group(task: GroupTask) -> list[str]:
             for m in members
         ]
     kw = dict(dropout_rng=task.run["dropout_rng"], amp=task.run["amp"], compile=task.run["compile"])
-    kw["cudagraphs"] = task.run["cudagraphs"] and task.run["compile"]
     kw["graph_step"] = bool(task.run.get("graph_step"))
+    # the whole-step graph captures a compiled loss's kernels itself (inductor's own CUDA graphs cannot nest in it)
+    kw["cudagraphs"] = task.run["cudagraphs"] and task.run["compile"] and not kw["graph_step"]
     resume = task.resume and (gdir / GROUP_CHECKPOINT).exists()
     if not resume:  # start the group afresh: drop partial files of an interrupted first attempt
         if not task.resume and any(d.exists() and any(d.iterdir()) for d in run_dirs):

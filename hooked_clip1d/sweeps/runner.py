@@ -428,8 +428,9 @@ def run_sweep(
     for time-sliced or preemptible jobs; ``max_seconds`` likewise stops every group once this call has trained that
     long (checked after every step; groups not started by then wait for the next call), e.g. for a GPU lent in
     10-minute commands. ``cudagraphs`` overrides ``run.cudagraphs`` (with compile, on a GPU: each step replayed
-    as CUDA graphs); ``graph_step`` overrides ``run.graph_step`` (on a GPU, without compile: each whole step,
-    optimizer included, replayed as one CUDA graph; it replaces the spec's ``run.compile`` and ``run.cudagraphs``);
+    as CUDA graphs); ``graph_step`` overrides ``run.graph_step`` (on a GPU: each whole step, optimizer included,
+    replayed as one CUDA graph; it replaces the spec's ``run.compile`` and ``run.cudagraphs``, and with
+    ``compile=True`` too captures inductor's fused kernels: the compiled whole step);
     ``streams`` overrides ``run.streams`` (on a GPU: the two towers on two CUDA streams).
     ``compile`` overrides the spec's ``run.compile`` (an execution setting: the spec, and so the output folder, stays
     the same); so does ``threads`` (the spec's ``run.threads``: torch threads per group; 1 when other processes
@@ -456,11 +457,14 @@ def run_sweep(
             raise ValueError("cudagraphs=True needs compile (the spec's run.compile or compile=True)")
         spec = dataclasses.replace(spec, run={**spec.run, "cudagraphs": bool(cudagraphs)})
     if graph_step is not None:
-        if graph_step and (compile or cudagraphs):
-            raise ValueError("graph_step=True replaces compile and cudagraphs: pass one of them")
+        if graph_step and cudagraphs:
+            raise ValueError(
+                "graph_step=True captures the whole step itself: pass compile=True for inductor's kernels inside it, "
+                "not cudagraphs=True"
+            )
         run = {**spec.run, "graph_step": bool(graph_step)}
-        if graph_step:  # the call's whole-step graph replaces the spec's compile (both execution settings)
-            run |= {"compile": False, "cudagraphs": False}
+        if graph_step:  # the call's whole-step graph replaces the spec's CUDA-graph settings; compile only if asked
+            run |= {"compile": bool(compile), "cudagraphs": False}
         spec = dataclasses.replace(spec, run=run)
     if streams is not None:  # an execution setting: the towers on two CUDA streams
         spec = dataclasses.replace(spec, run={**spec.run, "streams": bool(streams)})

@@ -62,7 +62,7 @@ _RUN_DEFAULTS: dict[str, Any] = {
     "compile": False,  # torch.compile the stacked loss (needs dropout_rng = "fast")
     "amp": False,  # bfloat16 autocast
     "cudagraphs": False,  # with compile, on a GPU: replay each step as CUDA graphs
-    "graph_step": False,  # on a GPU, without compile: the whole step (forward, backward, AdamW) as one CUDA graph
+    "graph_step": False,  # on a GPU: the whole step (forward, backward, AdamW) as one CUDA graph (compile: inductor's)
     "streams": False,  # on a GPU: the text tower on a second CUDA stream (StackedCLIP.use_streams)
 }
 

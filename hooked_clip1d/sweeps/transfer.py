@@ -495,7 +495,7 @@ class _Room:
     """What one call can still bring back (``files`` archives, ``bytes``); ``keep`` moves the archives that fit, in
     order, into ``dest`` and counts them off."""
 
-    def __init__(self, dest: Path, files: int, total_bytes: float) -> None:
+    def __init__(self, dest: Path, files: int, total_bytes: float | int) -> None:
         self.dest, self.files, self.bytes = dest, files, total_bytes
 
     def keep(self, archives: list[Path], prefix: str) -> list[Path]:

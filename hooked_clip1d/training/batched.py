@@ -89,7 +89,8 @@ class BatchedTrainer:
         amp: run matmuls in bfloat16 autocast (measured in the benchmark; fp32 is the default).
         cudagraphs: with ``compile``, replay the compiled step as CUDA graphs on a GPU (fewer launches).
         graph_step: on a GPU, capture the whole step (forward, backward, AdamW) as one CUDA graph and replay it
-            (``graph_step`` module; not with ``compile``).
+            (``graph_step`` module); with ``compile``, inductor's fused kernels are what it captures (not with
+            ``cudagraphs``).
     """
 
     def __init__(
@@ -145,7 +146,7 @@ class BatchedTrainer:
                     f"optimizer={tc0.optimizer!r} or lr_schedule={tc0.lr_schedule!r}"
                 )
             if graph_step:
-                check_graph_step(self.state, compile)
+                check_graph_step(self.state, compile, cudagraphs)
             self.graph = StepGraph() if graph_step else None
             self.group_checkpoint_every = _group_checkpoint_every(group_checkpoint_every, members, streams)
         except BaseException:
@@ -378,7 +379,7 @@ class BatchedTrainer:
         idx, valid, short = st.batches(n)
         if self.graph is not None:
             done = lambda: (deadline is not None and time.time() >= deadline) or bool(stop_requested())  # noqa: E731
-            return self.graph.steps(st, idx, valid, autocast, done)
+            return self.graph.steps(st, idx, valid, autocast, done, loss_fn)
         opt, matched = st.opt, st.dropout_rng == "matched"
         if self.scheduled:
             i0 = st.active[0]

@@ -11,10 +11,13 @@ How: the first ``WARMUP`` steps after a (re)start, or after the group's membersh
 stream (real training steps on the same static inputs, as the recipe asks); the next step is captured and every
 later step replays it. The graph is dropped when members leave the stack (``StackedCLIP.keep`` replaces the
 parameters). Needs a CUDA device, ``dropout_rng="fast"`` (dropout draws from the CUDA generator, which graphs
-support), one learning rate for the whole group (the fused AdamW path; per-member rates read a step count on the
-host) and no ``compile``. Every step computes what the eager step computes (the same kernels); the batch mask is
-always passed, as the compiled path does. The graph receives the group's state (``group_state.GroupState``), not the
-trainer, and captures again when the members or the parameters' layout change (``StackedCLIP.layout_version``).
+support) and one learning rate for the whole group (the fused AdamW path; per-member rates read a step count on the
+host). Without ``compile`` every step computes what the eager step computes (the same kernels); with ``compile``
+(issue 51 item 4) the stacked loss is inductor's (fused forward and backward kernels, compiled during the warm-up
+steps, no CUDA graphs of its own) and those kernels are what the step's graph captures, optimizer included. The
+batch mask is always passed, as the compiled path does. The graph receives the group's state
+(``group_state.GroupState``), not the trainer, and captures again when the members or the parameters' layout change
+(``StackedCLIP.layout_version``).
 """
 
 from __future__ import annotations
@@ -32,15 +35,20 @@ from hooked_clip1d.training.stacked_adamw import StackedAdamW
 WARMUP = 3  # eager steps before a capture (the recipe's side-stream warm-up: cuBLAS handles, allocator, autograd)
 
 
-def check_graph_step(state: GroupState, compile: bool) -> None:  # noqa: A002
-    """Raise ``ValueError`` naming the first setting of a group (``state``, and whether its loss is ``compile``d)
-    that a whole-step graph cannot take."""
+def check_graph_step(state: GroupState, compile: bool, cudagraphs: bool = False) -> None:  # noqa: A002
+    """Raise ``ValueError`` naming the first setting of a group (``state``; whether its loss is ``compile``d and
+    replayed as inductor's own CUDA graphs, ``cudagraphs``) that a whole-step graph cannot take. A compiled loss is
+    taken (its fused kernels are captured inside the whole-step graph); inductor's CUDA graphs are not (a graph
+    inside the capture of another)."""
+    if cudagraphs:
+        raise ValueError(
+            "graph_step=True captures the whole step itself: it takes compile=True (inductor's kernels inside the "
+            "step's graph) but not cudagraphs=True (inductor's own CUDA graphs)"
+        )
     if state.device.type != "cuda":
         raise ValueError(f"graph_step=True needs a CUDA device, got {state.device}")
     if state.dropout_rng != "fast":
         raise ValueError("graph_step=True needs dropout_rng='fast' (matched dropout draws on the host)")
-    if compile:
-        raise ValueError("graph_step=True replaces compile/cudagraphs: pass one or the other")
     if len(set(state.opt.lr)) != 1:
         raise ValueError("graph_step=True needs one learning rate for the whole group (the fused AdamW path)")
 
@@ -119,17 +127,27 @@ class StepGraph:
         self.flat: torch.Tensor | None = None  # [K * bs] row indices into the padded pair tables
         self.valid: torch.Tensor | None = None  # [K, bs] batch mask
 
-    def _body(self, state: GroupState, autocast: Any) -> None:
+    def _body(self, state: GroupState, autocast: Any, loss_fn: Any) -> None:
         state.opt.zero_grad()  # in the graph: the flat gradient buffer (StackedAdamW) is zeroed by every replay
         with autocast:
-            losses = state.losses(state.model.loss, self.flat, self.valid, None)
+            losses = state.losses(loss_fn, self.flat, self.valid, None)
         losses.sum().backward()
         state.opt.step()
         state.loss_sum += losses.detach().float()
 
-    def steps(self, state: GroupState, idx: torch.Tensor, valid: torch.Tensor, autocast: Any, should_stop: Any) -> int:
+    def steps(
+        self,
+        state: GroupState,
+        idx: torch.Tensor,
+        valid: torch.Tensor,
+        autocast: Any,
+        should_stop: Any,
+        loss_fn: Any = None,
+    ) -> int:
         """Take the steps of one chunk of ``state``'s group (``idx`` [S, K, bs], ``valid`` [S, K, bs]); stop early
-        once ``should_stop()``; return the number taken."""
+        once ``should_stop()``; return the number taken. ``loss_fn``: the stacked loss (``state.model.loss``, or its
+        ``torch.compile`` without CUDA graphs: its kernels are then compiled in the warm-up steps and captured)."""
+        loss_fn = loss_fn if loss_fn is not None else state.model.loss
         key = (tuple(state.active), state.model.layout_version)
         if key != self.key:  # first chunk, members left the stack, or a new layout: new shapes, new parameters
             self.graph, self.key, self.warm = None, key, 0
@@ -146,14 +164,14 @@ class StepGraph:
                 side.wait_stream(torch.cuda.current_stream(state.device))
                 with torch.cuda.stream(side):
                     state.opt.zero_grad()
-                    self._body(state, autocast)
+                    self._body(state, autocast, loss_fn)
                 torch.cuda.current_stream(state.device).wait_stream(side)
                 self.warm += 1
             else:  # capture this step, then replay it: capturing records the kernels without running them
                 state.opt.zero_grad()  # gradients come back allocated from the graph's pool, rewritten each replay
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
-                    self._body(state, autocast)
+                    self._body(state, autocast, loss_fn)
                 graph.replay()
                 self.graph = graph
             state.step += 1

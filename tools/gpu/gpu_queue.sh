@@ -16,7 +16,8 @@
 # fig10 (5 weight decays), full-variants (the full model under each candidate default recipe, 4 independent blocks
 # and 2 tied blocks applied twice), fig3 (12 cells); a run identical to one finished is copied, not trained again. The package is not installed there:
 # it runs from this checkout (PYTHONPATH) with the machine's own torch and the wheels carried in .whl/ (made here
-# by `bash tools/gpu/gpu_wheels.sh`; no device time). Overridable for a test on a CPU:
+# by `bash tools/gpu/gpu_wheels.sh`; no device time). The step modes tried, in order, are gpu_window.py's MODES
+# unless MODES is set. Overridable for a test on a CPU:
 #     DEVICE=cpu QUEUE=t SPEC_DIR=my-specs MODES=graph-step,flat CHECK_PRESET=simplified CHECK_STEPS=20 \
 #     WHEELS=- STATE="$(mktemp -d)" OUT="$(mktemp -d)" bash tools/gpu/gpu_queue.sh window 120
 set -uo pipefail
@@ -52,5 +53,5 @@ fi
 # shellcheck disable=SC2086
 exec python3 tools/gpu/gpu_window.py window --started "$started" --limit "${2:-540}" --out "$OUT" --state "$STATE" \
   --carry "${CARRY:-.gpu-carry}" --device "${DEVICE:-cuda}" --queue "${QUEUE:-full-protocol fig10 full-variants fig3}" \
-  --spec-dir "${SPEC_DIR:-hooked_clip1d/sweeps}" --modes "${MODES:-graph-step,compile+cudagraphs/flat,flat}" \
+  --spec-dir "${SPEC_DIR:-hooked_clip1d/sweeps}" ${MODES:+--modes "$MODES"} \
   --check-steps "${CHECK_STEPS:-200}" --check-preset "${CHECK_PRESET:-full}" ${3:+--"$3"} ${WINDOW_ARGS:-}

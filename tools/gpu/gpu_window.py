@@ -66,14 +66,22 @@ IN_MARGIN_MIB = 1  # kept free of what travels in
 # 10's weight decays, the other full-model variants, Fig. 3; identical runs are trained once (adopt_identical)
 QUEUE = ("full-protocol", "fig10", "full-variants", "fig3")
 #: step modes in fallback order (gpu_check.MODES names) and the sweep settings each trains with
-MODES = ("graph-step+streams", "graph-step", "compile+cudagraphs/flat", "flat")
+MODES = ("graph-step+compile", "graph-step+streams", "graph-step", "compile+cudagraphs/flat", "flat")
 SWEEP_KW: dict[str, dict[str, bool]] = {
+    # issue 51 item 4: inductor's fused kernels inside the whole-step graph (never measured yet: its check decides)
+    "graph-step+compile": {"graph_step": True, "compile": True},
     "graph-step+streams": {"graph_step": True, "streams": True},  # the fastest fp32 step measured (H200: 1.24-1.46x)
     "graph-step": {"graph_step": True},
     "compile+cudagraphs/flat": {"compile": True, "cudagraphs": True},
     "flat": {"compile": False},
 }
-CHECK_SECONDS = {"graph-step+streams": 60, "graph-step": 60, "compile+cudagraphs/flat": 150, "flat": 60}
+CHECK_SECONDS = {
+    "graph-step+compile": 150,  # a compile of ~1 min, cached for training (TORCHINDUCTOR_CACHE_DIR)
+    "graph-step+streams": 60,
+    "graph-step": 60,
+    "compile+cudagraphs/flat": 150,
+    "flat": 60,
+}
 # the fastest fp32 step measured on a GPU kind (ms at K = 1 and 12; benchmarks/records): a mode more than
 # MAX_SLOWDOWN times slower there is refused (an eager fallback ~10x slower would spend windows for little)
 BEST_STEP_MS = {"NVIDIA H200": {1: 1.892, 12: 4.26}}
@@ -736,7 +744,16 @@ def carry_out(sweeps: Sequence[Sweep], dest: Path, travel_bytes: int) -> dict[st
         left = [g["name"] for g in groups if g["name"] not in packed_names]
         if left:
             got["left"][sw.name] = left
-    got["room_mib"] = round(state_room - 0.5, 2)  # the next window's: a little less (new runs' files come along)
+    caches = Path(sweeps[0].out).parent / CACHE_DIR if sweeps else None
+    got["caches"], cache_mib = [], 0.0
+    for c in sorted(caches.iterdir()) if caches is not None and caches.is_dir() else []:
+        size = _size(c) / MIB
+        if c.is_dir() and size <= state_room - used - cache_mib - 1.0:  # compile caches: in the room the state left
+            shutil.copytree(c, tmp / CACHE_DIR / c.name)
+            cache_mib += size
+            got["caches"].append(c.name)
+    # the next window's state room: a little less (new runs' files come along), less the caches that travel too
+    got["room_mib"] = round(state_room - cache_mib - 0.5, 2)
     got["state_mib"] = round(used, 2)
     got["travel_mib"] = round((travel_bytes + _size(tmp)) / MIB + 0.0, 2)
     room_json = {k: got[k] for k in ("room_mib", "state_mib", "travel_mib")}
@@ -778,7 +795,8 @@ def carry_in(sweeps: Sequence[Sweep], carry: Path) -> list[str]:
 
 def unpack(files_at: Sequence[Path], home: Path) -> list[str]:
     """Put what calls brought back (their ``files_at`` folders, oldest first) into the sweeps home: each
-    ``<sweep>/`` folder's archives (finished runs and resumable state) into ``home/<sweep>``."""
+    ``<sweep>/`` folder's archives (finished runs and resumable state) into ``home/<sweep>``, a compile cache
+    (``inductor-<kind>.tar``) into ``home/inductor/<kind>``."""
     from hooked_clip1d.sweeps.transfer import unpack_runs
 
     lines = []
@@ -786,6 +804,8 @@ def unpack(files_at: Sequence[Path], home: Path) -> list[str]:
         fa = Path(fa)
         if not fa.is_dir():
             raise FileNotFoundError(f"{str(fa)!r} is not a folder (a call's files_at)")
+        for t in sorted(fa.glob(f"{CACHE_DIR}-*.tar")):  # inductor's compile cache of a GPU kind (pack_cache)
+            lines.append(unpack_cache(t, Path(home)))
         for d in sorted(p for p in fa.iterdir() if p.is_dir() and any(p.glob("*.tar"))):
             names = unpack_runs(sorted(d.glob("*.tar")), Path(home) / d.name)
             state = " and the resumable state" if any(d.glob("state-*.tar")) else ""
@@ -842,6 +862,53 @@ def pack(
             }
         )
     return rows
+
+
+# ---- inductor's compile cache, per GPU kind (issue 51 item 4) ---------------------------------------------------
+CACHE_DIR = "inductor"  # under the window's state (there), the carry folder and the sweeps home (here)
+
+
+def cache_slug(device_name: str) -> str:
+    """A folder name for a device kind (``_device_name``'s text): inductor's kernels are compiled for one GPU kind.
+
+    Example:
+        >>> cache_slug("cuda:NVIDIA H200")
+        'cuda_NVIDIA_H200'
+    """
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", device_name)
+
+
+def pack_cache(cache: Path, out: Path, slug: str, files_left: int, mib_left: float) -> Path | None:
+    """Tar ``cache`` (this machine's compile cache for one GPU kind) as ``out/inductor-<slug>.tar`` when a file of
+    ``files_left`` and ``mib_left`` MiB (and ``FILE_MIB``) hold it; else nothing (the next bare machine compiles
+    again, ~1 min of its check)."""
+    import tarfile
+
+    if not cache.is_dir() or files_left < 1 or not any(cache.rglob("*")):
+        return None
+    target = out / f"{CACHE_DIR}-{slug}.tar"
+    with tarfile.open(target, "w") as tar:
+        tar.add(cache, arcname=slug)
+    if target.stat().st_size > min(mib_left, FILE_MIB) * MIB:
+        target.unlink()
+        return None
+    return target
+
+
+def unpack_cache(tar_path: Path, home: Path) -> str:
+    """Extract a ``pack_cache`` archive into ``home/inductor/<slug>`` (replacing an older one); tar's ``data`` filter
+    refuses absolute paths, links out of the folder and device files."""
+    import tarfile
+
+    dest = home / CACHE_DIR
+    dest.mkdir(parents=True, exist_ok=True)
+    slug = tar_path.stem.removeprefix(f"{CACHE_DIR}-")
+    shutil.rmtree(dest / slug, ignore_errors=True)
+    with tarfile.open(tar_path) as tar:
+        if any(m.name.split("/")[0] != slug for m in tar.getmembers()):
+            raise ValueError(f"{str(tar_path)!r} holds files outside {slug}/: not a compile cache of this tool")
+        tar.extractall(dest, filter="data")
+    return f"== compile cache {slug}: {str(tar_path)!r} -> {dest / slug}"
 
 
 # ---- the window (parent process: never touches the device) -------------------------------------------------------
@@ -932,6 +999,14 @@ def window(a: argparse.Namespace) -> int:
     # the check: once per machine (a second call reuses it)
     check_file = state / "check.json"
     here = _device_name(a.device)
+    # inductor's compile cache for this GPU kind: carried in from an earlier window, read by the check and training
+    # processes (a bare machine would compile again, ~1 min), packed out again at the end
+    cache = state / CACHE_DIR / cache_slug(here)
+    carried_cache = Path(a.carry) / CACHE_DIR / cache_slug(here)
+    if carried_cache.is_dir() and not cache.exists():
+        shutil.copytree(carried_cache, cache)
+        log(f"== compile cache for {here} carried in ({_size(cache) / MIB:.1f} MiB)")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     checked = json.loads(check_file.read_text()) if check_file.exists() else {}
     if checked.get("device") != here:  # another device's check (a CPU dry run, another GPU) says nothing of this one
         if checked:
@@ -1038,6 +1113,11 @@ def window(a: argparse.Namespace) -> int:
     # pack what finished and the state of what did not, whatever happened above
     rows = pack(sweeps, out, state, room)
     rec["packed"] = rows
+    n_files = sum(1 for p in out.rglob("*") if p.is_file())
+    packed_cache = pack_cache(
+        cache, out, cache_slug(here), OUT_FILES - 1 - n_files, CALL_MIB - OUT_MARGIN_MIB - _size(out) / MIB
+    )
+    rec["compile_cache"] = packed_cache.name if packed_cache is not None else None
     for r in rows:
         log(
             f"== {r['sweep']}: packed {len(r['runs'])} new runs, {len(r['resent'])} sent before, state of "
