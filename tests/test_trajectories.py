@@ -266,6 +266,10 @@ def test_emergence_rows_recorded_at_shipping_equal_a_recomputation(zoo):
     assert [r["epoch"] for r in stored.rows] == EPOCHS
     again = reg.trajectory_emergence("tiny", recompute=True)
     assert again.rows == stored.rows and again.windows == stored.windows
+    # measured once a process (the invariance audit reruns x13 seven times); a caller's edit does not leak into it
+    again.rows[0]["loss"] = -1.0
+    cached = reg.trajectory_emergence("tiny", recompute=True)
+    assert cached.rows == stored.rows and cached.rows is not again.rows
     row = stored.rows[0]
     for key in (
         "loss",
