@@ -58,6 +58,7 @@ from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.clip import CLIPConfig
 from hooked_clip1d.training.batched import BatchedTrainer, Member
 from hooked_clip1d.training.graph_step import matmul_precision, set_flat
+from hooked_clip1d.training.run_config import RunConfig
 from hooked_clip1d.training.trainer import TrainConfig, Trainer
 
 GRAD_TOL, LOSS_TOL, TRAJ_TOL, BF16_TOL = 1e-4, 1e-5, 1e-3, 2e-2
@@ -308,7 +309,7 @@ def check_trainer(device: str, out: Path) -> list[dict]:
     d = Path(tempfile.mkdtemp()) / "trainer_run"  # not under --out: a device tool brings back only a few files
     cfg = CLIPConfig.from_preset("simplified", n_labels=8, d_model=32, d_head=8)
     tc = TrainConfig(epochs=3, eval_every=1, checkpoint_every=3, device=device)
-    run = Trainer(cfg, DataConfig(n_labels=8, n_heldout=3, n2=3), tc, d).run(progress=False)
+    run = Trainer(RunConfig(cfg, DataConfig(n_labels=8, n_heldout=3, n2=3), tc), d).run(progress=False)
     lines = (d / "metrics.jsonl").read_text().splitlines()
     ok = len(lines) == 3 and all(json.loads(ln)["loss"] == json.loads(ln)["loss"] for ln in lines)
     return [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -493,12 +494,18 @@ def test_trainers_take_a_run_config_and_still_the_three_configs(tmp_path):
     from hooked_clip1d.training.run_config import RunConfig
 
     run = RunConfig(tiny_config(n_labels=6), DATA, TrainConfig(epochs=1, batch_size=16))
-    new = train(run, tmp_path / "new", progress=False)
-    old = train(run.model, run.data, run.train, tmp_path / "old", False, False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # the one signature warns of nothing
+        new = train(run, tmp_path / "new", progress=False)
+        assert Trainer(run, tmp_path / "t").run(progress=False).step == new.step
+        fast = train_fast(run, tmp_path / "fast", progress=False)
+    # the older form is deprecated (issue 52: one entry signature) and still trains the same run
+    with pytest.warns(DeprecationWarning, match=r"pass train\(RunConfig\(model_cfg, data_cfg, train_cfg\)") as w:
+        old = train(run.model, run.data, run.train, tmp_path / "old", False, False)
+    assert len(w) == 1
     _assert_same_state(new.model.state_dict(), old.model.state_dict())
-    assert Trainer(run, tmp_path / "t").run(progress=False).step == new.step
-    fast = train_fast(run, tmp_path / "fast", progress=False)
-    fast_old = train_fast(run.model, run.data, run.train, tmp_path / "fast_old", progress=False)
+    with pytest.warns(DeprecationWarning, match="train_fast"):
+        fast_old = train_fast(run.model, run.data, run.train, tmp_path / "fast_old", progress=False)
     _assert_same_state(fast.model.state_dict(), fast_old.model.state_dict())
     with pytest.raises(TypeError, match="train takes a RunConfig"):
         train({"model": 1}, tmp_path / "x")

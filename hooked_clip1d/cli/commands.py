@@ -32,6 +32,7 @@ from hooked_clip1d.cli.util import dumps
 
 def cmd_train(a: argparse.Namespace) -> int:
     from hooked_clip1d.evaluation import format_metrics
+    from hooked_clip1d.training.run_config import RunConfig
     from hooked_clip1d.training.trainer import train
 
     cfg, data_cfg, tc, init = train_configs(a)
@@ -45,9 +46,7 @@ def cmd_train(a: argparse.Namespace) -> int:
         extra_dropout = any(t.attn_dropout or t.embed_dropout for t in (cfg.vision, cfg.text))
         rng = "fast" if a.compile or extra_dropout else "matched"
         run = train_fast(
-            cfg,
-            data_cfg,
-            tc,
+            RunConfig(cfg, data_cfg, tc),
             a.out,
             resume=a.resume,
             progress=not a.no_progress,
@@ -56,7 +55,7 @@ def cmd_train(a: argparse.Namespace) -> int:
             init_model=init,
         )
     else:
-        run = train(cfg, data_cfg, tc, a.out, resume=a.resume, progress=not a.no_progress, init_model=init)
+        run = train(RunConfig(cfg, data_cfg, tc), a.out, resume=a.resume, progress=not a.no_progress, init_model=init)
     res = {
         "out_dir": str(run.out_dir),
         "epochs": run.epoch,

@@ -393,11 +393,11 @@ def load_trajectory(
 
     Example (a run directory trained with snapshots; a shipped name works the same):
         >>> import tempfile
-        >>> from hooked_clip1d import CLIPConfig, DataConfig, TrainConfig, train
+        >>> from hooked_clip1d import CLIPConfig, DataConfig, RunConfig, TrainConfig, train
         >>> run = tempfile.mkdtemp()
         >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2)
         >>> tc = TrainConfig(epochs=3, batch_size=16, snapshot_epochs=(0, 1, 3))
-        >>> _ = train(cfg, DataConfig(n_labels=6, n_heldout=2, n2=2), tc, run, progress=False)
+        >>> _ = train(RunConfig(cfg, DataConfig(n_labels=6, n_heldout=2, n2=2), tc), run, progress=False)
         >>> list_checkpoints(run)
         [0, 1, 3]
         >>> [(epoch, model.training) for epoch, model in load_trajectory(run)]

@@ -400,6 +400,43 @@ def format_results(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _with_execution_settings(
+    spec: SweepSpec,
+    compile: bool | None,  # noqa: A002
+    cudagraphs: bool | None,
+    graph_step: bool | None,
+    streams: bool | None,
+    threads: int | None,
+) -> SweepSpec:
+    """``spec`` with ``run_sweep``'s execution settings (those not None) in place of its ``run`` table's, checked
+    together (they change no output and no folder)."""
+    if compile is not None:
+        if compile and spec.run["dropout_rng"] != "fast":
+            raise ValueError("compile=True needs the spec's run.dropout_rng = 'fast'")
+        spec = dataclasses.replace(spec, run={**spec.run, "compile": bool(compile)})
+    if cudagraphs is not None:
+        if cudagraphs and not spec.run["compile"]:
+            raise ValueError("cudagraphs=True needs compile (the spec's run.compile or compile=True)")
+        spec = dataclasses.replace(spec, run={**spec.run, "cudagraphs": bool(cudagraphs)})
+    if graph_step is not None:
+        if graph_step and cudagraphs:
+            raise ValueError(
+                "graph_step=True captures the whole step itself: pass compile=True for inductor's kernels inside it, "
+                "not cudagraphs=True"
+            )
+        run = {**spec.run, "graph_step": bool(graph_step)}
+        if graph_step:  # the call's whole-step graph replaces the spec's CUDA-graph settings; compile only if asked
+            run |= {"compile": bool(compile), "cudagraphs": False}
+        spec = dataclasses.replace(spec, run=run)
+    if streams is not None:  # an execution setting: the towers on two CUDA streams
+        spec = dataclasses.replace(spec, run={**spec.run, "streams": bool(streams)})
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+        spec = dataclasses.replace(spec, run={**spec.run, "threads": threads})
+    return spec
+
+
 def run_sweep(
     spec_path: str | Path,
     out_dir: str | Path | None = None,
@@ -448,30 +485,7 @@ def run_sweep(
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     spec = load_spec(spec_path)
-    if compile is not None:
-        if compile and spec.run["dropout_rng"] != "fast":
-            raise ValueError("compile=True needs the spec's run.dropout_rng = 'fast'")
-        spec = dataclasses.replace(spec, run={**spec.run, "compile": bool(compile)})
-    if cudagraphs is not None:
-        if cudagraphs and not spec.run["compile"]:
-            raise ValueError("cudagraphs=True needs compile (the spec's run.compile or compile=True)")
-        spec = dataclasses.replace(spec, run={**spec.run, "cudagraphs": bool(cudagraphs)})
-    if graph_step is not None:
-        if graph_step and cudagraphs:
-            raise ValueError(
-                "graph_step=True captures the whole step itself: pass compile=True for inductor's kernels inside it, "
-                "not cudagraphs=True"
-            )
-        run = {**spec.run, "graph_step": bool(graph_step)}
-        if graph_step:  # the call's whole-step graph replaces the spec's CUDA-graph settings; compile only if asked
-            run |= {"compile": bool(compile), "cudagraphs": False}
-        spec = dataclasses.replace(spec, run=run)
-    if streams is not None:  # an execution setting: the towers on two CUDA streams
-        spec = dataclasses.replace(spec, run={**spec.run, "streams": bool(streams)})
-    if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
-        spec = dataclasses.replace(spec, run={**spec.run, "threads": threads})
+    spec = _with_execution_settings(spec, compile, cudagraphs, graph_step, streams, threads)
     if runner not in ("local", "ray"):
         raise ValueError(f"runner must be 'local' or 'ray', got {runner!r}")
     if workers > 1 and runner != "local":

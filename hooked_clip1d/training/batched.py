@@ -508,10 +508,10 @@ def train_batched(
 
 def train_fast(run: Any, *args: Any, **kwargs: Any) -> TrainRun:
     """``training.train`` on the batched engine (K = 1): ``train_fast(run, out_dir)`` (``run`` a ``RunConfig``; the
-    older ``train_fast(model_cfg, data_cfg, train_cfg, out_dir)`` still works) writes the same files in ``out_dir``
-    and follows the same trajectory to float rounding (``dropout_rng="matched"``), 3-5x the speed; resumable from
-    ``out_dir``'s group checkpoint. Keywords: ``resume``, ``progress``, ``dropout_rng``, ``compile``, ``init_model``
-    (start from these weights).
+    older ``train_fast(model_cfg, data_cfg, train_cfg, out_dir)`` still works, deprecated) writes the same files in
+    ``out_dir`` and follows the same trajectory to float rounding (``dropout_rng="matched"``), 3-5x the speed;
+    resumable from ``out_dir``'s group checkpoint. Keywords: ``resume``, ``progress``, ``dropout_rng``, ``compile``,
+    ``init_model`` (start from these weights).
 
     Example:
         >>> import tempfile

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -200,19 +201,28 @@ def _merge_changes(
 
 def run_args(first: Any, rest: Sequence[Any], where: str, names: Sequence[str]) -> tuple[RunConfig, dict[str, Any]]:
     """The run and the other positional arguments (by name: ``names``, in order) of an entry point that takes
-    ``(run, *names)``, also when called the older way, ``(model_cfg, data_cfg, train_cfg, *names)``; ``where``
-    names the entry point in errors.
+    ``(run, *names)``, also when called the older way, ``(model_cfg, data_cfg, train_cfg, *names)`` (deprecated:
+    a ``DeprecationWarning`` names the one signature); ``where`` names the entry point in errors.
 
     Example:
         >>> run = RunConfig(CLIPConfig.from_preset("simplified", n_labels=6), DataConfig(n_labels=6, n_heldout=2,
         ...                 n2=2), TrainConfig())
         >>> run_args(run, ["out"], "train", ("out_dir", "resume"))[1]
         {'out_dir': 'out'}
-        >>> run_args(run.model, [run.data, run.train, "out", True], "train", ("out_dir", "resume")) == (
-        ...     run, {"out_dir": "out", "resume": True})
-        True
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:  # the older form: deprecated, still read
+        ...     warnings.simplefilter("always")
+        ...     got = run_args(run.model, [run.data, run.train, "out", True], "train", ("out_dir", "resume"))
+        >>> got == (run, {"out_dir": "out", "resume": True}), caught[0].category.__name__
+        (True, 'DeprecationWarning')
     """
     if isinstance(first, CLIPConfig) and len(rest) >= 2:
+        warnings.warn(
+            f"{where}(model_cfg, data_cfg, train_cfg, ...) is deprecated (issue 52: one entry signature): pass "
+            f"{where}(RunConfig(model_cfg, data_cfg, train_cfg), ...)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         first, rest = RunConfig(first, rest[0], rest[1]), rest[2:]
     if not isinstance(first, RunConfig):
         raise TypeError(

@@ -1,7 +1,7 @@
 """Seeded contrastive training with the paper's defaults (Sec. 2.2, App. B, C), logged and resumable.
 
 ``train(run, out_dir)`` (``run`` a ``RunConfig``: the model, data and training configs; the older
-``train(model_cfg, data_cfg, train_cfg, out_dir)`` still works) writes into ``out_dir``:
+``train(model_cfg, data_cfg, train_cfg, out_dir)`` still works, deprecated) writes into ``out_dir``:
 
 - ``config.json``: model, data and training configs, the command, versions (provenance);
 - ``metrics.jsonl``: one line per evaluation (every ``eval_every`` epochs): epoch, step, mean training loss since the
@@ -198,8 +198,8 @@ class Trainer:
     """Owns one run: model, optimizer, data, RNGs, logging and checkpoints (see the module docstring).
 
     ``Trainer(run, out_dir, resume=False, init_model=None)``: ``run`` a ``RunConfig`` (the older
-    ``Trainer(model_cfg, data_cfg, train_cfg, out_dir, ...)`` still works); ``init_model`` starts from its weights
-    (its config must be the run's) instead of a fresh init.
+    ``Trainer(model_cfg, data_cfg, train_cfg, out_dir, ...)`` still works, deprecated); ``init_model`` starts from
+    its weights (its config must be the run's) instead of a fresh init.
 
     Example:
         >>> import tempfile
@@ -453,8 +453,8 @@ def train(
 def train(run: Any, *args: Any, **kwargs: Any) -> TrainRun:
     """Train one run (see the module docstring): ``train(run, out_dir, resume=False, progress=True,
     init_model=None)``, ``run`` a ``RunConfig``; the older ``train(model_cfg, data_cfg, train_cfg, out_dir, ...)``
-    still works. ``resume=True`` continues the run saved in ``out_dir``; ``init_model`` starts from its weights (its
-    config must be the run's model config) instead of a fresh init.
+    still works (deprecated: a ``DeprecationWarning``). ``resume=True`` continues the run saved in ``out_dir``;
+    ``init_model`` starts from its weights (its config must be the run's model config) instead of a fresh init.
 
     Example:
         >>> import tempfile
@@ -463,7 +463,7 @@ def train(run: Any, *args: Any, **kwargs: Any) -> TrainRun:
         >>> data, tc = DataConfig(n_labels=6, n_heldout=2, n2=2), TrainConfig(epochs=1)
         >>> train(RunConfig(cfg, data, tc), tempfile.mkdtemp(), progress=False).step  # the run object
         2
-        >>> train(cfg, data, tc, tempfile.mkdtemp(), progress=False).step  # the older signature
+        >>> train(cfg, data, tc, tempfile.mkdtemp(), progress=False).step  # the older signature (deprecated)
         2
     """
     run, given = run_args(run, args, "train", ("out_dir", "resume", "progress", "init_model"))
