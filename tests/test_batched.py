@@ -384,6 +384,21 @@ def test_sweep_graph_step_replaces_the_specs_compile_and_takes_a_requested_one(t
             run_sweep(spec, tmp_path / f"out{i}", progress=False, graph_step=True, compile=compile_)
 
 
+def test_sweep_streams_reaches_the_stacked_model(tmp_path):
+    # bug: the sweep pool called trainer.model.use_streams() after BatchedTrainer's attribute proxies were removed
+    # (an AttributeError); it reads trainer.state.model, so on a CPU the two-stream mode says why it cannot run
+    from hooked_clip1d.sweeps.runner import run_sweep
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(
+        'name = "s"\n[model]\npreset = "simplified"\n[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n'
+        "[train]\nepochs = 1\n[grid]\nseed = [0]\n"
+        '[run]\ndropout_rng = "fast"\n'
+    )
+    with pytest.raises(ValueError, match="use_streams needs a CUDA device"):
+        run_sweep(spec, tmp_path / "out", progress=False, streams=True)
+
+
 @pytest.mark.parametrize("shared_query", [True, False])
 def test_attention_dropout_drops_pattern_weights_like_the_single_model(shared_query):
     """The stacked forward's attention-probability dropout (``attn_dropout``) equals the single model's pattern
