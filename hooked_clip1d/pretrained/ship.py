@@ -16,6 +16,7 @@ import os
 import re
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -217,73 +218,85 @@ def ship_trajectory(
             kept, models, kept_dtypes, (last, shipped), TrainConfig.from_dict(config["train_config"]), ds
         )
 
-        tensors, meta, man = _trajectory_files(
-            name,
-            config,
-            zman,
-            run_dir,
-            snaps,
-            stored,
-            last,
-            kept,
-            kept_dtypes,
-            dtypes,
-            tolerance_images,
-            record,
-            emerg,
-            len(ds.captions),
-        )
+        tensors, meta, man = _TrajectoryMeasured(
+            name=name,
+            config=config,
+            zoo_manifest=zman,
+            run_dir=run_dir,
+            snaps=snaps,
+            stored=stored,
+            last=last,
+            kept=kept,
+            kept_dtypes=kept_dtypes,
+            dtypes=tuple(dtypes),
+            tolerance_images=tolerance_images,
+            precision_record=record,
+            emergence=emerg,
+            n_captions=len(ds.captions),
+        ).files()
         target, text = _write_parts(dest, name, tensors, meta, man, budget_mb)
         atomic_write_text(dest / f"{name}.json", text)
     return target
 
 
-def _trajectory_files(
-    name: str,
-    config: dict[str, Any],
-    zman: dict[str, Any],
-    run_dir: Path,
-    snaps: dict[int, Path],
-    stored: list[int],
-    last: int,
-    kept: dict[int, Any],
-    kept_dtypes: dict[int, str],
-    dtypes: Sequence[str],
-    tolerance_images: int,
-    record: Any,
-    emerg: dict[str, Any],
-    n_captions: int,
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """``ship_trajectory``'s tensors, file metadata and manifest, from what it measured."""
-    tensors, digests = trajectory_tensors(kept, kept_dtypes)
-    digests[str(last)] = zman["sha256"]  # the last checkpoint: the shipped weights file
-    epochs_all = [*stored, last]
-    dtype_map = {str(e): kept_dtypes[e] for e in stored}
-    trajectory = {"name": name, "epochs": epochs_all, "final_epoch": last, "dtypes": dtype_map}
-    meta = {**{k: config[k] for k in ("model_config", "data_config", "train_config")}, "trajectory": trajectory}
-    precision = dict(
-        method=PRECISION_METHOD, candidates=list(dtypes), tolerance_images=tolerance_images, checkpoints=record
-    )
-    source = dict(
-        run=portable_command(str(run_dir.resolve())),
-        command=portable_command(config["provenance"]["command"]),
-        snapshots=list(snaps),
-    )
-    man = {
-        "format": MANIFEST_FORMAT,
-        "name": name,
-        "epochs": epochs_all,
-        "final_epoch": last,
-        "final": f"weights/{name}.safetensors (the shipped model, sha256 {zman['sha256']})",
-        "dtype": dtype_summary(kept_dtypes),
-        "dtypes": dtype_map,
-        "checkpoint_sha256": digests,
-        "chance": round(1.0 / n_captions, 6),
-        "precision": precision,
-        "emergence": emerg,
-        "source": source,
-    }
-    return tensors, meta, man
+@dataclass(frozen=True)
+class _TrajectoryMeasured:
+    """What ``ship_trajectory`` read and measured (everything before anything is written): the zoo model ``name``
+    and its manifest, the run (config, snapshots, the stored epochs and the last), the kept checkpoints with their
+    chosen dtypes, the precision record over the candidate ``dtypes``, the emergence record and the caption count."""
+
+    name: str
+    config: dict[str, Any]
+    zoo_manifest: dict[str, Any]
+    run_dir: Path
+    snaps: dict[int, Path]
+    stored: list[int]
+    last: int
+    kept: dict[int, Any]
+    kept_dtypes: dict[int, str]
+    dtypes: tuple[str, ...]
+    tolerance_images: int
+    precision_record: Any
+    emergence: dict[str, Any]
+    n_captions: int
+
+    def files(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """``ship_trajectory``'s tensors, file metadata and manifest, from what it measured."""
+        tensors, digests = trajectory_tensors(self.kept, self.kept_dtypes)
+        digests[str(self.last)] = self.zoo_manifest["sha256"]  # the last checkpoint: the shipped weights file
+        epochs_all = [*self.stored, self.last]
+        dtype_map = {str(e): self.kept_dtypes[e] for e in self.stored}
+        trajectory = {"name": self.name, "epochs": epochs_all, "final_epoch": self.last, "dtypes": dtype_map}
+        meta = {
+            **{k: self.config[k] for k in ("model_config", "data_config", "train_config")},
+            "trajectory": trajectory,
+        }
+        precision = dict(
+            method=PRECISION_METHOD,
+            candidates=list(self.dtypes),
+            tolerance_images=self.tolerance_images,
+            checkpoints=self.precision_record,
+        )
+        source = dict(
+            run=portable_command(str(self.run_dir.resolve())),
+            command=portable_command(self.config["provenance"]["command"]),
+            snapshots=list(self.snaps),
+        )
+        man = {
+            "format": MANIFEST_FORMAT,
+            "name": self.name,
+            "epochs": epochs_all,
+            "final_epoch": self.last,
+            "final": f"weights/{self.name}.safetensors (the shipped model, sha256 {self.zoo_manifest['sha256']})",
+            "dtype": dtype_summary(self.kept_dtypes),
+            "dtypes": dtype_map,
+            "checkpoint_sha256": digests,
+            "chance": round(1.0 / self.n_captions, 6),
+            "precision": precision,
+            "emergence": self.emergence,
+            "source": source,
+        }
+        return tensors, meta, man
 
 
 def _finished_run_snapshots(run_dir: Path) -> dict[int, Path]:
