@@ -177,12 +177,32 @@ def _untrained(zoo_model: CLIP1D, text: str) -> CLIP1D:
             f"{text!r}: an untrained substitute is 'untrained:SEED' or 'untrained:SEED:INIT_STD' (SEED >= 0, "
             "INIT_STD a finite number > 0), e.g. 'untrained:3' or 'untrained:3:1.0'"
         ) from None
-    cfg = zoo_model.cfg
-    cfg = dataclasses.replace(cfg, vision=cfg.vision.replace(init_std=std), text=cfg.text.replace(init_std=std))
-    model = CLIP1D(cfg, seed=seed).eval()
-    model.data_config = zoo_model.data_config
-    model.manifest = {"name": f"{UNTRAINED}:{seed}:{std:g}", "epochs": 0}
-    return model
+    return untrained_like(zoo_model, seed, init_std=std, manifest={"name": f"{UNTRAINED}:{seed}:{std:g}", "epochs": 0})
+
+
+def untrained_like(
+    model: CLIP1D, seed: int, *, init_std: float | None = None, manifest: Mapping[str, Any] | None = None
+) -> CLIP1D:
+    """An untrained draw (init ``seed``) of ``model``'s architecture, in eval mode, with its data config and (unless
+    ``manifest`` is given) a copy of its manifest; ``init_std`` replaces both towers' init scale. The one builder of
+    the null control's substitutes (``untrained:SEED[:INIT_STD]``) and of the invariance audit's blind draws.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+        >>> u = untrained_like(m, 3, init_std=1.0, manifest={"epochs": 0})
+        >>> u.cfg.vision.init_std, u.manifest, u.training
+        (1.0, {'epochs': 0}, False)
+    """
+    cfg = model.cfg
+    if init_std is not None:
+        cfg = dataclasses.replace(
+            cfg, vision=cfg.vision.replace(init_std=init_std), text=cfg.text.replace(init_std=init_std)
+        )
+    copy = CLIP1D(cfg, seed=seed).eval()
+    copy.data_config = getattr(model, "data_config", None)
+    copy.manifest = dict(manifest if manifest is not None else (getattr(model, "manifest", {}) or {}))
+    return copy
 
 
 def _history_of(path: Path, epoch: int | None) -> dict[str, list[Any]] | None:
@@ -472,12 +492,7 @@ def _blind_checks(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Outco
     """
     got = []
     for seed in BLIND_SEEDS:
-        blind = {}
-        for key, model in models.items():
-            copy = CLIP1D(model.cfg, seed=seed).eval()
-            copy.data_config = getattr(model, "data_config", None)
-            copy.manifest = dict(getattr(model, "manifest", {}) or {})
-            blind[key] = copy
+        blind = {key: untrained_like(model, seed) for key, model in models.items()}
         try:
             got.append(run_closed(spec.run, blind))
         except Exception:  # noqa: BLE001 - a figure that cannot run on other weights reads them
