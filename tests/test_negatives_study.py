@@ -58,3 +58,23 @@ def test_a_missing_control_record_is_an_error(tmp_path, monkeypatch):
         control_rows(negatives_study.X16_RECORD)
     with pytest.raises(ValueError, match="finite lifetimes"):
         lifetime_test([1.0, float("nan")], [2.0])
+
+
+def test_reproduce_sweeps_dir_reaches_a_figure_function(monkeypatch, tmp_path):
+    """x18 read the false-negatives study's runs from sweeps_home(), not from `reproduce --sweeps-dir`: its check (4)
+    read "not on this machine" with the runs in the folder given. A figure function now reads sweeps_root()."""
+    from hooked_clip1d.reproduce import FIGURES, FLAGSHIP, FigureSpec, Outcome, reproduce
+    from hooked_clip1d.reproduce.core import sweeps_root
+
+    before = sweeps_root()
+    seen = []
+
+    def run(models):
+        seen.append(sweeps_root())
+        return Outcome({}, "s", [("c", True)], {})
+
+    spec = FigureSpec("t-sweeps-root", "t", "t", (FLAGSHIP,), run)
+    monkeypatch.setitem(FIGURES, spec.key, spec)
+    reproduce(spec.key, out_dir=tmp_path / "out", sweeps_dir=tmp_path / "sw", controls=False)
+    assert seen == [tmp_path / "sw"]
+    assert sweeps_root() == before  # restored after the figure

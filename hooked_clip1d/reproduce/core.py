@@ -5,6 +5,7 @@ model names and where the sweep specs live, and the writing of a figure's record
   built on a sweep) the sweep spec it reads and the checks on the zoo's cells of that sweep's grid.
 - ``Outcome``: what a figure function returns (numbers, summary, checks, PNG figures, notes, a table).
 - ``verdict_of``: the verdict from the checks alone; ``VERDICTS`` lists every verdict a record can have.
+- ``sweeps_root``: where the figure being reproduced reads sweeps' runs (``reproduce``'s ``sweeps_dir``).
 - ``SWEEPS_DIR``: the shipped sweep specs (``hooked_clip1d/sweeps/<sweep>.toml``). Read it as ``core.SWEEPS_DIR`` at
   call time (tests point it elsewhere with ``monkeypatch.setattr(core, "SWEEPS_DIR", ...)``).
 """
@@ -12,7 +13,9 @@ model names and where the sweep specs live, and the writing of a figure's record
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,37 @@ SPATIAL_ID_MODELS = (FLAGSHIP, SMALL_INIT, "rope-ntot20-n2-15", NONGEN)  # x6-sp
 
 # the shipped sweep specs, hooked_clip1d/sweeps/<sweep>.toml (read as core.SWEEPS_DIR: tests patch it)
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
+
+# reproduce()'s sweeps_dir while it runs a figure (None: sweeps_home()); read it with sweeps_root()
+_SWEEPS_ROOT: ContextVar[Path | None] = ContextVar("hooked_clip1d_sweeps_root", default=None)
+
+
+def sweeps_root() -> Path:
+    """Where a figure function reads sweeps' runs: the ``sweeps_dir`` given to the ``reproduce`` running it, else
+    ``sweeps.runner.sweeps_home()``. A figure that reads runs beside its models (x18 reads the false-negatives
+    study's) must use this, not ``sweeps_home()``, or ``reproduce --sweeps-dir`` would not reach it.
+
+    Example:
+        >>> with reading_sweeps_from("/data/sweeps"):
+        ...     str(sweeps_root())
+        '/data/sweeps'
+    """
+    root = _SWEEPS_ROOT.get()
+    if root is not None:
+        return root
+    from hooked_clip1d.sweeps.runner import sweeps_home
+
+    return sweeps_home()
+
+
+@contextmanager
+def reading_sweeps_from(sweeps_dir: str | Path | None) -> Iterator[None]:
+    """Within the block, ``sweeps_root()`` is ``sweeps_dir`` (None: ``sweeps_home()``); restored after it."""
+    token = _SWEEPS_ROOT.set(Path(sweeps_dir) if sweeps_dir is not None else None)
+    try:
+        yield
+    finally:
+        _SWEEPS_ROOT.reset(token)
 
 
 @dataclass

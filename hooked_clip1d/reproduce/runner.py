@@ -34,7 +34,7 @@ from hooked_clip1d.reproduce.controls import (
     substitutes,
     trained_control_runs,
 )
-from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_record, verdict_of
+from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_record, reading_sweeps_from, verdict_of
 from hooked_clip1d.reproduce.sweep_figs import grid_cell
 
 
@@ -140,26 +140,29 @@ def reproduce(
         "recorded": datetime.date.today().isoformat(),
     }
     missing = [m for m in spec.models if m not in list_pretrained()]
-    if spec.sweep is not None:
-        from hooked_clip1d.sweeps.runner import sweeps_home
+    with reading_sweeps_from(sweeps_dir):  # a figure that reads runs beside its models (x18) reads them here
+        if spec.sweep is not None:
+            from hooked_clip1d.sweeps.runner import sweeps_home
 
-        sweep_out = Path(sweeps_dir if sweeps_dir is not None else sweeps_home()) / spec.sweep
-        train = (
-            {
-                "device": sweep_device,
-                "compile": compile_sweeps,
-                "workers": sweep_workers,
-                "max_seconds": sweep_max_seconds,
-            }
-            if train_sweeps
-            else None
-        )
-        _sweep_record(record, spec, out, sweep_out, train, controls, sweeps_dir)
-        record = _portable(record, sweep_out)  # the runs' paths, relative to the sweep's folder
-    elif missing:
-        record.update(verdict="not run", summary=f"needs zoo model(s) {missing}, not shipped yet", checks=[], plots=[])
-    else:
-        _model_record(record, spec, out, given, controls, replicates=models is None, sweeps_dir=sweeps_dir)
+            sweep_out = Path(sweeps_dir if sweeps_dir is not None else sweeps_home()) / spec.sweep
+            train = (
+                {
+                    "device": sweep_device,
+                    "compile": compile_sweeps,
+                    "workers": sweep_workers,
+                    "max_seconds": sweep_max_seconds,
+                }
+                if train_sweeps
+                else None
+            )
+            _sweep_record(record, spec, out, sweep_out, train, controls, sweeps_dir)
+            record = _portable(record, sweep_out)  # the runs' paths, relative to the sweep's folder
+        elif missing:
+            record.update(
+                verdict="not run", summary=f"needs zoo model(s) {missing}, not shipped yet", checks=[], plots=[]
+            )
+        else:
+            _model_record(record, spec, out, given, controls, replicates=models is None, sweeps_dir=sweeps_dir)
     atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")
     return record
 
