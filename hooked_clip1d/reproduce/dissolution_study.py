@@ -53,8 +53,9 @@ def _recipe_train(recipe: str) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in fields.items()}
 
 
-def _trajectory_split(checkpoints: Sequence[tuple[int, Any]], negatives: str) -> list[dict[str, Any]]:
-    """``caption_split`` at every checkpoint ``(epoch, model)`` of one run (its own seed's data order)."""
+def _trajectory_split(checkpoints: Sequence[tuple[int, Any]], negatives: str, seed: int) -> list[dict[str, Any]]:
+    """``caption_split`` at every checkpoint ``(epoch, model)`` of one run, in its data order (training ``seed``;
+    a snapshot file carries no manifest, so the caller names it)."""
     from hooked_clip1d.analysis.mechanism.dissolution import caption_split
     from hooked_clip1d.data.dataset import EpochPermutations, build_dataset
 
@@ -62,7 +63,6 @@ def _trajectory_split(checkpoints: Sequence[tuple[int, Any]], negatives: str) ->
     for epoch, model in checkpoints:
         if ds is None:
             ds = build_dataset(model.data_config)
-            seed = int(model.manifest.get("train_config", {}).get("seed", 0))
             orders = EpochPermutations(len(ds.training_pairs()[0]), ds.config.batch_size, seed)
         out.append(caption_split(model, ds, 0, epoch, negatives=negatives, orders=orders))
     return out
@@ -127,7 +127,8 @@ def _arm_reading(arm: str, run: Path) -> dict[str, Any]:
     key = (str(run.resolve()), tuple((p.name, p.stat().st_mtime_ns) for p in snaps))
     if key not in _ARM_READINGS:
         arm_ckpts = [(int(p.stem.split("_")[1]), load_model_file(p).eval()) for p in snaps]
-        arm_split = _trajectory_split(arm_ckpts, _recipe_train(arm)["negatives"])
+        seed = int(json.loads((run / "config.json").read_text())["train_config"]["seed"])
+        arm_split = _trajectory_split(arm_ckpts, _recipe_train(arm)["negatives"], seed)
         arm_rows = run_emergence(run).rows
         _ARM_READINGS[key] = {
             "split": arm_split,
@@ -145,7 +146,9 @@ def _x_dissolution(models: dict[str, Any]) -> Outcome:
     shipped = model.manifest.get("name") == name and name in list_trajectories()
     ckpts = load_trajectory(name) if shipped else [(int(model.manifest.get("epochs") or 0), model)]
     rows = trajectory_emergence(name, recompute=True).rows if shipped else emergence(ckpts).rows
-    split = _trajectory_split(ckpts, "all")
+    split = _trajectory_split(
+        ckpts, "all", int((getattr(model, "manifest", None) or {}).get("train_config", {}).get("seed", 0))
+    )
     std = dissolution_checks(split, rows)
     numbers: dict[str, Any] = {
         "standard": {"run": name, "split": split, "kp_std": [[r["epoch"], r["kp_std"]] for r in rows], **std}
