@@ -9,7 +9,7 @@ here, below the modules that use them (``data`` and ``training`` re-export ``Dat
 Example:
     >>> from hooked_clip1d.settings import DEFAULT_RECIPE, DataConfig, TrainConfig
     >>> DataConfig().n_pair, TrainConfig().weight_decay, DEFAULT_RECIPE
-    (15, 0.2, 'cls-exempt-init002')
+    (15, 0.2, 'cls-exempt-init002-temp-nodecay-distinct')
     >>> TrainConfig(no_decay=("cls", "biases")).no_decay
     ('biases', 'cls')
 """
@@ -96,7 +96,7 @@ def legacy_values(cls: Any) -> dict[str, Any]:
 
     Example:
         >>> legacy_values(TrainConfig)
-        {'no_decay': ()}
+        {'no_decay': (), 'negatives': 'all'}
     """
     return {f.name: f.metadata["legacy"] for f in dataclasses.fields(cls)
             if f.init and f.metadata.get("legacy", f.default) != f.default}  # fmt: skip
@@ -260,12 +260,13 @@ class TrainConfig:
     lr: float = knob(1e-4, "AdamW learning rate (paper: 1e-4)", batched="schedule")
     weight_decay: float = knob(0.2, "weight decay w (paper: 0.2; App. B varies it)", batched="member", recipe=True)
     # The paper does not say which parameters get weight decay; its attention has query/key biases (Sec. 4). The
-    # defaults are the recipe cls-exempt-init002: the recipe study's (reproduce x8-recipe) with the paper's b_Q
-    # kept, by the pre-registered b_Q decision over the dynamics study's arms (reproduce x10-dynamics,
-    # docs/fidelity.md). no_decay: the CLS row of the vision W_E exempt, as open_clip exempts a ViT class embedding;
-    # () decays every parameter (what runs saved before the field were trained with)
+    # defaults are DEFAULT_RECIPE, cls-exempt-init002-temp-nodecay-distinct: the recipe study's (reproduce
+    # x8-recipe) with the paper's b_Q kept (the pre-registered b_Q decision, reproduce x10-dynamics), and since
+    # 2026-11-28 the false-negatives study's choice (reproduce x17-negatives, docs/fidelity.md). no_decay: the CLS
+    # row of the vision W_E exempt, as open_clip exempts a ViT class embedding, and the temperature logit_scale (as
+    # open_clip does); () decays every parameter (what runs saved before the field were trained with)
     no_decay: tuple[str, ...] = knob(
-        ("cls",),
+        ("cls", "logit_scale"),
         "parameter groups exempt from weight decay, comma-separated: cls, embeddings, biases, norms, logit_scale "
         "('' = none)",
         batched="member", recipe=True, legacy=(),
@@ -324,12 +325,14 @@ class TrainConfig:
     # CLIP's loss and captions shared within a batch: standard CLIP (and open_clip) takes the diagonal as the only
     # positive, so an identical caption elsewhere in the batch is a negative (a "false negative"). Our data repeat
     # captions (each two-object caption is drawn by several images), so ~18 % of a batch's items share theirs. The
-    # false-negatives study (docs/fidelity.md) tests the two alternatives (functional.symmetric_ce)
+    # false-negatives study (docs/fidelity.md) tests the two alternatives (functional.symmetric_ce); by its
+    # pre-registered rule the default is "distinct" since 2026-11-28 (reproduce x17-negatives); configs saved before
+    # the field existed were trained with "all"
     negatives: Literal["all", "distinct", "shared"] = knob(
-        "all", "how the contrastive loss treats two batch items with identical captions: all (standard CLIP: the other "
-        "item's caption is a negative), distinct (neither positive nor negative: masked out in both directions), "
+        "distinct", "how the contrastive loss treats two batch items with identical captions: all (standard CLIP: the "
+        "other item's caption is a negative), distinct (neither positive nor negative: masked out in both directions), "
         "shared (multi-positive: targets spread evenly over the identical captions)",
-        batched="member", recipe=True,
+        batched="member", recipe=True, legacy="all",
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -555,7 +558,7 @@ RECIPES: dict[str, Recipe] = {
     # choice, the package default from 2026-11-23 to 2026-11-26 (it drops the paper's b_Q)
     "cls-exempt-no-qk-bias-init002": Recipe(no_decay=("cls",), frozen=("qk_bias",), init_std=0.02),
     # CLS exempt at the small init, q/k biases trained and decayed: does the init alone do what fixing b_Q does? The
-    # package default since 2026-11-26 (DEFAULT_RECIPE): the paper's model with b_Q, by the pre-registered rule
+    # package default 2026-11-26 to 2026-11-28: the paper's model with b_Q, by the pre-registered rule
     "cls-exempt-init002": Recipe(no_decay=("cls",), init_std=0.02),
     # plain AdamW(model.parameters()) at the small init, q/k biases trained, and a CLS token without a positional
     # embedding (prepended after the positions are added): CLS then shares no parameter with position 0, so nothing
@@ -601,7 +604,8 @@ RECIPES: dict[str, Recipe] = {
     # the false-negatives study (docs/fidelity.md states its hypothesis, arms and decision rule, written before the
     # runs): standard CLIP counts an identical caption elsewhere in the batch as a negative (TrainConfig.negatives).
     # (a') such pairs masked out ("distinct"), temperature learned and decayed; (b') the same, temperature exempt
-    # from decay; (c') the same, held at 100; (d') multi-positive ("shared"), held at 100
+    # from decay (the package default since 2026-11-28, DEFAULT_RECIPE); (c') the same, held at 100; (d')
+    # multi-positive ("shared"), held at 100
     "cls-exempt-init002-distinct": Recipe(no_decay=("cls",), init_std=0.02, negatives="distinct"),
     "cls-exempt-init002-temp-nodecay-distinct": Recipe(
         no_decay=("cls", "logit_scale"), init_std=0.02, negatives="distinct"
@@ -613,4 +617,6 @@ RECIPES: dict[str, Recipe] = {
         no_decay=("cls",), init_std=0.02, fixed_temperature=100.0, negatives="shared"
     ),
 }
-DEFAULT_RECIPE = "cls-exempt-init002"  # the b_Q decision (docs/fidelity.md): by the pre-registered rule
+# the package's default: the b_Q decision (cls-exempt-init002, 2026-11-26), then the false-negatives study's arm (b')
+# (identical captions masked out, the temperature not decayed; 2026-11-28), each by its pre-registered rule
+DEFAULT_RECIPE = "cls-exempt-init002-temp-nodecay-distinct"

@@ -142,8 +142,8 @@ def test_the_queue_never_sticks_and_its_first_item_is_every_candidate_both_ways(
     fv = by["full-variants"]
     assert [r.params["recipe"] for r in fv.spec.runs][::2] == [
         DEFAULT_RECIPE,
-        "cls-exempt-init002-temp-nodecay",
-        "cls-exempt-init002-temp100",
+        "cls-exempt-init002",
+        "cls-exempt-init002-temp100-distinct",
         "open-clip-init002",
     ]
     assert all(r.params["recipe"] in RECIPES for r in fv.spec.runs) and len(fv.spec.runs) == 8

@@ -171,7 +171,10 @@ def test_cli_train_recipe_flags_set_the_run_config_and_resume_checks_them(tmp_pa
         return cfg["train_config"]["no_decay"], cfg["train_config"]["frozen"], cfg["model_config"]["vision"]["init_std"]
 
     assert main([*base, "--out", str(tmp_path / "d")]) == 0
-    assert saved(tmp_path / "d") == (["cls"], [], 0.02)  # the default recipe (cls-exempt-init002: b_Q, b_K trained)
+    # the default recipe (cls-exempt-init002-temp-nodecay-distinct: b_Q, b_K trained, the temperature not decayed,
+    # identical captions masked out of the loss)
+    assert saved(tmp_path / "d") == (["cls", "logit_scale"], [], 0.02)
+    assert json.loads((tmp_path / "d" / "config.json").read_text())["train_config"]["negatives"] == "distinct"
     assert main([*base, "--recipe", "all-decay", "--out", str(tmp_path / "a")]) == 0
     assert saved(tmp_path / "a") == ([], [], 1.0)
     # explicit flags override the recipe

@@ -307,7 +307,9 @@ def test_a_finished_run_trained_with_another_recipe_is_an_error_not_a_result(tin
     cfg = json.loads(cfg_path.read_text())
     cfg["train_config"]["no_decay"] = []  # as if trained under the pre-study default
     cfg_path.write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match=r"train_config.no_decay: trained with \[\], the spec asks \['cls'\]"):
+    with pytest.raises(
+        ValueError, match=r"train_config.no_decay: trained with \[\], the spec asks \['cls', 'logit_scale'\]"
+    ):
         results_table(load_spec(TINY), out)
 
 
