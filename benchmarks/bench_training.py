@@ -208,7 +208,15 @@ def make_batched(
         Member(
             CLIPConfig.from_preset(preset, n_labels=N_LABELS),
             DataConfig(),
-            TrainConfig(epochs=10**6, seed=s, eval_every=10**6, checkpoint_every=10**6, **(train_kw or {})),
+            # the standard CLIP loss, as the plain reference computes (the default masks identical captions since
+            # 2026-11-28: a different computation); a benchmark that wants the default passes train_kw
+            TrainConfig(
+                epochs=10**6,
+                seed=s,
+                eval_every=10**6,
+                checkpoint_every=10**6,
+                **({"negatives": "all"} | (train_kw or {})),
+            ),
         )
         for s in range(K)
     ]
@@ -263,7 +271,7 @@ def make_version(pkg: str, rev: str, preset: str, K: int, flops: int, train_kw: 
     except ImportError:  # before the move into folders (e960e6e)
         b = importlib.import_module(f"{pkg}.batched")
     known = {f.name for f in dataclasses.fields(top.TrainConfig)}  # an old version may lack a recipe field
-    kw = {k: v for k, v in (train_kw or {}).items() if k in known}
+    kw = {k: v for k, v in ({"negatives": "all"} | (train_kw or {})).items() if k in known}  # the same loss
     members = [
         b.Member(
             top.CLIPConfig.from_preset(preset, n_labels=N_LABELS),

@@ -365,18 +365,25 @@ def test_graph_step_refuses_what_it_cannot_capture():
         BatchedTrainer([m], None, dropout_rng="fast", graph_step=True, compile=True, cudagraphs=True)
 
 
+def _one_run_spec(tmp_path, compile_line: str = ""):
+    """A sweep spec of one tiny run (simplified, 6 labels, one epoch, the fast dropout stream) in ``tmp_path``;
+    ``compile_line`` adds to its [run] table."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(
+        'name = "s"\n[model]\npreset = "simplified"\n[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n'
+        "[train]\nepochs = 1\n[grid]\nseed = [0]\n"
+        f'[run]\n{compile_line}dropout_rng = "fast"\n'
+    )
+    return spec
+
+
 def test_sweep_graph_step_replaces_the_specs_compile_and_takes_a_requested_one(tmp_path):
     # fig4a.toml compiles (the CPU's fastest step) and the GPU queue runs it with --graph-step: the call's execution
     # setting wins over the spec's; --graph-step --compile is the compiled whole step (inductor's kernels captured in
     # the step's graph, issue 51 item 4); --graph-step --cudagraphs is refused (a graph inside a graph)
     from hooked_clip1d.sweeps.runner import run_sweep
 
-    spec = tmp_path / "s.toml"
-    spec.write_text(
-        'name = "s"\n[model]\npreset = "simplified"\n[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n'
-        "[train]\nepochs = 1\n[grid]\nseed = [0]\n"
-        '[run]\ncompile = true\ndropout_rng = "fast"\n'
-    )
+    spec = _one_run_spec(tmp_path, compile_line="compile = true\n")
     with pytest.raises(ValueError, match="not cudagraphs=True"):
         run_sweep(spec, tmp_path / "out", progress=False, graph_step=True, compile=True, cudagraphs=True)
     for i, compile_ in enumerate((True, None)):  # compiled whole step, or the spec's compile dropped
@@ -389,12 +396,7 @@ def test_sweep_streams_reaches_the_stacked_model(tmp_path):
     # (an AttributeError); it reads trainer.state.model, so on a CPU the two-stream mode says why it cannot run
     from hooked_clip1d.sweeps.runner import run_sweep
 
-    spec = tmp_path / "s.toml"
-    spec.write_text(
-        'name = "s"\n[model]\npreset = "simplified"\n[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n'
-        "[train]\nepochs = 1\n[grid]\nseed = [0]\n"
-        '[run]\ndropout_rng = "fast"\n'
-    )
+    spec = _one_run_spec(tmp_path)
     with pytest.raises(ValueError, match="use_streams needs a CUDA device"):
         run_sweep(spec, tmp_path / "out", progress=False, streams=True)
 

@@ -34,13 +34,14 @@ EXECUTION_FIELDS = field_names(TrainConfig, results=False)  # declared with sett
 
 
 def comparable_train_config(d: dict[str, Any]) -> dict[str, Any]:
-    """A saved ``train_config`` dict with fields added since filled in (defaults, or for ``no_decay`` / ``frozen``
-    the recipe runs saved before them were trained with: ``settings.legacy_values(TrainConfig)``) and the execution
-    settings (``EXECUTION_FIELDS``) removed: two runs whose dicts compare equal here trained the same way.
+    """A saved ``train_config`` dict with fields added since filled in (defaults, or for ``no_decay`` / ``frozen`` /
+    ``negatives`` the recipe runs saved before them were trained with: ``settings.legacy_values(TrainConfig)``) and
+    the execution settings (``EXECUTION_FIELDS``) removed: two runs whose dicts compare equal here trained the same
+    way.
 
     Example:
-        >>> old = comparable_train_config({"lr": 1e-4})  # saved before no_decay / frozen existed
-        >>> old == comparable_train_config(TrainConfig(threads=2, no_decay=(), frozen=()).to_dict())
+        >>> old = comparable_train_config({"lr": 1e-4})  # saved before no_decay / frozen / negatives existed
+        >>> old == comparable_train_config(TrainConfig(threads=2, no_decay=(), frozen=(), negatives="all").to_dict())
         True
         >>> old == comparable_train_config(TrainConfig().to_dict())  # today's default recipe differs
         False
