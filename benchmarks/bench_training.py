@@ -33,8 +33,12 @@ Reference FLOPs (one training step, batch B; tower t with n_t tokens, L layers, 
     forward    = forward(vision, n=11) + forward(text, n=4) + 2*B*d*d (W_proj) + 2*B*B*d (similarities)
     step       = 3 * forward
 
+- ``batched+distinct`` (``--distinct``): ``batched`` under the default loss since 2026-11-28 (identical captions in
+  a batch masked out, ``TrainConfig.negatives="distinct"``); every other batched row trains the standard loss, the
+  computation ``plain`` does.
+
 Run: ``python benchmarks/bench_training.py [--threads N] [--out DIR] [--compile] [--bf16] [--matched] [--vmap]
-[--versions REV,...] [--all-decay]``.
+[--distinct] [--versions REV,...] [--all-decay]``.
 """
 
 from __future__ import annotations
@@ -404,6 +408,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bf16", action="store_true", help="also time bfloat16 autocast (smallest and largest K)")
     ap.add_argument("--matched", action="store_true", help="also time dropout_rng='matched' (K=1)")
     ap.add_argument("--vmap", action="store_true", help="also time functional_call + vmap (simplified, K=8)")
+    ap.add_argument(
+        "--distinct",
+        action="store_true",
+        help="also time the default loss (negatives='distinct': identical captions masked) at each K; the other "
+        "batched rows train the standard loss, as plain does",
+    )
     ap.add_argument("--no-trainer", action="store_true", help="skip the single-model Trainer row")
     ap.add_argument(
         "--versions",
@@ -463,6 +473,9 @@ def main(argv: list[str] | None = None) -> None:
                 today = make_batched(preset, K, train_kw=train_kw)
                 impls.append(today)
                 impls += [make_version(pkg, rev, preset, K, today.flops, train_kw) for rev, pkg in versions.items()]
+                if args.distinct:
+                    kw = {**(train_kw or {}), "negatives": "distinct"}
+                    impls.append(make_batched(preset, K, train_kw=kw, name="batched+distinct"))
             if args.matched:
                 impls.append(make_batched(preset, 1, dropout_rng="matched", name="batched+matched"))
             if args.compile:
