@@ -19,23 +19,21 @@ import numpy as np
 from hooked_clip1d.reproduce.core import FLAGSHIP, FigureSpec, Outcome, register, sweeps_root
 from hooked_clip1d.reproduce.negatives_study import ARMS, COUNTED, TIE_ORDER, m2_lifetime, negatives_decision
 from hooked_clip1d.reproduce.temperature_study import STUDY_SEEDS
+from hooked_clip1d.settings import RECIPES
 
 LATE = 3000  # x18's "late in training": every snapshot from this epoch on (pre-registered)
 
 
 def best_arm_run(sweeps_root: str | Path) -> tuple[str, Path] | None:
-    """The study's best-scoring arm (``negatives_decision``'s ``best``; ties: the longest mean M2 lifetime at the
-    study seeds) and its seed-0 run under ``sweeps_root/negatives``; None while the study's runs are not all there."""
+    """The study's best-scoring arm (``negatives_decision``'s scores; ties: the longest mean M2 lifetime at the study
+    seeds, then ``TIE_ORDER``) and its seed-0 run under ``sweeps_root/negatives`` (the sweep's finished runs,
+    ``sweeps.runner.results_table``); None while the study's runs are not all there."""
+    import hooked_clip1d.reproduce.core as core
     from hooked_clip1d.analysis.mechanism.dynamics import run_emergence
+    from hooked_clip1d.sweeps.runner import load_spec, results_table
 
-    runs = {}
-    for run in sorted((Path(sweeps_root) / "negatives" / "runs").glob("*")):
-        if not (run / "summary.json").exists():
-            continue
-        cfg = json.loads((run / "config.json").read_text())["train_config"]
-        recipe = next((a for a in ARMS if all(cfg.get(k) == v for k, v in _recipe_train(a).items())), None)
-        if recipe is not None:
-            runs[(recipe, int(cfg["seed"]))] = run
+    rows = results_table(load_spec(core.SWEEPS_DIR / "negatives.toml"), Path(sweeps_root) / "negatives")
+    runs = {(r["recipe"], int(r["seed"])): Path(r["path"]) for r in rows if r["recipe"] in ARMS}
     if any((a, s) not in runs for a in ARMS for s in STUDY_SEEDS):
         return None
     em = {k: run_emergence(p) for k, p in runs.items() if k[1] in STUDY_SEEDS}
@@ -44,13 +42,6 @@ def best_arm_run(sweeps_root: str | Path) -> tuple[str, Path] | None:
     scores = negatives_decision(finals, life, COUNTED)["scores"]
     best = max(ARMS, key=lambda a: (scores[a], np.mean([life[(a, s)] for s in STUDY_SEEDS]), -TIE_ORDER.index(a)))
     return best, runs[(best, 0)]
-
-
-def _recipe_train(recipe: str) -> dict[str, Any]:
-    from hooked_clip1d.settings import RECIPES
-
-    fields = RECIPES[recipe].fields()["train"]
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in fields.items()}
 
 
 def _trajectory_split(checkpoints: Sequence[tuple[int, Any]], negatives: str, seed: int) -> list[dict[str, Any]]:
@@ -128,7 +119,7 @@ def _arm_reading(arm: str, run: Path) -> dict[str, Any]:
     if key not in _ARM_READINGS:
         arm_ckpts = [(int(p.stem.split("_")[1]), load_model_file(p).eval()) for p in snaps]
         seed = int(json.loads((run / "config.json").read_text())["train_config"]["seed"])
-        arm_split = _trajectory_split(arm_ckpts, _recipe_train(arm)["negatives"], seed)
+        arm_split = _trajectory_split(arm_ckpts, RECIPES[arm].negatives, seed)
         arm_rows = run_emergence(run).rows
         _ARM_READINGS[key] = {
             "split": arm_split,
