@@ -36,9 +36,10 @@ from hooked_clip1d.analysis.circuits.scores import Circuit, ground_truth_circuit
 from hooked_clip1d.pretrained import list_pretrained, load_model
 
 CIRCUITS_DIR = Path(__file__).resolve().parent / "circuits"
-#: the zoo models with a shipped ground-truth circuit (attention-only; the flagship first)
+#: the zoo models with a shipped ground-truth circuit (attention-only; the standard-loss flagship, the flagship until
+#: 2026-11-28, first: the flagship's own circuit is not measured yet)
 CIRCUIT_MODELS = (
-    "simplified-ntot20-n2-10",
+    "simplified-ntot20-n2-10-standard-loss",
     "simplified-ntot20-n2-10-no-qk-bias",
     "simplified-ntot20-n2-10-init002",
     "vision2-ntot25-n2-15",

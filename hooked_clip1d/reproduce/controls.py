@@ -65,17 +65,21 @@ def _model_differences(a: CLIPConfig, b: CLIPConfig) -> list[str]:
 # verdicts v3 (docs/fidelity.md, pre-registered before any control was trained): the trained control guarding a
 # figure's counted checks, per zoo model of the figure: (the control's zoo name, whether its architecture may differ
 # from the figure's model: a control of the property, not a stand-in of the same shapes). A guarded check counts only
-# if it fails on every run of its control on the machine (the shipped model, and the controls sweep's other seeds)
+# if it fails on every run of its control on the machine (the shipped model, and its sweep's other seeds). A control
+# shares the recipe of the model it guards (amendment of 2026-11-28): since the flagship switched to the masked loss,
+# its control is SHUFFLED_DISTINCT; SHUFFLED guards the standard-loss models (Fig. 8's, by design of another config)
 CONTROLS_SWEEP = "controls"
 SHUFFLED = "control-shuffled-ntot20-n2-10"
 SHUFFLED_ROPE = "control-shuffled-rope-ntot20-n2-15"
+SHUFFLED_DISTINCT = "control-shuffled-distinct-ntot20-n2-10"
+CONTROL_SWEEPS = {SHUFFLED: CONTROLS_SWEEP, SHUFFLED_ROPE: CONTROLS_SWEEP, SHUFFLED_DISTINCT: "controls-distinct"}
 TRAINED_CONTROLS: dict[str, dict[str, tuple[str, bool]]] = {
-    "fig4c": {"simplified-ntot20-n2-10": (SHUFFLED, False)},
-    "fig5d": {"simplified-ntot20-n2-10": (SHUFFLED, False)},
-    "fig5e": {"simplified-ntot20-n2-10": (SHUFFLED, False)},
-    "fig6": {"simplified-ntot20-n2-10": (SHUFFLED, False)},
+    "fig4c": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
+    "fig5d": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
+    "fig5e": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
+    "fig6": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
     "fig8": {"leftright-v1-t2-ntot20-n2-10": (SHUFFLED, True)},
-    "fig14": {"simplified-ntot20-n2-10": (SHUFFLED, False)},
+    "fig14": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
     "fig18": {"rope-ntot20-n2-15": (SHUFFLED_ROPE, False)},
     "fig19": {"rope-ntot20-n2-15": (SHUFFLED_ROPE, False)},
     "fig20": {"leftright-v1-t1-ntot20-n2-10": ("leftright-v1-t2-ntot20-n2-10", True)},
@@ -95,12 +99,14 @@ def trained_control_runs(spec: FigureSpec, sweeps_root: Path | None) -> tuple[li
     if more:
         raise ValueError(f"{spec.key}: one trained control per figure is implemented, {len(table)} declared")
     if control not in list_pretrained():
-        return [], f"the trained control {control!r} is not in the zoo yet (sweep {CONTROLS_SWEEP}.toml trains it)"
+        sweep = CONTROL_SWEEPS.get(control, CONTROLS_SWEEP)
+        return [], f"the trained control {control!r} is not in the zoo yet (sweep {sweep}.toml trains it)"
     others = {m: load_model(m) for m in spec.models if m != zoo_name}
     runs = [(control, {**others, zoo_name: _as_control(zoo_name, load_model(control), free)})]
     if sweeps_root is not None:
         man = manifest(control)
-        for run in sorted((Path(sweeps_root) / CONTROLS_SWEEP / "runs").glob("*")):
+        sweep = CONTROL_SWEEPS.get(control, CONTROLS_SWEEP)
+        for run in sorted((Path(sweeps_root) / sweep / "runs").glob("*")):
             if not (run / "summary.json").exists():
                 continue
             saved = json.loads((run / "config.json").read_text())
@@ -113,7 +119,7 @@ def trained_control_runs(spec: FigureSpec, sweeps_root: Path | None) -> tuple[li
                 from hooked_clip1d.model.checkpoint import load_model_file
 
                 model = load_model_file(run / "model.safetensors")
-                label = f"{CONTROLS_SWEEP}/runs/{run.name}"
+                label = f"{sweep}/runs/{run.name}"
                 runs.append((label, {**others, zoo_name: _as_control(zoo_name, model, free, label)}))
     return runs, f"{len(runs)} run(s) of {control!r}"
 
@@ -577,7 +583,7 @@ def _without_init_seed(cfg: CLIPConfig) -> dict[str, Any]:
 # chose the default recipe (the recipe study's); every other seed is fresh (docs/fidelity.md)
 # sweeps whose runs can replicate a zoo model (same configs, another seed); "temperature": its arm (a) is the
 # default recipe at seeds 0-2 and 6-8 (6-8 fresh: used by no study to choose anything)
-REPLICATE_SWEEPS = ("study-seeds", "fresh-seeds", "dynamics", "trajectories", "temperature")
+REPLICATE_SWEEPS = ("study-seeds", "fresh-seeds", "dynamics", "trajectories", "temperature", "negatives")
 STUDY_SEEDS = (0, 1, 2)
 
 

@@ -32,6 +32,8 @@ VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not run")
 
 # zoo models (hooked_clip1d/pretrained) the figures use by name
 FLAGSHIP = "simplified-ntot20-n2-10"  # the default recipe's model, seed 0
+# the flagship until 2026-11-28 (cls-exempt-init002, the standard CLIP loss): x18's model, x-circuits' ground truth
+STANDARD_LOSS = "simplified-ntot20-n2-10-standard-loss"
 # the pre-study default (no q/k biases; the flagship until 2026-11-26): the fig4a sweep's cell and PRUNED's parent
 NO_QK_BIAS = "simplified-ntot20-n2-10-no-qk-bias"
 SMALL_INIT = "simplified-ntot20-n2-10-init002"  # the flagship's recipe with init_std = 0.02 (beyond the paper)

@@ -1,7 +1,8 @@
 """Why the paper's mechanism dissolves (issue 48's x18; beyond the paper; pre-registered in docs/fidelity.md).
 
 ``x18-dissolution``: every standard-loss run ends on one loss floor, set by captions shared by two items of a batch.
-At every checkpoint of the flagship's trajectory (and of the false-negatives study's best arm, seed 0,
+At every checkpoint of the standard-loss flagship's trajectory (``core.STANDARD_LOSS``, the flagship until
+2026-11-28; and of the false-negatives study's best arm, seed 0,
 ``best_arm_run``) ``analysis.mechanism.dissolution.caption_split`` measures those items' share of the loss and of the
 gradient; ``dissolution_checks`` reads the pre-registered hypotheses (1)-(3) from it and the run's emergence rows.
 """
@@ -16,7 +17,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-from hooked_clip1d.reproduce.core import FLAGSHIP, FigureSpec, Outcome, register, sweeps_root
+from hooked_clip1d.reproduce.core import STANDARD_LOSS, FigureSpec, Outcome, register, sweeps_root
 from hooked_clip1d.reproduce.negatives_study import ARMS, COUNTED, TIE_ORDER, m2_lifetime, negatives_decision
 from hooked_clip1d.reproduce.temperature_study import STUDY_SEEDS
 from hooked_clip1d.settings import RECIPES
@@ -237,10 +238,10 @@ SPECS: tuple[FigureSpec, ...] = register(
         "Question: every standard-loss run ends on one loss floor, set by captions shared by two items of a batch. "
         "Does the late gradient come from those items, and does it feed the one positional head that remains "
         "(hypotheses pre-registered in docs/fidelity.md)?",
-        (FLAGSHIP,),
+        (STANDARD_LOSS,),
         _x_dissolution,
         beyond_paper=True,
-        data="one training epoch in each run's own data order per checkpoint; the flagship's shipped trajectory and "
-        "the study's best arm (seed 0)",
+        data="one training epoch in each run's own data order per checkpoint; the standard-loss flagship's shipped "
+        "trajectory and the study's best arm (seed 0, the flagship since 2026-11-28)",
     ),
 )
