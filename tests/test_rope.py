@@ -201,7 +201,7 @@ def test_rope_mechanism_and_plot(dataset):
 
 
 def test_shipped_model():
-    model = load_model("simplified-ntot20-n2-10")
+    model = load_model("simplified-ntot20-n2-10-standard-loss")  # the flagship until 2026-11-28 (its numbers below)
     split = build_dataset(model.data_config).splits["val_unseen"]
     cc = consistency_condition(model.vision, split)  # learned positions: Eq. 8
     torch.testing.assert_close(cc["T"] + cc["Pi"], cc["score_diff"], atol=1e-4, rtol=1e-4)

@@ -264,7 +264,7 @@ def list_checkpoints(name: str | os.PathLike) -> CheckpointLabels:
 
     Example:
         >>> list_checkpoints("simplified-ntot20-n2-10")[:3]  # doctest: +SKIP
-        [0, 1, 2]
+        [0, 1, 5]
     """
     if _snapshot_dir(name):
         epochs = list(run_snapshots(name))
@@ -284,7 +284,7 @@ def get_checkpoint_labels(name: str | os.PathLike) -> tuple[list[int], str]:
     Example:
         >>> labels, label_type = get_checkpoint_labels("simplified-ntot20-n2-10")
         >>> labels[:3], label_type
-        ([0, 1, 2], 'epoch')
+        ([0, 1, 5], 'epoch')
     """
     return list_checkpoints(name).with_type()
 

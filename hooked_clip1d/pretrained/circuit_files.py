@@ -22,9 +22,11 @@ Example:
     >>> from hooked_clip1d.pretrained.circuit_files import list_circuits, load_circuit
     >>> "simplified-ntot20-n2-10" in list_circuits()
     True
-    >>> c = load_circuit("simplified-ntot20-n2-10")  # the flagship: vision head 3 and text heads 1-3
+    >>> c = load_circuit("simplified-ntot20-n2-10")  # the flagship: vision heads 1 and 3 (its split), text 0, 2, 3
     >>> c.components(), round(c.scores["faithfulness"], 2), c.definition["inputs"]["split"]
-    (['vision.L0.H3', 'text.L0.H1', 'text.L0.H2', 'text.L0.H3'], 1.01, 'val_unseen')
+    (['vision.L0.H1', 'vision.L0.H3', 'text.L0.H0', 'text.L0.H2', 'text.L0.H3'], 0.94, 'val_unseen')
+    >>> load_circuit("simplified-ntot20-n2-10-standard-loss").components()  # the flagship until 2026-11-28
+    ['vision.L0.H3', 'text.L0.H1', 'text.L0.H2', 'text.L0.H3']
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from hooked_clip1d.analysis.circuits.scores import Circuit, ground_truth_circuit
 from hooked_clip1d.pretrained import list_pretrained, load_model
 
 CIRCUITS_DIR = Path(__file__).resolve().parent / "circuits"
-#: the zoo models with a shipped ground-truth circuit (attention-only; the standard-loss flagship, the flagship until
-#: 2026-11-28, first: the flagship's own circuit is not measured yet)
+#: the zoo models with a shipped ground-truth circuit (attention-only; the flagship first, then the flagship until
+#: 2026-11-28, trained with the standard CLIP loss)
 CIRCUIT_MODELS = (
+    "simplified-ntot20-n2-10",
     "simplified-ntot20-n2-10-standard-loss",
     "simplified-ntot20-n2-10-no-qk-bias",
     "simplified-ntot20-n2-10-init002",

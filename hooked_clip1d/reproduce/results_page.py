@@ -202,7 +202,29 @@ def _why(r: dict[str, Any]) -> str:
     out = f"{len(held)} of {len(counted)} counted checks hold"
     if failing:
         out += "; fails: " + _first_sentence(failing[0]["check"], 90)
+    tc = r.get("trained_control")
+    if tc is not None and not tc.get("runs"):  # a guard declared but not trained: the verdict lacks it
+        out += "; its trained control is not trained yet"
     return out
+
+
+def _trained_control_line(tc: dict[str, Any]) -> str:
+    """The record's trained control (verdicts v3): which runs guarded its checks and what they passed, or why none
+    did.
+
+    Example:
+        >>> _trained_control_line({"status": "not in the zoo yet", "runs": [], "passes": {}})
+        '- **Trained control:** not in the zoo yet: the checks it guards are judged on untrained draws and seeds only'
+        >>> _trained_control_line({"status": "2 run(s) of 'c'", "runs": ["c", "s/runs/1"], "passes": {"a": ["c"]}})
+        "- **Trained control:** 2 run(s) of 'c'; 1 check passed by a control run, so not counted"
+    """
+    if not tc.get("runs"):
+        why = "the checks it guards are judged on untrained draws and seeds only"
+        return f"- **Trained control:** {tc.get('status', '')}: {why}"
+    n = len(tc.get("passes") or {})
+    return f"- **Trained control:** {tc.get('status', '')}; " + (
+        f"{n} check{'s' if n != 1 else ''} passed by a control run, so not counted" if n else "it fails every check"
+    )
 
 
 def _check_context(c: dict[str, Any]) -> str:
@@ -296,6 +318,8 @@ def _record_section(r: dict[str, Any], fig_dir: Path, page_dir: Path) -> list[st
             f"- **Seeds:** the shipped model (in-sample), study seeds {rep.get('study_seeds', [])}, fresh seeds "
             f"{rep.get('fresh_seeds', [])}" + (f"; {rep['note']}" if rep.get("note") else "")
         )
+    if r.get("trained_control") is not None:
+        lines.append(_trained_control_line(r["trained_control"]))
     if r.get("null_control", {}).get("errors"):
         lines.append(f"- **Null control errors:** {r['null_control']['errors']}")
     if r.get("notes"):
