@@ -293,11 +293,12 @@ def test_rejudge_record_refuses_what_it_cannot_judge(tmp_path, monkeypatch):
         rp.rejudge_record("fig21", records, tmp_path / "res")
     with pytest.raises(ValueError, match="unknown figure"):
         rp.rejudge_record("fig99", records, tmp_path / "res")
+    worded = rec["checks"][0]["check"]
     rec["checks"][0]["check"] = "a check worded otherwise"
     (records / "fig4a.json").write_text(json.dumps(rec))
     with pytest.raises(ValueError, match="no longer computes: \\['a check worded otherwise'\\]"):
         rp.rejudge_record("fig4a", records, tmp_path / "res")
-    rec["checks"][0]["check"] = rec["checks"][1]["check"]
+    rec["checks"][0]["check"] = worded
     rec["interim"] = {"finished": 1, "runs": 4}  # an early reading: its verdict was capped at partly
     (records / "fig4a.json").write_text(json.dumps(rec))
     with pytest.raises(ValueError, match="early reading of an unfinished sweep"):

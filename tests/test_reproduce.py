@@ -326,7 +326,7 @@ def _fake_record(results, figure, summary, plot=None):
         "command": f"cmd {figure}",
         "verdict": "partly",
         "summary": summary,
-        "checks": [{"check": "c", "holds": True}],
+        "checks": [{"check": "c", "holds": True}, {"check": "d", "holds": False}],  # partly, as it says
         "plots": [plot] if plot else [],
         "recorded": "2026-01-02",
     }

@@ -537,13 +537,15 @@ def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any]
     complete = bool(ran) and len(ran) == len(null.get("variants", [])) and null.get("complete", True)
     rows = []
     for name, ok in outcome.checks:
-        passes = sum(1 for v in variants if v["checks"].get(name, False))
-        row: dict[str, Any] = {"check": name, "holds": bool(ok), "null_passes": passes, "null_n": len(variants)}
+        lacking = [v.get("model", "?") for v in variants if name not in v["checks"]]
+        if lacking:  # a check that vanished on an untrained draw: an error, never a fail that lets it count
+            raise ValueError(f"the null control's draws {lacking} do not report the check {name!r}")
+        passes = sum(1 for v in variants if v["checks"][name])
+        row: dict[str, Any] = {"id": outcome.id_of(name), "check": name, "holds": bool(ok)}
+        row.update(null_passes=passes, null_n=len(variants))
         counted, holds = passes == 0 and complete, bool(ok)
         if not complete:  # a null control that did not run in full shows nothing either way
             row["null_incomplete"] = f"{len(ran)} untrained draws ran of {len(NULL_SEEDS)} needed"
-        if not complete:
-            pass
         elif name in outcome.absence and passes:  # an upper bound untrained models meet: only a trained fail says much
             row["absence"] = True
             counted, holds = not ok, False

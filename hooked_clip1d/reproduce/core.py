@@ -104,6 +104,15 @@ class Outcome:
     # checks judged against a permutation null over the trained runs (sweep figures): {check: p-value}; such a check
     # counts by its own null (controls.counted_checks), the untrained null is shown beside it
     permutation: dict[str, float] = dataclasses.field(default_factory=dict)
+    # a check's stable id where the figure declares one ({check: id}; kept when its sentence is reworded); the others
+    # get records.check_id(sentence)
+    check_ids: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def id_of(self, check: str) -> str:
+        """The stable id of check ``check`` (the figure's own, else derived from the sentence)."""
+        from hooked_clip1d.reproduce.records import check_id
+
+        return self.check_ids.get(check) or check_id(check)
 
 
 @dataclass(frozen=True)
@@ -183,7 +192,7 @@ def outcome_record(res: Outcome, out: Path, spec: FigureSpec, source: str) -> di
             if res.sensitivity
             else {}
         ),
-        "checks": [{"check": c, "holds": bool(ok)} for c, ok in res.checks],
+        "checks": [{"id": res.id_of(c), "check": c, "holds": bool(ok)} for c, ok in res.checks],
         "numbers": res.numbers,
         "plots": plots,
     }

@@ -30,6 +30,7 @@ from typing import Any
 
 from hooked_clip1d.files import atomic_write, atomic_write_text
 from hooked_clip1d.pretrained import registry_table
+from hooked_clip1d.reproduce.records import load_record, write_record
 
 ICON = {
     "reproduced": "reproduced",
@@ -46,11 +47,16 @@ def _fig_sort_key(key: str) -> tuple[int, str]:
 
 
 def load_records(results_dir: str | Path) -> list[dict[str, Any]]:
-    """Every ``<results_dir>/*/*.json`` record written by ``reproduce`` (or a beyond-the-paper experiment)."""
+    """Every ``<results_dir>/*/*.json`` record written by ``reproduce`` (or a beyond-the-paper experiment), read
+    through ``records.load_record`` (validated; an old record converted); other JSON files there are skipped."""
     records = []
     for path in sorted(Path(results_dir).glob("*/*.json")):
-        rec = json.loads(path.read_text())
-        if "figure" in rec and "verdict" in rec:
+        try:
+            raw = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            continue  # not a record (reproduce writes valid JSON atomically)
+        if isinstance(raw, dict) and "figure" in raw and "verdict" in raw:
+            rec = load_record(path).to_dict()
             rec["_dir"] = path.parent
             records.append(rec)
     return sorted(records, key=lambda r: _fig_sort_key(r["figure"]))
@@ -69,7 +75,8 @@ def load_kept_records(records_dir: str | Path) -> list[dict[str, Any]]:
             raise ValueError(f"kept record {path} is not valid JSON ({e}); delete it or rerun its figure") from e
         if not (isinstance(rec, dict) and "figure" in rec and "verdict" in rec):
             raise ValueError(f"kept record {path} is not a reproduce record (no 'figure' / 'verdict')")
-        if rec["figure"] in FIGURES:
+        if rec["figure"] in FIGURES:  # (a record of a figure no longer known is dropped unread)
+            rec = load_record(path).to_dict()  # validated, and converted where it predates the types
             rec["_dir"] = None
             records.append(rec)
     return records
@@ -92,8 +99,7 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
     fig_dir.mkdir(parents=True, exist_ok=True)
     rec_dir.mkdir(parents=True, exist_ok=True)
     for r in fresh:
-        kept = {k: v for k, v in r.items() if k != "_dir"}
-        atomic_write_text(rec_dir / f"{r['figure']}.json", json.dumps(kept, indent=2, default=float) + "\n")
+        write_record({k: v for k, v in r.items() if k != "_dir"}, rec_dir / f"{r['figure']}.json")
     for path in rec_dir.glob("*.json"):  # kept records of figures reproduce no longer knows
         if path.stem not in by_key:
             path.unlink()

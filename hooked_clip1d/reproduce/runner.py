@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import datetime
 import importlib
-import json
 import pkgutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import hooked_clip1d.reproduce.core as core
-from hooked_clip1d.files import atomic_write_text
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
 from hooked_clip1d.reproduce.controls import (
@@ -35,6 +33,7 @@ from hooked_clip1d.reproduce.controls import (
     trained_control_runs,
 )
 from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_record, reading_sweeps_from, verdict_of
+from hooked_clip1d.reproduce.records import load_record, write_record
 from hooked_clip1d.reproduce.sweep_figs import grid_cell
 
 
@@ -51,7 +50,7 @@ def _portable(obj: Any, base: Path) -> Any:
 
 
 # the package's modules that declare no figure (the machinery around them); every other module is a figure module
-NOT_FIGURE_MODULES = ("__main__", "compare", "controls", "core", "results_page", "runner")
+NOT_FIGURE_MODULES = ("__main__", "compare", "controls", "core", "records", "results_page", "runner")
 
 
 def _declare_figures() -> None:
@@ -163,8 +162,7 @@ def reproduce(
             )
         else:
             _model_record(record, spec, out, given, controls, replicates=models is None, sweeps_dir=sweeps_dir)
-    atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")
-    return record
+    return write_record(record, out / f"{figure}.json").to_dict()
 
 
 def _sweep_record(
@@ -362,8 +360,7 @@ def _rejudge_rows(spec: FigureSpec, record: dict[str, Any], rows: list[dict[str,
     }
     if not outcome.not_run:
         _add_controls(new, spec, outcome, None, replicates=False)
-    atomic_write_text(out / f"{spec.key}.json", json.dumps(new, indent=2, default=float) + "\n")
-    return new
+    return write_record(new, out / f"{spec.key}.json").to_dict()
 
 
 def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_dir: str | Path = "results") -> dict:
@@ -396,13 +393,10 @@ def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_di
     path = Path(records_dir) / f"{figure}.json"
     if not path.is_file():
         raise ValueError(f"no record of {figure} in {records_dir} (looked for {path})")
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"record {path} is not valid JSON ({e})") from e
-    if isinstance(record, dict) and record.get("figure") not in (None, figure):
+    record = load_record(path).to_dict()  # refused by name if it is not a record (converted if it is an old one)
+    if record.get("figure") != figure:
         raise ValueError(f"record {path} is the record of {record['figure']!r}, not of {figure!r}")
-    if not isinstance(record, dict) or record.get("figure") != figure or not record.get("checks"):
+    if not record.get("checks"):
         raise ValueError(f"record {path} is not a judged record of {figure} (no checks to judge)")
     if "interim" in record or "Verdict from these cells alone" in record.get("summary", ""):
         raise ValueError(f"record {path} is an early reading of an unfinished sweep: rerun it (`{spec.command}`)")
@@ -430,5 +424,4 @@ def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_di
     _add_controls(record, spec, outcome, None, replicates=False, null=null)
     out = Path(out_dir) / figure
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / f"{figure}.json", json.dumps(record, indent=2, default=float) + "\n")
-    return record
+    return write_record(record, out / f"{figure}.json").to_dict()
