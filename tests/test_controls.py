@@ -12,14 +12,9 @@ from hooked_clip1d import reproduce as rp
 from hooked_clip1d.cli.commands import main
 from hooked_clip1d.model.checkpoint import save_model
 from hooked_clip1d.pretrained import load_model, manifest
-from hooked_clip1d.reproduce.controls import (
-    NULL_SEEDS,
-    counted_checks,
-    replicate_runs,
-    substitute,
-    substitutes,
-)
+from hooked_clip1d.reproduce.controls import NULL_SEEDS, counted_checks, substitute, substitutes
 from hooked_clip1d.reproduce.core import Outcome
+from hooked_clip1d.reproduce.replicates import replicate_runs
 from hooked_clip1d.training.trainer import Trainer
 
 FLAGSHIP = rp.FLAGSHIP
@@ -342,7 +337,7 @@ def test_every_absence_check_on_the_page_is_marked():
 def test_trained_controls_are_declared_for_the_pre_registered_figures_and_wait_for_their_models():
     """Verdicts v3's table (docs/fidelity.md): each guarded figure names its control; a control not yet in the zoo is
     said, and nothing is counted or removed by it."""
-    from hooked_clip1d.reproduce.controls import TRAINED_CONTROLS, trained_control_runs
+    from hooked_clip1d.reproduce.replicates import TRAINED_CONTROLS, trained_control_runs
 
     assert set(TRAINED_CONTROLS) == {"fig4c", "fig5d", "fig5e", "fig6", "fig8", "fig14", "fig18", "fig19", "fig20"}
     for key, table in TRAINED_CONTROLS.items():

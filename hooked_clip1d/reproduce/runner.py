@@ -20,20 +20,16 @@ from typing import Any
 import hooked_clip1d.reproduce.core as core
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
-from hooked_clip1d.reproduce.controls import (
+from hooked_clip1d.reproduce.controls import audit_invariance, counted_checks, null_control, run_closed, substitutes
+from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_record, reading_sweeps_from, verdict_of
+from hooked_clip1d.reproduce.records import load_record, write_record
+from hooked_clip1d.reproduce.replicates import (
     STUDY_SEEDS,
     TRAINED_CONTROLS,
     apply_trained_control,
-    audit_invariance,
-    counted_checks,
-    null_control,
     replicate_runs,
-    run_closed,
-    substitutes,
     trained_control_runs,
 )
-from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_record, reading_sweeps_from, verdict_of
-from hooked_clip1d.reproduce.records import load_record, write_record
 from hooked_clip1d.reproduce.sweep_figs import grid_cell
 
 
@@ -50,7 +46,7 @@ def _portable(obj: Any, base: Path) -> Any:
 
 
 # the package's modules that declare no figure (the machinery around them); every other module is a figure module
-NOT_FIGURE_MODULES = ("__main__", "compare", "controls", "core", "records", "results_page", "runner")
+NOT_FIGURE_MODULES = ("__main__", "compare", "controls", "core", "records", "replicates", "results_page", "runner")
 
 
 def _declare_figures() -> None:
