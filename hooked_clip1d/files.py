@@ -1,5 +1,6 @@
 """Files written atomically: through a temp file and a rename, so a reader never sees a half-written file and a
-kill leaves either the old file or the new one (every file the package writes goes through these). Torch-free.
+kill leaves either the old file or the new one (every file the package writes goes through these); and
+``measure_once``, the one process-level memo of readings of files that do not change. Torch-free.
 
 Example:
     >>> import tempfile, pathlib
@@ -70,3 +71,26 @@ class UnknownNameError(KeyError, ValueError):
 
     def __str__(self) -> str:  # KeyError's repr-quoting would wrap the message in quotes
         return str(self.args[0]) if self.args else ""
+
+
+# measure_once's values, by key (one table for the package: the readings of files that do not change in a process)
+_MEASURED: dict[tuple[Any, ...], Any] = {}
+
+
+def measure_once(key: tuple[Any, ...], measure: Any) -> Any:
+    """``measure()``'s value, computed once a process per ``key`` (which must name everything the value depends on:
+    the files' digests or modification times, the code's version), returned as a deep copy so a caller's change
+    never reaches the next caller. For readings of stored weights that a figure's audit and null control repeat.
+
+    Example:
+        >>> calls = []
+        >>> a = measure_once(("demo", 1), lambda: calls.append(1) or {"rows": [1]})
+        >>> a["rows"].append(2)
+        >>> measure_once(("demo", 1), lambda: calls.append(1) or {"rows": [1]}), len(calls)
+        ({'rows': [1]}, 1)
+    """
+    import copy
+
+    if key not in _MEASURED:
+        _MEASURED[key] = measure()
+    return copy.deepcopy(_MEASURED[key])

@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -446,20 +445,15 @@ def trajectory_emergence(
         why = stored.get("not_run", "no rows recorded")
         raise ValueError(f"{name!r}: the emergence analysis was not run when it was shipped: {why}")
     from hooked_clip1d.analysis.mechanism.dynamics import ROW_VERSION
-    from hooked_clip1d.settings import TrainConfig
 
     # the stored weights do not change: a process measures them once (the invariance audit reruns a figure that
     # reads the trajectory seven times), keyed by their digests and the rows' version
-    key = (name, tuple(want), json.dumps(man.get("checkpoint_sha256", {}), sort_keys=True), ROW_VERSION)
-    if key not in _RECOMPUTED:
-        train_cfg = TrainConfig.from_dict(manifest(name)["train_config"])
-        _RECOMPUTED[key] = emergence(load_trajectory(name, want), train_cfg)
-    em = _RECOMPUTED[key]
-    return Emergence(copy.deepcopy(em.rows), copy.deepcopy(em.windows))
+    from hooked_clip1d.files import measure_once
+    from hooked_clip1d.settings import TrainConfig
 
-
-# trajectory_emergence(..., recompute=True)'s rows in this process (the shipped weights do not change)
-_RECOMPUTED: dict[tuple[Any, ...], Any] = {}
+    key = ("trajectory_emergence", name, tuple(want), json.dumps(man.get("checkpoint_sha256", {}), sort_keys=True))
+    train_cfg = TrainConfig.from_dict(manifest(name)["train_config"])
+    return measure_once((*key, ROW_VERSION), lambda: emergence(load_trajectory(name, want), train_cfg))
 
 
 def trajectory_table() -> str:

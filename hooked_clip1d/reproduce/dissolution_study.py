@@ -103,31 +103,29 @@ def dissolution_checks(split: Sequence[Mapping[str, Any]], rows: Sequence[Mappin
     }
 
 
-_ARM_READINGS: dict[tuple[str, tuple[tuple[str, int], ...]], dict[str, Any]] = {}
-
-
 def _arm_reading(arm: str, run: Path) -> dict[str, Any]:
     """The best arm's run read at each of its snapshots (``caption_split`` under its own loss, emergence rows) and
     ``dissolution_checks`` on them; measured once a process per run and snapshot set (the null control and the
     invariance audit rerun the figure on other flagship weights: the arm's reading does not change), copies out."""
-    import copy
-
     from hooked_clip1d.analysis.mechanism.dynamics import run_emergence
+    from hooked_clip1d.files import measure_once
     from hooked_clip1d.model.checkpoint import load_model_file
 
     snaps = sorted(run.glob("snapshots/epoch_*.safetensors"))
-    key = (str(run.resolve()), tuple((p.name, p.stat().st_mtime_ns) for p in snaps))
-    if key not in _ARM_READINGS:
+
+    def measure() -> dict[str, Any]:
         arm_ckpts = [(int(p.stem.split("_")[1]), load_model_file(p).eval()) for p in snaps]
         seed = int(json.loads((run / "config.json").read_text())["train_config"]["seed"])
         arm_split = _trajectory_split(arm_ckpts, RECIPES[arm].negatives, seed)
         arm_rows = run_emergence(run).rows
-        _ARM_READINGS[key] = {
+        return {
             "split": arm_split,
             "kp_std": [[r["epoch"], r["kp_std"]] for r in arm_rows],
             **dissolution_checks(arm_split, arm_rows),
         }
-    return copy.deepcopy(_ARM_READINGS[key])
+
+    key = ("x18 arm reading", arm, str(run.resolve()), tuple((p.name, p.stat().st_mtime_ns) for p in snaps))
+    return measure_once(key, measure)
 
 
 def _x_dissolution(models: dict[str, Any]) -> Outcome:
