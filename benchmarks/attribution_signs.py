@@ -21,9 +21,9 @@ import torch
 
 from hooked_clip1d import load_model
 from hooked_clip1d.analysis.circuits.attribution import agreement, moved
-from hooked_clip1d.analysis.circuits.graph import mirror_task
 from hooked_clip1d.analysis.circuits.methods import METHODS
 from hooked_clip1d.analysis.circuits.scores import ground_truth_inputs
+from hooked_clip1d.analysis.circuits.task import mirror_task
 
 # the flagship (since 2026-11-28: the masked loss), the flagship before it (standard loss) and the no-b_Q model
 MODELS = ("simplified-ntot20-n2-10", "simplified-ntot20-n2-10-standard-loss", "simplified-ntot20-n2-10-no-qk-bias")

@@ -15,17 +15,10 @@ from conftest import make_model, no_hooks_left
 from hooked_clip1d import load_model
 from hooked_clip1d.analysis.circuits.attribution import Attribution, linear_metric
 from hooked_clip1d.analysis.circuits.edge_attribution import eap, eap_ig, exact_edge_patching
-from hooked_clip1d.analysis.circuits.graph import (
-    Task,
-    build_graph,
-    clip_belief_metric,
-    edge_name,
-    graph_flags,
-    mirror_task,
-    parse_node,
-)
+from hooked_clip1d.analysis.circuits.graph import build_graph, edge_name, graph_flags, parse_node
 from hooked_clip1d.analysis.circuits.node_attribution import NODE_KINDS, atp, atp_star, exact_patching
 from hooked_clip1d.analysis.circuits.path_patching import path_patch, path_patching
+from hooked_clip1d.analysis.circuits.task import Task, clip_belief_metric, mirror_task
 from hooked_clip1d.analysis.metrics import mirror_images, pair_inputs
 
 ATOL = 1e-5

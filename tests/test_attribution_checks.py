@@ -22,7 +22,7 @@ from hooked_clip1d.analysis.circuits.attribution import (
     sample_names,
 )
 from hooked_clip1d.analysis.circuits.edge_attribution import eap, exact_edge_patching
-from hooked_clip1d.analysis.circuits.graph import Task, build_graph, clip_belief_metric, mirror_task
+from hooked_clip1d.analysis.circuits.graph import build_graph
 from hooked_clip1d.analysis.circuits.methods import (
     METHODS,
     Method,
@@ -32,6 +32,7 @@ from hooked_clip1d.analysis.circuits.methods import (
 )
 from hooked_clip1d.analysis.circuits.node_attribution import atp, atp_star, exact_patching, node_specs
 from hooked_clip1d.analysis.circuits.scores import acdc
+from hooked_clip1d.analysis.circuits.task import Task, clip_belief_metric, mirror_task
 from hooked_clip1d.analysis.metrics import image_belief_metric, mirror_images, pair_inputs
 
 NO_QK = "simplified-ntot20-n2-10-no-qk-bias"

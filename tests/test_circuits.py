@@ -11,7 +11,7 @@ from conftest import make_model, no_hooks_left
 
 from hooked_clip1d import load_model
 from hooked_clip1d.analysis.circuits.attribution import Attribution
-from hooked_clip1d.analysis.circuits.graph import build_graph, graph_flags, mirror_task, parse_node
+from hooked_clip1d.analysis.circuits.graph import build_graph, graph_flags, parse_node
 from hooked_clip1d.analysis.circuits.node_attribution import exact_patching
 from hooked_clip1d.analysis.circuits.scores import (
     Circuit,
@@ -27,6 +27,7 @@ from hooked_clip1d.analysis.circuits.scores import (
     run_circuit,
     score_method,
 )
+from hooked_clip1d.analysis.circuits.task import mirror_task
 from hooked_clip1d.analysis.hooks import (
     mean_ablation_hooks,
     mean_heads_hooks,

@@ -218,8 +218,8 @@ def test_a_full_disk_while_writing_names_the_problem_and_keeps_the_old_file(tmp_
 
 def test_string_items_and_unknown_method_names_are_refused_by_name():
     from hooked_clip1d.analysis.circuits.edge_attribution import eap
-    from hooked_clip1d.analysis.circuits.graph import mirror_task
     from hooked_clip1d.analysis.circuits.methods import METHODS
+    from hooked_clip1d.analysis.circuits.task import mirror_task
 
     with pytest.raises(KeyError, match=r"no attribution method named 'EAP-ig' \(did you mean 'EAP-IG'\?\)"):
         METHODS["EAP-ig"]

@@ -56,7 +56,7 @@ Pruning and retraining (App. K, Fig. 22: ``head_subset_sweep``) is training: ``h
 
 from hooked_clip1d.analysis.circuits.attribution import Attribution
 from hooked_clip1d.analysis.circuits.edge_attribution import eap, eap_ig, exact_edge_patching
-from hooked_clip1d.analysis.circuits.graph import Task, build_graph, mirror_task, run_with_edges
+from hooked_clip1d.analysis.circuits.graph import build_graph
 from hooked_clip1d.analysis.circuits.methods import METHODS, check_attribution
 from hooked_clip1d.analysis.circuits.node_attribution import atp, atp_star, exact_patching
 from hooked_clip1d.analysis.circuits.path_patching import path_patch, path_patching
@@ -70,6 +70,7 @@ from hooked_clip1d.analysis.circuits.scores import (
     roc_auc,
     score_method,
 )
+from hooked_clip1d.analysis.circuits.task import Task, mirror_task, run_with_edges
 from hooked_clip1d.analysis.hooks import (
     add_hook,
     knockout_hooks,

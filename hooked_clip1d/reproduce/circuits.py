@@ -72,8 +72,8 @@ def _transfer(model: CLIP1D, truth: Any, split: str) -> dict[str, Any]:
 
 def _run_methods(model: CLIP1D, images: torch.Tensor, captions: torch.Tensor, norm: str) -> dict[str, Any]:
     """Every registered method on the mirror task with belief ``norm``, timed."""
-    from hooked_clip1d.analysis.circuits.graph import mirror_task
     from hooked_clip1d.analysis.circuits.methods import METHODS
+    from hooked_clip1d.analysis.circuits.task import mirror_task
 
     task = mirror_task(model, images, captions, target="clip", norm=norm)
     kinds = _kinds(model)
@@ -134,8 +134,9 @@ def _method_rows(name: str, norm: str, results: dict[str, Any], truth: Any, grap
 def _benchmark_model(name: str, model: CLIP1D) -> dict[str, Any]:
     """Ground truth (and its scores on other inputs), every method under every norm, and their scores on one model
     (module docstring)."""
-    from hooked_clip1d.analysis.circuits.graph import build_graph, mirror_task
+    from hooked_clip1d.analysis.circuits.graph import build_graph
     from hooked_clip1d.analysis.circuits.scores import ground_truth_circuit, ground_truth_inputs
+    from hooked_clip1d.analysis.circuits.task import mirror_task
 
     images, captions = ground_truth_inputs(model, n=N_INPUTS)
     belief = mirror_task(model, images, captions, target="clip").clean_metric()

@@ -66,7 +66,7 @@ import torch
 from jaxtyping import Float
 from transformer_lens.hook_points import HookPoint
 
-from hooked_clip1d.analysis.circuits.graph import Task
+from hooked_clip1d.analysis.circuits.task import Task
 from hooked_clip1d.analysis.hooks import Hook
 from hooked_clip1d.analysis.interventions.decompose import rotate
 from hooked_clip1d.analysis.metrics import held_norms
@@ -166,7 +166,7 @@ def run_task(
     that graph (``graph.Task``; the value is the same).
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> task = mirror_task(m, img, cap, target="vision")
@@ -218,7 +218,7 @@ def frozen_patterns(task: Task, freeze_pattern: bool = True) -> dict[str, dict[s
     when ``freeze_pattern`` is False), for ``run_task(pre=...)`` or, through ``as_hooks``, ``Task.run``.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> list(frozen_patterns(mirror_task(m, img, cap))["vision"])
@@ -262,7 +262,7 @@ def drop_layer_posts(task: Task, tower: str, layer: int) -> dict[str, dict[str, 
     ``hook_attn_out`` and ``hook_mlp_out``), so no gradient flows through them; forward values are unchanged.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> list(drop_layer_posts(mirror_task(m, img, cap), "vision", 0)["vision"])
@@ -301,7 +301,7 @@ def qk_delta_scores(
     captures them.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> task = mirror_task(m, img, cap, target="vision")
@@ -328,7 +328,7 @@ def apply_grad_drop(
     item's score with block ``l``'s residual contributions detached; ``|plain|`` where there is no other layer.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> task = mirror_task(m, img, cap, target="vision")

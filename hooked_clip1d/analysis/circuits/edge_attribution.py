@@ -15,7 +15,7 @@ measure, AtP*'s corrections and when EAP is exact: ``attribution``'s module docs
 
 Example:
     >>> from hooked_clip1d import load_model
-    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = load_model("simplified-ntot20-n2-10")
     >>> imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 18 . . . . . . . 20 ."])
     >>> caps = m.text.to_tokens(["17 is on the left of 19", "18 is on the left of 20"])
@@ -48,17 +48,14 @@ from hooked_clip1d.analysis.circuits.attribution import (
 )
 from hooked_clip1d.analysis.circuits.graph import (
     Edge,
-    Task,
     build_graph,
     check_nodes,
     edge_name,
     graph_flags,
-    linearisation,
     parse_node,
     port_hook,
-    run_with_edges,
-    writer_activations,
 )
+from hooked_clip1d.analysis.circuits.task import Task, linearisation, run_with_edges, writer_activations
 from hooked_clip1d.model.functional import layer_norm
 
 
@@ -209,7 +206,7 @@ def check_edge_attribution(task: Task, result: Attribution, *, n: int = 8, seed:
     (``attribution.check_against_exact``). Returns the agreement.
 
     >>> from hooked_clip1d import load_model
-    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = load_model("simplified-ntot20-n2-10")
     >>> imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 18 . . . . . . . 20 ."])
     >>> caps = m.text.to_tokens(["17 is on the left of 19", "18 is on the left of 20"])

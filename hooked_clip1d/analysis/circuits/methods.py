@@ -28,10 +28,11 @@ from typing import Any, Literal
 
 from hooked_clip1d.analysis.circuits.attribution import Attribution
 from hooked_clip1d.analysis.circuits.edge_attribution import check_edge_attribution, eap, eap_ig, exact_edge_patching
-from hooked_clip1d.analysis.circuits.graph import Edge, Task
+from hooked_clip1d.analysis.circuits.graph import Edge
 from hooked_clip1d.analysis.circuits.node_attribution import atp, atp_star, check_node_attribution, exact_patching
 from hooked_clip1d.analysis.circuits.path_patching import path_patching
 from hooked_clip1d.analysis.circuits.scores import acdc
+from hooked_clip1d.analysis.circuits.task import Task
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def check_attribution(task: Task, result: Attribution, *, n: int = 8, seed: int 
 
     >>> import warnings
     >>> from hooked_clip1d import load_model
-    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = load_model("simplified-ntot20-n2-10")
     >>> imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 18 . . . . . . . 20 ."])
     >>> caps = m.text.to_tokens(["17 is on the left of 19", "18 is on the left of 20"])

@@ -17,7 +17,7 @@ EE, EP, PE, PP, the bias terms and, past layer 0 or with LayerNorm, the R terms;
 
 Example:
     >>> from hooked_clip1d import load_model
-    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = load_model("simplified-ntot20-n2-10")
     >>> imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 18 . . . . . . . 20 ."])
     >>> caps = m.text.to_tokens(["17 is on the left of 19", "18 is on the left of 20"])
@@ -50,7 +50,7 @@ from hooked_clip1d.analysis.circuits.attribution import (
     qk_delta_scores,
     run_task,
 )
-from hooked_clip1d.analysis.circuits.graph import Task, linearisation
+from hooked_clip1d.analysis.circuits.task import Task, linearisation
 from hooked_clip1d.analysis.interventions.terms import attention_terms
 
 NODE_KINDS = ("heads", "mlp", "neurons", "embed", "pos", "resid", "q", "k", "v", "terms")
@@ -79,7 +79,7 @@ def node_specs(task: Task, nodes: Sequence[str]) -> list[NodeSpec]:
     the given order); kinds and names do not mix.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
-    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> task = mirror_task(m, img, cap, target="vision")
@@ -311,7 +311,7 @@ def check_node_attribution(task: Task, result: Attribution, *, n: int = 8, seed:
     when the signs agree on fewer than 75 % of the moved nodes or Pearson's r < 0.5). Returns the agreement.
 
     >>> from hooked_clip1d import load_model
-    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = load_model("simplified-ntot20-n2-10")
     >>> imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 18 . . . . . . . 20 ."])
     >>> caps = m.text.to_tokens(["17 is on the left of 19", "18 is on the left of 20"])

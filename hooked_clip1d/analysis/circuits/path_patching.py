@@ -18,7 +18,7 @@ sender it is the sender's exact (total) patching effect.
 
 Example:
     >>> from hooked_clip1d import load_model
-    >>> from hooked_clip1d.analysis.circuits.graph import mirror_task
+    >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = load_model("simplified-ntot20-n2-10-no-qk-bias")  # head 2 carries left/right
     >>> imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 18 . . . . . . . 20 ."])
     >>> caps = m.text.to_tokens(["17 is on the left of 19", "18 is on the left of 20"])
@@ -37,17 +37,8 @@ from collections.abc import Sequence
 import torch
 
 from hooked_clip1d.analysis.circuits.attribution import Attribution
-from hooked_clip1d.analysis.circuits.graph import (
-    CHANNELS,
-    Task,
-    build_graph,
-    check_nodes,
-    edge_name,
-    graph_flags,
-    parse_node,
-    run_with_edges,
-    writer_activations,
-)
+from hooked_clip1d.analysis.circuits.graph import CHANNELS, build_graph, check_nodes, edge_name, graph_flags, parse_node
+from hooked_clip1d.analysis.circuits.task import Task, run_with_edges, writer_activations
 
 
 def _receivers(task: Task, sender: str, receivers: Sequence[str]) -> list[str]:

@@ -67,18 +67,8 @@ import torch
 from jaxtyping import Float, Int
 
 from hooked_clip1d.analysis.circuits.attribution import Attribution
-from hooked_clip1d.analysis.circuits.graph import (
-    Edge,
-    Graph,
-    Task,
-    build_graph,
-    edge_name,
-    graph_flags,
-    mirror_task,
-    parse_node,
-    run_with_edges,
-    writer_activations,
-)
+from hooked_clip1d.analysis.circuits.graph import Edge, Graph, build_graph, edge_name, graph_flags, parse_node
+from hooked_clip1d.analysis.circuits.task import Task, mirror_task, run_with_edges, writer_activations
 from hooked_clip1d.analysis.hooks import check_eval, knockout_hooks
 from hooked_clip1d.analysis.interventions.knockout import cls_object_edges, eot_edges
 from hooked_clip1d.analysis.interventions.terms import ablate_terms, attention_terms
