@@ -415,11 +415,13 @@ def test_shipped_trajectories_stay_within_budget():
 
 @pytest.mark.parametrize("name", reg.list_trajectories())
 def test_a_shipped_trajectory(name):
-    """>= 20 checkpoints from epoch 0 to the last; the last is the shipped model; epoch 0 is at chance on unseen
-    pairs; every stored checkpoint loads and its sha256 holds; the accuracies at the stored precision are float32's."""
+    """>= 20 checkpoints from epoch 0 to the last (a trained control's: >= 9, sparse by design, docs/zoo.md: the
+    trajectories' 25 MB budget); the last is the shipped model; epoch 0 is at chance on unseen pairs; every stored
+    checkpoint loads and its sha256 holds; the accuracies at the stored precision are float32's."""
     epochs = reg.list_checkpoints(name)
     man = reg.trajectory_manifest(name)
-    assert len(epochs) >= 20 and epochs[0] == 0 and epochs[-1] == reg.manifest(name)["epochs"]
+    assert len(epochs) >= (9 if name.startswith("control-") else 20)
+    assert epochs[0] == 0 and epochs[-1] == reg.manifest(name)["epochs"]
     assert _equal(reg.load_model(name, checkpoint_index=-1), reg.load_model(name))
     from hooked_clip1d.pretrained.trajectories import stored_metrics
 
@@ -428,7 +430,12 @@ def test_a_shipped_trajectory(name):
     for e in epochs[:-1]:
         assert stored_metrics(man, e) == man["precision"]["checkpoints"][str(e)]["metrics"]["float32"]
     assert len(reg.load_trajectory(name)) == len(epochs)
-    assert [r["epoch"] for r in reg.trajectory_emergence(name).rows] == epochs
+    if "not_run" in man["emergence"]:  # a model the mechanism report cannot read (a RoPE tower): it says why
+        with pytest.raises(ValueError, match="the emergence analysis was not run when it was shipped"):
+            reg.trajectory_emergence(name)
+        assert "rope" in man["emergence"]["not_run"]
+    else:
+        assert [r["epoch"] for r in reg.trajectory_emergence(name).rows] == epochs
 
 
 def test_a_trajectory_past_the_part_size_ships_in_parts_and_loads_the_same(zoo, tmp_path, monkeypatch):

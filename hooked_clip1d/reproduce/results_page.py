@@ -198,11 +198,9 @@ def _why(r: dict[str, Any]) -> str:
     if not checks:
         return "no checks (not run)"
     if not counted:
-        return (
-            "no check counts: untrained models pass them all"
-            if any("null_n" in c for c in checks)
-            else (f"{sum(c['holds'] for c in checks)} of {len(checks)} checks hold (no controls)")
-        )
+        if not any("null_n" in c for c in checks):
+            return f"{sum(c['holds'] for c in checks)} of {len(checks)} checks hold (no controls)"
+        return f"no check counts: {_uncounted_reasons(checks)}"
     held = [c for c in counted if c.get("counted_holds")]
     failing = [c for c in counted if not c.get("counted_holds")]
     out = f"{len(held)} of {len(counted)} counted checks hold"
@@ -212,6 +210,28 @@ def _why(r: dict[str, Any]) -> str:
     if tc is not None and not tc.get("runs"):  # a guard declared but not trained: the verdict lacks it
         out += "; its trained control is not trained yet"
     return out
+
+
+def _uncounted_reasons(checks: list[dict[str, Any]]) -> str:
+    """Why checks do not count, each check by its first reason: a trained control passes it, it is shown only (an
+    identity, a replaced form), it moves under a reparametrisation, untrained models pass it.
+
+    Example:
+        >>> _uncounted_reasons([{"control_passes": ["c"], "null_passes": 0}, {"secondary": "identity"},
+        ...                     {"null_passes": 2}])
+        '1 passed by a trained control, 1 shown only (an identity or a replaced form), 1 passed by untrained models'
+    """
+    reasons = {
+        "passed by a trained control": lambda c: bool(c.get("control_passes")),
+        "shown only (an identity or a replaced form)": lambda c: bool(c.get("secondary")),
+        "moved by a reparametrisation": lambda c: bool(c.get("coordinate_dependent")),
+        "passed by untrained models": lambda c: bool(c.get("null_passes")),
+    }
+    counts: dict[str, int] = {}
+    for c in checks:
+        why = next((r for r, test in reasons.items() if test(c)), "not judged (null control incomplete)")
+        counts[why] = counts.get(why, 0) + 1
+    return ", ".join(f"{n} {why}" for why, n in counts.items())
 
 
 def _trained_control_line(tc: dict[str, Any]) -> str:
