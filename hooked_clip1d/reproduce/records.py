@@ -9,8 +9,10 @@ check's stated value, or a counted check without its outcome is an error naming 
 a record read another way.
 
 Each check has a stable ``id``: the figure's own (``Outcome.check_ids``, kept when its sentence is reworded) or,
-where the figure declares none, one derived from the sentence when it was first recorded (``check_id``). Readers
-key by id; the sentence is what the page shows.
+where the figure declares none, one derived from the sentence when it was first recorded (``check_id``);
+``Record.check(id)`` finds a check by it. The sentence is what the page shows. (Not yet everywhere: the null
+control, the trained-control marking and ``rejudge_record`` still match a figure's fresh outcome to a record's
+checks by sentence, as a reworded sentence is today a new check for them.)
 
 Example:
     >>> rec = Record.from_dict({"figure": "t", "title": "T", "paper": "p", "models": [], "command": "c",
