@@ -153,11 +153,18 @@ RECORDED: dict[str, list[str]] = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(list_pretrained()))
+# zoo models shipped after the move these pins guard: their digests can only be recorded where the pins were (an
+# AVX-512 machine with these kernels), so they are listed here, not silently skipped
+UNPINNED = ("control-shuffled-rope-ntot20-n2-15", "simplified-ntot20-n2-10")
+
+
+def test_every_shipped_model_is_pinned_or_listed_unpinned():
+    assert sorted(set(list_pretrained()) - set(RECORDED)) == sorted(UNPINNED)
+
+
+@pytest.mark.parametrize("name", sorted(set(list_pretrained()) - set(UNPINNED)))
 def test_a_shipped_model_computes_what_it_computed_before(name):
     skip_unless_pinned_here()
-    if name not in RECORDED:  # shipped after the recording: recorded where the pins were (AVX-512), not here
-        pytest.skip(f"{name}: no digest recorded (shipped after the move the pins guard)")
     model = load_model(name)
     assert digests(model, *shipped_batch(model)) == RECORDED[name]
 

@@ -29,12 +29,10 @@ IGNORED = frozenset({"recorded", "command", "plots"})
 def _read(path: Path) -> Any:
     """A record through ``records.load_record`` (so a record older than the types compares with a new one: both
     carry the schema and check ids); a JSON file that is no figure record, as it is."""
-    from hooked_clip1d.reproduce.records import load_record
+    from hooked_clip1d.reproduce.records import Record, is_record
 
     d = json.loads(path.read_text())
-    if isinstance(d, dict) and "figure" in d and "verdict" in d:
-        return load_record(path).to_dict()
-    return d
+    return Record.from_dict(d, where=f"record {path}").to_dict() if is_record(d) else d
 
 
 def _diff(a: Any, b: Any, path: str, out: list[str], rel_tol: float, abs_tol: float) -> None:

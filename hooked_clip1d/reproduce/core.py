@@ -25,10 +25,9 @@ from matplotlib.figure import Figure
 
 from hooked_clip1d.files import atomic_write
 from hooked_clip1d.model.clip import CLIP1D
-
-# "inconclusive": every check the figure states also passes on untrained models (its null control), so none is
-# evidence about training
-VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not run")
+from hooked_clip1d.reproduce.records import VERDICTS as VERDICTS  # the verdicts and their rule live with the records
+from hooked_clip1d.reproduce.records import check_id
+from hooked_clip1d.reproduce.records import verdict_of as verdict_of
 
 # zoo models (hooked_clip1d/pretrained) the figures use by name
 FLAGSHIP = "simplified-ntot20-n2-10"  # the default recipe's model, seed 0
@@ -110,8 +109,6 @@ class Outcome:
 
     def id_of(self, check: str) -> str:
         """The stable id of check ``check`` (the figure's own, else derived from the sentence)."""
-        from hooked_clip1d.reproduce.records import check_id
-
         return self.check_ids.get(check) or check_id(check)
 
 
@@ -151,19 +148,6 @@ def register(*specs: FigureSpec) -> tuple[FigureSpec, ...]:
             raise ValueError(f"two figure specs have the key {spec.key!r}")
         FIGURES[spec.key] = spec
     return specs
-
-
-def verdict_of(checks: list[tuple[str, bool]]) -> str:
-    """``reproduced`` if every check holds, ``partly`` if some do, ``not reproduced`` if none does.
-
-    Example:
-        >>> verdict_of([("a", True), ("b", False)])
-        'partly'
-    """
-    if not checks:
-        raise ValueError("a figure needs at least one check to get a verdict")
-    held = sum(bool(ok) for _, ok in checks)
-    return "reproduced" if held == len(checks) else "partly" if held else "not reproduced"
 
 
 def outcome_record(res: Outcome, out: Path, spec: FigureSpec, source: str) -> dict[str, Any]:

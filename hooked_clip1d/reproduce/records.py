@@ -39,7 +39,22 @@ from typing import Any
 from hooked_clip1d.files import atomic_write_text
 
 SCHEMA_VERSION = 3  # 2: records before the types (no "schema", checks without ids); 3: typed, with check ids
+# "inconclusive": no check counts (untrained models or a trained control pass them, or they are shown only), so none
+# is evidence about training
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not run")
+
+
+def verdict_of(checks: list[tuple[str, bool]]) -> str:
+    """``reproduced`` if every check holds, ``partly`` if some do, ``not reproduced`` if none does.
+
+    Example:
+        >>> verdict_of([("a", True), ("b", False)])
+        'partly'
+    """
+    if not checks:
+        raise ValueError("a figure needs at least one check to get a verdict")
+    held = sum(bool(ok) for _, ok in checks)
+    return "reproduced" if held == len(checks) else "partly" if held else "not reproduced"
 
 
 def check_id(text: str) -> str:
@@ -225,8 +240,7 @@ class Record:
         outcomes = [c.counted_holds for c in self.checks if c.counted] if controlled else [c.holds for c in self.checks]
         if not outcomes:
             return "inconclusive" if controlled else "not run"
-        held = sum(bool(o) for o in outcomes)
-        verdict = "reproduced" if held == len(outcomes) else "partly" if held else "not reproduced"
+        verdict = verdict_of([("", bool(o)) for o in outcomes])
         early = "interim" in self.details or "Verdict from these cells alone" in self.summary
         return "partly" if early and verdict == "reproduced" else verdict
 
@@ -263,4 +277,10 @@ def load_record(path: str | Path) -> Record:
     return Record.from_dict(d, where=f"record {path}")
 
 
-__all__ = ["SCHEMA_VERSION", "Check", "Record", "check_id", "load_record", "write_record"]
+def is_record(d: Any) -> bool:
+    """Whether JSON value ``d`` is a figure record (an object with ``figure`` and ``verdict``), to be read with
+    ``Record.from_dict``; readers of a folder skip other JSON files."""
+    return isinstance(d, dict) and "figure" in d and "verdict" in d
+
+
+__all__ = ["SCHEMA_VERSION", "VERDICTS", "Check", "Record", "check_id", "load_record", "verdict_of", "write_record"]

@@ -30,7 +30,7 @@ from typing import Any
 
 from hooked_clip1d.files import atomic_write, atomic_write_text
 from hooked_clip1d.pretrained import registry_table
-from hooked_clip1d.reproduce.records import load_record, write_record
+from hooked_clip1d.reproduce.records import Record, is_record, write_record
 
 ICON = {
     "reproduced": "reproduced",
@@ -55,8 +55,8 @@ def load_records(results_dir: str | Path) -> list[dict[str, Any]]:
             raw = json.loads(path.read_text())
         except json.JSONDecodeError:
             continue  # not a record (reproduce writes valid JSON atomically)
-        if isinstance(raw, dict) and "figure" in raw and "verdict" in raw:
-            rec = load_record(path).to_dict()
+        if is_record(raw):
+            rec = Record.from_dict(raw, where=f"record {path}").to_dict()
             rec["_dir"] = path.parent
             records.append(rec)
     return sorted(records, key=lambda r: _fig_sort_key(r["figure"]))
@@ -73,10 +73,10 @@ def load_kept_records(records_dir: str | Path) -> list[dict[str, Any]]:
             rec = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise ValueError(f"kept record {path} is not valid JSON ({e}); delete it or rerun its figure") from e
-        if not (isinstance(rec, dict) and "figure" in rec and "verdict" in rec):
+        if not is_record(rec):
             raise ValueError(f"kept record {path} is not a reproduce record (no 'figure' / 'verdict')")
         if rec["figure"] in FIGURES:  # (a record of a figure no longer known is dropped unread)
-            rec = load_record(path).to_dict()  # validated, and converted where it predates the types
+            rec = Record.from_dict(rec, where=f"record {path}").to_dict()  # validated; converted if older
             rec["_dir"] = None
             records.append(rec)
     return records
