@@ -339,7 +339,8 @@ def test_trained_controls_are_declared_for_the_pre_registered_figures_and_wait_f
     said, and nothing is counted or removed by it."""
     from hooked_clip1d.reproduce.replicates import TRAINED_CONTROLS, trained_control_runs
 
-    assert set(TRAINED_CONTROLS) == {"fig4c", "fig5d", "fig5e", "fig6", "fig8", "fig14", "fig18", "fig19", "fig20"}
+    guarded = {"fig4c", "fig5d", "fig5e", "fig6", "fig8", "fig14", "fig18", "fig19", "fig20", "x1-mirror-swap"}
+    assert set(TRAINED_CONTROLS) == guarded
     for key, table in TRAINED_CONTROLS.items():
         assert set(table) <= set(rp.FIGURES[key].models), key
     runs, status = trained_control_runs(rp.FIGURES["fig4c"], None)
@@ -362,3 +363,57 @@ def test_the_page_says_when_a_guarded_figure_lacks_its_trained_control():
     assert any(line.startswith("- **Trained control:** not in the zoo yet") for line in lines)
     guarded = {**missing, "trained_control": {"status": "1 run(s)", "runs": ["c"], "passes": {}}}
     assert "trained control" not in _why(guarded)
+
+
+def test_a_figure_with_two_guarded_models_gets_both_controls_in_each_run(tmp_path, monkeypatch):
+    """x1's amendment (docs/fidelity.md, 2026-11-28): several guarded models are replaced together; run k takes each
+    control's k-th run (shipped seed first, then the sweep's seeds in seed order) and a control with fewer runs
+    repeats its shipped seed."""
+    from hooked_clip1d.model.checkpoint import save_model
+    from hooked_clip1d.pretrained import manifest
+    from hooked_clip1d.reproduce import replicates
+    from hooked_clip1d.reproduce.core import FigureSpec, Outcome
+
+    rope, t1, t2 = "rope-ntot20-n2-15", "leftright-v1-t1-ntot20-n2-10", "leftright-v1-t2-ntot20-n2-10"
+    ctl = replicates.SHUFFLED_ROPE
+    spec = FigureSpec("two", "t", "t", (rope, t1), lambda ms: Outcome({}, "", [], {}))
+    monkeypatch.setitem(replicates.TRAINED_CONTROLS, "two", {rope: (ctl, False), t1: (t2, True)})
+    man = manifest(ctl)
+    for seed in (5, 3):  # another seed of the RoPE control's config, written as a sweep run
+        run = tmp_path / replicates.CONTROLS_SWEEP / "runs" / f"seed-{seed}"
+        run.mkdir(parents=True)
+        cfg = {k: man[k] for k in ("model_config", "data_config")}
+        (run / "config.json").write_text(json.dumps({**cfg, "train_config": {**man["train_config"], "seed": seed}}))
+        (run / "summary.json").write_text("{}")
+        save_model(load_model(ctl), run / "model.safetensors")
+    runs, status = replicates.trained_control_runs(spec, tmp_path)
+    assert [label for label, _ in runs] == [
+        f"{ctl} + {t2}",
+        f"controls/runs/seed-3 + {t2}",  # seed order, not folder order
+        f"controls/runs/seed-5 + {t2}",
+    ]
+    assert status == f"3 run(s) of {ctl!r}, {t2!r}"
+    for _, models in runs:
+        assert set(models) == {rope, t1}
+        assert models[t1].cfg == load_model(t2).cfg  # Fig. 8's model in Fig. 20's place, as declared (free)
+    runs, _ = replicates.trained_control_runs(spec, None)
+    assert [label for label, _ in runs] == [f"{ctl} + {t2}"]
+
+
+def test_x1_is_defined_on_a_model_that_mirroring_does_not_move():
+    """x1's restated check (docs/fidelity.md, 2026-11-28): on an untrained model (whose belief mirroring does not
+    flip) it fails with its flip rate reported instead of raising, so its null control runs on every draw."""
+    from hooked_clip1d.reproduce.controls import substitutes
+    from hooked_clip1d.reproduce.open_questions import mirror_flip_rate
+
+    spec = rp.FIGURES["x1-mirror-swap"]
+    out = spec.run(substitutes(spec, "untrained:4"))
+    assert [holds for _, holds in out.checks] == [False, False]
+    assert all("flips the belief on >= 80 %" in c for c, _ in out.checks)
+    for numbers in out.numbers.values():
+        assert 0.0 <= numbers["flip_rate"] < 0.8
+    assert "fraction not defined" in out.summary
+    with pytest.raises(ValueError, match="NaN or an infinity"):
+        mirror_flip_rate(torch.tensor([float("nan")]), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="equal-length non-empty"):
+        mirror_flip_rate(torch.tensor([1.0, 2.0]), torch.tensor([1.0]))

@@ -60,13 +60,48 @@ def _x_mirror_swap(models: dict[str, CLIP1D]) -> Outcome:
         L = model.vision.cfg.n_layers
         z = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
         heads = mirror_swap_patching(model, imgs, caps, hook_names=z, sets=["cls"], heads=True)
-        fr = heads.fraction()[-1, 0].tolist()  # last layer, CLS, per head
-        numbers[name] = heads.to_dict()
-        figs[name] = plot_patching_map(heads)
-        parts.append(f"{name}: " + ", ".join(f"h{h} {f:.2f}" for h, f in enumerate(fr)))
-        checks.append((f"{name}: one head carries >= 0.8 of the mirror shift at CLS", max(fr) >= 0.8))
-    summary = "fraction of the belief shift recovered by patching one head's z at CLS from the mirrored image: "
+        flips = mirror_flip_rate(heads.base, heads.source)
+        # restated 2026-11-28 (docs/fidelity.md, before computing): defined on every model; the fraction only where
+        # mirroring moves the belief (on an untrained or order-blind model it does not, and the fraction is undefined)
+        fr = heads.fraction()[-1, 0].tolist() if flips >= MIRROR_FLIP_MIN else None  # last layer, CLS, per head
+        numbers[name] = {**heads.to_dict(), "flip_rate": flips} if fr is not None else {"flip_rate": flips}
+        if fr is not None:
+            figs[name] = plot_patching_map(heads)
+        shares = ", ".join(f"h{h} {f:.2f}" for h, f in enumerate(fr)) if fr is not None else "fraction not defined"
+        parts.append(f"{name}: flip rate {flips:.2f}; {shares}")
+        checks.append(
+            (
+                f"{name}: mirroring flips the belief on >= 80 % of val_unseen images, and one head carries >= 0.8 of "
+                "the mirror shift at CLS",
+                fr is not None and max(fr) >= 0.8,
+            )
+        )
+    summary = (
+        "share of val_unseen images whose belief mirroring flips (flip rate), and the fraction of the belief shift "
+        "recovered by patching one head's z at CLS from the mirrored image: "
+    )
     return Outcome(numbers, summary + "; ".join(parts) + ".", checks, figs)
+
+
+MIRROR_FLIP_MIN = 0.8
+
+
+def mirror_flip_rate(base: torch.Tensor, source: torch.Tensor) -> float:
+    """The share of images whose belief mirroring flips: the true caption preferred on the image (``base > 0``)
+    and its swap on the mirror (``source < 0``).
+
+    Example:
+        >>> mirror_flip_rate(torch.tensor([1.0, 2.0, -1.0, 0.5]), torch.tensor([-1.0, 0.5, 1.0, -0.1]))
+        0.5
+    """
+    if base.shape != source.shape or base.ndim != 1 or len(base) == 0:
+        raise ValueError(
+            f"base and source must be equal-length non-empty beliefs [batch], got {tuple(base.shape)} "
+            f"and {tuple(source.shape)}"
+        )
+    if not (torch.isfinite(base).all() and torch.isfinite(source).all()):
+        raise ValueError("the beliefs hold a NaN or an infinity: no flip rate")
+    return float(((base > 0) & (source < 0)).float().mean())
 
 
 STEER_ALPHAS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)

@@ -43,45 +43,73 @@ TRAINED_CONTROLS: dict[str, dict[str, tuple[str, bool]]] = {
     "fig18": {"rope-ntot20-n2-15": (SHUFFLED_ROPE, False)},
     "fig19": {"rope-ntot20-n2-15": (SHUFFLED_ROPE, False)},
     "fig20": {"leftright-v1-t1-ntot20-n2-10": ("leftright-v1-t2-ntot20-n2-10", True)},
+    # x1's restated check (amendment of 2026-11-28, session 22): both models guarded, their controls substituted
+    # together in each control run
+    "x1-mirror-swap": {
+        "simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False),
+        "rope-ntot20-n2-15": (SHUFFLED_ROPE, False),
+    },
 }
 
 
 def trained_control_runs(spec: FigureSpec, sweeps_root: Path | None) -> tuple[list[tuple[str, dict[str, CLIP1D]]], str]:
     """The trained-control runs of figure ``spec`` (``TRAINED_CONTROLS``): ``(label, the figure's models with the
-    control in place)`` for the shipped control and each other seed of its config in ``sweeps_root/controls``, and a
-    status line (what was found, or why nothing was). Empty where the figure has no control or it is not trained."""
-    from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
+    controls in place)`` for the shipped controls and each other seed of their configs in their sweeps under
+    ``sweeps_root``, and a status line (what was found, or why nothing was). Empty where the figure has no control
+    or one of its controls is not trained.
+
+    A figure with several guarded models (x1) has them replaced together: run k puts each control's k-th run (the
+    shipped seed first, then its sweep's other seeds in seed order) in its model's place; a control with fewer runs
+    repeats its shipped seed (docs/fidelity.md, 2026-11-28 amendment).
+    """
+    from hooked_clip1d.pretrained import list_pretrained, load_model
 
     table = TRAINED_CONTROLS.get(spec.key)
     if not table:
         return [], "no trained control is declared for this figure"
-    (zoo_name, (control, free)), *more = table.items()
-    if more:
-        raise ValueError(f"{spec.key}: one trained control per figure is implemented, {len(table)} declared")
-    if control not in list_pretrained():
-        sweep = CONTROL_SWEEPS.get(control, CONTROLS_SWEEP)
-        return [], f"the trained control {control!r} is not in the zoo yet (sweep {sweep}.toml trains it)"
-    others = {m: load_model(m) for m in spec.models if m != zoo_name}
-    runs = [(control, {**others, zoo_name: _as_control(zoo_name, load_model(control), free)})]
-    if sweeps_root is not None:
-        man = manifest(control)
-        sweep = CONTROL_SWEEPS.get(control, CONTROLS_SWEEP)
-        for run in sorted((Path(sweeps_root) / sweep / "runs").glob("*")):
-            if not (run / "summary.json").exists():
-                continue
-            saved = json.loads((run / "config.json").read_text())
-            if saved["train_config"]["seed"] == man["train_config"]["seed"]:
-                continue
-            same = saved["data_config"] == man["data_config"] and _without_init_seed(
-                CLIPConfig.from_dict(saved["model_config"])
-            ) == _without_init_seed(CLIPConfig.from_dict(man["model_config"]))
-            if same:
-                from hooked_clip1d.model.checkpoint import load_model_file
+    missing = [c for c, _ in table.values() if c not in list_pretrained()]
+    if missing:
+        sweeps = sorted({CONTROL_SWEEPS.get(c, CONTROLS_SWEEP) for c in missing})
+        names = ", ".join(repr(c) for c in missing)
+        return [], f"the trained control {names} is not in the zoo yet (sweep {', '.join(sweeps)}.toml trains it)"
+    per_model = {zoo_name: _control_seeds(control, sweeps_root) for zoo_name, (control, _) in table.items()}
+    others = {m: load_model(m) for m in spec.models if m not in table}
+    runs = []
+    for k in range(max(len(seeds) for seeds in per_model.values())):
+        picked = {z: seeds[k] if k < len(seeds) else seeds[0] for z, seeds in per_model.items()}
+        label = " + ".join(dict.fromkeys(label for label, _ in picked.values()))
+        controls = {z: _as_control(z, model, table[z][1], label) for z, (label, model) in picked.items()}
+        runs.append((label, {**others, **controls}))
+    controls = ", ".join(repr(c) for c, _ in table.values())
+    return runs, f"{len(runs)} run(s) of {controls}"
 
-                model = load_model_file(run / "model.safetensors")
-                label = f"{sweep}/runs/{run.name}"
-                runs.append((label, {**others, zoo_name: _as_control(zoo_name, model, free, label)}))
-    return runs, f"{len(runs)} run(s) of {control!r}"
+
+def _control_seeds(control: str, sweeps_root: Path | None) -> list[tuple[str, CLIP1D]]:
+    """Control ``control``'s runs: the shipped one (labelled by its zoo name), then each other seed of its config
+    found in its sweep under ``sweeps_root`` (labelled ``sweep/runs/NAME``), in seed order."""
+    from hooked_clip1d.model.checkpoint import load_model_file
+    from hooked_clip1d.pretrained import load_model, manifest
+
+    found = [(control, load_model(control))]
+    if sweeps_root is None:
+        return found
+    man = manifest(control)
+    sweep = CONTROL_SWEEPS.get(control, CONTROLS_SWEEP)
+    want = _without_init_seed(CLIPConfig.from_dict(man["model_config"]))
+    seeded = []
+    for run in sorted((Path(sweeps_root) / sweep / "runs").glob("*")):
+        if not (run / "summary.json").exists():
+            continue
+        saved = json.loads((run / "config.json").read_text())
+        seed = saved["train_config"]["seed"]
+        if seed == man["train_config"]["seed"]:
+            continue
+        if (
+            saved["data_config"] == man["data_config"]
+            and _without_init_seed(CLIPConfig.from_dict(saved["model_config"])) == want
+        ):
+            seeded.append((seed, f"{sweep}/runs/{run.name}", load_model_file(run / "model.safetensors")))
+    return found + [(label, model) for _, label, model in sorted(seeded, key=lambda t: t[0])]
 
 
 def _as_control(zoo_name: str, model: CLIP1D, free: bool, label: str | None = None) -> CLIP1D:
