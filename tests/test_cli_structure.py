@@ -83,6 +83,7 @@ def test_one_parser_function_per_command():
         "unpack",
         "export",
         "ship-trajectory",
+        "repack-trajectory",
     ]
     for name in names:
         fn = f"add_{name.replace('-', '_')}_parser"

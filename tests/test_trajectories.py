@@ -9,6 +9,7 @@ a zoo in a temporary folder (the registry's folders point there for the test: ``
 from __future__ import annotations
 
 import json
+import lzma
 import shutil
 from pathlib import Path
 
@@ -72,15 +73,17 @@ def _equal(a, b) -> bool:
 
 
 # ---- shipping ------------------------------------------------------------------------------------------------------
-def test_ship_writes_one_file_and_a_manifest(zoo):
+def test_ship_writes_one_file_and_a_manifest(zoo, tmp_path):
     assert reg.list_trajectories() == ["tiny"]
     assert reg.list_checkpoints("tiny") == EPOCHS
     man = reg.trajectory_manifest("tiny")
-    assert man["dtype"] == "float16" and man["final_epoch"] == 6 and man["file"] == "tiny.safetensors"
+    assert man["dtype"] == "float16" and man["final_epoch"] == 6 and man["file"] == "tiny.safetensors.xz"
     assert man["dtypes"] == {"0": "float16", "1": "float16", "2": "float16"}
     assert man["sha256"] == reg.sha256_file(zoo["target"]) and man["bytes"] == zoo["target"].stat().st_size
     assert man["checkpoint_sha256"]["6"] == reg.manifest("tiny")["sha256"]  # the last: the shipped weights file
-    with safe_open(str(zoo["target"]), "pt") as f:
+    unpacked = tmp_path / "unpacked.safetensors"
+    unpacked.write_bytes(lzma.decompress(zoo["target"].read_bytes()))
+    with safe_open(str(unpacked), "pt") as f:
         keys = list(f.keys())
         dtypes = {f.get_tensor(k).dtype for k in keys}
     assert {k.split(".")[0] for k in keys} == {"epoch_00000", "epoch_00001", "epoch_00002"}  # not the last again
@@ -130,7 +133,9 @@ def test_precision_falls_back_when_float16_cannot_hold_a_weight(zoo, tmp_path):
     assert tried[-1]["accepted"] and [t["dtype"] for t in tried] == ["float16", "bfloat16", "float32"][: len(tried)]
     assert man["dtypes"] == {"0": "float16", "1": tried[-1]["dtype"], "2": "float16"}
     assert man["dtype"] == f"float16 x 2, {tried[-1]['dtype']} x 1"
-    with safe_open(str(dest / "tiny.safetensors"), "pt") as f:
+    stored_file = tmp_path / "unpacked.safetensors"  # the standard format inside the xz container
+    stored_file.write_bytes(lzma.decompress((dest / "tiny.safetensors.xz").read_bytes()))
+    with safe_open(str(stored_file), "pt") as f:
         assert f.get_tensor("epoch_00001.W_proj").dtype == getattr(torch, tried[-1]["dtype"])
         assert f.get_tensor("epoch_00002.W_proj").dtype == torch.float16
     with pytest.MonkeyPatch.context() as mp:
@@ -240,9 +245,9 @@ def test_a_tampered_trajectory_is_refused(zoo, tmp_path, monkeypatch):
     traj = tmp_path / "trajectories"
     shutil.copytree(zoo["root"] / "trajectories", traj)
     monkeypatch.setattr(reg, "TRAJECTORIES_DIR", traj)
-    blob = bytearray((traj / "tiny.safetensors").read_bytes())
+    blob = bytearray((traj / "tiny.safetensors.xz").read_bytes())
     blob[-3] ^= 0xFF
-    (traj / "tiny.safetensors").write_bytes(bytes(blob))
+    (traj / "tiny.safetensors.xz").write_bytes(bytes(blob))
     with pytest.raises(CheckpointError, match="sha256 .* does not match its manifest"):
         reg.load_model("tiny", checkpoint_index=0)
     reg.load_model("tiny", checkpoint_index=-1)  # the last is the shipped weights file, untouched
@@ -378,7 +383,7 @@ def test_cli_ship_trajectory(zoo, tmp_path, capsys, monkeypatch):
     args = ["ship-trajectory", str(zoo["run"]), "--name", "tiny", "--epochs", "0,2,6", "--tolerance-images", "1"]
     assert main([*args, "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["epochs"] == [0, 2, 6] and res["dtype"] == "float16" and (tmp_path / "tiny.safetensors").exists()
+    assert res["epochs"] == [0, 2, 6] and res["dtype"] == "float16" and (tmp_path / "tiny.safetensors.xz").exists()
     assert json.loads((tmp_path / "tiny.json").read_text())["precision"]["tolerance_images"] == 1
     with pytest.raises(ValueError, match="tolerance must be an int >= 0"):
         ship.ship_trajectory(zoo["run"], "tiny", dest=tmp_path, tolerance_images=-1)
@@ -448,7 +453,7 @@ def test_a_trajectory_past_the_part_size_ships_in_parts_and_loads_the_same(zoo, 
     ship.ship_trajectory(zoo["run"], "tiny", dest=dest)
     man = json.loads((dest / "tiny.json").read_text())
     files = [man["file"], *(p["file"] for p in man["parts"])]
-    assert files == ["tiny.safetensors", "tiny.part1.safetensors", "tiny.part2.safetensors"]
+    assert files == ["tiny.safetensors.xz", "tiny.part1.safetensors.xz", "tiny.part2.safetensors.xz"]
     assert man["bytes"] == sum((dest / f).stat().st_size for f in files)
     assert all(p["sha256"] == reg.sha256_file(dest / p["file"]) for p in man["parts"])
     for e in EPOCHS:
@@ -458,4 +463,61 @@ def test_a_trajectory_past_the_part_size_ships_in_parts_and_loads_the_same(zoo, 
         assert _equal(parted, reg.load_model("tiny", checkpoint_value=e)), e
     monkeypatch.setattr(ship, "PART_BYTES", 10**9)
     ship.ship_trajectory(zoo["run"], "tiny", dest=dest)
-    assert sorted(p.name for p in dest.iterdir()) == ["tiny.json", "tiny.safetensors"]
+    assert sorted(p.name for p in dest.iterdir()) == ["tiny.json", "tiny.safetensors.xz"]
+
+
+def test_trajectory_files_are_xz_and_the_older_uncompressed_format_still_loads(zoo, tmp_path, monkeypatch):
+    """Trajectory files are xz-compressed safetensors (the working tree travels to a GPU window within 64 MiB): a
+    file unpacked by hand (``xz -d``) with its manifest pointing at it loads the same; a truncated file, or one that
+    claims to unpack past the cap, is refused by name, not read."""
+    from hooked_clip1d.pretrained import trajectories as tj
+
+    traj = tmp_path / "trajectories"
+    shutil.copytree(zoo["root"] / "trajectories", traj)
+    monkeypatch.setattr(reg, "TRAJECTORIES_DIR", traj)
+    packed = reg.load_model("tiny", checkpoint_index=0)
+    man = json.loads((traj / "tiny.json").read_text())
+    assert man["file"] == "tiny.safetensors.xz" and tj.trajectory_file(traj, "tiny").name == "tiny.safetensors.xz"
+    old = traj / "tiny.safetensors"
+    old.write_bytes(lzma.decompress((traj / man["file"]).read_bytes()))
+    (traj / man["file"]).unlink()
+    (traj / "tiny.json").write_text(json.dumps({**man, "file": old.name, "sha256": reg.sha256_file(old)}))
+    assert reg.list_trajectories() == ["tiny"] and tj.trajectory_file(traj, "tiny") == old
+    assert _equal(reg.load_model("tiny", checkpoint_index=0), packed)
+    cut = tmp_path / "cut.safetensors.xz"
+    cut.write_bytes(lzma.compress(old.read_bytes())[:-40])
+    with pytest.raises(CheckpointError, match="truncated or unpacks past"):
+        tj.read_trajectory_file(cut, reg.sha256_file(cut))
+    monkeypatch.setattr(tj, "MAX_UNPACKED_BYTES", 1000)
+    whole = tmp_path / "whole.safetensors.xz"
+    whole.write_bytes(lzma.compress(old.read_bytes()))
+    with pytest.raises(CheckpointError, match="unpacks past 1000 bytes"):
+        tj.read_trajectory_file(whole, reg.sha256_file(whole))
+
+
+def test_repack_keeps_the_chosen_checkpoints_bit_for_bit_and_their_rows(zoo, tmp_path, monkeypatch):
+    """``repack_trajectory`` (making room without a training run): the kept checkpoints load as before, the dropped
+    ones are gone, the rows of the kept ones are the shipped rows, windows recomputed over them, the drop recorded;
+    an epoch the trajectory lacks is refused before anything is written."""
+    traj = tmp_path / "trajectories"
+    shutil.copytree(zoo["root"] / "trajectories", traj)
+    monkeypatch.setattr(reg, "TRAJECTORIES_DIR", traj)
+    before = {e: reg.load_model("tiny", checkpoint_value=e) for e in EPOCHS}
+    old = json.loads((traj / "tiny.json").read_text())
+    with pytest.raises(ValueError, match=r"no checkpoint at epochs \[3\]"):
+        ship.repack_trajectory("tiny", [0, 3])
+    assert json.loads((traj / "tiny.json").read_text()) == old
+    ship.repack_trajectory("tiny", [0, 2])
+    assert reg.list_checkpoints("tiny") == [0, 2, 6]
+    for e in (0, 2, 6):
+        assert _equal(reg.load_model("tiny", checkpoint_value=e), before[e]), e
+    with pytest.raises(Exception, match="no checkpoint at epoch 1"):
+        reg.load_model("tiny", checkpoint_value=1)
+    man = json.loads((traj / "tiny.json").read_text())
+    assert man["source"]["repacked"]["dropped"] == [1]
+    assert set(man["precision"]["checkpoints"]) == {"0", "2"} and set(man["checkpoint_sha256"]) == {"0", "2", "6"}
+    if "rows" in old["emergence"]:
+        assert man["emergence"]["rows"] == [r for r in old["emergence"]["rows"] if r["epoch"] != 1]
+    assert sorted(p.name for p in traj.iterdir() if p.name.startswith("tiny")) == ["tiny.json", "tiny.safetensors.xz"]
+    ship.repack_trajectory("tiny", [2])  # a second repack adds to the record of what was dropped
+    assert json.loads((traj / "tiny.json").read_text())["source"]["repacked"]["dropped"] == [0, 1]

@@ -269,6 +269,36 @@ def add_ship_trajectory_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+def add_repack_trajectory_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``repack-trajectory`` command: a shipped trajectory rewritten (today's format, fewer checkpoints)."""
+    p = sub.add_parser(
+        "repack-trajectory",
+        help="rewrite a shipped trajectory in today's format, optionally keeping fewer checkpoints (maintainers)",
+        description="rewrite the shipped trajectory of the zoo's NAME as xz-compressed parts, keeping the checkpoints "
+        "at --epochs (default: all; the last, the shipped model, always) bit for bit with their recorded rows; no "
+        "training run needed",
+    )
+    p.add_argument("name", help="a zoo model that ships a trajectory")
+    p.add_argument("--epochs", default=None, help="comma-separated epochs to keep (default: all)")
+    p.add_argument(
+        "--budget-mb", type=float, default=25.0, help="refuse if all shipped trajectories would exceed this (MB)"
+    )
+    p.set_defaults(func=cmd_repack_trajectory)
+    return p
+
+
+def cmd_repack_trajectory(a: argparse.Namespace) -> int:
+    from hooked_clip1d.pretrained import trajectory_manifest
+    from hooked_clip1d.pretrained.ship import repack_trajectory
+
+    target = repack_trajectory(a.name, epochs=_epoch_list(a.epochs), budget_mb=a.budget_mb)
+    man = trajectory_manifest(a.name)
+    dropped = man["source"]["repacked"]["dropped"]
+    print(f"repacked {len(man['epochs'])} checkpoints of {a.name} -> {target} ({man['bytes'] / 1e6:.2f} MB)")
+    print("dropped epochs: " + (", ".join(map(str, dropped)) or "none"))
+    return 0
+
+
 def _epoch_list(text: str | None) -> list[int] | None:
     if text is None:
         return None
@@ -406,6 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_unpack_parser,
         add_export_parser,
         add_ship_trajectory_parser,
+        add_repack_trajectory_parser,
     ):
         add(sub)
     return p

@@ -94,14 +94,49 @@ def read_tensors(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
         raise CheckpointError(
             f"{str(path)!r} is not a readable safetensors file (truncated or corrupt?): {e}"
         ) from None
+    return tensors, _checked_meta(tensors, raw_meta, str(path))
+
+
+def read_tensors_bytes(data: bytes, label: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """``read_tensors`` of a safetensors file held in memory (e.g. decompressed), ``label`` naming it in errors.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "t.safetensors")
+        >>> save_tensors(path, {"x": torch.ones(2)}, {"note": {"epochs": [0, 5]}})
+        >>> tensors, meta = read_tensors_bytes(open(path, "rb").read(), "t")
+        >>> tensors["x"].tolist(), meta["note"]
+        ([1.0, 1.0], {'epochs': [0, 5]})
+        >>> try:
+        ...     read_tensors_bytes(b"junk", "t")
+        ... except CheckpointError as e:
+        ...     print(str(e).split(" (")[0])
+        't' is not a readable safetensors file
+    """
+    from safetensors.torch import load
+
+    try:
+        n = int.from_bytes(data[:8], "little")
+        if len(data) < 8 or n > len(data) - 8:
+            raise ValueError(f"a header of {n} bytes in {len(data)} bytes")
+        header = json.loads(data[8 : 8 + n])
+        raw_meta = header.get("__metadata__") or {}
+        tensors = load(data)
+    except (SafetensorError, ValueError, RuntimeError, AttributeError) as e:
+        raise CheckpointError(f"{label!r} is not a readable safetensors file (truncated or corrupt?): {e}") from None
+    return tensors, _checked_meta(tensors, raw_meta, label)
+
+
+def _checked_meta(tensors: dict[str, torch.Tensor], raw_meta: dict[str, str], label: str) -> dict[str, Any]:
+    """The decoded metadata of a file's ``raw_meta``, after checking its format and content digest."""
     if raw_meta.get("format") != FORMAT:
         raise CheckpointError(
-            f"{str(path)!r} is a safetensors file but not a hooked_clip1d checkpoint "
+            f"{label!r} is a safetensors file but not a hooked_clip1d checkpoint "
             f"(metadata 'format' is {raw_meta.get('format')!r}, expected {FORMAT!r})"
         )
     if "digest" in raw_meta and content_digest(tensors, raw_meta) != raw_meta["digest"]:
         raise CheckpointError(
-            f"{str(path)!r} was modified after it was written: its tensors or metadata no longer match the digest "
+            f"{label!r} was modified after it was written: its tensors or metadata no longer match the digest "
             "stored in it (re-export it, or restore the original file)"
         )
     meta: dict[str, Any] = {}
@@ -111,8 +146,8 @@ def read_tensors(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict
         try:
             meta[k] = json.loads(v) if k != "format" else v
         except json.JSONDecodeError:
-            raise CheckpointError(f"{str(path)!r}: metadata {k!r} is not valid JSON") from None
-    return tensors, meta
+            raise CheckpointError(f"{label!r}: metadata {k!r} is not valid JSON") from None
+    return meta
 
 
 def model_tensors(model: CLIP1D) -> dict[str, torch.Tensor]:

@@ -41,6 +41,7 @@ from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file fo
     set_checkpoint_fields,
     stored_checkpoint,
     stored_metrics,
+    trajectory_file,
     trajectory_schedule,
 )
 
@@ -231,7 +232,7 @@ def list_trajectories() -> list[str]:
         True
     """
     d = Path(TRAJECTORIES_DIR)
-    return sorted(p.stem for p in d.glob("*.json") if (d / f"{p.stem}.safetensors").exists())
+    return sorted(p.stem for p in d.glob("*.json") if trajectory_file(d, p.stem).exists())
 
 
 def trajectory_manifest(name: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from hooked_clip1d.pretrained.trajectories import (
     PART_BYTES,
     PRECISION_METHOD,
     STORE_DTYPES,
+    SUFFIX,
     dtype_summary,
     measure_precision,
     numeric_diff,
@@ -39,6 +40,7 @@ from hooked_clip1d.pretrained.trajectories import (
     split_checkpoints,
     trajectory_schedule,
     trajectory_tensors,
+    write_compressed,
 )
 
 
@@ -414,18 +416,21 @@ def _emergence_record(
 def _write_parts(
     dest: Path, name: str, tensors: dict[str, Any], meta: dict[str, Any], man: dict[str, Any], budget_mb: int | float
 ) -> tuple[Path, str]:
-    """Write the trajectory's files of at most ``PART_BYTES`` (the first is ``dest/name.safetensors``) to pending
-    names, complete the manifest ``man`` with their names, digests and sizes, refuse past ``budget_mb`` (naming the
-    sizes), then put them in place; returns (the first file, the manifest's text). Nothing half-written is left."""
+    """Write the trajectory's files of at most ``PART_BYTES`` of tensors each, xz-compressed (the first is
+    ``dest/name.safetensors.xz``), to pending names, complete the manifest ``man`` with their names, digests and
+    sizes, refuse past ``budget_mb`` (naming the sizes), then put them in place (removing this name's older files);
+    returns (the first file, the manifest's text). Nothing half-written is left."""
     from hooked_clip1d.model.checkpoint import save_tensors
 
-    target = dest / f"{name}.safetensors"
+    target = dest / f"{name}{SUFFIX}"
     groups = split_checkpoints(tensors, PART_BYTES)  # files of at most PART_BYTES: the first is `target`
-    finals = [target, *(dest / f"{name}.part{i}.safetensors" for i in range(1, len(groups)))]
-    pendings = [f.with_name(f".{f.stem}.pending.safetensors") for f in finals]  # replaced after the budget check
+    finals = [target, *(dest / f"{name}.part{i}{SUFFIX}" for i in range(1, len(groups)))]
+    pendings = [f.with_name(f".{f.name}.pending") for f in finals]  # replaced after the budget check
+    raw = dest / f".{name}.raw.pending.safetensors"
     try:
         for pend, group in zip(pendings, groups, strict=True):
-            save_tensors(pend, group, meta)
+            save_tensors(raw, group, meta)
+            write_compressed(pend, raw.read_bytes())
         files = {
             "file": target.name,
             "sha256": sha256_file(pendings[0]),
@@ -439,9 +444,7 @@ def _write_parts(
         man = dict([*list(man.items())[:at], *files.items(), *list(man.items())[at:]])
         text = json.dumps(man, indent=2) + "\n"
         size = man["bytes"] + len(text.encode())
-        present = [
-            p for p in dest.glob("*") if p.is_file() and p.stem != name and not p.name.startswith((".", f"{name}.part"))
-        ]
+        present = [p for p in dest.glob("*") if p.is_file() and not p.name.startswith(".") and not _owned(p, name)]
         others = sum(p.stat().st_size for p in present)
         if others + size > budget_mb * 1e6:
             raise ValueError(
@@ -449,12 +452,102 @@ def _write_parts(
                 f"{str(dest)!r} to {(others + size) / 1e6:.1f} MB, past the budget of {budget_mb} MB (the others: "
                 f"{others / 1e6:.1f} MB): ship fewer checkpoints (--epochs) or raise the budget (--budget-mb)"
             )
-        for old in dest.glob(f"{name}.part*.safetensors"):  # a re-ship may have fewer parts
-            old.unlink()
+        for old in dest.glob(f"{name}.*safetensors*"):  # a re-ship may have fewer parts, or the older format
+            if _owned(old, name) and old not in finals:
+                old.unlink()
         for pend, final in zip(pendings, finals, strict=True):
             os.replace(pend, final)
     finally:
-        for pend in pendings:
+        for pend in [*pendings, raw]:
             if pend.exists():
                 pend.unlink()
     return target, text
+
+
+def _owned(path: Path, name: str) -> bool:
+    """Whether ``path`` is one of zoo model ``name``'s trajectory files (its manifest, first file or parts, in
+    either format)."""
+    own = {f"{name}.json", f"{name}.safetensors", f"{name}{SUFFIX}"}
+    return path.name in own or re.fullmatch(re.escape(name) + r"\.part\d+\.safetensors(\.xz)?", path.name) is not None
+
+
+def repack_trajectory(
+    name: str,
+    epochs: Sequence[int] | None = None,
+    dest: str | os.PathLike | None = None,
+    budget_mb: int | float = 25.0,
+) -> Path:
+    """Rewrite the shipped trajectory of zoo model ``name`` in today's file format (xz-compressed parts), keeping
+    the checkpoints at ``epochs`` (default: all of them; the last, the shipped model, always): no training run
+    needed. Each kept checkpoint is stored bit for bit in its stored dtype (its content sha256 checked against the
+    manifest), the precision record keeps its rows, the emergence rows keep theirs (each measured on that
+    checkpoint's stored weights at shipping) and their windows are recomputed over the kept rows
+    (``check_windows``); ``source.repacked`` records the date and the epochs dropped. Returns the first file's path.
+    For making room (the working tree travels to a GPU window within 64 MiB) without retraining.
+
+    Example (the command line: ``hooked-clip1d repack-trajectory NAME --epochs 0,100,...``):
+        >>> repack_trajectory("simplified-ntot20-n2-10-standard-loss", [0, 200, 1500])  # doctest: +SKIP
+    """
+    import datetime
+
+    import torch
+
+    from hooked_clip1d.analysis.mechanism.dynamics import check_windows
+    from hooked_clip1d.files import atomic_write_text
+    from hooked_clip1d.pretrained.trajectories import read_trajectory, stored_checkpoint
+
+    src = Path(reg.TRAJECTORIES_DIR)
+    dest = check_destination(dest if dest is not None else src, "repack-trajectory")
+    man = reg.trajectory_manifest(name)  # KeyError / NoTrajectoryError naming what is there
+    final, have = int(man["final_epoch"]), [int(e) for e in man["epochs"]]
+    keep = have if epochs is None else sorted({int(e) for e in epochs} | {final})
+    unknown = [e for e in keep if e not in have]
+    if unknown:
+        raise ValueError(f"{name!r}'s trajectory has no checkpoint at epochs {unknown}; its epochs: {have}")
+    stored = [e for e in keep if e != final]
+    if not stored:
+        raise ValueError(f"a trajectory needs a checkpoint before the last epoch {final}; kept: {keep}")
+    with torch.random.fork_rng(devices=[]):
+        tensors_all, meta = read_trajectory(src, man)
+        models = {
+            e: stored_checkpoint(tensors_all, meta, e, man["checkpoint_sha256"][str(e)], f"trajectory {name!r}")
+            for e in stored
+        }
+    kept_dtypes = {e: man["dtypes"][str(e)] for e in stored}
+    tensors, digests = trajectory_tensors(models, kept_dtypes)
+    moved = [e for e in stored if digests[str(e)] != man["checkpoint_sha256"][str(e)]]
+    if moved:  # upcast and stored again in its dtype, a checkpoint must be the same bytes
+        raise ValueError(f"{name!r}: the checkpoints at epochs {moved} would not be stored bit for bit")
+    digests[str(final)] = man["checkpoint_sha256"][str(final)]
+    earlier = man["source"].get("repacked", {}).get("dropped", [])  # a second repack keeps the first's record
+    dropped = sorted({*earlier, *(e for e in have if e not in keep)})
+    emergence = man["emergence"]
+    if "rows" in emergence:
+        rows = [r for r in emergence["rows"] if int(r["epoch"]) in keep]
+        flipped = [c for c in emergence.get("checks_changed_by_rounding", []) if int(c[0]) in keep]
+        emergence = {**emergence, "rows": rows, "windows": check_windows(rows), "checks_changed_by_rounding": flipped}
+    dtype_map = {str(e): kept_dtypes[e] for e in stored}
+    trajectory = {"name": name, "epochs": keep, "final_epoch": final, "dtypes": dtype_map}
+    meta = {**{k: v for k, v in meta.items() if k != "format"}, "trajectory": trajectory}
+    files = ("file", "sha256", "bytes", "parts")
+    new = {k: v for k, v in man.items() if k not in files}
+    new.update(
+        epochs=keep,
+        dtype=dtype_summary(kept_dtypes),
+        dtypes=dtype_map,
+        checkpoint_sha256={str(e): digests[str(e)] for e in keep},
+        precision={**man["precision"], "checkpoints": {e: man["precision"]["checkpoints"][e] for e in dtype_map}},
+        emergence=emergence,
+        source={
+            **man["source"],
+            "repacked": {
+                "date": datetime.date.today().isoformat(),
+                "dropped": dropped,
+                "why": "room in the working tree (it travels to a GPU window within 64 MiB); the kept checkpoints "
+                "are the shipped bytes, their rows the shipped rows",
+            },
+        },
+    )
+    target, text = _write_parts(dest, name, tensors, meta, new, budget_mb)
+    atomic_write_text(dest / f"{name}.json", text)
+    return target

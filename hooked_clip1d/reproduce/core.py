@@ -154,7 +154,7 @@ def outcome_record(res: Outcome, out: Path, spec: FigureSpec, source: str) -> di
     """The record's outcome fields; each figure is saved as ``<key>_<name>.png`` with a footer naming ``source``
     (the zoo models or the sweep it shows) and ``spec.data``."""
     figure, data = spec.key, spec.data
-    from hooked_clip1d.visualization.style import stamp
+    from hooked_clip1d.visualization.style import save_compact_png, stamp
 
     plots = []
     for name, fig in res.figures.items():
@@ -162,7 +162,7 @@ def outcome_record(res: Outcome, out: Path, spec: FigureSpec, source: str) -> di
         shown = data or "each model's own dataset"
         stamp(fig, source, f"{shown} (`hooked-clip1d reproduce {figure}`)")
         try:
-            atomic_write(path, lambda tmp, fig=fig: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
+            atomic_write(path, lambda tmp, fig=fig: save_compact_png(fig, tmp))
         finally:
             plt.close(fig)
         plots.append(path.name)

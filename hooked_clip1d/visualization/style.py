@@ -8,6 +8,8 @@
   legend, so no dashed line is left unexplained.
 - ``legend_outside``: the legend to the right of the axes, where it cannot cover data.
 - ``stamp``: a footer naming the model and the data a saved figure shows (``analyze`` and ``reproduce`` add it).
+- ``save_compact_png``: a figure as a 256-colour PNG, for figures the repository keeps (docs/figures: ~1/3 of the
+  bytes of a full-colour one; the working tree travels to a GPU window within 64 MiB).
 
 Example:
     >>> import matplotlib.pyplot as plt
@@ -114,3 +116,28 @@ def stamp(fig: Figure, model: str, data: str | None = None) -> Text:
     bottoms = [ax.get_tightbbox(renderer).y0 for ax in fig.axes if ax.get_visible()]
     y = min([-0.01, *(b / fig.bbox.height - 0.02 for b in bottoms)])  # figure fraction, under the lowest label
     return fig.text(0.01, y, text, ha="left", va="top", fontsize=7, color="dimgray")
+
+
+def save_compact_png(fig: Any, path: Any, dpi: int = 110) -> None:
+    """Write ``fig`` to ``path`` (a file name or a binary file object) as a PNG with a 256-colour palette
+    (median-cut; matplotlib's flat colours and colormaps keep their look at a third of the bytes).
+
+    Example:
+        >>> import io
+        >>> fig, ax = plt.subplots()
+        >>> _ = ax.plot([0, 1], [0, 1])
+        >>> buf = io.BytesIO()
+        >>> save_compact_png(fig, buf)
+        >>> from PIL import Image
+        >>> Image.open(io.BytesIO(buf.getvalue())).mode
+        'P'
+        >>> plt.close(fig)
+    """
+    import io
+
+    from PIL import Image
+
+    raw = io.BytesIO()
+    fig.savefig(raw, dpi=dpi, format="png", bbox_inches="tight")
+    image = Image.open(io.BytesIO(raw.getvalue())).convert("RGB")
+    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, format="PNG", optimize=True)
