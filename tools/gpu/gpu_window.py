@@ -28,9 +28,10 @@ Here, afterwards: ``unpack`` puts what came back into the sweeps home; ``carry``
 next window (the state of the groups in flight, compressed, within what travels beside the tree and the wheels,
 and ``room.json``: how much state the next window may leave in flight).
 
-The limit is what travels in: 64 MiB less the working tree (33.9 MiB on 2026-11-26, mostly the pretrained zoo)
-and the wheels (2.9 MiB) leaves ~26 MiB, the packed state of one full model with independent blocks (~16 MiB) or
-three with tied blocks (~8 MiB each). So runs longer than a window travel a few at a time, and a group is only
+The limit is what travels in: 64 MiB less the working tree (38.2 MiB on 2026-11-28, mostly the pretrained zoo
+and its trajectories; tests/test_gpu_queue.py holds it to leave room for one full model) and the wheels (2.9 MiB)
+leaves ~22 MiB, the packed state of one full model with independent blocks (~16 MiB) or two with tied blocks
+(~8 MiB each). So runs longer than a window travel a few at a time, and a group is only
 as large as finishes inside a window or travels (``plan_for_windows``).
 
     python tools/gpu/gpu_window.py window --out OUT ...   # on the GPU (through gpu_queue.sh)
