@@ -336,7 +336,7 @@ def test_few_long_functions():
 
 # the modules whose declarations are a table laid out by hand (one knob per field: default, help, properties);
 # everywhere else the formatter lays the code out, so the long-function bound is measured on formatted code
-HAND_LAID_TABLES = ("settings", "model.config")
+HAND_LAID_TABLES = ("settings.fields", "settings.configs", "settings.recipes", "model.config")
 
 
 def test_the_formatter_lays_out_the_code():
