@@ -421,8 +421,9 @@ def test_shipped_trajectories_stay_within_budget():
 @pytest.mark.parametrize("name", reg.list_trajectories())
 def test_a_shipped_trajectory(name):
     """>= 20 checkpoints from epoch 0 to the last (a trained control's: >= 9, sparse by design, docs/zoo.md: the
-    trajectories' 25 MB budget); the last is the shipped model; epoch 0 is at chance on unseen pairs; every stored
-    checkpoint loads and its sha256 holds; the accuracies at the stored precision are float32's."""
+    working tree's room in a GPU window); the last is the shipped model; epoch 0 is at chance on unseen pairs; every
+    stored checkpoint loads and its sha256 holds; the accuracies at the stored precision are float32's (within the
+    recorded tolerance in images, where one was given)."""
     epochs = reg.list_checkpoints(name)
     man = reg.trajectory_manifest(name)
     assert len(epochs) >= (9 if name.startswith("control-") else 20)
@@ -432,8 +433,15 @@ def test_a_shipped_trajectory(name):
 
     at0 = stored_metrics(man, 0)
     assert at0["val_unseen"]["acc"] <= 0.05 and at0["probe_unseen"]["acc"] <= 0.05  # chance: 1 / n_captions
+    tolerance = man["precision"]["tolerance_images"]  # 0: equal; the controls' 2 (at chance, on near-ties)
     for e in epochs[:-1]:
-        assert stored_metrics(man, e) == man["precision"]["checkpoints"][str(e)]["metrics"]["float32"]
+        stored, full = stored_metrics(man, e), man["precision"]["checkpoints"][str(e)]["metrics"]["float32"]
+        if tolerance == 0:
+            assert stored == full, e
+        for split, m in stored.items():
+            for k in ("acc", "relaxed", "label_set"):
+                if m[k] is not None:
+                    assert abs(m[k] - full[split][k]) * m["n"] <= tolerance + 1e-6, (e, split, k)
     assert len(reg.load_trajectory(name)) == len(epochs)
     if "not_run" in man["emergence"]:  # a model the mechanism report cannot read (a RoPE tower): it says why
         with pytest.raises(ValueError, match="the emergence analysis was not run when it was shipped"):
