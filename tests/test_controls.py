@@ -364,7 +364,8 @@ def test_the_page_says_when_a_guarded_figure_lacks_its_trained_control():
     section say so (a 'reproduced' there lacks the guard the pre-registration gave it)."""
     from hooked_clip1d.reproduce.results_page import _record_section, _why
 
-    rec = json.loads((Path(__file__).resolve().parents[1] / "docs" / "records" / "fig4c.json").read_text())
+    # fig5e: its check counts (every control run fails it), so only the missing control is left to say
+    rec = json.loads((Path(__file__).resolve().parents[1] / "docs" / "records" / "fig5e.json").read_text())
     missing = {**rec, "trained_control": {"status": "not in the zoo yet", "runs": [], "passes": {}}, "_dir": None}
     assert _why(missing).endswith("; its trained control is not trained yet")
     lines = _record_section(missing, Path("/nonexistent"), Path("/"))

@@ -377,16 +377,16 @@ def test_a_trajectory_with_its_main_file_deleted_names_the_missing_file(zoo, tmp
     traj = tmp_path / "trajectories"
     shutil.copytree(zoo / "trajectories", traj)
     monkeypatch.setattr(reg, "TRAJECTORIES_DIR", traj)
-    (traj / "tiny.safetensors").unlink()
+    (traj / "tiny.safetensors.xz").unlink()
     for call in (lambda: reg.list_checkpoints("tiny"), lambda: reg.load_model("tiny", checkpoint_index=0)):
         with pytest.raises(
-            FileNotFoundError, match=r"trajectory of 'tiny' is incomplete: its file '.*tiny\.safetensors' is missing"
+            FileNotFoundError, match=r"of 'tiny' is incomplete: its file '.*tiny\.safetensors\.xz' is missing"
         ):
             call()
     assert main(["eval", "--model", "tiny", "--checkpoint-index", "0"]) == 2  # one line, no traceback
     err = capsys.readouterr().err
-    assert "tiny.safetensors' is missing" in err and "Traceback" not in err
-    shutil.copy(zoo / "trajectories" / "tiny.safetensors", traj)
+    assert "tiny.safetensors.xz' is missing" in err and "Traceback" not in err
+    shutil.copy(zoo / "trajectories" / "tiny.safetensors.xz", traj)
     (traj / "tiny.json").unlink()
     with pytest.raises(FileNotFoundError, match=r"its manifest '.*tiny\.json' is missing"):
         reg.list_checkpoints("tiny")

@@ -126,7 +126,8 @@ def incomplete_trajectory(directory: str | Path, name: str) -> str | None:
         >>> import tempfile
         >>> d = Path(tempfile.mkdtemp())
         >>> _ = (d / "m.json").write_text("{}")
-        >>> incomplete_trajectory(d, "m").split(": ")[0], "m.safetensors' is missing" in incomplete_trajectory(d, "m")
+        >>> why = incomplete_trajectory(d, "m")
+        >>> why.split(": ")[0], "m.safetensors.xz' is missing" in why
         ("the training trajectory of 'm' is incomplete", True)
     """
     directory = Path(directory)
