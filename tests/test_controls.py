@@ -388,18 +388,19 @@ def test_a_figure_with_two_guarded_models_gets_both_controls_in_each_run(tmp_pat
     spec = FigureSpec("two", "t", "t", (rope, t1), lambda ms: Outcome({}, "", [], {}))
     monkeypatch.setitem(replicates.TRAINED_CONTROLS, "two", {rope: (ctl, False), t1: (t2, True)})
     man = manifest(ctl)
-    for seed in (5, 3):  # another seed of the RoPE control's config, written as a sweep run
+    for seed, lr in ((5, None), (3, None), (4, 3e-4)):  # other seeds of the RoPE control's config as sweep runs
         run = tmp_path / replicates.CONTROLS_SWEEP / "runs" / f"seed-{seed}"
         run.mkdir(parents=True)
         cfg = {k: man[k] for k in ("model_config", "data_config")}
-        (run / "config.json").write_text(json.dumps({**cfg, "train_config": {**man["train_config"], "seed": seed}}))
+        train = {**man["train_config"], "seed": seed, **({"lr": lr} if lr else {})}  # seed 4: another recipe
+        (run / "config.json").write_text(json.dumps({**cfg, "train_config": train}))
         (run / "summary.json").write_text("{}")
         save_model(load_model(ctl), run / "model.safetensors")
     runs, status = replicates.trained_control_runs(spec, tmp_path)
     assert [label for label, _ in runs] == [
         f"{ctl} + {t2}",
         f"controls/runs/seed-3 + {t2}",  # seed order, not folder order
-        f"controls/runs/seed-5 + {t2}",
+        f"controls/runs/seed-5 + {t2}",  # not seed 4: trained with another lr, so not this control
     ]
     assert status == f"3 run(s) of {ctl!r}, {t2!r}"
     for _, models in runs:

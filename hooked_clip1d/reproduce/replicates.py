@@ -89,6 +89,7 @@ def _control_seeds(control: str, sweeps_root: Path | None) -> list[tuple[str, CL
     found in its sweep under ``sweeps_root`` (labelled ``sweep/runs/NAME``), in seed order."""
     from hooked_clip1d.model.checkpoint import load_model_file
     from hooked_clip1d.pretrained import load_model, manifest
+    from hooked_clip1d.training.run_config import comparable_train_config
 
     found = [(control, load_model(control))]
     if sweeps_root is None:
@@ -96,16 +97,20 @@ def _control_seeds(control: str, sweeps_root: Path | None) -> list[tuple[str, CL
     man = manifest(control)
     sweep = CONTROL_SWEEPS.get(control, CONTROLS_SWEEP)
     want = _without_init_seed(CLIPConfig.from_dict(man["model_config"]))
+    want_t = comparable_train_config(man["train_config"])
+    own_seed = want_t.pop("seed")
     seeded = []
     for run in sorted((Path(sweeps_root) / sweep / "runs").glob("*")):
         if not (run / "summary.json").exists():
             continue
         saved = json.loads((run / "config.json").read_text())
-        seed = saved["train_config"]["seed"]
-        if seed == man["train_config"]["seed"]:
+        have_t = comparable_train_config(saved["train_config"])
+        seed = have_t.pop("seed")
+        if seed == own_seed:
             continue
         if (
-            saved["data_config"] == man["data_config"]
+            have_t == want_t  # the same recipe (another recipe's run in the sweep is not this control)
+            and saved["data_config"] == man["data_config"]
             and _without_init_seed(CLIPConfig.from_dict(saved["model_config"])) == want
         ):
             seeded.append((seed, f"{sweep}/runs/{run.name}", load_model_file(run / "model.safetensors")))
