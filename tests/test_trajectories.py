@@ -529,3 +529,20 @@ def test_repack_keeps_the_chosen_checkpoints_bit_for_bit_and_their_rows(zoo, tmp
     assert sorted(p.name for p in traj.iterdir() if p.name.startswith("tiny")) == ["tiny.json", "tiny.safetensors.xz"]
     ship.repack_trajectory("tiny", [2])  # a second repack adds to the record of what was dropped
     assert json.loads((traj / "tiny.json").read_text())["source"]["repacked"]["dropped"] == [0, 1]
+
+
+def test_every_shipped_file_is_package_data():
+    """A file the zoo ships must match a ``package-data`` pattern, or a non-editable install leaves it out (the xz
+    trajectory files did, until this test): checked on every file under pretrained/."""
+    import fnmatch
+    import tomllib
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "hooked_clip1d"
+    ]
+    pkg = ROOT / "hooked_clip1d"
+    folders = [pkg / "pretrained" / d for d in ("weights", "trajectories", "circuits")]
+    files = [p for folder in folders for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")]
+    shipped = [p.relative_to(pkg).as_posix() for p in files]
+    left_out = [f for f in shipped if not any(fnmatch.fnmatch(f, pat) for pat in patterns)]
+    assert shipped and not left_out, f"not in pyproject's package-data (a wheel would leave them out): {left_out}"
