@@ -255,9 +255,7 @@ def add_ship_trajectory_parser(sub: Any) -> argparse.ArgumentParser:
         "--epochs", default=None, help="comma-separated epochs (default: 0, 1, 2, 5, ..., 700, 1000, every 500)"
     )
     p.add_argument("--dtypes", default="float16,bfloat16,float32", help="precisions to try, in order")
-    p.add_argument(
-        "--budget-mb", type=float, default=25.0, help="refuse if all shipped trajectories would exceed this (MB)"
-    )
+    _add_budget_argument(p)
     p.add_argument(
         "--tolerance-images",
         type=int,
@@ -267,6 +265,18 @@ def add_ship_trajectory_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_ship_trajectory)
     return p
+
+
+def _add_budget_argument(p: argparse.ArgumentParser) -> None:
+    """``--budget-mb``, shared by the commands that write trajectories (``pretrained.ship`` imports no torch)."""
+    from hooked_clip1d.pretrained.ship import TRAJECTORY_BUDGET_MB
+
+    p.add_argument(
+        "--budget-mb",
+        type=float,
+        default=TRAJECTORY_BUDGET_MB,
+        help=f"refuse if all shipped trajectories would exceed this (MB; default {TRAJECTORY_BUDGET_MB:g})",
+    )
 
 
 def add_repack_trajectory_parser(sub: Any) -> argparse.ArgumentParser:
@@ -280,9 +290,7 @@ def add_repack_trajectory_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("name", help="a zoo model that ships a trajectory")
     p.add_argument("--epochs", default=None, help="comma-separated epochs to keep (default: all)")
-    p.add_argument(
-        "--budget-mb", type=float, default=25.0, help="refuse if all shipped trajectories would exceed this (MB)"
-    )
+    _add_budget_argument(p)
     p.set_defaults(func=cmd_repack_trajectory)
     return p
 

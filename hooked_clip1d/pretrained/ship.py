@@ -43,6 +43,8 @@ from hooked_clip1d.pretrained.trajectories import (
     write_compressed,
 )
 
+TRAJECTORY_BUDGET_MB = 25.0  # all shipped trajectories together (the working tree's room is tested apart)
+
 
 def export_run(
     run_dir: str | Path,
@@ -174,7 +176,7 @@ def ship_trajectory(
     epochs: Sequence[int] | None = None,
     dtypes: Sequence[str] = STORE_DTYPES,
     dest: str | os.PathLike | None = None,
-    budget_mb: int | float = 25.0,
+    budget_mb: int | float = TRAJECTORY_BUDGET_MB,
     tolerance_images: int = 0,
 ) -> Path:
     """Ship a finished training run's snapshots as the training trajectory of zoo model ``name``; returns the path of
@@ -475,7 +477,7 @@ def repack_trajectory(
     name: str,
     epochs: Sequence[int] | None = None,
     dest: str | os.PathLike | None = None,
-    budget_mb: int | float = 25.0,
+    budget_mb: int | float = TRAJECTORY_BUDGET_MB,
 ) -> Path:
     """Rewrite the shipped trajectory of zoo model ``name`` in today's file format (xz-compressed parts), keeping
     the checkpoints at ``epochs`` (default: all of them; the last, the shipped model, always): no training run

@@ -77,11 +77,10 @@ def trained_control_runs(spec: FigureSpec, sweeps_root: Path | None) -> tuple[li
     runs = []
     for k in range(max(len(seeds) for seeds in per_model.values())):
         picked = {z: seeds[k] if k < len(seeds) else seeds[0] for z, seeds in per_model.items()}
-        label = " + ".join(dict.fromkeys(label for label, _ in picked.values()))
-        controls = {z: _as_control(z, model, table[z][1], label) for z, (label, model) in picked.items()}
-        runs.append((label, {**others, **controls}))
-    controls = ", ".join(repr(c) for c, _ in table.values())
-    return runs, f"{len(runs)} run(s) of {controls}"
+        run_label = " + ".join(dict.fromkeys(label for label, _ in picked.values()))
+        in_place = {z: _as_control(z, model, table[z][1], label) for z, (label, model) in picked.items()}
+        runs.append((run_label, {**others, **in_place}))
+    return runs, f"{len(runs)} run(s) of " + ", ".join(repr(c) for c, _ in table.values())
 
 
 def _control_seeds(control: str, sweeps_root: Path | None) -> list[tuple[str, CLIP1D]]:
