@@ -211,6 +211,17 @@ def test_run_sweep_trains_only_the_groups_named(tmp_path, specs):
         run_sweep(specs / "t.toml", out, progress=False, groups=["g999"])
 
 
+def test_the_sweep_command_trains_only_the_groups_named(tmp_path, specs):
+    from hooked_clip1d.cli import main
+
+    (specs / "t.toml").write_text(SPEC.replace('dropout_rng = "fast"', 'dropout_rng = "fast"\nmax_group_size = 1'))
+    out = tmp_path / "out"
+    run_sweep(specs / "t.toml", out, progress=False, max_steps=1)
+    plan = json.loads((out / "plan.json").read_text())
+    assert main(["sweep", str(specs / "t.toml"), "--out", str(out), "--no-progress", "--groups", plan[1][0]]) == 0
+    assert [(out / "runs" / g[1][0] / "summary.json").exists() for g in plan] == [False, True]
+
+
 def test_pack_brings_back_what_fits_the_limits(tmp_path, specs):
     sw = _half_trained(specs, tmp_path / "home")
     out = tmp_path / "out"

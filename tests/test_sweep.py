@@ -393,3 +393,20 @@ def test_run_groups_refuses_an_unknown_runner():
 
     with pytest.raises(ValueError, match="runner must be 'local' or 'ray', got 'slurm'"):
         run_groups([], runner="slurm")
+
+
+def test_every_shipped_sweep_spec_loads_and_the_zoo_retrains_group_names_are_the_plans():
+    import re
+
+    from hooked_clip1d.sweeps.runner import _saved_plan
+    from hooked_clip1d.sweeps.spec import SPECS_DIR
+
+    specs = sorted(SPECS_DIR.glob("*.toml"))
+    assert len(specs) >= 20
+    for path in specs:
+        assert load_spec(path).runs, path.name
+    zoo = SPECS_DIR / "zoo-distinct.toml"
+    spec = load_spec(zoo)
+    named = re.findall(r"^#\s+(g\d{3}-[0-9a-f]{8})\s", zoo.read_text(), flags=re.M)
+    plan = [g for g, _ in _saved_plan(Path("/nonexistent"), spec.runs, spec.run["max_group_size"])]
+    assert sorted(named) == sorted(plan) and len(plan) == 5  # the commands in its comment name the plan's groups

@@ -50,6 +50,14 @@ def add_sweep_parser(sub: Any) -> argparse.ArgumentParser:
         "--threads", type=int, default=None, help="torch threads per group (default: the spec's; use 1 on shared cores)"
     )
     p.add_argument(
+        "--groups",
+        nargs="+",
+        default=None,
+        metavar="GROUP",
+        help="train only these groups of the plan (names as in the sweep folder's plan.json or --status); the others "
+        "wait for a later call (to train a sweep's groups in an order of your choosing, one call per group)",
+    )
+    p.add_argument(
         "--status",
         action="store_true",
         help="train nothing: say how far the sweep in --out has come (safe beside a running sweep)",
@@ -81,6 +89,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         max_seconds=a.max_seconds,
         cudagraphs=True if a.cudagraphs else None,
         graph_step=True if a.graph_step else None,
+        groups=a.groups,
     )
     print(dumps(rows) if a.json else format_results(rows))
     return 0
