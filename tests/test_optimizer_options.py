@@ -23,7 +23,7 @@ D6 = DataConfig(n_labels=6, n_heldout=2, n2=2)  # 54 training pairs: 4 steps of 
 
 
 def _tc(**kw) -> TrainConfig:
-    base = dict(batch_size=16, eval_every=5, checkpoint_every=10, epochs=30)
+    base = dict(batch_size=16, eval_every=4, checkpoint_every=6, epochs=12)
     base.update(kw)
     return TrainConfig(**base)
 

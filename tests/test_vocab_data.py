@@ -409,3 +409,23 @@ def test_limits_are_reachable():
     d = 4
     ds = build_dataset(DataConfig(n_labels=4, n_heldout=2, n1=2, n_val=2, n2=math.comb(d, 2) - 2, d_image=d))
     assert len(ds.splits["train"]) == 4 * 2 + 2 * 1 * 4
+
+
+def test_build_dataset_keeps_its_work_but_hands_out_tensors_of_their_own():
+    """The last configs' datasets are kept (figures and their null draws build the same one many times): a caller
+    that writes into its dataset changes no other call's, and a non-config is refused by name."""
+    import pytest
+
+    cfg = DataConfig(n_labels=6, n_heldout=2, n2=2, seed=3)
+    a = build_dataset(cfg)
+    before = build_dataset(cfg)
+    a.splits["train"].images.zero_()
+    a.captions.zero_()
+    b = build_dataset(cfg)
+    assert a.splits["train"].images is not b.splits["train"].images
+    for name, sp in b.splits.items():
+        for f in ("images", "targets", "objects", "positions"):
+            assert torch.equal(getattr(sp, f), getattr(before.splits[name], f)), (name, f)
+    assert torch.equal(b.captions, before.captions) and b.captions.abs().sum() > 0
+    with pytest.raises(TypeError, match="DataConfig"):
+        build_dataset({"n_labels": 6})

@@ -13,7 +13,7 @@ Example:
     >>> import tempfile, pathlib
     >>> from hooked_clip1d.reproduce import reproduce
     >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = reproduce("fig11", out_dir=d / "results")
+    >>> _ = reproduce("fig11", out_dir=d / "results", controls=False)  # without its null draws: seconds, not 20
     >>> page = build_results_page(d / "results", d / "docs" / "results.md")
     >>> "fig11" in page.read_text() and (d / "docs" / "figures" / "fig11_fig11.png").exists()
     True
