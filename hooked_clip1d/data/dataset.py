@@ -123,6 +123,16 @@ def build_dataset(cfg: DataConfig) -> Dataset:
     )
 
 
+def _to_split(name: str, r: list[tuple[list[int], list[int], tuple[int, int], tuple[int, int]]]) -> Split:
+    return Split(
+        name=name,
+        images=torch.tensor([a[0] for a in r], dtype=torch.long),
+        targets=torch.tensor([a[1] for a in r], dtype=torch.long),
+        objects=torch.tensor([a[2] for a in r], dtype=torch.long),
+        positions=torch.tensor([a[3] for a in r], dtype=torch.long),
+    )
+
+
 @functools.lru_cache(maxsize=8)
 def _built(cfg: DataConfig) -> Dataset:
     """``build_dataset``'s work, kept for the last 8 configs (never handed out: ``build_dataset`` copies it)."""
@@ -196,20 +206,10 @@ def _built(cfg: DataConfig) -> Dataset:
             p1, p2 = pos_pairs[j]
             add("val_unseen", {p1: x, p2: y}, t, (x, y), (p1, p2))
 
-    def to_split(name: str) -> Split:
-        r = rows[name]
-        return Split(
-            name=name,
-            images=torch.tensor([a[0] for a in r], dtype=torch.long),
-            targets=torch.tensor([a[1] for a in r], dtype=torch.long),
-            objects=torch.tensor([a[2] for a in r], dtype=torch.long),
-            positions=torch.tensor([a[3] for a in r], dtype=torch.long),
-        )
-
     return Dataset(
         config=cfg,
         captions=torch.tensor(caption_table, dtype=torch.long),
-        splits={s: to_split(s) for s in SPLITS},
+        splits={s: _to_split(s, rows[s]) for s in SPLITS},
     )
 
 

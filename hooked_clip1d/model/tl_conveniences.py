@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, no_type_check
 
 import torch
 from jaxtyping import Float, Int
@@ -59,6 +59,7 @@ def checked_hook(fn: Callable) -> Callable:
     if getattr(fn, "_hc1d_checked", False):
         return fn
 
+    @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
     def checked(tensor: torch.Tensor, hook: Any) -> Any:
         out = fn(tensor, hook=hook)
         if out is None:
@@ -294,6 +295,7 @@ class TLConveniences(HookedRootModule):
             return f"{name} does not exist in an attention-only model (attn_only=True)"
         return None
 
+    @no_type_check  # every parameter and submodule read goes through here: not type-checked per call
     def __getattr__(self, name: str) -> Any:
         # A property that raises AttributeError falls through to nn.Module.__getattr__, which would replace the
         # message with a bare "has no attribute"; say why the weight does not exist instead.
