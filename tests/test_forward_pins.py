@@ -108,12 +108,18 @@ RECORDED: dict[str, list[str]] = {
     ],
     "rope-ntot20-n2-15": ["03076c31748dd45b", "4c61228809ec9c4a", "8e365adae4d7e8a0", "c967aa6ff13543b8"],
     "rope-ntot20-n2-15-all-decay": ["11f824e5cd518323", "cdc91304860a91a9", "00e9a358866f2bb9", "b250889fdf857acf"],
-    "simplified-ntot10-n2-5": ["d60068b3854c92ba", "a8471ea457e6107f", "6f754589aa1ef56a", "9eae224920cb37d3"],
     "simplified-ntot10-n2-5-all-decay": [
         "c0a4a59fd40618ac",
         "cf0420f309b68fb4",
         "97a95c28195f63a8",
         "5411374ae7e422e8",
+    ],
+    # recorded as simplified-ntot10-n2-5 (the zoo name moved to the default recipe's model on 2026-11-29)
+    "simplified-ntot10-n2-5-no-qk-bias": [
+        "d60068b3854c92ba",
+        "a8471ea457e6107f",
+        "6f754589aa1ef56a",
+        "9eae224920cb37d3",
     ],
     # recorded as simplified-ntot20-n2-10 (the zoo name moved to the masked-loss model on 2026-11-28)
     "simplified-ntot20-n2-10-standard-loss": [
@@ -159,6 +165,7 @@ UNPINNED = (
     "control-shuffled-distinct-ntot20-n2-10",
     "control-shuffled-ntot20-n2-10",
     "control-shuffled-rope-ntot20-n2-15",
+    "simplified-ntot10-n2-5",
     "simplified-ntot20-n2-10",
 )
 

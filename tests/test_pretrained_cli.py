@@ -413,7 +413,7 @@ def test_docs_zoo_table_is_the_manifests_table():
 
 
 def test_cli_json_has_no_float32_noise(capsys):
-    assert main(["eval", "--model", "simplified-ntot10-n2-5", "--json"]) == 0
+    assert main(["eval", "--model", "simplified-ntot10-n2-5-no-qk-bias", "--json"]) == 0
     out = capsys.readouterr().out
     assert json.loads(out)["val_unseen"]["acc"] == 0.76 and "00000" not in out
 

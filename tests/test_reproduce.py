@@ -139,9 +139,10 @@ def test_unfinished_sweep_figure_judges_its_zoo_cells(tmp_path):
     assert "0 finished runs" in rec["summary"] and "trend is untested" in rec["summary"]
     assert f"`{rp.NO_QK_BIAS}` (the cell n_labels=20, n2=10, seed=0; 10000 epochs)" in rec["summary"]
     assert (
-        f"unseen-pair {unseen:.2f}" in rec["summary"] and f"`{rp.NONGEN}` (the cell n_labels=10, n2=5" in rec["summary"]
+        f"unseen-pair {unseen:.2f}" in rec["summary"]
+        and f"`{rp.NONGEN_NO_QK_BIAS}` (the cell n_labels=10, n2=5" in rec["summary"]
     )
-    assert rec["numbers"]["cells"][rp.NONGEN] == {"n_labels": 10, "n2": 5, "seed": 0}
+    assert rec["numbers"]["cells"][rp.NONGEN_NO_QK_BIAS] == {"n_labels": 10, "n2": 5, "seed": 0}
     # all cell checks holding still only gives "partly": the sweep's trend is not measured by two cells
     expect = rp.verdict_of([(c["check"], c["holds"]) for c in rec["checks"]])
     assert rec["verdict"] == ("partly" if expect == "reproduced" else expect)

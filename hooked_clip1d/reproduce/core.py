@@ -39,7 +39,8 @@ SMALL_INIT = "simplified-ntot20-n2-10-init002"  # the flagship's recipe with ini
 ABLATE_EP = "ablate-ep-ntot20-n2-10-init002"  # SMALL_INIT's recipe trained with EP removed (beyond the paper)
 PRUNED = "pruned-keep-h2h3-ntot20-n2-10"  # NO_QK_BIAS with heads 0, 1 pruned, retrained 10,000 epochs (App. K)
 FULL = "full-ntot20-n2-10"  # the full model (Fig. 3), Ntot = 20, n2 = 10: one cell of the fig3 sweep
-NONGEN = "simplified-ntot10-n2-5"  # App. F's non-generalizing model: a cell of the fig4a sweep
+NONGEN = "simplified-ntot10-n2-5"  # App. F's non-generalizing model (Fig. 15), the default recipe's, seed 0
+NONGEN_NO_QK_BIAS = "simplified-ntot10-n2-5-no-qk-bias"  # App. F's model under fig4a's recipe: a cell of its sweep
 VISION2 = "vision2-ntot25-n2-15"  # the 2-layer vision encoder of App. L (Fig. 23)
 SPATIAL_ID_MODELS = (FLAGSHIP, SMALL_INIT, "rope-ntot20-n2-15", NONGEN)  # x6-spatial-ids' models
 

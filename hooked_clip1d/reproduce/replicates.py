@@ -174,8 +174,17 @@ def _without_init_seed(cfg: CLIPConfig) -> dict[str, Any]:
 # sweeps whose finished runs may be seeds of a zoo model's recipe (read from the sweeps folder), and the seeds that
 # chose the default recipe (the recipe study's); every other seed is fresh (docs/fidelity.md)
 # sweeps whose runs can replicate a zoo model (same configs, another seed); "temperature": its arm (a) is the
-# default recipe at seeds 0-2 and 6-8 (6-8 fresh: used by no study to choose anything)
-REPLICATE_SWEEPS = ("study-seeds", "fresh-seeds", "dynamics", "trajectories", "temperature", "negatives")
+# default recipe at seeds 0-2 and 6-8 (6-8 fresh: used by no study to choose anything); "zoo-distinct": the zoo's
+# mechanism models retrained under the default recipe, seeds 0-2 (seed 0 shipped)
+REPLICATE_SWEEPS = (
+    "study-seeds",
+    "fresh-seeds",
+    "dynamics",
+    "trajectories",
+    "temperature",
+    "negatives",
+    "zoo-distinct",
+)
 STUDY_SEEDS = (0, 1, 2)
 
 

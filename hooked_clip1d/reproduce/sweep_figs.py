@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 
 from hooked_clip1d.model.checkpoint import canonical_config
 from hooked_clip1d.pretrained import manifest
-from hooked_clip1d.reproduce.core import FULL, NO_QK_BIAS, NONGEN, FigureSpec, Outcome, register
+from hooked_clip1d.reproduce.core import FULL, NO_QK_BIAS, NONGEN_NO_QK_BIAS, FigureSpec, Outcome, register
 from hooked_clip1d.settings import TrainConfig, field_names
 
 PERMUTATIONS = 10_000  # the permutation null's draws (docs/fidelity.md, "Sweep figures under a permutation null")
@@ -417,7 +417,7 @@ def _fig3_cells(manifests: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
 
 
 def _fig4a_cells(manifests: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
-    low, high = _cell_acc(manifests, NONGEN), _cell_acc(manifests, NO_QK_BIAS)
+    low, high = _cell_acc(manifests, NONGEN_NO_QK_BIAS), _cell_acc(manifests, NO_QK_BIAS)
     return [
         ("the cell Ntot = 10, n2 = 5 shows little unseen-pair generalization (App. F; < 0.5)", low < 0.5),
         ("the cell Ntot = 20, n2 = 10 (Fig. 4's model) generalizes (unseen-pair >= 0.6)", high >= 0.6),
@@ -431,7 +431,7 @@ SPECS: tuple[FigureSpec, ...] = register(
         "Label diversity vs layout diversity (Fig. 3, 4a)",
         "Unseen-pair accuracy rises with the number of labels Ntot; the number of layouts per pair n2 matters "
         "much less.",
-        (NO_QK_BIAS, NONGEN),  # the zoo's cells of the grid, checked while the sweep is unfinished
+        (NO_QK_BIAS, NONGEN_NO_QK_BIAS),  # the zoo's cells of the grid, checked while the sweep is unfinished
         fig4a_outcome,  # type: ignore[arg-type]
         sweep="fig4a",
         cell_checks=_fig4a_cells,
