@@ -23,6 +23,7 @@ def _model(n_layers=1, **over):
 
 @pytest.mark.parametrize("n_layers", [1, 2])
 @pytest.mark.parametrize("analysis", sorted(set(FAMILIES) - {"dynamics"}))  # dynamics: test_trajectories.py
+@pytest.mark.heavy
 def test_every_analysis_runs_and_writes_files(analysis, n_layers, tmp_path):
     opts = {"probes": {"n": 300}, "pruning": {"kept": [1]}}.get(analysis, {})
     res = run_analysis(analysis, _model(n_layers), out_dir=tmp_path, **opts)

@@ -262,6 +262,7 @@ def test_no_private_name_crosses_modules_in_the_attribution_code():
         ),
     ],
 )
+@pytest.mark.heavy
 def test_default_linearisation_agrees_with_exact_patching_of_clips_own_logits(name):
     """Issue 49: the metric a user reads stays CLIP's logit difference; the first-order methods' default
     linearisation (the embeddings' norms held for AtP and EAP, the cosine itself for EAP-IG) is measured against

@@ -56,6 +56,7 @@ def _assert_same_model(single: CLIP1D, batched: CLIP1D, dataset, atol: float = 2
         )
 
 
+@pytest.mark.heavy
 def test_members_follow_the_single_model_trainer(tmp_path):
     """Three members with different label counts (padded vocabulary), datasets (short last batches), seeds, lr,
     weight decay and lengths, with dropout 0.1 (matched masks), end where three Trainer runs end."""

@@ -62,6 +62,7 @@ def test_substitutes_name_the_model_to_replace():
     assert all(m.manifest["name"] == f"untrained:1:{m.cfg.vision.init_std:g}" for m in both.values())
 
 
+@pytest.mark.heavy
 def test_a_training_run_substitutes_with_its_history(tmp_path):
     zoo = load_model(FLAGSHIP)
     tc = manifest(FLAGSHIP)["train_config"]
@@ -112,6 +113,7 @@ def test_counted_checks_follow_the_preregistered_rule():
     assert not any(r["counted"] for r in counted_checks(out, broken))
 
 
+@pytest.mark.heavy
 def test_null_control_in_a_record(tmp_path):
     """fig4c with its null control: 10 untrained models, the restated check fails on every one; its trained control
     (the flagship's recipe on order-shuffled captions, shipped 2026-11-28) passes it (h0 right 0.67, h2 and h3 left
@@ -192,6 +194,7 @@ def test_cli_model_option(tmp_path, capsys):
     assert "give a figure key, not all" in capsys.readouterr().err
 
 
+@pytest.mark.heavy
 def test_null_control_of_a_figure_with_stated_values(tmp_path):
     """A figure that states its checks' values (fig6: EOT bias per head) gets its null values as numbers, and a check
     some untrained model passes is restated against the untrained extreme (it once crashed comparing a float with a
@@ -259,6 +262,7 @@ def _tiny_fig4a(tmp_path, monkeypatch):
     return records, rec
 
 
+@pytest.mark.heavy
 def test_rejudge_record_adds_the_null_control_to_a_kept_sweep_record(tmp_path, monkeypatch):
     """A record made before the null controls, on a sweep that is not here: its recorded checks judged under a fresh
     null control on the sweep untrained (docs/fidelity.md, second 2026-11-26 amendment)."""
@@ -374,6 +378,7 @@ def test_the_page_says_when_a_guarded_figure_lacks_its_trained_control():
     assert "trained control" not in _why(guarded)
 
 
+@pytest.mark.heavy
 def test_a_figure_with_two_guarded_models_gets_both_controls_in_each_run(tmp_path, monkeypatch):
     """x1's amendment (docs/fidelity.md, 2026-11-28): several guarded models are replaced together; run k takes each
     control's k-th run (shipped seed first, then the sweep's seeds in seed order) and a control with fewer runs

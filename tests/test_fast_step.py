@@ -162,6 +162,7 @@ def _members(epochs: tuple[int, ...]) -> list[Member]:
     ]
 
 
+@pytest.mark.heavy
 def test_a_batched_group_on_flat_buffers_trains_and_resumes_bit_for_bit(tmp_path):
     """A shrinking group (members of 2, 3 and 4 epochs leave the stack: the layout is rebuilt) on the flat layout
     ends with the per-tensor group's weights (to float rounding); stopped mid-way, saved and resumed on the flat

@@ -28,6 +28,7 @@ seed = [0, 6]
 """
 
 
+@pytest.mark.heavy
 def test_untrained_arms_beat_no_control(tmp_path):
     spec = tmp_path / "t.toml"
     spec.write_text(SPEC)

@@ -97,6 +97,7 @@ def test_cli_eval_json(capsys):
     assert res["val_unseen"]["n"] == 100
 
 
+@pytest.mark.heavy
 def test_cli_demo_writes_png_and_json(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)

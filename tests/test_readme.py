@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -24,6 +26,7 @@ def test_readme_python_runs(capsys):
     assert "'acc'" in out  # the hook example's evaluate() printed its metrics
 
 
+@pytest.mark.heavy
 def test_docs_python_runs(capsys):
     """The ```python blocks of docs/ run as written, continuing the README's example (a gradient line of
     docs/hooks.md once passed 4 images with 2 captions)."""

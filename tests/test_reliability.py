@@ -42,7 +42,7 @@ ACCEPTS = r"names_filter must be a hook name, a list of hook names or a callable
 
 
 def _as_a_user_runs_it(method):
-    """The method without the test suite's jaxtyping/beartype wrapper (``--jaxtyping-packages`` in pyproject.toml),
+    """The method without the test suite's jaxtyping/beartype wrapper (``tests/typecheck.py``),
     which would refuse a wrongly typed argument before our own check runs: a user's Python has no such wrapper."""
     return inspect.unwrap(method)
 

@@ -40,6 +40,7 @@ def test_every_reparametrisation_preserves_the_output(flagship):
         torch.testing.assert_close(c1["pattern", 0][:, :, 0], c0["pattern", 0][:, :, 0], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.heavy
 def test_restated_checks_are_invariant(audit):
     """M1-M4's inputs (accuracies, head biases, the whole-query key-position rows) are the same on every copy."""
     ref = audit["as trained"]

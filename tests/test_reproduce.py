@@ -380,6 +380,7 @@ def test_results_page_refuses_a_corrupt_kept_record(tmp_path, content):
     assert not (tmp_path / "docs" / "results.md").exists()  # nothing half-written
 
 
+@pytest.mark.heavy
 def test_x6_spatial_ids_steers_the_readout_of_the_zoo_models(tmp_path):
     rec = rp.reproduce("x6-spatial-ids", tmp_path, controls=False)
     assert rec["beyond_paper"] and rec["models"] == list(rp.SPATIAL_ID_MODELS)
@@ -484,6 +485,7 @@ def test_single_head_figures_need_the_label_set_recognised():
     assert [ok for _, ok in wd.checks] == [True, False]  # a run without a label-set reading does not pass
 
 
+@pytest.mark.heavy
 def test_fig13_is_not_judged_on_a_model_without_query_key_biases(tmp_path):
     """Without b_Q / b_K the XW_QKX^T share is 1 by construction: a check that cannot fail is not a verdict."""
     rec = rp.reproduce("fig13", tmp_path, controls=False, models=rp.NO_QK_BIAS)  # trained with frozen=("qk_bias",)

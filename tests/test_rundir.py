@@ -238,6 +238,7 @@ def test_run_analysis_restores_the_callers_mode(tmp_path):
     assert m.training
 
 
+@pytest.mark.heavy
 def test_cli_failures_are_one_line_and_write_nothing(tmp_path):
     r = subprocess.run(
         [

@@ -75,6 +75,7 @@ def test_interpolation_and_reach():
     assert epoch_at(rows, 0.75) == pytest.approx(150) and epoch_at(rows, 1.5) is None
 
 
+@pytest.mark.heavy
 def test_decay_rate_figure_on_untrained_runs_fails_every_check(tmp_path):
     """x15 on its sweep's runs untrained (the null control's own rows): it runs end to end and nothing holds."""
     from hooked_clip1d import reproduce as rp

@@ -238,6 +238,7 @@ def test_sweep_resumes_after_a_comment_only_edit_of_its_spec(tmp_path):
     assert len(rows) == 4 and (out / "spec.toml").read_text() == edited.read_text()
 
 
+@pytest.mark.heavy
 def test_workers_train_groups_at_once_with_the_one_at_a_time_weights(tmp_path):
     pairs = tmp_path / "tiny.toml"  # the tiny sweep in two groups of two
     pairs.write_text(TINY.read_text().replace("max_group_size = 4", "max_group_size = 2"))

@@ -3,6 +3,8 @@ the hypothesis is not supported and the default stays; the decision rule itself 
 
 from __future__ import annotations
 
+import pytest
+
 from hooked_clip1d.reproduce.controls import null_rows
 from hooked_clip1d.reproduce.temperature_study import _x_temperature
 
@@ -24,6 +26,7 @@ seed = [0, 6]
 """
 
 
+@pytest.mark.heavy
 def test_untrained_sweep_supports_nothing(tmp_path):
     spec = tmp_path / "t.toml"
     spec.write_text(SPEC)

@@ -155,6 +155,7 @@ def test_explicit_epochs_and_dtypes(zoo, tmp_path):
         ship.ship_trajectory(zoo["run"], "tiny", dtypes=["int8"], dest=dest)
 
 
+@pytest.mark.heavy
 def test_the_size_budget_is_enforced_before_anything_is_written(zoo, tmp_path):
     (tmp_path / "other.safetensors").write_bytes(b"x" * 30_000)  # another trajectory already shipped
     with pytest.raises(ValueError, match=r"past the budget of 0.04 MB \(the others: 0.0 MB\): ship fewer checkpoints"):
@@ -363,6 +364,7 @@ def test_cli_list_eval_and_analyze_take_checkpoints(zoo, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["model"] == "tiny @ epoch 2"
 
 
+@pytest.mark.heavy
 def test_cli_analyze_dynamics(zoo, tmp_path, capsys):
     out = tmp_path / "dyn"
     assert main(["analyze", "dynamics", "--model", "tiny", "--out", str(out)]) == 0
@@ -451,6 +453,7 @@ def test_a_shipped_trajectory(name):
         assert [r["epoch"] for r in reg.trajectory_emergence(name).rows] == epochs
 
 
+@pytest.mark.heavy
 def test_a_trajectory_past_the_part_size_ships_in_parts_and_loads_the_same(zoo, tmp_path, monkeypatch):
     """A trajectory over ``PART_BYTES`` is stored in several files of whole checkpoints (no tracked file over the
     repository's size limit); every checkpoint loads as from the one-file trajectory, and a re-ship leaves no stale

@@ -3,7 +3,10 @@
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.heavy
 def test_import_keeps_the_users_backend():
     code = (
         "import matplotlib; matplotlib.use('svg'); import hooked_clip1d.visualization, hooked_clip1d.cli.analyze, "

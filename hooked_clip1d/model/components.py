@@ -299,7 +299,6 @@ class TransformerBlock(nn.Module):
         self.layer = layer
         ln = cfg.normalization_type == "LN"
 
-        @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
         def source(name: str) -> Any:  # the repeated block's sublayer, whose weights this one reads
             return None if tied_to is None else getattr(tied_to, name)
 

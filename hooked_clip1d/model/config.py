@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, no_type_check
+from typing import Any, Literal
 
 import torch
 
@@ -116,7 +116,6 @@ class EncoderConfig(TowerKnobs):
     tower: str = dataclasses.field(default="vision", init=False)  # "vision" or "text"; set by subclass
 
     def __post_init__(self) -> None:
-        @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
         def bad(field: str, why: str) -> ValueError:
             return ValueError(f"{type(self).__name__}.{field}: {why}")
 

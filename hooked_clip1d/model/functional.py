@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import no_type_check
 
 import torch
 import torch.nn.functional as F
@@ -205,7 +204,6 @@ def _masked_symmetric_ce(
     targets = torch.where(multi, S_t / S_t.sum(-1, keepdim=True), eye.to(logits.dtype))  # symmetric, as S is
     zero = targets == 0
 
-    @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
     def direction(x: torch.Tensor) -> torch.Tensor:
         lsm = torch.log_softmax(x.masked_fill(drop, float("-inf")), dim=-1)
         return -(targets * lsm.masked_fill(zero, 0.0)).sum(-1)  # [n, B]

@@ -59,7 +59,6 @@ def checked_hook(fn: Callable) -> Callable:
     if getattr(fn, "_hc1d_checked", False):
         return fn
 
-    @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
     def checked(tensor: torch.Tensor, hook: Any) -> Any:
         out = fn(tensor, hook=hook)
         if out is None:
@@ -243,7 +242,6 @@ class TLConveniences(HookedRootModule):
             base = lambda n: n in wanted  # noqa: E731
         inactive = self.inactive_hook_names()
 
-        @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
         def filt(n: str) -> bool:
             return n not in inactive and base(n)
 

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, no_type_check
+from typing import Any, Literal
 
 from hooked_clip1d.settings.fields import knob, legacy_values
 
@@ -44,7 +44,6 @@ class DataConfig:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
-        @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
         def bad(field: str, why: str) -> ValueError:
             return ValueError(f"DataConfig.{field}={getattr(self, field)!r}: {why}")
 
@@ -254,11 +253,9 @@ class TrainConfig:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
-        @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
         def is_int(v: Any) -> bool:
             return isinstance(v, int) and not isinstance(v, bool)
 
-        @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
         def is_real(v: Any) -> bool:
             return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 

@@ -49,7 +49,6 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import no_type_check
 
 import torch
 from jaxtyping import Float
@@ -177,15 +176,12 @@ def ablate_terms(
     need_rest = any("R" in t for t in score_terms)
     store: dict[str, torch.Tensor] = {}
 
-    @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
     def saver(key: str) -> Callable:
-        @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
         def save(act: torch.Tensor, hook: HookPoint) -> None:
             store[key] = act
 
         return save
 
-    @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
     def parts(side: str, groups: set[str]) -> dict[str, torch.Tensor]:
         """Each group's share of q or k, [batch, pos, head, d_head] (through LN, rotated)."""
         E = store["E"]
@@ -208,7 +204,6 @@ def ablate_terms(
             out[g] = rotate(model, layer, x)
         return out
 
-    @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
     def fix_scores(scores: torch.Tensor, hook: HookPoint) -> torch.Tensor:
         qs = parts("q", {t[0] for t in score_terms})
         ks = parts("k", {t[1] for t in score_terms})
@@ -217,7 +212,6 @@ def ablate_terms(
             removed = removed * _head_mask(heads, scores.shape[1], scores)[None, :, None, None]
         return scores - removed
 
-    @no_type_check  # defined per call: the tests' type-check hook would decorate it each time
     def fix_values(v: torch.Tensor, hook: HookPoint) -> torch.Tensor:
         P = store.get("P")
         if P is None:
