@@ -1,6 +1,8 @@
 """The shipped model, the registry's error handling, the CLI commands and the example notebook."""
 
+import hashlib
 import json
+import lzma
 import shutil
 import subprocess
 import sys
@@ -25,7 +27,8 @@ def shipped():
 
 def test_default_model_is_listed():
     """The listing is every name shipped with both its manifest and its weights, read here from the folder."""
-    shipped = {p.stem for p in reg.WEIGHTS_DIR.glob("*.json")} & {p.stem for p in reg.WEIGHTS_DIR.glob("*.safetensors")}
+    weights = {p.name.split(".safetensors")[0] for p in reg.WEIGHTS_DIR.glob("*.safetensors*")}
+    shipped = {p.stem for p in reg.WEIGHTS_DIR.glob("*.json")} & weights
     assert list_pretrained() == sorted(shipped) and DEFAULT in shipped
     assert all(reg.manifest(n)["name"] == n for n in shipped)  # each manifest names its own file
 
@@ -79,15 +82,43 @@ def test_shipped_accuracies_match_manifest(shipped):
         assert abs(res[split]["acc"] - m["acc"]) <= 1.0 / m["n"] + 1e-9, split
 
 
-def test_tampered_weights_are_refused(tmp_path, monkeypatch):
-    for ext in ("json", "safetensors"):
-        shutil.copy(reg.WEIGHTS_DIR / f"{DEFAULT}.{ext}", tmp_path / f"{DEFAULT}.{ext}")
-    blob = bytearray((tmp_path / f"{DEFAULT}.safetensors").read_bytes())
+@pytest.mark.parametrize("packed", [True, False], ids=["xz", "plain"])
+def test_tampered_weights_are_refused(tmp_path, monkeypatch, packed):
+    """A weights file whose bytes changed is refused, compressed (the xz check or the sha256 of what it unpacks to)
+    or plain (the sha256)."""
+    shutil.copy(reg.WEIGHTS_DIR / f"{DEFAULT}.json", tmp_path)
+    weights = tmp_path / f"{DEFAULT}.safetensors"
+    data = reg.weights_file(DEFAULT).read_bytes()
+    if packed:
+        weights = weights.with_name(weights.name + ".xz")
+    else:
+        data = lzma.decompress(data)
+    blob = bytearray(data)
     blob[-1] ^= 0xFF
-    (tmp_path / f"{DEFAULT}.safetensors").write_bytes(bytes(blob))
+    weights.write_bytes(bytes(blob))
     monkeypatch.setattr(reg, "WEIGHTS_DIR", tmp_path)
-    with pytest.raises(CheckpointError, match="sha256"):
+    with pytest.raises(CheckpointError, match="sha256|not a readable xz file"):
         reg.load_model(DEFAULT)
+
+
+def test_a_model_with_both_weights_files_is_refused_by_name(tmp_path, monkeypatch):
+    for f in (f"{DEFAULT}.json", reg.weights_file(DEFAULT).name):
+        shutil.copy(reg.WEIGHTS_DIR / f, tmp_path)
+    (tmp_path / f"{DEFAULT}.safetensors").write_bytes(lzma.decompress(reg.weights_file(DEFAULT).read_bytes()))
+    monkeypatch.setattr(reg, "WEIGHTS_DIR", tmp_path)
+    with pytest.raises(ValueError, match="two weights files.*keep one"):
+        reg.load_model(DEFAULT)
+
+
+def test_compressed_weights_unpack_to_the_manifests_safetensors_bytes():
+    """Every shipped weights file: the manifest's sha256 and bytes are those of the safetensors bytes (what
+    trajectories and records cite); a compressed one records its own file's under ``packed``."""
+    for name in reg.list_pretrained():
+        man, path = reg.manifest(name), reg.weights_file(name)
+        data = lzma.decompress(path.read_bytes()) if path.suffix == ".xz" else path.read_bytes()
+        assert hashlib.sha256(data).hexdigest() == man["sha256"] and len(data) == man["bytes"], name
+        if path.suffix == ".xz":
+            assert man["packed"] == {"format": "xz", "sha256": reg.sha256_file(path), "bytes": path.stat().st_size}
 
 
 def test_cli_eval_json(capsys):
@@ -373,12 +404,19 @@ def test_export_measures_and_ships_the_stored_weights(tmp_path, monkeypatch):
     dest = tmp_path / "weights"
     dest.mkdir()
     monkeypatch.setattr(reg, "WEIGHTS_DIR", dest)
-    for dtype in ("float32", "float16"):
-        assert main(["export", str(run), "--name", dtype, "--description", "d", "--weights-dtype", dtype]) == 0
+    for dtype, plain in (("float32", []), ("float16", ["--no-xz"])):  # compressed by default
+        assert main(["export", str(run), "--name", dtype, "--description", "d", "--weights-dtype", dtype, *plain]) == 0
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "float16.json",
+        "float16.safetensors",
+        "float32.json",
+        "float32.safetensors.xz",
+    ]
     trained = load_model_file(run / "model.safetensors").state_dict()
     with safe_open(str(dest / "float16.safetensors"), "pt") as f:
         assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float16}
-    assert (dest / "float16.safetensors").stat().st_size < 0.6 * (dest / "float32.safetensors").stat().st_size
+    assert reg.manifest("float16")["bytes"] < 0.6 * reg.manifest("float32")["bytes"]
+    assert reg.manifest("float32")["packed"]["bytes"] < reg.manifest("float32")["bytes"]
     for dtype in ("float32", "float16"):
         model = load_model(dtype)
         assert model.manifest["weights_dtype"] == dtype and model.manifest["epochs"] == 1
@@ -393,7 +431,7 @@ def test_export_measures_and_ships_the_stored_weights(tmp_path, monkeypatch):
 def test_save_model_refuses_weights_the_dtype_cannot_hold(tmp_path):
     from hooked_clip1d.model.checkpoint import save_model
 
-    model = load_model_file(reg.WEIGHTS_DIR / f"{DEFAULT}.safetensors")
+    model = load_model(DEFAULT)
     with torch.no_grad():
         model.W_proj[0, 0] = 1e6
     with pytest.raises(ValueError, match="W_proj does not fit in torch.float16"):
@@ -402,7 +440,7 @@ def test_save_model_refuses_weights_the_dtype_cannot_hold(tmp_path):
 
 
 def test_shipped_weight_files_stay_under_4_mib():
-    big = [p.name for p in reg.WEIGHTS_DIR.glob("*.safetensors") if p.stat().st_size > 4 * 2**20]
+    big = [p.name for p in reg.WEIGHTS_DIR.glob("*.safetensors*") if p.stat().st_size > 4 * 2**20]
     assert not big, f"ship these with `export --weights-dtype float16`: {big}"
 
 

@@ -286,8 +286,8 @@ def test_a_model_file_with_edited_metadata_is_refused_clearly(edit, tmp_path, ca
 
 
 def test_a_shipped_model_with_an_edited_manifest_is_refused_clearly(tmp_path, monkeypatch):
-    for ext in ("json", "safetensors"):
-        shutil.copy(reg.WEIGHTS_DIR / f"{reg.DEFAULT_MODEL}.{ext}", tmp_path / f"{reg.DEFAULT_MODEL}.{ext}")
+    for f in (f"{reg.DEFAULT_MODEL}.json", reg.weights_file(reg.DEFAULT_MODEL).name):
+        shutil.copy(reg.WEIGHTS_DIR / f, tmp_path / f)
     manifest = tmp_path / f"{reg.DEFAULT_MODEL}.json"
     manifest.write_text(manifest.read_text()[:-20])  # an edit that broke the JSON
     monkeypatch.setattr(reg, "WEIGHTS_DIR", tmp_path)

@@ -228,6 +228,12 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--name", required=True)
     p.add_argument("--description", required=True)
     p.add_argument("--weights-dtype", default="float32", choices=["float32", "float16"], help="float16: half the file")
+    p.add_argument(
+        "--no-xz",
+        dest="compress",
+        action="store_false",
+        help="keep the weights file plain (default: xz-compressed, <name>.safetensors.xz, ~0.78 of the bytes)",
+    )
     p.set_defaults(func=cmd_export)
     return p
 
@@ -235,7 +241,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
 def cmd_export(a: argparse.Namespace) -> int:
     from hooked_clip1d.pretrained.ship import export_run
 
-    target = export_run(a.run, a.name, a.description, weights_dtype=a.weights_dtype)
+    target = export_run(a.run, a.name, a.description, weights_dtype=a.weights_dtype, compress=a.compress)
     print(f"exported {a.run} -> {target}")
     return 0
 

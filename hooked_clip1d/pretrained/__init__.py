@@ -1,9 +1,11 @@
 """Pretrained registry: models trained by this package, shipped as package data, loaded offline.
 
-Each model is two files in ``hooked_clip1d/pretrained/weights/``: ``<name>.safetensors`` (weights + configs, see
-``hooked_clip1d.model.checkpoint``) and ``<name>.json``, its manifest: description, configs, the exact training command,
-seed, epochs, steps, training time, the accuracies measured on its dataset, the sha256 of the weights and
-provenance (git commit, versions). ``load_model`` checks the sha256 before loading.
+Each model is two files in ``hooked_clip1d/pretrained/weights/``: its weights, ``<name>.safetensors`` (weights +
+configs, see ``hooked_clip1d.model.checkpoint``) or the same file xz-compressed, ``<name>.safetensors.xz`` (``xz -d``
+gives the plain file; ~0.78 of its bytes for float32 weights), and ``<name>.json``, its manifest: description,
+configs, the exact training command, seed, epochs, steps, training time, the accuracies measured on its dataset, the
+sha256 and size of the safetensors bytes (``packed``: the compressed file's, where compressed) and provenance (git
+commit, versions). ``load_model`` checks the sha256 before loading.
 
 Some models also ship their training trajectory (``trajectories/``, see ``pretrained.trajectories``): checkpoints
 dense early and sparse late, loaded as TransformerLens loads checkpoints, ``load_model(name, checkpoint_index=i)`` or
@@ -21,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -43,6 +46,7 @@ from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file fo
     stored_metrics,
     trajectory_file,
     trajectory_schedule,
+    unpack_xz,
 )
 
 if TYPE_CHECKING:  # torch is imported where weights are read: listing the zoo and its manifests needs none
@@ -61,9 +65,38 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+WEIGHTS_SUFFIXES = (".safetensors", ".safetensors.xz")  # a zoo model's weights: plain or xz-compressed
+
+
+def weights_file(name: str) -> Path | None:
+    """The weights file of shipped model ``name`` in ``WEIGHTS_DIR`` (``<name>.safetensors`` or
+    ``<name>.safetensors.xz``), or None if it has neither; both at once is an error naming them.
+
+    Example:
+        >>> weights_file("simplified-ntot20-n2-10").name
+        'simplified-ntot20-n2-10.safetensors.xz'
+    """
+    found = [WEIGHTS_DIR / f"{name}{s}" for s in WEIGHTS_SUFFIXES if (WEIGHTS_DIR / f"{name}{s}").is_file()]
+    if len(found) > 1:
+        raise ValueError(f"pretrained {name!r} has two weights files, {found[0].name} and {found[1].name}: keep one")
+    return found[0] if found else None
+
+
+def _unpacked_weights(name: str, path: Path) -> bytes:
+    """A compressed weights file's bytes, unpacked once per process while the file is unchanged (unpacking costs
+    ~0.1 s for a simplified model, ~0.3 s for the full one; the tests load the zoo's models hundreds of times)."""
+    st = path.stat()
+    return _unpack_cached(str(path), st.st_mtime_ns, st.st_size, name)
+
+
+@functools.lru_cache(maxsize=32)  # the zoo's 25 models: ~19 MB unpacked
+def _unpack_cached(path: str, mtime_ns: int, size: int, name: str) -> bytes:
+    return unpack_xz(path, f"pretrained {name!r}: weights file")
+
+
 def list_pretrained() -> list[str]:
     """Names of the shipped models."""
-    return sorted(p.stem for p in WEIGHTS_DIR.glob("*.json") if (WEIGHTS_DIR / f"{p.stem}.safetensors").exists())
+    return sorted(p.stem for p in WEIGHTS_DIR.glob("*.json") if weights_file(p.stem) is not None)
 
 
 def manifest(name: str) -> dict[str, Any]:
@@ -153,16 +186,22 @@ def load_model(
     listing what exists for a model without a trajectory or a checkpoint it does not have, and ``CheckpointError``
     if the weights do not match the manifest's sha256.
     """
-    from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file
+    from hooked_clip1d.model.checkpoint import CheckpointError, build_model_from, load_model_file, read_tensors_bytes
 
     if checkpoint_index is not None or checkpoint_value is not None:
         return load_checkpoint(name, checkpoint_index, checkpoint_value, device=device)
     man = manifest(name)
-    path = WEIGHTS_DIR / f"{name}.safetensors"
-    digest = sha256_file(path)
+    path = weights_file(name)
+    assert path is not None  # manifest() lists only names with weights
+    data = _unpacked_weights(name, path) if path.suffix == ".xz" else None
+    digest = sha256_file(path) if data is None else hashlib.sha256(data).hexdigest()  # of the safetensors bytes
     if digest != man.get("sha256"):
         raise CheckpointError(f"pretrained {name!r}: weights sha256 {digest} does not match the manifest")
-    model = load_model_file(path).to(device)
+    if data is None:
+        model = load_model_file(path)
+    else:
+        model = build_model_from(*read_tensors_bytes(data, str(path)), repr(str(path)))
+    model = model.to(device)
     model.manifest = man
     return model
 
@@ -498,6 +537,8 @@ __all__ = [
     "NoTrajectoryError",
     "TRAJECTORIES_DIR",
     "WEIGHTS_DIR",
+    "WEIGHTS_SUFFIXES",
+    "weights_file",
     "checkpoint_epoch",
     "list_checkpoints",
     "list_pretrained",

@@ -52,13 +52,15 @@ def export_run(
     description: str,
     dest: str | Path | None = None,
     weights_dtype: str = "float32",
+    compress: bool = True,
 ) -> Path:
     """Ship a training run (``train`` output) as pretrained model ``name``: weights-only file plus manifest.
 
     The manifest's accuracies are measured here, on the exported weights: with ``weights_dtype="float16"`` (half
     the file, for the larger models) on the rounded ones. A run that has not finished is shipped from its latest
     ``checkpoint.safetensors``; the manifest then records the epochs actually trained. ``dest`` defaults to the
-    package's ``WEIGHTS_DIR``.
+    package's ``WEIGHTS_DIR``. With ``compress`` (the default) the weights are then stored xz-compressed
+    (``compress_weights``); returns the weights file written.
     """
     from hooked_clip1d.training.rundir import RunLock, is_run_dir
 
@@ -71,7 +73,47 @@ def export_run(
         raise ValueError(f"{str(run_dir / 'config.json')!r} is not a hooked_clip1d run config (foreign folder?)")
     check_destination(dest, "export")  # before the evaluation, not after it
     with RunLock(run_dir, "run directory"):  # a run still training there is refused, not exported half-way
-        return _export_locked(run_dir, name, description, dest, weights_dtype)
+        target = _export_locked(run_dir, name, description, dest, weights_dtype)
+    return compress_weights(name, dest) if compress else target
+
+
+def compress_weights(name: str, dest: str | Path | None = None) -> Path:
+    """Store zoo model ``name``'s weights xz-compressed: ``<name>.safetensors`` becomes ``<name>.safetensors.xz``
+    (``xz -d`` gives it back bit for bit, checked before the plain file is removed). The manifest's ``sha256`` and
+    ``bytes`` stay those of the safetensors bytes (what every trajectory and record cites); ``packed`` records the
+    compressed file's. ``dest`` defaults to ``WEIGHTS_DIR``. Returns the compressed file.
+
+    Example:
+        >>> import shutil, tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> for ext in ("json", "safetensors.xz"):
+        ...     _ = shutil.copy(reg.WEIGHTS_DIR / f"simplified-ntot20-n2-10.{ext}", d)
+        >>> compress_weights("simplified-ntot20-n2-10", d)
+        Traceback (most recent call last):
+        ValueError: 'simplified-ntot20-n2-10' has no plain weights file to compress in ... (already compressed?)
+    """
+    import hashlib
+
+    from hooked_clip1d.files import atomic_write_text
+    from hooked_clip1d.model.checkpoint import CheckpointError
+    from hooked_clip1d.pretrained.trajectories import unpack_xz
+
+    dest = Path(dest) if dest is not None else reg.WEIGHTS_DIR
+    plain, packed, man_path = dest / f"{name}.safetensors", dest / f"{name}.safetensors.xz", dest / f"{name}.json"
+    if not plain.is_file():
+        raise ValueError(f"{name!r} has no plain weights file to compress in {str(dest)!r} (already compressed?)")
+    man = json.loads(man_path.read_text())
+    raw = plain.read_bytes()
+    if hashlib.sha256(raw).hexdigest() != man.get("sha256"):
+        raise CheckpointError(f"{plain.name}: its sha256 does not match the manifest; not compressed")
+    write_compressed(packed, raw)  # atomic
+    if unpack_xz(packed, "weights file") != raw:
+        packed.unlink()
+        raise CheckpointError(f"{packed.name} did not unpack to {plain.name}'s bytes; removed, nothing changed")
+    man["packed"] = {"format": "xz", "sha256": sha256_file(packed), "bytes": packed.stat().st_size}
+    atomic_write_text(man_path, json.dumps(man, indent=2) + "\n")
+    plain.unlink()  # a crash before this leaves both files: load_model then names them (keep one)
+    return packed
 
 
 def check_destination(dest: str | os.PathLike, what: str) -> Path:
@@ -147,6 +189,7 @@ def _export_locked(run_dir: Path, name: str, description: str, dest: Path, weigh
     history = read_history(run_dir / "metrics.jsonl", max_epoch=epochs)
     target = dest / f"{name}.safetensors"
     save_model(model, target, extra={"train_config": config["train_config"]}, dtype=store)
+    (dest / f"{name}.safetensors.xz").unlink(missing_ok=True)  # a re-export replaces the model in either form
     man = {
         "name": name,
         "description": description,

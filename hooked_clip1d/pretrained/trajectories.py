@@ -266,8 +266,6 @@ def read_trajectory_file(path: str | Path, sha256: str | None) -> tuple[dict[str
     """A trajectory file's tensors and metadata (``model.checkpoint.read_tensors``: format and content digest checked,
     nothing unpickled), after checking the file's sha256 against the manifest's ``sha256``; an ``.xz`` file is
     decompressed in memory (at most ``MAX_UNPACKED_BYTES``)."""
-    import lzma
-
     from hooked_clip1d.model.checkpoint import CheckpointError, read_tensors, read_tensors_bytes
 
     path = Path(path)
@@ -278,16 +276,34 @@ def read_trajectory_file(path: str | Path, sha256: str | None) -> tuple[dict[str
         raise CheckpointError(f"trajectory file {path.name}: sha256 {digest} does not match its manifest")
     if path.suffix != ".xz":
         return read_tensors(path)
+    return read_tensors_bytes(unpack_xz(path, "trajectory file"), str(path))
+
+
+def unpack_xz(path: str | Path, what: str) -> bytes:
+    """The bytes an xz-compressed shipped file (a trajectory's, or a zoo model's weights) unpacks to, in memory;
+    a file that is not xz, is truncated or unpacks past ``MAX_UNPACKED_BYTES`` is refused with a ``CheckpointError``
+    naming it (``what``: what the file is, for the message).
+
+    Example:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "x.safetensors.xz"
+        >>> write_compressed(p, b"hello")
+        >>> unpack_xz(p, "test file")
+        b'hello'
+    """
+    import lzma
+
+    from hooked_clip1d.model.checkpoint import CheckpointError
+
+    path = Path(path)
     unpack = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
     try:
         data = unpack.decompress(path.read_bytes(), max_length=MAX_UNPACKED_BYTES)
     except lzma.LZMAError as e:
-        raise CheckpointError(f"trajectory file {path.name} is not a readable xz file: {e}") from None
+        raise CheckpointError(f"{what} {path.name} is not a readable xz file: {e}") from None
     if not unpack.eof:
-        raise CheckpointError(
-            f"trajectory file {path.name} is truncated or unpacks past {MAX_UNPACKED_BYTES} bytes: refused"
-        )
-    return read_tensors_bytes(data, str(path))
+        raise CheckpointError(f"{what} {path.name} is truncated or unpacks past {MAX_UNPACKED_BYTES} bytes: refused")
+    return data
 
 
 def write_compressed(path: str | Path, data: bytes) -> None:
