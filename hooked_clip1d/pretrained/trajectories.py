@@ -14,8 +14,9 @@ A shipped trajectory is two files in ``hooked_clip1d/pretrained/trajectories/``:
   float32. Its safetensors metadata carries the configs and a content digest, like every model file of the package
   (``model.checkpoint``).
 - ``<name>.json``: the manifest (``MANIFEST_FORMAT``): the epochs (the last is the shipped model's, which is not
-  stored again: it is ``weights/<name>.safetensors``), each checkpoint's dtype, the file's sha256, each stored
-  checkpoint's content sha256 (``checkpoint_digest``; for the last, the shipped file's sha256), the precision
+  stored again: it is ``weights/<name>.safetensors``, shipped xz-compressed), each checkpoint's dtype, the file's
+  sha256, each stored checkpoint's content sha256 (``checkpoint_digest``; for the last, the sha256 of the shipped
+  weights' safetensors bytes, the zoo manifest's ``sha256``), the precision
   measurement and the emergence rows measured on the stored weights.
 
 A run directory's ``snapshots/epoch_NNNNN.safetensors`` (``TrainConfig.snapshot_epochs``) is the same trajectory
