@@ -128,6 +128,33 @@ def _as_control(zoo_name: str, model: CLIP1D, free: bool, label: str | None = No
     return model
 
 
+def mark_seeds(rows: list[dict[str, Any]], seeds: dict[str, dict[str, bool]], fresh: list[str], figure: str) -> None:
+    """Mark each check row with its outcome at each replicate seed (``seeds``: seed -> {check: holds}); a counted
+    check then counts as holding only if it also holds at >= 2/3 of the ``fresh`` seeds (where >= 3 are found). A
+    seed whose run does not report a check is an error naming both (never a silent fail or pass).
+
+    Example:
+        >>> rows = [{"check": "a", "counted": True, "counted_holds": True}]
+        >>> mark_seeds(rows, {"6": {"a": True}, "7": {"a": False}, "8": {"a": True}}, ["6", "7", "8"], "t")
+        >>> rows[0]["seeds"], rows[0]["fresh_holds"], rows[0]["counted_holds"]
+        ({'6': True, '7': False, '8': True}, 2, True)
+        >>> mark_seeds(rows, {"6": {}}, ["6"], "t")
+        Traceback (most recent call last):
+        ValueError: t: the run at seed 6 does not report the check 'a' (a vanished check is an error)
+    """
+    for row in rows:
+        for s, got in seeds.items():
+            if row["check"] not in got:
+                raise ValueError(
+                    f"{figure}: the run at seed {s} does not report the check {row['check']!r} "
+                    "(a vanished check is an error)"
+                )
+        row["seeds"] = {s: bool(got[row["check"]]) for s, got in seeds.items()}
+        if row["counted"] and len(fresh) >= 3:  # at >= 2 of 3 fresh seeds (>= 2/3 of them where more are found)
+            row["fresh_holds"] = sum(row["seeds"][s] for s in fresh)
+            row["counted_holds"] = row["counted_holds"] and 3 * row["fresh_holds"] >= 2 * len(fresh)
+
+
 def apply_trained_control(
     rows: list[dict[str, Any]], spec: FigureSpec, runs: list[tuple[str, dict[str, CLIP1D]]], status: str
 ) -> dict[str, Any]:

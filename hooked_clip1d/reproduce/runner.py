@@ -27,6 +27,7 @@ from hooked_clip1d.reproduce.replicates import (
     STUDY_SEEDS,
     TRAINED_CONTROLS,
     apply_trained_control,
+    mark_seeds,
     replicate_runs,
     trained_control_runs,
 )
@@ -313,11 +314,7 @@ def _add_controls(
             res = run_closed(spec.run, substitutes(spec, {spec.models[0]: str(run)}))
             seeds[str(seed)] = dict(res.checks)
         fresh = [s for s in seeds if int(s) not in STUDY_SEEDS]
-        for row in rows:
-            row["seeds"] = {s: bool(c.get(row["check"], False)) for s, c in seeds.items()}
-            if row["counted"] and len(fresh) >= 3:  # at >= 2 of 3 fresh seeds (>= 2/3 of them where more are found)
-                row["fresh_holds"] = sum(row["seeds"][s] for s in fresh)
-                row["counted_holds"] = row["counted_holds"] and 3 * row["fresh_holds"] >= 2 * len(fresh)
+        mark_seeds(rows, seeds, fresh, spec.key)
         record["replicates"] = {
             "study_seeds": sorted(int(s) for s in seeds if int(s) in STUDY_SEEDS),
             "fresh_seeds": sorted(int(s) for s in fresh),
