@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -296,12 +297,15 @@ def test_rejudge_record_refuses_what_it_cannot_judge(tmp_path, monkeypatch):
         rp.rejudge_record("fig21", records, tmp_path / "res")
     with pytest.raises(ValueError, match="unknown figure"):
         rp.rejudge_record("fig99", records, tmp_path / "res")
-    worded = rec["checks"][0]["check"]
-    rec["checks"][0]["check"] = "a check worded otherwise"
+    own = rec["checks"][0].get("id")
+    rec["checks"][0]["id"] = "a-check-the-code-no-longer-has-0000"  # matched by id, named by its sentence
     (records / "fig4a.json").write_text(json.dumps(rec))
-    with pytest.raises(ValueError, match="no longer computes: \\['a check worded otherwise'\\]"):
+    with pytest.raises(ValueError, match="no longer computes: \\['" + re.escape(rec["checks"][0]["check"][:30])):
         rp.rejudge_record("fig4a", records, tmp_path / "res")
-    rec["checks"][0]["check"] = worded
+    if own is None:  # an old record (no ids): its id is derived from the sentence on load
+        del rec["checks"][0]["id"]
+    else:
+        rec["checks"][0]["id"] = own
     rec["interim"] = {"finished": 1, "runs": 4}  # an early reading: its verdict was capped at partly
     (records / "fig4a.json").write_text(json.dumps(rec))
     with pytest.raises(ValueError, match="early reading of an unfinished sweep"):
@@ -310,6 +314,21 @@ def test_rejudge_record_refuses_what_it_cannot_judge(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="not valid JSON"):
         rp.rejudge_record("fig4a", records, tmp_path / "res")
     assert not (tmp_path / "res").exists()  # nothing written for a refused record
+
+
+@pytest.mark.heavy
+def test_rejudge_record_matches_checks_by_id_and_shows_todays_sentence(tmp_path, monkeypatch):
+    """A recorded check is found by its stable id, not its sentence (issue 52): a record whose sentence reads
+    otherwise (a rewording) is judged as the check with that id and shown with today's sentence."""
+    from hooked_clip1d.reproduce.records import check_id
+
+    records, rec = _tiny_fig4a(tmp_path, monkeypatch)
+    today = rec["checks"][0]["check"]
+    rec["checks"][0] = {**rec["checks"][0], "id": check_id(today), "check": "an older wording of the check"}
+    (records / "fig4a.json").write_text(json.dumps(rec))
+    new = rp.rejudge_record("fig4a", records, tmp_path / "res")
+    assert new["checks"][0]["check"] == today and new["checks"][0]["id"] == check_id(today)
+    assert new["checks"][0]["holds"] == rec["checks"][0]["holds"]
 
 
 def test_cli_rejudge_record_all_takes_the_records_without_a_null_control(tmp_path, monkeypatch, capsys):

@@ -284,7 +284,12 @@ def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, 
             continue
         marks = {"absence": list(out.absence), "secondary": dict(out.secondary)}
         variants.append(
-            {"model": name, "checks": dict(out.checks), "values": {k: float(v[0]) for k, v in out.values.items()}}
+            {
+                "model": name,
+                "checks": dict(out.checks),
+                "values": {k: float(v[0]) for k, v in out.values.items()},
+                "ids": {c: out.id_of(c) for c, _ in out.checks},  # each check's stable id (records key by it)
+            }
         )
     return {"variants": variants, "failed": failed, "complete": len(variants) == len(NULL_SEEDS), **marks}
 

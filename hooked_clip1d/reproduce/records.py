@@ -10,9 +10,10 @@ a record read another way.
 
 Each check has a stable ``id``: the figure's own (``Outcome.check_ids``, kept when its sentence is reworded) or,
 where the figure declares none, one derived from the sentence when it was first recorded (``check_id``);
-``Record.check(id)`` finds a check by it. The sentence is what the page shows. (Not yet everywhere: the null
-control, the trained-control marking and ``rejudge_record`` still match a figure's fresh outcome to a record's
-checks by sentence, as a reworded sentence is today a new check for them.)
+``Record.check(id)`` finds a check by it. The sentence is what the page shows. ``rejudge_record`` matches a kept
+record's checks to what the figure computes today by id (a reworded sentence with its id kept is the same check,
+shown in today's words). Within one ``reproduce`` run the null control, the seeds and the trained control are runs
+of the same code as the outcome they mark, so their checks are matched by the sentence that code wrote.
 
 Example:
     >>> rec = Record.from_dict({"figure": "t", "title": "T", "paper": "p", "models": [], "command": "c",

@@ -397,16 +397,26 @@ def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_di
     if rows:  # every run's final metrics are in the record: the figure's current code judges them
         return _rejudge_rows(spec, record, rows, Path(out_dir))
     null = null_control(spec)
-    computed = [v["checks"] for v in null["variants"] if "error" not in v]
-    recorded = [(c["check"], bool(c["holds"])) for c in record["checks"]]
-    unknown = [name for name, _ in recorded if not computed or any(name not in c for c in computed)]
+    # the record's checks are matched to what the figure's code computes today by their stable id (a reworded
+    # sentence keeps its id), and carry today's sentence
+    today = [{v["ids"][c]: c for c in v["checks"]} for v in null["variants"]]
+    unknown = [c["check"] for c in record["checks"] if not today or any(c["id"] not in t for t in today)]
     if unknown:
         raise ValueError(
             f"record {path} has checks {figure}'s code no longer computes: {unknown}; rerun it (`{spec.command}`)"
         )
-    values = {c["check"]: (c["value"], c["direction"]) for c in record["checks"] if "value" in c}  # stated ones
+    sentence = {c["id"]: today[0][c["id"]] for c in record["checks"]}
+    recorded = [(sentence[c["id"]], bool(c["holds"])) for c in record["checks"]]
+    values = {sentence[c["id"]]: (c["value"], c["direction"]) for c in record["checks"] if "value" in c}  # stated
     outcome = Outcome(
-        {}, "", recorded, {}, values=values, absence=tuple(null["absence"]), secondary=dict(null["secondary"])
+        {},
+        "",
+        recorded,
+        {},
+        values=values,
+        absence=tuple(null["absence"]),
+        secondary=dict(null["secondary"]),
+        check_ids={s: i for i, s in sentence.items()},
     )
     record = {k: v for k, v in record.items() if k not in ("null_control", "_dir")}
     record["models"] = list(spec.models)  # the figure's zoo cells today (an old record may name another model)
