@@ -451,3 +451,14 @@ def test_x1_is_defined_on_a_model_that_mirroring_does_not_move():
         mirror_flip_rate(torch.tensor([float("nan")]), torch.tensor([1.0]))
     with pytest.raises(ValueError, match="equal-length non-empty"):
         mirror_flip_rate(torch.tensor([1.0, 2.0]), torch.tensor([1.0]))
+
+
+def test_restated_fig4c_split_is_inclusive_and_needs_two_other_heads():
+    """Fig. 4c' as pre-registered (docs/fidelity.md, 2026-11-29): thresholds inclusive; the dominant head cannot be
+    one of the two others."""
+    from hooked_clip1d.reproduce.readings import dominant_split
+
+    assert dominant_split([0.1, 0.6, 0.6, 0.0], [0.9, 0.4, 0.4, 1.0])  # 0.90 and 0.60 pass
+    assert not dominant_split([0.1, 0.6, 0.59, 0.0], [0.9, 0.4, 0.41, 0.0])  # one other head at 0.6
+    assert not dominant_split([0.95, 0.6, 0.0, 0.0], [0.05, 0.4, 0.0, 0.0])  # the others must take the other side
+    assert dominant_split([0.0, 0.7, 0.65, 0.2], [0.95, 0.3, 0.35, 0.8])  # either side may dominate

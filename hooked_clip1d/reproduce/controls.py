@@ -26,7 +26,7 @@ import dataclasses
 import json
 import math
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +254,34 @@ def null_rows(spec_path: Path, seed: int, init_std: float | None, workdir: Path)
                 row[f"{split}.{metric}"] = metrics.get(split, {}).get(metric)
         rows.append(row)
     return rows
+
+
+def judge_on_fresh_runs(ordered: Sequence[bool], shuffled: Sequence[bool], untrained: Sequence[bool]) -> str:
+    """The verdict of a check restated after its controls were read (Fig. 4c', 5d'; docs/fidelity.md, 2026-11-29),
+    judged only on runs no one read: its outcome on the 3 fresh runs on ordered captions, the 3 fresh order-blind
+    runs (shuffled captions) and the 10 untrained draws. Reproduced if >= 2 ordered runs hold and every shuffled
+    run and draw fails; inconclusive if >= 2 ordered runs hold and a shuffled run or a draw passes; not reproduced
+    if < 2 ordered runs hold. Fewer runs than that is an error (a missing run is never a pass or a fail).
+
+    Example:
+        >>> judge_on_fresh_runs([True, True, False], [False] * 3, [False] * 10)
+        'reproduced'
+        >>> judge_on_fresh_runs([True, True, True], [False, True, False], [False] * 10)
+        'inconclusive'
+        >>> judge_on_fresh_runs([True, False, False], [False] * 3, [False] * 10)
+        'not reproduced'
+        >>> judge_on_fresh_runs([True, True], [False] * 3, [False] * 10)
+        Traceback (most recent call last):
+        ValueError: judged on 3 ordered, 3 shuffled and 10 untrained runs; got 2, 3 and 10
+    """
+    if (len(ordered), len(shuffled), len(untrained)) != (3, 3, len(NULL_SEEDS)):
+        raise ValueError(
+            f"judged on 3 ordered, 3 shuffled and {len(NULL_SEEDS)} untrained runs; "
+            f"got {len(ordered)}, {len(shuffled)} and {len(untrained)}"
+        )
+    if sum(bool(x) for x in ordered) < 2:
+        return "not reproduced"
+    return "inconclusive" if any(shuffled) or any(untrained) else "reproduced"
 
 
 def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, Any]:

@@ -43,6 +43,28 @@ def split_heads(left: list[float], right: list[float], level: float) -> bool:
     return (n_left >= 1 and n_right >= 2) or (n_right >= 1 and n_left >= 2)
 
 
+DOMINANT, SPLIT_OTHER, RELATIONAL_RESTATED = 0.9, 0.6, 0.8  # Fig. 4c' and 5d' (docs/fidelity.md, 2026-11-29)
+
+
+def dominant_split(
+    left: list[float], right: list[float], dominant: float = DOMINANT, other: float = SPLIT_OTHER
+) -> bool:
+    """Fig. 4c' (pre-registered 2026-11-29): some head biased to one side on >= ``dominant`` of the images and at
+    least two other heads biased to the other side on >= ``other`` (thresholds inclusive).
+
+    Example:
+        >>> dominant_split([0.02, 0.64, 0.62, 0.5], [0.98, 0.3, 0.3, 0.4])  # one head decides the side
+        True
+        >>> dominant_split([0.2, 0.64, 0.62, 0.5], [0.67, 0.3, 0.3, 0.4])  # the order-blind control's mild split
+        False
+    """
+    for side, opposite in ((left, right), (right, left)):
+        for h, v in enumerate(side):
+            if v >= dominant and sum(w >= other for g, w in enumerate(opposite) if g != h) >= 2:
+                return True
+    return False
+
+
 def first_epoch(history: dict[str, list], key: str, level: float) -> int | None:
     return next(
         (int(e) for e, v in zip(history["epoch"], history[key], strict=True) if v is not None and v >= level), None
