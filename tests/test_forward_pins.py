@@ -165,6 +165,7 @@ UNPINNED = (
     "control-shuffled-distinct-ntot20-n2-10",
     "control-shuffled-ntot20-n2-10",
     "control-shuffled-rope-ntot20-n2-15",
+    "rope-ntot20-n2-15-distinct",
     "simplified-ntot10-n2-5",
     "simplified-ntot20-n2-10",
 )
