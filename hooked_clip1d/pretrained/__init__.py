@@ -37,6 +37,7 @@ from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file fo
     CheckpointLabels,
     NoTrajectoryError,
     checkpoint_epoch,
+    file_sha256,
     incomplete_trajectory,
     read_manifest,
     read_trajectory,
@@ -57,12 +58,7 @@ WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 TRAJECTORIES_DIR = Path(__file__).resolve().parent / "trajectories"  # shipped training trajectories
 
 
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+sha256_file = file_sha256  # one implementation (pretrained.trajectories); the registry's public name kept
 
 
 WEIGHTS_SUFFIXES = (".safetensors", ".safetensors.xz")  # a zoo model's weights: plain or xz-compressed
