@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -462,3 +463,85 @@ def test_restated_fig4c_split_is_inclusive_and_needs_two_other_heads():
     assert not dominant_split([0.1, 0.6, 0.59, 0.0], [0.9, 0.4, 0.41, 0.0])  # one other head at 0.6
     assert not dominant_split([0.95, 0.6, 0.0, 0.0], [0.05, 0.4, 0.0, 0.0])  # the others must take the other side
     assert dominant_split([0.0, 0.7, 0.65, 0.2], [0.95, 0.3, 0.35, 0.8])  # either side may dominate
+
+
+def _fresh_runs_folder(root: Path, ordered_model, shuffled_model, seeds=(9, 10, 11)) -> Path:
+    """A controls-fresh sweep folder: the flagship's configs at ``seeds`` on ordered and shuffled captions."""
+    man = manifest(FLAGSHIP)
+    runs = root / "controls-fresh" / "runs"
+    for order, model in (("ordered", ordered_model), ("shuffled", shuffled_model)):
+        for s in seeds:
+            data = {**man["data_config"], "caption_order": order}
+            _fake_run(runs, f"{order}-{s}", {**man["train_config"], "seed": s}, man["model_config"], data, model)
+    return root
+
+
+def test_fresh_runs_are_the_flagships_recipe_at_the_preregistered_seeds(tmp_path):
+    from hooked_clip1d.reproduce.replicates import fresh_runs
+
+    model = substitute(FLAGSHIP, "untrained:0")
+    _fresh_runs_folder(tmp_path, model, model, seeds=(3, 9, 10, 11))
+    man = manifest(FLAGSHIP)
+    other = {**man["train_config"], "seed": 10, "weight_decay": 0.1}  # another recipe at a fresh seed
+    _fake_run(tmp_path / "controls-fresh" / "runs", "z", other, man["model_config"], man["data_config"], model)
+    found = fresh_runs(FLAGSHIP, tmp_path)
+    assert list(found) == [f"{o}:{s}" for o in ("ordered", "shuffled") for s in (9, 10, 11)]  # seed 3 left out
+    assert found["shuffled:10"].name == "shuffled-10"
+
+
+@pytest.mark.heavy
+def test_restated_checks_are_judged_on_the_fresh_runs_alone(tmp_path):
+    """Fig. 4c' by the rule of docs/fidelity.md (2026-11-29): the flagship as the ordered runs and its order-blind
+    control as the shuffled ones give 'reproduced'; the control as every run, 'not reproduced'; five runs, no count;
+    a passing untrained draw, 'inconclusive'."""
+    from hooked_clip1d.reproduce.readings import DOMINANT_SPLIT_ID, DOMINANT_SPLIT_TEXT
+    from hooked_clip1d.reproduce.replicates import SHUFFLED_DISTINCT, apply_fresh_runs
+
+    spec = rp.FIGURES["fig4c"]
+    flagship, control = load_model(FLAGSHIP), load_model(SHUFFLED_DISTINCT)
+    outcome = spec.run({FLAGSHIP: flagship})
+    assert dict(outcome.checks)[DOMINANT_SPLIT_TEXT] and outcome.id_of(DOMINANT_SPLIT_TEXT) == DOMINANT_SPLIT_ID
+    null = {"variants": [{"model": f"u{i}", "checks": dict.fromkeys(dict(outcome.checks), False)} for i in NULL_SEEDS]}
+
+    def judged(root: Path, null=null) -> dict:
+        rows = counted_checks(outcome, null)
+        entry = apply_fresh_runs(rows, spec, null, root)
+        return {**next(r for r in rows if r["id"] == DOMINANT_SPLIT_ID), "entry": entry}
+
+    row = judged(_fresh_runs_folder(tmp_path / "a", flagship, control))
+    assert (row["fresh_rule"], row["counted"], row["counted_holds"]) == ("reproduced", True, True)
+    assert row["fresh_runs"] == {
+        **{f"ordered:{s}": True for s in (9, 10, 11)},
+        **{f"shuffled:{s}": False for s in (9, 10, 11)},
+    }
+    assert set(row["entry"]["sensitivity"][DOMINANT_SPLIT_ID]["ordered:9"]) == {
+        (0.8, True),
+        (0.85, True),
+        (0.9, True),
+        (0.95, True),
+    }
+    row = judged(_fresh_runs_folder(tmp_path / "b", control, control))
+    assert (row["fresh_rule"], row["counted"], row["counted_holds"]) == ("not reproduced", True, False)
+    leaky = {
+        "variants": [
+            {**v, "checks": {**v["checks"], DOMINANT_SPLIT_TEXT: i == 0}} for i, v in enumerate(null["variants"])
+        ]
+    }
+    row = judged(tmp_path / "a", leaky)
+    assert (row["fresh_rule"], row["counted"]) == ("inconclusive", False)  # an untrained draw passes it
+    shutil.rmtree(next((tmp_path / "a" / "controls-fresh" / "runs").glob("shuffled-11")))
+    row = judged(tmp_path / "a")
+    assert row["counted"] is False and row["fresh_rule"].startswith("not judged: 5 of 6 fresh runs")
+
+
+@pytest.mark.heavy
+def test_fig4c_and_5d_count_their_restated_forms_and_show_the_old_ones():
+    from hooked_clip1d.reproduce.replicates import FRESH_JUDGED
+
+    flagship = load_model(FLAGSHIP)
+    for key in ("fig4c", "fig5d"):
+        out = rp.FIGURES[key].run({FLAGSHIP: flagship})
+        restated = [c for c, _ in out.checks if out.id_of(c) in FRESH_JUDGED[key]]
+        assert len(restated) == 1 and restated[0] not in out.secondary
+        old = next(c for c, _ in out.checks if c.startswith(("one head attends most", "some head is relational on")))
+        assert "restated as Fig." in out.secondary[old]

@@ -27,8 +27,18 @@ from hooked_clip1d.reproduce.core import FLAGSHIP, NONGEN, FigureSpec, Outcome, 
 from hooked_clip1d.reproduce.readings import (
     BIAS_STEPS,
     COORDINATE,
+    DOMINANT_SPLIT_ID,
+    DOMINANT_SPLIT_TEXT,
+    DOMINANT_STEPS,
+    RELATIONAL_ID,
+    RELATIONAL_RESTATED,
+    RELATIONAL_STEPS,
+    RELATIONAL_TEXT,
+    RESTATED_4C,
+    RESTATED_5D,
     ROW_TEXT,
     STD_STEPS,
+    dominant_split,
     ep_gradient_outcome,
     fine_history,
     first_epoch,
@@ -129,15 +139,21 @@ def _head_bias_outcome(model: CLIP1D, name: str, expect_bias: bool) -> Outcome:
             "one head attends most to one side and at least two others to the other side (each on >= 60% of "
             "unseen-pair images; the paper: 1 right, 3 left)"
         )
-        checks = [(name_c, split_heads(left, right, 0.6))]
-        sensitivity = {name_c: [(t, split_heads(left, right, t)) for t in BIAS_STEPS]}
+        checks = [(name_c, split_heads(left, right, 0.6)), (DOMINANT_SPLIT_TEXT, dominant_split(left, right))]
+        sensitivity = {
+            name_c: [(t, split_heads(left, right, t)) for t in BIAS_STEPS],
+            DOMINANT_SPLIT_TEXT: [(t, dominant_split(left, right, t)) for t in DOMINANT_STEPS],
+        }
+        secondary = {name_c: RESTATED_4C}
+        ids = {DOMINANT_SPLIT_TEXT: DOMINANT_SPLIT_ID}
     else:
         checks = [("no head is biased to one side on >= 60% of images (no gradient)", not any(strong))]
-        sensitivity = {}
+        sensitivity, secondary, ids = {}, {}, {}
     numbers = {"left": left, "right": right, "heads_left": n_left, "heads_right": n_right}
     if sensitivity:
         numbers["sensitivity"] = sensitivity
-    return Outcome(numbers, f"P(left)/P(right) per head: {heads}.", checks, {"bias": fig}, sensitivity=sensitivity)
+    summary = f"P(left)/P(right) per head: {heads}."
+    return Outcome(numbers, summary, checks, {"bias": fig}, sensitivity=sensitivity, secondary=secondary, check_ids=ids)
 
 
 def fig4c_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
@@ -417,8 +433,17 @@ def fig5d_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     )
     e1 = "[EP only, the paper's coordinates] some head is relational on >= 50% of unseen-pair images"
     e2 = "[EP only, the paper's coordinates] the relational share matches |P(left) - P(right)| per head (within 0.15)"
-    checks = [(c1, max(rel) >= 0.5), (c2, match(rel, 0.15)), (e1, max(ep_rel) >= 0.5), (e2, match(ep_rel, 0.15, False))]
-    sensitivity = {c2: [(t, match(rel, t)) for t in (0.05, 0.1, 0.15, 0.2, 0.3)]}
+    checks = [
+        (c1, max(rel) >= 0.5),
+        (c2, match(rel, 0.15)),
+        (e1, max(ep_rel) >= 0.5),
+        (e2, match(ep_rel, 0.15, False)),
+        (RELATIONAL_TEXT, max(rel) >= RELATIONAL_RESTATED),
+    ]
+    sensitivity = {
+        c2: [(t, match(rel, t)) for t in (0.05, 0.1, 0.15, 0.2, 0.3)],
+        RELATIONAL_TEXT: [(t, max(rel) >= t) for t in RELATIONAL_STEPS],
+    }
     summary = (
         "relational share (whole CLS query) / |P(left)-P(right)| per head: "
         + ", ".join(f"h{h} {r:.2f}/{g:.2f}" for h, (r, g) in enumerate(zip(rel, gap, strict=True)))
@@ -439,7 +464,7 @@ def fig5d_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         "head prefers one side in both orders, which |P(left) - P(right)| counts on the same images (the two differ "
         "by <= 0.10 in every reading from epoch 500 on)"
     )
-    secondary = {c2: constructed, e1: COORDINATE, e2: COORDINATE}
+    secondary = {c1: RESTATED_5D, c2: constructed, e1: COORDINATE, e2: COORDINATE}
     return Outcome(
         numbers,
         summary + ".",
@@ -449,6 +474,7 @@ def fig5d_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         values={c1: (max(rel), ">")},
         secondary=secondary,
         sensitivity=sensitivity,
+        check_ids={RELATIONAL_TEXT: RELATIONAL_ID},
     )
 
 

@@ -97,6 +97,8 @@ class Check:
     fresh_holds: int | None = None  # how many fresh seeds it holds at
     trained_control: dict[str, bool] | None = None  # its outcome on each trained-control run
     control_passes: list[str] | None = None  # the control runs that pass it (so it does not count)
+    fresh_runs: dict[str, bool] | None = None  # a restated check's outcome on each deciding fresh run
+    fresh_rule: str | None = None  # the pre-registered rule's verdict on those runs (or why it was not applied)
 
     @classmethod
     def from_row(cls, row: dict[str, Any], where: str) -> Check:
@@ -139,6 +141,7 @@ _DETAILS = (
     "null_control",
     "replicates",
     "trained_control",
+    "fresh_runs",
     "sweep_clock",
     "interim",
     "rejudged",

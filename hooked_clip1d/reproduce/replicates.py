@@ -19,8 +19,9 @@ from typing import Any
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
-from hooked_clip1d.reproduce.controls import run_closed, substitute
+from hooked_clip1d.reproduce.controls import judge_on_fresh_runs, run_closed, substitute, substitutes
 from hooked_clip1d.reproduce.core import FigureSpec
+from hooked_clip1d.reproduce.readings import DOMINANT_SPLIT_ID, RELATIONAL_ID
 
 # verdicts v3 (docs/fidelity.md, pre-registered before any control was trained): the trained control guarding a
 # figure's counted checks, per zoo model of the figure: (the control's zoo name, whether its architecture may differ
@@ -189,6 +190,108 @@ def apply_trained_control(
             row["counted"], row["counted_holds"] = False, None
             row["control_passes"] = passes[row["check"]]
     return {"status": status, "runs": [label for label, _ in runs], "passes": passes}
+
+
+# checks judged on fresh runs alone (docs/fidelity.md, amendment of 2026-11-29, written before the runs were
+# trained): figure -> the ids of its restated checks. The deciding runs are the figure's model's config and recipe at
+# FRESH_SEEDS (trained by no earlier study), on ordered captions and on shuffled ones, in sweep FRESH_SWEEP; the
+# shipped model, its controls and the other seeds are reported beside them and decide nothing
+FRESH_SWEEP = "controls-fresh"
+FRESH_SEEDS = (9, 10, 11)
+FRESH_JUDGED: dict[str, tuple[str, ...]] = {"fig4c": (DOMINANT_SPLIT_ID,), "fig5d": (RELATIONAL_ID,)}
+
+
+def fresh_runs(zoo_name: str, sweeps_root: str | Path | None) -> dict[str, Path]:
+    """The finished runs of ``FRESH_SWEEP`` under ``sweeps_root`` trained as zoo model ``zoo_name`` was but for the
+    seed (one of ``FRESH_SEEDS``) and the caption order: ``{"ordered:9": run, ..., "shuffled:11": run}``, in that
+    order (a run not yet finished is absent).
+
+    Example:
+        >>> fresh_runs("simplified-ntot20-n2-10", "/nonexistent")
+        {}
+    """
+    from hooked_clip1d.pretrained import manifest
+    from hooked_clip1d.training.run_config import comparable_train_config
+
+    if sweeps_root is None:
+        return {}
+    man = manifest(zoo_name)
+    want_t = comparable_train_config(man["train_config"])
+    want_t.pop("seed")
+    want_m = _without_init_seed(CLIPConfig.from_dict(man["model_config"]))
+    want_d = {k: v for k, v in man["data_config"].items() if k != "caption_order"}
+    found: dict[str, Path] = {}
+    for run in sorted((Path(sweeps_root) / FRESH_SWEEP / "runs").glob("*")):
+        if not (run / "summary.json").exists() or not (run / "model.safetensors").exists():
+            continue
+        saved = json.loads((run / "config.json").read_text())
+        have_t = comparable_train_config(saved["train_config"])
+        seed = have_t.pop("seed")
+        data = dict(saved["data_config"])
+        order = data.pop("caption_order", "ordered")
+        if seed not in FRESH_SEEDS or have_t != want_t or data != want_d:
+            continue
+        if _without_init_seed(CLIPConfig.from_dict(saved["model_config"])) != want_m:
+            continue
+        found[f"{order}:{seed}"] = run
+    return {k: found[k] for k in (f"{o}:{s}" for o in ("ordered", "shuffled") for s in FRESH_SEEDS) if k in found}
+
+
+def apply_fresh_runs(
+    rows: list[dict[str, Any]], spec: FigureSpec, null: dict[str, Any], sweeps_root: str | Path | None
+) -> dict[str, Any]:
+    """Judge the restated checks of ``spec`` (``FRESH_JUDGED``) on the fresh runs alone by the pre-registered rule
+    (``controls.judge_on_fresh_runs``: >= 2 of 3 ordered runs hold, every shuffled run and untrained draw fails).
+    Each such row gets ``fresh_runs`` (run -> holds) and ``fresh_rule`` (the rule's verdict, or why it was not
+    applied); ``counted`` / ``counted_holds`` follow the rule alone (reproduced: counts and holds; not reproduced:
+    counts and fails; inconclusive: not counted), replacing what the seeds and the trained control made of it
+    (both stay on the row, reported). Until the six runs are trained the checks do not count. A row not eligible
+    for counting (shown only, coordinate-dependent, or with an incomplete null) stays uncounted. Returns the
+    record's ``fresh_runs`` entry: the runs, each run's summary and each check's outcome at the reported
+    thresholds.
+    """
+    ids = FRESH_JUDGED[spec.key]
+    judged = [r for r in rows if r["id"] in ids]
+    if len(judged) != len(ids):
+        raise ValueError(f"{spec.key}: the restated checks {list(ids)} are not all among its checks (vanished)")
+    runs = fresh_runs(spec.models[0], sweeps_root)
+    entry: dict[str, Any] = {"sweep": FRESH_SWEEP, "seeds": list(FRESH_SEEDS), "runs": {}, "summaries": {}}
+    if len(runs) < 2 * len(FRESH_SEEDS):
+        entry["status"] = (
+            f"{len(runs)} of {2 * len(FRESH_SEEDS)} fresh runs finished in {FRESH_SWEEP}: the restated checks do "
+            "not count until all six are trained"
+        )
+        for row in judged:
+            row["fresh_rule"] = "not judged: " + entry["status"]
+            row["counted"], row["counted_holds"] = False, None
+        return entry
+    entry["status"] = f"the six fresh runs of {FRESH_SWEEP} (seeds {', '.join(map(str, FRESH_SEEDS))})"
+    sensitivity: dict[str, dict[str, list[tuple[float, bool]]]] = {}
+    for label, run in runs.items():
+        out = run_closed(spec.run, substitutes(spec, {spec.models[0]: str(run)}))
+        got = dict(out.checks)
+        entry["runs"][label] = f"{FRESH_SWEEP}/runs/{run.name}"
+        entry["summaries"][label] = out.summary
+        for row in judged:
+            if row["check"] not in got:
+                raise ValueError(f"{spec.key}: the fresh run {label} does not report the check {row['check']!r}")
+            row.setdefault("fresh_runs", {})[label] = bool(got[row["check"]])
+            sensitivity.setdefault(row["id"], {})[label] = out.sensitivity.get(row["check"], [])
+    entry["sensitivity"] = sensitivity
+    for row in judged:
+        outcomes = row["fresh_runs"]
+        ordered = [outcomes[f"ordered:{s}"] for s in FRESH_SEEDS]
+        shuffled = [outcomes[f"shuffled:{s}"] for s in FRESH_SEEDS]
+        blocked = row.get("secondary") or row.get("coordinate_dependent") or row.get("null_incomplete")
+        if blocked:
+            row["fresh_rule"] = "not applied: the check does not count (" + str(blocked) + ")"
+            continue
+        untrained = [bool(v["checks"][row["check"]]) for v in null["variants"]]
+        verdict = judge_on_fresh_runs(ordered, shuffled, untrained)
+        row["fresh_rule"] = verdict
+        row["counted"] = verdict != "inconclusive"
+        row["counted_holds"] = (verdict == "reproduced") if row["counted"] else None
+    return entry
 
 
 def _without_init_seed(cfg: CLIPConfig) -> dict[str, Any]:

@@ -153,6 +153,9 @@ HOW_TO_READ = (
     "and W_K rescaled); a check that moves reads a choice of coordinates and is shown, not counted;",
     "> - **identities** (true by construction) are shown, not counted; an **absence** check (training does *not* "
     "produce something, an upper bound untrained models meet) counts only where ours fails it;",
+    "> - **restated checks** (Fig. 4c', 5d': restated after their controls were read) are judged on six runs no one "
+    "had read alone (the flagship's recipe at seeds 9-11, ordered and order-blind captions): they count if >= 2 of "
+    "3 ordered runs hold and every order-blind run and untrained draw fails (docs/fidelity.md, 2026-11-29);",
     "> - ordering checks fail on ties; flagship figures also need the check at >= 2 of 3 fresh seeds.",
     ">",
     "> *reproduced*: every counted check holds; *partly*: some do; *not reproduced*: none does; *inconclusive*: no "
@@ -222,6 +225,7 @@ def _uncounted_reasons(checks: list[dict[str, Any]]) -> str:
         '1 passed by a trained control, 1 shown only (an identity or a replaced form), 1 passed by untrained models'
     """
     reasons = {
+        "not decided by its fresh runs": lambda c: bool(c.get("fresh_rule")),
         "passed by a trained control": lambda c: bool(c.get("control_passes")),
         "shown only (an identity or a replaced form)": lambda c: bool(c.get("secondary")),
         "moved by a reparametrisation": lambda c: bool(c.get("coordinate_dependent")),
@@ -277,7 +281,14 @@ def _check_context(c: dict[str, Any]) -> str:
         parts.append("not counted: moves under " + ", ".join(c["coordinate_dependent"]) + " (coordinate-dependent)")
     if c.get("not_auditable"):
         parts.append("invariance audit: not auditable (unchanged on untrained weights: it reads stored numbers)")
-    if c.get("control_passes"):
+    if c.get("fresh_rule"):  # a restated check judged on fresh runs alone (replicates.apply_fresh_runs)
+        if c.get("fresh_runs"):
+            parts.append("fresh runs " + " ".join(f"{k}:{'y' if ok else 'n'}" for k, ok in c["fresh_runs"].items()))
+        parts.append(
+            f"judged on the fresh runs by the pre-registered rule: **{c['fresh_rule']}**"
+            + ("" if c.get("counted") else " (not counted)")
+        )
+    elif c.get("control_passes"):
         parts.append(
             "**not counted**: a trained control that cannot know what it claims passes it ("
             + ", ".join(c["control_passes"])
@@ -346,6 +357,10 @@ def _record_section(r: dict[str, Any], fig_dir: Path, page_dir: Path) -> list[st
         )
     if r.get("trained_control") is not None:
         lines.append(_trained_control_line(r["trained_control"]))
+    if r.get("fresh_runs") is not None:
+        fr = r["fresh_runs"]
+        lines.append(f"- **Fresh runs (they alone judge the restated checks):** {fr['status']}")
+        lines += [f"  - {label}: {text}" for label, text in fr.get("summaries", {}).items()]
     if r.get("null_control", {}).get("errors"):
         lines.append(f"- **Null control errors:** {r['null_control']['errors']}")
     if r.get("notes"):

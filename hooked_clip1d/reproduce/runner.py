@@ -24,8 +24,10 @@ from hooked_clip1d.reproduce.controls import audit_invariance, counted_checks, n
 from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_record, reading_sweeps_from, verdict_of
 from hooked_clip1d.reproduce.records import load_record, write_record
 from hooked_clip1d.reproduce.replicates import (
+    FRESH_JUDGED,
     STUDY_SEEDS,
     TRAINED_CONTROLS,
+    apply_fresh_runs,
     apply_trained_control,
     mark_seeds,
     replicate_runs,
@@ -328,6 +330,8 @@ def _add_controls(
         runs, status = trained_control_runs(spec, sweeps_root)
         if spec.key in TRAINED_CONTROLS:
             record["trained_control"] = apply_trained_control(rows, spec, runs, status)
+        if spec.key in FRESH_JUDGED:  # restated checks judged on fresh runs alone (docs/fidelity.md, 2026-11-29)
+            record["fresh_runs"] = apply_fresh_runs(rows, spec, null, sweeps_root)
     record["checks"] = rows
     counted = [(r["check"], r["counted_holds"]) for r in rows if r["counted"]]
     if record.get("verdict") == "not run":
