@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from typing import Any
 
 PACKAGES = ("hooked_clip1d",)
-VERSION = 1  # bump when the transformation changes: the cached bytecode of the old one is then ignored
+VERSION = 2  # bump when the transformation changes: the cached bytecode of the old one is then ignored
 _CACHE_TAG = f"typechecked{VERSION}"
 
 
@@ -81,44 +81,31 @@ def declares_shape(node: ast.FunctionDef) -> bool:
     return False
 
 
-def _decorate_nested(node: ast.AST) -> None:
-    """In a function's body, decorate only the functions that declare a shape (each is decorated at every call of
-    its parent: the few that declare shapes are worth it)."""
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.FunctionDef) and not _no_type_check(child):
-            if declares_shape(child):
-                child.decorator_list.append(ast.copy_location(_decorator(), child))
-            _decorate_nested(child)
-        elif not isinstance(child, (ast.ClassDef, ast.AsyncFunctionDef)) or not _no_type_check(child):
-            _decorate_nested(child)
-
-
 def _decorator() -> ast.expr:
     return ast.parse("_typecheck_jaxtyping.jaxtyped(typechecker=_typecheck_beartype.beartype)", mode="eval").body
 
 
-def _decorate_body(body: list[ast.stmt]) -> None:
-    """Decorate the functions and classes of a module's or a class's body, and of the blocks in it (``if``, ``try``,
-    ``with``, loops); recurse into classes; in a function's body, only the functions that declare a shape."""
-    for node in body:
-        if isinstance(node, ast.FunctionDef):
-            if not _no_type_check(node):
-                node.decorator_list.append(ast.copy_location(_decorator(), node))  # innermost: sees the annotations
-                _decorate_nested(node)
-        elif isinstance(node, ast.ClassDef):
-            if not _no_type_check(node):
-                node.decorator_list.insert(0, ast.copy_location(_decorator(), node))  # outermost: after @dataclass
-                _decorate_body(node.body)
-        elif not isinstance(node, ast.AsyncFunctionDef):  # jaxtyping's hook leaves async functions alone too
-            for field in ("body", "orelse", "finalbody"):
-                _decorate_body([s for s in getattr(node, field, []) if isinstance(s, ast.stmt)])
-            for handler in getattr(node, "handlers", []):
-                _decorate_body(handler.body)
+def _walk(node: ast.AST, in_function: bool) -> None:
+    """Decorate what ``node`` holds: at module or class level (blocks like ``if``, ``try``, ``with`` and loops
+    included) every function and class, recursing into classes; inside a function only the functions that declare a
+    shape (each is decorated at every call of its parent: the few that declare shapes are worth it)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and _no_type_check(child):
+            continue
+        if isinstance(child, ast.FunctionDef):
+            if not in_function or declares_shape(child):
+                child.decorator_list.append(ast.copy_location(_decorator(), child))  # innermost: sees the annotations
+            _walk(child, in_function=True)
+        elif isinstance(child, ast.ClassDef) and not in_function:
+            child.decorator_list.insert(0, ast.copy_location(_decorator(), child))  # outermost: after @dataclass
+            _walk(child, in_function=False)
+        elif not (isinstance(child, ast.AsyncFunctionDef) and not in_function):  # jaxtyping's hook leaves async
+            _walk(child, in_function)  # functions alone too
 
 
 def decorate(tree: ast.Module) -> ast.Module:
     """The module ``tree`` with its module-level functions and classes and their methods decorated (in place)."""
-    _decorate_body(tree.body)
+    _walk(tree, in_function=False)
     at = 0
     for at, node in enumerate(tree.body):  # the imports go after a docstring and ``from __future__`` imports
         docstring = at == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
