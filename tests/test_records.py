@@ -64,8 +64,8 @@ def test_check_ids_are_the_figures_own_or_derived_once():
     assert [out.id_of(c) for c, _ in out.checks] == ["fig-a", check_id("b holds")]
     null = {"variants": [{"model": "u", "checks": {"a holds": False, "b holds": False}, "values": {}}]}
     rows = counted_checks(out, null)
-    assert [r["id"] for r in rows] == ["fig-a", check_id("b holds")]
-    assert Check.from_row(rows[0], "t").id == "fig-a"  # an id written is kept, not derived again
+    assert [r.id for r in rows] == ["fig-a", check_id("b holds")]
+    assert Check.from_row(rows[0].to_row(), "t").id == "fig-a"  # an id written is kept, not derived again
     assert check_id("a holds") != check_id("a holds too") and check_id("x") == check_id("x")
 
 

@@ -133,10 +133,10 @@ def test_a_check_on_stored_numbers_is_reported_not_auditable_never_invariant():
             for i in range(10)
         ]
     }
-    rows = {r["check"]: r for r in counted_checks(outcome, null, audit)}
-    assert rows["stored acc"]["not_auditable"] and rows["stored acc"]["counted"]
-    assert "not_auditable" not in rows["reads the weights"]
-    assert "not auditable" in _check_context(rows["stored acc"])
+    rows = {r.text: r for r in counted_checks(outcome, null, audit)}
+    assert rows["stored acc"].not_auditable and rows["stored acc"].counted
+    assert rows["reads the weights"].not_auditable is None
+    assert "not auditable" in _check_context(rows["stored acc"].to_row())
 
 
 def test_the_audit_refuses_a_tower_given_for_a_clip():
@@ -169,16 +169,16 @@ def test_an_erroring_null_draw_is_redrawn_and_never_counts_as_a_pass(monkeypatch
     assert [f["model"].rsplit(":", 1)[-1] for f in null["failed"]] == ["1", "4"]
     assert sorted(calls) == list(range(12))
     rows = counted_checks(Outcome({}, "", [("a", True)], {}), null)
-    assert rows[0]["counted"] and rows[0]["null_passes"] == 0
+    assert rows[0].counted and rows[0].null_passes == 0
 
 
 def test_an_incomplete_null_counts_no_check():
     null = {"variants": [{"model": "u:0", "checks": {"a": False}, "values": {}}], "complete": False}
     rows = counted_checks(Outcome({}, "", [("a", True)], {}), null)
-    assert not rows[0]["counted"] and "1 untrained draws ran of 10" in rows[0]["null_incomplete"]
+    assert not rows[0].counted and "1 untrained draws ran of 10" in rows[0].null_incomplete
     old = {"variants": [{"model": "u:0", "error": "boom"}, {"model": "u:1", "checks": {"a": False}, "values": {}}]}
     rows = counted_checks(Outcome({}, "", [("a", True)], {}), old)  # a record made before re-drawing
-    assert not rows[0]["counted"] and rows[0]["null_passes"] == 0
+    assert not rows[0].counted and rows[0].null_passes == 0
 
 
 # ---- configs and sweep specs ------------------------------------------------------------------------------------

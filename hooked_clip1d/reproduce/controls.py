@@ -37,6 +37,7 @@ from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.model.config import EncoderConfig
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome
+from hooked_clip1d.reproduce.records import Check
 from hooked_clip1d.settings import field_names
 
 UNTRAINED = "untrained"
@@ -440,20 +441,20 @@ def _blind_checks(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Outco
     return same
 
 
-def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Each check of ``outcome`` with its null control: ``null_passes`` (of ``null_n`` untrained models),
-    ``counted`` by the pre-registered rule (module docstring), and the null's extreme value where one is stated.
-    With an ``audit`` (``audit_invariance``), a check whose outcome moves under an output-preserving
+def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any] | None = None) -> list[Check]:
+    """Each check of ``outcome`` as a ``records.Check`` with its null control: ``null_passes`` (of ``null_n``
+    untrained models), ``counted`` by the pre-registered rule (module docstring), and the null's extreme value where
+    one is stated. With an ``audit`` (``audit_invariance``), a check whose outcome moves under an output-preserving
     reparametrisation does not count (``coordinate_dependent``: the moves that changed it).
 
     Example:
         >>> out = Outcome({}, "", [("a", True), ("b", True), ("c", True)], {}, values={"c": (0.9, ">")})
         >>> null = {"variants": [{"model": "u", "checks": {"a": False, "b": True, "c": True}, "values": {"c": 0.6}}]}
-        >>> [(c["check"], c["counted"], c["counted_holds"]) for c in counted_checks(out, null)]
+        >>> [(c.text, c.counted, c.counted_holds) for c in counted_checks(out, null)]
         [('a', True, True), ('b', False, None), ('c', True, True)]
         >>> out = Outcome({}, "", [("low", True), ("low too", False)], {}, absence=("low", "low too"))
         >>> null = {"variants": [{"model": "u", "checks": {"low": True, "low too": True}, "values": {}}]}
-        >>> [(c["check"], c["counted"], c["counted_holds"]) for c in counted_checks(out, null)]
+        >>> [(c.text, c.counted, c.counted_holds) for c in counted_checks(out, null)]
         [('low', False, None), ('low too', True, False)]
     """
     ran = [v for v in null.get("variants", []) if "error" not in v]  # records made before re-drawing kept errors
@@ -465,13 +466,12 @@ def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any]
         if lacking:  # a check that vanished on an untrained draw: an error, never a fail that lets it count
             raise ValueError(f"the null control's draws {lacking} do not report the check {name!r}")
         passes = sum(1 for v in variants if v["checks"][name])
-        row: dict[str, Any] = {"id": outcome.id_of(name), "check": name, "holds": bool(ok)}
-        row.update(null_passes=passes, null_n=len(variants))
+        row = Check(id=outcome.id_of(name), text=name, holds=bool(ok), null_passes=passes, null_n=len(variants))
         counted, holds = passes == 0 and complete, bool(ok)
         if not complete:  # a null control that did not run in full shows nothing either way
-            row["null_incomplete"] = f"{len(ran)} untrained draws ran of {len(NULL_SEEDS)} needed"
+            row.null_incomplete = f"{len(ran)} untrained draws ran of {len(NULL_SEEDS)} needed"
         elif name in outcome.absence and passes:  # an upper bound untrained models meet: only a trained fail says much
-            row["absence"] = True
+            row.absence = True
             counted, holds = not ok, False
         elif name in outcome.values and passes:
             value, direction = outcome.values[name]
@@ -479,20 +479,20 @@ def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any]
             if len(nulls) == len(variants):  # restated: beyond the most extreme untrained value
                 extreme = max(nulls) if direction == ">" else min(nulls)
                 beyond = value > extreme if direction == ">" else value < extreme
-                row.update(value=value, direction=direction, null_extreme=extreme, beyond_null=beyond)
+                row.value, row.direction, row.null_extreme, row.beyond_null = value, direction, extreme, beyond
                 counted, holds = True, bool(ok) and beyond
         if name in outcome.permutation:  # its own null: a permutation over the trained runs (sweep figures)
-            row["permutation_p"] = outcome.permutation[name]
+            row.permutation_p = outcome.permutation[name]
             counted, holds = True, bool(ok)
         if name in outcome.secondary:
             counted = False
-            row["secondary"] = outcome.secondary[name]
+            row.secondary = outcome.secondary[name]
         if audit is not None and name in audit["moved"]:  # a choice of coordinates, not the model's function
             counted = False
-            row["coordinate_dependent"] = audit["moved"][name]
+            row.coordinate_dependent = list(audit["moved"][name])
         elif audit is not None and name in audit.get("not_auditable", ()):  # the audit cannot see it (counts as is)
-            row["not_auditable"] = True
-        row["counted"] = counted
-        row["counted_holds"] = holds if counted else None
+            row.not_auditable = True
+        row.counted = counted
+        row.counted_holds = holds if counted else None
         rows.append(row)
     return rows

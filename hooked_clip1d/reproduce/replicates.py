@@ -22,6 +22,7 @@ from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.reproduce.controls import judge_on_fresh_runs, run_closed, substitute, substitutes
 from hooked_clip1d.reproduce.core import FigureSpec
 from hooked_clip1d.reproduce.readings import DOMINANT_SPLIT_ID, RELATIONAL_ID
+from hooked_clip1d.reproduce.records import Check
 
 # verdicts v3 (docs/fidelity.md, pre-registered before any control was trained): the trained control guarding a
 # figure's counted checks, per zoo model of the figure: (the control's zoo name, whether its architecture may differ
@@ -129,15 +130,15 @@ def _as_control(zoo_name: str, model: CLIP1D, free: bool, label: str | None = No
     return model
 
 
-def mark_seeds(rows: list[dict[str, Any]], seeds: dict[str, dict[str, bool]], fresh: list[str], figure: str) -> None:
-    """Mark each check row with its outcome at each replicate seed (``seeds``: seed -> {check: holds}); a counted
-    check then counts as holding only if it also holds at >= 2/3 of the ``fresh`` seeds (where >= 3 are found). A
-    seed whose run does not report a check is an error naming both (never a silent fail or pass).
+def mark_seeds(rows: list[Check], seeds: dict[str, dict[str, bool]], fresh: list[str], figure: str) -> None:
+    """Mark each check with its outcome at each replicate seed (``seeds``: seed -> {check sentence: holds}); a
+    counted check then counts as holding only if it also holds at >= 2/3 of the ``fresh`` seeds (where >= 3 are
+    found). A seed whose run does not report a check is an error naming both (never a silent fail or pass).
 
     Example:
-        >>> rows = [{"check": "a", "counted": True, "counted_holds": True}]
+        >>> rows = [Check("a", "a", True, counted=True, counted_holds=True)]
         >>> mark_seeds(rows, {"6": {"a": True}, "7": {"a": False}, "8": {"a": True}}, ["6", "7", "8"], "t")
-        >>> rows[0]["seeds"], rows[0]["fresh_holds"], rows[0]["counted_holds"]
+        >>> rows[0].seeds, rows[0].fresh_holds, rows[0].counted_holds
         ({'6': True, '7': False, '8': True}, 2, True)
         >>> mark_seeds(rows, {"6": {}}, ["6"], "t")
         Traceback (most recent call last):
@@ -145,50 +146,50 @@ def mark_seeds(rows: list[dict[str, Any]], seeds: dict[str, dict[str, bool]], fr
     """
     for row in rows:
         for s, got in seeds.items():
-            if row["check"] not in got:
+            if row.text not in got:
                 raise ValueError(
-                    f"{figure}: the run at seed {s} does not report the check {row['check']!r} "
+                    f"{figure}: the run at seed {s} does not report the check {row.text!r} "
                     "(a vanished check is an error)"
                 )
-        row["seeds"] = {s: bool(got[row["check"]]) for s, got in seeds.items()}
-        if row["counted"] and len(fresh) >= 3:  # at >= 2 of 3 fresh seeds (>= 2/3 of them where more are found)
-            row["fresh_holds"] = sum(row["seeds"][s] for s in fresh)
-            row["counted_holds"] = row["counted_holds"] and 3 * row["fresh_holds"] >= 2 * len(fresh)
+        row.seeds = {s: bool(got[row.text]) for s, got in seeds.items()}
+        if row.counted and len(fresh) >= 3:  # at >= 2 of 3 fresh seeds (>= 2/3 of them where more are found)
+            row.fresh_holds = sum(row.seeds[s] for s in fresh)
+            row.counted_holds = bool(row.counted_holds) and 3 * row.fresh_holds >= 2 * len(fresh)
 
 
 def apply_trained_control(
-    rows: list[dict[str, Any]], spec: FigureSpec, runs: list[tuple[str, dict[str, CLIP1D]]], status: str
+    rows: list[Check], spec: FigureSpec, runs: list[tuple[str, dict[str, CLIP1D]]], status: str
 ) -> dict[str, Any]:
-    """Run ``spec`` on each trained-control run and mark each check row with the control's outcome
+    """Run ``spec`` on each trained-control run and mark each check with the control's outcome
     (``trained_control``: label -> holds); a counted check that some control run passes is not counted
     (``control_passes``). A check the control's run does not report is an error. Returns the record's
     ``trained_control`` entry.
 
     Example:
-        >>> rows = [{"check": "a", "counted": True, "counted_holds": True}, {"check": "b", "counted": True,
-        ...          "counted_holds": True}]
+        >>> rows = [Check("a", "a", True, counted=True, counted_holds=True),
+        ...         Check("b", "b", True, counted=True, counted_holds=True)]
         >>> from hooked_clip1d.reproduce.core import Outcome
         >>> spec = FigureSpec("t", "t", "t", ("m",), lambda ms: Outcome({}, "", [("a", True), ("b", False)], {}))
         >>> from hooked_clip1d import CLIP1D, CLIPConfig
         >>> ctl = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5))
         >>> apply_trained_control(rows, spec, [("ctl", {"m": ctl})], "1 run")["passes"]
         {'a': ['ctl']}
-        >>> [(r["check"], r["counted"]) for r in rows]
+        >>> [(r.text, r.counted) for r in rows]
         [('a', False), ('b', True)]
     """
     passes: dict[str, list[str]] = {}
     for label, models in runs:
         got = dict(run_closed(spec.run, models).checks)
         for row in rows:
-            if row["check"] not in got:
-                raise ValueError(f"{spec.key}: the trained control {label} does not report the check {row['check']!r}")
-            row.setdefault("trained_control", {})[label] = bool(got[row["check"]])
-            if got[row["check"]]:
-                passes.setdefault(row["check"], []).append(label)
+            if row.text not in got:
+                raise ValueError(f"{spec.key}: the trained control {label} does not report the check {row.text!r}")
+            row.trained_control = {**(row.trained_control or {}), label: bool(got[row.text])}
+            if got[row.text]:
+                passes.setdefault(row.text, []).append(label)
     for row in rows:
-        if row["counted"] and row["check"] in passes:  # a model that cannot know what the check claims passes it
-            row["counted"], row["counted_holds"] = False, None
-            row["control_passes"] = passes[row["check"]]
+        if row.counted and row.text in passes:  # a model that cannot know what the check claims passes it
+            row.counted, row.counted_holds = False, None
+            row.control_passes = passes[row.text]
     return {"status": status, "runs": [label for label, _ in runs], "passes": passes}
 
 
@@ -238,7 +239,7 @@ def fresh_runs(zoo_name: str, sweeps_root: str | Path | None) -> dict[str, Path]
 
 
 def apply_fresh_runs(
-    rows: list[dict[str, Any]], spec: FigureSpec, null: dict[str, Any], sweeps_root: str | Path | None
+    rows: list[Check], spec: FigureSpec, null: dict[str, Any], sweeps_root: str | Path | None
 ) -> dict[str, Any]:
     """Judge the restated checks of ``spec`` (``FRESH_JUDGED``) on the fresh runs alone by the pre-registered rule
     (``controls.judge_on_fresh_runs``: >= 2 of 3 ordered runs hold, every shuffled run and untrained draw fails).
@@ -251,7 +252,7 @@ def apply_fresh_runs(
     thresholds.
     """
     ids = FRESH_JUDGED[spec.key]
-    judged = [r for r in rows if r["id"] in ids]
+    judged = [r for r in rows if r.id in ids]
     if len(judged) != len(ids):
         raise ValueError(f"{spec.key}: the restated checks {list(ids)} are not all among its checks (vanished)")
     runs = fresh_runs(spec.models[0], sweeps_root)
@@ -262,8 +263,8 @@ def apply_fresh_runs(
             "not count until all six are trained"
         )
         for row in judged:
-            row["fresh_rule"] = "not judged: " + entry["status"]
-            row["counted"], row["counted_holds"] = False, None
+            row.fresh_rule = "not judged: " + entry["status"]
+            row.counted, row.counted_holds = False, None
         return entry
     entry["status"] = f"the six fresh runs of {FRESH_SWEEP} (seeds {', '.join(map(str, FRESH_SEEDS))})"
     sensitivity: dict[str, dict[str, list[tuple[float, bool]]]] = {}
@@ -273,24 +274,24 @@ def apply_fresh_runs(
         entry["runs"][label] = f"{FRESH_SWEEP}/runs/{run.name}"
         entry["summaries"][label] = out.summary
         for row in judged:
-            if row["check"] not in got:
-                raise ValueError(f"{spec.key}: the fresh run {label} does not report the check {row['check']!r}")
-            row.setdefault("fresh_runs", {})[label] = bool(got[row["check"]])
-            sensitivity.setdefault(row["id"], {})[label] = out.sensitivity.get(row["check"], [])
+            if row.text not in got:
+                raise ValueError(f"{spec.key}: the fresh run {label} does not report the check {row.text!r}")
+            row.fresh_runs = {**(row.fresh_runs or {}), label: bool(got[row.text])}
+            sensitivity.setdefault(row.id, {})[label] = out.sensitivity.get(row.text, [])
     entry["sensitivity"] = sensitivity
     for row in judged:
-        outcomes = row["fresh_runs"]
+        outcomes = row.fresh_runs or {}
         ordered = [outcomes[f"ordered:{s}"] for s in FRESH_SEEDS]
         shuffled = [outcomes[f"shuffled:{s}"] for s in FRESH_SEEDS]
-        blocked = row.get("secondary") or row.get("coordinate_dependent") or row.get("null_incomplete")
+        blocked = row.secondary or row.coordinate_dependent or row.null_incomplete
         if blocked:
-            row["fresh_rule"] = "not applied: the check does not count (" + str(blocked) + ")"
+            row.fresh_rule = "not applied: the check does not count (" + str(blocked) + ")"
             continue
-        untrained = [bool(v["checks"][row["check"]]) for v in null["variants"]]
+        untrained = [bool(v["checks"][row.text]) for v in null["variants"]]
         verdict = judge_on_fresh_runs(ordered, shuffled, untrained)
-        row["fresh_rule"] = verdict
-        row["counted"] = verdict != "inconclusive"
-        row["counted_holds"] = (verdict == "reproduced") if row["counted"] else None
+        row.fresh_rule = verdict
+        row.counted = verdict != "inconclusive"
+        row.counted_holds = (verdict == "reproduced") if row.counted else None
     return entry
 
 

@@ -332,8 +332,8 @@ def _add_controls(
             record["trained_control"] = apply_trained_control(rows, spec, runs, status)
         if spec.key in FRESH_JUDGED:  # restated checks judged on fresh runs alone (docs/fidelity.md, 2026-11-29)
             record["fresh_runs"] = apply_fresh_runs(rows, spec, null, sweeps_root)
-    record["checks"] = rows
-    counted = [(r["check"], r["counted_holds"]) for r in rows if r["counted"]]
+    record["checks"] = [r.to_row() for r in rows]
+    counted = [(r.text, r.counted_holds) for r in rows if r.counted]
     if record.get("verdict") == "not run":
         return
     record["verdict"] = verdict_of(counted) if counted else "inconclusive"
