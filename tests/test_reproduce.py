@@ -630,3 +630,16 @@ def test_emergence_figure_reads_an_untrained_stand_in():
 
     out = rp.FIGURES["x13-emergence"].run(substitutes(rp.FIGURES["x13-emergence"], "untrained:0"))
     assert [ok for _, ok in out.checks] == [False, False]
+
+
+@pytest.mark.heavy
+def test_x6_reads_the_accuracy_of_the_model_it_is_given_not_the_zoo_models():
+    """A substitute's own unseen-pair accuracy decides whether x6 counts it as generalizing (it read the zoo model's
+    stored metrics, so every untrained draw of the null counted as a generalizing model)."""
+    from hooked_clip1d.reproduce.open_questions import _spatial_ids_one
+
+    from hooked_clip1d.reproduce.controls import substitute
+
+    sub = substitute(rp.FLAGSHIP, "simplified-ntot20-n2-10-standard-loss")
+    entry = _spatial_ids_one(rp.FLAGSHIP, sub)[0]
+    assert entry["unseen_pair_acc"] == sub.manifest["metrics"]["val_unseen"]["acc"] == pytest.approx(0.87)

@@ -23,7 +23,6 @@ import torch
 
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.model.clip import CLIP1D
-from hooked_clip1d.pretrained import manifest
 from hooked_clip1d.reproduce.core import (
     ABLATE_EP,
     FLAGSHIP,
@@ -134,7 +133,7 @@ def _spatial_ids_one(name: str, model: CLIP1D) -> tuple[dict[str, Any], Any, Any
     sv = torch.linalg.svdvals(ids - ids.mean(0))
     pc1 = float(sv[0] ** 2 / (sv**2).sum())
     text = float(steer_text(model, imgs, caps, text_role_ids(model.text), 0, [1.0]).fraction()[0])
-    acc = manifest(name)["metrics"]["val_unseen"]["acc"]
+    acc = model.manifest["metrics"]["val_unseen"]["acc"]  # the model's own (a substitute's, not the zoo model's)
     entry = {
         "unseen_pair_acc": acc,
         "embed_object_exchange_fraction": exact,
