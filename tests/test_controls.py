@@ -391,13 +391,15 @@ def test_the_page_says_when_a_guarded_figure_lacks_its_trained_control():
     from hooked_clip1d.reproduce.results_page import _record_section, _why
 
     # fig5e: its check counts (every control run fails it), so only the missing control is left to say
-    rec = json.loads((Path(__file__).resolve().parents[1] / "docs" / "records" / "fig5e.json").read_text())
-    missing = {**rec, "trained_control": {"status": "not in the zoo yet", "runs": [], "passes": {}}, "_dir": None}
-    assert _why(missing).endswith("; its trained control is not trained yet")
-    lines = _record_section(missing, Path("/nonexistent"), Path("/"))
+    from hooked_clip1d.reproduce.records import load_record
+
+    rec = load_record(Path(__file__).resolve().parents[1] / "docs" / "records" / "fig5e.json")
+    rec.details["trained_control"] = {"status": "not in the zoo yet", "runs": [], "passes": {}}
+    assert _why(rec).endswith("; its trained control is not trained yet")
+    lines = _record_section(rec, Path("/nonexistent"), Path("/"))
     assert any(line.startswith("- **Trained control:** not in the zoo yet") for line in lines)
-    guarded = {**missing, "trained_control": {"status": "1 run(s)", "runs": ["c"], "passes": {}}}
-    assert "trained control" not in _why(guarded)
+    rec.details["trained_control"] = {"status": "1 run(s)", "runs": ["c"], "passes": {}}
+    assert "trained control" not in _why(rec)
 
 
 @pytest.mark.heavy

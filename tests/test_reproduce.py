@@ -71,7 +71,7 @@ def test_cli_reproduce_and_results_page(tmp_path, capsys):
     page = (tmp_path / "docs" / "r.md").read_text()
     assert "fig4c" in page and rec["summary"] in page and "figures/fig4c_bias.png" in page
     assert (tmp_path / "docs" / "figures" / "fig4c_bias.png").exists()
-    assert [r["figure"] for r in load_records(tmp_path / "res")] == ["fig4c"]
+    assert [r.figure for r in load_records(tmp_path / "res")] == ["fig4c"]
 
 
 def test_results_page_without_records_is_an_error(tmp_path):
@@ -440,7 +440,8 @@ def test_beyond_the_paper_sections_say_question_once(tmp_path):
         "checks": [],
         "plots": [],
     }
-    (section,) = [line for line in rp_page._record_section(rec, tmp_path, tmp_path) if "Question" in line]
+    record = rp_page.Record.from_dict(rec)
+    (section,) = [line for line in rp_page._record_section(record, tmp_path, tmp_path) if "Question" in line]
     assert section == "- **Question:** does it?"
 
 

@@ -136,7 +136,7 @@ def test_a_check_on_stored_numbers_is_reported_not_auditable_never_invariant():
     rows = {r.text: r for r in counted_checks(outcome, null, audit)}
     assert rows["stored acc"].not_auditable and rows["stored acc"].counted
     assert rows["reads the weights"].not_auditable is None
-    assert "not auditable" in _check_context(rows["stored acc"].to_row())
+    assert "not auditable" in _check_context(rows["stored acc"])
 
 
 def test_the_audit_refuses_a_tower_given_for_a_clip():

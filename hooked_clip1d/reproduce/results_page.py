@@ -30,7 +30,7 @@ from typing import Any
 
 from hooked_clip1d.files import atomic_write, atomic_write_text
 from hooked_clip1d.pretrained import registry_table
-from hooked_clip1d.reproduce.records import Record, is_record, write_record
+from hooked_clip1d.reproduce.records import Check, Record, is_record, write_record
 
 ICON = {
     "reproduced": "reproduced",
@@ -46,9 +46,8 @@ def _fig_sort_key(key: str) -> tuple[int, str]:
     return (int(digits) if digits else 10**6, key)
 
 
-def load_records(results_dir: str | Path) -> list[dict[str, Any]]:
-    """Every ``<results_dir>/*/*.json`` record written by ``reproduce`` (or a beyond-the-paper experiment), read
-    through ``records.load_record`` (validated; an old record converted); other JSON files there are skipped."""
+def _fresh_records(results_dir: str | Path) -> list[tuple[Record, Path]]:
+    """``load_records`` with the folder each record was read from (its PNGs are beside it)."""
     records = []
     for path in sorted(Path(results_dir).glob("*/*.json")):
         try:
@@ -56,13 +55,17 @@ def load_records(results_dir: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue  # not a record (reproduce writes valid JSON atomically)
         if is_record(raw):
-            rec = Record.from_dict(raw, where=f"record {path}").to_dict()
-            rec["_dir"] = path.parent
-            records.append(rec)
-    return sorted(records, key=lambda r: _fig_sort_key(r["figure"]))
+            records.append((Record.from_dict(raw, where=f"record {path}"), path.parent))
+    return sorted(records, key=lambda rd: _fig_sort_key(rd[0].figure))
 
 
-def load_kept_records(records_dir: str | Path) -> list[dict[str, Any]]:
+def load_records(results_dir: str | Path) -> list[Record]:
+    """Every ``<results_dir>/*/*.json`` record written by ``reproduce`` (or a beyond-the-paper experiment), read
+    through ``records.Record`` (validated; an old record converted); other JSON files there are skipped."""
+    return [r for r, _ in _fresh_records(results_dir)]
+
+
+def load_kept_records(records_dir: str | Path) -> list[Record]:
     """The records a previous ``build_results_page`` kept in ``records_dir`` (``docs/records``), for figures that
     ``reproduce`` still knows; their PNGs are already in the page's ``figures/`` folder."""
     from hooked_clip1d.reproduce.runner import FIGURES  # every figure module imported
@@ -76,9 +79,7 @@ def load_kept_records(records_dir: str | Path) -> list[dict[str, Any]]:
         if not is_record(rec):
             raise ValueError(f"kept record {path} is not a reproduce record (no 'figure' / 'verdict')")
         if rec["figure"] in FIGURES:  # (a record of a figure no longer known is dropped unread)
-            rec = Record.from_dict(rec, where=f"record {path}").to_dict()  # validated; converted if older
-            rec["_dir"] = None
-            records.append(rec)
+            records.append(Record.from_dict(rec, where=f"record {path}"))  # validated; converted if older
     return records
 
 
@@ -87,10 +88,12 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
     return its path. Records under ``results_dir`` replace the kept ones of the same figure (module docstring)."""
     out = Path(out)
     fig_dir, rec_dir = out.parent / "figures", out.parent / "records"
-    fresh = load_records(results_dir)
-    by_key = {r["figure"]: r for r in load_kept_records(rec_dir)}
-    by_key.update({r["figure"]: r for r in fresh})
-    records = sorted(by_key.values(), key=lambda r: _fig_sort_key(r["figure"]))
+    fresh = _fresh_records(results_dir)
+    src: dict[str, Path | None] = {r.figure: None for r in load_kept_records(rec_dir)}  # PNGs already on the page
+    by_key = {r.figure: r for r in load_kept_records(rec_dir)}
+    by_key.update({r.figure: r for r, _ in fresh})
+    src.update({r.figure: d for r, d in fresh})
+    records = sorted(by_key.values(), key=lambda r: _fig_sort_key(r.figure))
     if not records:
         raise FileNotFoundError(
             f"no reproduce records under {results_dir}: run `hooked-clip1d reproduce <figure> --out {results_dir}` "
@@ -98,18 +101,18 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
         )
     fig_dir.mkdir(parents=True, exist_ok=True)
     rec_dir.mkdir(parents=True, exist_ok=True)
-    for r in fresh:
-        write_record({k: v for k, v in r.items() if k != "_dir"}, rec_dir / f"{r['figure']}.json")
+    for r, _ in fresh:
+        write_record(r, rec_dir / f"{r.figure}.json")
     for path in rec_dir.glob("*.json"):  # kept records of figures reproduce no longer knows
         if path.stem not in by_key:
             path.unlink()
-    shown = {name for r in records for name in r.get("plots", [])}
+    shown = {name for r in records for name in r.plots}
     for path in fig_dir.glob("*.png"):  # plots of replaced or dropped records: not on the page, not kept
         if path.name not in shown:
             path.unlink()
-    paper = [r for r in records if not r.get("beyond_paper")]
-    beyond = [r for r in records if r.get("beyond_paper")]
-    counts = {v: sum(r["verdict"] == v for r in paper) for v in ICON}
+    paper = [r for r in records if not r.beyond_paper]
+    beyond = [r for r in records if r.beyond_paper]
+    counts = {v: sum(r.verdict == v for r in paper) for v in ICON}
     lines = [
         "# Results: the paper's figures rerun with hooked_clip1d",
         "",
@@ -125,8 +128,8 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
     ]
     for r in paper:
         lines.append(
-            f"| [{r['figure']}](#{r['figure']}) | {_first_sentence(r['paper'])} | {_measured(r)} | "
-            f"{ICON[r['verdict']]} | {_why(r)} |"
+            f"| [{r.figure}](#{r.figure}) | {_first_sentence(r.paper)} | {_measured(r)} | "
+            f"{ICON[r.verdict]} | {_why(r)} |"
         )
     lines += ["", "## Models used", "", registry_table(), ""]
     for section, recs in (("Paper figures", paper), ("Beyond the paper", beyond)):
@@ -134,7 +137,7 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
             continue
         lines += [f"## {section}", ""]
         for r in recs:
-            lines += _record_section(r, fig_dir, out.parent)
+            lines += _record_section(r, fig_dir, out.parent, src[r.figure])
     atomic_write_text(out, "\n".join(lines).rstrip() + "\n")
     return out
 
@@ -188,48 +191,47 @@ def _first_sentence(text: str, limit: int = 160) -> str:
     return (first if len(first) <= limit else first[: limit - 3].rsplit(" ", 1)[0] + "...").replace("|", "/")
 
 
-def _measured(r: dict[str, Any]) -> str:
+def _measured(r: Record) -> str:
     """The record's summary up to its first ';' (the headline number), for the summary table."""
-    summary = r.get("summary", "") or ""
-    return _first_sentence(summary.split("; ")[0])
+    return _first_sentence((r.summary or "").split("; ")[0])
 
 
-def _why(r: dict[str, Any]) -> str:
+def _why(r: Record) -> str:
     """Why the verdict: how many counted checks hold, and the first counted one that fails."""
-    checks = r.get("checks") or []
-    counted = [c for c in checks if c.get("counted")]
-    if not checks:
+    counted = [c for c in r.checks if c.counted]
+    if not r.checks:
         return "no checks (not run)"
     if not counted:
-        if not any("null_n" in c for c in checks):
-            return f"{sum(c['holds'] for c in checks)} of {len(checks)} checks hold (no controls)"
-        return f"no check counts: {_uncounted_reasons(checks)}"
-    held = [c for c in counted if c.get("counted_holds")]
-    failing = [c for c in counted if not c.get("counted_holds")]
+        if all(c.null_n is None for c in r.checks):
+            return f"{sum(c.holds for c in r.checks)} of {len(r.checks)} checks hold (no controls)"
+        return f"no check counts: {_uncounted_reasons(r.checks)}"
+    held = [c for c in counted if c.counted_holds]
+    failing = [c for c in counted if not c.counted_holds]
     out = f"{len(held)} of {len(counted)} counted checks hold"
     if failing:
-        out += "; fails: " + _first_sentence(failing[0]["check"], 90)
-    tc = r.get("trained_control")
+        out += "; fails: " + _first_sentence(failing[0].text, 90)
+    tc = r.details.get("trained_control")
     if tc is not None and not tc.get("runs"):  # a guard declared but not trained: the verdict lacks it
         out += "; its trained control is not trained yet"
     return out
 
 
-def _uncounted_reasons(checks: list[dict[str, Any]]) -> str:
-    """Why checks do not count, each check by its first reason: a trained control passes it, it is shown only (an
-    identity, a replaced form), it moves under a reparametrisation, untrained models pass it.
+def _uncounted_reasons(checks: list[Check]) -> str:
+    """Why checks do not count, each check by its first reason: its fresh runs did not decide it, a trained control
+    passes it, it is shown only (an identity, a replaced form), it moves under a reparametrisation, untrained models
+    pass it.
 
     Example:
-        >>> _uncounted_reasons([{"control_passes": ["c"], "null_passes": 0}, {"secondary": "identity"},
-        ...                     {"null_passes": 2}])
+        >>> _uncounted_reasons([Check("a", "a", True, control_passes=["c"], null_passes=0),
+        ...                     Check("b", "b", True, secondary="identity"), Check("c", "c", True, null_passes=2)])
         '1 passed by a trained control, 1 shown only (an identity or a replaced form), 1 passed by untrained models'
     """
     reasons = {
-        "not decided by its fresh runs": lambda c: bool(c.get("fresh_rule")),
-        "passed by a trained control": lambda c: bool(c.get("control_passes")),
-        "shown only (an identity or a replaced form)": lambda c: bool(c.get("secondary")),
-        "moved by a reparametrisation": lambda c: bool(c.get("coordinate_dependent")),
-        "passed by untrained models": lambda c: bool(c.get("null_passes")),
+        "not decided by its fresh runs": lambda c: bool(c.fresh_rule),
+        "passed by a trained control": lambda c: bool(c.control_passes),
+        "shown only (an identity or a replaced form)": lambda c: bool(c.secondary),
+        "moved by a reparametrisation": lambda c: bool(c.coordinate_dependent),
+        "passed by untrained models": lambda c: bool(c.null_passes),
     }
     counts: dict[str, int] = {}
     for c in checks:
@@ -257,83 +259,84 @@ def _trained_control_line(tc: dict[str, Any]) -> str:
     )
 
 
-def _check_context(c: dict[str, Any]) -> str:
+def _check_context(c: Check) -> str:
     """What a check's null control, seeds and standing add to its line (empty for records without controls)."""
-    if "null_n" not in c:
+    if c.null_n is None:
         return ""
-    parts = [f"untrained: {c['null_passes']}/{c['null_n']} pass"]
-    if "null_extreme" in c:
-        parts.append(f"ours {c['value']:.3g} vs untrained extreme {c['null_extreme']:.3g}")
-    if c.get("seeds"):
-        parts.append(
-            "seeds "
-            + " ".join(f"{s}:{'y' if ok else 'n'}" for s, ok in sorted(c["seeds"].items(), key=lambda x: int(x[0])))
-        )
-    if "permutation_p" in c:
-        parts.append(f"permutation p = {c['permutation_p']:.4f} over the trained runs: counts by it")
-    if c.get("trained_control"):
-        parts.append(
-            "trained control: " + " ".join(f"{k}:{'y' if ok else 'n'}" for k, ok in c["trained_control"].items())
-        )
-    if c.get("null_incomplete"):
-        parts.append(f"not counted: the null control is incomplete ({c['null_incomplete']})")
-    if c.get("coordinate_dependent"):
-        parts.append("not counted: moves under " + ", ".join(c["coordinate_dependent"]) + " (coordinate-dependent)")
-    if c.get("not_auditable"):
+    parts = [f"untrained: {c.null_passes}/{c.null_n} pass"]
+    if c.null_extreme is not None:
+        parts.append(f"ours {c.value:.3g} vs untrained extreme {c.null_extreme:.3g}")
+    if c.seeds:
+        parts.append("seeds " + " ".join(f"{s}:{'y' if ok else 'n'}" for s, ok in sorted(c.seeds.items(), key=_seed)))
+    if c.permutation_p is not None:
+        parts.append(f"permutation p = {c.permutation_p:.4f} over the trained runs: counts by it")
+    if c.trained_control:
+        parts.append("trained control: " + " ".join(f"{k}:{'y' if ok else 'n'}" for k, ok in c.trained_control.items()))
+    if c.null_incomplete:
+        parts.append(f"not counted: the null control is incomplete ({c.null_incomplete})")
+    if c.coordinate_dependent:
+        parts.append("not counted: moves under " + ", ".join(c.coordinate_dependent) + " (coordinate-dependent)")
+    if c.not_auditable:
         parts.append("invariance audit: not auditable (unchanged on untrained weights: it reads stored numbers)")
-    if c.get("fresh_rule"):  # a restated check judged on fresh runs alone (replicates.apply_fresh_runs)
-        if c.get("fresh_runs"):
-            parts.append("fresh runs " + " ".join(f"{k}:{'y' if ok else 'n'}" for k, ok in c["fresh_runs"].items()))
+    if c.fresh_rule:  # a restated check judged on fresh runs alone (replicates.apply_fresh_runs)
+        if c.fresh_runs:
+            parts.append("fresh runs " + " ".join(f"{k}:{'y' if ok else 'n'}" for k, ok in c.fresh_runs.items()))
         parts.append(
-            f"judged on the fresh runs by the pre-registered rule: **{c['fresh_rule']}**"
-            + ("" if c.get("counted") else " (not counted)")
+            f"judged on the fresh runs by the pre-registered rule: **{c.fresh_rule}**"
+            + ("" if c.counted else " (not counted)")
         )
-    elif c.get("control_passes"):
+    elif c.control_passes:
         parts.append(
             "**not counted**: a trained control that cannot know what it claims passes it ("
-            + ", ".join(c["control_passes"])
+            + ", ".join(c.control_passes)
             + ")"
         )
-    elif c.get("secondary"):
-        parts.append(f"not counted: {c['secondary']}")
-    elif c.get("absence"):  # an upper bound untrained models meet too (controls.counted_checks)
+    elif c.secondary:
+        parts.append(f"not counted: {c.secondary}")
+    elif c.absence:  # an upper bound untrained models meet too (controls.counted_checks)
         parts.append(
             "absence check: untrained models meet it too, so "
-            + ("a trained fail counts" if c.get("counted") else "a trained pass is **not counted**")
+            + ("a trained fail counts" if c.counted else "a trained pass is **not counted**")
         )
-    elif not c.get("counted") and not c.get("coordinate_dependent") and not c.get("null_incomplete"):
+    elif not c.counted and not c.coordinate_dependent and not c.null_incomplete:
         parts.append("**not counted** (an untrained model passes it)")
-    elif c.get("counted_holds") is not None and c["counted_holds"] != c["holds"]:
-        parts.append("counts as failing (" + ("fresh seeds" if "fresh_holds" in c else "beyond-null rule") + ")")
+    elif c.counted_holds is not None and c.counted_holds != c.holds:
+        parts.append("counts as failing (" + ("fresh seeds" if c.fresh_holds is not None else "beyond-null rule") + ")")
     return " (" + "; ".join(parts) + ")"
 
 
-def _when(r: dict[str, Any]) -> str:
+def _seed(item: tuple[str, bool]) -> int:
+    return int(item[0])
+
+
+def _when(r: Record) -> str:
     """When the record was made and, for a record re-judged under the null control later (``rejudge_record``), when."""
-    if r.get("rejudged"):
-        again = f"`{r['command']} --rejudge-record docs/records`"
+    rejudged = r.details.get("rejudged")
+    if rejudged:
+        again = f"`{r.command} --rejudge-record docs/records`"
         return (
-            f" (recorded {r.get('recorded', 'on an unknown date')}; its recorded checks re-judged "
-            f"{r['rejudged']['on']} under the null control: {again})"
+            f" (recorded {r.recorded or 'on an unknown date'}; its recorded checks re-judged "
+            f"{rejudged['on']} under the null control: {again})"
         )
-    return f" (recorded {r['recorded']})" if r.get("recorded") else ""
+    return f" (recorded {r.recorded})" if r.recorded else ""
 
 
-def _record_section(r: dict[str, Any], fig_dir: Path, page_dir: Path) -> list[str]:
+def _record_section(r: Record, fig_dir: Path, page_dir: Path, src: Path | None = None) -> list[str]:
+    """The record's section of the page; its PNGs are copied from ``src`` (the folder a fresh record was read
+    from; None for a kept record, whose PNGs are on the page already)."""
+    d = r.details
     lines = [
-        f'### {r["figure"]}: {r["title"]} <a id="{r["figure"]}"></a>',
+        f'### {r.figure}: {r.title} <a id="{r.figure}"></a>',
         "",
         # a beyond-the-paper record's text starts with "Question: " itself (FigureSpec.paper); say it once
-        f"- **Question:** {r['paper'].removeprefix('Question: ')}"
-        if r.get("beyond_paper")
-        else f"- **Paper:** {r['paper']}",
-        f"- **Ours:** {r.get('summary', '')}",
-        f"- **Command:** `{r['command']}`" + _when(r),
+        f"- **Question:** {r.paper.removeprefix('Question: ')}" if r.beyond_paper else f"- **Paper:** {r.paper}",
+        f"- **Ours:** {r.summary}",
+        f"- **Command:** `{r.command}`" + _when(r),
     ]
-    if not r.get("beyond_paper"):
-        lines.insert(4, f"- **Verdict:** {ICON[r['verdict']]}")
-    if r.get("models"):
-        ep, plan = r.get("model_epochs", {}), r.get("model_epochs_planned", {})
+    if not r.beyond_paper:
+        lines.insert(4, f"- **Verdict:** {ICON[r.verdict]}")
+    if r.models:
+        ep, plan = d.get("model_epochs", {}), d.get("model_epochs_planned", {})
 
         def epochs(m: str) -> str:
             if m not in ep:
@@ -342,35 +345,35 @@ def _record_section(r: dict[str, Any], fig_dir: Path, page_dir: Path) -> list[st
                 return f" (**partial run: {ep[m]} of {plan[m]} epochs**)"
             return f" ({ep[m]} epochs)"
 
-        lines.append("- **Models:** " + ", ".join(f"`{m}`" + epochs(m) for m in r["models"]))
-    if r.get("checks"):
+        lines.append("- **Models:** " + ", ".join(f"`{m}`" + epochs(m) for m in r.models))
+    if r.checks:
         lines.append("- **Checks:**")
-        lines += [f"  - [{'x' if c['holds'] else ' '}] {c['check']}{_check_context(c)}" for c in r["checks"]]
-    for check, steps in (r.get("sensitivity") or {}).items():
+        lines += [f"  - [{'x' if c.holds else ' '}] {c.text}{_check_context(c)}" for c in r.checks]
+    for check, steps in (d.get("sensitivity") or {}).items():
         moves = ", ".join(f"{t:g}: {'holds' if ok else 'fails'}" for t, ok in steps)
         lines.append(f'  - sensitivity of "{_first_sentence(check, 80)}" to its threshold: {moves}')
-    if r.get("replicates"):
-        rep = r["replicates"]
+    if d.get("replicates"):
+        rep = d["replicates"]
         lines.append(
             f"- **Seeds:** the shipped model (in-sample), study seeds {rep.get('study_seeds', [])}, fresh seeds "
             f"{rep.get('fresh_seeds', [])}" + (f"; {rep['note']}" if rep.get("note") else "")
         )
-    if r.get("trained_control") is not None:
-        lines.append(_trained_control_line(r["trained_control"]))
-    if r.get("fresh_runs") is not None:
-        fr = r["fresh_runs"]
+    if d.get("trained_control") is not None:
+        lines.append(_trained_control_line(d["trained_control"]))
+    if d.get("fresh_runs") is not None:
+        fr = d["fresh_runs"]
         lines.append(f"- **Fresh runs (they alone judge the restated checks):** {fr['status']}")
         lines += [f"  - {label}: {text}" for label, text in fr.get("summaries", {}).items()]
-    if r.get("null_control", {}).get("errors"):
-        lines.append(f"- **Null control errors:** {r['null_control']['errors']}")
-    if r.get("notes"):
-        lines.append(f"- **Notes:** {r['notes']}")
-    if r.get("table"):
-        lines += ["", *r["table"]]
+    if d.get("null_control", {}).get("errors"):
+        lines.append(f"- **Null control errors:** {d['null_control']['errors']}")
+    if d.get("notes"):
+        lines.append(f"- **Notes:** {d['notes']}")
+    if d.get("table"):
+        lines += ["", *d["table"]]
     lines.append("")
-    for name in r.get("plots", []):
-        if r["_dir"] is not None and (src := Path(r["_dir"]) / name).exists():
-            atomic_write(fig_dir / name, lambda tmp, src=src: shutil.copyfile(src, tmp))
+    for name in r.plots:
+        if src is not None and (png := Path(src) / name).exists():
+            atomic_write(fig_dir / name, lambda tmp, png=png: shutil.copyfile(png, tmp))
         if (fig_dir / name).exists():  # a kept record's PNG was copied when its record was fresh
             lines += [f"![{name}]({(fig_dir / name).relative_to(page_dir).as_posix()})", ""]
     return lines
