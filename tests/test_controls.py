@@ -369,7 +369,19 @@ def test_trained_controls_are_declared_for_the_pre_registered_figures_and_wait_f
     said, and nothing is counted or removed by it."""
     from hooked_clip1d.reproduce.replicates import TRAINED_CONTROLS, trained_control_runs
 
-    guarded = {"fig4c", "fig5d", "fig5e", "fig6", "fig8", "fig14", "fig18", "fig19", "fig20", "x1-mirror-swap"}
+    guarded = {
+        "fig4c",
+        "fig5d",
+        "fig5e",
+        "fig6",
+        "fig8",
+        "fig14",
+        "fig18",
+        "fig19",
+        "fig20",
+        "x1-mirror-swap",
+        "x6-spatial-ids",
+    }
     assert set(TRAINED_CONTROLS) == guarded
     for key, table in TRAINED_CONTROLS.items():
         assert set(table) <= set(rp.FIGURES[key].models), key
@@ -388,10 +400,9 @@ def test_trained_controls_are_declared_for_the_pre_registered_figures_and_wait_f
 def test_the_page_says_when_a_guarded_figure_lacks_its_trained_control():
     """A figure whose trained control is declared but not trained is judged without it: its summary row and its
     section say so (a 'reproduced' there lacks the guard the pre-registration gave it)."""
-    from hooked_clip1d.reproduce.results_page import _record_section, _why
-
     # fig5e: its check counts (every control run fails it), so only the missing control is left to say
     from hooked_clip1d.reproduce.records import load_record
+    from hooked_clip1d.reproduce.results_page import _record_section, _why
 
     rec = load_record(Path(__file__).resolve().parents[1] / "docs" / "records" / "fig5e.json")
     rec.details["trained_control"] = {"status": "not in the zoo yet", "runs": [], "passes": {}}

@@ -637,10 +637,28 @@ def test_emergence_figure_reads_an_untrained_stand_in():
 def test_x6_reads_the_accuracy_of_the_model_it_is_given_not_the_zoo_models():
     """A substitute's own unseen-pair accuracy decides whether x6 counts it as generalizing (it read the zoo model's
     stored metrics, so every untrained draw of the null counted as a generalizing model)."""
-    from hooked_clip1d.reproduce.open_questions import _spatial_ids_one
-
     from hooked_clip1d.reproduce.controls import substitute
+    from hooked_clip1d.reproduce.open_questions import _spatial_ids_one
 
     sub = substitute(rp.FLAGSHIP, "simplified-ntot20-n2-10-standard-loss")
     entry = _spatial_ids_one(rp.FLAGSHIP, sub)[0]
     assert entry["unseen_pair_acc"] == sub.manifest["metrics"]["val_unseen"]["acc"] == pytest.approx(0.87)
+
+
+@pytest.mark.heavy
+def test_x6_restated_checks_are_defined_on_an_untrained_draw():
+    """x6 restated (docs/fidelity.md, 2026-11-29): an untrained draw used to raise (its swap moves the mean belief by
+    ~0, its RoPE IDs are zero); now those quantities are undefined (None), and the counted checks, on the flagship's
+    flip rate and ID order, are computed and fail or pass on the draw's own numbers."""
+    from hooked_clip1d.reproduce.controls import run_closed, substitutes
+    from hooked_clip1d.reproduce.open_questions import X6_FLIP_TEXT, X6_ORDER_TEXT
+
+    spec = rp.FIGURES["x6-spatial-ids"]
+    out = run_closed(spec.run, substitutes(spec, "untrained:0"))
+    rope = out.numbers["rope-ntot20-n2-15"]
+    assert rope["cls_steering"] is None and rope["cls_max_flip_rate"] == 0.0 and rope["cls_ids_order_spearman"] is None
+    assert out.numbers[rp.NONGEN]["cls_steering"]["fraction"] is None  # its swap moves the mean belief by ~0
+    checks = dict(out.checks)
+    assert set(out.values) == {X6_FLIP_TEXT, X6_ORDER_TEXT} and not set(out.values) & set(out.secondary)
+    assert checks[X6_FLIP_TEXT] == (out.values[X6_FLIP_TEXT][0] > 0.5)
+    assert out.id_of(X6_FLIP_TEXT) == "x6-flagship-flip"

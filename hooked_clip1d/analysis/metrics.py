@@ -437,6 +437,19 @@ def caption_belief(
     return caption_belief_metric(model, images, scale)(model.text(captions.to(model.W_proj.device)))
 
 
+def shift_is_defined(base: Float[torch.Tensor, " batch"], source: Float[torch.Tensor, " batch"]) -> bool:
+    """Whether the source inputs shift the mean belief away from the base's (beyond rounding), so that
+    ``shift_fraction`` is defined: an untrained model's mirror swap, say, moves it by ~0.
+
+    >>> shift_is_defined(torch.tensor([1.0, -1.0]), torch.tensor([-1.0, 1.0]))  # the swap cancels in the mean
+    False
+    >>> shift_is_defined(torch.tensor([1.0, 1.0]), torch.tensor([-1.0, -1.0]))
+    True
+    """
+    denom = source.mean() - base.mean()
+    return bool(denom.abs() > 1e-8 * (1 + base.abs().mean()))
+
+
 def shift_fraction(
     patched: Float[torch.Tensor, "*shape batch"],
     base: Float[torch.Tensor, " batch"],
@@ -453,7 +466,7 @@ def shift_fraction(
     [0.75, 0.0]
     """
     denom = source.mean() - base.mean()
-    if not bool(denom.abs() > 1e-8 * (1 + base.abs().mean())):
+    if not shift_is_defined(base, source):
         raise ValueError(
             "the source inputs do not shift the mean belief (source - base is ~0), so a recovered fraction is "
             "undefined; use inputs on which the model's belief differs (e.g. two-object images it classifies)"
@@ -463,6 +476,7 @@ def shift_fraction(
 
 __all__ = [
     "NORMS",
+    "shift_is_defined",
     "BeliefMetric",
     "caption_belief",
     "caption_belief_metric",

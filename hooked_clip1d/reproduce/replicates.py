@@ -45,6 +45,8 @@ TRAINED_CONTROLS: dict[str, dict[str, tuple[str, bool]]] = {
     "fig18": {"rope-ntot20-n2-15": (SHUFFLED_ROPE, False)},
     "fig19": {"rope-ntot20-n2-15": (SHUFFLED_ROPE, False)},
     "fig20": {"leftright-v1-t1-ntot20-n2-10": ("leftright-v1-t2-ntot20-n2-10", True)},
+    # x6's restated checks read the flagship alone (amendment of 2026-11-29, session 25)
+    "x6-spatial-ids": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
     # x1's restated check (amendment of 2026-11-28, session 22): both models guarded, their controls substituted
     # together in each control run
     "x1-mirror-swap": {

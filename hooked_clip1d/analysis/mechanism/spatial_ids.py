@@ -63,6 +63,7 @@ from hooked_clip1d.analysis.metrics import (
     object_token_positions,
     pair_grid,
     shift_fraction,
+    shift_is_defined,
     swap_captions,
     swap_objects,
 )
@@ -271,18 +272,38 @@ class SteeringResult:
         """Fraction of rows whose belief changed sign relative to the base at each alpha, [n_alphas]."""
         return ((self.beliefs > 0) != (self.base > 0)[None]).float().mean(-1)
 
+    def fraction_defined(self) -> bool:
+        """Whether the swapped input moves the mean belief (``metrics.shift_is_defined``), so that ``fraction`` is
+        defined (an untrained model's swap moves it by ~0)."""
+        return shift_is_defined(self.base, self.target)
+
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-able lists; ``fraction`` is None where it is undefined (``fraction_defined``)."""
         return {
             "tower": self.tower,
             "depth": self.depth,
             "site": self.site,
             "alphas": self.alphas.tolist(),
-            "fraction": self.fraction().tolist(),
+            "fraction": self.fraction().tolist() if self.fraction_defined() else None,
             "flip_rate": self.flip_rate().tolist(),
             "mean_belief": self.beliefs.mean(-1).tolist(),
             "base_belief": float(self.base.mean()),
             "target_belief": float(self.target.mean()),
         }
+
+
+def ids_are_zero(ids: SpatialIDs, depth: int) -> bool:
+    """Whether the IDs at ``depth`` are zero up to rounding (relative to the activations they are read from), so
+    that steering with them does nothing: the CLS token's embedding, or a RoPE tower before its first layer.
+
+    >>> from hooked_clip1d import CLIP1D, CLIPConfig
+    >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=4), seed=0).eval()
+    >>> ids = vision_spatial_ids(m.vision, site="cls")
+    >>> ids_are_zero(ids, 0), ids_are_zero(ids, 1)  # CLS's embedding holds no position; after layer 0 it does
+    (True, False)
+    """
+    scale = 1.0 + float(ids.mean_acts[depth].abs().max())
+    return not float(ids.ids[depth].abs().max()) > 1e-6 * scale
 
 
 def _check_ids(ids: object, tower: str, depth: int) -> SpatialIDs:
@@ -292,8 +313,7 @@ def _check_ids(ids: object, tower: str, depth: int) -> SpatialIDs:
         raise ValueError(f"these IDs come from the {ids.tower} tower; steering here needs {tower} IDs")
     if not 0 <= depth < len(ids.hook_names):
         raise ValueError(f"depth {depth} is outside 0..{len(ids.hook_names) - 1} ({ids.labels})")
-    scale = 1.0 + float(ids.mean_acts[depth].abs().max())
-    if not float(ids.ids[depth].abs().max()) > 1e-6 * scale:  # zero up to rounding
+    if ids_are_zero(ids, depth):
         if ids.site == "cls" and depth == 0:
             why = "the CLS token's embedding does not depend on where the objects are"
         else:
@@ -438,6 +458,7 @@ def steer_text(
 __all__ = [
     "SpatialIDs",
     "SteeringResult",
+    "ids_are_zero",
     "steer_text",
     "steer_vision",
     "text_role_ids",
