@@ -561,3 +561,28 @@ def test_fig4c_and_5d_count_their_restated_forms_and_show_the_old_ones():
         assert len(restated) == 1 and restated[0] not in out.secondary
         old = next(c for c, _ in out.checks if c.startswith(("one head attends most", "some head is relational on")))
         assert "restated as Fig." in out.secondary[old]
+
+
+def test_two_runs_for_one_fresh_slot_are_an_error(tmp_path):
+    from hooked_clip1d.reproduce.replicates import fresh_runs
+
+    model = substitute(FLAGSHIP, "untrained:0")
+    _fresh_runs_folder(tmp_path, model, model)
+    man = manifest(FLAGSHIP)
+    again = {**man["data_config"], "caption_order": "shuffled"}
+    _fake_run(tmp_path / "controls-fresh" / "runs", "zz", {**man["train_config"], "seed": 9}, man["model_config"],
+              again, model)  # fmt: skip
+    with pytest.raises(ValueError, match="two finished runs are shuffled:9"):
+        fresh_runs(FLAGSHIP, tmp_path)
+
+
+@pytest.mark.heavy
+def test_a_substituted_model_leaves_the_restated_check_uncounted(tmp_path):
+    """Fig. 4c' read on a substituted model: no fresh runs judge it, so it does not count (it used to count by the
+    null control alone, under a sentence naming the fresh runs); a NaN stated value is an error."""
+    rec = rp.reproduce("fig4c", tmp_path, models="simplified-ntot20-n2-10-standard-loss", controls=True)
+    restated = next(c for c in rec["checks"] if c["id"] == "fig4c-dominant-split")
+    assert not restated["counted"] and restated["fresh_rule"].startswith("not judged: a substituted model")
+    nan = Outcome({}, "", [("v", True)], {}, values={"v": (float("nan"), ">")})
+    with pytest.raises(ValueError, match="not a finite number"):
+        counted_checks(nan, {"variants": [{"model": "u", "checks": {"v": True}, "values": {"v": 0.5}}]})

@@ -43,4 +43,4 @@ def test_a_permutation_check_counts_by_its_own_null():
     out = Outcome({}, "", [("trend", True)], {}, permutation={"trend": 0.001})
     null = {"variants": [{"model": f"u{i}", "checks": {"trend": i == 0}, "values": {}} for i in range(10)]}
     row = counted_checks(out, null)[0]
-    assert row["counted"] and row["counted_holds"] and row["permutation_p"] == 0.001 and row["null_passes"] == 1
+    assert row.counted and row.counted_holds and row.permutation_p == 0.001 and row.null_passes == 1

@@ -476,6 +476,8 @@ def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any]
         elif name in outcome.values and passes:
             value, direction = outcome.values[name]
             nulls = [v["values"][name] for v in variants if name in v.get("values", {})]
+            if not all(math.isfinite(x) for x in [value, *nulls]):  # a NaN has no order: an error, never a pass
+                raise ValueError(f"check {name!r}: a stated value is not a finite number (ours {value}, null {nulls})")
             if len(nulls) == len(variants):  # restated: beyond the most extreme untrained value
                 extreme = max(nulls) if direction == ">" else min(nulls)
                 beyond = value > extreme if direction == ">" else value < extreme

@@ -38,6 +38,7 @@ from hooked_clip1d.reproduce.readings import (
     RESTATED_5D,
     ROW_TEXT,
     STD_STEPS,
+    at_least,
     dominant_split,
     ep_gradient_outcome,
     fine_history,
@@ -438,11 +439,11 @@ def fig5d_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         (c2, match(rel, 0.15)),
         (e1, max(ep_rel) >= 0.5),
         (e2, match(ep_rel, 0.15, False)),
-        (RELATIONAL_TEXT, max(rel) >= RELATIONAL_RESTATED),
+        (RELATIONAL_TEXT, at_least(max(rel), RELATIONAL_RESTATED)),
     ]
     sensitivity = {
         c2: [(t, match(rel, t)) for t in (0.05, 0.1, 0.15, 0.2, 0.3)],
-        RELATIONAL_TEXT: [(t, max(rel) >= t) for t in RELATIONAL_STEPS],
+        RELATIONAL_TEXT: [(t, at_least(max(rel), t)) for t in RELATIONAL_STEPS],
     }
     summary = (
         "relational share (whole CLS query) / |P(left)-P(right)| per head: "

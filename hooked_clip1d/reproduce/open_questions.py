@@ -43,6 +43,7 @@ from hooked_clip1d.reproduce.mechanism_figs import (
     fig14_outcome,
 )
 from hooked_clip1d.reproduce.readings import first_epoch
+from hooked_clip1d.reproduce.replicates import FRESH_JUDGED
 from hooked_clip1d.reproduce.sweep_figs import fig4a_outcome, one_sided
 
 
@@ -260,6 +261,12 @@ def _x_spatial_ids(models: dict[str, CLIP1D]) -> Outcome:
     )
 
 
+FRESH_ONLY = (
+    "restated to be judged on the flagship's six fresh runs alone (docs/fidelity.md, 2026-11-29): this model has "
+    "none, so it is shown"
+)
+
+
 def _x_small_init(models: dict[str, CLIP1D]) -> Outcome:
     """The flagship's mechanism checks (Fig. 4b, 4c, 5d, 5e, 11, 13, 14) on the small-init model."""
     parts = {
@@ -280,6 +287,10 @@ def _x_small_init(models: dict[str, CLIP1D]) -> Outcome:
         # each figure's marks carry over (docs/fidelity.md, "Verdicts v2"): what it does not count, x3 does not count
         values.update({f"[{key}] {c}": v for c, v in out.values.items()})
         secondary.update({f"[{key}] {c}": why for c, why in out.secondary.items()})
+        # a check restated to be judged on the flagship's fresh runs alone (Fig. 4c', 5d') has none on this model
+        secondary.update(
+            {f"[{key}] {c}": FRESH_ONLY for c, _ in out.checks if out.id_of(c) in FRESH_JUDGED.get(key, ())}
+        )
         absence += [f"[{key}] {c}" for c in out.absence]
         sensitivity.update({f"[{key}] {c}": v for c, v in out.sensitivity.items()})
         figs.update({f"{key}_{k}": f for k, f in out.figures.items()})

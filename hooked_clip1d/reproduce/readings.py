@@ -64,6 +64,22 @@ RESTATED_5D = (
 )
 
 
+SHARE_TOL = 1e-6  # shares of images are float32 means: 90 of 100 images is 0.8999999761581421, which must pass 0.9
+
+
+def at_least(share: float, threshold: float) -> bool:
+    """``share >= threshold`` for a share of images computed in float32 (inclusive: ``SHARE_TOL`` absorbs the
+    rounding of k / n, so k images of n pass a threshold of k / n).
+
+    Example:
+        >>> import torch
+        >>> share = float(torch.tensor([True] * 90 + [False] * 10).float().mean())
+        >>> share >= 0.9, at_least(share, 0.9), at_least(0.89, 0.9)
+        (False, True, False)
+    """
+    return share >= threshold - SHARE_TOL
+
+
 def dominant_split(
     left: list[float], right: list[float], dominant: float = DOMINANT, other: float = SPLIT_OTHER
 ) -> bool:
@@ -75,10 +91,12 @@ def dominant_split(
         True
         >>> dominant_split([0.2, 0.64, 0.62, 0.5], [0.67, 0.3, 0.3, 0.4])  # the order-blind control's mild split
         False
+        >>> dominant_split([0.02, 0.6, 0.6, 0.5], [0.8999999761581421, 0.3, 0.3, 0.4])  # 90 of 100 images (float32)
+        True
     """
     for side, opposite in ((left, right), (right, left)):
         for h, v in enumerate(side):
-            if v >= dominant and sum(w >= other for g, w in enumerate(opposite) if g != h) >= 2:
+            if at_least(v, dominant) and sum(at_least(w, other) for g, w in enumerate(opposite) if g != h) >= 2:
                 return True
     return False
 

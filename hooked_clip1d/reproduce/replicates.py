@@ -1,7 +1,11 @@
 """The seeds and trained controls of a figure: ``replicate_runs`` finds the runs of a zoo model's recipe at other
 seeds (the study seeds that chose the recipe and the fresh ones that did not), and ``TRAINED_CONTROLS`` names the
 model trained with the claimed property removed that guards each figure's counted checks (verdicts v3):
-``trained_control_runs`` loads its runs, ``apply_trained_control`` marks each check with their outcomes.
+``trained_control_runs`` loads its runs, ``apply_trained_control`` marks each check with their outcomes. A check
+restated after its controls were read (``FRESH_JUDGED``: Fig. 4c', 5d') is judged on fresh runs alone:
+``fresh_runs`` finds them, ``apply_fresh_runs`` applies the pre-registered rule, whatever the seeds and the trained
+control made of the check (both stay on it, reported), and ``withhold_fresh_judged`` leaves it uncounted where
+there are no such runs to judge it.
 
 Example:
     >>> replicate_runs("simplified-ntot20-n2-10", "/nonexistent")
@@ -236,8 +240,36 @@ def fresh_runs(zoo_name: str, sweeps_root: str | Path | None) -> dict[str, Path]
             continue
         if _without_init_seed(CLIPConfig.from_dict(saved["model_config"])) != want_m:
             continue
-        found[f"{order}:{seed}"] = run
+        label = f"{order}:{seed}"
+        if label in found:  # two runs for one deciding slot: which one decides is not for this code to choose
+            raise ValueError(f"{FRESH_SWEEP}: two finished runs are {label}: {found[label].name} and {run.name}")
+        found[label] = run
     return {k: found[k] for k in (f"{o}:{s}" for o in ("ordered", "shuffled") for s in FRESH_SEEDS) if k in found}
+
+
+def _fresh_judged(rows: list[Check], spec: FigureSpec) -> list[Check]:
+    ids = FRESH_JUDGED[spec.key]
+    judged = [r for r in rows if r.id in ids]
+    if len(judged) != len(ids):
+        raise ValueError(f"{spec.key}: the restated checks {list(ids)} are not all among its checks (vanished)")
+    return judged
+
+
+def withhold_fresh_judged(rows: list[Check], spec: FigureSpec, why: str) -> None:
+    """Mark the restated checks of ``spec`` (``FRESH_JUDGED``) not counted, with ``why``: a reading that is not
+    their six fresh runs (too few of them trained, or a substituted model) cannot judge them.
+
+    Example:
+        >>> from hooked_clip1d.reproduce.core import FIGURES
+        >>> import hooked_clip1d.reproduce.mechanism_figs  # declares fig4c
+        >>> rows = [Check("fig4c-dominant-split", "4c'", True, counted=True, counted_holds=True)]
+        >>> withhold_fresh_judged(rows, FIGURES["fig4c"], "a substituted model")
+        >>> rows[0].counted, rows[0].fresh_rule
+        (False, 'not judged: a substituted model')
+    """
+    for row in _fresh_judged(rows, spec):
+        row.fresh_rule = "not judged: " + why
+        row.counted, row.counted_holds = False, None
 
 
 def apply_fresh_runs(
@@ -253,10 +285,7 @@ def apply_fresh_runs(
     record's ``fresh_runs`` entry: the runs, each run's summary and each check's outcome at the reported
     thresholds.
     """
-    ids = FRESH_JUDGED[spec.key]
-    judged = [r for r in rows if r.id in ids]
-    if len(judged) != len(ids):
-        raise ValueError(f"{spec.key}: the restated checks {list(ids)} are not all among its checks (vanished)")
+    judged = _fresh_judged(rows, spec)
     runs = fresh_runs(spec.models[0], sweeps_root)
     entry: dict[str, Any] = {"sweep": FRESH_SWEEP, "seeds": list(FRESH_SEEDS), "runs": {}, "summaries": {}}
     if len(runs) < 2 * len(FRESH_SEEDS):
@@ -264,9 +293,7 @@ def apply_fresh_runs(
             f"{len(runs)} of {2 * len(FRESH_SEEDS)} fresh runs finished in {FRESH_SWEEP}: the restated checks do "
             "not count until all six are trained"
         )
-        for row in judged:
-            row.fresh_rule = "not judged: " + entry["status"]
-            row.counted, row.counted_holds = False, None
+        withhold_fresh_judged(rows, spec, entry["status"])
         return entry
     entry["status"] = f"the six fresh runs of {FRESH_SWEEP} (seeds {', '.join(map(str, FRESH_SEEDS))})"
     sensitivity: dict[str, dict[str, list[tuple[float, bool]]]] = {}

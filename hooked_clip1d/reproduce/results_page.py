@@ -156,9 +156,10 @@ HOW_TO_READ = (
     "and W_K rescaled); a check that moves reads a choice of coordinates and is shown, not counted;",
     "> - **identities** (true by construction) are shown, not counted; an **absence** check (training does *not* "
     "produce something, an upper bound untrained models meet) counts only where ours fails it;",
-    "> - **restated checks** (Fig. 4c', 5d': restated after their controls were read) are judged on six runs no one "
-    "had read alone (the flagship's recipe at seeds 9-11, ordered and order-blind captions): they count if >= 2 of "
-    "3 ordered runs hold and every order-blind run and untrained draw fails (docs/fidelity.md, 2026-11-29);",
+    "> - **restated checks** (Fig. 4c', 5d': restated after their controls were read) are judged only on six runs "
+    "that no one had read (the flagship's recipe at seeds 9-11 on ordered and on order-blind captions): they hold if "
+    ">= 2 of the 3 ordered runs hold and every order-blind run and untrained draw fails, fail if < 2 ordered runs "
+    "hold, and do not count otherwise (docs/fidelity.md, 2026-11-29);",
     "> - ordering checks fail on ties; flagship figures also need the check at >= 2 of 3 fresh seeds.",
     ">",
     "> *reproduced*: every counted check holds; *partly*: some do; *not reproduced*: none does; *inconclusive*: no "
@@ -227,7 +228,7 @@ def _uncounted_reasons(checks: list[Check]) -> str:
         '1 passed by a trained control, 1 shown only (an identity or a replaced form), 1 passed by untrained models'
     """
     reasons = {
-        "not decided by its fresh runs": lambda c: bool(c.fresh_rule),
+        "not decided by its fresh runs": lambda c: bool(c.fresh_rule) and not c.fresh_rule.startswith("not applied"),
         "passed by a trained control": lambda c: bool(c.control_passes),
         "shown only (an identity or a replaced form)": lambda c: bool(c.secondary),
         "moved by a reparametrisation": lambda c: bool(c.coordinate_dependent),
@@ -240,23 +241,30 @@ def _uncounted_reasons(checks: list[Check]) -> str:
     return ", ".join(f"{n} {why}" for why, n in counts.items())
 
 
-def _trained_control_line(tc: dict[str, Any]) -> str:
+def _trained_control_line(tc: dict[str, Any], judged_elsewhere: frozenset[str] = frozenset()) -> str:
     """The record's trained control (verdicts v3): which runs guarded its checks and what they passed, or why none
-    did.
+    did. A check in ``judged_elsewhere`` (a restated check its fresh runs judge) is not said to be removed by it.
 
     Example:
         >>> _trained_control_line({"status": "not in the zoo yet", "runs": [], "passes": {}})
         '- **Trained control:** not in the zoo yet: the checks it guards are judged on untrained draws and seeds only'
         >>> _trained_control_line({"status": "2 run(s) of 'c'", "runs": ["c", "s/runs/1"], "passes": {"a": ["c"]}})
         "- **Trained control:** 2 run(s) of 'c'; 1 check passed by a control run, so not counted"
+        >>> _trained_control_line({"status": "1 run(s)", "runs": ["c"], "passes": {"a": ["c"]}}, frozenset({"a"}))
+        '- **Trained control:** 1 run(s); 1 check passed by a control run, judged on its fresh runs instead'
     """
     if not tc.get("runs"):
         why = "the checks it guards are judged on untrained draws and seeds only"
         return f"- **Trained control:** {tc.get('status', '')}: {why}"
-    n = len(tc.get("passes") or {})
-    return f"- **Trained control:** {tc.get('status', '')}; " + (
-        f"{n} check{'s' if n != 1 else ''} passed by a control run, so not counted" if n else "it fails every check"
-    )
+    passed = set(tc.get("passes") or {})
+    removed, elsewhere = len(passed - judged_elsewhere), len(passed & judged_elsewhere)
+    said = [f"{removed} check{'s' if removed != 1 else ''} passed by a control run, so not counted"] if removed else []
+    if elsewhere:
+        said.append(
+            f"{elsewhere} check{'s' if elsewhere != 1 else ''} passed by a control run, "
+            "judged on its fresh runs instead"
+        )
+    return f"- **Trained control:** {tc.get('status', '')}; " + ("; ".join(said) or "it fails every check")
 
 
 def _check_context(c: Check) -> str:
@@ -278,13 +286,14 @@ def _check_context(c: Check) -> str:
         parts.append("not counted: moves under " + ", ".join(c.coordinate_dependent) + " (coordinate-dependent)")
     if c.not_auditable:
         parts.append("invariance audit: not auditable (unchanged on untrained weights: it reads stored numbers)")
-    if c.fresh_rule:  # a restated check judged on fresh runs alone (replicates.apply_fresh_runs)
-        if c.fresh_runs:
-            parts.append("fresh runs " + " ".join(f"{k}:{'y' if ok else 'n'}" for k, ok in c.fresh_runs.items()))
-        parts.append(
-            f"judged on the fresh runs by the pre-registered rule: **{c.fresh_rule}**"
-            + ("" if c.counted else " (not counted)")
-        )
+    judged = c.fresh_rule in ("reproduced", "inconclusive", "not reproduced")  # the rule was applied
+    if c.fresh_runs:
+        parts.append("fresh runs " + " ".join(f"{k}:{'y' if ok else 'n'}" for k, ok in c.fresh_runs.items()))
+    if c.fresh_rule and not judged:  # not judged on its fresh runs: why (the reasons below may add to it)
+        parts.append(f"fresh runs: {c.fresh_rule}")
+    if judged:  # the rule alone decides (the seeds and the trained control above are reported beside it)
+        rule = f"the pre-registered rule on its fresh runs: **{c.fresh_rule}**"
+        parts.append(rule + ("" if c.counted else " (not counted)"))
     elif c.control_passes:
         parts.append(
             "**not counted**: a trained control that cannot know what it claims passes it ("
@@ -298,7 +307,7 @@ def _check_context(c: Check) -> str:
             "absence check: untrained models meet it too, so "
             + ("a trained fail counts" if c.counted else "a trained pass is **not counted**")
         )
-    elif not c.counted and not c.coordinate_dependent and not c.null_incomplete:
+    elif not c.counted and not c.coordinate_dependent and not c.null_incomplete and not c.fresh_rule:
         parts.append("**not counted** (an untrained model passes it)")
     elif c.counted_holds is not None and c.counted_holds != c.holds:
         parts.append("counts as failing (" + ("fresh seeds" if c.fresh_holds is not None else "beyond-null rule") + ")")
@@ -359,7 +368,8 @@ def _record_section(r: Record, fig_dir: Path, page_dir: Path, src: Path | None =
             f"{rep.get('fresh_seeds', [])}" + (f"; {rep['note']}" if rep.get("note") else "")
         )
     if d.get("trained_control") is not None:
-        lines.append(_trained_control_line(d["trained_control"]))
+        judged = frozenset(c.text for c in r.checks if c.fresh_rule in ("reproduced", "inconclusive", "not reproduced"))
+        lines.append(_trained_control_line(d["trained_control"], judged))
     if d.get("fresh_runs") is not None:
         fr = d["fresh_runs"]
         lines.append(f"- **Fresh runs (they alone judge the restated checks):** {fr['status']}")

@@ -32,6 +32,7 @@ from hooked_clip1d.reproduce.replicates import (
     mark_seeds,
     replicate_runs,
     trained_control_runs,
+    withhold_fresh_judged,
 )
 from hooked_clip1d.reproduce.sweep_figs import grid_cell
 
@@ -295,10 +296,13 @@ def _add_controls(
     null: dict[str, Any] | None = None,
     audit: dict[str, Any] | None = None,
 ) -> None:
-    """Put the null control (``null``, else computed here; and, for replicated figures with ``replicates``, the
-    seeds: not for a substituted model or a re-judged record) into ``record`` and judge the verdict on the checks that
-    count: ``controls.counted_checks``; a check of a replicated figure holds only if it also holds at >= 2 of 3 fresh
-    seeds (when the replicate sweeps hold >= 3 of them)."""
+    """Put the null control (``null``, else computed here; and, with ``replicates``, the seeds, the trained control
+    and the fresh runs: not for a substituted model or a re-judged record) into ``record`` and judge the verdict on
+    the checks that count: ``controls.counted_checks``; a check of a replicated figure holds only if it also holds at
+    >= 2 of 3 fresh seeds (when the replicate sweeps hold >= 3 of them); a check a trained-control run passes does
+    not count (``replicates.apply_trained_control``); a restated check (``replicates.FRESH_JUDGED``) is judged on its
+    six fresh runs alone, whatever the seeds and the control made of it (``replicates.apply_fresh_runs``), and does
+    not count without them."""
     from hooked_clip1d.sweeps.runner import sweeps_home
 
     null = null if null is not None else null_control(spec)
@@ -332,6 +336,8 @@ def _add_controls(
             record["trained_control"] = apply_trained_control(rows, spec, runs, status)
         if spec.key in FRESH_JUDGED:  # restated checks judged on fresh runs alone (docs/fidelity.md, 2026-11-29)
             record["fresh_runs"] = apply_fresh_runs(rows, spec, null, sweeps_root)
+    elif spec.key in FRESH_JUDGED:  # a substituted model: its restated checks have no fresh runs to judge them
+        withhold_fresh_judged(rows, spec, "a substituted model (the rule judges the flagship's six fresh runs)")
     record["checks"] = [r.to_row() for r in rows]
     counted = [(r.text, r.counted_holds) for r in rows if r.counted]
     if record.get("verdict") == "not run":

@@ -278,13 +278,16 @@ class SteeringResult:
         return shift_is_defined(self.base, self.target)
 
     def to_dict(self) -> dict[str, Any]:
-        """The result as JSON-able lists; ``fraction`` is None where it is undefined (``fraction_defined``)."""
+        """The result as JSON-able lists; where the fraction is undefined (``fraction_defined`` False: the swap
+        moves the mean belief by ~0), ``fraction`` is None (``fraction()`` itself raises there)."""
+        defined = self.fraction_defined()
         return {
             "tower": self.tower,
             "depth": self.depth,
             "site": self.site,
             "alphas": self.alphas.tolist(),
-            "fraction": self.fraction().tolist() if self.fraction_defined() else None,
+            "fraction_defined": defined,
+            "fraction": self.fraction().tolist() if defined else None,
             "flip_rate": self.flip_rate().tolist(),
             "mean_belief": self.beliefs.mean(-1).tolist(),
             "base_belief": float(self.base.mean()),
