@@ -107,11 +107,27 @@ def mirror_flip_rate(base: torch.Tensor, source: torch.Tensor) -> float:
 STEER_ALPHAS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 
 
+def _cls_id_order(model: CLIP1D) -> tuple[Any, float | None, float | None]:
+    """Are the CLS IDs (single objects, after the last layer) ordered along the image? Their ``SpatialIDs``, the
+    Spearman correlation of their projection on the horizontal direction with the position, and the first principal
+    component's share of their variance; both None where the IDs are zero (all equal: no direction)."""
+    from hooked_clip1d.analysis.mechanism.report import spearman_position
+    from hooked_clip1d.analysis.mechanism.spatial_ids import ids_are_zero, vision_spatial_ids
+
+    last = model.vision.cfg.n_layers
+    cls_single = vision_spatial_ids(model.vision, site="cls", context="single")
+    if ids_are_zero(cls_single, last):
+        return cls_single, None, None
+    ids = cls_single.ids[last].double()
+    proj = (ids @ cls_single.direction(last).double()).float()
+    sv = torch.linalg.svdvals(ids - ids.mean(0))
+    return cls_single, float(spearman_position(proj[None])[0]), float(sv[0] ** 2 / (sv**2).sum())
+
+
 def _spatial_ids_one(name: str, model: CLIP1D) -> tuple[dict[str, Any], Any, Any, str]:
     """x6's readings on one model: its numbers, its CLS steering result (None where its IDs are zero), its ID figure
     and its summary part. A quantity undefined on the model is None (x6 restated, docs/fidelity.md 2026-11-29): a
     fraction where the swap moves the mean belief by ~0, steering where the IDs are zero (its flip rate is then 0)."""
-    from hooked_clip1d.analysis.mechanism.report import spearman_position
     from hooked_clip1d.analysis.mechanism.spatial_ids import (
         ids_are_zero,
         steer_text,
@@ -141,15 +157,7 @@ def _spatial_ids_one(name: str, model: CLIP1D) -> tuple[dict[str, Any], Any, Any
     frac = fraction(sr) if sr is not None else None
     flips = sr.flip_rate().tolist() if sr is not None else [0.0] * len(STEER_ALPHAS)
     reach = None if frac is None else next((a for a, f in zip(STEER_ALPHAS, frac, strict=True) if f >= 0.9), None)
-    # are the CLS IDs (single objects) ordered along the image? projection on the horizontal direction
-    cls_single = vision_spatial_ids(model.vision, site="cls", context="single")
-    order = pc1 = None  # undefined where the IDs are zero (all equal: no horizontal direction)
-    if not ids_are_zero(cls_single, last):
-        ids = cls_single.ids[last].double()
-        proj = (ids @ cls_single.direction(last).double()).float()
-        order = float(spearman_position(proj[None])[0])
-        sv = torch.linalg.svdvals(ids - ids.mean(0))
-        pc1 = float(sv[0] ** 2 / (sv**2).sum())
+    cls_single, order, pc1 = _cls_id_order(model)
     text_frac = fraction(steer_text(model, imgs, caps, text_role_ids(model.text), 0, [1.0]))
     text = None if text_frac is None else float(text_frac[0])
     acc = model.manifest["metrics"]["val_unseen"]["acc"]  # the model's own (a substitute's, not the zoo model's)
