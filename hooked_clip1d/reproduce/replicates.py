@@ -91,6 +91,24 @@ def trained_control_runs(spec: FigureSpec, sweeps_root: Path | None) -> tuple[li
     return runs, f"{len(runs)} run(s) of " + ", ".join(repr(c) for c, _ in table.values())
 
 
+def _finished_runs(sweep_dir: Path) -> list[tuple[Path, int, dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """The finished runs of sweep folder ``sweep_dir`` (summary and model written), in name order, each with what a
+    reader matches it by: ``(run, seed, train config without the seed, data config, model config without the init
+    seeds)``, the train config as ``comparable_train_config`` gives it."""
+    from hooked_clip1d.training.run_config import comparable_train_config
+
+    out = []
+    for run in sorted((Path(sweep_dir) / "runs").glob("*")):
+        if not (run / "summary.json").exists() or not (run / "model.safetensors").exists():
+            continue
+        saved = json.loads((run / "config.json").read_text())
+        train = comparable_train_config(saved["train_config"])
+        seed = train.pop("seed")
+        model = _without_init_seed(CLIPConfig.from_dict(saved["model_config"]))
+        out.append((run, seed, train, dict(saved["data_config"]), model))
+    return out
+
+
 def _control_seeds(control: str, sweeps_root: Path | None) -> list[tuple[str, CLIP1D]]:
     """Control ``control``'s runs: the shipped one (labelled by its zoo name), then each other seed of its config
     found in its sweep under ``sweeps_root`` (labelled ``sweep/runs/NAME``), in seed order."""
@@ -107,19 +125,9 @@ def _control_seeds(control: str, sweeps_root: Path | None) -> list[tuple[str, CL
     want_t = comparable_train_config(man["train_config"])
     own_seed = want_t.pop("seed")
     seeded = []
-    for run in sorted((Path(sweeps_root) / sweep / "runs").glob("*")):
-        if not (run / "summary.json").exists():
-            continue
-        saved = json.loads((run / "config.json").read_text())
-        have_t = comparable_train_config(saved["train_config"])
-        seed = have_t.pop("seed")
-        if seed == own_seed:
-            continue
-        if (
-            have_t == want_t  # the same recipe (another recipe's run in the sweep is not this control)
-            and saved["data_config"] == man["data_config"]
-            and _without_init_seed(CLIPConfig.from_dict(saved["model_config"])) == want
-        ):
+    for run, seed, have_t, data, model in _finished_runs(Path(sweeps_root) / sweep):
+        # the same recipe (another recipe's run in the sweep is not this control), config and data, another seed
+        if seed != own_seed and have_t == want_t and data == man["data_config"] and model == want:
             seeded.append((seed, f"{sweep}/runs/{run.name}", load_model_file(run / "model.safetensors")))
     return found + [(label, model) for _, label, model in sorted(seeded, key=lambda t: t[0])]
 
@@ -228,17 +236,9 @@ def fresh_runs(zoo_name: str, sweeps_root: str | Path | None) -> dict[str, Path]
     want_m = _without_init_seed(CLIPConfig.from_dict(man["model_config"]))
     want_d = {k: v for k, v in man["data_config"].items() if k != "caption_order"}
     found: dict[str, Path] = {}
-    for run in sorted((Path(sweeps_root) / FRESH_SWEEP / "runs").glob("*")):
-        if not (run / "summary.json").exists() or not (run / "model.safetensors").exists():
-            continue
-        saved = json.loads((run / "config.json").read_text())
-        have_t = comparable_train_config(saved["train_config"])
-        seed = have_t.pop("seed")
-        data = dict(saved["data_config"])
+    for run, seed, have_t, data, model in _finished_runs(Path(sweeps_root) / FRESH_SWEEP):
         order = data.pop("caption_order", "ordered")
-        if seed not in FRESH_SEEDS or have_t != want_t or data != want_d:
-            continue
-        if _without_init_seed(CLIPConfig.from_dict(saved["model_config"])) != want_m:
+        if seed not in FRESH_SEEDS or have_t != want_t or data != want_d or model != want_m:
             continue
         label = f"{order}:{seed}"
         if label in found:  # two runs for one deciding slot: which one decides is not for this code to choose
@@ -366,17 +366,10 @@ def replicate_runs(zoo_name: str, sweeps_dir: str | Path) -> dict[int, Path]:
     want_m = CLIPConfig.from_dict(man["model_config"])
     found: dict[int, Path] = {}
     for sweep in REPLICATE_SWEEPS:
-        for run in sorted((Path(sweeps_dir) / sweep / "runs").glob("*")):
-            if not (run / "summary.json").exists() or not (run / "model.safetensors").exists():
-                continue
-            saved = json.loads((run / "config.json").read_text())
-            have_t = comparable_train_config(saved["train_config"])
-            seed = have_t.pop("seed")
+        for run, seed, have_t, data, model in _finished_runs(Path(sweeps_dir) / sweep):
             if have_t != want_t or seed == own_seed or seed in found:
                 continue
-            if saved["data_config"] != man["data_config"] or _without_init_seed(
-                CLIPConfig.from_dict(saved["model_config"])
-            ) != _without_init_seed(want_m):
+            if data != man["data_config"] or model != _without_init_seed(want_m):
                 continue
             found[int(seed)] = run
     return dict(sorted(found.items()))
