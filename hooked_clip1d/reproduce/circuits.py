@@ -503,13 +503,11 @@ def _x_circuits(models: dict[str, CLIP1D]) -> Outcome:
 
 
 def _models() -> tuple[str, ...]:
-    """The models with a shipped circuit, but the flagship: its circuit shipped with the flagship switch
-    (2026-11-28) after the record was measured on the others (the standard-loss flagship first); the record's
-    next rerun adds it."""
+    """The models with a shipped circuit, the flagship first (its circuit shipped with the flagship switch,
+    2026-11-28, after the record of 2026-11-26 was measured on the others; the rerun of 2026-11-29 adds it)."""
     from hooked_clip1d.pretrained.circuit_files import CIRCUIT_MODELS
-    from hooked_clip1d.reproduce.core import FLAGSHIP
 
-    return tuple(m for m in CIRCUIT_MODELS if m != FLAGSHIP)
+    return tuple(CIRCUIT_MODELS)
 
 
 SPECS: tuple[FigureSpec, ...] = register(
