@@ -144,6 +144,22 @@ def test_agreement_counts_only_what_exact_patching_moves():
     assert torch.equal(torch.get_rng_state(), rng)
 
 
+def test_the_checks_worst_item_is_a_wrong_sign_where_there_is_one():
+    """The warning named an item whose sign was right (EAP+QK -7.14 against exact -7.09, the largest gap) while the
+    sample's wrong signs went unnamed (x-circuits' run of 2026-11-29): the worst item is now the wrong-signed one of
+    largest exact effect; with every sign right, the largest gap."""
+    est = Attribution("AtP", ["a", "b", "c"], torch.tensor([-7.14, 0.2, 0.5]))
+    effect = {"a": -7.09, "b": -2.0, "c": -0.5}
+    exact = lambda names: Attribution("exact", names, torch.tensor([effect[n] for n in names]))  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AttributionWarning)
+        out = check_against_exact(est, exact, n=3)
+    assert out["poor"] and out["worst"] == ("b", pytest.approx(0.2), pytest.approx(-2.0))
+    right = Attribution("AtP", ["a", "b", "c"], torch.tensor([-7.0, -2.0, -5.0]))
+    out = check_against_exact(right, exact, n=3, warn=False)
+    assert out["worst"][0] == "c"  # every sign right: the largest gap (4.5)
+
+
 def test_the_check_warns_when_atp_is_wrong_and_not_when_it_is_exact(shipped):
     model, imgs, caps = shipped
     live = mirror_task(model, imgs, caps, linearise="live")  # the cosine differentiated: wrong-signed here

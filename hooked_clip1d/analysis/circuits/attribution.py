@@ -493,7 +493,8 @@ def check_against_exact(
     """The cheap check: patch ``n`` of ``result``'s items exactly (``sample_names``; ``exact_on(names)`` returns
     their exact ``Attribution``), compare (``agreement``) and, when the signs agree on fewer than
     ``min_sign_agreement`` of the moved items or Pearson's correlation is below ``min_pearson``, warn
-    (``AttributionWarning``, with the worst item and what to try). Returns the agreement with ``poor`` (bool),
+    (``AttributionWarning``, with the worst item, the wrong-signed one of largest exact effect where any is, and
+    what to try). Returns the agreement with ``poor`` (bool),
     ``sample`` and ``worst`` (name, score, exact effect) added. ``methods.check_attribution`` calls it with the
     right exact method for a node or edge result.
 
@@ -518,7 +519,14 @@ def check_against_exact(
     worst = None
     if out["n"]:
         target = exact.scores if result.signed else exact.scores.abs()
-        gap = torch.where(keep, (mine - target).abs(), -1.0)
+        wrong = keep & (torch.sign(mine) != torch.sign(target)) if result.signed else torch.zeros_like(keep)
+        # the worst item: the largest exact effect given the wrong sign, else the largest gap (a sample whose signs
+        # all agree is poor by Pearson alone)
+        gap = (
+            torch.where(wrong, exact.scores.abs(), -1.0)
+            if bool(wrong.any())
+            else torch.where(keep, (mine - target).abs(), -1.0)
+        )
         i = int(gap.argmax())
         worst = (names[i], float(mine[i]), float(exact.scores[i]))
     out.update(poor=bool(poor), sample=names, worst=worst)
