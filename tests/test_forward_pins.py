@@ -85,7 +85,12 @@ TINY = {
 RECORDED: dict[str, list[str]] = {
     "ablate-ep-ntot20-n2-10-init002": ["b46483113ef0b206", "7dc36ae719411b0e", "7e467823f7c1440d", "69bf77eac20fea55"],
     "full-ntot20-n2-10": ["a6fc7249f4121b8d", "ebd5d26b48641c37", "497157da085ca1ce", "352f8bd5bb2b88b0"],
-    "leftright-v1-t1-ntot20-n2-10": ["e4f418159897d1c1", "9e4d5f687ad665bc", "df24658eace25e6c", "2e7311e2843a47d3"],
+    "leftright-v1-t1-ntot20-n2-10-no-qk-bias": [
+        "e4f418159897d1c1",
+        "9e4d5f687ad665bc",
+        "df24658eace25e6c",
+        "2e7311e2843a47d3",
+    ],
     "leftright-v1-t1-ntot20-n2-10-all-decay": [
         "51c5a00f76dd3414",
         "53b35d7bc15cadd9",
@@ -165,6 +170,7 @@ UNPINNED = (
     "control-shuffled-distinct-ntot20-n2-10",
     "control-shuffled-ntot20-n2-10",
     "control-shuffled-rope-ntot20-n2-15",
+    "leftright-v1-t1-ntot20-n2-10",
     "rope-ntot20-n2-15-distinct",
     "simplified-ntot10-n2-5",
     "simplified-ntot20-n2-10",
