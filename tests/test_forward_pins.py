@@ -111,7 +111,7 @@ RECORDED: dict[str, list[str]] = {
         "8342fc1e40ef797c",
         "f83b397eb60abb2d",
     ],
-    "rope-ntot20-n2-15": ["03076c31748dd45b", "4c61228809ec9c4a", "8e365adae4d7e8a0", "c967aa6ff13543b8"],
+    "rope-ntot20-n2-15-no-qk-bias": ["03076c31748dd45b", "4c61228809ec9c4a", "8e365adae4d7e8a0", "c967aa6ff13543b8"],
     "rope-ntot20-n2-15-all-decay": ["11f824e5cd518323", "cdc91304860a91a9", "00e9a358866f2bb9", "b250889fdf857acf"],
     "simplified-ntot10-n2-5-all-decay": [
         "c0a4a59fd40618ac",
@@ -169,9 +169,10 @@ RECORDED: dict[str, list[str]] = {
 UNPINNED = (
     "control-shuffled-distinct-ntot20-n2-10",
     "control-shuffled-ntot20-n2-10",
+    "control-shuffled-distinct-rope-ntot20-n2-15",
     "control-shuffled-rope-ntot20-n2-15",
     "leftright-v1-t1-ntot20-n2-10",
-    "rope-ntot20-n2-15-distinct",
+    "rope-ntot20-n2-15",
     "simplified-ntot10-n2-5",
     "simplified-ntot20-n2-10",
 )

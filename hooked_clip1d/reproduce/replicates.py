@@ -33,12 +33,19 @@ from hooked_clip1d.reproduce.records import Check
 # from the figure's model: a control of the property, not a stand-in of the same shapes). A guarded check counts only
 # if it fails on every run of its control on the machine (the shipped model, and its sweep's other seeds). A control
 # shares the recipe of the model it guards (amendment of 2026-11-28): since the flagship switched to the masked loss,
-# its control is SHUFFLED_DISTINCT; SHUFFLED guards the standard-loss models (Fig. 8's, by design of another config)
+# its control is SHUFFLED_DISTINCT, and the RoPE model's SHUFFLED_DISTINCT_ROPE since the RoPE model switched too
+# (2026-11-29); SHUFFLED and SHUFFLED_ROPE guard the standard-loss models they were trained beside (kept in the zoo)
 CONTROLS_SWEEP = "controls"
 SHUFFLED = "control-shuffled-ntot20-n2-10"
 SHUFFLED_ROPE = "control-shuffled-rope-ntot20-n2-15"
 SHUFFLED_DISTINCT = "control-shuffled-distinct-ntot20-n2-10"
-CONTROL_SWEEPS = {SHUFFLED: CONTROLS_SWEEP, SHUFFLED_ROPE: CONTROLS_SWEEP, SHUFFLED_DISTINCT: "controls-distinct"}
+SHUFFLED_DISTINCT_ROPE = "control-shuffled-distinct-rope-ntot20-n2-15"
+CONTROL_SWEEPS = {
+    SHUFFLED: CONTROLS_SWEEP,
+    SHUFFLED_ROPE: CONTROLS_SWEEP,
+    SHUFFLED_DISTINCT: "controls-distinct",
+    SHUFFLED_DISTINCT_ROPE: "controls-distinct-rope",
+}
 TRAINED_CONTROLS: dict[str, dict[str, tuple[str, bool]]] = {
     "fig4c": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
     "fig5d": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
@@ -46,8 +53,8 @@ TRAINED_CONTROLS: dict[str, dict[str, tuple[str, bool]]] = {
     "fig6": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
     "fig8": {"leftright-v1-t2-ntot20-n2-10": (SHUFFLED, True)},
     "fig14": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
-    "fig18": {"rope-ntot20-n2-15": (SHUFFLED_ROPE, False)},
-    "fig19": {"rope-ntot20-n2-15": (SHUFFLED_ROPE, False)},
+    "fig18": {"rope-ntot20-n2-15": (SHUFFLED_DISTINCT_ROPE, False)},
+    "fig19": {"rope-ntot20-n2-15": (SHUFFLED_DISTINCT_ROPE, False)},
     "fig20": {"leftright-v1-t1-ntot20-n2-10": ("leftright-v1-t2-ntot20-n2-10", True)},
     # x6's restated checks read the flagship alone (amendment of 2026-11-29, session 25)
     "x6-spatial-ids": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
@@ -55,7 +62,7 @@ TRAINED_CONTROLS: dict[str, dict[str, tuple[str, bool]]] = {
     # together in each control run
     "x1-mirror-swap": {
         "simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False),
-        "rope-ntot20-n2-15": (SHUFFLED_ROPE, False),
+        "rope-ntot20-n2-15": (SHUFFLED_DISTINCT_ROPE, False),
     },
 }
 
