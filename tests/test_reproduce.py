@@ -662,3 +662,22 @@ def test_x6_restated_checks_are_defined_on_an_untrained_draw():
     assert set(out.values) == {X6_FLIP_TEXT, X6_ORDER_TEXT} and not set(out.values) & set(out.secondary)
     assert checks[X6_FLIP_TEXT] == (out.values[X6_FLIP_TEXT][0] > 0.5)
     assert out.id_of(X6_FLIP_TEXT) == "x6-flagship-flip"
+
+
+def test_side_bias_threshold_is_inclusive_on_float32_shares():
+    """Fig. 18's and 19's "|P(left) - P(right)| >= 0.3" (pre-registered) failed a head with 65 of 100 images on its
+    side: the float32 difference is 0.29999995 (found in the rerun of 2026-11-29 on the retrained RoPE model, whose
+    head 1 is at 65 / 35). The rule is inclusive; `readings.side_biased` applies it, as `at_least` does for shares."""
+    import inspect
+
+    import torch
+
+    from hooked_clip1d.reproduce import appendix_figs
+    from hooked_clip1d.reproduce.readings import side_biased
+
+    left = torch.tensor([True] * 65 + [False] * 35).float().mean()
+    gap = float((left - (1 - left)).abs())
+    assert gap < 0.3 and side_biased([gap]) == [True] and side_biased([0.2999]) == [False]
+    for fig in (appendix_figs._fig18, appendix_figs._fig19):
+        src = inspect.getsource(fig)
+        assert "side_biased(" in src and ">= 0.3)" not in src.replace('(|P(left) - P(right)| >= 0.3)"', "")

@@ -28,9 +28,11 @@ from hooked_clip1d.reproduce.readings import (
     COORDINATE,
     ROW_TEXT,
     STD_STEPS,
+    at_least,
     ep_gradient_outcome,
     monotonic,
     row_gradient,
+    side_biased,
 )
 
 LEFTRIGHT_V1T2 = "leftright-v1-t2-ntot20-n2-10"  # Fig. 8's model
@@ -98,8 +100,8 @@ def _fig8(models: dict[str, CLIP1D]) -> Outcome:
     ep = ep_gradient_outcome(model, name, "C . . 16 . . 17 . . . .")
 
     def both_sides(level: float) -> bool:
-        lh = {h for h, v in enumerate(left) if v >= level}
-        rh = {h for h, v in enumerate(right) if v >= level}
+        lh = {h for h, v in enumerate(left) if at_least(v, level)}
+        rh = {h for h, v in enumerate(right) if at_least(v, level)}
         return bool(lh) and bool(rh) and len(lh | rh) >= 2
 
     c8c = "Fig. 8c: a left-biased head and another, right-biased head (each attends most to its side on >= 60% of "
@@ -140,7 +142,7 @@ def _fig18(models: dict[str, CLIP1D]) -> Outcome:
     strongest = (bias["left"][0] - bias["right"][0]).abs().max().item()
     checks = [
         ("the RoPE model generalizes to unseen pairs (accuracy >= 0.8)", acc >= 0.8),
-        ("some head is left/right biased (|P(left) - P(right)| >= 0.3)", strongest >= 0.3),
+        ("some head is left/right biased (|P(left) - P(right)| >= 0.3)", side_biased([strongest])[0]),
     ]
     summary = f"unseen-pair accuracy {acc:.2f}; largest per-head |P(left)-P(right)| {strongest:.2f}"
     return Outcome(
@@ -169,7 +171,7 @@ def _fig19(models: dict[str, CLIP1D]) -> Outcome:
     rate_nb = res["consistency"]["rate_no_bias"]
     rank95 = [r[1] for r in res["effective_rank"]["rank"]]
     second = sorted((abs(r) for r in rho_sp), reverse=True)[1] if len(rho_sp) > 1 else 0.0
-    biased = sorted((abs(r) for r, g in zip(rho_sp, gap, strict=True) if g >= 0.3), reverse=True)
+    biased = sorted((abs(r) for r, b in zip(rho_sp, side_biased(gap), strict=True) if b), reverse=True)
     second_biased = biased[1] if len(biased) > 1 else 0.0  # 0 where fewer than 2 heads are side-biased
     c19f_all = (
         "Fig. 19f: rho_a = q R_a v is monotonic along the image (|Spearman| >= 0.9) in at least 2 heads ('several "
@@ -186,7 +188,7 @@ def _fig19(models: dict[str, CLIP1D]) -> Outcome:
         (c19f, second_biased >= 0.9),
         (c19f_all, second >= 0.9),
         (c_match, all(abs(r - g) <= 0.15 for r, g in zip(rate, gap, strict=True))),
-        (c_nb, rate_nb[max(range(len(gap)), key=gap.__getitem__)] >= 0.8),
+        (c_nb, at_least(rate_nb[max(range(len(gap)), key=gap.__getitem__)], 0.8)),
         (c_rank, max(rank95) <= 3),
     ]
     summary = (

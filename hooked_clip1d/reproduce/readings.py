@@ -80,6 +80,21 @@ def at_least(share: float, threshold: float) -> bool:
     return share >= threshold - SHARE_TOL
 
 
+def side_biased(gaps: list[float], level: float = 0.3) -> list[bool]:
+    """Which heads are side-biased: ``|P(left) - P(right)| >= level`` per head (inclusive, ``at_least``: the
+    difference of two float32 shares of images, so 65 of 100 against 35 is 0.29999995 and is biased at 0.3; Fig. 18's
+    and 19's threshold, pre-registered as ">= 0.3").
+
+    Example:
+        >>> import torch
+        >>> left = torch.tensor([True] * 65 + [False] * 35).float().mean()
+        >>> gap = float((left - (1 - left)).abs())
+        >>> gap >= 0.3, side_biased([gap, 0.29, 1.0])
+        (False, [True, False, True])
+    """
+    return [at_least(g, level) for g in gaps]
+
+
 def dominant_split(
     left: list[float], right: list[float], dominant: float = DOMINANT, other: float = SPLIT_OTHER
 ) -> bool:
