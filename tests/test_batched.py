@@ -50,9 +50,11 @@ def _assert_same_model(single: CLIP1D, batched: CLIP1D, dataset, atol: float = 2
             # It is not reproducible across implementations and has no effect on any output (checked below).
             continue
         torch.testing.assert_close(b[k], a[k], atol=atol, rtol=1e-4, msg=k)
+    # the cosines of a 30-epoch run at lr 1e-3 and decay 2.0: AVX-512 kernels round the two engines' sums apart by up
+    # to 1.4e-4 (open_clip's recipe case, 2026-11-29; AVX2 machines stayed under 1e-4), a wrong mask by ~1e-2
     for split in ("train", "val_unseen"):
         torch.testing.assert_close(
-            similarity_matrix(batched, dataset, split), similarity_matrix(single, dataset, split), atol=1e-4, rtol=0
+            similarity_matrix(batched, dataset, split), similarity_matrix(single, dataset, split), atol=3e-4, rtol=0
         )
 
 

@@ -209,11 +209,17 @@ def test_fig15_absence_claims_need_a_trained_model():
 
 
 def test_fig19_counts_rho_and_marks_its_identities():
+    """Counted: the restated 19f and, on a model that trains b_Q and b_K (the zoo's RoPE model since 2026-11-29),
+    the condition without Pi_bias; on the model before it (b_Q = b_K = 0) that check is true by construction."""
     spec = rp.FIGURES["fig19"]
-    out = spec.run({m: load_model(m) for m in spec.models})
+    (name,) = spec.models
+    out = spec.run({name: load_model(name)})
     counted = [c for c, _ in out.checks if c not in out.secondary]
-    assert counted == [next(c for c, _ in out.checks if c.startswith("Fig. 19f"))] and counted[0] in out.values
+    assert counted[0].startswith("Fig. 19f") and counted[0] in out.values
+    assert [c[:19] for c in counted[1:]] == ["without Pi_bias the"]
     assert any(why.startswith("identity:") for why in out.secondary.values())
+    before = spec.run({name: load_model("rope-ntot20-n2-15-no-qk-bias")})
+    assert [c for c, _ in before.checks if c not in before.secondary] == counted[:1]
 
 
 def test_fig22_substitutes_its_retrained_model():
