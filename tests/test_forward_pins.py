@@ -97,7 +97,12 @@ RECORDED: dict[str, list[str]] = {
         "867ab18497038400",
         "d7188214a11a9a73",
     ],
-    "leftright-v1-t2-ntot20-n2-10": ["c1a647bb9213befd", "8cd22882bad85f45", "5c486b812d5269be", "6515808ad21c430c"],
+    "leftright-v1-t2-ntot20-n2-10-no-qk-bias": [
+        "c1a647bb9213befd",
+        "8cd22882bad85f45",
+        "5c486b812d5269be",
+        "6515808ad21c430c",
+    ],
     "leftright-v1-t2-ntot20-n2-10-all-decay": [
         "46b50d6aa0507a40",
         "f5e5572517d3a729",
@@ -172,6 +177,7 @@ UNPINNED = (
     "control-shuffled-distinct-rope-ntot20-n2-15",
     "control-shuffled-rope-ntot20-n2-15",
     "leftright-v1-t1-ntot20-n2-10",
+    "leftright-v1-t2-ntot20-n2-10",
     "rope-ntot20-n2-15",
     "simplified-ntot10-n2-5",
     "simplified-ntot20-n2-10",
