@@ -34,7 +34,8 @@ from hooked_clip1d.reproduce.records import Check
 # if it fails on every run of its control on the machine (the shipped model, and its sweep's other seeds). A control
 # shares the recipe of the model it guards (amendment of 2026-11-28): since the flagship switched to the masked loss,
 # its control is SHUFFLED_DISTINCT, and the RoPE model's SHUFFLED_DISTINCT_ROPE since the RoPE model switched too
-# (2026-11-29); SHUFFLED and SHUFFLED_ROPE guard the standard-loss models they were trained beside (kept in the zoo)
+# (2026-11-29), and Fig. 8 by SHUFFLED_DISTINCT since its model did; SHUFFLED and SHUFFLED_ROPE guard no figure now
+# (kept in the zoo beside the standard-loss models they were trained for)
 CONTROLS_SWEEP = "controls"
 SHUFFLED = "control-shuffled-ntot20-n2-10"
 SHUFFLED_ROPE = "control-shuffled-rope-ntot20-n2-15"
