@@ -1,11 +1,14 @@
 """How well each first-order attribution method's signs agree with exact patching of the same metric, by how the
 metric is linearised (issue 49): CLIP's logit difference (``norm="live"``) differentiated through the cosine
-(``linearise="live"``, the default until issue 49) or with the embeddings' norms held out of the backward pass
-(``linearise="held"``, the default since), beside the old opt-in metric ``norm="frozen"`` (a different metric).
+(``linearise="live"``, the default until 2026-11-28), with the embeddings' norms held out of the backward pass
+(``"held"``, the default of AtP and EAP 2026-11-28/29), or with the towers alone linearised and CLIP's head
+evaluated exactly (``"readout"``, the default of AtP and EAP since 2026-11-29; EAP-IG keeps ``"live"``), beside the
+old opt-in metric ``norm="frozen"`` (a different metric).
 
     python benchmarks/attribution_signs.py --out benchmarks/records/attribution_signs.json
 
-On the mirror task of three zoo models with shipped ground-truth circuits (every unseen-pair validation image):
+On the mirror task of zoo models (every unseen-pair validation image; by default the three the defaults were chosen
+on, ``--models`` for others):
 node methods on every node kind, edge methods on every edge; sign agreement over the items exact patching moves, and
 over those whose |exact effect| is at least ``FLOOR`` of the largest (the stated floor), and Pearson's r.
 """
@@ -28,7 +31,8 @@ from hooked_clip1d.analysis.circuits.task import mirror_task
 # the flagship (since 2026-11-28: the masked loss), the flagship before it (standard loss) and the no-b_Q model
 MODELS = ("simplified-ntot20-n2-10", "simplified-ntot20-n2-10-standard-loss", "simplified-ntot20-n2-10-no-qk-bias")
 KINDS = ["heads", "embed", "pos", "resid", "q", "k", "v", "terms"]
-SETTINGS = (("live", "live"), ("live", "held"), ("live", None), ("frozen", "live"))  # (norm, linearise)
+# (norm, linearise); None (each method's default) is readout for AtP and EAP and live for EAP-IG: rows of its own
+SETTINGS = (("live", "live"), ("live", "held"), ("live", "readout"), ("frozen", "live"))
 FIRST_ORDER = ("AtP", "AtP+QK", "EAP", "EAP+QK", "EAP-IG")
 FLOOR = 0.05  # |exact| >= 5 % of the largest |exact|: the stated floor of the default-row check
 
@@ -73,6 +77,7 @@ def main() -> int:
                         "pearson": ag["pearson"],
                         "signs_above_floor": ok,
                         "n_above_floor": n,
+                        "seconds": res.seconds,
                     }
                 )
                 r = rows[-1]

@@ -157,13 +157,15 @@ def run_task(
     post: Mapping[str, Mapping[str, Transform]] | None = None,
     grad: bool = False,
     linearise: str = "live",
+    pooled: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, dict[tuple[str, str], torch.Tensor]]:
     """Run every tower of ``task`` on its ``which`` input with composite hooks: at each hook point, the ``pre``
     transforms of that tower and point in order, then the ``capture`` (points per tower), then the ``post``
     transform. Return the batch-mean metric and the captured activations by (tower, point). With ``grad`` the
     embeddings become leaves that require grad, so activations downstream are in the autograd graph (whatever the
     parameters' ``requires_grad``), ready for ``grads_of``; ``linearise="held"`` holds the embeddings' norms out of
-    that graph (``graph.Task``; the value is the same).
+    that graph (``graph.Task``; the value is the same). A dict given as ``pooled`` receives each tower's pooled
+    output (in the graph with ``grad``; ``output_grads`` differentiates it).
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
     >>> from hooked_clip1d.analysis.circuits.task import mirror_task
@@ -175,7 +177,7 @@ def run_task(
     (torch.Size([1, 11, 4, 32]), torch.Size([1, 11, 4, 32]))
     """
     captured: dict[tuple[str, str], torch.Tensor] = {}
-    pooled = {}
+    outs: dict[str, torch.Tensor] = {}
     ctx = torch.enable_grad() if grad else torch.no_grad()
     with ctx:
         for t, tower in task.towers.items():
@@ -190,9 +192,11 @@ def run_task(
             for point in dict.fromkeys([*pre_t, *post_t, *cap_t]):
                 keep = (lambda a, key=(t, point): captured.__setitem__(key, a)) if point in cap_t else None
                 hooks.append((point, _Composite(pre_t.get(point, []), keep, post_t.get(point))))
-            pooled[t] = tower.run_with_hooks(task.tokens(t, which), fwd_hooks=hooks)
+            outs[t] = tower.run_with_hooks(task.tokens(t, which), fwd_hooks=hooks)
         with held_norms(grad and linearise == "held"):  # the value is the same either way
-            value = task.metric_of(pooled).mean()
+            value = task.metric_of(outs).mean()
+    if pooled is not None:
+        pooled.update(outs)
     return value, captured
 
 

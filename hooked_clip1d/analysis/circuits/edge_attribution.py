@@ -29,7 +29,8 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -41,11 +42,11 @@ from hooked_clip1d.analysis.circuits.attribution import (
     check_against_exact,
     check_freeze,
     frozen_patterns,
-    grads_of,
     merge_transforms,
     qk_delta_scores,
     run_task,
 )
+from hooked_clip1d.analysis.circuits.first_order import OutputGrads, first_order_scores, output_grads, per_row
 from hooked_clip1d.analysis.circuits.graph import (
     Edge,
     build_graph,
@@ -89,9 +90,10 @@ def _port_layer(task: Task, port: str) -> int:
     return task.towers[ref.tower].cfg.n_layers if ref.kind == "readout" else ref.layer  # type: ignore[return-value]
 
 
-def _qk_edge_scores(task: Task, edges: list[Edge], delta: Mapping[str, torch.Tensor], clean: Mapping, grads: Mapping):
-    """QK fix for edges into ``.q`` / ``.k`` ports: the head's pattern recomputed exactly with the port's input
-    changed by the writer's difference (through ``ln1``), its effect linearised through ``dM/d(pattern)``."""
+def _qk_edge_contribs(task: Task, edges: list[Edge], delta: Mapping[str, torch.Tensor], clean: Mapping):
+    """QK fix for edges into ``.q`` / ``.k`` ports: each one's change of its head's pattern, computed exactly with
+    the port's input changed by the writer's difference (through ``ln1``); ``_edge_contribs`` dots it with
+    ``dM/d(pattern)``."""
     out = {}
     for w, p in edges:
         ref = parse_node(p)
@@ -110,8 +112,7 @@ def _qk_edge_scores(task: Task, edges: list[Edge], delta: Mapping[str, torch.Ten
         d_scores = qk_delta_scores(task, t, ref.layer, ref.channel, head, d, clean)  # type: ignore[arg-type]
         S = clean[(t, f"blocks.{ref.layer}.attn.hook_attn_scores")][:, head]
         A = clean[(t, f"blocks.{ref.layer}.attn.hook_pattern")][:, head]
-        g = grads[(t, f"blocks.{ref.layer}.attn.hook_pattern")][:, head]
-        out[(w, p)] = float(((torch.softmax(S + d_scores, dim=-1) - A) * g).sum())
+        out[(w, p)] = (t, f"blocks.{ref.layer}.attn.hook_pattern", head, torch.softmax(S + d_scores, dim=-1) - A)
     return out
 
 
@@ -141,45 +142,26 @@ def _eap(
         clean_w = writer_activations(task, "clean", extra_hooks=fh)
         corr_w = writer_activations(task, "corrupted", extra_hooks=fh)
         delta = {w: corr_w[w] - clean_w[w] for w in {w for w, _ in edge_list}}
-        caps: dict[str, set[str]] = {}
-        for _, p in edge_list:
-            t, point, _ = _port_key(task, p)
-            caps.setdefault(t, set()).add(point)
-            ref = parse_node(p)
-            if qk_fix and ref.channel in ("q", "k"):
-                rope = task.towers[t].cfg.positional == "rope"
-                caps[t].update({f"blocks.{ref.layer}.attn.hook_{x}" for x in ("attn_scores", "pattern")})
-                caps[t].update({f"blocks.{ref.layer}.attn.hook_{'rot_' if rope else ''}{c}" for c in "qk"})
+        caps = _port_captures(task, edge_list, qk_fix)
 
-        def grads_with(pre: Mapping | None = None, post: Mapping | None = None) -> tuple[dict, dict]:
+        def grads_with(pre: Mapping | None = None, post: Mapping | None = None, towers: Any = None) -> OutputGrads:
             pre_all = merge_transforms(frozen, pre or {})
             lin = linearisation(task, "EAP-IG" if steps else "EAP")
-            value, acts = run_task(task, capture=caps, pre=pre_all, post=post, grad=True, linearise=lin)
-            return grads_of(value, acts), {k: a.detach() for k, a in acts.items()}
+            return output_grads(task, caps, pre=pre_all, post=post, linearise=lin, towers=towers or list(caps))
+
+        def scores_of(g: OutputGrads) -> torch.Tensor:
+            fixed = _qk_edge_contribs(task, edge_list, delta, g.clean) if qk_fix else {}
+
+            def contrib(grads: Mapping, tower: str | None) -> list[torch.Tensor | None]:
+                return _edge_contribs(task, edge_list, delta, grads, fixed, tower)
+
+            return first_order_scores(task, g, contrib)
 
         def scores_with(post: Mapping | None) -> torch.Tensor:
-            grads, clean = grads_with(post=post)
-            fixed = _qk_edge_scores(task, edge_list, delta, clean, grads) if qk_fix else {}
-            return _edge_dot(task, edge_list, delta, grads, fixed)
+            return scores_of(grads_with(post=post))
 
         if steps:
-            # each tower's edges are integrated along that tower's own straight line, the other tower clean
-            emb = _embedding_inputs(task)
-            avg: dict = {}
-            for tw in emb:
-                total: dict | None = None
-                for k in range(steps):
-                    pre = {
-                        tw: {
-                            point: [lambda a, c=c, x=x, al=k / steps: x + al * (c - x)]
-                            for point, (c, x) in emb[tw].items()
-                        }
-                    }
-                    grads, _ = grads_with(pre=pre)
-                    total = grads if total is None else {key: total[key] + g for key, g in grads.items()}
-                assert total is not None
-                avg.update({key: g / steps for key, g in total.items() if key[0] == tw})
-            scores = _edge_dot(task, edge_list, delta, avg, {})
+            scores = _integrated(task, edge_list, steps, grads_with, scores_of)
         else:
             scores = scores_with(None)
             if grad_drop:
@@ -190,6 +172,47 @@ def _eap(
         method, names, scores, time.perf_counter() - start, info={"steps": steps} if steps else {}, signed=not grad_drop
     )
     return _finish(task, result, check, freeze_pattern)
+
+
+def _port_captures(task: Task, edges: list[Edge], qk_fix: bool) -> dict[str, set[str]]:
+    """The hook points to capture per tower: each edge's port, and what the QK fix reads for edges into q / k."""
+    caps: dict[str, set[str]] = {}
+    for _, p in edges:
+        t, point, _ = _port_key(task, p)
+        caps.setdefault(t, set()).add(point)
+        ref = parse_node(p)
+        if qk_fix and ref.channel in ("q", "k"):
+            rope = task.towers[t].cfg.positional == "rope"
+            caps[t].update({f"blocks.{ref.layer}.attn.hook_{x}" for x in ("attn_scores", "pattern")})
+            caps[t].update({f"blocks.{ref.layer}.attn.hook_{'rot_' if rope else ''}{c}" for c in "qk"})
+    return caps
+
+
+def _integrated(
+    task: Task,
+    edges: list[Edge],
+    steps: int,
+    grads_with: Callable[..., OutputGrads],
+    scores_of: Callable[[OutputGrads], torch.Tensor],
+) -> torch.Tensor:
+    """EAP-IG's scores: each tower's edges with the gradients averaged over ``steps`` points of that tower's own
+    straight line from the corrupted to the clean embeddings, the other tower clean."""
+    emb = _embedding_inputs(task)
+    scores = torch.zeros(len(edges))
+    for tw in emb:
+        mine = torch.tensor([parse_node(p).tower == tw for _, p in edges])
+        if not bool(mine.any()):
+            continue
+        ends = emb[tw]
+        path = (
+            grads_with(
+                pre={tw: {pt: [lambda a, c=c, x=x, al=k / steps: x + al * (c - x)] for pt, (c, x) in ends.items()}},
+                towers=[tw],
+            )
+            for k in range(steps)
+        )
+        scores = torch.where(mine, scores_of(_own_tower(OutputGrads.mean(path), tw)), scores)
+    return scores
 
 
 def _finish(task: Task, result: Attribution, check: int, freeze_pattern: bool) -> Attribution:
@@ -226,17 +249,32 @@ def check_edge_attribution(task: Task, result: Attribution, *, n: int = 8, seed:
     return check_against_exact(result, exact_on, n=n, seed=seed, warn=warn)
 
 
-def _edge_dot(task: Task, edges: list[Edge], delta: Mapping, grads: Mapping, fixed: Mapping) -> torch.Tensor:
-    out = []
+def _edge_contribs(
+    task: Task, edges: list[Edge], delta: Mapping, grads: Mapping, fixed: Mapping, tower: str | None
+) -> list[torch.Tensor | None]:
+    """Each edge's contributions (``attribution.Contrib``): the writer's difference dotted with the gradients at the
+    port's input, or, for an edge the QK fix handles (``fixed``), its exact change of the head's pattern dotted with
+    the gradients at the pattern."""
+    out: list[torch.Tensor | None] = []
     for w, p in edges:
-        if (w, p) in fixed:
-            out.append(fixed[(w, p)])
-            continue
-        t, point, head = _port_key(task, p)
-        g = grads[(t, point)]
-        g = g if head is None else g[:, :, head]
-        out.append(float((delta[w] * g).sum()))
-    return torch.tensor(out)
+        if tower is not None and parse_node(p).tower != tower:
+            out.append(None)
+        elif (w, p) in fixed:
+            t, point, head, d_pattern = fixed[(w, p)]
+            out.append(per_row(d_pattern * grads[(t, point)][:, :, head]))
+        else:
+            t, point, head = _port_key(task, p)
+            g = grads[(t, point)]
+            out.append(per_row(delta[w] * (g if head is None else g[:, :, :, head])))
+    return out
+
+
+def _own_tower(g: OutputGrads, tower: str) -> OutputGrads:
+    """``g`` with only ``tower``'s gradients: EAP-IG integrates each tower along its own line."""
+    if g.linearise == "readout":
+        return OutputGrads(g.linearise, {tower: g.by_tower[tower]}, g.clean)
+    own = {k: v if k[0] == tower else torch.zeros_like(v) for k, v in g.by_tower[None].items()}
+    return OutputGrads(g.linearise, {None: own}, g.clean)
 
 
 def _embedding_inputs(task: Task) -> dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]]:

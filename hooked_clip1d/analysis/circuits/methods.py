@@ -178,11 +178,11 @@ def check_attribution(task: Task, result: Attribution, *, n: int = 8, seed: int 
     >>> m = load_model("simplified-ntot20-n2-10")
     >>> imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 18 . . . . . . . 20 ."])
     >>> caps = m.text.to_tokens(["17 is on the left of 19", "18 is on the left of 20"])
-    >>> task = mirror_task(m, imgs, caps, target="vision")
+    >>> task = mirror_task(m, imgs, caps, target="vision", linearise="held")
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
     ...     out = check_attribution(task, atp(task, ["embed", "k", "terms"], check=0), n=6)
-    >>> out["poor"], len(caught)  # the cosine and the softmax: AtP gets signs wrong on keys and terms
+    >>> out["poor"], len(caught)  # the cosine's norm held and the softmax: AtP gets signs wrong on keys and terms
     (True, 1)
     """
     if not isinstance(result, Attribution):

@@ -46,10 +46,10 @@ from hooked_clip1d.analysis.circuits.attribution import (
     check_against_exact,
     check_freeze,
     frozen_patterns,
-    grads_of,
     qk_delta_scores,
     run_task,
 )
+from hooked_clip1d.analysis.circuits.first_order import first_order_scores, output_grads, per_row
 from hooked_clip1d.analysis.circuits.task import Task, linearisation
 from hooked_clip1d.analysis.interventions.terms import attention_terms
 
@@ -234,11 +234,24 @@ def exact_patching(task: Task, nodes: Sequence[str] = ("heads",), *, freeze_patt
 
 
 # ---- AtP and AtP* on nodes ------------------------------------------------------------------------------------------
-def _node_scores(
-    task: Task, specs: list[NodeSpec], corr: Mapping, deltas: Mapping, clean: Mapping, grads: Mapping, qk_fix: bool
-) -> torch.Tensor:
-    out = []
+def _node_contribs(
+    task: Task,
+    specs: list[NodeSpec],
+    corr: Mapping,
+    deltas: Mapping,
+    clean: Mapping,
+    grads: Mapping,
+    tower: str | None,
+    qk_fix: bool,
+) -> list[torch.Tensor | None]:
+    """Each node's contributions (``attribution.Contrib``): its corrupted-minus-clean value dotted with ``grads``
+    (a leading axis of J gradients); for a score term, or a query / key with the QK fix, its change of the head's
+    scores (or, with the QK fix, of its pattern, computed exactly) dotted with theirs."""
+    out: list[torch.Tensor | None] = []
     for s in specs:
+        if tower is not None and s.tower != tower:
+            out.append(None)
+            continue
         if s.kind == "terms":
             d_scores = deltas[s.name]
         elif qk_fix and s.kind in ("q", "k"):
@@ -246,17 +259,16 @@ def _node_scores(
             d_scores = qk_delta_scores(task, s.tower, s.layer, s.kind, s.head, delta, clean)  # type: ignore[arg-type]
         else:
             diff = corr[(s.tower, s.point)][s.idx] - clean[(s.tower, s.point)][s.idx]
-            out.append(float((diff * grads[(s.tower, s.point)][s.idx]).sum()))
+            out.append(per_row(diff * grads[(s.tower, s.point)][(slice(None), *s.idx)]))
             continue
         scores_key = (s.tower, f"blocks.{s.layer}.attn.hook_attn_scores")
         if qk_fix:
             pat_key = (s.tower, f"blocks.{s.layer}.attn.hook_pattern")
-            S = clean[scores_key][:, s.head]
-            A = clean[pat_key][:, s.head]
-            out.append(float(((torch.softmax(S + d_scores, dim=-1) - A) * grads[pat_key][:, s.head]).sum()))
+            d_pattern = torch.softmax(clean[scores_key][:, s.head] + d_scores, dim=-1) - clean[pat_key][:, s.head]
+            out.append(per_row(d_pattern * grads[pat_key][:, :, s.head]))
         else:
-            out.append(float((d_scores * grads[scores_key][:, s.head]).sum()))
-    return torch.tensor(out)
+            out.append(per_row(d_scores * grads[scores_key][:, :, s.head]))
+    return out
 
 
 def _atp(
@@ -278,10 +290,12 @@ def _atp(
 
     def scores_with(post: Mapping | None) -> torch.Tensor:
         lin = linearisation(task, "AtP")
-        value, acts = run_task(task, capture=grad_caps, pre=frozen, post=post, grad=True, linearise=lin)
-        grads = grads_of(value, acts)
-        clean = {k: a.detach() for k, a in acts.items()}
-        return _node_scores(task, specs, corr, deltas, clean, grads, qk_fix)
+        g = output_grads(task, grad_caps, pre=frozen, post=post, linearise=lin, towers={s.tower for s in specs})
+
+        def contrib(grads: Mapping, tower: str | None) -> list[torch.Tensor | None]:
+            return _node_contribs(task, specs, corr, deltas, g.clean, grads, tower, qk_fix)
+
+        return first_order_scores(task, g, contrib)
 
     scores = scores_with(None)
     if grad_drop:

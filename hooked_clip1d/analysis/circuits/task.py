@@ -9,7 +9,7 @@ Example:
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> task = mirror_task(m, img, cap)
     >>> task.clean_metric().shape, linearisation(task, "AtP"), linearisation(task, "EAP-IG")
-    (torch.Size([1]), 'held', 'live')
+    (torch.Size([1]), 'readout', 'live')
 """
 
 from __future__ import annotations
@@ -49,12 +49,13 @@ from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.encoders import HookedEncoder
 
 #: how first-order methods differentiate a task's metric (``Task.linearise``), and each method's own choice where the
-#: task names none: measured on the two zoo models with shipped circuits then (benchmarks/attribution_signs.py: the
-#: standard-loss flagship and -no-qk-bias), signs of the items above 5 % of the largest exact effect: AtP 55/71 held
-#: vs 37/71 live, EAP 22/28 vs 20/28, EAP-IG 20/28 vs 26/28. On today's flagship (the masked loss) live is better for
-#: AtP and EAP (30/34 vs 27/34, 15/16 vs 13/16): no one choice is right on every model (docs/analyses.md)
-LINEARISE = ("held", "live")
-DEFAULT_LINEARISE = {"AtP": "held", "EAP": "held", "EAP-IG": "live"}
+#: task names none. Measured (benchmarks/attribution_signs.py, 2026-11-29) on the flagship and -no-qk-bias, signs of
+#: the items above 5 % of the largest exact effect: AtP readout 32/34 and 29/33 (held 27/34, 26/33; live 30/34,
+#: 11/33), with the QK fix 34/34 and 33/33; EAP readout 15/16 and 11/13 (held 13/16, 10/13), with the QK fix 16/16
+#: and 13/13; EAP-IG live 16/16 and 11/13, readout 14/16 and 13/13 at 5-20x the time (one backward pass per output
+#: coordinate at each of its steps): live stays its default. Held-out models: docs/analyses.md
+LINEARISE = ("held", "live", "readout")
+DEFAULT_LINEARISE = {"AtP": "readout", "EAP": "readout", "EAP-IG": "live"}
 
 
 def linearisation(task: Task, method: str) -> str:
@@ -77,11 +78,13 @@ class Task:
     norms: ``"live"`` (CLIP's cosine, the default), ``"frozen"`` (each embedding divided by its norm on the clean
     run, a constant: the clean value is the same, and the logits are linear in each embedding) or ``"none"`` (the
     pre-normalisation logits ``s * img @ txt.T``). ``linearise`` is how the first-order methods differentiate it, the
-    metric's value and exact patching unchanged: ``"held"`` holds each embedding's norm out of the backward pass, as
-    attribution patching holds LayerNorm's scale (``metrics.held_norms``); ``"live"`` differentiates the cosine itself
-    (whose curvature in the norm turns large patches' first-order estimates wrong-signed); None (the default): each
-    method's own, measured against exact patching of CLIP's logits (``DEFAULT_LINEARISE``: held for AtP and EAP, live
-    for EAP-IG, whose integral along the path already follows the curvature; docs/analyses.md has the table).
+    metric's value and exact patching unchanged: ``"readout"`` linearises the towers only: each item's change of every
+    tower output is first-order (one backward pass per output coordinate), and CLIP's head after the towers (norms,
+    cosine, temperature, metric) is evaluated exactly on the moved outputs; ``"held"`` holds each embedding's norm
+    out of the backward pass, as attribution patching holds LayerNorm's scale (``metrics.held_norms``); ``"live"``
+    differentiates the cosine itself (whose curvature in the norm turns large patches' first-order estimates
+    wrong-signed); None (the default): each method's own, measured against exact patching of CLIP's logits
+    (``DEFAULT_LINEARISE``: readout for AtP and EAP, live for EAP-IG; docs/analyses.md has the table).
 
     The metric is checked once on the clean run when the task is built, and in every run after: it must return
     floating-point values, one per example ([batch]; [n_images] for the whole CLIP), all finite. A metric that
@@ -260,7 +263,7 @@ def mirror_task(
     captions: Int[torch.Tensor, "batch 4"],
     target: Literal["clip", "vision", "text"] = "clip",
     norm: str = "live",  # "live", "frozen" or "none" (NORMS)
-    linearise: str | None = None,  # "held", "live" or None (each method's own; LINEARISE, Task)
+    linearise: str | None = None,  # "readout", "held", "live" or None (each method's own; LINEARISE, Task)
 ) -> Task:
     """The package's default task: the left/right belief, corrupted by mirroring.
 
