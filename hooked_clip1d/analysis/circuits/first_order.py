@@ -25,9 +25,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 import torch
 
@@ -43,13 +42,54 @@ Contrib = Callable[[Mapping[tuple[str, str], torch.Tensor], "str | None"], list[
 @dataclass
 class OutputGrads:
     """The gradients a first-order method dots with its differences, from one instrumented clean run
-    (``output_grads``): ``by_tower[None]`` holds those of the batch-mean metric (a leading axis of 1) under
-    ``"live"`` / ``"held"``; under ``"readout"``, ``by_tower[t]`` holds those of each coordinate of tower ``t``'s
-    pooled output summed over the rows (a leading axis of ``d``), and ``clean`` the captured clean activations."""
+    (``output_grads``), and ``clean``, the captured clean activations. Under ``"live"`` / ``"held"``,
+    ``by_tower[None]`` holds those of the batch-mean metric (a leading axis of 1). Under ``"readout"`` they are those
+    of each coordinate ``j`` of each tower ``t``'s pooled output summed over the rows: ``columns(t)`` yields them one
+    coordinate at a time from the run's graph (``towers`` names the towers), and ``materialised()`` stacks them into
+    ``by_tower[t]`` (a leading axis of ``d``; EAP-IG averages them over its path)."""
 
     linearise: str
     by_tower: dict[str | None, dict[tuple[str, str], torch.Tensor]]
     clean: dict[tuple[str, str], torch.Tensor]
+    #: readout before materialising: each tower's pooled output and the captured activations, in the graph
+    graph: tuple[dict[str, torch.Tensor], dict[tuple[str, str], torch.Tensor]] | None = field(default=None, repr=False)
+
+    @property
+    def towers(self) -> list[str]:
+        """The towers whose output coordinates have gradients here (readout)."""
+        return list(self.graph[0]) if self.graph is not None else [t for t in self.by_tower if t is not None]
+
+    def columns(self, tower: str) -> Iterator[dict[tuple[str, str], torch.Tensor]]:
+        """Readout: ``d pooled[:, j].sum() / d act`` for each coordinate ``j`` of ``tower``'s output in turn, each with
+        a leading axis of 1 (zeros where an activation does not reach it): one backward pass per coordinate (on the
+        zoo's models 3-4x faster than ``is_grads_batched``; tiling the batch is no faster), nothing [d, ...] held."""
+        if self.graph is None:
+            stacked = self.by_tower[tower]
+            d = next(iter(stacked.values())).shape[0] if stacked else 0
+            for j in range(d):
+                yield {k: v[j : j + 1] for k, v in stacked.items()}
+            return
+        pooled, acts = self.graph
+        out = pooled[tower]
+        keys = [k for k, a in acts.items() if a.requires_grad]
+        zeros = {k: torch.zeros_like(a)[None] for k, a in acts.items()}
+        for j in range(out.shape[-1]):
+            got = torch.autograd.grad(out[:, j].sum(), [acts[k] for k in keys], retain_graph=True, allow_unused=True)
+            col = dict(zeros)
+            for k, g in zip(keys, got, strict=True):
+                if g is not None:
+                    col[k] = g.detach()[None]
+            yield col
+
+    def materialised(self) -> OutputGrads:
+        """These gradients with every tower's columns stacked into ``by_tower`` (the graph released)."""
+        if self.graph is None:
+            return self
+        by: dict[str | None, dict[tuple[str, str], torch.Tensor]] = {}
+        for t in self.towers:
+            cols = list(self.columns(t))
+            by[t] = {k: torch.cat([c[k] for c in cols]) for k in cols[0]} if cols else {}
+        return OutputGrads(self.linearise, by, self.clean)
 
     @staticmethod
     def mean(parts: Iterable[OutputGrads]) -> OutputGrads:
@@ -62,7 +102,8 @@ class OutputGrads:
         """
         first: OutputGrads | None = None
         n = 0
-        for p in parts:
+        for part in parts:
+            p = part.materialised()
             if first is None:
                 first = OutputGrads(p.linearise, {t: dict(g) for t, g in p.by_tower.items()}, p.clean)
             else:
@@ -74,23 +115,6 @@ class OutputGrads:
             raise ValueError("no gradients to average")
         first.by_tower = {t: {k: v / n for k, v in g.items()} for t, g in first.by_tower.items()}
         return first
-
-
-def _column_grads(out: torch.Tensor, acts: Mapping[Any, torch.Tensor], retain: bool) -> dict[Any, torch.Tensor]:
-    """``d out[:, j].sum() / d act`` for every column ``j`` of ``out`` [rows, d], stacked [d, *act] (zeros where
-    ``act`` does not reach ``out``). One backward pass per column: on the zoo's models a loop is 3-4x faster than
-    ``is_grads_batched`` (d = 128, batch 100, one thread), and tiling the batch d times is no faster."""
-    keys = [k for k, a in acts.items() if a.requires_grad]
-    d = out.shape[-1]
-    result = {k: torch.zeros(d, *a.shape, dtype=a.dtype, device=a.device) for k, a in acts.items()}
-    for j in range(d):
-        got = torch.autograd.grad(
-            out[:, j].sum(), [acts[k] for k in keys], retain_graph=retain or j < d - 1, allow_unused=True
-        )
-        for k, g in zip(keys, got, strict=True):
-            if g is not None:
-                result[k][j] = g
-    return result
 
 
 def output_grads(
@@ -105,26 +129,23 @@ def output_grads(
     needs under ``linearise`` (``OutputGrads``; ``graph.Task.linearise``): of the batch-mean metric (``"live"``,
     ``"held"``), or of every coordinate of each tower's pooled output (``"readout"``: the towers linearised, CLIP's
     head after them, norms and cosine included, evaluated exactly by ``first_order_scores``; ``towers``: the towers
-    whose outputs to differentiate, default all: one backward pass per coordinate of each).
+    whose outputs to differentiate, default all: one backward pass per coordinate of each, taken as they are read).
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
     >>> from hooked_clip1d.analysis.circuits.task import mirror_task
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
     >>> img, cap = m.vision.to_tokens(["C 1 . 2 . . . . . . ."]), m.text.to_tokens(["1 is on the left of 2"])
     >>> g = output_grads(mirror_task(m, img, cap), {"vision": {"blocks.0.attn.hook_z"}}, linearise="readout")
-    >>> g.by_tower["vision"][("vision", "blocks.0.attn.hook_z")].shape  # d_model gradients of [1, 11, 4, 32]
-    torch.Size([128, 1, 11, 4, 32])
+    >>> g.towers, g.materialised().by_tower["vision"][("vision", "blocks.0.attn.hook_z")].shape  # d_model of them
+    (['vision', 'text'], torch.Size([128, 1, 11, 4, 32]))
     """
     pooled: dict[str, torch.Tensor] = {}
     value, acts = run_task(task, capture=capture, pre=pre, post=post, grad=True, linearise=linearise, pooled=pooled)
     clean = {k: a.detach() for k, a in acts.items()}
     if linearise != "readout":
         return OutputGrads(linearise, {None: {k: g[None] for k, g in grads_of(value, acts).items()}}, clean)
-    names = [t for t in pooled if towers is None or t in set(towers)]
-    by: dict[str | None, dict[tuple[str, str], torch.Tensor]] = {}
-    for i, t in enumerate(names):
-        by[t] = _column_grads(pooled[t], acts, retain=i < len(names) - 1)
-    return OutputGrads(linearise, by, clean)
+    keep = {t: p for t, p in pooled.items() if towers is None or t in set(towers)}
+    return OutputGrads(linearise, {}, clean, graph=(keep, acts))
 
 
 def per_row(x: torch.Tensor) -> torch.Tensor:
@@ -154,16 +175,16 @@ def first_order_scores(task: Task, grads: OutputGrads, contrib: Contrib) -> torc
     if grads.linearise != "readout":
         return torch.tensor([float(c.sum()) for c in contrib(grads.by_tower[None], None)])  # type: ignore[union-attr]
     base_pooled = task.clean_pooled()
+    moves: dict[int, dict[str, torch.Tensor]] = {}
+    n = 0
+    for t in grads.towers:
+        cols = [contrib(g, t) for g in grads.columns(t)]  # per coordinate: [1, rows] per item
+        n = len(cols[0]) if cols else n
+        for i in range(n):
+            if cols[0][i] is not None:
+                moves.setdefault(i, {})[t] = torch.cat([c[i] for c in cols]).T  # type: ignore[misc]  # [rows, d]
     with torch.no_grad():
         base = task.metric_of(base_pooled).mean()
-        moves: dict[int, dict[str, torch.Tensor]] = {}
-        n = 0
-        for t, g in grads.by_tower.items():
-            parts = contrib(g, t)
-            n = len(parts)
-            for i, c in enumerate(parts):
-                if c is not None:
-                    moves.setdefault(i, {})[t] = c.T  # [rows, d]
         out = torch.zeros(n)
         for i, by_t in moves.items():
             pooled = {t: p + by_t[t] if t in by_t else p for t, p in base_pooled.items()}

@@ -243,31 +243,34 @@ def _node_contribs(
     grads: Mapping,
     tower: str | None,
     qk_fix: bool,
+    cache: dict[str, torch.Tensor],
 ) -> list[torch.Tensor | None]:
-    """Each node's contributions (``attribution.Contrib``): its corrupted-minus-clean value dotted with ``grads``
+    """Each node's contributions (``first_order.Contrib``): its corrupted-minus-clean value dotted with ``grads``
     (a leading axis of J gradients); for a score term, or a query / key with the QK fix, its change of the head's
-    scores (or, with the QK fix, of its pattern, computed exactly) dotted with theirs."""
+    scores (or, with the QK fix, of its pattern, computed exactly once and kept in ``cache``) dotted with theirs."""
     out: list[torch.Tensor | None] = []
     for s in specs:
         if tower is not None and s.tower != tower:
             out.append(None)
             continue
-        if s.kind == "terms":
-            d_scores = deltas[s.name]
-        elif qk_fix and s.kind in ("q", "k"):
-            delta = (corr[(s.tower, s.point)] - clean[(s.tower, s.point)])[s.idx]
-            d_scores = qk_delta_scores(task, s.tower, s.layer, s.kind, s.head, delta, clean)  # type: ignore[arg-type]
-        else:
-            diff = corr[(s.tower, s.point)][s.idx] - clean[(s.tower, s.point)][s.idx]
-            out.append(per_row(diff * grads[(s.tower, s.point)][(slice(None), *s.idx)]))
-            continue
         scores_key = (s.tower, f"blocks.{s.layer}.attn.hook_attn_scores")
-        if qk_fix:
-            pat_key = (s.tower, f"blocks.{s.layer}.attn.hook_pattern")
-            d_pattern = torch.softmax(clean[scores_key][:, s.head] + d_scores, dim=-1) - clean[pat_key][:, s.head]
-            out.append(per_row(d_pattern * grads[pat_key][:, :, s.head]))
+        pat_key = (s.tower, f"blocks.{s.layer}.attn.hook_pattern")
+        if s.kind not in ("terms", "q", "k") or (s.kind != "terms" and not qk_fix):
+            if s.name not in cache:
+                cache[s.name] = corr[(s.tower, s.point)][s.idx] - clean[(s.tower, s.point)][s.idx]
+            out.append(per_row(cache[s.name] * grads[(s.tower, s.point)][(slice(None), *s.idx)]))
+        elif not qk_fix:
+            out.append(per_row(deltas[s.name] * grads[scores_key][:, :, s.head]))
         else:
-            out.append(per_row(d_scores * grads[scores_key][:, :, s.head]))
+            if s.name not in cache:
+                if s.kind == "terms":
+                    d_scores = deltas[s.name]
+                else:
+                    delta = (corr[(s.tower, s.point)] - clean[(s.tower, s.point)])[s.idx]
+                    d_scores = qk_delta_scores(task, s.tower, s.layer, s.kind, s.head, delta, clean)  # type: ignore[arg-type]
+                S, A = clean[scores_key][:, s.head], clean[pat_key][:, s.head]
+                cache[s.name] = torch.softmax(S + d_scores, dim=-1) - A
+            out.append(per_row(cache[s.name] * grads[pat_key][:, :, s.head]))
     return out
 
 
@@ -292,8 +295,10 @@ def _atp(
         lin = linearisation(task, "AtP")
         g = output_grads(task, grad_caps, pre=frozen, post=post, linearise=lin, towers={s.tower for s in specs})
 
+        cache: dict[str, torch.Tensor] = {}
+
         def contrib(grads: Mapping, tower: str | None) -> list[torch.Tensor | None]:
-            return _node_contribs(task, specs, corr, deltas, g.clean, grads, tower, qk_fix)
+            return _node_contribs(task, specs, corr, deltas, g.clean, grads, tower, qk_fix, cache)
 
         return first_order_scores(task, g, contrib)
 
