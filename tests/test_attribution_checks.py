@@ -313,3 +313,21 @@ def test_default_linearisation_agrees_with_exact_patching_of_clips_own_logits(na
     )
     assert all(share(plain, exact_n) > share(o, exact_n) for o in others), [share(r, exact_n) for r in (plain, *others)]
     assert "check" in plain.info  # the sign check runs by default
+
+
+def test_readout_on_a_metric_linear_in_the_outputs_is_its_gradient(shipped):
+    """A metric declared linear in the outputs (frozen norms, clip_belief_metric) takes the readout's shortcut (the
+    plain gradient); the full readout (one backward pass per output coordinate, the head evaluated exactly) gives
+    the same scores on the same metric left undeclared, and AtP on heads is exact either way."""
+    model, imgs, caps = shipped
+    task = mirror_task(model, imgs, caps, norm="frozen", linearise="readout")
+    assert task.linear_in_outputs() and not mirror_task(model, imgs, caps).linear_in_outputs()
+    inner = task.metric
+    undeclared = Task(model, task.clean, task.corrupted, lambda logits: inner(logits), norm="frozen")
+    undeclared.linearise = "readout"
+    assert not undeclared.linear_in_outputs()
+    kinds = ["heads", "v", "terms"]
+    fast, full = atp(task, kinds, check=0), atp(undeclared, kinds, check=0)
+    assert torch.allclose(fast.scores, full.scores, atol=1e-4, rtol=1e-4)
+    heads = exact_patching(task)
+    assert _rel_err(atp(task, check=0), heads) < 1e-4 and _rel_err(atp(undeclared, check=0), heads) < 1e-4

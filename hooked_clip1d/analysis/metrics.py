@@ -344,6 +344,7 @@ def image_belief_metric(
         v = _normalised(pooled, norm, clean_norm)
         return s * ((v * t_true).sum(-1) - (v * t_swap).sum(-1))
 
+    metric.linear_in_output = norm != "live"  # type: ignore[attr-defined]  # first_order: readout is exact
     return metric
 
 
@@ -389,6 +390,7 @@ def caption_belief_metric(
         t = _normalised(model.project_text(pooled), norm, clean_norm)
         return s * ((t * v_true).sum(-1) - (t * v_mirror).sum(-1))
 
+    metric.linear_in_output = norm != "live"  # type: ignore[attr-defined]  # first_order: readout is exact
     return metric
 
 

@@ -363,6 +363,7 @@ def linear_metric(direction: Float[torch.Tensor, " d"]) -> Callable[[torch.Tenso
     def metric(pooled: torch.Tensor) -> torch.Tensor:
         return pooled @ direction.to(pooled.dtype)
 
+    metric.linear_in_output = True  # type: ignore[attr-defined]  # first_order: readout is exact
     return metric
 
 

@@ -142,7 +142,7 @@ def output_grads(
     pooled: dict[str, torch.Tensor] = {}
     value, acts = run_task(task, capture=capture, pre=pre, post=post, grad=True, linearise=linearise, pooled=pooled)
     clean = {k: a.detach() for k, a in acts.items()}
-    if linearise != "readout":
+    if linearise != "readout" or task.linear_in_outputs():  # a metric linear in the outputs: readout is its gradient
         return OutputGrads(linearise, {None: {k: g[None] for k, g in grads_of(value, acts).items()}}, clean)
     keep = {t: p for t, p in pooled.items() if towers is None or t in set(towers)}
     return OutputGrads(linearise, {}, clean, graph=(keep, acts))
@@ -159,7 +159,8 @@ def per_row(x: torch.Tensor) -> torch.Tensor:
 
 def first_order_scores(task: Task, grads: OutputGrads, contrib: Contrib) -> torch.Tensor:
     """Each item's first-order score from its contributions (``Contrib``) under ``grads``' linearisation: the sum
-    of its contributions to the batch-mean metric (``"live"``, ``"held"``), or, under ``"readout"``, the exact
+    of its contributions to the batch-mean metric (``"live"``, ``"held"``, and ``"readout"`` where the metric is
+    linear in the outputs, ``Task.linear_in_outputs``: the same number), or, under ``"readout"``, the exact
     change of the batch-mean metric when each tower's clean pooled output moves by the item's linearised change of it
     (the sum over its contributions per coordinate).
 
@@ -172,7 +173,7 @@ def first_order_scores(task: Task, grads: OutputGrads, contrib: Contrib) -> torc
     >>> first_order_scores(task, g, lambda gr, t: [per_row(gr[("v", "x")] * 2.0)]).tolist()  # 6 of 0.5 * 2
     [6.0]
     """
-    if grads.linearise != "readout":
+    if None in grads.by_tower:  # the batch-mean metric's gradient
         return torch.tensor([float(c.sum()) for c in contrib(grads.by_tower[None], None)])  # type: ignore[union-attr]
     base_pooled = task.clean_pooled()
     moves: dict[int, dict[str, torch.Tensor]] = {}

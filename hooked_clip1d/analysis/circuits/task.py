@@ -217,6 +217,15 @@ class Task:
                 self._pooled[key] = {k: t(self.tokens(k)) for k, t in self.towers.items()}
         return self._pooled[key]
 
+    def linear_in_outputs(self) -> bool:
+        """Whether the metric is declared linear in each tower's pooled output (then a first-order method's
+        ``"readout"`` is its plain gradient: ``first_order``): the whole CLIP with frozen or no norms and a metric
+        linear in the logits (``clip_belief_metric``), or a tower's metric marked ``linear_in_output``
+        (``image_belief_metric`` / ``caption_belief_metric`` with ``norm`` frozen or none, ``linear_metric``)."""
+        if isinstance(self.target, CLIP1D):
+            return self.norm != "live" and bool(getattr(self.metric, "linear_in_logits", False))
+        return bool(getattr(self.metric, "linear_in_output", False))
+
     def clean_metric(self) -> Float[torch.Tensor, " batch"]:
         """The metric of the clean run, per example."""
         with torch.no_grad():
@@ -254,6 +263,7 @@ def clip_belief_metric(n_images: int) -> Callable[[torch.Tensor], torch.Tensor]:
         rows = torch.arange(n_images, device=logits.device)
         return logits[rows, rows] - logits[rows, n_images + rows]
 
+    metric.linear_in_logits = True  # type: ignore[attr-defined]  # Task.linear_in_outputs
     return metric
 
 
