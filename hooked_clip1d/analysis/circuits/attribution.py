@@ -546,9 +546,10 @@ def check_against_exact(
                 f"{result.method} disagrees with exact patching on a sample of {len(names)} of its {len(result.names)} "
                 f"items: {what}, Pearson {rho:.2f} (thresholds: signs {min_sign_agreement:.0%}, Pearson "
                 f"{min_pearson}); worst {worst[0]}: {result.method} {worst[1]:+.3g}, exact {worst[2]:+.3g}. A "
-                "first-order estimate is wrong where the metric or the path is non-linear: use a metric linear in "
-                "the output (mirror_task(..., norm='frozen')), the QK fix for queries, keys and score terms "
-                "(atp_star, eap(qk_fix=True)), eap_ig, or exact patching"
+                "first-order estimate is wrong where the metric or the path is non-linear: linearise the towers "
+                "only (mirror_task(..., linearise='readout'), AtP's and EAP's default), the QK fix for queries, keys "
+                "and score terms (atp_star(..., grad_drop=False), eap(qk_fix=True)), a metric linear in the output "
+                "(mirror_task(..., norm='frozen')), or exact patching"
             ),
             stacklevel=_user_level(sys._getframe(1)),
         )
