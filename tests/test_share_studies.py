@@ -85,6 +85,13 @@ def test_decay_rate_figure_on_untrained_runs_fails_every_check(tmp_path):
     out = rp.FIGURES["x15-decay-rate"].run(rows)
     assert len(out.checks) == 3 and not any(ok for _, ok in out.checks)
     assert sorted(out.numbers["w"]) == [0.01, 0.05, 0.1] and set(out.numbers["mean_share"].values()) == {None}
+    # the order check's sentence (its id) names the pre-registered grid, not the w present: the kept record's check
+    # is the one the null computes (re-judging x15 stopped on "checks the code no longer computes" before the fix)
+    import json
+    from pathlib import Path
+
+    record = json.loads((Path(__file__).parents[1] / "docs" / "records" / "x15-decay-rate.json").read_text())
+    assert [c for c, _ in out.checks] == [c["check"] for c in record["checks"]]
 
 
 def test_decay_rate_table_reads_the_preregistered_checks():

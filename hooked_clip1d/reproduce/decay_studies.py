@@ -192,6 +192,10 @@ def _x_exposure(rows: list[dict[str, Any]]) -> Outcome:
 
 
 DECAY_ARMS = {"cls-exempt-init002", "cls-exempt-init002-exposure1"}  # the dynamics study's arms (a), (c): w 0.2, 0.0227
+#: the pre-registered grid of w (sweep decay-rate and the two arms): named in the order check's sentence, which is its
+#: id, so the sentence must not depend on which runs are present (a re-judging from the record, or the untrained
+#: null on the sweep's own cells, would otherwise compute another check)
+DECAY_WS = (0.01, 0.0227, 0.05, 0.1, 0.2)
 
 
 def _weight_decay(row: dict[str, Any]) -> float:
@@ -243,9 +247,9 @@ def _x_decay_rate(rows: list[dict[str, Any]]) -> Outcome:
     checks = [
         (
             "the XW_QKX^T share (head mean, seeds that generalize) strictly falls as w rises over "
-            + ", ".join(f"{w:g}" for w in t["w"])
+            + ", ".join(f"{w:g}" for w in DECAY_WS)
             + " (ties fail)",
-            t["falls_with_w"],
+            t["falls_with_w"] and set(DECAY_WS) <= set(t["w"]),  # every w of the grid read
         ),
         (
             "at some w, Fig. 13's check (every head in [0.76, 0.91], spread >= 0.10) holds at >= 2 of 3 seeds",
