@@ -331,3 +331,8 @@ def test_readout_on_a_metric_linear_in_the_outputs_is_its_gradient(shipped):
     assert torch.allclose(fast.scores, full.scores, atol=1e-4, rtol=1e-4)
     heads = exact_patching(task)
     assert _rel_err(atp(task, check=0), heads) < 1e-4 and _rel_err(atp(undeclared, check=0), heads) < 1e-4
+    # EAP-IG integrates each tower on its own: the shortcut's gradients (a metric's, not a tower's) must split too
+    from hooked_clip1d.analysis.circuits.edge_attribution import eap_ig
+
+    fast_ig, full_ig = eap_ig(task, steps=2, check=0), eap_ig(undeclared, steps=2, check=0)
+    assert torch.allclose(fast_ig.scores, full_ig.scores, atol=1e-4, rtol=1e-4)

@@ -271,7 +271,7 @@ def _edge_contribs(
 
 def _own_tower(g: OutputGrads, tower: str) -> OutputGrads:
     """``g`` with only ``tower``'s gradients: EAP-IG integrates each tower along its own line."""
-    if g.linearise == "readout":
+    if None not in g.by_tower:  # readout: each tower's own output coordinates
         return OutputGrads(g.linearise, {tower: g.by_tower[tower]}, g.clean)
     own = {k: v if k[0] == tower else torch.zeros_like(v) for k, v in g.by_tower[None].items()}
     return OutputGrads(g.linearise, {None: own}, g.clean)

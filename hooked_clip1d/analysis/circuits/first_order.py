@@ -8,8 +8,8 @@ head after the towers (norms, cosine, temperature, metric) is evaluated exactly 
 attention-only towers without LN a head's or a value's score is exact under CLIP's cosine, and with the QK fix a
 query's, key's or score term's on one-layer towers; what stays first-order is the path inside the towers. Its cost is
 one backward pass per output coordinate of each tower holding items (d_model = 128 on the zoo's models: ~1 s per
-tower at batch 100 on one CPU thread), not one per item: cheaper than exact patching once there are more items than
-output coordinates.
+tower at batch 100 on one CPU thread), not one per item: cheaper than exact patching (one forward pass per item) once
+the items outnumber those coordinates (2 x 128 on the whole CLIP); ``linearise="held"`` costs one backward pass.
 
 Example:
     >>> from hooked_clip1d import load_model
