@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import torch
 
@@ -144,7 +143,9 @@ def _eap(
         delta = {w: corr_w[w] - clean_w[w] for w in {w for w, _ in edge_list}}
         caps = _port_captures(task, edge_list, qk_fix)
 
-        def grads_with(pre: Mapping | None = None, post: Mapping | None = None, towers: Any = None) -> OutputGrads:
+        def grads_with(
+            pre: Mapping | None = None, post: Mapping | None = None, towers: Sequence[str] | None = None
+        ) -> OutputGrads:
             pre_all = merge_transforms(frozen, pre or {})
             lin = linearisation(task, "EAP-IG" if steps else "EAP")
             return output_grads(task, caps, pre=pre_all, post=post, linearise=lin, towers=towers or list(caps))

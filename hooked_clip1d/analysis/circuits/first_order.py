@@ -94,7 +94,8 @@ class OutputGrads:
     @staticmethod
     def mean(parts: Iterable[OutputGrads]) -> OutputGrads:
         """The average of several runs' gradients (EAP-IG's integral; summed as they come, so a generator holds one
-        run at a time), the first run's clean activations.
+        run at a time), with the first run's captured activations as ``clean`` (on EAP-IG's path that run is not the
+        clean input; nothing reads them there: the QK fix, their one reader, is refused with ``steps``).
 
         >>> g = OutputGrads("live", {None: {("v", "x"): torch.ones(1, 2)}}, {})
         >>> OutputGrads.mean([g, g]).by_tower[None][("v", "x")].tolist()
