@@ -684,3 +684,37 @@ def test_side_bias_threshold_is_inclusive_on_float32_shares():
     for fig in (appendix_figs._fig18, appendix_figs._fig19):
         src = inspect.getsource(fig)
         assert "side_biased(" in src and ">= 0.3)" not in src.replace('(|P(left) - P(right)| >= 0.3)"', "")
+
+
+def _share(k: int, n: int = 100) -> float:
+    """k of n images as the package computes a share: a float32 mean."""
+    import torch
+
+    return float(torch.tensor([True] * k + [False] * (n - k)).float().mean())
+
+
+def test_share_thresholds_are_inclusive_both_ways_on_float32_shares():
+    """k of n images meets ">= k / n" and "<= k / n" whatever float32 does to k / n (90 of 100 is 0.89999998, 60 of 100
+    is 0.60000002): `at_least` and `at_most` hold at every k of 100, and 1 image away they do not."""
+    from hooked_clip1d.reproduce.readings import at_least, at_most
+
+    for k in range(101):
+        assert at_least(_share(k), k / 100) and at_most(_share(k), k / 100), k
+        if k < 100:
+            assert not at_least(_share(k), (k + 1) / 100) and not at_most(_share(k + 1), k / 100), k
+    assert _share(90) < 0.9 and _share(60) > 0.6  # why the helpers exist
+
+
+def test_figure_share_rules_hold_at_exactly_their_threshold():
+    """The figure checks that compared a float32 share raw with a decimal threshold (a survey of 2026-11-29; none of
+    the committed records sat at a threshold, so no verdict moved): a head on 90 of 100 images is one-sided (x7,
+    fig21's notes), 65 of 100 counts at Fig. 4c's 0.65 step, a single-head run at 60 of 100 unseen pairs with its
+    label set recognised "stays <= 0.6" (Fig. 21) and one more image does not."""
+    from hooked_clip1d.reproduce import sweep_figs
+    from hooked_clip1d.reproduce.readings import split_heads
+
+    assert sweep_figs.one_sided({"left": _share(90), "right": _share(10), "ep_spearman": 1.0})
+    assert split_heads([_share(65), 0.1, 0.1, 0.1], [0.1, _share(65), _share(65), 0.1], 0.65)
+    rows = [{"val_unseen.acc": _share(60), "val_unseen.label_set": _share(80), "weight_decay": 0.2}]
+    assert sweep_figs._fails_at_order(rows)
+    assert not sweep_figs._fails_at_order([{**rows[0], "val_unseen.acc": _share(61)}])

@@ -29,6 +29,7 @@ from hooked_clip1d.reproduce.readings import (
     ROW_TEXT,
     STD_STEPS,
     at_least,
+    at_most,
     ep_gradient_outcome,
     monotonic,
     row_gradient,
@@ -48,7 +49,7 @@ def _manifest_accuracy_outcome(name: str, expect: dict[str, tuple[float, float]]
         for key, (lo, hi) in expect.items():
             split, metric = key.split(":")
             v = met[split][metric]
-            checks.append((f"{split} {metric} in [{lo}, {hi}]", lo <= v <= hi))
+            checks.append((f"{split} {metric} in [{lo}, {hi}]", at_least(v, lo) and at_most(v, hi)))
             parts.append(f"{split} {metric} {v:.2f}")
             if lo <= 0.0:
                 absence.append(checks[-1][0])
@@ -74,7 +75,7 @@ def _fig20(models: dict[str, CLIP1D]) -> Outcome:
         "the failure of Fig. 20b-d: val_unseen accuracy <= 0.1, relaxed accuracy <= 0.6 and label-set >= 0.9 (the "
         "labels kept, the order lost)"
     )
-    ok = u["acc"] <= 0.1 and u["relaxed"] <= 0.6 and u["label_set"] >= 0.9
+    ok = at_most(u["acc"], 0.1) and at_most(u["relaxed"], 0.6) and at_least(u["label_set"], 0.9)
     single = out.checks[0]
     shown = out.checks[1:]
     out.checks = [single, (combined, ok), *shown]
@@ -141,7 +142,7 @@ def _fig18(models: dict[str, CLIP1D]) -> Outcome:
     bias = cls_object_bias(model.vision, build_dataset(model.data_config).splits["val_unseen"])
     strongest = (bias["left"][0] - bias["right"][0]).abs().max().item()
     checks = [
-        ("the RoPE model generalizes to unseen pairs (accuracy >= 0.8)", acc >= 0.8),
+        ("the RoPE model generalizes to unseen pairs (accuracy >= 0.8)", at_least(acc, 0.8)),
         ("some head is left/right biased (|P(left) - P(right)| >= 0.3)", side_biased([strongest])[0]),
     ]
     summary = f"unseen-pair accuracy {acc:.2f}; largest per-head |P(left)-P(right)| {strongest:.2f}"
@@ -248,7 +249,7 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
         + ", ".join(f"{n} head(s) {max(v):.2f}" for n, v in sorted(by_n.items()))
         + f"; 4 heads {base:.2f}"
     )
-    checks = [("single-head models (not retrained) stay near or below 0.5 (max <= 0.6)", max(by_n[1]) <= 0.6)]
+    checks = [("single-head models (not retrained) stay near or below 0.5 (max <= 0.6)", at_most(max(by_n[1]), 0.6))]
     figs = {"pruning": plot_pruning(res)}
     numbers: dict[str, Any] = {"sweep": res}
     # the retrained model is one of the figure's models, so --model and the null control substitute it too (an
@@ -267,7 +268,7 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
     c_row = f"its kept heads' whole-CLS-query key-position rows are {ROW_TEXT} (Fig. 22b)"
     c_ep = "[EP only, the paper's coordinates] its kept heads show the EP horizontal gradient (|Spearman| >= 0.9)"
     checks += [
-        (c_acc, after["acc"] >= 0.8 and after["acc"] >= base - 0.1),
+        (c_acc, at_least(after["acc"], 0.8) and at_least(after["acc"], base - 0.1)),
         (c_row, all(monotonic(rho, std))),
         (c_ep, min(map(abs, ep_rho)) >= 0.9),
     ]
@@ -321,7 +322,7 @@ def _fig23(models: dict[str, CLIP1D]) -> Outcome:
     out.checks = [
         (c_row, all(monotonic(rho, std))),
         *out.checks,
-        ("the 2-layer model generalizes (unseen-pair accuracy >= 0.7; paper 0.86)", acc >= 0.7),
+        ("the 2-layer model generalizes (unseen-pair accuracy >= 0.7; paper 0.86)", at_least(acc, 0.7)),
     ]
     out.sensitivity = {c_row: [(t, all(monotonic(rho, std, t))) for t in STD_STEPS]}
     out.numbers.update(kp_spearman=rho, kp_std=std, sensitivity=out.sensitivity)

@@ -39,6 +39,7 @@ import torch
 from hooked_clip1d.analysis.metrics import NORMS
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome, register
+from hooked_clip1d.reproduce.readings import at_least
 
 DEFAULT_NORM = "live"
 MIN_ACCURACY = 0.9  # a model that ranks the true caption first on fewer task images has no circuit to find
@@ -141,7 +142,7 @@ def _benchmark_model(name: str, model: CLIP1D) -> dict[str, Any]:
     images, captions = ground_truth_inputs(model, n=N_INPUTS)
     belief = mirror_task(model, images, captions, target="clip").clean_metric()
     accuracy = float((belief > 0).float().mean())
-    if accuracy < MIN_ACCURACY:
+    if not at_least(accuracy, MIN_ACCURACY):  # a float32 share: 90 of 100 passes 0.9
         return {"model": name, "accuracy": accuracy, "circuit": None}
     t0 = time.perf_counter()
     truth = ground_truth_circuit(model, images, captions, name=name)

@@ -42,7 +42,7 @@ from hooked_clip1d.reproduce.mechanism_figs import (
     fig13_outcome,
     fig14_outcome,
 )
-from hooked_clip1d.reproduce.readings import first_epoch
+from hooked_clip1d.reproduce.readings import at_least, at_most, first_epoch
 from hooked_clip1d.reproduce.replicates import FRESH_JUDGED
 from hooked_clip1d.reproduce.sweep_figs import fig4a_outcome, one_sided
 
@@ -220,7 +220,7 @@ def _x_spatial_ids(models: dict[str, CLIP1D]) -> Outcome:
     defined = {n: c for n, c in curves.items() if c is not None and numbers[n]["cls_steering"]["fraction"] is not None}
     if defined:  # the fraction's curve where the swap moves the belief (an untrained draw's does not)
         figs["steering"] = plot_steering_curves(defined)
-    gen = [n for n in SPATIAL_ID_MODELS if numbers[n]["unseen_pair_acc"] >= 0.6]
+    gen = [n for n in SPATIAL_ID_MODELS if at_least(numbers[n]["unseen_pair_acc"], 0.6)]
     learned = [n for n in SPATIAL_ID_MODELS if models[n].vision.cfg.positional == "learned"]
     exchange = [numbers[n]["embed_object_exchange_fraction"] for n in learned]
     c1 = "learned positions: exchanging the two objects' depth-0 IDs is the swap itself (fraction 1 +- 0.01)"
@@ -358,8 +358,8 @@ def _x_train_ablate_ep(models: dict[str, CLIP1D]) -> Outcome:
     acc_a = abl.manifest["metrics"]["val_unseen"]
     t_base, t_abl = first_epoch(hb, "unseen", 0.9), first_epoch(ha, "unseen", 0.9)
     checks = [
-        ("without EP the model still generalizes (unseen-pair accuracy >= 0.9)", acc_a["acc"] >= 0.9),
-        ("some head is biased to one side on >= 90% of unseen-pair images", max(left + right) >= 0.9),
+        ("without EP the model still generalizes (unseen-pair accuracy >= 0.9)", at_least(acc_a["acc"], 0.9)),
+        ("some head is biased to one side on >= 90% of unseen-pair images", at_least(max(left + right), 0.9)),
         (
             "the other key-position terms take EP's role: ablating PP+BP gives ~0.5 (0.3-0.7, from a baseline above "
             "0.7) with label-set >= 0.8",
@@ -462,15 +462,15 @@ def _x_single_head_seeds(rows: list[dict[str, Any]]) -> Outcome:
     mech = {(int(r["seed"]), m["weight_decay"]): m for r in rows if (m := single_head_mechanism(r)) is not None}
     low = [k for k in acc if k[1] in (0.0, 0.05)]
     default = [k for k in acc if k[1] == 0.2]
-    good = [k for k, a in acc.items() if a >= 0.8]
+    good = [k for k, a in acc.items() if at_least(a, 0.8)]
     checks = [
         (
             "weight decay 0 and 0.05: unseen-pair accuracy >= 0.8 at every seed (fig21's seed 0: 0.93, 0.96)",
-            bool(low) and all(acc[k] >= 0.8 for k in low),
+            bool(low) and all(at_least(acc[k], 0.8) for k in low),
         ),
         (
             "weight decay 0.2 (the paper's default): unseen-pair accuracy <= 0.6 at every seed (fig21's seed 0: 0.02)",
-            bool(default) and all(acc[k] <= 0.6 for k in default),
+            bool(default) and all(at_most(acc[k], 0.6) for k in default),
         ),
         (
             "where a run reaches >= 0.8, its head attends most to one side on >= 90 % of unseen pairs with a "

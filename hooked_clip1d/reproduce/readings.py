@@ -39,7 +39,7 @@ def monotonic(rho: list[float], std: list[float], std_min: float = ROW_STD) -> l
 
 def split_heads(left: list[float], right: list[float], level: float) -> bool:
     """Fig. 4c's split: >= 1 head biased to one side and >= 2 others to the other side, each at ``level``."""
-    n_left, n_right = sum(v >= level for v in left), sum(v >= level for v in right)
+    n_left, n_right = sum(at_least(v, level) for v in left), sum(at_least(v, level) for v in right)
     return (n_left >= 1 and n_right >= 2) or (n_right >= 1 and n_left >= 2)
 
 
@@ -78,6 +78,19 @@ def at_least(share: float, threshold: float) -> bool:
         (False, True, False)
     """
     return share >= threshold - SHARE_TOL
+
+
+def at_most(share: float, threshold: float) -> bool:
+    """``share <= threshold`` for a share of images computed in float32 (inclusive, ``at_least``'s mirror: k images
+    of n meet an upper bound of k / n, which float32 may round above it, e.g. 60 of 100 is 0.6000000238418579).
+
+    Example:
+        >>> import torch
+        >>> share = float(torch.tensor([True] * 60 + [False] * 40).float().mean())
+        >>> share <= 0.6, at_most(share, 0.6), at_most(0.61, 0.6)
+        (False, True, False)
+    """
+    return share <= threshold + SHARE_TOL
 
 
 def side_biased(gaps: list[float], level: float = 0.3) -> list[bool]:

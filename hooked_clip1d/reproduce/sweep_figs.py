@@ -26,6 +26,7 @@ from matplotlib.figure import Figure
 from hooked_clip1d.model.checkpoint import canonical_config
 from hooked_clip1d.pretrained import manifest
 from hooked_clip1d.reproduce.core import FULL, NO_QK_BIAS, NONGEN_NO_QK_BIAS, FigureSpec, Outcome, register
+from hooked_clip1d.reproduce.readings import at_least, at_most
 from hooked_clip1d.settings import TrainConfig, field_names
 
 PERMUTATIONS = 10_000  # the permutation null's draws (docs/fidelity.md, "Sweep figures under a permutation null")
@@ -219,7 +220,7 @@ def _fig10(rows: list[dict[str, Any]]) -> Outcome:
 def one_sided(m: dict[str, float]) -> bool:
     """An ``analysis.mechanism.report.single_head_mechanism`` reading whose head attends most to one side on >= 90 % of
     unseen pairs, with a monotonic EP row (|Spearman| >= 0.9)."""
-    return max(m["left"], m["right"]) >= 0.9 and abs(m["ep_spearman"]) >= 0.9
+    return at_least(max(m["left"], m["right"]), 0.9) and abs(m["ep_spearman"]) >= 0.9
 
 
 LABEL_SET_STEPS = (0.6, 0.7, 0.8, 0.9)  # the label-set threshold of the restated check; 0.8 decides
@@ -230,7 +231,7 @@ def _fails_at_order(rows: list[dict[str, Any]], label_set: float = 0.8) -> bool:
     it recognises their label set (>= ``label_set``): its failure is left/right, not the labels. Untrained models
     recognise no label set, so they fail it."""
     return bool(rows) and all(
-        r["val_unseen.acc"] <= 0.6 and (r.get("val_unseen.label_set") or 0.0) >= label_set for r in rows
+        at_most(r["val_unseen.acc"], 0.6) and at_least(r.get("val_unseen.label_set") or 0.0, label_set) for r in rows
     )
 
 
@@ -255,7 +256,7 @@ def _fig21(rows: list[dict[str, Any]]) -> Outcome:
         "it fails at left/right, not at the labels"
     )
     checks = [
-        ("every single-head model stays around or below 0.5 (<= 0.6)", max(acc) <= 0.6),
+        ("every single-head model stays around or below 0.5 (<= 0.6)", at_most(max(acc), 0.6)),
         (restated, _fails_at_order(rows)),
     ]
     sensitivity = {restated: [(t, _fails_at_order(rows, t)) for t in LABEL_SET_STEPS]}
@@ -339,7 +340,10 @@ def _fig21b(rows: list[dict[str, Any]]) -> Outcome:
         "whatever its d_head: it fails at left/right, not at the labels"
     )
     checks = [
-        ("every single-head model stays around or below 0.5 (<= 0.6), whatever its d_head", max(acc.values()) <= 0.6),
+        (
+            "every single-head model stays around or below 0.5 (<= 0.6), whatever its d_head",
+            at_most(max(acc.values()), 0.6),
+        ),
         (restated, _fails_at_order(rows)),
     ]
     sensitivity = {restated: [(t, _fails_at_order(rows, t)) for t in LABEL_SET_STEPS]}
@@ -411,7 +415,7 @@ def _fig3_cells(manifests: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
         (
             "the grid's cell Ntot = 20, n2 = 10 (the model of Fig. 3's right panels) reaches >= 0.9 single-object, "
             "seen-pair and unseen-pair accuracy",
-            min(acc.values()) >= 0.9,
+            at_least(min(acc.values()), 0.9),
         )
     ]
 
@@ -420,7 +424,7 @@ def _fig4a_cells(manifests: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]
     low, high = _cell_acc(manifests, NONGEN_NO_QK_BIAS), _cell_acc(manifests, NO_QK_BIAS)
     return [
         ("the cell Ntot = 10, n2 = 5 shows little unseen-pair generalization (App. F; < 0.5)", low < 0.5),
-        ("the cell Ntot = 20, n2 = 10 (Fig. 4's model) generalizes (unseen-pair >= 0.6)", high >= 0.6),
+        ("the cell Ntot = 20, n2 = 10 (Fig. 4's model) generalizes (unseen-pair >= 0.6)", at_least(high, 0.6)),
     ]
 
 

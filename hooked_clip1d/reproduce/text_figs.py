@@ -14,6 +14,7 @@ from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import load_model
 from hooked_clip1d.reproduce.core import FLAGSHIP, NO_QK_BIAS, SMALL_INIT, FigureSpec, Outcome, register
+from hooked_clip1d.reproduce.readings import at_least, at_most
 
 
 def _fig6(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
@@ -31,7 +32,7 @@ def _fig6(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     c2 = "some head gives the second object >= 0.2 more mean EOT attention than the subject"
     s1 = "some head favours the subject (first object) on >= 80% of unseen captions"
     s2 = "some head favours the second object on >= 80% of unseen captions"
-    checks = [(c1, m_subj >= 0.2), (c2, m_obj >= 0.2), (s1, max(first) >= 0.8), (s2, min(first) <= 0.2)]
+    checks = [(c1, m_subj >= 0.2), (c2, m_obj >= 0.2), (s1, at_least(max(first), 0.8)), (s2, at_most(min(first), 0.2))]
     summary = (
         "mean EOT attention on the subject minus on the second object over unseen captions, per head: "
         + ", ".join(f"h{h} {d:+.2f}" for h, d in enumerate(to_subject))
