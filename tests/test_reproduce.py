@@ -718,3 +718,28 @@ def test_figure_share_rules_hold_at_exactly_their_threshold():
     rows = [{"val_unseen.acc": _share(60), "val_unseen.label_set": _share(80), "weight_decay": 0.2}]
     assert sweep_figs._fails_at_order(rows)
     assert not sweep_figs._fails_at_order([{**rows[0], "val_unseen.acc": _share(61)}])
+
+
+def test_fig22_retrain_checks_fail_on_an_untrained_draw():
+    """Fig. 22's pre-registered R1-R3 (docs/fidelity.md, 2026-11-29) read an untrained draw's pruned copies without
+    retraining: every copy sits near chance, so R1 (needs the label set), R2 (needs >= 0.8) and R3 (needs a
+    qualifying pair) all fail; and each check fails when its own condition does."""
+    from hooked_clip1d import load_model
+    from hooked_clip1d.reproduce.appendix_figs import _retrained_subsets, retrain_checks
+    from hooked_clip1d.reproduce.controls import untrained_like
+
+    draw = untrained_like(load_model("simplified-ntot20-n2-10"), 1, manifest={"name": "untrained:1:0.02", "epochs": 0})
+    rows, where = _retrained_subsets(draw)
+    assert rows is not None and len(rows) == 14 and "not retrained" in where
+    assert [ok for _, ok in retrain_checks(rows, base=0.05)] == [False, False, False]
+
+    single = [{"kept": [h], "acc": 0.5, "label_set": 0.9, "left": [0.5], "right": [0.5]} for h in range(4)]
+    triple = [{"kept": [0, 1, 2], "acc": 0.95, "label_set": 1.0, "left": [1, 0, 0], "right": [0, 1, 1]}]
+    pair = [{"kept": [0, 1], "acc": 0.9, "label_set": 1.0, "left": [0.9, 0.1], "right": [0.1, 0.9]}]
+    assert [ok for _, ok in retrain_checks(single + triple + pair, 0.98)] == [True, True, True]
+    low_set = [{**r, "label_set": 0.5} for r in single]
+    assert [ok for _, ok in retrain_checks(low_set + triple + pair, 0.98)] == [False, True, True]
+    far = [{**pair[0], "acc": 0.85}]  # 0.13 below the four-head model: no qualifying pair
+    assert [ok for _, ok in retrain_checks(single + triple + far, 0.98)] == [True, False, False]
+    one_sided = [{**pair[0], "left": [0.9, 0.7], "right": [0.1, 0.3]}]
+    assert [ok for _, ok in retrain_checks(single + triple + one_sided, 0.98)] == [True, True, False]

@@ -5,7 +5,9 @@
   (``_manifest_accuracy_outcome``) and, for Fig. 8c-d, its vision heads.
 - RoPE vision encoder (App. I): ``fig18`` (it generalizes, with biased heads), ``fig19`` (its mechanism).
 - Pruned heads (App. K): ``fig22`` (pruning without retraining, and the retrained two-head zoo model, one of its
-  models so that it is substituted like the others).
+  models so that it is substituted like the others); ``retrain_checks``: the pre-registered R1-R3 over every subset
+  of the flagship's heads retrained 10,000 epochs (docs/fidelity.md, 2026-11-29), read by ``_retrained_subsets``;
+  they become Fig. 22's counted checks when the 14 runs have finished.
 - 2-layer vision encoder (App. L): ``fig23`` (the positional gradient in layer 0).
 
 Gradients are read in the whole-CLS-query form (docs/fidelity.md, "Verdicts v2"); the paper's EP-only readings are
@@ -21,7 +23,16 @@ import matplotlib.pyplot as plt
 
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.model.clip import CLIP1D
-from hooked_clip1d.reproduce.core import NO_QK_BIAS, PRUNED, VISION2, FigureSpec, Outcome, register
+from hooked_clip1d.reproduce.core import (
+    FLAGSHIP,
+    NO_QK_BIAS,
+    PRUNED,
+    VISION2,
+    FigureSpec,
+    Outcome,
+    register,
+    sweeps_root,
+)
 from hooked_clip1d.reproduce.mechanism_figs import FIG4B_IMAGES
 from hooked_clip1d.reproduce.readings import (
     BIAS_STEPS,
@@ -232,6 +243,100 @@ def _fig19(models: dict[str, CLIP1D]) -> Outcome:
         values={c19f: (second_biased, ">"), c19f_all: (second, ">")},
         secondary=secondary,
     )
+
+
+# Fig. 22 as the paper runs it (docs/fidelity.md, amendment of 2026-11-29, session 28): every subset of the flagship's
+# heads pruned and retrained 10,000 epochs (`hooked-clip1d analyze pruning --model FLAGSHIP -o "kept=[1,2,3]" -o
+# epochs=10000 -o runs_dir=<sweeps>/fig22-retrain`); R1-R3 count once all 14 runs have finished
+FIG22_RETRAIN, FIG22_EPOCHS, FIG22_SUBSETS = "fig22-retrain", 10_000, 14
+R1_TEXT = (
+    "R1: every single-head model, pruned from the flagship and retrained 10,000 epochs, stays <= 0.6 on unseen pairs "
+    "while recognising their label set (>= 0.8)"
+)
+R2_TEXT = (
+    "R2: every three-head model and some two-head model, retrained, come within 0.1 of the four-head model and "
+    "reach >= 0.8 on unseen pairs"
+)
+R3_TEXT = (
+    "R3: some retrained two-head model is within 0.1 of the four-head model and >= 0.8, and every such model keeps "
+    "one head attending most to the left object and one to the right (>= 60 % of unseen pairs each)"
+)
+
+
+def retrain_checks(runs: list[dict[str, Any]], base: float) -> list[tuple[str, bool]]:
+    """Fig. 22's pre-registered R1-R3 over the pruned-and-retrained models: ``runs`` rows with ``kept`` (head
+    indices), ``acc`` and ``label_set`` (unseen pairs) and ``left`` / ``right`` (each kept head's share of unseen-pair
+    images whose CLS row attends most to that object); ``base`` is the four-head model's unseen-pair accuracy.
+
+    Example:
+        >>> runs = [{"kept": [h], "acc": 0.5, "label_set": 0.9, "left": [0.9], "right": [0.1]} for h in range(4)]
+        >>> runs += [{"kept": [0, 1, 2], "acc": 0.95, "label_set": 1.0, "left": [1, 0, 0], "right": [0, 1, 1]}]
+        >>> runs += [{"kept": [0, 1], "acc": 0.95, "label_set": 1.0, "left": [0.9, 0.1], "right": [0.1, 0.9]}]
+        >>> [ok for _, ok in retrain_checks(runs, base=0.98)]
+        [True, True, True]
+    """
+    by_n: dict[int, list[dict[str, Any]]] = {}
+    for r in runs:
+        by_n.setdefault(len(r["kept"]), []).append(r)
+
+    def close(r: dict[str, Any]) -> bool:
+        return at_least(r["acc"], base - 0.1) and at_least(r["acc"], 0.8)
+
+    def complementary(r: dict[str, Any]) -> bool:
+        return any(at_least(v, 0.6) for v in r["left"]) and any(at_least(v, 0.6) for v in r["right"])
+
+    singles, pairs, triples = by_n.get(1, []), by_n.get(2, []), by_n.get(3, [])
+    good_pairs = [r for r in pairs if close(r)]
+    r1 = bool(singles) and all(at_most(r["acc"], 0.6) and at_least(r["label_set"], 0.8) for r in singles)
+    r2 = bool(triples) and all(close(r) for r in triples) and bool(good_pairs)
+    r3 = bool(good_pairs) and all(complementary(r) for r in good_pairs)
+    return [(R1_TEXT, r1), (R2_TEXT, r2), (R3_TEXT, r3)]
+
+
+def _retrained_subsets(model: CLIP1D) -> tuple[list[dict[str, Any]] | None, str]:
+    """The rows ``retrain_checks`` reads, and a line saying where they come from: for the shipped flagship, its 14
+    retrained runs under ``<sweeps>/fig22-retrain`` (None while any is unfinished); for any other model (an untrained
+    draw of the null control), its pruned copies without retraining (docs/fidelity.md: the null reads those)."""
+    import itertools
+    import json
+
+    from hooked_clip1d.analysis.mechanism.heads import cls_object_bias
+    from hooked_clip1d.evaluation import evaluate
+    from hooked_clip1d.model.checkpoint import load_model_file
+    from hooked_clip1d.training.retrain import prune_heads
+
+    ds = build_dataset(model.data_config)
+    heads = list(range(model.vision.cfg.n_heads))
+    subsets = [list(k) for n in (1, 2, 3) for k in itertools.combinations(heads, n)]
+    shipped = (getattr(model, "manifest", None) or {}).get("name") == FLAGSHIP  # a null draw is named untrained:...
+    root = sweeps_root() / FIG22_RETRAIN
+    rows, copies = [], []
+    for kept in subsets:
+        if not shipped:
+            copies.append(prune_heads(model, vision=[(0, h) for h in heads if h not in kept]))
+            continue
+        run = root / ("keep-" + "-".join(f"L0H{h}" for h in kept))
+        summary = run / "summary.json"
+        if not summary.exists() or json.loads(summary.read_text()).get("epochs") != FIG22_EPOCHS:
+            done = sum((root / d.name / "summary.json").exists() for d in root.glob("keep-*")) if root.is_dir() else 0
+            return None, f"{done} of {FIG22_SUBSETS} retrained runs finished in {str(root)!r}"
+        copies.append(load_model_file(run / "model.safetensors"))
+    for kept, m in zip(subsets, copies, strict=True):
+        m.eval()
+        met = evaluate(m, ds, splits=("val_unseen",))["val_unseen"]
+        bias = cls_object_bias(m.vision, ds.splits["val_unseen"])
+        left, right = bias["left"][0].tolist(), bias["right"][0].tolist()
+        rows.append(
+            {
+                "kept": kept,
+                "acc": met["acc"],
+                "label_set": met["label_set"],
+                "left": [left[h] for h in kept],
+                "right": [right[h] for h in kept],
+            }
+        )
+    where = f"retrained {FIG22_EPOCHS:,} epochs ({str(root)!r})" if shipped else "pruned, not retrained (a null draw)"
+    return rows, where
 
 
 def _fig22(models: dict[str, CLIP1D]) -> Outcome:
