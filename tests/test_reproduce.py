@@ -743,3 +743,28 @@ def test_fig22_retrain_checks_fail_on_an_untrained_draw():
     assert [ok for _, ok in retrain_checks(single + triple + far, 0.98)] == [True, False, False]
     one_sided = [{**pair[0], "left": [0.9, 0.7], "right": [0.1, 0.3]}]
     assert [ok for _, ok in retrain_checks(single + triple + one_sided, 0.98)] == [True, True, False]
+
+
+def test_fig22_retrained_runs_are_read_only_when_finished_and_from_the_flagship(tmp_path, monkeypatch):
+    """The shipped flagship's R1-R3 read <sweeps>/fig22-retrain: nothing (None, with a line counting the finished
+    runs) while a run is unfinished, and a run of another model (here the flagship with the wrong heads pruned) is
+    refused by name, not read as the flagship's."""
+    import json
+
+    import pytest
+
+    from hooked_clip1d import load_model
+    from hooked_clip1d.model.checkpoint import save_model
+    from hooked_clip1d.reproduce.appendix_figs import _retrained_subsets
+    from hooked_clip1d.training.retrain import prune_heads
+
+    monkeypatch.setenv("HOOKED_CLIP1D_SWEEPS", str(tmp_path))
+    flagship = load_model("simplified-ntot20-n2-10")
+    rows, where = _retrained_subsets(flagship)
+    assert rows is None and where.startswith("0 of 14 retrained runs finished")
+    run = tmp_path / "fig22-retrain" / "keep-L0H0"  # heads 1-3 should be pruned; prune 0-2 instead
+    run.mkdir(parents=True)
+    save_model(prune_heads(flagship, vision=[(0, 0), (0, 1), (0, 2)]), run / "model.safetensors")
+    (run / "summary.json").write_text(json.dumps({"epochs": 10_000}))
+    with pytest.raises(ValueError, match="keep-L0H0' is not the flagship"):
+        _retrained_subsets(flagship)

@@ -320,7 +320,12 @@ def _retrained_subsets(model: CLIP1D) -> tuple[list[dict[str, Any]] | None, str]
         if not summary.exists() or json.loads(summary.read_text()).get("epochs") != FIG22_EPOCHS:
             done = sum((root / d.name / "summary.json").exists() for d in root.glob("keep-*")) if root.is_dir() else 0
             return None, f"{done} of {FIG22_SUBSETS} retrained runs finished in {str(root)!r}"
-        copies.append(load_model_file(run / "model.safetensors"))
+        got = load_model_file(run / "model.safetensors")
+        pruned = tuple((0, h) for h in heads if h not in kept)
+        same = got.cfg.text == model.cfg.text and got.cfg.vision.replace(pruned_heads=()) == model.cfg.vision
+        if got.cfg.vision.pruned_heads != pruned or not same:
+            raise ValueError(f"{str(run)!r} is not the flagship ({FLAGSHIP}) with vision heads {pruned} pruned")
+        copies.append(got)
     for kept, m in zip(subsets, copies, strict=True):
         m.eval()
         met = evaluate(m, ds, splits=("val_unseen",))["val_unseen"]
