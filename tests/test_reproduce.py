@@ -416,12 +416,17 @@ def test_committed_results_page_is_generated_from_its_committed_records(tmp_path
 
 
 def test_single_head_seeds_checks_each_seed_not_the_mean():
-    def rows(accs):  # {(seed, weight decay): unseen-pair accuracy}; no weights, so no mechanism is read
-        return [{"seed": s, "weight_decay": w, "val_unseen.acc": a, "epochs": 10} for (s, w), a in accs.items()]
+    import pytest
+
+    def rows(accs, readings=True):  # {(seed, weight decay): unseen-pair accuracy}; no weights: rows carry the head
+        head = {"mechanism": {"left": 0.0, "right": 1.0, "ep_spearman": 1.0}} if readings else {}
+        return [{"seed": s, "weight_decay": w, "val_unseen.acc": a, "epochs": 10, **head} for (s, w), a in accs.items()]
 
     grid = {(s, w): 0.9 if w in (0.0, 0.05) else 0.1 for s in (1, 2) for w in (0.0, 0.05, 0.1, 0.2, 0.5)}
     out = rp.FIGURES["x7-single-head-seeds"].run(rows(grid))
-    assert [ok for _, ok in out.checks] == [True, True, False]  # no head bias measured -> the mechanism check fails
+    assert [ok for _, ok in out.checks] == [True, True, True]
+    with pytest.raises(ValueError, match="x7's third check"):  # no head reading: an error, not a failed check
+        rp.FIGURES["x7-single-head-seeds"].run(rows(grid, readings=False))
     assert "seed 1: 0.90 / 0.90 / 0.10 / 0.10 / 0.10" in out.summary and "4 of 10 runs" in out.notes
     one_fails = {**grid, (2, 0.05): 0.75, (1, 0.2): 0.7}  # means over seeds (0.82, 0.40) would pass both
     assert [ok for _, ok in rp.FIGURES["x7-single-head-seeds"].run(rows(one_fails)).checks][:2] == [False, False]
@@ -768,3 +773,29 @@ def test_fig22_retrained_runs_are_read_only_when_finished_and_from_the_flagship(
     (run / "summary.json").write_text(json.dumps({"epochs": 10_000}))
     with pytest.raises(ValueError, match="keep-L0H0' is not the flagship"):
         _retrained_subsets(flagship)
+
+
+def test_x7_reads_each_runs_head_from_its_row_and_refuses_a_missing_one():
+    """x7's third check reads the single head of every run at >= 0.8. A re-judging from a record's rows on a machine
+    without the runs' weights used to drop those readings and count the check as failing (it held when measured,
+    2026-11-23; the record of 2026-11-26 had it failing). Now a row carries its reading (`head_readings`), a re-judging
+    reads it, and a run without one is an error naming it."""
+    import pytest
+
+    from hooked_clip1d.reproduce.sweep_figs import head_readings
+
+    def row(seed, wd, acc, side=None):
+        r = {"seed": seed, "weight_decay": wd, "val_unseen.acc": acc, "val_unseen.label_set": acc, "epochs": 10_000}
+        r["path"] = "/no/such/run"
+        if side is not None:
+            r["mechanism"] = {"left": 1.0 - side, "right": side, "ep_spearman": 1.0}
+        return r
+
+    rows = [row(1, w, a, 1.0) for w, a in ((0.0, 0.98), (0.05, 0.91), (0.2, 0.5))]
+    out = rp.FIGURES["x7-single-head-seeds"].run(rows)
+    assert dict(out.checks)[out.checks[2][0]] is True
+    kept, got = head_readings(rows)
+    assert all(r["mechanism"] == rr["mechanism"] for r, rr in zip(kept, rows, strict=True)) and None not in got
+    del rows[1]["mechanism"]  # a run at >= 0.8 without its reading
+    with pytest.raises(ValueError, match=r"none for \(seed, weight decay\) \[\(1, 0.05\)\]"):
+        rp.FIGURES["x7-single-head-seeds"].run(rows)

@@ -44,7 +44,7 @@ from hooked_clip1d.reproduce.mechanism_figs import (
 )
 from hooked_clip1d.reproduce.readings import at_least, at_most, first_epoch
 from hooked_clip1d.reproduce.replicates import FRESH_JUDGED
-from hooked_clip1d.reproduce.sweep_figs import fig4a_outcome, one_sided
+from hooked_clip1d.reproduce.sweep_figs import fig4a_outcome, head_readings, one_sided
 
 
 def _x_mirror_swap(models: dict[str, CLIP1D]) -> Outcome:
@@ -446,8 +446,6 @@ def _x_two_layer(models: dict[str, CLIP1D]) -> Outcome:
 
 def _x_single_head_seeds(rows: list[dict[str, Any]]) -> Outcome:
     """fig21's grid at more seeds: is the single head's generalization at weight decay 0 / 0.05 seed-robust?"""
-    from hooked_clip1d.analysis.mechanism.report import single_head_mechanism
-
     seeds = sorted({int(r["seed"]) for r in rows})
     wds = sorted({float(r["weight_decay"]) for r in rows})
     acc = {(int(r["seed"]), float(r["weight_decay"])): float(r["val_unseen.acc"]) for r in rows}
@@ -459,10 +457,17 @@ def _x_single_head_seeds(rows: list[dict[str, Any]]) -> Outcome:
     ax.set(xlabel="weight decay", ylabel="unseen-pair accuracy", ylim=(0, 1.05), title="single-head vision, per seed")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    mech = {(int(r["seed"]), m["weight_decay"]): m for r in rows if (m := single_head_mechanism(r)) is not None}
+    rows, readings = head_readings(rows)
+    mech = {(int(r["seed"]), m["weight_decay"]): m for r, m in zip(rows, readings, strict=True) if m is not None}
     low = [k for k in acc if k[1] in (0.0, 0.05)]
     default = [k for k in acc if k[1] == 0.2]
     good = [k for k, a in acc.items() if at_least(a, 0.8)]
+    if missing := [k for k in good if k not in mech]:  # a missing input is an error, never a failed (or held) check
+        raise ValueError(
+            "x7's third check reads the single head of every run at >= 0.8, from its weights or its row's reading: "
+            f"none for (seed, weight decay) {missing}; rerun where the sweep's runs are, or re-judge from a record "
+            "whose rows carry them"
+        )
     checks = [
         (
             "weight decay 0 and 0.05: unseen-pair accuracy >= 0.8 at every seed (fig21's seed 0: 0.93, 0.96)",

@@ -223,6 +223,27 @@ def one_sided(m: dict[str, float]) -> bool:
     return at_least(max(m["left"], m["right"]), 0.9) and abs(m["ep_spearman"]) >= 0.9
 
 
+def head_readings(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, float] | None]]:
+    """Each single-head run's reading (``single_head_mechanism``: from its weights, or the one its row carries) and
+    the rows with it attached as ``mechanism``, so that a record's rows keep it for a later re-judging from rows (a
+    re-judging on a machine without the weights had silently dropped x7's readings, turning a counted check that held
+    into a failing one). A reading is None where neither the weights nor the row have it.
+
+    Example:
+        >>> rows, got = head_readings([{"weight_decay": 0.2, "path": "/no/such/run"}])
+        >>> got, "mechanism" in rows[0]
+        ([None], False)
+    """
+    from hooked_clip1d.analysis.mechanism.report import single_head_mechanism
+
+    got = [single_head_mechanism(r) for r in rows]
+    kept = [
+        {**r, "mechanism": {k: m[k] for k in ("left", "right", "ep_spearman")}} if m is not None else r
+        for r, m in zip(rows, got, strict=True)
+    ]
+    return kept, got
+
+
 LABEL_SET_STEPS = (0.6, 0.7, 0.8, 0.9)  # the label-set threshold of the restated check; 0.8 decides
 
 
@@ -248,8 +269,6 @@ def _order_given_labels(rows: list[dict[str, Any]]) -> str:
 
 
 def _fig21(rows: list[dict[str, Any]]) -> Outcome:
-    from hooked_clip1d.analysis.mechanism.report import single_head_mechanism
-
     wds, acc, fig = _weight_decay_rows(rows, "Fig. 21a: single-head vision, weight decay")
     restated = (
         "every single-head model stays <= 0.6 on unseen pairs while recognising their label set (label-set >= 0.8): "
@@ -263,7 +282,8 @@ def _fig21(rows: list[dict[str, Any]]) -> Outcome:
     summary = "single-head vision encoder, mean unseen-pair accuracy per weight decay: " + ", ".join(
         f"{w:g}: {a:.2f}" for w, a in zip(wds, acc, strict=True)
     )
-    mech = [m for r in rows if (m := single_head_mechanism(r)) is not None]
+    rows, readings = head_readings(rows)
+    mech = [m for m in readings if m is not None]
     if mech:
         summary += (
             ". Its one head on unseen pairs (CLS attends most to the left / right object; EP CLS-row Spearman): "
@@ -273,6 +293,8 @@ def _fig21(rows: list[dict[str, Any]]) -> Outcome:
         )
     epochs = sorted({r["epochs"] for r in rows})
     notes = f"{len(rows)} runs ({len({r.get('seed') for r in rows})} seed(s)), {epochs} epochs each."
+    if len(mech) < len(rows):  # said, not dropped: the head readings need the runs' weights or rows that carry them
+        notes += f" The single head's readings are missing for {len(rows) - len(mech)} of {len(rows)} runs."
     above = [r for r in rows if r["val_unseen.acc"] > 0.6]
     if above:
         notes += (

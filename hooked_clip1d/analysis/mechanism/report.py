@@ -530,8 +530,9 @@ def run_mechanism_history(run_dir: str | Path, every: int = 1000) -> dict[int, d
 
 def single_head_mechanism(row: dict[str, Any], image: str = FIG4B_IMAGE) -> dict[str, Any] | None:
     """For a sweep run with a 1-layer, 1-head vision encoder: its CLS -> object bias on unseen pairs (Fig. 4c's
-    statistic) and the rank correlation of EP's CLS row with position on ``image`` (Fig. 14's), or None if its
-    weights are gone.
+    statistic) and the rank correlation of EP's CLS row with position on ``image`` (Fig. 14's). Where the run's
+    weights are gone, the reading the row carries (``mechanism``: a record's row, measured when they were there), or
+    None if it carries none.
 
     ``row`` is the run's row of a sweep's results table (``sweep.results_table``): its ``path`` (the run folder,
     with ``model.safetensors``) and ``weight_decay``.
@@ -539,12 +540,19 @@ def single_head_mechanism(row: dict[str, Any], image: str = FIG4B_IMAGE) -> dict
     Example:
         >>> single_head_mechanism({"weight_decay": 0.2, "path": "/no/such/run"}) is None  # weights gone
         True
+        >>> kept = {"left": 0.0, "right": 1.0, "ep_spearman": 1.0}
+        >>> single_head_mechanism({"weight_decay": 0.2, "path": "/no/such/run", "mechanism": kept})["right"]
+        1.0
     """
     from hooked_clip1d.model.checkpoint import load_model_file
 
     path = Path(row.get("path", "")) / "model.safetensors"
     if "path" not in row or not path.exists():
-        return None
+        kept = row.get("mechanism")
+        if not kept:
+            return None
+        reading = {k: float(kept[k]) for k in ("left", "right", "ep_spearman")}
+        return {"weight_decay": float(row["weight_decay"]), **reading}
     model = load_model_file(path)
     bias = cls_object_bias(model.vision, build_dataset(model.data_config).splits["val_unseen"])
     _, cache = model.vision.run_with_cache(model.vision.to_tokens(image))
