@@ -714,7 +714,7 @@ def test_figure_share_rules_hold_at_exactly_their_threshold():
     """The figure checks that compared a float32 share raw with a decimal threshold (a survey of 2026-11-29; none of
     the committed records sat at a threshold, so no verdict moved): a head on 90 of 100 images is one-sided (x7,
     fig21's notes), 65 of 100 counts at Fig. 4c's 0.65 step, a single-head run at 60 of 100 unseen pairs with its
-    label set recognised "stays <= 0.6" (Fig. 21) and one more image does not."""
+    label set recognised meets Fig. 21's restated failure rule (<= 0.6) and one more image does not."""
     from hooked_clip1d.reproduce import sweep_figs
     from hooked_clip1d.reproduce.readings import split_heads
 
@@ -725,10 +725,25 @@ def test_figure_share_rules_hold_at_exactly_their_threshold():
     assert not sweep_figs._fails_at_order([{**rows[0], "val_unseen.acc": _share(61)}])
 
 
+def _fig22_runs(acc_of, side_of=lambda kept: (0.9, 0.1)):
+    """All 14 subsets of four heads as retrain_checks reads them: ``acc_of(kept)``; each kept head's (left, right)
+    shares ``side_of(kept)`` for all but the last kept head, which gets the mirror (one head to each side)."""
+    import itertools
+
+    runs = []
+    for kept in (list(k) for n in (1, 2, 3) for k in itertools.combinations(range(4), n)):
+        a, b = side_of(kept)
+        left, right = [a] * (len(kept) - 1) + [b], [b] * (len(kept) - 1) + [a]
+        runs.append({"kept": kept, "acc": acc_of(kept), "label_set": 0.9, "left": left, "right": right})
+    return runs
+
+
 def test_fig22_retrain_checks_fail_on_an_untrained_draw():
     """Fig. 22's pre-registered R1-R3 (docs/fidelity.md, 2026-11-29) read an untrained draw's pruned copies without
     retraining: every copy sits near chance, so R1 (needs the label set), R2 (needs >= 0.8) and R3 (needs a
-    qualifying pair) all fail; and each check fails when its own condition does."""
+    qualifying pair) all fail; each check fails when its own condition does; a partial set of subsets is an error."""
+    import pytest
+
     from hooked_clip1d import load_model
     from hooked_clip1d.reproduce.appendix_figs import _retrained_subsets, retrain_checks
     from hooked_clip1d.reproduce.controls import untrained_like
@@ -738,22 +753,27 @@ def test_fig22_retrain_checks_fail_on_an_untrained_draw():
     assert rows is not None and len(rows) == 14 and "not retrained" in where
     assert [ok for _, ok in retrain_checks(rows, base=0.05)] == [False, False, False]
 
-    single = [{"kept": [h], "acc": 0.5, "label_set": 0.9, "left": [0.5], "right": [0.5]} for h in range(4)]
-    triple = [{"kept": [0, 1, 2], "acc": 0.95, "label_set": 1.0, "left": [1, 0, 0], "right": [0, 1, 1]}]
-    pair = [{"kept": [0, 1], "acc": 0.9, "label_set": 1.0, "left": [0.9, 0.1], "right": [0.1, 0.9]}]
-    assert [ok for _, ok in retrain_checks(single + triple + pair, 0.98)] == [True, True, True]
-    low_set = [{**r, "label_set": 0.5} for r in single]
-    assert [ok for _, ok in retrain_checks(low_set + triple + pair, 0.98)] == [False, True, True]
-    far = [{**pair[0], "acc": 0.85}]  # 0.13 below the four-head model: no qualifying pair
-    assert [ok for _, ok in retrain_checks(single + triple + far, 0.98)] == [True, False, False]
-    one_sided = [{**pair[0], "left": [0.9, 0.7], "right": [0.1, 0.3]}]
-    assert [ok for _, ok in retrain_checks(single + triple + one_sided, 0.98)] == [True, True, False]
+    def acc(kept):
+        return 0.5 if len(kept) == 1 else 0.95
+
+    def oks(runs, base=0.98):
+        return [ok for _, ok in retrain_checks(runs, base)]
+
+    assert oks(_fig22_runs(acc)) == [True, True, True]
+    assert oks([{**r, "label_set": 0.5} if len(r["kept"]) == 1 else r for r in _fig22_runs(acc)]) == [False, True, True]
+    assert oks(_fig22_runs(lambda k: 0.5 if len(k) == 1 else 0.85 if len(k) == 2 else 0.95)) == [True, False, False]
+    assert oks(_fig22_runs(acc, side_of=lambda k: (0.5, 0.5) if len(k) == 2 else (0.9, 0.1))) == [True, True, False]
+    with pytest.raises(ValueError, match="every subset of four heads"):
+        retrain_checks(_fig22_runs(acc)[:-1], 0.98)
 
 
 def test_fig22_retrained_runs_are_read_only_when_finished_and_from_the_flagship(tmp_path, monkeypatch):
-    """The shipped flagship's R1-R3 read <sweeps>/fig22-retrain: nothing (None, with a line counting the finished
-    runs) while a run is unfinished, and a run of another model (here the flagship with the wrong heads pruned) is
-    refused by name, not read as the flagship's."""
+    """The shipped flagship's R1-R3 read <sweeps>/fig22-retrain: nothing (None, counting the runs finished at 10,000
+    epochs) while any run is unfinished; all 14 finished runs of the flagship's config, data and recipe are read; a run
+    of another model (the wrong heads pruned) or another recipe is refused by name; a model that is neither the
+    flagship nor an untrained draw is refused."""
+    import dataclasses
+    import itertools
     import json
 
     import pytest
@@ -761,18 +781,42 @@ def test_fig22_retrained_runs_are_read_only_when_finished_and_from_the_flagship(
     from hooked_clip1d import load_model
     from hooked_clip1d.model.checkpoint import save_model
     from hooked_clip1d.reproduce.appendix_figs import _retrained_subsets
+    from hooked_clip1d.settings import TrainConfig
     from hooked_clip1d.training.retrain import prune_heads
 
     monkeypatch.setenv("HOOKED_CLIP1D_SWEEPS", str(tmp_path))
     flagship = load_model("simplified-ntot20-n2-10")
     rows, where = _retrained_subsets(flagship)
     assert rows is None and where.startswith("0 of 14 retrained runs finished")
-    run = tmp_path / "fig22-retrain" / "keep-L0H0"  # heads 1-3 should be pruned; prune 0-2 instead
-    run.mkdir(parents=True)
-    save_model(prune_heads(flagship, vision=[(0, 0), (0, 1), (0, 2)]), run / "model.safetensors")
-    (run / "summary.json").write_text(json.dumps({"epochs": 10_000}))
-    with pytest.raises(ValueError, match="keep-L0H0' is not the flagship"):
+    root = tmp_path / "fig22-retrain"
+    train = TrainConfig(epochs=10_000).to_dict()
+
+    def write(kept, pruned, epochs=10_000, tc=train):
+        run = root / ("keep-" + "-".join(f"L0H{h}" for h in kept))
+        run.mkdir(parents=True, exist_ok=True)
+        copy = prune_heads(flagship, vision=[(0, h) for h in pruned])
+        save_model(copy, run / "model.safetensors", data_config=flagship.data_config)
+        (run / "config.json").write_text(json.dumps({"train_config": tc}))
+        (run / "summary.json").write_text(json.dumps({"epochs": epochs}))
+
+    subsets = [list(k) for n in (1, 2, 3) for k in itertools.combinations(range(4), n)]
+    for kept in subsets:
+        write(kept, [h for h in range(4) if h not in kept])
+    write([0], [1, 2, 3], epochs=5_000)  # unfinished
+    rows, where = _retrained_subsets(flagship)
+    assert rows is None and where.startswith("13 of 14 retrained runs finished")
+    write([0], [1, 2, 3])
+    rows, where = _retrained_subsets(flagship)
+    assert rows is not None and [r["kept"] for r in rows] == subsets and "retrained 10,000 epochs" in where
+    write([0], [0, 1, 2])  # heads 1-3 should be pruned
+    with pytest.raises(ValueError, match="keep-L0H0' is not the flagship.*vision heads pruned"):
         _retrained_subsets(flagship)
+    write([0], [1, 2, 3], tc=dataclasses.replace(TrainConfig(epochs=10_000), negatives="all").to_dict())
+    with pytest.raises(ValueError, match="train negatives 'all'"):
+        _retrained_subsets(flagship)
+    other = load_model("simplified-ntot20-n2-10-standard-loss")
+    with pytest.raises(ValueError, match="got a model named 'simplified-ntot20-n2-10-standard-loss'"):
+        _retrained_subsets(other)
 
 
 def test_x7_reads_each_runs_head_from_its_row_and_refuses_a_missing_one():
@@ -799,3 +843,13 @@ def test_x7_reads_each_runs_head_from_its_row_and_refuses_a_missing_one():
     del rows[1]["mechanism"]  # a run at >= 0.8 without its reading
     with pytest.raises(ValueError, match=r"none for \(seed, weight decay\) \[\(1, 0.05\)\]"):
         rp.FIGURES["x7-single-head-seeds"].run(rows)
+
+
+def test_fig21_every_model_means_every_run_not_a_mean_over_seeds():
+    """Fig. 21's "every single-head model stays around or below 0.5 (<= 0.6)" read the mean per weight decay: with
+    three seeds (fig21-distinct), one run at 0.9 and two at 0.3 averaged 0.5 and passed. It reads every run."""
+    rows = [{**r, "seed": s} for s, r in enumerate(_rows([(0.2, 0.9), (0.2, 0.3), (0.2, 0.3)]))]
+    out = rp.FIGURES["fig21"].run(rows)
+    assert out.numbers["unseen_acc"] == [pytest.approx(0.5)]  # the plotted mean
+    assert out.checks[0] == ("every single-head model stays around or below 0.5 (<= 0.6)", False)
+    assert rp.FIGURES["fig21"].run([{**r, "val_unseen.acc": 0.3} for r in rows]).checks[0][1] is True

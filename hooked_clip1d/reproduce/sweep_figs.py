@@ -274,8 +274,9 @@ def _fig21(rows: list[dict[str, Any]]) -> Outcome:
         "every single-head model stays <= 0.6 on unseen pairs while recognising their label set (label-set >= 0.8): "
         "it fails at left/right, not at the labels"
     )
+    every_run = max(float(r["val_unseen.acc"]) for r in rows)  # every model: each run, not a mean over seeds
     checks = [
-        ("every single-head model stays around or below 0.5 (<= 0.6)", at_most(max(acc), 0.6)),
+        ("every single-head model stays around or below 0.5 (<= 0.6)", at_most(every_run, 0.6)),
         (restated, _fails_at_order(rows)),
     ]
     sensitivity = {restated: [(t, _fails_at_order(rows, t)) for t in LABEL_SET_STEPS]}
@@ -288,7 +289,10 @@ def _fig21(rows: list[dict[str, Any]]) -> Outcome:
         summary += (
             ". Its one head on unseen pairs (CLS attends most to the left / right object; EP CLS-row Spearman): "
             + "; ".join(
-                f"wd {m['weight_decay']:g}: {m['left']:.2f} / {m['right']:.2f}, {m['ep_spearman']:+.2f}" for m in mech
+                (f"seed {r.get('seed')}, " if len({x.get("seed") for x in rows}) > 1 else "")
+                + f"wd {m['weight_decay']:g}: {m['left']:.2f} / {m['right']:.2f}, {m['ep_spearman']:+.2f}"
+                for r, m in zip(rows, readings, strict=True)
+                if m is not None
             )
         )
     epochs = sorted({r["epochs"] for r in rows})
@@ -302,8 +306,7 @@ def _fig21(rows: list[dict[str, Any]]) -> Outcome:
             + ", ".join(f"{float(r['weight_decay']):g} ({r['val_unseen.acc']:.2f})" for r in above)
             + " unseen-pair accuracy is above 0.6"
         )
-        good = {float(r["weight_decay"]) for r in above if r["val_unseen.acc"] >= 0.8}
-        sided = [m for m in mech if m["weight_decay"] in good]
+        sided = [m for r, m in zip(rows, readings, strict=True) if m is not None and at_least(r["val_unseen.acc"], 0.8)]
         if sided and all(one_sided(m) for m in sided):
             notes += (
                 "; where it is >= 0.8 the head's CLS row attends most to one side on >= 90 % of unseen pairs, with a "
