@@ -454,7 +454,7 @@ def test_x1_is_defined_on_a_model_that_mirroring_does_not_move():
     """x1's restated check (docs/fidelity.md, 2026-11-28): on an untrained model (whose belief mirroring does not
     flip) it fails with its flip rate reported instead of raising, so its null control runs on every draw."""
     from hooked_clip1d.reproduce.controls import substitutes
-    from hooked_clip1d.reproduce.open_questions import mirror_flip_rate
+    from hooked_clip1d.reproduce.spatial_id_studies import mirror_flip_rate
 
     spec = rp.FIGURES["x1-mirror-swap"]
     out = spec.run(substitutes(spec, "untrained:4"))

@@ -643,7 +643,7 @@ def test_x6_reads_the_accuracy_of_the_model_it_is_given_not_the_zoo_models():
     """A substitute's own unseen-pair accuracy decides whether x6 counts it as generalizing (it read the zoo model's
     stored metrics, so every untrained draw of the null counted as a generalizing model)."""
     from hooked_clip1d.reproduce.controls import substitute
-    from hooked_clip1d.reproduce.open_questions import _spatial_ids_one
+    from hooked_clip1d.reproduce.spatial_id_studies import _spatial_ids_one
 
     sub = substitute(rp.FLAGSHIP, "simplified-ntot20-n2-10-standard-loss")
     entry = _spatial_ids_one(rp.FLAGSHIP, sub)[0]
@@ -656,7 +656,7 @@ def test_x6_restated_checks_are_defined_on_an_untrained_draw():
     ~0, its RoPE IDs are zero); now those quantities are undefined (None), and the counted checks, on the flagship's
     flip rate and ID order, are computed and fail or pass on the draw's own numbers."""
     from hooked_clip1d.reproduce.controls import run_closed, substitutes
-    from hooked_clip1d.reproduce.open_questions import X6_FLIP_TEXT, X6_ORDER_TEXT
+    from hooked_clip1d.reproduce.spatial_id_studies import X6_FLIP_TEXT, X6_ORDER_TEXT
 
     spec = rp.FIGURES["x6-spatial-ids"]
     out = run_closed(spec.run, substitutes(spec, "untrained:0"))

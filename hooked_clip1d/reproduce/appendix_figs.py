@@ -317,7 +317,7 @@ def _retrained_subsets(model: CLIP1D) -> tuple[list[dict[str, Any]] | None, str]
     from hooked_clip1d.evaluation import evaluate
     from hooked_clip1d.model.checkpoint import load_model_file
     from hooked_clip1d.reproduce.controls import UNTRAINED
-    from hooked_clip1d.training.retrain import prune_heads
+    from hooked_clip1d.training.retrain import prune_heads, subset_run_name
 
     name = str((getattr(model, "manifest", None) or {}).get("name", ""))
     shipped, draw = name == FLAGSHIP, name.startswith(f"{UNTRAINED}:")
@@ -330,7 +330,7 @@ def _retrained_subsets(model: CLIP1D) -> tuple[list[dict[str, Any]] | None, str]
     heads = list(range(model.vision.cfg.n_heads))
     subsets = [list(k) for n in (1, 2, 3) for k in itertools.combinations(heads, n)]
     root = sweeps_root() / FIG22_RETRAIN
-    runs = [root / ("keep-" + "-".join(f"L0H{h}" for h in kept)) for kept in subsets]
+    runs = [root / subset_run_name([(0, h) for h in kept]) for kept in subsets]
     copies = []
     if shipped:
         done = sum(_finished(run) for run in runs)

@@ -2,7 +2,7 @@
 thresholds the paper does not state with the steps of their sensitivity tables, the paper's EP reading of one model
 on one image (its checks secondary), and Fig. 11's history at the finest resolution there is.
 
-Nothing here declares a figure; ``mechanism_figs``, ``appendix_figs`` and ``open_questions`` use it.
+Nothing here declares a figure; ``mechanism_figs``, ``appendix_figs``, ``open_questions`` and others use it.
 """
 
 from __future__ import annotations

@@ -165,7 +165,13 @@ def retrain_batched(
     return [run.model for run in trainer.run(progress=progress, desc="retrain pruned")]
 
 
-def _name(kept: Sequence[Head]) -> str:
+def subset_run_name(kept: Sequence[Head]) -> str:
+    """The folder name of a retraining run that keeps ``kept`` heads (``head_subset_sweep``'s ``out_dir/<name>``).
+
+    Example:
+        >>> subset_run_name([(0, 0), (0, 2)])
+        'keep-L0H0-L0H2'
+    """
     return "keep-" + ("-".join(f"L{layer}H{head}" for layer, head in kept) or "none")
 
 
@@ -230,7 +236,7 @@ def head_subset_sweep(
         afters: list[dict | None] = [None] * len(subsets)
         if epochs > 0:
             assert out_dir is not None
-            run_dirs = [Path(out_dir) / _name(kept) for kept in subsets]
+            run_dirs = [Path(out_dir) / subset_run_name(kept) for kept in subsets]
             split = [(p, ()) if tower == "vision" else ((), p) for p in pruned_of]
             if engine == "batched":
                 retrained = retrain_batched(
