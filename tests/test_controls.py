@@ -375,6 +375,7 @@ def test_trained_controls_are_declared_for_the_pre_registered_figures_and_wait_f
         "fig5e",
         "fig6",
         "fig8",
+        "fig11",
         "fig14",
         "fig18",
         "fig19",

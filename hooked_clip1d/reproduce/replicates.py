@@ -53,6 +53,7 @@ TRAINED_CONTROLS: dict[str, dict[str, tuple[str, bool]]] = {
     "fig5e": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
     "fig6": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
     "fig8": {"leftright-v1-t2-ntot20-n2-10": (SHUFFLED_DISTINCT, True)},  # its recipe since 2026-11-29
+    "fig11": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},  # amendment of 2026-11-29, session 29
     "fig14": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
     "fig18": {"rope-ntot20-n2-15": (SHUFFLED_DISTINCT_ROPE, False)},
     "fig19": {"rope-ntot20-n2-15": (SHUFFLED_DISTINCT_ROPE, False)},
