@@ -60,6 +60,19 @@ def test_rejudge_record_all_on_a_folder_without_records_is_an_error(tmp_path, ca
     assert not out.exists()
 
 
+def test_guard_record_takes_one_figure_and_names_what_it_refuses(tmp_path, capsys):
+    """`reproduce FIG --guard-record DIR`: one figure's kept record under its later trained control; `all`, a
+    substituted model, --no-controls or --rejudge-record beside it are refused (exit 2, one line); a figure without
+    a pre-registered control is named."""
+    out = tmp_path / "res"
+    for extra in (["all"], ["fig11", "--no-controls"], ["fig11", "--model", "untrained:1"]):
+        assert commands.main(["reproduce", *extra, "--guard-record", str(tmp_path), "--out", str(out)]) == 2
+        assert "--guard-record judges one figure's kept record" in capsys.readouterr().err
+    assert commands.main(["reproduce", "fig7", "--guard-record", str(tmp_path), "--out", str(out)]) == 2
+    assert "fig7 has no pre-registered trained control" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_rejudge_record_all_names_an_unreadable_record(tmp_path, capsys):
     from hooked_clip1d.reproduce import FIGURES
 

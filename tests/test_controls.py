@@ -587,3 +587,50 @@ def test_a_substituted_model_leaves_the_restated_check_uncounted(tmp_path):
     nan = Outcome({}, "", [("v", True)], {}, values={"v": (float("nan"), ">")})
     with pytest.raises(ValueError, match="not a finite number"):
         counted_checks(nan, {"variants": [{"model": "u", "checks": {"v": True}, "values": {"v": 0.5}}]})
+
+
+def test_guard_record_applies_a_later_control_to_a_kept_record_and_keeps_its_seeds(tmp_path):
+    """``guard_record`` (``reproduce FIG --guard-record DIR``): a trained control pre-registered after a record was
+    made is applied to the kept record without a rerun, so its seed replicates (not on every machine) stay. Each
+    counted check the control passes stops counting; everything else stays as recorded; the verdict is the one its
+    checks give. Refused by name: no control, fresh-run-judged figures, a record that has its control already or no
+    null control, a record of another figure."""
+    import json
+    import shutil
+
+    from hooked_clip1d.reproduce import guard_record
+    from hooked_clip1d.reproduce.records import load_record
+
+    kept = tmp_path / "records"
+    kept.mkdir()
+    for f in ("fig11", "fig8", "fig4c"):
+        shutil.copy(f"docs/records/{f}.json", kept / f"{f}.json")
+    before = load_record(kept / "fig11.json")
+    assert "trained_control" not in before.details
+    rec = guard_record("fig11", kept, tmp_path / "out", tmp_path / "no-sweeps")
+    after = load_record(tmp_path / "out" / "fig11" / "fig11.json")
+    assert rec["trained_control"]["runs"] == ["control-shuffled-distinct-ntot20-n2-10"]
+    assert after.details["replicates"] == before.details["replicates"]
+    assert after.details["null_control"] == before.details["null_control"]
+    for b, a in zip(before.checks, after.checks, strict=True):
+        assert (a.id, a.holds, a.seeds, a.null_passes) == (b.id, b.holds, b.seeds, b.null_passes)
+        ctl = a.trained_control["control-shuffled-distinct-ntot20-n2-10"]
+        assert a.counted == (b.counted and not ctl)
+    assert after.verdict == after.judged() and "trained control pre-registered after it" in rec["rejudged"]["from"]
+    with pytest.raises(ValueError, match="fig7 has no pre-registered trained control"):
+        guard_record("fig7", kept, tmp_path / "out")
+    with pytest.raises(ValueError, match="fig4c's restated checks are judged on fresh runs"):
+        guard_record("fig4c", kept, tmp_path / "out")
+    with pytest.raises(ValueError, match="already carries a trained control"):
+        guard_record("fig8", kept, tmp_path / "out")
+    bare = json.loads((kept / "fig11.json").read_text())
+    del bare["null_control"]
+    for c in bare["checks"]:
+        c.pop("counted", None), c.pop("counted_holds", None)
+    bare["verdict"] = "partly"
+    (kept / "fig11.json").write_text(json.dumps(bare))
+    with pytest.raises(ValueError, match="has no null control to keep"):
+        guard_record("fig11", kept, tmp_path / "out")
+    shutil.copy(kept / "fig8.json", kept / "fig11.json")
+    with pytest.raises(ValueError, match="is the record of 'fig8', not of 'fig11'"):
+        guard_record("fig11", kept, tmp_path / "out")

@@ -235,19 +235,35 @@ def add_reproduce_parser(sub: Any) -> argparse.ArgumentParser:
         help="judge a sweep figure's kept record in DIR (e.g. docs/records) again under the null control, without "
         "its sweep's runs (its checks as recorded); with all: every sweep figure whose record has no null control",
     )
+    p.add_argument(
+        "--guard-record",
+        default=None,
+        metavar="DIR",
+        help="judge a figure's kept record in DIR again under its trained control pre-registered after the record "
+        "(its checks, null control and seeds as recorded; the control computed now)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_reproduce)
     return p
 
 
 def cmd_reproduce(a: argparse.Namespace) -> int:
-    from hooked_clip1d.reproduce import FIGURES, rejudge_record, reproduce
+    from hooked_clip1d.reproduce import FIGURES, guard_record, rejudge_record, reproduce
 
     if a.figure != "all" and a.figure not in FIGURES:
         raise ValueError(f"unknown figure {a.figure!r}; known: {', '.join(sorted(FIGURES))}, all")
     figures = sorted(FIGURES) if a.figure == "all" else [a.figure]
     if a.model and a.figure == "all":
         raise ValueError("--model names one figure's model: give a figure key, not all")
+    if a.guard_record is not None:
+        if a.model or a.no_controls or a.rejudge_record is not None or a.figure == "all":
+            raise ValueError(
+                "--guard-record judges one figure's kept record under its trained control: give a figure key, and no "
+                "--model, --no-controls or --rejudge-record"
+            )
+        records = [guard_record(a.figure, a.guard_record, a.out, a.sweeps_dir)]
+        print(dumps(records) if a.json else _format_records(records, a.out))
+        return _compare_records(a.compare_to, a.out, figures) if a.compare_to else 0
     if a.rejudge_record is not None:
         if a.model or a.no_controls:
             raise ValueError("--rejudge-record judges a kept record under the null control: no --model, --no-controls")

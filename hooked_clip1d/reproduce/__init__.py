@@ -10,7 +10,8 @@ grid (``grid_cell``) where it has ``cell_checks`` — at most ``partly``, as cel
 trend — and is ``not run`` otherwise.
 ``reproduce`` writes ``<out>/<figure>/<figure>.json`` and its PNGs; ``reproduce.results_page`` turns the JSON files
 into ``docs/results.md``. ``rejudge_record`` judges a sweep figure's kept record again under the null control
-without its sweep's runs (records made before the controls existed).
+without its sweep's runs (records made before the controls existed); ``guard_record`` judges a kept record again under
+a trained control pre-registered after it, keeping its seeds and null control as recorded.
 
 The package, by module:
 
@@ -57,7 +58,11 @@ from hooked_clip1d.reproduce.core import (
     register,
     verdict_of,
 )
-from hooked_clip1d.reproduce.runner import rejudge_record, reproduce  # imports every figure module: FIGURES is complete
+from hooked_clip1d.reproduce.runner import (  # imports every figure module: FIGURES is complete
+    guard_record,
+    rejudge_record,
+    reproduce,
+)
 
 __all__ = [
     "ABLATE_EP",
@@ -77,6 +82,7 @@ __all__ = [
     "FigureSpec",
     "Outcome",
     "register",
+    "guard_record",
     "rejudge_record",
     "reproduce",
     "verdict_of",

@@ -438,3 +438,63 @@ def rejudge_record(figure: str, records_dir: str | Path = "docs/records", out_di
     out = Path(out_dir) / figure
     out.mkdir(parents=True, exist_ok=True)
     return write_record(record, out / f"{figure}.json").to_dict()
+
+
+def guard_record(
+    figure: str,
+    records_dir: str | Path = "docs/records",
+    out_dir: str | Path = "results",
+    sweeps_dir: str | Path | None = None,
+) -> dict:
+    """Judge a figure's kept record again under a trained control pre-registered after the record was made
+    (``TRAINED_CONTROLS``), keeping everything else it holds as recorded: its checks, null control, invariance audit
+    and seed replicates. Writes ``<out_dir>/<figure>/<figure>.json`` (its PNGs stay the page's) and returns it.
+
+    For a record whose seed replicates are not on this machine: a rerun would judge the shipped model alone and
+    drop them. The control's runs are computed now (``trained_control_runs``, under ``sweeps_dir`` for its other
+    seeds), each check a control run passes stops counting (``apply_trained_control``: a check the control's run
+    does not report is an error), and the verdict follows (``Record.judged``). Refused: a figure without a
+    pre-registered control, one whose restated checks are judged on fresh runs (a rerun applies both rules in
+    order), a record that already carries a trained control or has no null control, and a control not in the zoo.
+
+    Example:
+        >>> import tempfile
+        >>> guard_record("fig7", out_dir=tempfile.mkdtemp())
+        Traceback (most recent call last):
+        ValueError: fig7 has no pre-registered trained control (replicates.TRAINED_CONTROLS)
+    """
+    from hooked_clip1d.sweeps.runner import sweeps_home
+
+    if figure not in FIGURES:
+        raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}")
+    spec = FIGURES[figure]
+    if figure not in TRAINED_CONTROLS:
+        raise ValueError(f"{figure} has no pre-registered trained control (replicates.TRAINED_CONTROLS)")
+    if figure in FRESH_JUDGED:
+        raise ValueError(f"{figure}'s restated checks are judged on fresh runs after its control: rerun it")
+    path = Path(records_dir) / f"{figure}.json"
+    if not path.is_file():
+        raise ValueError(f"no record of {figure} in {records_dir} (looked for {path})")
+    record = load_record(path)
+    if record.figure != figure:
+        raise ValueError(f"record {path} is the record of {record.figure!r}, not of {figure!r}")
+    if "trained_control" in record.details:
+        raise ValueError(f"record {path} already carries a trained control: rerun {figure} (`{spec.command}`)")
+    if not record.checks or any(c.counted is None for c in record.checks) or "null_control" not in record.details:
+        raise ValueError(f"record {path} has no null control to keep: rerun {figure} (`{spec.command}`)")
+    root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
+    runs, status = trained_control_runs(spec, root)
+    if not runs:
+        raise ValueError(f"{figure}: no trained-control run to judge it under ({status})")
+    # matched by sentence: a recorded check that the control's run does not report (reworded since, or gone) is an
+    # error (apply_trained_control), never a pass
+    record.details["trained_control"] = apply_trained_control(record.checks, spec, runs, status)
+    record.verdict = record.judged()
+    record.details["rejudged"] = {
+        "on": datetime.date.today().isoformat(),
+        "from": f"the record of {record.recorded or 'an unknown date'}: its checks, null control, audit and seeds as "
+        f"recorded; the trained control pre-registered after it ({status}) computed on this date by the current code",
+    }
+    out = Path(out_dir) / figure
+    out.mkdir(parents=True, exist_ok=True)
+    return write_record(record, out / f"{figure}.json").to_dict()
