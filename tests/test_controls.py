@@ -605,6 +605,14 @@ def test_guard_record_applies_a_later_control_to_a_kept_record_and_keeps_its_see
     kept.mkdir()
     for f in ("fig11", "fig8", "fig4c"):
         shutil.copy(f"docs/records/{f}.json", kept / f"{f}.json")
+    unguarded = json.loads((kept / "fig11.json").read_text())  # as it was before its control (2026-11-28)
+    for key in ("trained_control", "rejudged"):
+        unguarded.pop(key, None)
+    for c in unguarded["checks"]:
+        c.pop("trained_control", None)
+        if c.pop("control_passes", None):
+            c["counted"], c["counted_holds"] = True, c["holds"]
+    (kept / "fig11.json").write_text(json.dumps(unguarded))
     before = load_record(kept / "fig11.json")
     assert "trained_control" not in before.details
     rec = guard_record("fig11", kept, tmp_path / "out", tmp_path / "no-sweeps")
@@ -617,6 +625,11 @@ def test_guard_record_applies_a_later_control_to_a_kept_record_and_keeps_its_see
         ctl = a.trained_control["control-shuffled-distinct-ntot20-n2-10"]
         assert a.counted == (b.counted and not ctl)
     assert after.verdict == after.judged() and "trained control pre-registered after it" in rec["rejudged"]["from"]
+    from hooked_clip1d.reproduce.results_page import _when
+
+    assert "under the trained control pre-registered after it: `hooked-clip1d reproduce fig11 --guard-record" in (
+        _when(after)
+    )
     with pytest.raises(ValueError, match="fig7 has no pre-registered trained control"):
         guard_record("fig7", kept, tmp_path / "out")
     with pytest.raises(ValueError, match="fig4c's restated checks are judged on fresh runs"):

@@ -319,8 +319,14 @@ def _seed(item: tuple[str, bool]) -> int:
 
 
 def _when(r: Record) -> str:
-    """When the record was made and, for a record re-judged under the null control later (``rejudge_record``), when."""
+    """When the record was made and, for a record re-judged later, when and under what: the null control
+    (``rejudge_record``) or a trained control pre-registered after it (``guard_record``)."""
     rejudged = r.details.get("rejudged")
+    if rejudged and rejudged.get("under") == "trained control":
+        return (
+            f" (recorded {r.recorded or 'on an unknown date'}; its recorded checks re-judged {rejudged['on']} under "
+            f"the trained control pre-registered after it: `{r.command} --guard-record docs/records`)"
+        )
     if rejudged:
         again = f"`{r.command} --rejudge-record docs/records`"
         return (

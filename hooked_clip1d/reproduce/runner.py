@@ -490,10 +490,13 @@ def guard_record(
     # error (apply_trained_control), never a pass
     record.details["trained_control"] = apply_trained_control(record.checks, spec, runs, status)
     record.verdict = record.judged()
+    earlier = record.details.get("rejudged")
     record.details["rejudged"] = {
         "on": datetime.date.today().isoformat(),
+        "under": "trained control",
         "from": f"the record of {record.recorded or 'an unknown date'}: its checks, null control, audit and seeds as "
         f"recorded; the trained control pre-registered after it ({status}) computed on this date by the current code",
+        **({"earlier": earlier} if earlier else {}),
     }
     out = Path(out_dir) / figure
     out.mkdir(parents=True, exist_ok=True)
