@@ -625,6 +625,19 @@ def test_guard_record_applies_a_later_control_to_a_kept_record_and_keeps_its_see
         ctl = a.trained_control["control-shuffled-distinct-ntot20-n2-10"]
         assert a.counted == (b.counted and not ctl)
     assert after.verdict == after.judged() and "trained control pre-registered after it" in rec["rejudged"]["from"]
+    # guarded again (e.g. with more control seeds on the machine): from the record as it was, the same outcome
+    again = guard_record("fig11", tmp_path / "out" / "fig11", tmp_path / "again", tmp_path / "no-sweeps")
+    assert [c["counted"] for c in again["checks"]] == [c.counted for c in after.checks]
+    assert again["rejudged"]["before_control"] == rec["rejudged"]["before_control"]
+    for key, value, problem in (
+        ("substituted", {"x": "untrained:1"}, "was not made on the figure's zoo models"),
+        ("models", ["simplified-ntot20-n2-10-standard-loss"], "was not made on the figure's zoo models"),
+        ("model_epochs", {"simplified-ntot20-n2-10": 500}, "the zoo's models moved since"),
+    ):
+        (kept / "moved").mkdir(exist_ok=True)
+        (kept / "moved" / "fig11.json").write_text(json.dumps({**unguarded, key: value}))
+        with pytest.raises(ValueError, match=problem):
+            guard_record("fig11", kept / "moved", tmp_path / "out")
     from hooked_clip1d.reproduce.results_page import _when
 
     assert "under the trained control pre-registered after it: `hooked-clip1d reproduce fig11 --guard-record" in (

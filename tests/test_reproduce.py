@@ -841,7 +841,7 @@ def test_fig22_counts_r1_to_r3_only_when_all_14_retrained_runs_have_finished(tmp
     models = {name: load_model(name) for name in spec.models}
     out = spec.run(models)
     assert R1_TEXT not in dict(out.checks) and "0 of 14 retrained runs finished" in out.notes
-    assert retrain_status() == (False, f"0 of 14 retrained runs finished in {str(tmp_path / 'fig22-retrain')!r}")
+    assert retrain_status() == (False, "0 of 14 retrained runs finished in <sweeps>/fig22-retrain")
     before = [c for c, _ in out.checks]
     flagship = models[FLAGSHIP]
     for kept in (list(k) for n in (1, 2, 3) for k in itertools.combinations(range(4), n)):
@@ -859,6 +859,13 @@ def test_fig22_counts_r1_to_r3_only_when_all_14_retrained_runs_have_finished(tmp
     rows = out.numbers["retrained_all"]["rows"]
     assert len(rows) == 14 and all(r["before"] == r["acc"] for r in rows)  # not retrained: before == after
     assert "retrained_all" in out.figures and {NO_QK_BIAS, PRUNED} < set(spec.models)
+    assert str(tmp_path) not in json.dumps(out.numbers, default=str) + out.summary + out.notes  # no machine's folder
+    # a null draw (every model of the figure untrained) reports the same checks, and R1-R3 fail on it
+    from hooked_clip1d.reproduce.controls import run_closed, substitutes
+
+    draw = run_closed(spec.run, substitutes(spec, {name: "untrained:1" for name in spec.models}))
+    assert [c for c, _ in draw.checks] == [c for c, _ in out.checks]
+    assert [ok for _, ok in draw.checks[:3]] == [False, False, False]
 
 
 def test_x7_reads_each_runs_head_from_its_row_and_refuses_a_missing_one():

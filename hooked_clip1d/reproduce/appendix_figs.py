@@ -336,7 +336,7 @@ def _retrained_subsets(model: CLIP1D) -> tuple[list[dict[str, Any]] | None, str]
     if shipped:
         done = sum(_finished(run) for run in runs)
         if done < len(runs):
-            return None, f"{done} of {len(runs)} retrained runs finished in {str(root)!r}"
+            return None, f"{done} of {len(runs)} retrained runs finished in <sweeps>/{FIG22_RETRAIN}"
     for kept, run in zip(subsets, runs, strict=True):
         pruned = [(0, h) for h in heads if h not in kept]
         if draw:
@@ -365,7 +365,9 @@ def _retrained_subsets(model: CLIP1D) -> tuple[list[dict[str, Any]] | None, str]
             before = prune_heads(model, vision=[(0, h) for h in heads if h not in kept]).eval()
             row["before"] = evaluate(before, ds, splits=("val_unseen",))["val_unseen"]["acc"]
         rows.append(row)
-    where = f"retrained {FIG22_EPOCHS:,} epochs ({str(root)!r})" if shipped else "pruned, not retrained (a null draw)"
+    # a record names no machine's folders
+    where = f"retrained {FIG22_EPOCHS:,} epochs (<sweeps>/{FIG22_RETRAIN})" if shipped else "pruned, not retrained"
+    where += "" if shipped else " (a null draw)"
     return rows, where
 
 
@@ -386,7 +388,7 @@ def retrain_status() -> tuple[bool, str]:
     root = sweeps_root() / FIG22_RETRAIN
     subsets = [k for n in (1, 2, 3) for k in itertools.combinations(range(4), n)]
     done = sum(_finished(root / subset_run_name([(0, h) for h in kept])) for kept in subsets)
-    return done == FIG22_SUBSETS, f"{done} of {FIG22_SUBSETS} retrained runs finished in {str(root)!r}"
+    return done == FIG22_SUBSETS, f"{done} of {FIG22_SUBSETS} retrained runs finished in <sweeps>/{FIG22_RETRAIN}"
 
 
 def _finished(run: Path) -> bool:
@@ -487,7 +489,7 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
     if ready:  # Fig. 22 as the paper runs it: R1-R3 count, the checks above are reported (pre-registered 2026-11-29)
         r_checks, r_summary = _retrained_outcome(models[FLAGSHIP], numbers, figs)
         replaced = "replaced by R1-R3 once the 14 retrained subsets finished (docs/fidelity.md, 2026-11-29)"
-        secondary.update({c: replaced for c, _ in checks})
+        secondary.update({c: replaced for c, _ in checks if c not in secondary})
         checks = r_checks + checks
         summary = r_summary + ". Before: " + summary
         notes = (
@@ -497,7 +499,8 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
             "without retraining (a retraining of untrained pruned draws is not run: a stated limit). R1 is a failure "
             "check: the four-head model itself is beyond its 0.6 bound. R2 and R3 have no trained control. The "
             "earlier checks (the `-no-qk-bias` flagship's subsets before retraining and its one retrained pair) are "
-            "shown, not counted."
+            "shown, not counted, so a model substituted for either of those (`--model`) moves only what is shown; "
+            "a substitute for the flagship is refused unless it is an untrained draw."
         )
     else:
         notes = (

@@ -323,9 +323,12 @@ def _when(r: Record) -> str:
     (``rejudge_record``) or a trained control pre-registered after it (``guard_record``)."""
     rejudged = r.details.get("rejudged")
     if rejudged and rejudged.get("under") == "trained control":
+        earlier = rejudged.get("earlier")
+        before = f"under the null control on {earlier['on']} and " if earlier else ""
         return (
-            f" (recorded {r.recorded or 'on an unknown date'}; its recorded checks re-judged {rejudged['on']} under "
-            f"the trained control pre-registered after it: `{r.command} --guard-record docs/records`)"
+            f" (recorded {r.recorded or 'on an unknown date'}; its recorded checks re-judged {before}on "
+            f"{rejudged['on']} under the trained control pre-registered after it: "
+            f"`{r.command} --guard-record docs/records`)"
         )
     if rejudged:
         again = f"`{r.command} --rejudge-record docs/records`"

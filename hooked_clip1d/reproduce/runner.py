@@ -22,7 +22,7 @@ from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
 from hooked_clip1d.reproduce.controls import audit_invariance, counted_checks, null_control, run_closed, substitutes
 from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_record, reading_sweeps_from, verdict_of
-from hooked_clip1d.reproduce.records import load_record, write_record
+from hooked_clip1d.reproduce.records import Record, load_record, write_record
 from hooked_clip1d.reproduce.replicates import (
     FRESH_JUDGED,
     STUDY_SEEDS,
@@ -453,9 +453,13 @@ def guard_record(
     For a record whose seed replicates are not on this machine: a rerun would judge the shipped model alone and
     drop them. The control's runs are computed now (``trained_control_runs``, under ``sweeps_dir`` for its other
     seeds), each check a control run passes stops counting (``apply_trained_control``: a check the control's run
-    does not report is an error), and the verdict follows (``Record.judged``). Refused: a figure without a
-    pre-registered control, one whose restated checks are judged on fresh runs (a rerun applies both rules in
-    order), a record that already carries a trained control or has no null control, and a control not in the zoo.
+    does not report is an error), and the verdict follows (``Record.judged``). A record guarded this way before is
+    judged again from its state before that guarding (kept in ``rejudged.before_control``), e.g. when more of the
+    control's seeds are on the machine. Refused: a figure without a pre-registered control, one whose restated
+    checks are judged on fresh runs (a rerun applies both rules in order), a record that carries a control from its
+    own run or has no null control, a record made on substituted models or on models whose epochs differ from the
+    zoo's today, and a control not in the zoo. (A zoo name switched to new weights of the same epochs is not
+    visible in a record: guard a record only while its models are the ones it read.)
 
     Example:
         >>> import tempfile
@@ -478,26 +482,65 @@ def guard_record(
     record = load_record(path)
     if record.figure != figure:
         raise ValueError(f"record {path} is the record of {record.figure!r}, not of {figure!r}")
+    earlier = record.details.get("rejudged")
     if "trained_control" in record.details:
-        raise ValueError(f"record {path} already carries a trained control: rerun {figure} (`{spec.command}`)")
+        if not (earlier and earlier.get("under") == "trained control" and "before_control" in earlier):
+            raise ValueError(f"record {path} already carries a trained control: rerun {figure} (`{spec.command}`)")
+        _unguard(record, earlier)  # guarded before by guard_record: judged again from what it was before that
+        earlier = record.details.get("rejudged")
     if not record.checks or any(c.counted is None for c in record.checks) or "null_control" not in record.details:
         raise ValueError(f"record {path} has no null control to keep: rerun {figure} (`{spec.command}`)")
+    if "substituted" in record.details or record.models != list(spec.models):
+        raise ValueError(
+            f"record {path} was not made on the figure's zoo models {list(spec.models)} (models {record.models}"
+            + (", substituted" if "substituted" in record.details else "")
+            + f"): rerun {figure} (`{spec.command}`)"
+        )
+    moved = {
+        name: (epochs, manifest(name).get("epochs"))
+        for name, epochs in (record.details.get("model_epochs") or {}).items()
+        if name in list_pretrained() and manifest(name).get("epochs") != epochs
+    }
+    if moved:
+        raise ValueError(f"record {path}: the zoo's models moved since (epochs recorded, today): {moved}: rerun it")
     root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
-    runs, status = trained_control_runs(spec, root)
-    if not runs:
-        raise ValueError(f"{figure}: no trained-control run to judge it under ({status})")
-    # matched by sentence: a recorded check that the control's run does not report (reworded since, or gone) is an
-    # error (apply_trained_control), never a pass
-    record.details["trained_control"] = apply_trained_control(record.checks, spec, runs, status)
+    before = {c.id: [c.counted, c.counted_holds] for c in record.checks}
+    with reading_sweeps_from(root):
+        runs, status = trained_control_runs(spec, root)
+        if not runs:
+            raise ValueError(f"{figure}: no trained-control run to judge it under ({status})")
+        # matched by sentence: a recorded check that the control's run does not report (reworded since, or gone) is
+        # an error (apply_trained_control), never a pass
+        record.details["trained_control"] = apply_trained_control(record.checks, spec, runs, status)
     record.verdict = record.judged()
-    earlier = record.details.get("rejudged")
     record.details["rejudged"] = {
         "on": datetime.date.today().isoformat(),
         "under": "trained control",
         "from": f"the record of {record.recorded or 'an unknown date'}: its checks, null control, audit and seeds as "
         f"recorded; the trained control pre-registered after it ({status}) computed on this date by the current code",
+        # each check's (counted, counted_holds) before the control, so that a later guarding (more control runs)
+        # starts from the record as it was, not from this one
+        "before_control": before,
         **({"earlier": earlier} if earlier else {}),
     }
     out = Path(out_dir) / figure
     out.mkdir(parents=True, exist_ok=True)
     return write_record(record, out / f"{figure}.json").to_dict()
+
+
+def _unguard(record: Record, guarded: dict[str, Any]) -> None:
+    """Undo ``guard_record`` on ``record`` (in place): each check's counted outcome as it was before the control, the
+    control's marks removed, the re-judging before it put back."""
+    before = guarded["before_control"]
+    missing = [c.id for c in record.checks if c.id not in before]
+    if missing:
+        raise ValueError(f"{record.figure}: the guarded record lacks the state before its control for {missing}")
+    for c in record.checks:
+        c.counted, c.counted_holds = before[c.id]
+        c.trained_control, c.control_passes = None, None
+    del record.details["trained_control"]
+    if "earlier" in guarded:
+        record.details["rejudged"] = guarded["earlier"]
+    else:
+        del record.details["rejudged"]
+    record.verdict = record.judged()
