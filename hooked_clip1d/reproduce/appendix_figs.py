@@ -492,24 +492,7 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
         secondary.update({c: replaced for c, _ in checks if c not in secondary})
         checks = r_checks + checks
         summary = r_summary + ". Before: " + summary
-        notes = (
-            "R1-R3 read every subset of the flagship's four vision heads (14 models) pruned and retrained 10,000 "
-            "epochs under the default recipe at seed 0 (`hooked-clip1d analyze pruning --model "
-            f'{FLAGSHIP} -o "kept=[1,2,3]" -o epochs=10000`); an untrained draw\'s R1-R3 read its pruned copies '
-            "without retraining (a retraining of untrained pruned draws is not run: a stated limit). R1 is a failure "
-            "check: the four-head model itself is beyond its 0.6 bound. R2 and R3 have no trained control. The "
-            "earlier checks (the `-no-qk-bias` flagship's subsets before retraining and its one retrained pair) are "
-            "shown, not counted, so a model substituted for either of those (`--model`) moves only what is shown; "
-            "a substitute for the flagship is refused unless it is an untrained draw."
-        )
-    else:
-        notes = (
-            "Only the best pair by pre-retraining accuracy was retrained (one zoo model). Fig. 22 as the paper runs "
-            "it, every subset retrained (checks R1-R3, pre-registered 2026-11-29), replaces these checks when its "
-            f"runs have finished: {status}. The retrained model is substituted with the figure's other model "
-            "(`--model`, and an untrained two-head model in the null control); the figure is not read at more "
-            "seeds, as the seed sweeps hold no retrained pruned model."
-        )
+    notes = _fig22_notes(ready, status)
     return Outcome(
         numbers,
         summary + ".",
@@ -519,6 +502,28 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
         absence=(absent,),
         secondary=secondary,
         sensitivity=sensitivity,
+    )
+
+
+def _fig22_notes(ready: bool, status: str) -> str:
+    """Fig. 22's notes: what R1-R3 read once the retraining has finished, else how far it is."""
+    if ready:
+        return (
+            "R1-R3 read every subset of the flagship's four vision heads (14 models) pruned and retrained 10,000 "
+            "epochs under the default recipe at seed 0 (`hooked-clip1d analyze pruning --model "
+            f'{FLAGSHIP} -o "kept=[1,2,3]" -o epochs=10000`); an untrained draw\'s R1-R3 read its pruned copies '
+            "without retraining (a retraining of untrained pruned draws is not run: a stated limit). R1 is a failure "
+            "check: the four-head model itself is beyond its 0.6 bound. R2 and R3 have no trained control. The "
+            "earlier checks (the `-no-qk-bias` flagship's subsets before retraining and its one retrained pair) are "
+            "shown, not counted, so a model substituted for either of those (`--model`) moves only what is shown; "
+            "a substitute for the flagship is refused unless it is an untrained draw."
+        )
+    return (
+        "Only the best pair by pre-retraining accuracy was retrained (one zoo model). Fig. 22 as the paper runs "
+        "it, every subset retrained (checks R1-R3, pre-registered 2026-11-29), replaces these checks when its "
+        f"runs have finished: {status}. The retrained model is substituted with the figure's other model "
+        "(`--model`, and an untrained two-head model in the null control); the figure is not read at more "
+        "seeds, as the seed sweeps hold no retrained pruned model."
     )
 
 

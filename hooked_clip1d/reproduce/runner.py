@@ -488,21 +488,7 @@ def guard_record(
             raise ValueError(f"record {path} already carries a trained control: rerun {figure} (`{spec.command}`)")
         _unguard(record, earlier)  # guarded before by guard_record: judged again from what it was before that
         earlier = record.details.get("rejudged")
-    if not record.checks or any(c.counted is None for c in record.checks) or "null_control" not in record.details:
-        raise ValueError(f"record {path} has no null control to keep: rerun {figure} (`{spec.command}`)")
-    if "substituted" in record.details or record.models != list(spec.models):
-        raise ValueError(
-            f"record {path} was not made on the figure's zoo models {list(spec.models)} (models {record.models}"
-            + (", substituted" if "substituted" in record.details else "")
-            + f"): rerun {figure} (`{spec.command}`)"
-        )
-    moved = {
-        name: (epochs, manifest(name).get("epochs"))
-        for name, epochs in (record.details.get("model_epochs") or {}).items()
-        if name in list_pretrained() and manifest(name).get("epochs") != epochs
-    }
-    if moved:
-        raise ValueError(f"record {path}: the zoo's models moved since (epochs recorded, today): {moved}: rerun it")
+    _check_guardable(record, spec, path)
     root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
     before = {c.id: [c.counted, c.counted_holds] for c in record.checks}
     with reading_sweeps_from(root):
@@ -526,6 +512,26 @@ def guard_record(
     out = Path(out_dir) / figure
     out.mkdir(parents=True, exist_ok=True)
     return write_record(record, out / f"{figure}.json").to_dict()
+
+
+def _check_guardable(record: Record, spec: FigureSpec, path: Path) -> None:
+    """Refuse (naming what) a kept record that ``guard_record`` cannot judge again as recorded: no null control, made
+    on substituted or other models, or on zoo models whose epochs have moved since."""
+    if not record.checks or any(c.counted is None for c in record.checks) or "null_control" not in record.details:
+        raise ValueError(f"record {path} has no null control to keep: rerun {spec.key} (`{spec.command}`)")
+    if "substituted" in record.details or record.models != list(spec.models):
+        raise ValueError(
+            f"record {path} was not made on the figure's zoo models {list(spec.models)} (models {record.models}"
+            + (", substituted" if "substituted" in record.details else "")
+            + f"): rerun {spec.key} (`{spec.command}`)"
+        )
+    moved = {
+        name: (epochs, manifest(name).get("epochs"))
+        for name, epochs in (record.details.get("model_epochs") or {}).items()
+        if name in list_pretrained() and manifest(name).get("epochs") != epochs
+    }
+    if moved:
+        raise ValueError(f"record {path}: the zoo's models moved since (epochs recorded, today): {moved}: rerun it")
 
 
 def _unguard(record: Record, guarded: dict[str, Any]) -> None:
