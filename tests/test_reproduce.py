@@ -745,8 +745,8 @@ def test_fig22_retrain_checks_fail_on_an_untrained_draw():
     import pytest
 
     from hooked_clip1d import load_model
-    from hooked_clip1d.reproduce.appendix_figs import _retrained_subsets, retrain_checks
     from hooked_clip1d.reproduce.controls import untrained_like
+    from hooked_clip1d.reproduce.pruned_heads import _retrained_subsets, retrain_checks
 
     draw = untrained_like(load_model("simplified-ntot20-n2-10"), 1, manifest={"name": "untrained:1:0.02", "epochs": 0})
     rows, where = _retrained_subsets(draw)
@@ -780,7 +780,7 @@ def test_fig22_retrained_runs_are_read_only_when_finished_and_from_the_flagship(
 
     from hooked_clip1d import load_model
     from hooked_clip1d.model.checkpoint import save_model
-    from hooked_clip1d.reproduce.appendix_figs import _retrained_subsets
+    from hooked_clip1d.reproduce.pruned_heads import _retrained_subsets
     from hooked_clip1d.settings import TrainConfig
     from hooked_clip1d.training.retrain import prune_heads
 
@@ -830,8 +830,8 @@ def test_fig22_counts_r1_to_r3_only_when_all_14_retrained_runs_have_finished(tmp
 
     from hooked_clip1d import load_model
     from hooked_clip1d.model.checkpoint import save_model
-    from hooked_clip1d.reproduce.appendix_figs import R1_TEXT, R2_TEXT, R3_TEXT, retrain_status
     from hooked_clip1d.reproduce.core import FLAGSHIP, NO_QK_BIAS, PRUNED
+    from hooked_clip1d.reproduce.pruned_heads import R1_TEXT, R2_TEXT, R3_TEXT, retrain_status
     from hooked_clip1d.settings import TrainConfig
     from hooked_clip1d.training.retrain import prune_heads
 

@@ -18,7 +18,8 @@ The package, by module:
 - ``core``: ``FigureSpec``, ``Outcome``, ``verdict_of``, the zoo model names, ``SWEEPS_DIR``, the record writing.
 - ``mechanism_figs``: the flagship's mechanism (Sec. 4-5, App. D-F: fig4b, 4c, 5d, 5e, 6, 7, 11, 13, 14, 15).
 - ``sweep_figs``: figures built on a sweep (fig3, 4a, 10, 21, 21b) and ``grid_cell`` for unfinished sweeps.
-- ``appendix_figs``: other architectures and captions (Sec. 6, App. I-L: fig8, 18, 19, 20, 22, 23).
+- ``appendix_figs``: other architectures and captions (Sec. 6, App. I, J, L: fig8, 18, 19, 20, 23).
+- ``pruned_heads``: App. K's pruned heads (fig22), with the pre-registered R1-R3 over the 14 retrained subsets.
 - ``open_questions``: the beyond-the-paper experiments x2-x5 and x7 (the paper's open questions);
   ``spatial_id_studies``: x1 and x6 (the spatial-IDs paper's methods); ``recipe_study``: x8, the training-recipe study.
 - ``dynamics_studies``: the verdict studies x10-x13 (dynamics, fresh seeds, Fig. 4a at fixed steps, emergence);

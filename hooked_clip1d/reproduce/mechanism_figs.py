@@ -8,7 +8,7 @@
   ablations, Fig. 5e, 16, 17).
 - Text tower and alignment: ``fig6``, ``fig7`` are in ``text_figs``.
 
-``FIG4B_IMAGES`` is shared with ``appendix_figs`` (Fig. 22), and the readings both use (the whole-CLS-query rows, the
+``FIG4B_IMAGES`` is shared with ``pruned_heads`` (Fig. 22), and the readings both use (the whole-CLS-query rows, the
 paper's EP reading, the sensitivity steps) are in ``readings``; the figure functions take the model name so
 ``open_questions`` reruns them on other models. The checks are those of
 docs/fidelity.md ("Verdicts v2"): readings invariant to every output-preserving reparametrisation count, the paper's
