@@ -92,7 +92,7 @@ class Check:
     beyond_null: bool | None = None
     permutation_p: float | None = None  # a sweep figure's permutation null over the trained runs
     coordinate_dependent: list[str] | None = None  # the reparametrisations that moved it
-    not_auditable: bool | None = None  # the invariance audit cannot see it (it reads stored numbers)
+    not_auditable: bool | None = None  # the audit cannot see it (the same on untrained weights: stored numbers...)
     seeds: dict[str, bool] | None = None  # its outcome at each replicate seed
     fresh_holds: int | None = None  # how many fresh seeds it holds at
     trained_control: dict[str, bool] | None = None  # its outcome on each trained-control run

@@ -285,7 +285,10 @@ def _check_context(c: Check) -> str:
     if c.coordinate_dependent:
         parts.append("not counted: moves under " + ", ".join(c.coordinate_dependent) + " (coordinate-dependent)")
     if c.not_auditable:
-        parts.append("invariance audit: not auditable (unchanged on untrained weights: it reads stored numbers)")
+        parts.append(
+            "invariance audit: not auditable (the same on untrained weights, so no move can be seen to change it: "
+            "it reads stored numbers, or fails or holds whatever the weights)"
+        )
     judged = c.fresh_rule in ("reproduced", "inconclusive", "not reproduced")  # the rule was applied
     if c.fresh_runs:
         parts.append("fresh runs " + " ".join(f"{k}:{'y' if ok else 'n'}" for k, ok in c.fresh_runs.items()))
