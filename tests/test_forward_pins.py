@@ -158,7 +158,7 @@ RECORDED: dict[str, list[str]] = {
         "c4960e9ceedf34e1",
     ],
     "simplified-ntot20-n2-10-w005": ["8a90da8a45f54b3d", "eddb78796f175d2f", "ede69a836a59e26e", "b017611833e0345e"],
-    "vision2-ntot25-n2-15": ["ddd8b177b4fc2f56", "bc505a00f9964147", "9b9613ee5c7f3077", "56ba5c39e21ad1c1"],
+    "vision2-ntot25-n2-15-no-qk-bias": ["ddd8b177b4fc2f56", "bc505a00f9964147", "9b9613ee5c7f3077", "56ba5c39e21ad1c1"],
     "vision2-ntot25-n2-15-all-decay": ["c8aa6467fea038b0", "2f3fe0992238a821", "233878725a9da92f", "4f9e800b68f94ec0"],
     "RoPE full": ["1e992d30102fbecf", "e3269f4d6b821f72", "4c0f53fdd3b35a57", "5db94013a5a3ab5e"],
     "RoPE on 2 dims": ["2f4d40e20e049bf9", "a7917fff222d64b2", "c83b445726313134", "93bee918f98d29cb"],
@@ -181,6 +181,7 @@ UNPINNED = (
     "rope-ntot20-n2-15",
     "simplified-ntot10-n2-5",
     "simplified-ntot20-n2-10",
+    "vision2-ntot25-n2-15",
 )
 
 

@@ -45,7 +45,7 @@ CIRCUIT_MODELS = (
     "simplified-ntot20-n2-10-standard-loss",
     "simplified-ntot20-n2-10-no-qk-bias",
     "simplified-ntot20-n2-10-init002",
-    "vision2-ntot25-n2-15",
+    "vision2-ntot25-n2-15-no-qk-bias",
     "rope-ntot20-n2-15-no-qk-bias",
     "leftright-v1-t2-ntot20-n2-10-no-qk-bias",
 )
