@@ -41,11 +41,15 @@ SHUFFLED = "control-shuffled-ntot20-n2-10"
 SHUFFLED_ROPE = "control-shuffled-rope-ntot20-n2-15"
 SHUFFLED_DISTINCT = "control-shuffled-distinct-ntot20-n2-10"
 SHUFFLED_DISTINCT_ROPE = "control-shuffled-distinct-rope-ntot20-n2-15"
+# App. L's (amendment of 2026-11-29, session 28): not in the zoo until seed 0 of its sweep has trained; until then the
+# record of Fig. 23 says so and nothing is counted or removed by it
+SHUFFLED_DISTINCT_VISION2 = "control-shuffled-distinct-vision2-ntot25-n2-15"
 CONTROL_SWEEPS = {
     SHUFFLED: CONTROLS_SWEEP,
     SHUFFLED_ROPE: CONTROLS_SWEEP,
     SHUFFLED_DISTINCT: "controls-distinct",
     SHUFFLED_DISTINCT_ROPE: "controls-distinct-rope",
+    SHUFFLED_DISTINCT_VISION2: "controls-distinct-vision2",
 }
 TRAINED_CONTROLS: dict[str, dict[str, tuple[str, bool]]] = {
     "fig4c": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
@@ -58,6 +62,7 @@ TRAINED_CONTROLS: dict[str, dict[str, tuple[str, bool]]] = {
     "fig18": {"rope-ntot20-n2-15": (SHUFFLED_DISTINCT_ROPE, False)},
     "fig19": {"rope-ntot20-n2-15": (SHUFFLED_DISTINCT_ROPE, False)},
     "fig20": {"leftright-v1-t1-ntot20-n2-10": ("leftright-v1-t2-ntot20-n2-10", True)},
+    "fig23": {"vision2-ntot25-n2-15": (SHUFFLED_DISTINCT_VISION2, False)},  # App. L's model since 2026-11-29
     # x6's restated checks read the flagship alone (amendment of 2026-11-29, session 25)
     "x6-spatial-ids": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
     # x1's restated check (amendment of 2026-11-28, session 22): both models guarded, their controls substituted
