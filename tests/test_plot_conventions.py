@@ -202,3 +202,30 @@ def test_tick_labels_and_panel_texts_do_not_run_into_each_other(fig):
         assert not _overlaps(ax.get_xticklabels(), renderer), ax.get_title()
         assert not _overlaps(ax.get_yticklabels(), renderer), ax.get_title()
         assert not _overlaps([ax.title, *ax.texts], renderer), ax.get_title()
+
+
+def test_doctests_leave_no_figure_open_for_the_next(tmp_path):
+    """The package's doctests show figure functions without closing what they return; in one worker the 21st open
+    figure made matplotlib warn and kept every figure's memory. The ``tests.doctest_figures`` plugin (in addopts)
+    closes them after each doctest: 25 doctests of one figure each pass under ``-W error::RuntimeWarning`` with it,
+    and fail without it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    mod = tmp_path / "many_figures.py"
+    mod.write_text(
+        "\n".join(
+            f'def f{i}():\n    """\n    >>> import matplotlib.pyplot as plt\n    >>> fig = plt.figure()\n    """\n'
+            for i in range(25)
+        )
+    )
+    base = [sys.executable, "-m", "pytest", "-q", "-n0", "-o", "addopts=", "-p", "no:cacheprovider"]
+    base += ["--doctest-modules", "-W", "error::RuntimeWarning", str(mod)]
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    with_plugin = subprocess.run([*base, "-p", "tests.doctest_figures"], cwd=root, env=env, capture_output=True)
+    without = subprocess.run(base, cwd=root, env=env, capture_output=True)
+    assert with_plugin.returncode == 0, with_plugin.stdout.decode()[-2000:]
+    assert without.returncode != 0 and b"More than 20 figures" in without.stdout
