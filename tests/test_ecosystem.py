@@ -393,19 +393,23 @@ def test_a_trajectory_with_its_main_file_deleted_names_the_missing_file(zoo, tmp
 
 
 def _unwritable_folder(tmp_path: Path) -> Path | None:
-    """A folder this process cannot write into: a read-only one for a normal user, /sys for root (which ignores
-    permission bits); None where neither is refused."""
+    """A folder this process cannot create a file in: a read-only one for a normal user; for root (which ignores
+    permission bits) a pseudo-filesystem that refuses new files to everyone: /sys, else /proc (a container may let
+    root write /sys); None where none refuses (then the case skips)."""
+    import tempfile
+
     if os.geteuid() != 0:
         d = tmp_path / "locked"
         d.mkdir()
         d.chmod(0o500)
         return d
-    try:
-        probe = Path("/sys") / ".hc1d-probe"
-        probe.write_text("")
-        probe.unlink()
-    except OSError:
-        return Path("/sys")
+    for d in (Path("/sys"), Path("/proc")):
+        try:  # the operation the destination check itself tries
+            fd, tmp = tempfile.mkstemp(prefix=".hc1d-probe.", dir=d)
+        except OSError:
+            return d
+        os.close(fd)
+        os.unlink(tmp)
     return None
 
 
