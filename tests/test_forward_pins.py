@@ -3,7 +3,8 @@ beside it, one RoPE rotation): every shipped model's logits, loss, activations (
 caches, with every optional hook point on) and gradients on a fixed batch hash to the digests recorded before the
 move, as do tiny models of the configurations no shipped model has (post-LN, tied blocks, RoPE on part of a head,
 training-time term ablation with RoPE). Float results depend on torch's kernels and the CPU's vector extensions, so
-the digests are compared only where both match the recording (as in test_step_pins.py); elsewhere the tests skip.
+the digests are compared only where both match the recording (as in test_step_pins.py); elsewhere the tests skip,
+and test_value_pins.py compares the same outputs' values within a measured tolerance (every shipped model).
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ RECORDED: dict[str, list[str]] = {
 
 
 # zoo models shipped after the move these pins guard: their digests can only be recorded where the pins were (an
-# AVX-512 machine with these kernels), so they are listed here, not silently skipped
+# AVX-512 machine with these kernels), so they are listed here, not silently skipped; test_value_pins.py holds them
 UNPINNED = (
     "control-shuffled-distinct-ntot20-n2-10",
     "control-shuffled-ntot20-n2-10",
