@@ -111,21 +111,41 @@ def test_atp_and_eap_are_exact_with_frozen_patterns(request, model_name, pairs):
 
 def test_qk_fix_is_exact_where_the_pattern_acts_linearly(simplified_model, pairs):
     """One attention-only layer, linear metric: a term's / query's / key's effect passes only through its head's
-    softmax, which the QK fix computes exactly; plain AtP linearises the softmax and misses (the known case)."""
+    softmax, which the QK fix computes exactly (``atp``'s default, AtP+QK); plain AtP linearises the softmax and
+    misses (the known case)."""
     task = _linear_task(simplified_model, pairs[0])
     kinds = ["terms", "q", "k"]
     exact = exact_patching(task, kinds)
-    fixed = atp_star(task, kinds, grad_drop=False)
-    _close(fixed, exact)
-    plain = atp(task, kinds)
+    _close(atp_star(task, kinds, grad_drop=False), exact)
+    default = atp(task, kinds)
+    _close(default, exact)
+    assert default.method == "AtP+QK"
+    plain = atp(task, kinds, qk_fix=False)
+    assert plain.method == "AtP"
     err = float((plain.scores - exact.scores).abs().max()) / float(exact.scores.abs().max())
     assert err > 1e-2  # the softmax's linearisation error on this model: what the QK fix removes
 
 
 def test_qk_fix_on_edges_is_exact_into_queries_and_keys(simplified_model, pairs):
+    """EAP's default (the QK fix on, EAP+QK) is exact on edges into queries and keys; plain EAP is not."""
     task = _linear_task(simplified_model, pairs[0])
     qk = [e for e in build_graph(task.target).edges if e[1].endswith((".q", ".k"))]
-    _close(eap(task, qk, qk_fix=True), exact_edge_patching(task, qk))
+    exact = exact_edge_patching(task, qk)
+    _close(eap(task, qk, qk_fix=True), exact)
+    default, plain = eap(task, qk), eap(task, qk, qk_fix=False)
+    _close(default, exact)
+    assert (default.method, plain.method) == ("EAP+QK", "EAP")
+    assert float((plain.scores - exact.scores).abs().max()) > 1e-2 * float(exact.scores.abs().max())
+
+
+def test_qk_fix_defaults_to_off_with_frozen_patterns_and_refuses_other_values(simplified_model, pairs):
+    task = _linear_task(simplified_model, pairs[0])
+    assert atp(task, ["k"], freeze_pattern=True).method == "AtP"
+    assert eap(task, freeze_pattern=True).method == "EAP"
+    with pytest.raises(ValueError, match="with freeze_pattern there is none"):
+        atp(task, ["k"], qk_fix=True, freeze_pattern=True)
+    with pytest.raises(TypeError, match="qk_fix"):  # the package's message, or the tests' type checker's first
+        eap(task, qk_fix="yes")
 
 
 def test_eap_ig_is_complete_up_to_its_riemann_error(two_layer_model, pairs):
@@ -140,7 +160,7 @@ def test_eap_ig_is_complete_up_to_its_riemann_error(two_layer_model, pairs):
 
     errs = [abs(input_sum(eap_ig(task, steps=s)) - total) for s in (4, 32)]
     assert errs[1] < errs[0] and errs[1] < 0.1 * abs(total)
-    assert abs(input_sum(eap(task)) - total) > errs[1]
+    assert abs(input_sum(eap(task, qk_fix=False)) - total) > errs[1]
 
 
 def test_grad_drop_is_a_mean_of_magnitudes(two_layer_model, pairs):

@@ -43,6 +43,7 @@ from hooked_clip1d.analysis.circuits.attribution import (
     frozen_patterns,
     merge_transforms,
     qk_delta_scores,
+    resolve_qk_fix,
     run_task,
 )
 from hooked_clip1d.analysis.circuits.first_order import OutputGrads, first_order_scores, output_grads, per_row
@@ -293,17 +294,20 @@ def eap(
     task: Task,
     edges: Sequence[Edge] | None = None,
     *,
-    qk_fix: bool = False,
+    qk_fix: bool | None = None,
     grad_drop: bool = False,
     freeze_pattern: bool = False,
     check: int = CHECK_N,
 ) -> Attribution:
     """Edge attribution patching (Syed et al. 2023): for each edge ``w -> port`` of ``graph.build_graph`` (or the
     given ``edges``), ``(w(corrupted) - w(clean)) . dM/d(port input)`` at the clean run; ``qk_fix`` / ``grad_drop``
-    add AtP*'s corrections (module docstring). Returns edge scores named ``"w->port"``; ``.ranked()`` lists them
-    best first. Exact for edges into values and the readout of the attention-only towers without LN when the metric
-    is linear (``mirror_task(..., norm="frozen")``), and with ``qk_fix`` for edges into a one-layer tower's queries
-    and keys too. ``check=n`` patches ``n`` edges exactly and warns when EAP disagrees (``check_edge_attribution``)."""
+    add AtP*'s corrections (module docstring): the QK fix is on by default unless ``freeze_pattern`` (since
+    2026-11-29; ``qk_fix=False`` is EAP as Syed et al. define it, ``METHODS["EAP"]``), GradDrop off. Returns edge
+    scores named ``"w->port"``; ``.ranked()`` lists them best first. Exact for edges into values and the readout of
+    the attention-only towers without LN when the metric is linear (``mirror_task(..., norm="frozen")``), and with
+    ``qk_fix`` for edges into a one-layer tower's queries and keys too. ``check=n`` patches ``n`` edges exactly and
+    warns when EAP disagrees (``check_edge_attribution``)."""
+    qk_fix = resolve_qk_fix(qk_fix, freeze_pattern)
     name = "EAP" + ("+QK" if qk_fix else "") + ("+GD" if grad_drop else "")
     return _eap(
         task, edges, qk_fix=qk_fix, grad_drop=grad_drop, freeze_pattern=freeze_pattern, method=name, check=check

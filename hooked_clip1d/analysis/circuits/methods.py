@@ -153,11 +153,11 @@ def unregister_method(name: str) -> Method:
 
 for _m in (
     Method("exact patching", exact_patching, "node", exact=True),
-    Method("AtP", atp, "node"),
+    Method("AtP", atp, "node", kwargs={"qk_fix": False}),
     Method("AtP+QK", atp_star, "node", kwargs={"grad_drop": False}),
     Method("AtP*", atp_star, "node", signed=False),
     Method("path patching", _path_patching, "edge", exact=True),
-    Method("EAP", eap, "edge"),
+    Method("EAP", eap, "edge", kwargs={"qk_fix": False}),
     Method("EAP+QK", eap, "edge", kwargs={"qk_fix": True}),
     Method("EAP+AtP*", eap, "edge", signed=False, kwargs={"qk_fix": True, "grad_drop": True}),
     Method("EAP-IG", eap_ig, "edge", kwargs={"steps": 20}),
@@ -181,7 +181,7 @@ def check_attribution(task: Task, result: Attribution, *, n: int = 8, seed: int 
     >>> task = mirror_task(m, imgs, caps, target="vision", linearise="held")
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     out = check_attribution(task, atp(task, ["embed", "k", "terms"], check=0), n=6)
+    ...     out = check_attribution(task, atp(task, ["embed", "k", "terms"], qk_fix=False, check=0), n=6)
     >>> out["poor"], len(caught)  # the cosine's norm held and the softmax: AtP gets signs wrong on keys and terms
     (True, 1)
     """

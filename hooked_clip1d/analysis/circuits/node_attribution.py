@@ -47,6 +47,7 @@ from hooked_clip1d.analysis.circuits.attribution import (
     check_freeze,
     frozen_patterns,
     qk_delta_scores,
+    resolve_qk_fix,
     run_task,
 )
 from hooked_clip1d.analysis.circuits.first_order import first_order_scores, output_grads, per_row
@@ -348,15 +349,24 @@ def check_node_attribution(task: Task, result: Attribution, *, n: int = 8, seed:
 
 
 def atp(
-    task: Task, nodes: Sequence[str] = ("heads",), *, freeze_pattern: bool = False, check: int = CHECK_N
+    task: Task,
+    nodes: Sequence[str] = ("heads",),
+    *,
+    qk_fix: bool | None = None,
+    freeze_pattern: bool = False,
+    check: int = CHECK_N,
 ) -> Attribution:
     """Attribution patching (AtP): ``(n(corrupted) - n(clean)) . dM/dn`` at the clean run, for every node of the
     ``nodes`` kinds or names (module docstring), from one corrupted forward pass and one clean forward and backward
-    pass. For a score term the gradient is ``dM/d(scores)``. Exact wherever the metric and the path to the output
-    are linear (``mirror_task(..., norm="frozen")``, heads and values of the attention-only towers without LN; with
+    pass. For a score term the gradient is ``dM/d(scores)``. ``qk_fix`` (AtP*'s QK fix: the attention pattern after
+    a query's, key's or score term's patch computed exactly, only its effect linearised) is on by default unless
+    ``freeze_pattern`` (since 2026-11-29: the method is then named ``"AtP+QK"``); ``qk_fix=False`` is AtP as Nanda
+    (2023) defines it (``METHODS["AtP"]``). Exact wherever the metric and the path to the output are linear
+    (``mirror_task(..., norm="frozen")``, heads and values of the attention-only towers without LN; with
     ``freeze_pattern=True`` every node of them). ``check=n`` patches ``n`` of the nodes exactly and warns when AtP
     disagrees (``check_node_attribution``; the agreement lands in ``info["check"]``)."""
-    return _atp(task, nodes, False, False, freeze_pattern, "AtP", check)
+    fix = resolve_qk_fix(qk_fix, freeze_pattern)
+    return _atp(task, nodes, fix, False, freeze_pattern, "AtP+QK" if fix else "AtP", check)
 
 
 def atp_star(
