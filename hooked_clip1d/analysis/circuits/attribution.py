@@ -566,13 +566,24 @@ def check_against_exact(
                 f"items: {what}, Pearson {rho:.2f} (thresholds: signs {min_sign_agreement:.0%}, Pearson "
                 f"{min_pearson}); worst {worst[0]}: {result.method} {worst[1]:+.3g}, exact {worst[2]:+.3g}. A "
                 "first-order estimate is wrong where the metric or the path is non-linear: linearise the towers "
-                "only (mirror_task(..., linearise='readout'), AtP's and EAP's default), the QK fix for queries, keys "
-                "and score terms (atp(qk_fix=True), eap(qk_fix=True): their default), a metric linear in the output "
-                "(mirror_task(..., norm='frozen')), or exact patching"
+                "only (mirror_task(..., linearise='readout'), AtP's and EAP's default), "
+                + _qk_remedy(result.method)
+                + "a metric linear in the output (mirror_task(..., norm='frozen')), or exact patching"
             ),
             stacklevel=_user_level(sys._getframe(1)),
         )
     return out
+
+
+def _qk_remedy(method: str) -> str:
+    """The QK fix as a remedy, where the method takes it and does not apply it already.
+
+    >>> _qk_remedy("AtP"), _qk_remedy("AtP+QK"), _qk_remedy("EAP-IG")
+    ('the QK fix for queries, keys and score terms (atp(qk_fix=True), eap(qk_fix=True): their default), ', '', '')
+    """
+    if "QK" in method or "*" in method or method.startswith("EAP-IG"):
+        return ""
+    return "the QK fix for queries, keys and score terms (atp(qk_fix=True), eap(qk_fix=True): their default), "
 
 
 def _user_level(frame: Any) -> int:
