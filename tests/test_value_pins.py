@@ -6,8 +6,9 @@ every cached activation, activation gradient and parameter gradient its norm and
 direction. They are compared within tolerances that float32 on another vector unit keeps (REL and FLOOR, measured), so a
 moved weight, a change of the model's own code or a wrong file fails on any machine.
 
-Recorded 2026-11-29 on the machine that recorded the digests; ``python tests/test_value_pins.py --record`` rewrites
-every entry (after a deliberate change of outputs, or to add a newly shipped model: check the other entries' diff).
+Recorded 2026-11-29 on the machine that recorded the digests. ``python tests/test_value_pins.py --record NAME ...``
+records newly shipped (or renamed) models and drops the entries of models no longer shipped, keeping the others;
+``--record`` alone rewrites every entry (only after a deliberate change of outputs).
 """
 
 from __future__ import annotations
@@ -94,12 +95,23 @@ def _round(v: object) -> object:
     return float(f"{v:.9g}") if isinstance(v, float) else v
 
 
-def record() -> None:
-    """Write PINS: every shipped model's and every tiny case's values, this machine's."""
-    pins = {"shipped": {n: _round(values(*_shipped(n))) for n in sorted(list_pretrained())}}
-    pins["tiny"] = {c: _round(values(*_tiny(c))) for c in sorted(TINY)}
+def record(names: list[str] | None = None) -> None:
+    """Write PINS: every shipped model's and every tiny case's values, this machine's; with ``names``, only those
+    shipped models' (the others kept as recorded; entries of models no longer shipped dropped)."""
+    if names is None:
+        pins = {"shipped": {}, "tiny": {c: _round(values(*_tiny(c))) for c in sorted(TINY)}}
+    else:
+        pins = _stored()
+        unknown = sorted(set(names) - set(list_pretrained()))
+        if unknown:
+            raise SystemExit(f"not shipped: {unknown}")
+    shipped = set(list_pretrained())
+    pins["shipped"] = {n: v for n, v in pins["shipped"].items() if n in shipped}
+    for n in sorted(shipped if names is None else names):
+        pins["shipped"][n] = _round(values(*_shipped(n)))
     PINS.parent.mkdir(exist_ok=True)
-    PINS.write_bytes(lzma.compress((json.dumps(pins, separators=(",", ":"), sort_keys=True) + "\n").encode(), preset=9))
+    text = json.dumps(pins, separators=(",", ":"), sort_keys=True) + "\n"
+    PINS.write_bytes(lzma.compress(text.encode(), preset=9))
 
 
 def _stored() -> dict:
@@ -163,6 +175,6 @@ def test_values_leave_the_models_mode_and_gradients_as_they_were():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--record"]:
-        sys.exit("usage: python tests/test_value_pins.py --record")
-    record()
+    if sys.argv[1:2] != ["--record"]:
+        sys.exit("usage: python tests/test_value_pins.py --record [SHIPPED_MODEL ...]  (none: every entry)")
+    record(sys.argv[2:] or None)
