@@ -1205,7 +1205,6 @@ def test_missing_weights_explain_why():
         ({}, [], ["hook_attn_in", "hook_q_input", "attn.hook_result"]),
         ({"use_split_qkv_input": True}, ["hook_q_input", "hook_k_input", "hook_v_input"], ["hook_attn_in"]),
         ({"use_attn_in": True}, ["hook_attn_in"], ["hook_q_input"]),
-        ({"use_attn_in": True, "use_split_qkv_input": True}, ["hook_attn_in"], ["hook_v_input"]),
         ({"use_attn_result": True}, ["attn.hook_result"], ["hook_attn_in"]),
     ],
 )
@@ -1224,3 +1223,11 @@ def test_flags_decide_which_hooks_fire(flags, fires, silent):
             enc.add_hook(f"blocks.0.{suffix}", lambda x, hook: x)
     enc.add_hook(lambda n: True, lambda x, hook: x)  # a predicate may match silent points; no error
     enc.reset_hooks()
+
+
+def test_attn_in_and_split_inputs_cannot_both_be_on():
+    """Both on was accepted (attn_in won, silently); TransformerLens refuses it, and so does the config now."""
+    from hooked_clip1d import VisionConfig
+
+    with pytest.raises(ValueError, match="exclude each other"):
+        VisionConfig(n_labels=5, d_model=8, d_head=2, n_heads=2, use_attn_in=True, use_split_qkv_input=True)

@@ -33,7 +33,7 @@ from transformer_lens.hook_points import HookPoint
 import hooked_clip1d.model.functional as functional
 from hooked_clip1d.model.config import EncoderConfig, TextConfig, VisionConfig, preset
 from hooked_clip1d.model.encoders import HookedTextEncoder, HookedVisionEncoder
-from hooked_clip1d.model.tl_conveniences import checked_hook, names_filter_list
+from hooked_clip1d.model.tl_conveniences import checked_hook, hook_pairs, names_filter_list
 
 HEAD_HOOKS = ("hook_image_embed", "hook_text_embed", "hook_image_feat", "hook_text_feat", "hook_logits")
 RETURN_TYPES = ("logits", "loss", None)
@@ -233,11 +233,10 @@ class CLIP1D(nn.Module):
             *HEAD_HOOKS,
         ]
 
-    def _route(self, hooks: Any) -> tuple[list, list, list]:
+    def _route(self, hooks: Any, what: str) -> tuple[list, list, list]:
         """Split ``[(name, fn), ...]`` by owner: vision tower, text tower, head (names without the tower prefix)."""
         v, t, h = [], [], []
-        for item in hooks or ():
-            name, fn = item
+        for name, fn in hook_pairs(hooks, what):
             if not isinstance(name, str):
                 raise TypeError(
                     "CLIP1D hooks take hook names ('vision.<hook>', 'text.<hook>' or a head hook "
@@ -268,8 +267,8 @@ class CLIP1D(nn.Module):
             ...     m(img, cap).abs().max().item()
             0.0
         """
-        fv, ft, fh = self._route(fwd_hooks)
-        bv, bt, bh = self._route(bwd_hooks)
+        fv, ft, fh = self._route(fwd_hooks, "fwd_hooks")
+        bv, bt, bh = self._route(bwd_hooks, "bwd_hooks")
         with self.vision.hooks(fwd_hooks=fv, bwd_hooks=bv), self.text.hooks(fwd_hooks=ft, bwd_hooks=bt):
             try:
                 for name, fn in fh:
@@ -332,7 +331,14 @@ class CLIP1D(nn.Module):
             raise KeyError(f"CLIP1D has no hook points {unknown} (see hook_names())")
         inactive = {f"vision.{n}" for n in self.vision.inactive_hook_names()}
         inactive |= {f"text.{n}" for n in self.text.inactive_hook_names()}
+        if names_filter is not None and not callable(names_filter):  # named: one that cannot fire is an error
+            for n in wanted:
+                if n in inactive:
+                    tower, sub = n.split(".", 1)
+                    getattr(self, tower)._check_hook_name(sub)  # raises, naming the flag that makes it fire
         wanted = [n for n in wanted if n not in inactive]
+        if not wanted:
+            raise ValueError("CLIP1D.run_with_cache: names_filter matches no hook point that fires (see hook_names())")
         if incl_bwd and return_type != "loss":
             raise ValueError("incl_bwd=True needs a scalar output: return_type='loss'")
         store: dict[str, torch.Tensor] = {}

@@ -129,6 +129,10 @@ class EncoderConfig(TowerKnobs):
             raise bad("normalization_type", f"must be 'LN' or None, got {self.normalization_type!r}")
         if self.ln_position not in ("pre", "post"):
             raise bad("ln_position", f"must be 'pre' or 'post', got {self.ln_position!r}")
+        if self.use_attn_in and self.use_split_qkv_input:
+            raise bad(
+                "use_attn_in", "and use_split_qkv_input exclude each other (hook_attn_in replaces the split inputs)"
+            )
         if self.ln_position == "post" and self.normalization_type is None:
             raise bad("ln_position", "'post' needs normalization_type='LN' (there is no LayerNorm to place)")
         v = self.tied_repeats

@@ -38,6 +38,7 @@ from hooked_clip1d.model.config import EncoderConfig, TextConfig, VisionConfig
 from hooked_clip1d.model.tl_conveniences import TLConveniences
 
 ReturnType = Literal["pooled", "resid", None]
+RETURN_TYPES = ("pooled", "resid", None)
 
 
 class HookedEncoder(TLConveniences):
@@ -92,6 +93,11 @@ class HookedEncoder(TLConveniences):
             stop_at_layer: run only blocks ``0..stop_at_layer-1`` and return that residual [batch, pos, d_model].
             validate: check ``tokens`` first (turn off only in trusted hot loops such as training).
         """
+        if return_type not in RETURN_TYPES:  # a typo must not return None as if caching only
+            raise ValueError(
+                f"{type(self).__name__}: unknown return_type {return_type!r}; use one of {list(RETURN_TYPES)} "
+                "(a tower returns its pooled readout or its residual; CLIP1D returns logits or the loss)"
+            )
         if isinstance(tokens, str | list):  # TransformerLens style: a readable input (or a list of them)
             tokens = self.to_tokens(tokens)
         if validate:

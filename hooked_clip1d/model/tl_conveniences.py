@@ -26,8 +26,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal, no_type_check
 
 import torch
@@ -50,6 +51,32 @@ def names_filter_list(names_filter: Any, owner: str) -> list[str]:
             f"(or None: every hook point); got {type(names_filter).__name__} {names_filter!r}"
         )
     return names
+
+
+def hook_pairs(hooks: Any, what: str) -> list:
+    """``fwd_hooks`` / ``bwd_hooks`` as a list of ``(name, hook)`` pairs; a dict, a single pair or an entry that is
+    not a pair is a ``TypeError`` saying so (TransformerLens unpacks them and fails with "too many values to unpack").
+
+    >>> hook_pairs([("hook_embed", print)], "fwd_hooks")[0][0]
+    'hook_embed'
+    >>> hook_pairs(("hook_embed", print), "fwd_hooks")
+    Traceback (most recent call last):
+    TypeError: fwd_hooks must be a list of (name, hook) pairs, got one pair: wrap it in a list, [(name, hook)]
+    """
+    if isinstance(hooks, dict):
+        raise TypeError(f"{what} must be a list of (name, hook) pairs, got a dict: pass list(hooks.items())")
+    if isinstance(hooks, str):
+        raise TypeError(f"{what} must be a list of (name, hook) pairs, got the string {hooks!r}")
+    if isinstance(hooks, tuple) and len(hooks) == 2 and isinstance(hooks[0], str | Callable) and callable(hooks[1]):
+        if not isinstance(hooks[0], tuple | list):
+            raise TypeError(
+                f"{what} must be a list of (name, hook) pairs, got one pair: wrap it in a list, [(name, hook)]"
+            )
+    pairs = list(hooks or ())
+    for item in pairs:
+        if not (isinstance(item, tuple | list) and len(item) == 2):
+            raise TypeError(f"{what}: each entry must be a (name, hook) pair, got {item!r}")
+    return pairs
 
 
 def checked_hook(fn: Callable) -> Callable:
@@ -88,6 +115,20 @@ class TLConveniences(HookedRootModule):
 
     cfg: EncoderConfig
     blocks: nn.ModuleList
+
+    @contextlib.contextmanager
+    def hooks(
+        self,
+        fwd_hooks: Any = (),
+        bwd_hooks: Any = (),
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+    ) -> Iterator[Any]:
+        """TransformerLens's ``hooks`` (and so ``run_with_hooks``), with ``fwd_hooks`` / ``bwd_hooks`` checked to be
+        lists of ``(name, hook)`` pairs first (``hook_pairs``)."""
+        fwd, bwd = hook_pairs(fwd_hooks, "fwd_hooks"), hook_pairs(bwd_hooks, "bwd_hooks")
+        with super().hooks(fwd, bwd, reset_hooks_end, clear_contexts) as model:
+            yield model
 
     # ---- inputs -----------------------------------------------------------------------------------------------------
     def validate_tokens(self, tokens: Any) -> None:
@@ -269,11 +310,23 @@ class TLConveniences(HookedRootModule):
         self._set_cfg(use_attn_result=use_attn_result)
 
     def set_use_split_qkv_input(self, use_split_qkv_input: bool) -> None:
-        """Fire ``blocks.{l}.hook_{q,k,v}_input`` (separate per-head copies of the residual)."""
+        """Fire ``blocks.{l}.hook_{q,k,v}_input`` (separate per-head copies of the residual). Refused while
+        ``use_attn_in`` is on (one copy for all three replaces them), as TransformerLens refuses it."""
+        if use_split_qkv_input and self.cfg.use_attn_in:
+            raise ValueError(
+                "use_attn_in is on, and hook_attn_in (one copy of the residual for q, k and v) replaces the split "
+                "q/k/v inputs: turn it off first (set_use_attn_in(False))"
+            )
         self._set_cfg(use_split_qkv_input=use_split_qkv_input)
 
     def set_use_attn_in(self, use_attn_in: bool) -> None:
-        """Fire ``blocks.{l}.hook_attn_in`` (one per-head copy of the residual for q, k and v)."""
+        """Fire ``blocks.{l}.hook_attn_in`` (one per-head copy of the residual for q, k and v). Refused while
+        ``use_split_qkv_input`` is on (separate copies for each), as TransformerLens refuses it."""
+        if use_attn_in and self.cfg.use_split_qkv_input:
+            raise ValueError(
+                "use_split_qkv_input is on (separate copies of the residual for q, k and v), and hook_attn_in would "
+                "replace them: turn it off first (set_use_split_qkv_input(False))"
+            )
         self._set_cfg(use_attn_in=use_attn_in)
 
     def set_use_hook_mlp_in(self, use_hook_mlp_in: bool) -> None:

@@ -266,6 +266,8 @@ def graph_flags(target: Target) -> Iterator[None]:
 
 def _set_flags(tower: HookedEncoder, result: bool, split: bool, attn_in: bool, mlp_in: bool) -> None:
     tower.set_use_attn_result(result)
+    if not attn_in:  # the two are exclusive: what goes off goes off first
+        tower.set_use_attn_in(False)
     tower.set_use_split_qkv_input(split)
     tower.set_use_attn_in(attn_in)
     if not tower.cfg.attn_only:

@@ -70,6 +70,13 @@ class Method:
     ) -> Attribution:
         """Run on ``task``: node methods on ``items`` (default: heads), edge methods on ``items`` (default: every
         edge), with ``kwargs`` updated by ``overrides``. The result is named after the registry entry."""
+        changed = [k for k in IDENTITY_KWARGS if k in overrides and overrides[k] != self.kwargs.get(k, overrides[k])]
+        if changed:  # the result would carry this entry's name for another method
+            raise ValueError(
+                f"METHODS[{self.name!r}] is defined by {', '.join(f'{k}={self.kwargs[k]!r}' for k in changed)}; "
+                f"overriding {changed} makes it another method: use that method's entry ({list(_METHODS)}) or call "
+                "its function directly"
+            )
         kwargs = {**self.kwargs, **overrides}
         if isinstance(items, str):  # a string would be read as a list of letters
             what = "node kinds or names, e.g. ['heads']" if self.unit == "node" else "(writer, port) edges"
@@ -80,6 +87,10 @@ class Method:
             result = self.fn(task, items, **kwargs)
         result.method = self.name
         return result
+
+
+#: keyword arguments that make a method another one (AtP vs AtP+QK vs AtP*): a registry entry refuses overrides of them
+IDENTITY_KWARGS = ("qk_fix", "grad_drop")
 
 
 def _path_patching(task: Task, edges: Sequence[Edge] | None = None) -> Attribution:
@@ -154,8 +165,8 @@ def unregister_method(name: str) -> Method:
 for _m in (
     Method("exact patching", exact_patching, "node", exact=True),
     Method("AtP", atp, "node", kwargs={"qk_fix": False}),
-    Method("AtP+QK", atp_star, "node", kwargs={"grad_drop": False}),
-    Method("AtP*", atp_star, "node", signed=False),
+    Method("AtP+QK", atp_star, "node", kwargs={"qk_fix": True, "grad_drop": False}),
+    Method("AtP*", atp_star, "node", signed=False, kwargs={"qk_fix": True, "grad_drop": True}),
     Method("path patching", _path_patching, "edge", exact=True),
     Method("EAP", eap, "edge", kwargs={"qk_fix": False}),
     Method("EAP+QK", eap, "edge", kwargs={"qk_fix": True}),

@@ -357,24 +357,31 @@ def atp(
     check: int = CHECK_N,
 ) -> Attribution:
     """Attribution patching (AtP): ``(n(corrupted) - n(clean)) . dM/dn`` at the clean run, for every node of the
-    ``nodes`` kinds or names (module docstring), from one corrupted forward pass and one clean forward and backward
-    pass. For a score term the gradient is ``dM/d(scores)``. ``qk_fix`` (AtP*'s QK fix: the attention pattern after
-    a query's, key's or score term's patch computed exactly, only its effect linearised) is on by default unless
-    ``freeze_pattern`` (since 2026-11-29: the method is then named ``"AtP+QK"``); ``qk_fix=False`` is AtP as Nanda
-    (2023) defines it (``METHODS["AtP"]``). Exact wherever the metric and the path to the output are linear
-    (``mirror_task(..., norm="frozen")``, heads and values of the attention-only towers without LN; with
-    ``freeze_pattern=True`` every node of them). ``check=n`` patches ``n`` of the nodes exactly and warns when AtP
-    disagrees (``check_node_attribution``; the agreement lands in ``info["check"]``)."""
+    ``nodes`` kinds or names (module docstring), from one corrupted forward pass and the clean run's gradients (one
+    backward pass, or one per output coordinate under the task's ``linearise="readout"``, the default). For a score term
+    the gradient is ``dM/d(scores)``. ``qk_fix`` (AtP*'s QK fix: the attention pattern after a query's, key's or score
+    term's patch computed exactly, only its effect linearised) is on by default unless ``freeze_pattern`` (since
+    2026-11-29: the method is then named ``"AtP+QK"``); ``qk_fix=False`` is AtP as Nanda (2023) defines it
+    (``METHODS["AtP"]``). Exact wherever the metric and the path to the output are linear (``mirror_task(...,
+    norm="frozen")``, heads and values of the attention-only towers without LN; with ``freeze_pattern=True`` every node
+    of them). ``check=n`` patches ``n`` of the nodes exactly and warns when AtP disagrees (``check_node_attribution``;
+    the agreement lands in ``info["check"]``)."""
     fix = resolve_qk_fix(qk_fix, freeze_pattern)
     return _atp(task, nodes, fix, False, freeze_pattern, "AtP+QK" if fix else "AtP", check)
 
 
 def atp_star(
-    task: Task, nodes: Sequence[str] = ("heads",), *, qk_fix: bool = True, grad_drop: bool = True, check: int = 0
+    task: Task,
+    nodes: Sequence[str] = ("heads",),
+    *,
+    qk_fix: bool = True,
+    grad_drop: bool = True,
+    check: int = CHECK_N,
 ) -> Attribution:
     """AtP* (Kramár et al. 2024): AtP with the QK fix on queries, keys and score terms and with GradDrop (module
     docstring); the scores are magnitudes when ``grad_drop`` (the default; ``signed`` False, so ``check`` compares
-    them with the exact effects' magnitudes). Either correction can be turned off."""
+    them with the exact effects' magnitudes). Either correction can be turned off. ``check`` as in ``atp`` (on by
+    default since 2026-11-29, as the other methods' checks)."""
     name = "AtP*" if qk_fix and grad_drop else "AtP+QK" if qk_fix else "AtP+GD" if grad_drop else "AtP"
     return _atp(task, nodes, qk_fix, grad_drop, False, name, check)
 

@@ -150,7 +150,12 @@ class Task:
 
     @property
     def towers(self) -> dict[str, HookedEncoder]:
-        return towers_of(self.target)
+        """The towers the task runs, each checked to be in eval mode at every use (a model switched to train mode
+        after the task was built would patch with dropout on: noisy scores, the global RNG drawn)."""
+        towers = towers_of(self.target)
+        for tower in towers.values():
+            check_eval(tower)
+        return towers
 
     @property
     def device(self) -> torch.device:

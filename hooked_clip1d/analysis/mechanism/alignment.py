@@ -156,6 +156,9 @@ def _fit_test_labels(
     test = _label_list(test_labels, n, "test_labels")
     if len(fit) < 2:
         raise ValueError(f"fit_labels: a rotation needs at least 2 labels to fit, got {fit}")
+    both = sorted(set(fit) & set(test))
+    if both:  # a held-out score on labels the rotation was fitted on measures the fit, not its transfer
+        raise ValueError(f"fit_labels and test_labels overlap on {both}: the test labels must be held out of the fit")
     return fit, test
 
 

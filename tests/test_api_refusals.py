@@ -1,0 +1,136 @@
+"""A new user's walk through the public API (session 30): each case below gave a wrong answer, a bare traceback or
+a result under the wrong name without a word; now it is refused by name (or, for the graph flags, works)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_model
+
+from hooked_clip1d import DataConfig, build_dataset
+from hooked_clip1d.analysis.circuits.attribution import Attribution
+from hooked_clip1d.analysis.circuits.edge_attribution import eap
+from hooked_clip1d.analysis.circuits.graph import graph_flags
+from hooked_clip1d.analysis.circuits.methods import METHODS
+from hooked_clip1d.analysis.circuits.node_attribution import atp, exact_patching
+from hooked_clip1d.analysis.circuits.task import mirror_task
+from hooked_clip1d.analysis.mechanism.alignment import embedding_alignment
+from hooked_clip1d.analysis.metrics import pair_inputs
+
+
+@pytest.fixture
+def model_and_batch():
+    model = make_model("simplified", seed=3)
+    ds = build_dataset(DataConfig(n_labels=6, n_heldout=2, n2=2))
+    images, captions = pair_inputs(ds.splits["val_seen"], ds.vocab, n=4)  # two-object images, their true captions
+    return model, images, captions
+
+
+def test_a_tower_refuses_a_return_type_it_does_not_know(model_and_batch):
+    """``v(imgs, return_type="logits")`` returned None, as if caching only. (Under the tests' type checker the
+    annotation's Literal refuses it first: a TypeError naming return_type; without it, the package's ValueError.)"""
+    model, images, _ = model_and_batch
+    for bad in ("logits", "loss", "Pooled"):
+        with pytest.raises((ValueError, TypeError), match="return_type"):
+            model.vision(images, return_type=bad)
+        with pytest.raises((ValueError, TypeError), match="return_type"):
+            model.vision.run_with_hooks(images, return_type=bad)
+    assert model.vision(images, return_type=None) is None
+    assert model.vision(images).shape == (4, model.vision.cfg.d_model)
+
+
+def test_circuit_methods_refuse_a_model_switched_to_train_mode_after_the_task_was_built(model_and_batch):
+    """Dropout on: the scores were noisy and the global RNG was drawn, without a word."""
+    model, images, captions = model_and_batch
+    task = mirror_task(model, images, captions)
+    model.train()
+    state = torch.get_rng_state()
+    for method in (lambda: exact_patching(task), lambda: atp(task), lambda: eap(task)):
+        with pytest.raises(ValueError, match="training mode"):
+            method()
+    assert torch.equal(torch.get_rng_state(), state)
+    model.eval()
+    assert exact_patching(task).names
+
+
+def test_clip_run_with_cache_refuses_a_named_hook_point_that_cannot_fire(model_and_batch):
+    """It returned an empty cache; the tower's run_with_cache and run_with_hooks already refused the name."""
+    model, images, captions = model_and_batch
+    with pytest.raises(ValueError, match="does not fire unless use_attn_result"):
+        model.run_with_cache(images, captions, names_filter=["vision.blocks.0.attn.hook_result"])
+    with pytest.raises(ValueError, match="does not fire"):
+        model.run_with_cache(images, captions, names_filter="text.blocks.0.hook_q_input")
+    with pytest.raises(ValueError, match="matches no hook point that fires"):
+        model.run_with_cache(images, captions, names_filter=lambda n: n.endswith("hook_result"))
+    _, cache = model.run_with_cache(images, captions, names_filter=lambda n: "attn" in n)  # the rest: cached
+    assert "vision.blocks.0.attn.hook_pattern" in cache.store
+
+
+def test_split_qkv_inputs_and_attn_in_exclude_each_other(model_and_batch):
+    """Both on was accepted, and the split inputs then stopped firing with a message blaming the flag that was on."""
+    model, _, _ = model_and_batch
+    tower = model.vision
+    tower.set_use_split_qkv_input(True)
+    with pytest.raises(ValueError, match="turn it off first"):
+        tower.set_use_attn_in(True)
+    tower.set_use_split_qkv_input(False)
+    tower.set_use_attn_in(True)
+    with pytest.raises(ValueError, match="turn it off first"):
+        tower.set_use_split_qkv_input(True)
+    with pytest.raises(ValueError, match="exclude each other"):
+        tower.cfg.replace(use_split_qkv_input=True)
+    # the graph's own flags (split inputs on) work from a user's attn_in and restore it
+    with graph_flags(tower):
+        assert tower.cfg.use_split_qkv_input and not tower.cfg.use_attn_in
+    assert tower.cfg.use_attn_in and not tower.cfg.use_split_qkv_input
+    tower.set_use_attn_in(False)
+
+
+def test_a_registry_entry_refuses_overrides_that_make_it_another_method(model_and_batch):
+    """``METHODS["AtP"](task, qk_fix=True)`` was AtP+QK's result under the name AtP."""
+    model, images, captions = model_and_batch
+    task = mirror_task(model, images, captions)
+    with pytest.raises(ValueError, match="makes it another method"):
+        METHODS["AtP"](task, qk_fix=True)
+    with pytest.raises(ValueError, match="makes it another method"):
+        METHODS["EAP+QK"](task, qk_fix=False)
+    with pytest.raises(ValueError, match="makes it another method"):
+        METHODS["AtP*"](task, grad_drop=False)
+    assert METHODS["AtP"](task, qk_fix=False, check=0).method == "AtP"  # the entry's own value is fine
+    assert METHODS["EAP-IG"](task, steps=2, check=0).method == "EAP-IG"  # a setting that is not identity
+
+
+def test_ranked_refuses_a_negative_count():
+    res = Attribution("AtP", ["a", "b", "c"], torch.tensor([1.0, -3.0, 2.0]))
+    with pytest.raises(ValueError, match="k must be an int >= 0"):
+        res.ranked(-1)  # it returned every item but the last
+    assert res.ranked(0) == [] and [n for n, _ in res.ranked()] == ["b", "c", "a"]
+
+
+@pytest.mark.parametrize("where", ["clip", "tower"])
+def test_hooks_given_as_one_pair_or_a_dict_are_refused_by_name(model_and_batch, where):
+    """TransformerLens unpacked them: "too many values to unpack"."""
+    model, images, captions = model_and_batch
+    name = "vision.hook_embed" if where == "clip" else "hook_embed"
+
+    def run(hooks):  # noqa: ANN001, ANN202
+        if where == "clip":
+            return model.run_with_hooks(images, captions, fwd_hooks=hooks)
+        return model.vision.run_with_hooks(images, fwd_hooks=hooks)
+
+    def hook(x, hook):  # noqa: ANN001, ANN202
+        return None
+
+    with pytest.raises(TypeError, match="got one pair: wrap it in a list"):
+        run((name, hook))
+    with pytest.raises(TypeError, match=r"got a dict: pass list\(hooks.items\(\)\)"):
+        run({name: hook})
+    with pytest.raises(TypeError, match="each entry must be a \\(name, hook\\) pair"):
+        run([name])
+    assert run([(name, hook)]) is not None
+
+
+def test_embedding_alignment_refuses_test_labels_inside_the_fit():
+    model = make_model("simplified", seed=0)
+    with pytest.raises(ValueError, match=r"overlap on \[5, 6\]"):
+        embedding_alignment(model, fit_labels=range(1, 7), test_labels=[5, 6], n_shuffles=0)
