@@ -134,3 +134,20 @@ def test_embedding_alignment_refuses_test_labels_inside_the_fit():
     model = make_model("simplified", seed=0)
     with pytest.raises(ValueError, match=r"overlap on \[5, 6\]"):
         embedding_alignment(model, fit_labels=range(1, 7), test_labels=[5, 6], n_shuffles=0)
+
+
+def test_a_belief_refuses_captions_that_do_not_name_the_images_objects(model_and_batch):
+    """``image_belief`` and ``mirror_task`` scored any caption against any image; a caption of other labels gave
+    a number with no meaning. The image's own pair, in either order (mirror, swap), is accepted."""
+    from hooked_clip1d.analysis.metrics import image_belief, mirror_images, swap_captions
+
+    model, images, captions = model_and_batch
+    wrong = captions.roll(1, dims=0)
+    held = [sorted(int(x) for x in row[1:] if x > 0) for row in images]
+    assert any(sorted([int(c[0]), int(c[2])]) != h for c, h in zip(wrong, held, strict=True))
+    with pytest.raises(ValueError, match="pass each image's own caption"):
+        image_belief(model, images, wrong)
+    with pytest.raises(ValueError, match="pass each image's own caption"):
+        mirror_task(model, images, wrong)
+    vocab = model.text.cfg.vocab
+    assert image_belief(model, mirror_images(images), swap_captions(captions, vocab)).shape == (4,)

@@ -406,6 +406,35 @@ def check_paired(images: torch.Tensor, captions: torch.Tensor) -> None:
         raise ValueError(f"images ({images.shape[0]}) and captions ({captions.shape[0]}) must pair row by row")
 
 
+def check_captions_describe(images: torch.Tensor, captions: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless each two-object image's caption names its two objects (in either order: a
+    mirrored image or a swapped caption keeps the pair): a belief between a caption and its swap is meaningless for
+    an image that holds neither caption's labels. Rows whose image does not hold two objects are left to the
+    analysis's own checks.
+
+    >>> check_captions_describe(torch.tensor([[7, 1, 0, 2]]), torch.tensor([[2, 8, 1, 9]]))
+    >>> check_captions_describe(torch.tensor([[7, 1, 0, 2]]), torch.tensor([[3, 8, 1, 9]]))
+    Traceback (most recent call last):
+    ...
+    ValueError: row 0: the caption names labels [1, 3], the image holds [1, 2]: pass each image's own caption
+    """
+    check_paired(images, captions)
+    objects = images[:, 1:]
+    two = (objects > 0).sum(-1) == 2
+    if not bool(two.any()):
+        return
+    held = objects[two].sort(dim=-1).values[:, -2:]  # the two labels, ascending (empty pixels are 0)
+    named = captions[two][:, [0, 2]].sort(dim=-1).values
+    bad = (held != named.to(held.device)).any(-1).nonzero()
+    if len(bad):
+        i = int(two.nonzero()[int(bad[0, 0]), 0])
+        j = int(bad[0, 0])
+        raise ValueError(
+            f"row {i}: the caption names labels {named[j].tolist()}, the image holds {held[j].tolist()}: pass each "
+            "image's own caption"
+        )
+
+
 @torch.no_grad()
 def image_belief(
     model: CLIP1D, images: Int[torch.Tensor, "batch pos"], captions: Int[torch.Tensor, "batch 4"], scale: bool = True
@@ -418,7 +447,7 @@ def image_belief(
     torch.Size([1])
     """
     model = check_model(model)
-    check_paired(images, captions)
+    check_captions_describe(images, captions)
     return image_belief_metric(model, captions, scale)(model.encode_image(images.to(model.W_proj.device)))
 
 
@@ -434,8 +463,8 @@ def caption_belief(
     torch.Size([1])
     """
     model = check_model(model)
-    check_paired(images, captions)
     check_pair_captions(captions, model.text.cfg.vocab)
+    check_captions_describe(images, captions)
     return caption_belief_metric(model, images, scale)(model.text(captions.to(model.W_proj.device)))
 
 

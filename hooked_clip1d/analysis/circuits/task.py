@@ -37,10 +37,10 @@ from hooked_clip1d.analysis.circuits.graph import (
 from hooked_clip1d.analysis.hooks import Hook, check_eval
 from hooked_clip1d.analysis.metrics import (
     NORMS,
+    check_captions_describe,
     check_model,
     check_pair_captions,
     check_pair_images,
-    check_paired,
     mirror_images,
     normalize,
     swap_captions,
@@ -308,7 +308,7 @@ def mirror_task(
     model = check_model(model)
     check_pair_images(images)
     check_pair_captions(captions, model.text.cfg.vocab)
-    check_paired(images, captions)
+    check_captions_describe(images, captions)
     dev = model.W_proj.device
     images, captions = images.to(dev), captions.to(dev)
     swapped = swap_captions(captions, model.text.cfg.vocab)
