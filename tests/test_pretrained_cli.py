@@ -36,8 +36,12 @@ def test_default_model_is_listed():
 def test_unknown_name_lists_known_ones(tmp_path):
     with pytest.raises(KeyError, match=DEFAULT):
         load_model("no-such-model")
-    with pytest.raises(KeyError, match="is a path: load a model file or run directory with `from hooked_clip1d"):
-        load_model(str(tmp_path))  # a run directory given where a shipped name is expected
+    with pytest.raises(CheckpointError, match="is a directory without model.safetensors"):
+        load_model(str(tmp_path))  # a path loads as resolve_model loads it (since session 30): not a run directory
+    with pytest.raises(KeyError, match="looks like a path, but no such file"):
+        load_model(str(tmp_path / "gone" / "model.safetensors"))
+    with pytest.raises(KeyError, match="is a path: load a model file or run directory with load_model"):
+        reg.manifest(str(tmp_path))
     import hooked_clip1d
 
     assert hooked_clip1d.resolve_model(DEFAULT).cfg.n_labels > 0  # the hint's import works (it once did not)

@@ -264,6 +264,10 @@ def test_run_directories_have_checkpoints_too(zoo):
         reg.resolve_model(str(run / "model.safetensors"), checkpoint_index=0)
     with pytest.raises(ValueError, match="folder without snapshots"):
         reg.list_checkpoints(zoo["other"])
+    # load_model takes the run directory as resolve_model does (it refused it without a checkpoint: session 30)
+    assert _equal(reg.load_model(str(run)), reg.resolve_model(str(run)))
+    assert _equal(reg.load_model(run / "model.safetensors"), load_model_file(run / "model.safetensors"))
+    assert not reg.load_model(str(run)).training
 
 
 # ---- emergence -----------------------------------------------------------------------------------------------------

@@ -100,11 +100,13 @@ def manifest(name: str) -> dict[str, Any]:
     known = list_pretrained()
     if name not in known:
         hint = ""
-        if Path(name).exists() or str(name).endswith(".safetensors"):  # a path, not a name
+        if Path(name).exists():  # a path, not a name
             hint = (
-                f"; {name!r} is a path: load a model file or run directory with "
+                f"; {name!r} is a path: load a model file or run directory with load_model({name!r}) or "
                 f"`from hooked_clip1d import resolve_model; resolve_model({name!r})`"
             )
+        elif str(name).endswith(".safetensors") or os.sep in str(name):
+            hint = f"; {name!r} looks like a path, but no such file or directory exists"
         raise UnknownNameError(f"unknown pretrained model {name!r}{hint}; known models: {known}")
     path = WEIGHTS_DIR / f"{name}.json"
     try:
@@ -144,6 +146,13 @@ def resolve_model(
     p = Path(spec)
     if p.is_dir():
         p = p / "model.safetensors" if (p / "model.safetensors").exists() else p / "checkpoint.safetensors"
+        if not p.exists():
+            from hooked_clip1d.model.checkpoint import CheckpointError
+
+            raise CheckpointError(
+                f"{str(spec)!r} is a directory without model.safetensors or checkpoint.safetensors: not a training "
+                "run directory (or its run has not saved a checkpoint yet)"
+            )
     if p.suffix == ".safetensors" or p.exists():
         return load_model_file(p)
     if str(spec) in list_pretrained():
@@ -167,7 +176,7 @@ def model_name(model: CLIP1D, default: str = "custom model") -> str:
 
 
 def load_model(
-    name: str = DEFAULT_MODEL,
+    name: str | os.PathLike = DEFAULT_MODEL,
     device: str = "cpu",
     checkpoint_index: int | None = None,
     checkpoint_value: int | None = None,
@@ -176,7 +185,8 @@ def load_model(
 
     ``checkpoint_index`` (a position in ``list_checkpoints(name)``, negative from the end) or ``checkpoint_value``
     (an epoch) loads a checkpoint of the model's training trajectory instead, as TransformerLens's
-    ``from_pretrained`` does (``load_checkpoint``); the last is the shipped model itself.
+    ``from_pretrained`` does (``load_checkpoint``); the last is the shipped model itself. ``name`` may also be a
+    training run directory or a ``.safetensors`` model file (``resolve_model``'s rules), with or without a checkpoint.
 
     Raises ``KeyError`` listing the known names for an unknown name, ``NoTrajectoryError`` (a ``ValueError``)
     listing what exists for a model without a trajectory or a checkpoint it does not have, and ``CheckpointError``
@@ -186,6 +196,9 @@ def load_model(
 
     if checkpoint_index is not None or checkpoint_value is not None:
         return load_checkpoint(name, checkpoint_index, checkpoint_value, device=device)
+    if str(name) not in list_pretrained() and Path(name).exists():
+        return resolve_model(name).to(device)  # a run directory or a model file, as with a checkpoint above
+    name = str(name)
     man = manifest(name)
     path = weights_file(name)
     assert path is not None  # manifest() lists only names with weights
