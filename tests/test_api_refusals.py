@@ -151,3 +151,25 @@ def test_a_belief_refuses_captions_that_do_not_name_the_images_objects(model_and
         mirror_task(model, images, wrong)
     vocab = model.text.cfg.vocab
     assert image_belief(model, mirror_images(images), swap_captions(captions, vocab)).shape == (4,)
+
+
+def test_bare_tracebacks_of_the_walk_now_name_the_problem(model_and_batch):
+    """swap_slots_hook past the caption's positions (IndexError), a whole CLIP's cache given to a tower's
+    decomposition (a hint to drop names_filter), head_subset_sweep given the dataset as n_kept ("'Dataset' object is
+    not iterable")."""
+    from hooked_clip1d.analysis.hooks import swap_slots_hook
+    from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores
+    from hooked_clip1d.training.retrain import head_subset_sweep
+
+    model, images, captions = model_and_batch
+    with pytest.raises(ValueError, match="must index its position axis"):
+        model.text.run_with_hooks(captions, fwd_hooks=[swap_slots_hook("hook_embed", 0, 5)])
+    with pytest.raises(ValueError, match="must be a position"):
+        swap_slots_hook("hook_embed", -1, 2)
+    _, cache = model.run_with_cache(images, captions)
+    # (under the tests' type checker the annotations refuse these first, naming the parameter; without it, the
+    # package's own messages: checked here by the words either names)
+    with pytest.raises(TypeError, match="cache.vision or cache.text|parameter 'cache'"):
+        decompose_attention_scores(model.vision, cache, 0)
+    with pytest.raises(TypeError, match="comes before the dataset|parameter 'n_kept'"):
+        head_subset_sweep(model, DataConfig(n_labels=6, n_heldout=2, n2=2))

@@ -237,7 +237,17 @@ def swap_slots_hook(name: str, a: int = 0, b: int = 2) -> Hook:
     (True, False)
     """
 
+    for what, v in (("a", a), ("b", b)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"swap_slots_hook: {what} must be a position (an int >= 0), got {v!r}")
+
     def fn(act: torch.Tensor, hook: HookPoint) -> torch.Tensor:
+        if act.ndim < 2 or max(a, b) >= act.shape[1]:
+            raise ValueError(
+                f"swap_slots_hook({name!r}, {a}, {b}): the activation at {hook.name!r} has shape {list(act.shape)}; "
+                f"positions {a} and {b} must index its position axis (dim 1, {act.shape[1] if act.ndim > 1 else 0} "
+                "positions)"
+            )
         out = act.clone()
         out[:, a], out[:, b] = act[:, b], act[:, a]
         return out

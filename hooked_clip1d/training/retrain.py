@@ -218,6 +218,13 @@ def head_subset_sweep(
         raise ValueError(f"engine must be 'standard' or 'batched', got {engine!r}")
     cfg = getattr(model.cfg, tower)
     heads = [(lyr, h) for lyr in range(cfg.n_layers) for h in range(cfg.n_heads) if (lyr, h) not in cfg.pruned_heads]
+    if isinstance(n_kept, Dataset | DataConfig):
+        raise TypeError(
+            "head_subset_sweep(model, n_kept, dataset, ...): n_kept (how many heads to keep, an int or a list of "
+            f"ints) comes before the dataset; got a {type(n_kept).__name__} as n_kept"
+        )
+    if not isinstance(n_kept, int | Sequence):
+        raise TypeError(f"n_kept must be an int or a list of ints, got {type(n_kept).__name__}")
     ks = [n_kept] if isinstance(n_kept, int) else list(n_kept)
     bad = [k for k in ks if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(heads)]
     if bad or not ks:

@@ -137,6 +137,10 @@ def _check_eval(model: HookedEncoder) -> None:
 
 
 def _get(cache: ActivationCache, name: str) -> torch.Tensor:
+    if not isinstance(cache, ActivationCache) and hasattr(cache, "vision") and hasattr(cache, "text"):
+        raise TypeError(
+            "this is the whole CLIP's cache (CLIP1D.run_with_cache): pass the tower's own, cache.vision or cache.text"
+        )
     if name not in cache:
         raise KeyError(
             f"the cache has no {name!r}; run run_with_cache without a names_filter (or keep that hook) "
