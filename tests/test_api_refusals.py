@@ -3,6 +3,10 @@ a result under the wrong name without a word; now it is refused by name (or, for
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from conftest import make_model
@@ -26,17 +30,44 @@ def model_and_batch():
     return model, images, captions
 
 
-def test_a_tower_refuses_a_return_type_it_does_not_know(model_and_batch):
-    """``v(imgs, return_type="logits")`` returned None, as if caching only. (Under the tests' type checker the
-    annotation's Literal refuses it first: a TypeError naming return_type; without it, the package's ValueError.)"""
-    model, images, _ = model_and_batch
-    for bad in ("logits", "loss", "Pooled"):
-        with pytest.raises((ValueError, TypeError), match="return_type"):
-            model.vision(images, return_type=bad)
-        with pytest.raises((ValueError, TypeError), match="return_type"):
-            model.vision.run_with_hooks(images, return_type=bad)
-    assert model.vision(images, return_type=None) is None
-    assert model.vision(images).shape == (4, model.vision.cfg.d_model)
+PLAIN = """
+import warnings
+import torch
+from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
+m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, d_model=16, d_head=4), seed=0).eval()
+img = m.vision.to_tokens(["C 1 . 2 . . . . . . ."])
+cap = m.text.to_tokens(["1 is on the left of 2"])
+
+def refusal(fn):
+    try:
+        fn()
+    except (ValueError, TypeError) as e:
+        return type(e).__name__ + ": " + str(e)
+    return "no error"
+"""
+
+
+def _plain(code: str) -> list[str]:
+    """Run ``code`` (after PLAIN) in a fresh interpreter, outside the tests' type checker (tests/typecheck.py), whose
+    annotation checks would refuse these calls before the package's own checks run: the lines it prints."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-c", PLAIN + code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout.strip().splitlines()
+
+
+def test_a_tower_refuses_a_return_type_it_does_not_know():
+    """``v(imgs, return_type="logits")`` returned None, as if caching only."""
+    out = _plain(
+        """
+for bad in ("logits", "loss", "Pooled"):
+    print(refusal(lambda: m.vision(img, return_type=bad)))
+    print(refusal(lambda: m.vision.run_with_hooks(img, return_type=bad)))
+print(m.vision(img, return_type=None) is None, tuple(m.vision(img).shape))
+"""
+    )
+    assert all(line.startswith("ValueError: HookedVisionEncoder: unknown return_type") for line in out[:6]), out
+    assert out[6] == "True (1, 16)"
 
 
 def test_circuit_methods_refuse_a_model_switched_to_train_mode_after_the_task_was_built(model_and_batch):
@@ -96,8 +127,25 @@ def test_a_registry_entry_refuses_overrides_that_make_it_another_method(model_an
         METHODS["EAP+QK"](task, qk_fix=False)
     with pytest.raises(ValueError, match="makes it another method"):
         METHODS["AtP*"](task, grad_drop=False)
+    for name in ("EAP", "EAP+QK"):  # grad_drop is pinned too (their result was EAP+GD under their name)
+        with pytest.raises(ValueError, match="makes it another method"):
+            METHODS[name](task, grad_drop=True)
     assert METHODS["AtP"](task, qk_fix=False, check=0).method == "AtP"  # the entry's own value is fine
     assert METHODS["EAP-IG"](task, steps=2, check=0).method == "EAP-IG"  # a setting that is not identity
+
+
+def test_run_with_cache_names_a_single_hook_pair_too():
+    """run_with_cache flattened its fwd_hooks before checking them: "each entry must be a pair, got 'hook_embed'"."""
+    out = _plain(
+        """
+def hook(x, hook):
+    return None
+print(refusal(lambda: m.run_with_cache(img, cap, fwd_hooks=("vision.hook_embed", hook))))
+print(refusal(lambda: m.vision.run_with_cache(img, fwd_hooks=("hook_embed", hook))))
+print(refusal(lambda: m.vision.run_with_cache(img, fwd_hooks={"hook_embed": hook})))
+"""
+    )
+    assert all("got one pair: wrap it in a list" in line for line in out[:2]) and "got a dict" in out[2], out
 
 
 def test_ranked_refuses_a_negative_count():
@@ -127,6 +175,7 @@ def test_hooks_given_as_one_pair_or_a_dict_are_refused_by_name(model_and_batch, 
         run({name: hook})
     with pytest.raises(TypeError, match="each entry must be a \\(name, hook\\) pair"):
         run([name])
+
     assert run([(name, hook)]) is not None
 
 
@@ -158,18 +207,39 @@ def test_bare_tracebacks_of_the_walk_now_name_the_problem(model_and_batch):
     decomposition (a hint to drop names_filter), head_subset_sweep given the dataset as n_kept ("'Dataset' object is
     not iterable")."""
     from hooked_clip1d.analysis.hooks import swap_slots_hook
-    from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores
-    from hooked_clip1d.training.retrain import head_subset_sweep
 
     model, images, captions = model_and_batch
     with pytest.raises(ValueError, match="must index its position axis"):
         model.text.run_with_hooks(captions, fwd_hooks=[swap_slots_hook("hook_embed", 0, 5)])
-    with pytest.raises(ValueError, match="must be a position"):
-        swap_slots_hook("hook_embed", -1, 2)
-    _, cache = model.run_with_cache(images, captions)
-    # (under the tests' type checker the annotations refuse these first, naming the parameter; without it, the
-    # package's own messages: checked here by the words either names)
-    with pytest.raises(TypeError, match="cache.vision or cache.text|parameter 'cache'"):
-        decompose_attention_scores(model.vision, cache, 0)
-    with pytest.raises(TypeError, match="comes before the dataset|parameter 'n_kept'"):
-        head_subset_sweep(model, DataConfig(n_labels=6, n_heldout=2, n2=2))
+    with pytest.raises(ValueError, match="must index its position axis"):
+        model.text.run_with_hooks(captions, fwd_hooks=[swap_slots_hook("hook_embed", -5, 2)])
+    last = model.text.run_with_hooks(captions, fwd_hooks=[swap_slots_hook("hook_embed", -1, 0)])  # negatives index
+    assert torch.equal(last, model.text.run_with_hooks(captions, fwd_hooks=[swap_slots_hook("hook_embed", 3, 0)]))
+    out = _plain(
+        """
+from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores
+from hooked_clip1d.training.retrain import head_subset_sweep
+_, cache = m.run_with_cache(img, cap)
+print(refusal(lambda: decompose_attention_scores(m.vision, cache, 0)))
+print(refusal(lambda: head_subset_sweep(m, DataConfig(n_labels=5, n_heldout=2, n2=2))))
+"""
+    )
+    assert out[0].startswith("TypeError: this is the whole CLIP's cache"), out
+    assert out[1].startswith("TypeError: head_subset_sweep(model, n_kept, dataset, ...): n_kept"), out
+
+
+def test_collect_activations_of_attn_in_turns_the_split_inputs_off_for_the_run(model_and_batch):
+    """The flags are exclusive now: collecting hook_attn_in from a tower whose split inputs are on must turn them off
+    for the run (it refused, once they became exclusive) and give them back."""
+    from hooked_clip1d.analysis.interventions.sae import collect_activations
+
+    model, images, _ = model_and_batch
+    tower = model.vision
+    tower.set_use_split_qkv_input(True)
+    acts = collect_activations(tower, "blocks.0.hook_attn_in", images)
+    assert acts.shape[0] > 0
+    assert tower.cfg.use_split_qkv_input and not tower.cfg.use_attn_in
+    tower.set_use_split_qkv_input(False)
+    with pytest.raises(ValueError, match="use_attn_in replaces it: turn that off first"):
+        tower.set_use_attn_in(True) or tower.add_hook("blocks.0.hook_q_input", lambda x, hook: None)
+    tower.set_use_attn_in(False)

@@ -24,6 +24,7 @@ towers, models, hook names, heads and layers that the analyses share (``check_to
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -238,15 +239,16 @@ def swap_slots_hook(name: str, a: int = 0, b: int = 2) -> Hook:
     """
 
     for what, v in (("a", a), ("b", b)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"swap_slots_hook: {what} must be a position (an int >= 0), got {v!r}")
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise TypeError(f"swap_slots_hook: {what} must be a position (an int), got {v!r}")
+    a, b = operator.index(a), operator.index(b)
 
     def fn(act: torch.Tensor, hook: HookPoint) -> torch.Tensor:
-        if act.ndim < 2 or max(a, b) >= act.shape[1]:
+        n = act.shape[1] if act.ndim > 1 else 0
+        if not (-n <= a < n and -n <= b < n):
             raise ValueError(
                 f"swap_slots_hook({name!r}, {a}, {b}): the activation at {hook.name!r} has shape {list(act.shape)}; "
-                f"positions {a} and {b} must index its position axis (dim 1, {act.shape[1] if act.ndim > 1 else 0} "
-                "positions)"
+                f"positions {a} and {b} must index its position axis (dim 1, {n} positions)"
             )
         out = act.clone()
         out[:, a], out[:, b] = act[:, b], act[:, a]

@@ -419,13 +419,14 @@ def check_captions_describe(images: torch.Tensor, captions: torch.Tensor) -> Non
     ValueError: row 0: the caption names labels [1, 3], the image holds [1, 2]: pass each image's own caption
     """
     check_paired(images, captions)
+    images, captions = images.cpu(), captions.cpu()  # the callers move them to the model's device after
     objects = images[:, 1:]
     two = (objects > 0).sum(-1) == 2
     if not bool(two.any()):
         return
     held = objects[two].sort(dim=-1).values[:, -2:]  # the two labels, ascending (empty pixels are 0)
     named = captions[two][:, [0, 2]].sort(dim=-1).values
-    bad = (held != named.to(held.device)).any(-1).nonzero()
+    bad = (held != named).any(-1).nonzero()
     if len(bad):
         i = int(two.nonzero()[int(bad[0, 0]), 0])
         j = int(bad[0, 0])
@@ -447,6 +448,7 @@ def image_belief(
     torch.Size([1])
     """
     model = check_model(model)
+    check_pair_captions(captions, model.text.cfg.vocab)
     check_captions_describe(images, captions)
     return image_belief_metric(model, captions, scale)(model.encode_image(images.to(model.W_proj.device)))
 

@@ -351,7 +351,7 @@ class CLIP1D(nn.Module):
 
         fwd = [(n, saver(n)) for n in wanted]
         bwd = [(n, saver(f"{n}_grad")) for n in wanted] if incl_bwd else []
-        with self.hooks([*fwd_hooks, *fwd], bwd):
+        with self.hooks([*hook_pairs(fwd_hooks, "fwd_hooks"), *fwd], bwd):
             out = self(images, captions, return_type=return_type)
             if incl_bwd:
                 out.backward()  # type: ignore[union-attr]

@@ -226,7 +226,12 @@ class TLConveniences(HookedRootModule):
                 "hook_mlp_in": "use_hook_mlp_in (model.set_use_hook_mlp_in(True))",
                 "hook_attn_in": "use_attn_in (model.set_use_attn_in(True))",
             }.get(name.rsplit(".", 1)[-1], "use_split_qkv_input (model.set_use_split_qkv_input(True))")
-            raise ValueError(f"hook point {name!r} does not fire unless {flag} is on, so a hook there would do nothing")
+            first = ""
+            if flag.startswith("use_split_qkv_input") and self.cfg.use_attn_in:
+                first = "; use_attn_in replaces it: turn that off first (model.set_use_attn_in(False))"
+            raise ValueError(
+                f"hook point {name!r} does not fire unless {flag} is on, so a hook there would do nothing{first}"
+            )
 
     def _enable_hook_with_name(self, name: str, hook: Callable, dir: Literal["fwd", "bwd"]):  # noqa: A002
         self._check_hook_name(name)
@@ -288,7 +293,7 @@ class TLConveniences(HookedRootModule):
 
         own_drop = remove_batch_dim and not CACHES_WITHOUT_BATCH_DIM  # TL 3.x's drop fails on hook_pooled
         pos_slice = kwargs.pop("pos_slice", None) if own_drop else None
-        with self.hooks(fwd_hooks=list(fwd_hooks)):
+        with self.hooks(fwd_hooks=hook_pairs(fwd_hooks, "fwd_hooks")):
             out, cache_dict = super().run_with_cache(
                 *model_args, names_filter=filt, remove_batch_dim=remove_batch_dim and not own_drop, **kwargs
             )

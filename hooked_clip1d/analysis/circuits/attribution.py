@@ -60,6 +60,7 @@ Example:
 
 from __future__ import annotations
 
+import operator
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -106,8 +107,12 @@ class Attribution:
 
     def ranked(self, k: int | None = None, by_abs: bool = True) -> list[tuple[str, float]]:
         """The ``k`` (default all) highest-scoring names with their scores, by ``|score|`` unless ``by_abs=False``."""
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
-            raise ValueError(f"ranked(k): k must be an int >= 0 (how many to list) or None (all), got {k!r}")
+        if k is not None:
+            if isinstance(k, bool) or not hasattr(k, "__index__"):
+                raise TypeError(f"ranked(k): k must be an int >= 0 (how many to list) or None (all), got {k!r}")
+            k = operator.index(k)
+            if k < 0:
+                raise ValueError(f"ranked(k): k must be an int >= 0 (how many to list) or None (all), got {k!r}")
         key = self.scores.abs() if by_abs else self.scores
         order = torch.argsort(key, descending=True, stable=True).tolist()
         return [(self.names[i], float(self.scores[i])) for i in order[:k]]

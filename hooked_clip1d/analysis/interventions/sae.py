@@ -371,7 +371,7 @@ _FLAGS = {  # hook points that fire only with a flag: the flags collect_activati
     "hook_q_input": {"use_split_qkv_input": True, "use_attn_in": False},
     "hook_k_input": {"use_split_qkv_input": True, "use_attn_in": False},
     "hook_v_input": {"use_split_qkv_input": True, "use_attn_in": False},
-    "hook_attn_in": {"use_attn_in": True},
+    "hook_attn_in": {"use_attn_in": True, "use_split_qkv_input": False},  # exclusive (as in TransformerLens)
     "hook_mlp_in": {"use_hook_mlp_in": True},
 }
 
