@@ -104,7 +104,9 @@ class Task:
     clean: Inputs
     corrupted: Inputs
     metric: Callable[[torch.Tensor], torch.Tensor]
-    norm: str = "live"  # "live", "frozen" or "none" (NORMS)
+    # "live", "frozen" or "none" (NORMS): how the whole CLIP's head normalises the embeddings; a tower's task keeps
+    # "live", its metric normalising itself (mirror_task(..., target="vision", norm="frozen") freezes it in the metric)
+    norm: str = "live"
     linearise: str | None = None  # how first-order methods differentiate the metric (LINEARISE); None: each its own
     _pooled: dict[Any, dict[str, torch.Tensor]] = field(default_factory=dict, init=False, repr=False)
 
