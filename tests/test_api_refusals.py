@@ -243,3 +243,17 @@ def test_collect_activations_of_attn_in_turns_the_split_inputs_off_for_the_run(m
     with pytest.raises(ValueError, match="use_attn_in replaces it: turn that off first"):
         tower.set_use_attn_in(True) or tower.add_hook("blocks.0.hook_q_input", lambda x, hook: None)
     tower.set_use_attn_in(False)
+
+
+def test_a_tower_setting_read_on_the_whole_clips_config_says_where_it_lives(model_and_batch):
+    """transformer_lens.patching on the whole CLIP failed with "'CLIPConfig' object has no attribute 'n_heads'"."""
+    import copy
+    import pickle
+
+    model, _, _ = model_and_batch
+    with pytest.raises(AttributeError, match=r"setting of each tower \(cfg.vision.n_heads"):
+        _ = model.cfg.n_heads
+    with pytest.raises(AttributeError, match="has no attribute 'nonsense'"):
+        _ = model.cfg.nonsense
+    assert not hasattr(model.cfg, "d_head") and model.cfg.n_labels == 6
+    assert copy.deepcopy(model.cfg) == model.cfg == pickle.loads(pickle.dumps(model.cfg))

@@ -69,6 +69,18 @@ class CLIPConfig:
     def n_labels(self) -> int:
         return self.vision.n_labels
 
+    def __getattr__(self, name: str) -> Any:
+        """Only for names that are missing: a per-tower setting read on the whole CLIP's config (TransformerLens's
+        ``patching`` functions read ``model.cfg.n_heads`` and fail with a bare AttributeError) says where it lives.
+        Still an ``AttributeError`` (``hasattr`` answers as before)."""
+        if not name.startswith("_") and name in {f.name for f in dataclasses.fields(EncoderConfig)}:
+            raise AttributeError(
+                f"CLIPConfig has no {name!r}: it is a setting of each tower (cfg.vision.{name}, cfg.text.{name}); "
+                "TransformerLens's functions that read it (transformer_lens.patching's get_act_patch_*) take one "
+                "tower, model.vision or model.text"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @staticmethod
     def from_preset(vision: str, text: str | None = None, **shared: Any) -> CLIPConfig:
         """Both towers from named presets (``"full"``/``"simplified"``); ``text`` defaults to ``vision``.
