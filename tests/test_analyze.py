@@ -142,3 +142,26 @@ def test_patching_on_a_text_tower_without_learned_positions(tmp_path):
     res = run_analysis("patching", m, out_dir=tmp_path)
     assert "position_id_swap                 n/a" in res["table"]
     assert res["data"]["interchange"]["position_id_swap"] is None
+
+
+def test_attribution_family_reports_the_methods_own_scores_against_exact_patching(tmp_path):
+    """`analyze attribution`: the scores and agreement it writes are the method's and exact patching's on the mirror
+    task, recomputed here without the family; an exact or unknown method is refused by name."""
+    from hooked_clip1d.analysis.circuits.attribution import agreement
+    from hooked_clip1d.analysis.circuits.methods import METHODS
+    from hooked_clip1d.analysis.circuits.scores import ground_truth_inputs
+    from hooked_clip1d.analysis.circuits.task import mirror_task
+
+    m = _model()
+    res = run_analysis("attribution", m, out_dir=tmp_path, method="EAP+QK", split="val_seen", top=3)
+    task = mirror_task(m, *ground_truth_inputs(m, "val_seen"))
+    exact = METHODS["path patching"](task)
+    mine = METHODS["EAP+QK"](task, check=0)
+    assert res["data"]["scores"] == pytest.approx(mine.subset(exact.names).as_dict(), abs=1e-6)
+    assert res["data"]["agreement"]["pearson"] == pytest.approx(agreement(mine, exact)["pearson"], abs=1e-9)
+    assert len(res["table"].splitlines()) == 3 + 3 and (tmp_path / "attribution_vs_exact.png").exists()
+    node = run_analysis("attribution", m, out_dir=tmp_path / "n", kinds="[heads,k]", n=4)
+    assert node["data"]["method"] == "AtP+QK" and all(".L0.H" in k for k in node["data"]["scores"])
+    for bad in ("exact patching", "nope"):
+        with pytest.raises(ValueError, match="for attribution; one of"):
+            run_analysis("attribution", m, out_dir=tmp_path / "b", method=bad)

@@ -385,6 +385,77 @@ def _rope(model: CLIP1D, opts: dict[str, Any]) -> Report:
 
 
 @family(
+    "attribution",
+    what="one attribution method's node or edge scores on the mirror task against exact patching: sign agreement, "
+    "Pearson, the largest effects (circuit discovery, beyond the paper)",
+    data="two-object images of a split (default val_unseen) vs their mirrors, captions vs their swaps (mirror_task)",
+    options={
+        "method": "a method of analysis.circuits.methods.METHODS (default AtP+QK: what atp computes by default)",
+        "kinds": "node kinds for a node method, e.g. [heads,k,terms] (default: every kind the model has)",
+        "split": "the split of the image/caption pairs: train, val_seen, val_unseen (default)",
+        "n": "images drawn from the split (default: all)",
+        "top": "items listed, largest exact effect first (default 10)",
+    },
+)
+def _attribution(model: CLIP1D, opts: dict[str, Any]) -> Report:
+    from hooked_clip1d.analysis.circuits.attribution import agreement
+    from hooked_clip1d.analysis.circuits.methods import METHODS
+    from hooked_clip1d.analysis.circuits.scores import ground_truth_inputs
+    from hooked_clip1d.analysis.circuits.task import mirror_task
+    from hooked_clip1d.visualization.circuits import plot_attribution_vs_exact
+
+    name = str(opts.get("method", "AtP+QK"))
+    if name not in METHODS or not METHODS[name].estimate or METHODS[name].exact:
+        usable = [k for k, m in METHODS.items() if m.estimate and not m.exact]
+        raise ValueError(f"unknown method {name!r} for attribution; one of {usable}")
+    method = METHODS[name]
+    split = pair_split(model_dataset(model), opts).name
+    top, n = opts.get("top", 10), opts.get("n")
+    for key, v in (("top", top), ("n", n)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"option {key} must be a positive int, got {v!r}")
+    images, captions = ground_truth_inputs(model, split, n=n)
+    task = mirror_task(model, images, captions)
+    if method.unit == "node":
+        towers = (model.vision.cfg, model.text.cfg)
+        kinds = ["heads"] + (["mlp"] if any(not c.attn_only for c in towers) else []) + ["embed"]
+        kinds += ["pos"] if any(c.positional == "learned" for c in towers) else []
+        kinds = opts.get("kinds", kinds + ["resid", "q", "k", "v", "terms"])
+        if isinstance(kinds, str):  # -o kinds=[heads,k] is not JSON: read it as a list of words
+            kinds = [k.strip() for k in kinds.strip("[]").split(",") if k.strip()]
+        exact = METHODS["exact patching"](task, kinds)
+        result = method(task, kinds)
+    else:
+        exact = METHODS["path patching"](task)
+        result = method(task)
+    agree = agreement(result, exact)
+    on = result.subset(exact.names)
+    head = f"{name} against {exact.method} on the mirror task ({task.n_examples} images of {split})"
+    lines = [head]
+
+    def num(key: str, none: str = "n/a") -> str:
+        v = agree.get(key)
+        return none if v is None else f"{v:.2f}"
+
+    lines.append(
+        f"  over the {agree['n']} items the mirror moves: sign agreement {num('sign_agreement', 'n/a (magnitudes)')}, "
+        f"Pearson {num('pearson')}, top-{agree['k']} overlap {num('top_k_overlap')}"
+    )
+    lines.append(f"  {'item':<34} {exact.method:>15} {name:>15}")
+    for item, value in exact.ranked(top):
+        lines.append(f"  {item:<34} {value:>+15.4f} {on[item]:>+15.4f}")
+    data = {
+        "method": name,
+        "split": split,
+        "n_images": task.n_examples,
+        "agreement": agree,
+        "exact": exact.as_dict(),
+        "scores": on.as_dict(),
+    }
+    return Report("\n".join(lines), to_jsonable(data), {"vs_exact": plot_attribution_vs_exact(result, exact)})
+
+
+@family(
     "pruning",
     what="every subset of kept heads, before (with -o epochs=N also after) retraining (App. K, Fig. 22)",
     data="validation splits (before and after retraining)",

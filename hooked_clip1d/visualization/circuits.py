@@ -1,8 +1,9 @@
 """Figures of circuit discovery: how each method ranks a ground-truth circuit, and what it costs.
 
-``plot_circuit_benchmark(rows)`` draws, per method, the ROC AUC of its node and edge rankings against the
-ground-truth circuits (bar: the mean over models; dots: each model; dashed line: chance) and its wall time (log
-scale), from the rows ``reproduce x-circuits`` records.
+``plot_attribution_vs_exact(result, exact)`` draws one method's scores against exact patching's, item by item (the
+diagonal: agreement; the shaded quadrants: wrong signs). ``plot_circuit_benchmark(rows)`` draws, per method, the ROC
+AUC of its node and edge rankings against the ground-truth circuits (bar: the mean over models; dots: each model;
+dashed line: chance) and its wall time (log scale), from the rows ``reproduce x-circuits`` records.
 
 Example:
     >>> rows = [{"model": "m", "method": "AtP", "node_auc": 1.0, "edge_auc": None, "seconds": 0.1},
@@ -68,3 +69,33 @@ def plot_circuit_benchmark(rows: Sequence[Mapping[str, Any]]) -> Figure:
 
 
 __all__ = ["plot_circuit_benchmark"]
+
+
+def plot_attribution_vs_exact(result: Any, exact: Any, label: int = 8) -> Figure:
+    """One method's scores (``result``, an ``Attribution``) against exact patching's (``exact``) on the items exact
+    patching scored: a point per item, the diagonal (agreement), the wrong-sign quadrants shaded, the ``label``
+    largest exact effects named.
+
+    >>> import torch
+    >>> from hooked_clip1d.analysis.circuits.attribution import Attribution
+    >>> ex = Attribution("exact patching", ["a", "b", "c"], torch.tensor([2.0, -1.0, 0.5]))
+    >>> est = Attribution("AtP+QK", ["a", "b", "c"], torch.tensor([1.5, -0.8, -0.1]))
+    >>> plot_attribution_vs_exact(est, ex).axes[0].get_xlabel()
+    'exact patching'
+    """
+    x = exact.scores.double().numpy()
+    y = result.subset(exact.names).scores.double().numpy()
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    lim = float(max(np.abs(x).max(), np.abs(y).max(), 1e-12)) * 1.1
+    ax.fill_between([-lim, 0], 0, lim, color="mistyrose", zorder=0)
+    ax.fill_between([0, lim], -lim, 0, color="mistyrose", zorder=0, label="wrong sign")
+    ax.plot([-lim, lim], [-lim, lim], color="gray", lw=0.8, ls="--", label="agreement")
+    ax.scatter(x, y, s=12, color="k", zorder=3)
+    for i in np.argsort(-np.abs(x))[:label]:
+        ax.annotate(exact.names[i], (x[i], y[i]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-lim, lim)
+    ax.set_xlabel(exact.method)
+    ax.set_ylabel(result.method)
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
