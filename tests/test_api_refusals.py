@@ -257,3 +257,79 @@ def test_a_tower_setting_read_on_the_whole_clips_config_says_where_it_lives(mode
         _ = model.cfg.nonsense
     assert not hasattr(model.cfg, "d_head") and model.cfg.n_labels == 6
     assert copy.deepcopy(model.cfg) == model.cfg == pickle.loads(pickle.dumps(model.cfg))
+
+
+def test_a_run_resumed_with_more_epochs_warns_that_its_model_file_is_the_old_end(tmp_path):
+    """eval / load_model of a run being extended read model.safetensors (the old end) without a word."""
+    from hooked_clip1d.model.checkpoint import save_model
+    from hooked_clip1d.pretrained import resolve_model
+
+    model = make_model("simplified", seed=0)
+    data = DataConfig(n_labels=6, n_heldout=2, n2=2)
+    save_model(model, tmp_path / "model.safetensors", data, extra={"train_config": {"epochs": 3}})
+    save_model(model, tmp_path / "checkpoint.safetensors", data, extra={"train_config": {"epochs": 3}})
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve_model(tmp_path)  # a finished run: no warning
+    save_model(model, tmp_path / "checkpoint.safetensors", data, extra={"train_config": {"epochs": 2000}})
+    with pytest.warns(UserWarning, match="ends a run of 3 epochs, its checkpoint.safetensors belongs to a run of 2000"):
+        resolve_model(tmp_path)
+
+
+def test_sae_helpers_refuse_what_they_did_wrong_silently(model_and_batch):
+    """spliced at a hook that does not fire (nothing happened), widths that do not match (a bare broadcasting
+    error), splice_hook on a per-head hook (edited the head axis as positions), collect_activations in train mode
+    (dropout, the global RNG drawn), train_sae with settings that train nothing or nonsense."""
+    from hooked_clip1d.analysis.hooks import splice_hook
+    from hooked_clip1d.analysis.interventions.sae import SparseAutoencoder, collect_activations, train_sae
+
+    model, images, _ = model_and_batch
+    tower = model.vision
+    d = tower.cfg.d_model
+    with pytest.raises(ValueError, match="does not fire unless use_attn_result"):
+        with SparseAutoencoder(d_in=d, d_sae=8, k=2).spliced(tower, "blocks.0.attn.hook_result"):
+            pass
+    with pytest.raises(ValueError, match="gives rows of width 16, the SAE takes d_in=7"):
+        with SparseAutoencoder(d_in=7, d_sae=8, k=2).spliced(tower, "hook_pooled"):
+            tower(images)
+    with pytest.raises(ValueError, match="has a head axis"):
+        tower.run_with_hooks(images, fwd_hooks=[("blocks.0.attn.hook_z", splice_hook(SparseAutoencoder(4, 8, k=2)))])
+    with pytest.raises(ValueError, match="the SAE's d_in 7"):
+        tower.run_with_hooks(images, fwd_hooks=[("hook_pooled", splice_hook(SparseAutoencoder(7, 8, k=2)))])
+    tower.train()
+    with pytest.raises(ValueError, match="training mode"):
+        collect_activations(tower, "hook_pooled", images)
+    tower.eval()
+    acts = collect_activations(tower, "hook_pooled", images)
+    for kw, match in (
+        ({"steps": -5}, "steps must be an int >= 1"),
+        ({"batch_size": 0}, "batch_size must be an int >= 1"),
+        ({"l1": -1.0}, "l1 must be a finite number >= 0"),
+        ({"k": 9}, "exceeds d_sae=8"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            train_sae(acts, 8, **kw)
+    with pytest.raises((TypeError, ValueError), match="floating-point|acts"):
+        train_sae(acts.long(), 8, steps=1)
+    sae, report = train_sae(acts.double(), 8, k=2, steps=2)  # float64 activations train (as float32)
+    assert sae.W_enc.dtype == torch.float32 and report["fvu"] == report["fvu"]
+
+
+def test_option_and_config_messages_name_the_setting(model_and_batch, tmp_path):
+    """TrainConfig(epochs=0) blamed warmup_epochs; analyze's bad n and kinds gave a bare error or were ignored."""
+    from hooked_clip1d.cli.analyze import run_analysis
+    from hooked_clip1d.settings import TrainConfig
+
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match="TrainConfig.epochs must be an int >= 1"):
+            TrainConfig(epochs=bad)
+    model, _, _ = model_and_batch
+    model.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)
+    with pytest.raises(ValueError, match="option n .* must be a positive int"):
+        run_analysis("probes", model, out_dir=tmp_path, n=-5)
+    with pytest.raises(ValueError, match="option kinds is for node methods"):
+        run_analysis("attribution", model, out_dir=tmp_path, method="EAP", kinds="bogus")
+    with pytest.raises(ValueError, match="option kinds must be a list of node kinds"):
+        run_analysis("attribution", model, out_dir=tmp_path, kinds=5)

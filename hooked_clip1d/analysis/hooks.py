@@ -364,7 +364,8 @@ def knockout_hooks(
 def splice_hook(sae: Callable[[torch.Tensor], torch.Tensor], pos: int | None = None) -> Callable:
     """A forward hook ``fn`` that replaces the activation (at ``pos`` for a per-position hook) by the reconstruction
     ``sae(activation)`` of a ``sae.SparseAutoencoder``: the model then runs with the SAE in the loop. Pair it with
-    the hook name: ``("hook_pooled", splice_hook(sae))``.
+    the hook name: ``("hook_pooled", splice_hook(sae))``. Activations ``[batch, d]`` or ``[batch, pos, d]`` only (a
+    per-head or attention-pattern hook: ``sae.spliced``); a width other than the SAE's ``d_in`` is refused.
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
     >>> from hooked_clip1d.analysis.interventions.sae import SparseAutoencoder
@@ -376,7 +377,19 @@ def splice_hook(sae: Callable[[torch.Tensor], torch.Tensor], pos: int | None = N
     True
     """
 
+    d_in = getattr(getattr(sae, "W_enc", None), "shape", (None,))[0]
+
     def fn(act: torch.Tensor, hook: HookPoint) -> torch.Tensor:
+        if act.ndim not in (2, 3):
+            raise ValueError(
+                f"splice_hook at {hook.name!r}: the activation {list(act.shape)} has a head axis (or another layout "
+                "than [batch, d] / [batch, pos, d]); splice a per-head hook with sae.spliced(model, hook_name) "
+                "(hook_z over every head), whose rows match collect_activations'"
+            )
+        if d_in is not None and act.shape[-1] != d_in:
+            raise ValueError(
+                f"splice_hook at {hook.name!r}: the activation's width is {act.shape[-1]}, the SAE's d_in {d_in}"
+            )
         if act.ndim == 2:
             return sae(act.float()).to(act.dtype)
         out = act.clone()

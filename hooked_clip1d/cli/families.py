@@ -219,7 +219,9 @@ def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
 
     v = model.vision.cfg.vocab
     imgs, objs, _ = pair_grid(v)
-    n = int(opts.get("n", 3000))
+    n = opts.get("n", 3000)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"option n (images sampled) must be a positive int, got {n!r}")
     idx = torch.randperm(len(imgs), generator=torch.Generator().manual_seed(int(opts.get("seed", 0))))[:n]
     imgs, objs = imgs[idx], objs[idx]
     rel = torch.full_like(objs[:, 0], v.left_of)
@@ -423,9 +425,13 @@ def _attribution(model: CLIP1D, opts: dict[str, Any]) -> Report:
         kinds = opts.get("kinds", kinds + ["resid", "q", "k", "v", "terms"])
         if isinstance(kinds, str):  # -o kinds=[heads,k] is not JSON: read it as a list of words
             kinds = [k.strip() for k in kinds.strip("[]").split(",") if k.strip()]
+        if not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) for k in kinds):
+            raise ValueError(f"option kinds must be a list of node kinds, e.g. [heads,k,terms], got {kinds!r}")
         exact = METHODS["exact patching"](task, kinds)
         result = method(task, kinds)
     else:
+        if "kinds" in opts:
+            raise ValueError(f"{name} scores edges (every edge of the graph): option kinds is for node methods")
         exact = METHODS["path patching"](task)
         result = method(task)
     agree = agreement(result, exact)

@@ -118,6 +118,19 @@ def manifest(name: str) -> dict[str, Any]:
     return d
 
 
+def _planned_epochs(path: Path) -> int | None:
+    """The planned epochs in a model or checkpoint file's metadata (its header only), or None."""
+    if not path.exists():
+        return None
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), "pt") as f:
+            return int(json.loads((f.metadata() or {})["train_config"])["epochs"])
+    except Exception:  # noqa: BLE001 (a file without the field, or unreadable: the load below says what is wrong)
+        return None
+
+
 def resolve_model(
     spec: str | os.PathLike, checkpoint_index: int | None = None, checkpoint_value: int | None = None
 ) -> CLIP1D:
@@ -145,7 +158,18 @@ def resolve_model(
         return load_checkpoint(spec, checkpoint_index, checkpoint_value)
     p = Path(spec)
     if p.is_dir():
-        p = p / "model.safetensors" if (p / "model.safetensors").exists() else p / "checkpoint.safetensors"
+        final, latest = p / "model.safetensors", p / "checkpoint.safetensors"
+        planned = [_planned_epochs(f) for f in (final, latest)]
+        if None not in planned and planned[0] != planned[1]:
+            import warnings
+
+            warnings.warn(  # a finished run being extended (--resume with more epochs): its model is the old end
+                f"{str(spec)!r}: its model.safetensors ends a run of {planned[0]} epochs, its checkpoint.safetensors "
+                f"belongs to a run of {planned[1]} (the run was resumed with more epochs): loading model.safetensors; "
+                f"give {str(latest)!r} for the latest state",
+                stacklevel=2,
+            )
+        p = final if final.exists() else latest
         if not p.exists():
             from hooked_clip1d.model.checkpoint import CheckpointError
 

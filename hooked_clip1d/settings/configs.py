@@ -265,6 +265,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.optimizer must be 'adamw' or 'adam', got {self.optimizer!r}")
         if self.lr_schedule not in ("constant", "warmup_cosine"):
             raise ValueError(f"TrainConfig.lr_schedule must be 'constant' or 'warmup_cosine', got {self.lr_schedule!r}")
+        if is_int(self.epochs) and self.epochs < 1:  # named before the warmup check, which would blame warmup_epochs
+            raise ValueError(f"TrainConfig.epochs must be an int >= 1, got {self.epochs!r}")
         if not is_int(self.warmup_epochs) or self.warmup_epochs < 0:
             raise ValueError(f"TrainConfig.warmup_epochs must be an int >= 0, got {self.warmup_epochs!r}")
         if self.warmup_epochs and self.lr_schedule == "constant":

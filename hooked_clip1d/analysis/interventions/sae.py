@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,6 +139,8 @@ class SparseAutoencoder(HookedRootModule):
         tower, name = _tower_of(model, hook_name)
         if name not in tower.hook_dict:
             raise ValueError(f"spliced: {hook_name!r} is not a hook point of the model")
+        if name in tower.inactive_hook_names():
+            tower._check_hook_name(name)  # raises, naming the flag that makes it fire (the splice would never run)
         point = tower.hook_dict[name]
         if any(k.startswith("hook_sae_") for k in point._modules):
             raise ValueError(f"spliced: an SAE is already spliced at {hook_name!r}")
@@ -147,6 +150,11 @@ class SparseAutoencoder(HookedRootModule):
         def splice(module: nn.Module, args: Any, act: torch.Tensor) -> torch.Tensor:
             shape = act.shape
             flat = act.reshape(-1, shape[-2] * shape[-1]) if head_z else act.reshape(-1, shape[-1])
+            if flat.shape[-1] != self.W_enc.shape[0]:
+                raise ValueError(
+                    f"spliced at {hook_name!r}: the activation {list(shape)} gives rows of width {flat.shape[-1]}, the "
+                    f"SAE takes d_in={self.W_enc.shape[0]}"
+                )
             x = self.hook_sae_input(flat.float())
             recons = self.decode(self.encode(x))
             out = recons
@@ -448,6 +456,8 @@ def collect_activations(
         if hook_name in HEAD_HOOKS:
             if not (isinstance(tokens, tuple | list) and len(tokens) == 2):
                 raise ValueError(f"{hook_name!r} is a CLIP head hook: give tokens=(images, captions)")
+            if encoder.training:
+                raise ValueError("collect_activations: the model is in training mode (dropout is on); call .eval()")
             _, cache = encoder.run_with_cache(*tokens, names_filter=hook_name)
             return _rows(cache[hook_name], hook_name, pos, head)
         tower_name, _, name = hook_name.partition(".")
@@ -460,6 +470,8 @@ def collect_activations(
         raise TypeError(f"collect_activations takes a tower (model.vision / model.text) or a CLIP1D, got {encoder!r}")
     if isinstance(tokens, tuple | list):
         raise TypeError("a tower's collect_activations takes one token tensor, not (images, captions)")
+    if encoder.training:
+        raise ValueError("collect_activations: the tower is in training mode (dropout is on); call model.eval() first")
     with _firing(encoder, hook_name):
         _, cache = encoder.run_with_cache(tokens, names_filter=hook_name)
     return _rows(cache[hook_name], hook_name, pos, head)
@@ -502,8 +514,28 @@ def train_sae(
     Returns the SAE (eval mode) and ``{"mse", "fvu", "l0", "dead"}`` on all of ``acts``: mean squared error, the
     fraction of variance unexplained, mean number of active features, and the fraction of features never active.
     """
+    if not isinstance(acts, torch.Tensor) or not acts.is_floating_point():
+        got = acts.dtype if isinstance(acts, torch.Tensor) else type(acts).__name__
+        raise TypeError(f"train_sae needs floating-point activations (collect_activations gives float32), got {got}")
     if acts.ndim != 2 or acts.shape[0] < 2:
         raise ValueError(f"train_sae needs activations [n >= 2, d], got {list(acts.shape)}")
+    for what, v, low in (("d_sae", d_sae, 1), ("steps", steps, 1), ("batch_size", batch_size, 1), ("k", k, 1)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
+            raise ValueError(f"train_sae: {what} must be an int >= {low}, got {v!r}")
+    if k is not None and k > d_sae:
+        raise ValueError(f"train_sae: k={k} exceeds d_sae={d_sae} (top-k keeps k of the d_sae features)")
+    for what, v in (("l1", l1), ("lr", lr)):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or not math.isfinite(v)
+            or v < 0
+            or (what == "lr" and v == 0)
+        ):
+            raise ValueError(
+                f"train_sae: {what} must be a finite number {'> 0' if what == 'lr' else '>= 0'}, got {v!r}"
+            )
+    acts = acts.float()
     if not torch.isfinite(acts).all():
         raise ValueError("train_sae: the activations are not finite")
     sae = SparseAutoencoder(acts.shape[1], d_sae, k=k, seed=seed)
