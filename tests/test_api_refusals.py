@@ -333,3 +333,11 @@ def test_option_and_config_messages_name_the_setting(model_and_batch, tmp_path):
         run_analysis("attribution", model, out_dir=tmp_path, method="EAP", kinds="bogus")
     with pytest.raises(ValueError, match="option kinds must be a list of node kinds"):
         run_analysis("attribution", model, out_dir=tmp_path, kinds=5)
+
+
+def test_data_layer_messages_name_the_problem():
+    ds = build_dataset(DataConfig(n_labels=6, n_heldout=2, n2=2))
+    with pytest.raises(KeyError, match="no split 'val'; the splits are"):
+        ds.describe("val", 0)
+    with pytest.raises(ValueError, match="pixel 2 is '³', not '.' or a label"):
+        ds.vocab.text_to_image("C . . ³ . . . . . . .")

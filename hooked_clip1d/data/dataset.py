@@ -89,6 +89,8 @@ class Dataset:
 
     def describe(self, split: Split | str, i: int) -> str:
         """``'C . . 17 . . 19 . . . .  ->  17 is on the left of 19'`` for row ``i`` of a split."""
+        if isinstance(split, str) and split not in self.splits:
+            raise KeyError(f"no split {split!r}; the splits are {list(self.splits)}")
         s = self.splits[split] if isinstance(split, str) else split
         caps = [self.vocab.caption_to_text(self.captions[t]) for t in s.targets[i].tolist() if t >= 0]
         return f"{self.vocab.image_to_text(s.images[i])}  ->  {' | '.join(caps)}"

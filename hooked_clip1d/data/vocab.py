@@ -198,7 +198,7 @@ class Vocabulary:
         for i, t in enumerate(toks[1:]):
             if t == ".":
                 continue
-            if not t.isdigit():
+            if not (t.isascii() and t.isdecimal()):  # "³".isdigit() is True, and int("³") fails
                 raise ValueError(f"cannot parse image {text!r}: pixel {i} is {t!r}, not '.' or a label")
             objects[i] = int(t)
         return self.image(objects, d_image=len(toks) - 1)
