@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import operator
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -519,9 +520,11 @@ def train_sae(
         raise TypeError(f"train_sae needs floating-point activations (collect_activations gives float32), got {got}")
     if acts.ndim != 2 or acts.shape[0] < 2:
         raise ValueError(f"train_sae needs activations [n >= 2, d], got {list(acts.shape)}")
-    for what, v, low in (("d_sae", d_sae, 1), ("steps", steps, 1), ("batch_size", batch_size, 1), ("k", k, 1)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
-            raise ValueError(f"train_sae: {what} must be an int >= {low}, got {v!r}")
+    for what, v in (("d_sae", d_sae), ("steps", steps), ("batch_size", batch_size), ("k", k)):
+        if v is not None and (isinstance(v, bool) or not hasattr(v, "__index__") or operator.index(v) < 1):
+            raise ValueError(f"train_sae: {what} must be an int >= 1, got {v!r}")
+    d_sae, steps, batch_size = operator.index(d_sae), operator.index(steps), operator.index(batch_size)
+    k = None if k is None else operator.index(k)
     if k is not None and k > d_sae:
         raise ValueError(f"train_sae: k={k} exceeds d_sae={d_sae} (top-k keeps k of the d_sae features)")
     for what, v in (("l1", l1), ("lr", lr)):
