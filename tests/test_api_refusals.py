@@ -47,25 +47,59 @@ def refusal(fn):
 """
 
 
-def _plain(code: str) -> list[str]:
-    """Run ``code`` (after PLAIN) in a fresh interpreter, outside the tests' type checker (tests/typecheck.py), whose
-    annotation checks would refuse these calls before the package's own checks run: the lines it prints."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-c", PLAIN + code], capture_output=True, text=True, timeout=300, env=env)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return r.stdout.strip().splitlines()
-
-
-def test_a_tower_refuses_a_return_type_it_does_not_know():
-    """``v(imgs, return_type="logits")`` returned None, as if caching only."""
-    out = _plain(
-        """
+#: the calls the tests' type checker would refuse before the package's own checks run: run once, in a plain
+#: interpreter, each snippet's printed lines kept under its key (one interpreter start, ~5 s, for all of them)
+PLAIN_SNIPPETS = {
+    "return_type": """
 for bad in ("logits", "loss", "Pooled"):
     print(refusal(lambda: m.vision(img, return_type=bad)))
     print(refusal(lambda: m.vision.run_with_hooks(img, return_type=bad)))
 print(m.vision(img, return_type=None) is None, tuple(m.vision(img).shape))
-"""
-    )
+""",
+    "hook_pair": """
+def hook(x, hook):
+    return None
+print(refusal(lambda: m.run_with_cache(img, cap, fwd_hooks=("vision.hook_embed", hook))))
+print(refusal(lambda: m.vision.run_with_cache(img, fwd_hooks=("hook_embed", hook))))
+print(refusal(lambda: m.vision.run_with_cache(img, fwd_hooks={"hook_embed": hook})))
+""",
+    "bare": """
+from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores
+from hooked_clip1d.training.retrain import head_subset_sweep
+_, cache = m.run_with_cache(img, cap)
+print(refusal(lambda: decompose_attention_scores(m.vision, cache, 0)))
+print(refusal(lambda: head_subset_sweep(m, DataConfig(n_labels=5, n_heldout=2, n2=2))))
+""",
+    "to_tokens": """
+print(refusal(lambda: m.vision.to_tokens(3)))
+print(refusal(lambda: m.vision.to_tokens([img[0], img[0]])))
+print(refusal(lambda: m.vision.to_tokens(img[None].expand(2, 1, 11))))
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def plain_runs() -> dict[str, list[str]]:
+    """Each of PLAIN_SNIPPETS run (after PLAIN) in one fresh interpreter, outside the tests' type checker
+    (tests/typecheck.py): the lines each printed, by key."""
+    code = PLAIN + "".join(f"print('@@{k}')\n{v}" for k, v in PLAIN_SNIPPETS.items())
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out: dict[str, list[str]] = {}
+    key = None
+    for line in r.stdout.strip().splitlines():
+        if line.startswith("@@"):
+            key = line[2:]
+            out[key] = []
+        elif key is not None:
+            out[key].append(line)
+    return out
+
+
+def test_a_tower_refuses_a_return_type_it_does_not_know(plain_runs):
+    """``v(imgs, return_type="logits")`` returned None, as if caching only."""
+    out = plain_runs["return_type"]
     assert all(line.startswith("ValueError: HookedVisionEncoder: unknown return_type") for line in out[:6]), out
     assert out[6] == "True (1, 16)"
 
@@ -134,17 +168,9 @@ def test_a_registry_entry_refuses_overrides_that_make_it_another_method(model_an
     assert METHODS["EAP-IG"](task, steps=2, check=0).method == "EAP-IG"  # a setting that is not identity
 
 
-def test_run_with_cache_names_a_single_hook_pair_too():
+def test_run_with_cache_names_a_single_hook_pair_too(plain_runs):
     """run_with_cache flattened its fwd_hooks before checking them: "each entry must be a pair, got 'hook_embed'"."""
-    out = _plain(
-        """
-def hook(x, hook):
-    return None
-print(refusal(lambda: m.run_with_cache(img, cap, fwd_hooks=("vision.hook_embed", hook))))
-print(refusal(lambda: m.vision.run_with_cache(img, fwd_hooks=("hook_embed", hook))))
-print(refusal(lambda: m.vision.run_with_cache(img, fwd_hooks={"hook_embed": hook})))
-"""
-    )
+    out = plain_runs["hook_pair"]
     assert all("got one pair: wrap it in a list" in line for line in out[:2]) and "got a dict" in out[2], out
 
 
@@ -202,7 +228,7 @@ def test_a_belief_refuses_captions_that_do_not_name_the_images_objects(model_and
     assert image_belief(model, mirror_images(images), swap_captions(captions, vocab)).shape == (4,)
 
 
-def test_bare_tracebacks_of_the_walk_now_name_the_problem(model_and_batch):
+def test_bare_tracebacks_of_the_walk_now_name_the_problem(model_and_batch, plain_runs):
     """swap_slots_hook past the caption's positions (IndexError), a whole CLIP's cache given to a tower's
     decomposition (a hint to drop names_filter), head_subset_sweep given the dataset as n_kept ("'Dataset' object is
     not iterable")."""
@@ -215,15 +241,7 @@ def test_bare_tracebacks_of_the_walk_now_name_the_problem(model_and_batch):
         model.text.run_with_hooks(captions, fwd_hooks=[swap_slots_hook("hook_embed", -5, 2)])
     last = model.text.run_with_hooks(captions, fwd_hooks=[swap_slots_hook("hook_embed", -1, 0)])  # negatives index
     assert torch.equal(last, model.text.run_with_hooks(captions, fwd_hooks=[swap_slots_hook("hook_embed", 3, 0)]))
-    out = _plain(
-        """
-from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores
-from hooked_clip1d.training.retrain import head_subset_sweep
-_, cache = m.run_with_cache(img, cap)
-print(refusal(lambda: decompose_attention_scores(m.vision, cache, 0)))
-print(refusal(lambda: head_subset_sweep(m, DataConfig(n_labels=5, n_heldout=2, n2=2))))
-"""
-    )
+    out = plain_runs["bare"]
     assert out[0].startswith("TypeError: this is the whole CLIP's cache"), out
     assert out[1].startswith("TypeError: head_subset_sweep(model, n_kept, dataset, ...): n_kept"), out
 
@@ -341,3 +359,14 @@ def test_data_layer_messages_name_the_problem():
         ds.describe("val", 0)
     with pytest.raises(ValueError, match="pixel 2 is '³', not '.' or a label"):
         ds.vocab.text_to_image("C . . ³ . . . . . . .")
+
+
+def test_to_tokens_names_what_it_takes(model_and_batch, plain_runs):
+    """to_tokens(3): "'int' object is not iterable"; a list of tensors: "'Tensor' object has no attribute 'strip'";
+    a [2, 2, 4] tensor was reported as shape (1, 2, 2, 4)."""
+    model, images, _ = model_and_batch
+    out = plain_runs["to_tokens"]
+    assert out[0].startswith("TypeError: HookedVisionEncoder.to_tokens takes a token tensor"), out
+    assert out[1].endswith("got list with non-string items"), out
+    assert out[2].startswith("ValueError: HookedVisionEncoder.to_tokens takes ids [pos] or [batch, pos]"), out
+    assert torch.equal(model.vision.to_tokens(images[0]), images[:1])

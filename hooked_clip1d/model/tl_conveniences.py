@@ -165,11 +165,19 @@ class TLConveniences(HookedRootModule):
 
     def to_tokens(self, x: Any) -> Int[torch.Tensor, "batch pos"]:
         """Validated ids [batch, n_ctx] from a tensor, a readable string or a list of strings."""
+        what = f"{type(self).__name__}.to_tokens"
         if isinstance(x, torch.Tensor):
+            if x.ndim not in (1, 2):
+                raise ValueError(f"{what} takes ids [pos] or [batch, pos], got a tensor of shape {tuple(x.shape)}")
             t = x if x.ndim == 2 else x[None]
         elif isinstance(x, str):
             t = self.parse(x)[None]
         else:
+            if not isinstance(x, list | tuple) or not all(isinstance(s, str) for s in x):
+                raise TypeError(
+                    f"{what} takes a token tensor, a readable {self.input_kind} string or a list of them, got "
+                    f"{type(x).__name__}" + (" with non-string items" if isinstance(x, list | tuple) else "")
+                )
             rows = [self.parse(s) for s in x]
             if not rows:
                 raise ValueError(f"{type(self).__name__}.to_tokens got an empty list of {self.input_kind}s")
