@@ -402,6 +402,7 @@ def _rope(model: CLIP1D, opts: dict[str, Any]) -> Report:
 def _attribution(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.circuits.attribution import agreement
     from hooked_clip1d.analysis.circuits.methods import METHODS
+    from hooked_clip1d.analysis.circuits.node_attribution import model_node_kinds
     from hooked_clip1d.analysis.circuits.scores import ground_truth_inputs
     from hooked_clip1d.analysis.circuits.task import mirror_task
     from hooked_clip1d.visualization.circuits import plot_attribution_vs_exact
@@ -419,10 +420,7 @@ def _attribution(model: CLIP1D, opts: dict[str, Any]) -> Report:
     images, captions = ground_truth_inputs(model, split, n=n)
     task = mirror_task(model, images, captions)
     if method.unit == "node":
-        towers = (model.vision.cfg, model.text.cfg)
-        kinds = ["heads"] + (["mlp"] if any(not c.attn_only for c in towers) else []) + ["embed"]
-        kinds += ["pos"] if any(c.positional == "learned" for c in towers) else []
-        kinds = opts.get("kinds", kinds + ["resid", "q", "k", "v", "terms"])
+        kinds = opts.get("kinds", model_node_kinds(model))
         if isinstance(kinds, str):  # -o kinds=[heads,k] is not JSON: read it as a list of words
             kinds = [k.strip() for k in kinds.strip("[]").split(",") if k.strip()]
         if not isinstance(kinds, list) or not kinds or not all(isinstance(k, str) for k in kinds):

@@ -55,10 +55,9 @@ def _fmt(v: float | None) -> str:
 
 
 def _kinds(model: CLIP1D) -> list[str]:
-    towers = (model.vision.cfg, model.text.cfg)
-    kinds = ["heads"] + (["mlp"] if any(not c.attn_only for c in towers) else []) + ["embed"]
-    kinds += ["pos"] if any(c.positional == "learned" for c in towers) else []
-    return kinds + ["resid", "q", "k", "v", "terms"]
+    from hooked_clip1d.analysis.circuits.node_attribution import model_node_kinds
+
+    return model_node_kinds(model)
 
 
 def _transfer(model: CLIP1D, truth: Any, split: str) -> dict[str, Any]:

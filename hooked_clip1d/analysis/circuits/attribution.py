@@ -19,8 +19,8 @@ adds it to the registry the benchmark iterates):
 - ``grads_of(value, acts)``: ``dvalue / dact`` for each captured activation (zeros where it does not reach the value).
 - ``frozen_patterns(task)``: pre-transforms that hold every attention pattern at its clean value;
   ``merge_transforms`` combines transform maps; ``as_hooks`` turns them into forward hooks for ``Task.run``.
-- ``check_freeze``: the one combination a method must refuse (the QK fix with frozen patterns); ``resolve_qk_fix``:
-  ``atp``'s and ``eap``'s default (the QK fix on unless the patterns are frozen).
+- ``check_freeze`` / ``resolve_qk_fix`` (``qk_fix``, re-exported here): the one combination a method must refuse
+  (the QK fix with frozen patterns), and ``atp``'s and ``eap``'s default (the fix on unless the patterns are frozen).
 - AtP*'s corrections: ``qk_delta_scores`` (a query's or key's change as a change of its head's scores) and
   ``apply_grad_drop`` (GradDrop over the layers, from a ``scores_with(post)`` callback; ``drop_layer_posts`` is the
   ``post`` that detaches one layer).
@@ -71,6 +71,7 @@ import torch
 from jaxtyping import Float
 from transformer_lens.hook_points import HookPoint
 
+from hooked_clip1d.analysis.circuits.qk_fix import check_freeze, qk_remedy, resolve_qk_fix  # noqa: F401 (re-exported)
 from hooked_clip1d.analysis.circuits.task import Task
 from hooked_clip1d.analysis.hooks import Hook
 from hooked_clip1d.analysis.interventions.decompose import rotate
@@ -286,33 +287,6 @@ def drop_layer_posts(task: Task, tower: str, layer: int) -> dict[str, dict[str, 
     cfg = task.towers[tower].cfg
     points = [f"blocks.{layer}.hook_attn_out"] + ([] if cfg.attn_only else [f"blocks.{layer}.hook_mlp_out"])
     return {tower: {p: (lambda a: a.detach()) for p in points}}
-
-
-def check_freeze(freeze_pattern: bool, qk_fix: bool) -> None:
-    """Refuse the QK fix with frozen patterns (it corrects a non-linearity that freezing removes).
-
-    >>> check_freeze(True, True)
-    Traceback (most recent call last):
-    ...
-    ValueError: qk_fix corrects the attention pattern's non-linearity; with freeze_pattern there is none
-    """
-    if freeze_pattern and qk_fix:
-        raise ValueError("qk_fix corrects the attention pattern's non-linearity; with freeze_pattern there is none")
-
-
-def resolve_qk_fix(qk_fix: bool | None, freeze_pattern: bool) -> bool:
-    """``atp``'s and ``eap``'s ``qk_fix``: None (the default since 2026-11-29) is on, unless the patterns are frozen
-    (then there is no softmax left to fix); an explicit value is checked against ``freeze_pattern``.
-
-    >>> resolve_qk_fix(None, False), resolve_qk_fix(None, True), resolve_qk_fix(False, False)
-    (True, False, False)
-    """
-    if qk_fix is None:
-        return not freeze_pattern
-    if not isinstance(qk_fix, bool):
-        raise TypeError(f"qk_fix must be True, False or None (the default: on unless freeze_pattern), got {qk_fix!r}")
-    check_freeze(freeze_pattern, qk_fix)
-    return qk_fix
 
 
 # ---- AtP*'s corrections ---------------------------------------------------------------------------------------------
@@ -574,23 +548,12 @@ def check_against_exact(
                 f"{min_pearson}); worst {worst[0]}: {result.method} {worst[1]:+.3g}, exact {worst[2]:+.3g}. A "
                 "first-order estimate is wrong where the metric or the path is non-linear: linearise the towers "
                 "only (mirror_task(..., linearise='readout'), AtP's and EAP's default), "
-                + _qk_remedy(result.method)
+                + qk_remedy(result.method)
                 + "a metric linear in the output (mirror_task(..., norm='frozen')), or exact patching"
             ),
             stacklevel=_user_level(sys._getframe(1)),
         )
     return out
-
-
-def _qk_remedy(method: str) -> str:
-    """The QK fix as a remedy, where the method takes it and does not apply it already.
-
-    >>> _qk_remedy("AtP"), _qk_remedy("AtP+QK"), _qk_remedy("EAP-IG")
-    ('the QK fix for queries, keys and score terms (atp(qk_fix=True), eap(qk_fix=True): their default), ', '', '')
-    """
-    if "QK" in method or "*" in method or method.startswith("EAP-IG"):
-        return ""
-    return "the QK fix for queries, keys and score terms (atp(qk_fix=True), eap(qk_fix=True): their default), "
 
 
 def _user_level(frame: Any) -> int:

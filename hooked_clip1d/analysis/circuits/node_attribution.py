@@ -53,8 +53,18 @@ from hooked_clip1d.analysis.circuits.attribution import (
 from hooked_clip1d.analysis.circuits.first_order import first_order_scores, output_grads, per_row
 from hooked_clip1d.analysis.circuits.task import Task, linearisation
 from hooked_clip1d.analysis.interventions.terms import attention_terms
+from hooked_clip1d.model.clip import CLIP1D
 
 NODE_KINDS = ("heads", "mlp", "neurons", "embed", "pos", "resid", "q", "k", "v", "terms")
+
+
+def model_node_kinds(model: CLIP1D) -> list[str]:
+    """Every node kind the whole CLIP has, but neurons: MLPs only with an MLP, ``pos`` only with learned positions
+    (``reproduce x-circuits``' and ``analyze attribution``'s default)."""
+    towers = (model.vision.cfg, model.text.cfg)
+    kinds = ["heads"] + (["mlp"] if any(not c.attn_only for c in towers) else []) + ["embed"]
+    kinds += ["pos"] if any(c.positional == "learned" for c in towers) else []
+    return kinds + ["resid", "q", "k", "v", "terms"]
 
 
 # ---- node specifications --------------------------------------------------------------------------------------------
