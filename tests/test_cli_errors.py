@@ -3,6 +3,8 @@ traceback (it was once turned into a "usage error" too, which hid real bugs)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hooked_clip1d.cli import commands
@@ -96,3 +98,23 @@ def test_a_path_the_system_refuses_is_one_line_naming_it(tmp_path, capsys):
     assert commands.user_error(OSError(30, "Read-only file system", "/ro/x")) == "/ro/x: Read-only file system"
     assert commands.user_error(OSError("no path: a bug of ours")) is None  # keeps its traceback
     assert commands.user_error(FileExistsError("'out' already holds runs")) == "'out' already holds runs"
+
+
+def test_a_file_in_the_way_of_an_output_folder_is_named(tmp_path, capsys):
+    """``--out`` naming a file said "afile: File exists" (demo, analyze) or "afile/fig6: Not a directory"
+    (reproduce), after the command's work: now the file in the way is named, before any work."""
+    f = tmp_path / "afile"
+    f.write_text("x")
+    spec = str(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml")
+    for argv in (
+        ["demo", "--out", str(f)],
+        ["reproduce", "fig6", "--out", str(f)],
+        ["analyze", "heads", "--out", str(f / "sub")],
+        ["sweep", spec, "--out", str(f / "sub"), "--status"],
+    ):
+        assert commands.main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{str(f)!r} is a file, where a folder is needed" in err and "[Errno" not in err, err
+    assert "(to hold" in commands.user_error(NotADirectoryError(20, "Not a directory", str(f / "fig6")))
+    # a FileExistsError on a folder (not a file) keeps the system's words
+    assert commands.user_error(FileExistsError(17, "File exists", str(tmp_path))) == f"{tmp_path}: File exists"

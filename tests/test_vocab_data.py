@@ -114,11 +114,20 @@ def test_text_to_caption_parse_errors(text):
         ("C . -1 .", "pixel 1"),
         ("C . 21 .", "outside 1..20"),
         ("C . 0 .", "outside 1..20"),
+        ("C", "no pixels"),
+        ("  C  ", "no pixels"),
     ],
 )
 def test_text_to_image_parse_errors(text, match):
     with pytest.raises(ValueError, match=match):
         Vocabulary(20).text_to_image(text)
+
+
+@pytest.mark.parametrize("d_image", [0, -3, True])
+def test_image_refuses_a_bad_pixel_count(d_image):
+    # d_image=0 gave a CLS-only image that the tower refused later for its length, not for this
+    with pytest.raises(ValueError, match="d_image must be a positive int"):
+        Vocabulary(20).image({}, d_image=d_image)
 
 
 def test_vocab_bad_ids_raise():

@@ -130,6 +130,7 @@ def add_demo_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="accuracies, per-head left/right bias and term ablations, with a PNG plot")
     p.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
     p.add_argument("--out", default="results/demo", help="where demo.png and demo.json go")
+    p.set_defaults(out_is_folder=True)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_demo)
     return p
@@ -360,6 +361,7 @@ def add_analyze_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("analysis", help="analysis family, e.g. heads, decompose, patching (list: all, with options)")
     p.add_argument("--model", default=DEFAULT_MODEL, help="pretrained name, model file or run directory")
     p.add_argument("--out", default=None, help="output folder (default results/analyze/<model>)")
+    p.set_defaults(out_is_folder=True)
     _add_checkpoint_flags(p)
     p.add_argument(
         "--option",
@@ -468,14 +470,31 @@ def user_error(e: BaseException) -> str | None:
         '/zoo/trajectories: Permission denied'
         >>> user_error(TypeError("unsupported operand")) is None
         True
+        >>> import tempfile, pathlib
+        >>> f = pathlib.Path(tempfile.mkdtemp()) / "afile"; _ = f.write_text("")
+        >>> user_error(NotADirectoryError(20, "Not a directory", str(f / "fig6"))).endswith("choose another path")
+        True
     """
     from hooked_clip1d.training.rundir import RunDirBusy
 
+    if isinstance(e, (FileExistsError, NotADirectoryError)) and e.filename is not None and e.strerror:
+        in_way = _file_in_the_way(Path(str(e.filename)))  # mkdir over a file: name the file, not the errno
+        if in_way is not None:
+            inside = "" if str(in_way) == str(e.filename) else f" (to hold {str(e.filename)!r})"
+            return f"{str(in_way)!r} is a file, where a folder is needed{inside}: move it or choose another path"
     if isinstance(e, OSError) and e.filename is not None and e.strerror:  # raised by the system, on a path
         return " -> ".join(str(f) for f in (e.filename, e.filename2) if f is not None) + f": {e.strerror}"
     path_errors = (FileExistsError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
     if isinstance(e, (ValueError, RunDirBusy, FloatingPointError, *path_errors)):
         return str(e)
+    return None
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The path itself or its nearest existing ancestor, where that is a file (not a folder); else None."""
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            return p if not p.is_dir() else None
     return None
 
 
@@ -487,6 +506,10 @@ def main(argv: list[str] | None = None) -> int:
     from hooked_clip1d.training.rundir import TrainingInterrupted
 
     try:
+        if getattr(a, "out_is_folder", False) and a.out is not None:  # before any work, not after minutes of it
+            in_way = _file_in_the_way(Path(a.out))
+            if in_way is not None:
+                raise NotADirectoryError(20, "Not a directory", a.out)
         return a.func(a)
     except TrainingInterrupted as e:  # SIGTERM / Ctrl-C: the training checkpointed and stopped
         print(f"hooked-clip1d {a.command}: {e}", file=sys.stderr)

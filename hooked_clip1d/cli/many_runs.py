@@ -23,6 +23,7 @@ def add_sweep_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="train a grid of models from a TOML spec, batched; resumable")
     p.add_argument("spec", help="sweep spec (.toml), e.g. examples/sweeps/fig3_small.toml")
     p.add_argument("--out", default=None, help=f"output folder (default {SWEEPS_HOME}/<spec name>); rerun to resume")
+    p.set_defaults(out_is_folder=True)
     p.add_argument("--device", default="cpu", help="cpu | cuda")
     p.add_argument("--runner", default="local", choices=["local", "ray"], help="ray: groups as Ray tasks")
     p.add_argument("--max-steps", type=int, default=None, help="stop each group after this many steps (resumable)")
@@ -195,6 +196,7 @@ def add_reproduce_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="rerun one of the paper's figures on the shipped models (PNG + JSON)")
     p.add_argument("figure", help="figure key (fig3, fig4a, ..., x8-recipe; an unknown key lists them) or all")
     p.add_argument("--out", default="results", help="results folder (one subfolder per figure)")
+    p.set_defaults(out_is_folder=True)
     p.add_argument(
         "--no-sweeps", action="store_true", help="do not train sweeps: read their finished runs (else the zoo's cells)"
     )

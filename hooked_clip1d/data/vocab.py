@@ -118,6 +118,8 @@ class Vocabulary:
 
     def image(self, objects: Mapping[int, int], d_image: int = 10) -> Int[torch.Tensor, " pos"]:
         """Vision input ``[CLS] + pixels`` with ``objects = {pixel_index: label}`` (pixel 0 is input position 1)."""
+        if isinstance(d_image, bool) or not isinstance(d_image, int) or d_image < 1:
+            raise ValueError(f"d_image must be a positive int (the number of pixels), got {d_image!r}")
         img = torch.zeros(d_image + 1, dtype=torch.long)
         img[0] = self.cls
         for p, x in objects.items():
@@ -194,6 +196,8 @@ class Vocabulary:
         toks = text.split()
         if not toks or toks[0] != "C":
             raise ValueError(f"cannot parse image {text!r}: it must start with 'C' (the CLS token)")
+        if len(toks) == 1:
+            raise ValueError(f"cannot parse image {text!r}: no pixels after 'C' (one '.' or label per pixel)")
         objects = {}
         for i, t in enumerate(toks[1:]):
             if t == ".":
