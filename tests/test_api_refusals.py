@@ -345,7 +345,7 @@ def test_option_and_config_messages_name_the_setting(model_and_batch, tmp_path):
             TrainConfig(epochs=bad)
     model, _, _ = model_and_batch
     model.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)
-    with pytest.raises(ValueError, match="option n .* must be a positive int"):
+    with pytest.raises(ValueError, match="option n .* must be an int >= 1"):
         run_analysis("probes", model, out_dir=tmp_path, n=-5)
     with pytest.raises(ValueError, match="option kinds is for node methods"):
         run_analysis("attribution", model, out_dir=tmp_path, method="EAP", kinds="bogus")

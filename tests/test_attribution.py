@@ -245,6 +245,35 @@ def test_on_the_shipped_model_head_2_carries_left_right(shipped):
     assert eap_ig(task, steps=5).ranked(1)[0][0] == "vision.L0.H2->vision.readout"
 
 
+def test_effects_below_float_resolution_are_not_judged(shipped):
+    """An untrained model's vision heads move the belief by ~1e-9 (float64) and float32 exact patching returned
+    ~1e-7 with arbitrary signs, which the agreement and the default check counted as effects (a helper's walk,
+    session 30). Now an effect below the task's noise floor is not 'moved'; the floor covers float32's rounding
+    (float64 exact patching as the reference) and hides no effect of a trained model."""
+    import copy
+    import warnings
+
+    from hooked_clip1d import CLIP1D
+    from hooked_clip1d.analysis.circuits.attribution import AttributionWarning, agreement, moved
+
+    model, imgs, caps = shipped
+    untrained = CLIP1D(model.cfg, seed=1).eval()
+    for m, trained in ((untrained, False), (model, True)):
+        task = mirror_task(m, imgs, caps, target="vision")
+        e32 = exact_patching(task, ("heads", "embed"))
+        e64 = exact_patching(mirror_task(copy.deepcopy(m).double(), imgs, caps, target="vision"), ("heads", "embed"))
+        floor = e32.info["noise_floor"]
+        assert 0 < float((e32.scores.double() - e64.scores).abs().max()) < floor  # rounding lies below the floor
+        if trained:  # the floor is far below every effect the test set relies on
+            assert floor < 1e-5 * float(e64.scores.abs().max()) and bool(moved(e32)[e32.names.index("vision.L0.H2")])
+            continue
+        assert float(e64.scores.abs().max()) < floor and not bool(moved(e32).any())  # every effect here is rounding
+        assert agreement(atp(task, ("heads", "embed"), check=0), e32)["n"] == 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", AttributionWarning)
+            atp(task, ("heads", "embed"))  # the default check has nothing to judge: no warning on rounding
+
+
 # ---- state is left as it was ----------------------------------------------------------------------------------------
 def test_methods_leave_model_rng_and_grads_untouched(pairs):
     model = make_model("full", seed=7)

@@ -391,7 +391,7 @@ def test_cli_ship_trajectory(zoo, tmp_path, capsys, monkeypatch):
     res = json.loads(capsys.readouterr().out)
     assert res["epochs"] == [0, 2, 6] and res["dtype"] == "float16" and (tmp_path / "tiny.safetensors.xz").exists()
     assert json.loads((tmp_path / "tiny.json").read_text())["precision"]["tolerance_images"] == 1
-    with pytest.raises(ValueError, match="tolerance must be an int >= 0"):
+    with pytest.raises(ValueError, match=r"tolerance \(images\) must be an int >= 0"):
         ship.ship_trajectory(zoo["run"], "tiny", dest=tmp_path, tolerance_images=-1)
     assert main(["ship-trajectory", str(zoo["run"]), "--name", "tiny", "--epochs", "0,x"]) == 2
     assert "--epochs must be a comma-separated list" in capsys.readouterr().err

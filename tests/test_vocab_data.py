@@ -126,7 +126,7 @@ def test_text_to_image_parse_errors(text, match):
 @pytest.mark.parametrize("d_image", [0, -3, True])
 def test_image_refuses_a_bad_pixel_count(d_image):
     # d_image=0 gave a CLS-only image that the tower refused later for its length, not for this
-    with pytest.raises(ValueError, match="d_image must be a positive int"):
+    with pytest.raises(ValueError, match=r"d_image \(the number of pixels\) must be an int >= 1"):
         Vocabulary(20).image({}, d_image=d_image)
 
 
@@ -438,3 +438,22 @@ def test_build_dataset_keeps_its_work_but_hands_out_tensors_of_their_own():
     assert torch.equal(b.captions, before.captions) and b.captions.abs().sum() > 0
     with pytest.raises(TypeError, match="DataConfig"):
         build_dataset({"n_labels": 6})
+
+
+def test_check_int_is_the_one_count_check():
+    """Counts were checked by ~30 hand-rolled copies with three wordings; now ``settings.checks.check_int``: bools,
+    floats (even 2.0) and strings refused, NumPy ints returned as ints, the bound in the message."""
+    import numpy as np
+
+    from hooked_clip1d.settings import TrainConfig
+    from hooked_clip1d.settings.checks import check_int
+
+    assert check_int(np.int64(4), "n") == 4 and type(check_int(np.int64(4), "n")) is int
+    assert check_int(None, "k", none_ok=True) is None
+    for bad in (True, 2.0, "3", 0, None):
+        with pytest.raises(ValueError, match=r"n must be an int >= 1"):
+            check_int(bad, "n")
+    with pytest.raises(ValueError, match=r"TrainConfig.batch_size \(a contrastive loss\) must be an int >= 2"):
+        TrainConfig(batch_size=1)
+    with pytest.raises(ValueError, match="TrainConfig.threads must be an int >= 1 or None"):
+        TrainConfig(threads=0)

@@ -37,6 +37,7 @@ from hooked_clip1d.evaluation import Hooks
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.config import check_heads
 from hooked_clip1d.model.encoders import HookedEncoder
+from hooked_clip1d.settings.checks import check_int
 
 #: one forward hook: (hook point name, fn(activation, hook) -> new activation or None)
 Hook = tuple[str, Callable]
@@ -486,8 +487,7 @@ def resample_ablation_hooks(
     >>> any(torch.allclose(out[0], m.vision(ref)[i], atol=1e-5) for i in range(2))
     True
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (rows of the run) must be a positive int, got {n!r}")
+    n = check_int(n, "n (rows of the run)")
     tower.validate_tokens(reference)
     gen = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, reference.shape[0], (n,), generator=gen)

@@ -19,6 +19,7 @@ import torch
 from hooked_clip1d.analysis.mechanism.heads import to_jsonable
 from hooked_clip1d.cli.family_api import Report, family, first_pair_image, flag_option, model_dataset, pair_split
 from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.settings.checks import check_int
 
 
 # ---- analyses -------------------------------------------------------------------------------------------------------
@@ -220,8 +221,7 @@ def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
     v = model.vision.cfg.vocab
     imgs, objs, _ = pair_grid(v)
     n = opts.get("n", 3000)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"option n (images sampled) must be a positive int, got {n!r}")
+    n = check_int(n, "option n (images sampled)")
     idx = torch.randperm(len(imgs), generator=torch.Generator().manual_seed(int(opts.get("seed", 0))))[:n]
     imgs, objs = imgs[idx], objs[idx]
     rel = torch.full_like(objs[:, 0], v.left_of)
@@ -415,8 +415,7 @@ def _attribution(model: CLIP1D, opts: dict[str, Any]) -> Report:
     split = pair_split(model_dataset(model), opts).name
     top, n = opts.get("top", 10), opts.get("n")
     for key, v in (("top", top), ("n", n)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"option {key} must be a positive int, got {v!r}")
+        check_int(v, f"option {key}", none_ok=True)
     images, captions = ground_truth_inputs(model, split, n=n)
     task = mirror_task(model, images, captions)
     if method.unit == "node":

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Int
 
+from hooked_clip1d.settings.checks import check_int
+
 PHRASES = ("is", "in the image", "is on the left of", "is on the right of")
 
 
@@ -47,8 +49,7 @@ class Vocabulary:
     n_labels: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.n_labels, int) or isinstance(self.n_labels, bool) or self.n_labels < 1:
-            raise ValueError(f"n_labels must be a positive int, got {self.n_labels!r}")
+        object.__setattr__(self, "n_labels", check_int(self.n_labels, "n_labels"))
 
     # ---- image ids -------------------------------------------------------------------------------------------------
     @property
@@ -118,8 +119,7 @@ class Vocabulary:
 
     def image(self, objects: Mapping[int, int], d_image: int = 10) -> Int[torch.Tensor, " pos"]:
         """Vision input ``[CLS] + pixels`` with ``objects = {pixel_index: label}`` (pixel 0 is input position 1)."""
-        if isinstance(d_image, bool) or not isinstance(d_image, int) or d_image < 1:
-            raise ValueError(f"d_image must be a positive int (the number of pixels), got {d_image!r}")
+        d_image = check_int(d_image, "d_image (the number of pixels)")
         img = torch.zeros(d_image + 1, dtype=torch.long)
         img[0] = self.cls
         for p, x in objects.items():

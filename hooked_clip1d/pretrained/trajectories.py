@@ -38,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hooked_clip1d.settings.checks import check_int
+
 if TYPE_CHECKING:
     import torch
 
@@ -173,8 +175,7 @@ def trajectory_schedule(epochs: int) -> tuple[int, ...]:
         >>> trajectory_schedule(30)
         (0, 1, 2, 5, 10, 20, 30)
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
+    epochs = check_int(epochs, "epochs")
     pts = {0, 1, 2, 5, 10, 20, 50, 100, 200, 300, 500, 700, epochs} | set(range(1000, epochs + 1, 500))
     return tuple(sorted(e for e in pts if e <= epochs))
 
@@ -455,8 +456,7 @@ def measure_precision(
     unknown = [d for d in dtypes if d not in STORE_DTYPES]
     if unknown or not dtypes:
         raise ValueError(f"dtypes must be a non-empty list of {list(STORE_DTYPES)}, got {list(dtypes)}")
-    if isinstance(tolerance, bool) or not isinstance(tolerance, int) or tolerance < 0:
-        raise ValueError(f"tolerance must be an int >= 0 (images), got {tolerance!r}")
+    tolerance = check_int(tolerance, "tolerance (images)", minimum=0)
     splits = list(dataset.splits)
     kept: dict[int, str] = {}
     models_kept: dict[int, CLIP1D] = {}

@@ -28,6 +28,7 @@ from hooked_clip1d.pretrained import manifest
 from hooked_clip1d.reproduce.core import FULL, NO_QK_BIAS, NONGEN_NO_QK_BIAS, FigureSpec, Outcome, register
 from hooked_clip1d.reproduce.readings import at_least, at_most
 from hooked_clip1d.settings import TrainConfig, field_names
+from hooked_clip1d.settings.checks import check_int
 
 PERMUTATIONS = 10_000  # the permutation null's draws (docs/fidelity.md, "Sweep figures under a permutation null")
 
@@ -60,8 +61,7 @@ def trend_test(
     """
     import numpy as np
 
-    if isinstance(n_perm, bool) or not isinstance(n_perm, int) or n_perm < 1:
-        raise ValueError(f"trend_test: n_perm must be an int >= 1, got {n_perm!r}")
+    n_perm = check_int(n_perm, "trend_test: n_perm")
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if x.ndim != 1 or y.ndim != 1 or len(x) != len(y):
         raise ValueError(f"trend_test needs paired values, got {x.shape} x and {y.shape} y")

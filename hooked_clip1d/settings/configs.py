@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from hooked_clip1d.settings.checks import check_int
 from hooked_clip1d.settings.fields import knob, legacy_values
 
 MAX_IMAGES = 1_000_000  # a DataConfig whose splits would hold more images is refused before anything is built
@@ -253,9 +254,6 @@ class TrainConfig:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
-        def is_int(v: Any) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
         def is_real(v: Any) -> bool:
             return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -265,26 +263,24 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.optimizer must be 'adamw' or 'adam', got {self.optimizer!r}")
         if self.lr_schedule not in ("constant", "warmup_cosine"):
             raise ValueError(f"TrainConfig.lr_schedule must be 'constant' or 'warmup_cosine', got {self.lr_schedule!r}")
-        if is_int(self.epochs) and self.epochs < 1:  # named before the warmup check, which would blame warmup_epochs
-            raise ValueError(f"TrainConfig.epochs must be an int >= 1, got {self.epochs!r}")
-        if not is_int(self.warmup_epochs) or self.warmup_epochs < 0:
-            raise ValueError(f"TrainConfig.warmup_epochs must be an int >= 0, got {self.warmup_epochs!r}")
+        # the counts first (epochs before the warmup check, which would blame warmup_epochs); a NumPy int becomes int
+        for f, lo in (("epochs", 1), ("warmup_epochs", 0), ("eval_every", 1), ("checkpoint_every", 1), ("seed", 0)):
+            object.__setattr__(self, f, check_int(getattr(self, f), f"TrainConfig.{f}", minimum=lo))
+        object.__setattr__(self, "threads", check_int(self.threads, "TrainConfig.threads", none_ok=True))
+        if self.batch_size is not None:
+            object.__setattr__(
+                self, "batch_size", check_int(self.batch_size, "TrainConfig.batch_size (a contrastive loss)", minimum=2)
+            )
         if self.warmup_epochs and self.lr_schedule == "constant":
             raise ValueError(
                 "TrainConfig.warmup_epochs needs lr_schedule='warmup_cosine' (a constant lr has no warmup)"
             )
-        if is_int(self.epochs) and self.warmup_epochs >= self.epochs:
+        if self.warmup_epochs >= self.epochs:
             raise ValueError(
                 f"TrainConfig.warmup_epochs={self.warmup_epochs} must be less than epochs={self.epochs} (the cosine "
                 "decay needs steps after the warmup)"
             )
-        for f in ("epochs", "eval_every", "checkpoint_every"):
-            v = getattr(self, f)
-            if not is_int(v) or v < 1:
-                raise ValueError(f"TrainConfig.{f} must be a positive int, got {v!r}")
         object.__setattr__(self, "snapshot_epochs", snapshot_schedule(self.snapshot_epochs, self.epochs))
-        if self.batch_size is not None and (not is_int(self.batch_size) or self.batch_size < 2):
-            raise ValueError(f"TrainConfig.batch_size must be >= 2 for a contrastive loss, got {self.batch_size!r}")
         if not is_real(self.lr) or not self.lr > 0:
             raise ValueError(f"TrainConfig.lr must be a finite number > 0, got {self.lr!r}")
         if not is_real(self.weight_decay) or self.weight_decay < 0:
@@ -297,10 +293,6 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
         if not is_real(self.eps) or not self.eps > 0:
             raise ValueError(f"TrainConfig.eps must be a finite number > 0, got {self.eps!r}")
-        if not is_int(self.seed) or self.seed < 0:
-            raise ValueError(f"TrainConfig.seed must be an int >= 0, got {self.seed!r}")
-        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
-            raise ValueError(f"TrainConfig.threads must be a positive int or None, got {self.threads!r}")
         if not isinstance(self.device, str) or self.device.split(":")[0] not in ("cpu", "cuda", "mps"):
             raise ValueError(f"TrainConfig.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
         if not isinstance(self.keep_snapshots, bool):

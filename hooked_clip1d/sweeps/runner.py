@@ -44,6 +44,7 @@ from typing import Any
 from hooked_clip1d.data.dataset import SPLITS, DataConfig
 from hooked_clip1d.files import atomic_write_text
 from hooked_clip1d.model.clip import CLIPConfig
+from hooked_clip1d.settings.checks import check_int
 from hooked_clip1d.sweeps.pool import GroupTask, run_groups
 from hooked_clip1d.sweeps.spec import RunSpec, SweepSpec, load_spec
 from hooked_clip1d.training.members import group_key
@@ -131,8 +132,7 @@ def plan_groups(
     """
     if max_group_size < 1:
         raise ValueError(f"max_group_size must be >= 1, got {max_group_size}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    workers = check_int(workers, "workers")
     by_key: dict[str, list[RunSpec]] = {}
     for r in runs:
         by_key.setdefault(group_key(r.model_cfg, r.data_cfg, r.train_cfg), []).append(r)
@@ -431,8 +431,7 @@ def _with_execution_settings(
     if streams is not None:  # an execution setting: the towers on two CUDA streams
         spec = dataclasses.replace(spec, run={**spec.run, "streams": bool(streams)})
     if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+        threads = check_int(threads, "threads")
         spec = dataclasses.replace(spec, run={**spec.run, "threads": threads})
     return spec
 
@@ -482,8 +481,7 @@ def run_sweep(
     if max_seconds is not None and not max_seconds > 0:
         raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
     deadline = None if max_seconds is None else time.time() + max_seconds
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    workers = check_int(workers, "workers")
     spec = load_spec(spec_path)
     spec = _with_execution_settings(spec, compile, cudagraphs, graph_step, streams, threads)
     if runner not in ("local", "ray"):

@@ -45,6 +45,7 @@ from typing import Any
 from hooked_clip1d.model.clip import CLIPConfig
 from hooked_clip1d.model.config import PRESETS, EncoderConfig, TextConfig, VisionConfig
 from hooked_clip1d.settings import RECIPES, DataConfig, TrainConfig
+from hooked_clip1d.settings.checks import check_int
 from hooked_clip1d.training.run_config import RunConfig
 
 # the folder of the shipped sweep specs (the figures' sweeps), and a tiny one for examples and doctests
@@ -242,8 +243,7 @@ def load_spec(path: str | Path | None = None, *, text: str | None = None) -> Swe
         if k not in _RUN_DEFAULTS:
             raise ValueError(f"sweep spec: unknown [run] setting {k!r}; known: {sorted(_RUN_DEFAULTS)}")
         run[k] = v
-    if not isinstance(run["max_group_size"], int) or run["max_group_size"] < 1:
-        raise ValueError(f"sweep spec: run.max_group_size must be a positive int, got {run['max_group_size']!r}")
+    run["max_group_size"] = check_int(run["max_group_size"], "sweep spec: run.max_group_size")
     if run["dropout_rng"] not in ("fast", "matched"):
         raise ValueError(f"sweep spec: run.dropout_rng must be 'fast' or 'matched', got {run['dropout_rng']!r}")
     runs = []

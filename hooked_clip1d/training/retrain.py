@@ -42,6 +42,7 @@ from hooked_clip1d.files import atomic_write_text
 from hooked_clip1d.model.checkpoint import load_model_file
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.config import check_heads
+from hooked_clip1d.settings.checks import check_int
 from hooked_clip1d.training.batched import BatchedTrainer, Member
 from hooked_clip1d.training.group_io import GROUP_CHECKPOINT
 from hooked_clip1d.training.run_config import RunConfig
@@ -129,8 +130,7 @@ def prune_and_retrain(
         >>> run.model.cfg.vision.pruned_heads, run.epoch
         (((0, 0),), 1)
     """
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
+    epochs = check_int(epochs, "epochs")
     data_cfg = data_config_of(model, dataset)
     pruned = prune_heads(model, vision=heads, text=text_heads)
     tc = dataclasses.replace(train_cfg or TrainConfig(), epochs=epochs)
@@ -210,8 +210,7 @@ def head_subset_sweep(
     """
     if tower not in ("vision", "text"):
         raise ValueError(f"tower must be 'vision' or 'text', got {tower!r}")
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
-        raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
+    epochs = check_int(epochs, "epochs", minimum=0)
     if epochs > 0 and out_dir is None:
         raise ValueError("retraining (epochs > 0) needs out_dir for the runs' checkpoints")
     if engine not in ("standard", "batched"):

@@ -76,6 +76,7 @@ from hooked_clip1d.analysis.circuits.task import Task
 from hooked_clip1d.analysis.hooks import Hook
 from hooked_clip1d.analysis.interventions.decompose import rotate
 from hooked_clip1d.analysis.metrics import held_norms
+from hooked_clip1d.settings.checks import check_int
 
 
 # ---- results --------------------------------------------------------------------------------------------------------
@@ -382,15 +383,17 @@ MIN_PEARSON = 0.5
 
 
 def moved(exact: Attribution, rel: float = 1e-6) -> torch.Tensor:
-    """Which items exact patching moves: ``|exact| > rel * max |exact|`` (an item whose writer or node is the same on
-    the clean and corrupted inputs, e.g. ``pos`` under a mirror, has an effect of exactly 0, and so has every
-    method's score of it: no method can score it).
+    """Which items exact patching moves: ``|exact| > rel * max |exact|`` and above the task's float resolution
+    ``exact.info["noise_floor"]`` (``Task.noise_floor``; set by exact patching) where given. An item whose writer
+    or node is the same on the clean and corrupted inputs, e.g. ``pos`` under a mirror, has an effect of exactly 0,
+    and so has every method's score of it: no method can score it; one below the floor has a sign set by rounding.
 
     >>> moved(Attribution("exact", ["a", "b", "c"], torch.tensor([2.0, 0.0, -1.0]))).tolist()
     [True, False, True]
     """
     mag = exact.scores.abs()
-    return mag > rel * float(mag.max()) if len(mag) else mag > 0
+    floor = float(exact.info.get("noise_floor", 0.0))
+    return mag > max(rel * float(mag.max()), floor) if len(mag) else mag > 0
 
 
 def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -432,7 +435,7 @@ def agreement(result: Attribution, exact: Attribution, k: int | None = None) -> 
       ``k = min(10, n)``);
     - ``weighted_sign_agreement``: the same share weighted by ``|exact|`` (are the large effects right? small ones
       are where a sign is easiest to miss and matters least);
-    - ``n`` (moved items), ``k``, ``n_unmoved`` (items exact patching does not move).
+    - ``n`` (moved items), ``k``, ``n_unmoved`` (items exact patching does not move, or by less than its floor).
 
     >>> ex = Attribution("exact", ["a", "b", "c", "d"], torch.tensor([2.0, -1.0, 0.5, 0.0]))
     >>> est = Attribution("AtP", ["a", "b", "c", "d"], torch.tensor([1.5, 0.3, 0.4, 0.0]))
@@ -473,8 +476,7 @@ def sample_names(result: Attribution, n: int, seed: int = 0) -> list[str]:
     >>> len(names), {"b", "c"} <= set(names)  # the two largest, one of the others
     (3, True)
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (items to check) must be a positive int, got {n!r}")
+    n = check_int(n, "n (items to check)")
     if n >= len(result.names):
         return list(result.names)
     order = torch.argsort(result.scores.abs(), descending=True, stable=True)

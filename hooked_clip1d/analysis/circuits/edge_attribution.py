@@ -58,6 +58,7 @@ from hooked_clip1d.analysis.circuits.graph import (
 )
 from hooked_clip1d.analysis.circuits.task import Task, linearisation, run_with_edges, writer_activations
 from hooked_clip1d.model.functional import layer_norm
+from hooked_clip1d.settings.checks import check_int
 
 
 # ---- edges ----------------------------------------------------------------------------------------------------------
@@ -128,10 +129,7 @@ def _eap(
     check: int = CHECK_N,
 ) -> Attribution:
     check_freeze(freeze_pattern, qk_fix)
-    if isinstance(check, bool) or not isinstance(check, int) or check < 0:
-        raise ValueError(
-            f"check (how many edges to patch exactly as a check; 0: none) must be an int >= 0, got {check!r}"
-        )
+    check = check_int(check, "check (how many edges to patch exactly as a check; 0: none)", minimum=0)
     if steps and (qk_fix or grad_drop):
         raise ValueError("EAP-IG takes neither qk_fix nor grad_drop")
     start = time.perf_counter()
@@ -318,8 +316,7 @@ def eap_ig(task: Task, edges: Sequence[Edge] | None = None, *, steps: int = 20, 
     """EAP-IG (Hanna et al. 2024): EAP with the port gradients averaged over ``steps`` points on the straight line
     from the corrupted to the clean embeddings (per tower on the whole CLIP: module docstring). ``check`` as in
     ``eap``."""
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    steps = check_int(steps, "steps")
     return _eap(task, edges, steps=steps, method="EAP-IG", check=check)
 
 
@@ -337,6 +334,7 @@ def exact_edge_patching(
         base = task.run(fh).mean()
         scores = [float(run_with_edges(task, {e: corr_w[e[0]]}, extra_hooks=fh).mean() - base) for e in edge_list]
     result = Attribution("exact", [edge_name(e) for e in edge_list], torch.tensor(scores), time.perf_counter() - start)
+    result.info["noise_floor"] = task.noise_floor()  # effects below it are rounding (attribution.moved)
     return _finish(task, result, 0, freeze_pattern)
 
 

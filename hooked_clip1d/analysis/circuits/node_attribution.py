@@ -54,6 +54,7 @@ from hooked_clip1d.analysis.circuits.first_order import first_order_scores, outp
 from hooked_clip1d.analysis.circuits.task import Task, linearisation
 from hooked_clip1d.analysis.interventions.terms import attention_terms
 from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.settings.checks import check_int
 
 NODE_KINDS = ("heads", "mlp", "neurons", "embed", "pos", "resid", "q", "k", "v", "terms")
 
@@ -241,6 +242,7 @@ def exact_patching(task: Task, nodes: Sequence[str] = ("heads",), *, freeze_patt
         hooks.setdefault(s.tower, []).append((s.point, _patch_fn(s, value)))
         scores.append(float(task.run(hooks).mean() - base))
     result = Attribution("exact", [s.name for s in specs], torch.tensor(scores), time.perf_counter() - start)
+    result.info["noise_floor"] = task.noise_floor()  # effects below it are rounding (attribution.moved)
     return _finish(task, result, 0, freeze_pattern)
 
 
@@ -321,10 +323,7 @@ def _atp(
 
 
 def _check_n(check: object) -> None:
-    if isinstance(check, bool) or not isinstance(check, int) or check < 0:
-        raise ValueError(
-            f"check (how many nodes to patch exactly as a check; 0: none) must be an int >= 0, got {check!r}"
-        )
+    check = check_int(check, "check (how many nodes to patch exactly as a check; 0: none)", minimum=0)
 
 
 def _finish(task: Task, result: Attribution, check: int, freeze_pattern: bool) -> Attribution:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import operator
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +41,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.model.tl_compat import HookedRootModule
+from hooked_clip1d.settings.checks import check_int
 
 SAE_LENS_CFG = "cfg.json"  # SAELens's file names (sae_lens.constants SAE_CFG_FILENAME / SAE_WEIGHTS_FILENAME)
 SAE_LENS_WEIGHTS = "sae_weights.safetensors"
@@ -520,11 +520,10 @@ def train_sae(
         raise TypeError(f"train_sae needs floating-point activations (collect_activations gives float32), got {got}")
     if acts.ndim != 2 or acts.shape[0] < 2:
         raise ValueError(f"train_sae needs activations [n >= 2, d], got {list(acts.shape)}")
-    for what, v in (("d_sae", d_sae), ("steps", steps), ("batch_size", batch_size), ("k", k)):
-        if v is not None and (isinstance(v, bool) or not hasattr(v, "__index__") or operator.index(v) < 1):
-            raise ValueError(f"train_sae: {what} must be an int >= 1, got {v!r}")
-    d_sae, steps, batch_size = operator.index(d_sae), operator.index(steps), operator.index(batch_size)
-    k = None if k is None else operator.index(k)
+    d_sae, steps, batch_size = (
+        check_int(v, f"train_sae: {w}") for w, v in (("d_sae", d_sae), ("steps", steps), ("batch_size", batch_size))
+    )
+    k = check_int(k, "train_sae: k", none_ok=True)
     if k is not None and k > d_sae:
         raise ValueError(f"train_sae: k={k} exceeds d_sae={d_sae} (top-k keeps k of the d_sae features)")
     for what, v in (("l1", l1), ("lr", lr)):

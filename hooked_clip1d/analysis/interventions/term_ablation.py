@@ -31,6 +31,7 @@ from transformer_lens.hook_points import HookPoint
 from hooked_clip1d.analysis.hooks import Hook, check_eval, check_indices, check_tower
 from hooked_clip1d.analysis.interventions.terms import ablate_terms, attention_terms
 from hooked_clip1d.model.encoders import HookedEncoder
+from hooked_clip1d.settings.checks import check_int
 
 
 def _terms_on(tower: HookedEncoder, terms: Sequence[str], tokens: torch.Tensor, layer: int) -> torch.Tensor:
@@ -114,8 +115,7 @@ def resample_ablate_terms(
     torch.Size([1, 128])
     """
     tower = _checked(tower, terms, reference, heads)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (rows of the run) must be a positive int, got {n!r}")
+    n = check_int(n, "n (rows of the run)")
     rows = torch.randint(0, reference.shape[0], (n,), generator=torch.Generator().manual_seed(seed))
     drawn = _terms_on(tower, list(terms), reference[rows.to(reference.device)], layer)
     return ablate_terms(tower, terms, layer, heads, ln_scale=ln_scale) + [_add(layer, drawn, heads, rows=True)]

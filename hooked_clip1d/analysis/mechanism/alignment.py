@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 
 from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.settings.checks import check_int
 
 
 def procrustes(
@@ -194,8 +195,7 @@ def embedding_alignment(
         raise TypeError(f"embedding_alignment needs a CLIP1D (both towers), got {type(model).__name__}")
     n = model.cfg.n_labels
     fit, test = _fit_test_labels(model, fit_labels, test_labels)
-    if not isinstance(n_shuffles, int) or n_shuffles < 0:
-        raise ValueError(f"n_shuffles must be an int >= 0, got {n_shuffles!r}")
+    n_shuffles = check_int(n_shuffles, "n_shuffles", minimum=0)
     fits = {
         "procrustes": procrustes,
         "canonical": canonical_procrustes,

@@ -1,0 +1,40 @@
+"""The package's one check of a count a caller passes (an epoch count, a sample size, a number of workers):
+``check_int``. Every public function that takes such a count calls it, so the refusal reads the same everywhere."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+
+def is_int(value: Any) -> bool:
+    """Whether ``value`` is an integer (a Python or NumPy int), not a bool (``True`` is not a count).
+
+    >>> is_int(3), is_int(True), is_int(3.0)
+    (True, False, False)
+    """
+    return not isinstance(value, bool) and hasattr(value, "__index__")
+
+
+def check_int(value: Any, name: str, minimum: int = 1, *, none_ok: bool = False) -> Any:
+    """``value`` as an ``int`` if it is an integer >= ``minimum`` (None passes through where ``none_ok``), else a
+    ``ValueError`` naming ``name``, the bound and the value given: a bool, a float (even ``2.0``), a string or a
+    smaller int is refused rather than truncated or read as a count.
+
+    >>> check_int(3, "epochs")
+    3
+    >>> check_int(0, "check (how many nodes to patch exactly; 0: none)", minimum=0)
+    0
+    >>> check_int(2.0, "n (images sampled)")
+    Traceback (most recent call last):
+    ...
+    ValueError: n (images sampled) must be an int >= 1, got 2.0
+    """
+    if value is None and none_ok:
+        return None
+    if not is_int(value) or operator.index(value) < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}{' or None' if none_ok else ''}, got {value!r}")
+    return operator.index(value)
+
+
+__all__ = ["check_int", "is_int"]
