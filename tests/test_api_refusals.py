@@ -370,3 +370,75 @@ def test_to_tokens_names_what_it_takes(model_and_batch, plain_runs):
     assert out[1].endswith("got list with non-string items"), out
     assert out[2].startswith("ValueError: HookedVisionEncoder.to_tokens takes ids [pos] or [batch, pos]"), out
     assert torch.equal(model.vision.to_tokens(images[0]), images[:1])
+
+
+# ---- a third walk (session 31: mechanism, interventions, visualization) ---------------------------------------------
+@pytest.fixture(scope="module")
+def ablate_ep():
+    from hooked_clip1d import load_model
+
+    m = load_model("ablate-ep-ntot20-n2-10-init002")  # removes EP from layer 0's vision scores in every forward
+    return m, build_dataset(m.data_config).splits["val_unseen"].images[:8]
+
+
+def test_a_model_that_removes_a_term_itself_is_decomposed_as_it_computes(ablate_ep):
+    """The decomposition of a model with ``ablated_terms=("EP",)`` summed to scores that were 6.99 off (it kept EP),
+    so EP read as a live term (CLS-row std 0.82) in attention_terms, gradient_sources and the mechanism report; and
+    ablate_terms(["EP"]) subtracted it a second time. Now EP is 0, the terms sum to the scores, and a second
+    ablation is refused."""
+    from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores
+    from hooked_clip1d.analysis.interventions.term_ablation import mean_ablate_terms
+    from hooked_clip1d.analysis.interventions.terms import ablate_terms, attention_terms
+
+    m, img = ablate_ep
+    _, cache = m.vision.run_with_cache(img)
+    dec = decompose_attention_scores(m.vision, cache, 0)
+    assert dec.removed == (("embed", "pos_embed"),)
+    assert torch.allclose(dec.scores(), cache["attn_scores", 0], atol=1e-4)
+    assert torch.allclose(dec.terms().sum((0, 1)), cache["attn_scores", 0], atol=1e-4)
+    terms = attention_terms(m.vision, cache)
+    assert float(terms["EP"].abs().max()) == 0.0
+    assert torch.allclose(sum(terms.values()), cache["attn_scores", 0], atol=1e-4)
+    for make in (lambda: ablate_terms(m.vision, ["EP"]), lambda: mean_ablate_terms(m.vision, ["EP"], img)):
+        with pytest.raises(ValueError, match=r"already removes \['EP'\] from layer 0"):
+            make()
+    ablate_terms(m.vision, ["PE"])  # another term is still ablatable
+
+
+def test_term_and_head_lists_refuse_repeats_masks_and_floats(model_and_batch):
+    """mean_ablate_terms(["EP", "EP"]) removed EP once and added its mean twice; heads=[False, False, False, True]
+    ablated head 3 and was recorded as [0, 0, 0, 1]; heads=[1.5] ablated head 1."""
+    from hooked_clip1d.analysis.interventions.term_ablation import mean_ablate_terms
+    from hooked_clip1d.analysis.interventions.terms import ablate_terms
+
+    model, images, _ = model_and_batch
+    with pytest.raises(ValueError, match=r"terms listed twice: \['EP'\]"):
+        mean_ablate_terms(model.vision, ["EP", "EP"], images)
+    with pytest.raises(ValueError, match="terms listed twice"):
+        ablate_terms(model.vision, ["EP", "PP", "EP"])
+    with pytest.raises(TypeError, match=r"heads must be ints .*got \[False, True\]"):  # floats: the same check
+        ablate_terms(model.vision, ["EP"], heads=[False, True])  # (in tests the type checkers refuse them first)
+    with pytest.raises(ValueError, match=r"heads listed twice: \[1\]"):
+        ablate_terms(model.vision, ["EP"], heads=[1, 1])
+
+
+def test_mechanism_readers_refuse_or_order_what_they_were_given(model_and_batch):
+    """gradient_sources(top=-1) dropped the last term; check_windows read "held at the end" from the last row given,
+    not the last epoch; logit_change put a submodule the caller had in train mode back in eval mode."""
+    from hooked_clip1d.analysis.mechanism.dynamics import check_windows
+    from hooked_clip1d.analysis.mechanism.report import gradient_sources
+    from hooked_clip1d.analysis.mechanism.reparametrize import logit_change, scale_query_key
+
+    model, images, _ = model_and_batch
+    with pytest.raises(ValueError, match=r"top \(terms per head\) must be an int >= 1"):
+        gradient_sources(model, images, 0, top=-1)
+    rows = [{"epoch": e, "checks": {"generalizes": ok}} for e, ok in ((9, False), (0, False), (5, True))]
+    assert check_windows(rows)["generalizes"]["held_at_end"] is False
+    with pytest.raises(ValueError, match="repeat an epoch"):
+        check_windows(rows + rows[:1])
+    model.vision.train()
+    try:
+        logit_change(model, scale_query_key(model))
+        assert model.vision.training and not model.training and not model.text.training
+    finally:
+        model.eval()

@@ -97,6 +97,13 @@ def check_indices(values: Sequence[int], n: int, what: str) -> None:
     """
     if isinstance(values, int | str | bytes):
         raise TypeError(f"{what} must be a list of indices, e.g. [{values!r}]")
+    values = list(values)
+    not_int = [x for x in values if isinstance(x, bool) or not hasattr(x, "__index__")]
+    if not_int:  # a bool mask read as indices 0/1, or 1.5 truncated to 1, named the wrong heads
+        raise TypeError(f"{what} must be ints (indices, not a mask or floats), got {not_int}")
+    twice = sorted({int(x) for x in values if values.count(x) > 1})
+    if twice:
+        raise ValueError(f"{what} listed twice: {twice}")
     bad = [x for x in values if not 0 <= x < n]
     if bad:
         raise ValueError(f"{what} {bad} out of range 0..{n - 1}")

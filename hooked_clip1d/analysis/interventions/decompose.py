@@ -82,7 +82,10 @@ from transformer_lens import ActivationCache
 from hooked_clip1d.analysis.hooks import check_tower
 from hooked_clip1d.model import functional
 from hooked_clip1d.model.encoders import HookedEncoder
-from hooked_clip1d.model.terms import SCORE_TERMS  # the nine layer-0 terms, Eq. 2 and App. D (one table, the model's)
+from hooked_clip1d.model.terms import (  # the nine layer-0 terms, Eq. 2 and App. D (one table, the model's)
+    SCORE_TERMS,
+    VALUE_TERMS,
+)
 
 #: terms with R, the rest of the residual stream (earlier layers' outputs, LayerNorm bias): later layers / LN
 REST_TERMS = ("ER", "RE", "PR", "RP", "BR", "RB", "RR")
@@ -316,6 +319,9 @@ class ScoreDecomposition:
         layer: the layer decomposed.
         query_positions: the query positions kept (``hook_attn_scores[..., query_positions, :]``).
         causal: the tower masks keys after the query (text tower).
+        removed: (query component, key component) pairs the model removes from these scores in its own forward
+            (``cfg.ablated_terms`` at layer 0, e.g. EP: ``("embed", "pos_embed")``): every term, the scores and the
+            groups leave them out, so the terms sum to the scores the model computes.
     """
 
     q: Float[torch.Tensor, "q_component batch head_index query_pos d_head"]
@@ -325,6 +331,15 @@ class ScoreDecomposition:
     layer: int
     query_positions: Int[torch.Tensor, " query_pos"]
     causal: bool
+    removed: tuple[tuple[str, str], ...] = ()
+
+    def _removed_product(self, qi: list[int], ki: list[int]) -> Scores | None:
+        """The sum of the removed pairs among query components ``qi`` and key components ``ki``, or None."""
+        pairs = [(self.q_labels.index(a), self.k_labels.index(b)) for a, b in self.removed]
+        pairs = [(a, b) for a, b in pairs if a in qi and b in ki]
+        if not pairs:
+            return None
+        return sum(self.q[a] @ self.k[b].transpose(-1, -2) for a, b in pairs)  # type: ignore[return-value]
 
     # ---- selection ----
     def _index(self, side: str, names: str | Sequence[str]) -> list[int]:
@@ -342,17 +357,22 @@ class ScoreDecomposition:
 
         Unmasked (also for causal towers); bilinearity lets groups be summed before the product.
         """
-        qv = self.q[self._index("q", q)].sum(0)
-        kv = self.k[self._index("k", k)].sum(0)
-        return qv @ kv.transpose(-1, -2)
+        qi, ki = self._index("q", q), self._index("k", k)
+        out = self.q[qi].sum(0) @ self.k[ki].sum(0).transpose(-1, -2)
+        gone = self._removed_product(qi, ki)
+        return out if gone is None else out - gone
 
     def terms(self) -> Float[torch.Tensor, "q_component k_component batch head_index query_pos key_pos"]:
-        """Every (query component, key component) term; ``terms().sum((0, 1))`` are the unmasked scores."""
-        return torch.einsum("abhqd,cbhkd->acbhqk", self.q, self.k)
+        """Every (query component, key component) term; ``terms().sum((0, 1))`` are the unmasked scores (a pair the
+        model removes itself, ``removed``, is 0)."""
+        out = torch.einsum("abhqd,cbhkd->acbhqk", self.q, self.k)
+        for a, b in self.removed:
+            out[self.q_labels.index(a), self.k_labels.index(b)] = 0
+        return out
 
     def scores(self) -> Scores:
         """The sum of all terms with the causal mask applied: equals ``hook_attn_scores[..., query_positions, :]``."""
-        s = self.q.sum(0) @ self.k.sum(0).transpose(-1, -2)
+        s = self.term(list(self.q_labels), list(self.k_labels))
         if self.causal:
             keys = torch.arange(s.shape[-1], device=s.device)
             allowed = keys[None, :] <= self.query_positions.to(s.device)[:, None]
@@ -476,7 +496,26 @@ def decompose_attention_scores(
         layer=layer,
         query_positions=qpos,
         causal=model.cfg.attention_dir == "causal",
+        removed=_removed_pairs(model, layer, q_labels, k_labels),
     )
+
+
+def _removed_pairs(
+    model: HookedEncoder, layer: int, q_labels: Sequence[str], k_labels: Sequence[str]
+) -> tuple[tuple[str, str], ...]:
+    """The (query component, key component) pairs the tower removes from ``layer``'s scores itself: its layer-0
+    ``cfg.ablated_terms`` (E: ``embed``, P: ``pos_embed``, B: ``b_Q`` / ``b_K``; VP acts on the values)."""
+    if layer != 0:
+        return ()
+    names = {"q": {"E": "embed", "P": "pos_embed", "B": "b_Q"}, "k": {"E": "embed", "P": "pos_embed", "B": "b_K"}}
+    out = []
+    for t in getattr(model.cfg, "ablated_terms", ()) or ():
+        if t in VALUE_TERMS:
+            continue
+        a, b = names["q"][t[0]], names["k"][t[1]]
+        if a in q_labels and b in k_labels:
+            out.append((a, b))
+    return tuple(out)
 
 
 # ---- Fig. 13: share of each term in the across-key standard deviation -------------------------------------------

@@ -117,10 +117,19 @@ def _validate(
     cfg = model.cfg
     if isinstance(terms, str):
         raise TypeError(f"terms must be a list of term names, e.g. [{terms!r}], not a string")
-    terms = list(dict.fromkeys(terms))
+    terms = list(terms)
+    twice = sorted({t for t in terms if terms.count(t) > 1})
+    if twice:  # the mean / resample ablations would add a listed term's replacement once per listing
+        raise ValueError(f"terms listed twice: {twice}")
     bad = [t for t in terms if t not in ABLATABLE_TERMS]
     if bad:
         raise ValueError(f"unknown terms {bad}; known: {list(ABLATABLE_TERMS)}")
+    gone = [t for t in terms if layer == 0 and t in (cfg.ablated_terms or ())]
+    if gone:
+        raise ValueError(
+            f"this tower already removes {gone} from layer 0 in its own forward pass (cfg.ablated_terms="
+            f"{tuple(cfg.ablated_terms)}): ablating them again would subtract them twice"
+        )
     if ln_scale not in (None, "live"):
         raise ValueError(f"ln_scale must be None or 'live', got {ln_scale!r}")
     if cfg.normalization_type is not None and ln_scale != "live":

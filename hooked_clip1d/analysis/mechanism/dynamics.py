@@ -266,6 +266,10 @@ def check_windows(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         >>> check_windows(rows)["generalizes"]
         {'first': 5, 'last': 5, 'held_at_end': False, 'fraction': 0.5}
     """
+    epochs = [r["epoch"] for r in rows]
+    if len(set(epochs)) != len(epochs):
+        raise ValueError(f"check_windows: rows repeat an epoch ({sorted(epochs)})")
+    rows = sorted(rows, key=lambda r: r["epoch"])  # "held at the end" is the last epoch's, whatever the rows' order
     out: dict[str, dict[str, Any]] = {}
     every = (*DYNAMICS_CHECKS, "picture", "fig14_whole_query", "ep_only_ablation", "mechanism_v2")
     names = [n for n in every if any(n in r["checks"] for r in rows)]

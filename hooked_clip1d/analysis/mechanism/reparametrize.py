@@ -131,15 +131,15 @@ def logit_change(model: CLIP1D, moved: CLIP1D, n: int = 64, seed: int = 0) -> fl
     images = torch.randint(0, vc.n_labels + 1, (n, vc.n_ctx), generator=g)
     images[:, 0] = vc.vocab.cls
     captions = torch.randint(1, tc.d_vocab, (n, tc.n_ctx), generator=g)
-    modes = (model.training, moved.training)
+    modes = [(mod, mod.training) for m in (model, moved) for mod in m.modules()]  # every submodule's, not the top's
     model.eval()
     moved.eval()
     try:
         a = model(images, captions, validate=False)
         b = moved(images, captions, validate=False)
     finally:
-        model.train(modes[0])
-        moved.train(modes[1])
+        for mod, mode in modes:
+            mod.training = mode
     if not bool(torch.isfinite(b).all()):
         return float("inf")
     return float((a - b).abs().max() / a.abs().max().clamp_min(1e-12))

@@ -49,6 +49,7 @@ from hooked_clip1d.analysis.mechanism.heads import (
 from hooked_clip1d.data.dataset import Dataset, Split, build_dataset
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.encoders import HookedVisionEncoder
+from hooked_clip1d.settings.checks import check_int
 
 PROBE = "probe_unseen"
 FIG4B_IMAGE = "C . . 17 . . 19 . . . ."  # Fig. 4b's first image: the unseen pair (17, 19)
@@ -103,6 +104,7 @@ def gradient_sources(model: CLIP1D, images: torch.Tensor, layer: int, top: int =
         >>> [s["head"] for s in src], [len(s["terms"]) for s in src], sorted(src[0]["terms"][0])
         ([0, 1], [2, 2], ['k', 'q', 'spearman', 'std'])
     """
+    top = check_int(top, "top (terms per head)")
     _, cache = model.vision.run_with_cache(images)
     dec = decompose_attention_scores(model.vision, cache, layer=layer, query_pos=0)
     rows = dec.terms()[:, :, :, :, 0, 1:].mean(2)  # [q_comp, k_comp, head, pixel]: CLS row over pixel keys
