@@ -426,8 +426,8 @@ def test_mechanism_readers_refuse_or_order_what_they_were_given(model_and_batch)
     """gradient_sources(top=-1) dropped the last term; check_windows read "held at the end" from the last row given,
     not the last epoch; logit_change put a submodule the caller had in train mode back in eval mode."""
     from hooked_clip1d.analysis.mechanism.dynamics import check_windows
-    from hooked_clip1d.analysis.mechanism.report import gradient_sources
     from hooked_clip1d.analysis.mechanism.reparametrize import logit_change, scale_query_key
+    from hooked_clip1d.analysis.mechanism.report import gradient_sources
 
     model, images, _ = model_and_batch
     with pytest.raises(ValueError, match=r"top \(terms per head\) must be an int >= 1"):
@@ -442,3 +442,95 @@ def test_mechanism_readers_refuse_or_order_what_they_were_given(model_and_batch)
         assert model.vision.training and not model.training and not model.text.training
     finally:
         model.eval()
+
+
+def test_mechanism_readers_refuse_what_they_cannot_read(model_and_batch):
+    """The text tower gave a "CLS row" (the subject word's) to cls_position_rows / ablate_cls_key_position;
+    fixed_batch_loss(batch_size=1) returned 0.0 and ran under dropout in train mode; caption_split(batch_size=-4)
+    returned a loss of 0.0 and batch_size=0 fell back to the default; key_pca counted a repeated label twice and
+    read a bool mask as labels 0/1; key_effective_rank and qk_rank took NaN (rank 1) and energy 2.0 (rank 129)."""
+    from hooked_clip1d.analysis.mechanism.dissolution import caption_split
+    from hooked_clip1d.analysis.mechanism.dynamics import fixed_batch_loss, qk_rank
+    from hooked_clip1d.analysis.mechanism.report import ablate_cls_key_position, cls_position_rows
+    from hooked_clip1d.analysis.mechanism.rope import key_effective_rank, key_pca
+
+    model, _, _ = model_and_batch
+    ds = build_dataset(DataConfig(n_labels=6, n_heldout=2, n2=2))
+    for f in (cls_position_rows, ablate_cls_key_position):  # under the tests' type checkers the annotation refuses
+        for x in (model.text, model):  # first; without them, the function's own check
+            with pytest.raises(TypeError, match=r"expected the vision tower \(model.vision\)|parameter 'vision'"):
+                f(x)
+    for bs in (1, 0, -5):
+        with pytest.raises(ValueError, match="fixed_batch_loss: batch_size must be an int >= 2"):
+            fixed_batch_loss(model, ds, batch_size=bs)
+    for kw, what in (({"batch_size": -4}, "batch_size"), ({"batch_size": 0}, "batch_size"), ({"epoch": -1}, "epoch")):
+        with pytest.raises(ValueError, match=f"caption_split: {what}"):
+            caption_split(model, ds, **{"seed": 0, "epoch": 0, **kw})
+    with pytest.raises(TypeError, match="expected a CLIP1D|parameter 'model'"):  # (or the type checkers, first)
+        caption_split(model.vision, ds, 0, 0)
+    rope = make_model("simplified", seed=0, vision_overrides={"positional": "rope"}).vision
+    with pytest.raises(ValueError, match=r"labels listed twice: \[1\]"):
+        key_pca(rope, [1, 1, 2, 3])
+    with pytest.raises(TypeError, match="labels must be ints"):
+        key_pca(rope, torch.tensor([True, True, False]))
+    with pytest.raises(ValueError, match=r"thresholds must be in \(0, 1\]"):
+        key_effective_rank(rope, thresholds=[float("nan")])
+    for energy in (2.0, float("nan"), 0.0):
+        with pytest.raises(ValueError, match=r"qk_rank: energy must be in \(0, 1\]"):
+            qk_rank(model, energy=energy)
+    model.train()
+    try:
+        state = torch.random.get_rng_state()
+        with pytest.raises(ValueError, match="training mode"):
+            fixed_batch_loss(model, ds)
+        assert torch.equal(state, torch.random.get_rng_state())
+    finally:
+        model.eval()
+
+
+def test_readers_of_scores_and_patterns_refuse_train_mode(model_and_batch):
+    """Six readers ran the forward under dropout in train mode and drew the global RNG (their numbers were read
+    before dropout, so unchanged); like mechanism_report and mirror_swap_patching they now refuse it."""
+    from hooked_clip1d.analysis.mechanism.heads import cls_object_bias, label_pe_deltas, text_eot_bias
+    from hooked_clip1d.analysis.mechanism.report import cls_label_pe_deltas
+
+    model, _, captions = model_and_batch
+    split = build_dataset(DataConfig(n_labels=6, n_heldout=2, n2=2)).splits["val_unseen"]
+    model.vision.train()
+    model.text.train()
+    try:
+        for call in (
+            lambda: cls_object_bias(model.vision, split),
+            lambda: label_pe_deltas(model.vision, split),
+            lambda: cls_label_pe_deltas(model.vision, split),
+            lambda: text_eot_bias(model.text, captions),
+        ):
+            with pytest.raises(ValueError, match="training mode"):
+                call()
+    finally:
+        model.eval()
+
+
+def test_plots_refuse_what_they_would_draw_wrong():
+    """plot_ablations(metrics="acc") drew three series a, c, c, all n/a; plot_similarity of CLIP's logits (+-100)
+    was one solid colour (clipped to [-1, 1]); plot_head_bias(layer=-1) drew the last layer titled "layer -1"."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from hooked_clip1d.visualization.decomposition import plot_ablations
+    from hooked_clip1d.visualization.plots import plot_ablation_accuracy, plot_head_bias, plot_similarity
+
+    res = {"splits": ["val_unseen"], "conditions": {"baseline": {"terms": [], "metrics": {"val_unseen": {"acc": 1.0}}}}}
+    with pytest.raises(TypeError, match="metrics must be a non-empty list of names"):
+        plot_ablations(res, metrics="acc")
+    with pytest.raises(ValueError, match=r"no condition has metric\(s\) \['relaxed'\]"):
+        plot_ablation_accuracy({"baseline": {"val_unseen": {"acc": 1.0}}}, metrics=("relaxed",))
+    with pytest.raises(TypeError, match="plot_ablations|parameter 'results'"):  # (or the type checkers, first)
+        plot_ablation_accuracy(res)
+    with pytest.raises(ValueError, match="cosine similarities in"):
+        plot_similarity(torch.tensor([[95.0, -20.0], [3.0, 88.0]]))
+    bias = {"left": torch.rand(1, 4), "right": torch.rand(1, 4)}
+    for layer in (-1, 1):
+        with pytest.raises(ValueError, match=r"layer must be in 0..0"):
+            plot_head_bias(bias, layer=layer)
+    plot_head_bias({k: v.tolist() for k, v in bias.items()})  # to_jsonable's lists too

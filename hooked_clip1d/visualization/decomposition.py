@@ -290,6 +290,9 @@ def plot_ablations(
     """
     if "conditions" not in result:
         raise ValueError("expected the output of evaluate_ablations (a dict with 'conditions')")
+    for what, v in (("splits", splits), ("metrics", metrics)):
+        if isinstance(v, str) or not v:  # metrics="acc" was drawn as three series a, c, c
+            raise TypeError(f"{what} must be a non-empty list of names, e.g. ({v!r},), got {v!r}")
     conds = result["conditions"]
     missing = [s for s in splits if any(s not in c["metrics"] for c in conds.values())]
     if missing:

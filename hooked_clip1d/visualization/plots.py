@@ -20,11 +20,18 @@ from hooked_clip1d.data.dataset import SPLIT_TITLES
 from hooked_clip1d.visualization.style import bars, legend_outside, metric_label, reference_line
 
 
-def plot_head_bias(bias: Mapping[str, torch.Tensor], layer: int = 0, ax: plt.Axes | None = None) -> Figure:
-    """Bars of P(CLS attends most to the left / right object) per head (Fig. 4c)."""
+def plot_head_bias(bias: Mapping[str, Any], layer: int = 0, ax: plt.Axes | None = None) -> Figure:
+    """Bars of P(CLS attends most to the left / right object) per head (Fig. 4c): ``cls_object_bias``'s output
+    (``left`` / ``right`` [layer, head], tensors or ``to_jsonable``'s nested lists)."""
+    missing = [k for k in ("left", "right") if k not in bias]
+    if missing:
+        raise KeyError(f"plot_head_bias takes cls_object_bias's output ('left' / 'right' [layer, head]); no {missing}")
+    n_layers = len(bias["left"])
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be in 0..{n_layers - 1} (the bias has {n_layers} layer(s)), got {layer!r}")
     fig = ax.figure if ax is not None else plt.figure(figsize=(4.5, 3.2))
     ax = ax or fig.add_subplot()
-    left, right = bias["left"][layer].tolist(), bias["right"][layer].tolist()
+    left, right = list(map(float, bias["left"][layer])), list(map(float, bias["right"][layer]))
     x = np.arange(len(left))
     bars(ax, x - 0.2, left, width=0.4, label="left object")
     bars(ax, x + 0.2, right, width=0.4, label="right object")
@@ -44,10 +51,21 @@ def plot_ablation_accuracy(
     ax: plt.Axes | None = None,
     legend: bool = True,
 ) -> Figure:
-    """Grouped bars: accuracy of ``split`` per ablation condition (Fig. 5e, 16); a missing metric shows "n/a"."""
+    """Grouped bars: accuracy of ``split`` per ablation condition (Fig. 5e, 16); a metric missing for some condition
+    shows "n/a" (one that no condition has is refused, as is a metric given as a string)."""
+    if isinstance(metrics, str) or not metrics:  # "acc" was drawn as three series a, c, c, all n/a
+        raise TypeError(f"metrics must be a non-empty list of metric names, e.g. ({metrics!r},), got {metrics!r}")
+    names = list(results)
+    if "conditions" in names:  # evaluate_ablations' whole output, not its conditions
+        raise TypeError(
+            "plot_ablation_accuracy takes {condition: {split: metrics}}; evaluate_ablations' output goes to "
+            "visualization.decomposition.plot_ablations"
+        )
+    absent = [m for m in metrics if not any(m in results[n].get(split, {}) for n in names)]
+    if absent:
+        raise ValueError(f"no condition has metric(s) {absent} on split {split!r}")
     fig = ax.figure if ax is not None else plt.figure(figsize=(5.5, 3.2))
     ax = ax or fig.add_subplot()
-    names = list(results)
     x = np.arange(len(names))
     w = 0.8 / len(metrics)
     for i, m in enumerate(metrics):
@@ -66,6 +84,12 @@ def plot_ablation_accuracy(
 
 def plot_similarity(sim: torch.Tensor, title: str = "", ax: plt.Axes | None = None) -> Figure:
     """Heat map of an image x caption cosine-similarity matrix (Fig. 3 right)."""
+    big = float(sim.detach().abs().max()) if sim.numel() else 0.0
+    if not big <= 1 + 1e-4:  # logits (about +-100) were clipped to the fixed colour range: one solid colour
+        raise ValueError(
+            f"plot_similarity draws cosine similarities in [-1, 1]; this matrix reaches {big:.3g} (CLIP's logits, "
+            "scaled by the temperature?): pass model.similarity(images, captions)"
+        )
     fig = ax.figure if ax is not None else plt.figure(figsize=(5, 4))
     ax = ax or fig.add_subplot()
     im = ax.imshow(sim.detach().cpu().numpy(), aspect="auto", cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")

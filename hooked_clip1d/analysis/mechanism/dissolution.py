@@ -30,9 +30,11 @@ from typing import Any
 
 import torch
 
+from hooked_clip1d.analysis.metrics import check_model
 from hooked_clip1d.data.dataset import Dataset, EpochPermutations
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.functional import NEGATIVES, same_caption
+from hooked_clip1d.settings.checks import check_int
 
 
 def _item_losses(logits: torch.Tensor, same: torch.Tensor, negatives: str) -> torch.Tensor:
@@ -114,8 +116,10 @@ def caption_split(
     """
     if negatives not in NEGATIVES:
         raise ValueError(f"caption_split: negatives must be one of {list(NEGATIVES)}, got {negatives!r}")
+    check_model(model)
+    epoch = check_int(epoch, "caption_split: epoch (0-based)", minimum=0)
     images, captions = dataset.training_pairs()
-    bs = batch_size or dataset.config.batch_size
+    bs = dataset.config.batch_size if batch_size is None else check_int(batch_size, "caption_split: batch_size", 2)
     if orders is None:
         orders = EpochPermutations(len(images), bs, seed)
     elif (orders.m, orders.bs) != (len(images), bs):

@@ -35,11 +35,14 @@ from typing import Any
 
 import torch
 
+from hooked_clip1d.analysis.hooks import check_eval
 from hooked_clip1d.analysis.mechanism.report import PROBE, mechanism_report, unseen_probe
+from hooked_clip1d.analysis.metrics import check_model
 from hooked_clip1d.data.dataset import Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.settings import TrainConfig
+from hooked_clip1d.settings.checks import check_int
 
 ROW_VERSION = 2  # rows cached in a run's emergence.json; 2: the restated checks and the temperature added
 # the dynamics study's checks (docs/fidelity.md, written before its runs), in order
@@ -215,7 +218,9 @@ def decay_exposure(cfg: TrainConfig, step: int, total_steps: int, steps_per_epoc
 def qk_rank(model: CLIP1D, energy: float = 0.99) -> list[int]:
     """Per head of the vision tower's layer 0: how many singular values of ``W_QK = W_Q W_K^T`` hold ``energy`` of
     its squared norm (a rank-1 head: 1)."""
-    attn = model.vision.blocks[0].attn
+    if not 0 < energy <= 1:  # NaN included: it gave rank 1; 2.0 gave more than there are singular values
+        raise ValueError(f"qk_rank: energy must be in (0, 1], got {energy!r}")
+    attn = check_model(model).vision.blocks[0].attn
     out = []
     with torch.no_grad():
         for h in range(model.cfg.vision.n_heads):
@@ -231,7 +236,11 @@ def qk_rank(model: CLIP1D, energy: float = 0.99) -> list[int]:
 @torch.no_grad()
 def fixed_batch_loss(model: CLIP1D, dataset: Dataset, batch_size: int = 50, seed: int = 0) -> float:
     """The mean contrastive loss over the training pairs in fixed batches (one seeded permutation, eval mode): a
-    loss that is comparable between checkpoints (the training log's loss is a running mean under dropout)."""
+    loss that is comparable between checkpoints (the training log's loss is a running mean under dropout). The model
+    must be in eval mode (refused otherwise: dropout would draw the global RNG and change the loss); a batch needs
+    two items (a contrastive loss of one is 0)."""
+    check_eval(check_model(model))
+    batch_size = check_int(batch_size, "fixed_batch_loss: batch_size", minimum=2)
     images, captions = dataset.training_pairs()
     perm = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))
     total, n = 0.0, 0

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from jaxtyping import Int
 
-from hooked_clip1d.analysis.hooks import Hooks
+from hooked_clip1d.analysis.hooks import Hooks, check_eval
 from hooked_clip1d.data.dataset import Dataset, Split
 from hooked_clip1d.model.encoders import HookedEncoder, HookedTextEncoder, HookedVisionEncoder
 
@@ -83,6 +83,7 @@ def cls_object_bias(model: HookedVisionEncoder, split: Split, fwd_hooks: Hooks =
     """
     if not isinstance(model, HookedVisionEncoder):
         raise TypeError("cls_object_bias needs the vision tower (model.vision)")
+    check_eval(model)  # dropout would draw the global RNG (and move what is read)
     images, pos, _ = two_object_images(model, split)
     _, cache = model.run_with_cache(images, names_filter=lambda n: n.endswith("hook_pattern"), fwd_hooks=fwd_hooks)
     L = model.cfg.n_layers
@@ -128,6 +129,7 @@ def label_pe_deltas(model: HookedEncoder, split: Split, layer: int = 0) -> dict[
     """
     if not isinstance(model, HookedVisionEncoder):
         raise TypeError("label_pe_deltas needs the vision tower (model.vision)")
+    check_eval(model)  # dropout would draw the global RNG (and move what is read)
     _check_embedding_layer(model, layer, "the Δlabel / Δp.e. decomposition")
     images, pos, objs = two_object_images(model, split)
     names = ("hook_embed", "hook_pos_embed", f"blocks.{layer}.attn.hook_attn_scores")
@@ -253,6 +255,7 @@ def text_eot_bias(
     """
     if not isinstance(model, HookedTextEncoder):
         raise TypeError("text_eot_bias needs the text tower (model.text)")
+    check_eval(model)  # dropout would draw the global RNG (and move what is read)
     captions = model.to_tokens(captions)
     v = model.cfg.vocab
     is_pair = (captions[:, 1] == v.left_of) | (captions[:, 1] == v.right_of)

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from jaxtyping import Float
 
-from hooked_clip1d.analysis.hooks import Hook
+from hooked_clip1d.analysis.hooks import Hook, check_eval
 from hooked_clip1d.analysis.interventions.ablation import evaluate_ablations
 from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores, row_std_shares
 from hooked_clip1d.analysis.mechanism.heads import (
@@ -187,6 +187,8 @@ def check_simplified_tower(vision: HookedVisionEncoder) -> None:
         >>> from hooked_clip1d import VisionConfig
         >>> check_simplified_tower(HookedVisionEncoder(VisionConfig(n_labels=5)))
     """
+    if not isinstance(vision, HookedVisionEncoder):  # the text tower has no CLS row: its "CLS row" is the subject's
+        raise TypeError(f"expected the vision tower (model.vision), got {type(vision).__name__}")
     cfg = vision.cfg
     if cfg.n_layers != 1 or cfg.normalization_type is not None or not cfg.attn_only or cfg.positional != "learned":
         raise ValueError(
@@ -219,8 +221,8 @@ def cls_position_rows(vision: HookedVisionEncoder) -> torch.Tensor:
         >>> cls_position_rows(HookedVisionEncoder(VisionConfig(n_labels=5, init_seed=0)).eval()).shape
         torch.Size([4, 10])
     """
+    q = cls_query(vision)  # [h, dh] (checks the tower first)
     attn = vision.blocks[0].attn
-    q = cls_query(vision)  # [h, dh]
     k_pos = torch.einsum("pm,hmd->hpd", vision.W_pos[1:], attn.W_K)  # [h, pixel, dh]
     return torch.einsum("hd,hpd->hp", q, k_pos) / vision.cfg.attn_scale
 
@@ -280,6 +282,7 @@ def cls_label_pe_deltas(vision: HookedVisionEncoder, split: Split) -> dict[str, 
         True
     """
     _check_layer0(vision, "cls_label_pe_deltas")
+    check_eval(vision)  # dropout would draw the global RNG (and move what is read)
     images, pos, objs = two_object_images(vision, split)  # token positions (+1 for CLS)
     attn = vision.blocks[0].attn
     x = vision.W_E[vision.cfg.vocab.cls] + vision.W_pos[0]

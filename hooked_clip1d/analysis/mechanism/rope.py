@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from hooked_clip1d.analysis.hooks import check_eval
 from hooked_clip1d.analysis.mechanism.heads import two_object_images
 from hooked_clip1d.data.dataset import Split
 from hooked_clip1d.model.encoders import HookedEncoder, HookedVisionEncoder
@@ -117,6 +118,7 @@ def consistency_condition(model: HookedEncoder, split: Split, pca_center: bool =
     object), ``objects`` and ``positions`` (pixel indices) [n, 2].
     """
     _check_vision(model, "consistency_condition")
+    check_eval(model)  # dropout would draw the global RNG (and move what is read)
     cfg = model.cfg
     if cfg.positional == "none":
         raise ValueError("consistency_condition needs positional information; this tower has positional='none'")
@@ -206,7 +208,13 @@ def _labels(model: HookedEncoder, labels: Sequence[int] | torch.Tensor | Split) 
         objs = labels.objects
         labs = torch.unique(objs[objs > 0])
     else:
-        labs = torch.as_tensor(list(labels) if not isinstance(labels, torch.Tensor) else labels, dtype=torch.long)
+        given = labels if isinstance(labels, torch.Tensor) else torch.as_tensor(list(labels))
+        if given.dtype == torch.bool or given.is_floating_point():  # truncated or read as 0/1, a PCA of other labels
+            raise TypeError(f"labels must be ints, got dtype {given.dtype}")
+        labs = given.long().flatten()
+        twice = sorted({int(x) for x in labs.tolist() if labs.tolist().count(x) > 1})
+        if twice:  # a repeated label weighs its key twice in the PCA and the profile
+            raise ValueError(f"labels listed twice: {twice}")
     n = model.cfg.n_labels
     if labs.numel() < 2:
         raise ValueError(f"need at least 2 labels for a PCA of the keys, got {labs.tolist()}")
@@ -235,6 +243,7 @@ def key_pca(
         True
     """
     _check_rope(model, "key_pca")
+    check_eval(model)  # dropout would draw the global RNG (and move what is read)
     labs = _labels(model, labels)
     _, keys = _layer0_qk(model, labs)
     ratio, v, alpha = _pc1(keys, center)
@@ -262,7 +271,7 @@ def key_effective_rank(
     if not 0 <= layer < model.cfg.n_layers:
         raise ValueError(f"layer must be in 0..{model.cfg.n_layers - 1}, got {layer}")
     th = torch.tensor([float(t) for t in thresholds])
-    if th.numel() == 0 or bool(((th <= 0) | (th > 1)).any()):
+    if th.numel() == 0 or not bool(((th > 0) & (th <= 1)).all()):  # NaN fails both comparisons: refused too
         raise ValueError(f"thresholds must be in (0, 1], got {list(thresholds)}")
     S = torch.linalg.svdvals(model.blocks[layer].attn.W_K.detach().float().cpu())  # [h, r]
     energy = S**2
