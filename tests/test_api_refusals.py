@@ -534,3 +534,23 @@ def test_plots_refuse_what_they_would_draw_wrong():
         with pytest.raises(ValueError, match=r"layer must be in 0..0"):
             plot_head_bias(bias, layer=layer)
     plot_head_bias({k: v.tolist() for k, v in bias.items()})  # to_jsonable's lists too
+
+
+def test_mechanism_entry_points_name_a_bad_argument(model_and_batch, tmp_path):
+    """Bare tracebacks before: a tower in gradient_sources / logit_change (AttributeError), logit_change between
+    models of other vocabularies (IndexError) or n=0 (torch max()), run_mechanism_history(every=0)
+    (ZeroDivisionError), label_pe_deltas(layer=False) (KeyError 'blocks.False...')."""
+    from hooked_clip1d.analysis.mechanism.heads import label_pe_deltas
+    from hooked_clip1d.analysis.mechanism.reparametrize import logit_change, scale_query_key
+    from hooked_clip1d.analysis.mechanism.report import run_mechanism_history
+
+    model, _, _ = model_and_batch
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        logit_change(model, make_model("simplified", seed=0, n_labels=9))
+    with pytest.raises(ValueError, match=r"logit_change: n \(probe images\) must be an int >= 1"):
+        logit_change(model, scale_query_key(model), n=0)
+    with pytest.raises(ValueError, match=r"every \(epochs\) must be an int >= 1"):
+        run_mechanism_history(tmp_path, every=0)
+    split = build_dataset(DataConfig(n_labels=6, n_heldout=2, n2=2)).splits["val_unseen"]
+    with pytest.raises(ValueError, match="got layer=False"):
+        label_pe_deltas(model.vision, split, layer=False)

@@ -97,7 +97,7 @@ def cls_object_bias(model: HookedVisionEncoder, split: Split, fwd_hooks: Hooks =
 # ---- Fig. 5c, d: label-specific vs positional contributions ---------------------------------------------------------
 def _check_embedding_layer(model: HookedEncoder, layer: int, what: str) -> None:
     cfg = model.cfg
-    if layer != 0:
+    if isinstance(layer, bool) or layer != 0:  # False == 0 named hook "blocks.False..."
         raise ValueError(
             f"{what} is defined at layer 0, where the residual is exactly token + positional embedding; "
             f"got layer={layer}"

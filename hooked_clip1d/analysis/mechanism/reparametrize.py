@@ -39,6 +39,7 @@ import torch
 
 from hooked_clip1d.analysis.mechanism.report import check_clip, check_simplified_tower, move_cls_embedding
 from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.settings.checks import check_int
 
 
 def _cls_residual(model: CLIP1D) -> torch.Tensor:
@@ -126,6 +127,11 @@ def logit_change(model: CLIP1D, moved: CLIP1D, n: int = 64, seed: int = 0) -> fl
         >>> logit_change(ablated, move_cls_embedding(ablated, "position")) > PRESERVING_TOL  # EP moves into PP
         True
     """
+    check_clip(model, "logit_change")
+    check_clip(moved, "logit_change")
+    if moved.cfg.vision.n_labels != model.cfg.vision.n_labels or moved.cfg.text.d_vocab != model.cfg.text.d_vocab:
+        raise ValueError("logit_change compares two copies of one model: their vocabularies differ")
+    n = check_int(n, "logit_change: n (probe images)")
     g = torch.Generator().manual_seed(seed)
     vc, tc = model.cfg.vision, model.cfg.text
     images = torch.randint(0, vc.n_labels + 1, (n, vc.n_ctx), generator=g)

@@ -105,6 +105,7 @@ def gradient_sources(model: CLIP1D, images: torch.Tensor, layer: int, top: int =
         ([0, 1], [2, 2], ['k', 'q', 'spearman', 'std'])
     """
     top = check_int(top, "top (terms per head)")
+    check_clip(model, "gradient_sources")
     _, cache = model.vision.run_with_cache(images)
     dec = decompose_attention_scores(model.vision, cache, layer=layer, query_pos=0)
     rows = dec.terms()[:, :, :, :, 0, 1:].mean(2)  # [q_comp, k_comp, head, pixel]: CLS row over pixel keys
@@ -510,6 +511,7 @@ def run_mechanism_history(run_dir: str | Path, every: int = 1000) -> dict[int, d
     from hooked_clip1d.files import atomic_write_text
     from hooked_clip1d.model.checkpoint import load_model_file
 
+    every = check_int(every, "run_mechanism_history: every (epochs)")
     run_dir = Path(run_dir)
     snaps = sorted((run_dir / "snapshots").glob("epoch_*.safetensors"))
     if not snaps:

@@ -314,7 +314,7 @@ def _check_ids(ids: object, tower: str, depth: int) -> SpatialIDs:
         raise TypeError(f"ids must be SpatialIDs (from vision_spatial_ids / text_role_ids), got {type(ids).__name__}")
     if ids.tower != tower:
         raise ValueError(f"these IDs come from the {ids.tower} tower; steering here needs {tower} IDs")
-    if not 0 <= depth < len(ids.hook_names):
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth < len(ids.hook_names):
         raise ValueError(f"depth {depth} is outside 0..{len(ids.hook_names) - 1} ({ids.labels})")
     if ids_are_zero(ids, depth):
         if ids.site == "cls" and depth == 0:
