@@ -135,6 +135,14 @@ def evaluate(
         raise ValueError(
             f"dataset has n_labels={dataset.config.n_labels} but the model was built for {model.cfg.n_labels}"
         )
+    own = getattr(model, "data_config", None)
+    if own is not None and own.n_heldout != dataset.config.n_heldout:  # "unseen" would count pairs it trained on
+        raise ValueError(
+            f"the model was trained with labels {own.n_pair + 1}..{own.n_labels} held out of two-object training "
+            f"(n_heldout={own.n_heldout}); this dataset holds out {dataset.config.n_pair + 1}.."
+            f"{dataset.config.n_labels} (n_heldout={dataset.config.n_heldout}), so its 'unseen' pairs include pairs "
+            "the model trained on: use build_dataset(model.data_config) (or a config with its n_heldout)"
+        )
     text_emb = embed_captions(model, dataset, text_hooks)
     out = {}
     if not torch.isfinite(text_emb).all():

@@ -554,3 +554,14 @@ def test_mechanism_entry_points_name_a_bad_argument(model_and_batch, tmp_path):
     split = build_dataset(DataConfig(n_labels=6, n_heldout=2, n2=2)).splits["val_unseen"]
     with pytest.raises(ValueError, match="got layer=False"):
         label_pe_deltas(model.vision, split, layer=False)
+
+
+def test_evaluate_refuses_a_dataset_whose_unseen_pairs_the_model_trained_on():
+    """evaluate (and so mechanism_report) on a dataset holding out more labels than the model's own: its "unseen"
+    accuracy (0.979) counted pairs the model trained on, without a word."""
+    from hooked_clip1d import evaluate, load_model
+
+    m = load_model("simplified-ntot20-n2-10")
+    with pytest.raises(ValueError, match=r"trained with labels 16..20 held out .* holds out 13..20"):
+        evaluate(m, build_dataset(m.data_config.replace(n_heldout=8)), splits=["val_unseen"])
+    evaluate(m, build_dataset(m.data_config.replace(n2=3)), splits=["val_unseen"])  # other layouts: fine
