@@ -565,3 +565,39 @@ def test_evaluate_refuses_a_dataset_whose_unseen_pairs_the_model_trained_on():
     with pytest.raises(ValueError, match=r"trained with labels 16..20 held out .* holds out 13..20"):
         evaluate(m, build_dataset(m.data_config.replace(n_heldout=8)), splits=["val_unseen"])
     evaluate(m, build_dataset(m.data_config.replace(n2=3)), splits=["val_unseen"])  # other layouts: fine
+
+
+def test_plots_name_a_bad_argument(model_and_batch):
+    """Bare tracebacks before: plot_term_maps with terms=[] (StopIteration), heads=[] (a gridspec error) or
+    query_positions of another length (a FixedLocator error); plot_std_shares(terms=[]) (ZeroDivisionError);
+    plot_std_histograms(bins=-3); plot_label_pe_scatter(max_cols=0); plot_head_roles given label_pe_deltas' output;
+    plot_eot_bias(layer=1) on a one-layer tower (IndexError)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores, row_std_shares
+    from hooked_clip1d.visualization.decomposition import plot_std_histograms, plot_std_shares, plot_term_maps
+    from hooked_clip1d.visualization.heads import plot_eot_bias, plot_head_roles, plot_label_pe_scatter
+
+    model, images, _ = model_and_batch
+    _, cache = model.vision.run_with_cache(images)
+    terms = decompose_attention_scores(model.vision, cache, 0).token_position_terms()
+    for kw, match in (
+        ({"terms": []}, "terms is empty"),
+        ({"heads": []}, "heads must be a non-empty list"),
+        ({"query_positions": [0, 1]}, "query_positions has 2 positions"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            plot_term_maps(terms, **kw)
+    shares = row_std_shares(terms)
+    with pytest.raises(ValueError, match="terms is empty"):
+        plot_std_shares(shares, terms=[])
+    with pytest.raises(ValueError, match="bins must be an int >= 1"):
+        plot_std_histograms(shares, bins=-3)
+    deltas = {"delta_label": torch.zeros(3, 4), "delta_pe": torch.zeros(3, 4)}
+    with pytest.raises(ValueError, match="max_cols must be an int >= 1"):
+        plot_label_pe_scatter(deltas, max_cols=0)
+    with pytest.raises(KeyError, match="classify_head_roles' output"):
+        plot_head_roles(deltas)
+    with pytest.raises(ValueError, match=r"layer must be in 0..0"):
+        plot_eot_bias({"mean": torch.rand(1, 4, 4), "std": torch.rand(1, 4, 4)}, layer=1)

@@ -49,6 +49,8 @@ def _select(
     if not terms:
         raise ValueError("no terms to plot")
     names = list(terms) if names is None else list(names)
+    if not names:
+        raise ValueError(f"terms is empty: name at least one of {list(terms)}")
     unknown = [n for n in names if n not in terms]
     if unknown:
         raise ValueError(f"unknown terms {unknown}; available: {list(terms)}")
@@ -66,6 +68,8 @@ def _select(
         out[n] = t.float().cpu().numpy()
     n_heads = next(iter(out.values())).shape[0]
     heads = list(range(n_heads)) if heads is None else list(heads)
+    if not heads or any(isinstance(h, bool) or not isinstance(h, int) for h in heads):
+        raise ValueError(f"heads must be a non-empty list of head indices (ints), got {heads!r}")
     bad = [h for h in heads if not 0 <= h < n_heads]
     if bad:
         raise ValueError(f"heads {bad} out of range 0..{n_heads - 1}")
@@ -78,6 +82,8 @@ def _label(name: str) -> str:
 
 def _queries_axis_labels(n: int, tokens: Sequence[str] | None, query_positions: Sequence[int] | None) -> list[str]:
     qpos = list(range(n)) if query_positions is None else list(query_positions)
+    if len(qpos) != n:
+        raise ValueError(f"query_positions has {len(qpos)} positions but the terms have {n} query rows")
     if tokens is None:
         return [str(q) for q in qpos]
     return [tokens[q] for q in qpos]
@@ -219,6 +225,8 @@ def plot_std_shares(
     _check_shares(shares)
     all_names = list(shares["terms"])
     names = all_names if terms is None else list(terms)
+    if not names:
+        raise ValueError(f"terms is empty: name at least one of {all_names}")
     unknown = [n for n in names if n not in all_names]
     if unknown:
         raise ValueError(f"unknown terms {unknown}; available: {all_names}")
@@ -249,8 +257,12 @@ def plot_std_histograms(
 ) -> Figure:
     """Per-image histograms of each term's across-key std of the row, a panel per head (Fig. 13)."""
     _check_shares(shares)
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"bins must be an int >= 1, got {bins!r}")
     all_names = list(shares["terms"])
     names = all_names if terms is None else list(terms)
+    if not names:
+        raise ValueError(f"terms is empty: name at least one of {all_names}")
     unknown = [n for n in names if n not in all_names]
     if unknown:
         raise ValueError(f"unknown terms {unknown}; available: {all_names}")
