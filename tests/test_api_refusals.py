@@ -601,3 +601,24 @@ def test_plots_name_a_bad_argument(model_and_batch):
         plot_head_roles(deltas)
     with pytest.raises(ValueError, match=r"layer must be in 0..0"):
         plot_eot_bias({"mean": torch.rand(1, 4, 4), "std": torch.rand(1, 4, 4)}, layer=1)
+
+
+def test_spatial_ids_and_patching_name_a_bad_argument(model_and_batch):
+    """ids_are_zero(ids, 99) (bare IndexError); vision_spatial_ids(hook_names="hook_embed") read the string's
+    characters as hook names; pair_captions(split) (AttributeError 'vocab'); mirror_swap_patching(sets=[]) returned
+    an empty sweep."""
+    from hooked_clip1d.analysis.interventions.patching import mirror_swap_patching
+    from hooked_clip1d.analysis.mechanism.heads import pair_captions
+    from hooked_clip1d.analysis.mechanism.spatial_ids import ids_are_zero, vision_spatial_ids
+
+    model, images, captions = model_and_batch
+    ids = vision_spatial_ids(model.vision, site="cls")
+    with pytest.raises(ValueError, match="depth must be in 0..1"):
+        ids_are_zero(ids, 99)
+    with pytest.raises(TypeError, match="hook_names must be a list of hook names"):
+        vision_spatial_ids(model.vision, site="cls", hook_names="hook_embed")
+    ds = build_dataset(DataConfig(n_labels=6, n_heldout=2, n2=2))
+    with pytest.raises(TypeError, match="pair_captions takes the whole Dataset|parameter 'dataset'"):
+        pair_captions(ds.splits["val_unseen"])
+    with pytest.raises(ValueError, match="sets is empty"):
+        mirror_swap_patching(model, images, captions, sets=[])

@@ -207,7 +207,11 @@ def patch_sweep(
             raise ValueError(f"base {tuple(base.shape)} and source {tuple(source.shape)} must have the same shape")
         tower.validate_tokens(source)
     else:
+        if isinstance(sets, str):
+            raise TypeError(f"sets must be a list of position-set names, e.g. [{sets!r}], not a string")
         masks = position_sets(tower, base, source, sets)
+    if not masks:  # an empty sweep returned without a word
+        raise ValueError("sets is empty: name at least one position set (or pass None for every set)")
     dev = tower.W_E.device
     base, source = base.to(dev), source.to(dev)
     base_m = metric(tower(base))

@@ -216,6 +216,8 @@ def pair_captions(dataset: Dataset, which: str = "unseen", relation: str = "left
         >>> caps.shape  # 3 * 2 ordered pairs of the held-out labels 6..8
         torch.Size([6, 4])
     """
+    if not isinstance(dataset, Dataset):  # a Split has no caption table (bare AttributeError 'vocab' before)
+        raise TypeError(f"pair_captions takes the whole Dataset (build_dataset(...)), got {type(dataset).__name__}")
     if which not in ("unseen", "seen"):
         raise ValueError(f"which must be 'unseen' or 'seen', got {which!r}")
     if relation not in ("left", "right"):

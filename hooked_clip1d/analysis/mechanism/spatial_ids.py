@@ -159,6 +159,8 @@ def vision_spatial_ids(
         raise ValueError(f"context must be 'single' or 'pair', got {context!r}")
     vocab, D = tower.cfg.vocab, tower.cfg.d_image
     labs = _labels(vocab.n_labels, labels, 1 if context == "single" else 2)
+    if isinstance(hook_names, str):  # its characters were read as hook names
+        raise TypeError(f"hook_names must be a list of hook names, e.g. [{hook_names!r}], not a string")
     hook_names = residual_hook_names(tower) if hook_names is None else list(hook_names)
     dev = tower.W_E.device
     if context == "single":
@@ -305,6 +307,9 @@ def ids_are_zero(ids: SpatialIDs, depth: int) -> bool:
     >>> ids_are_zero(ids, 0), ids_are_zero(ids, 1)  # CLS's embedding holds no position; after layer 0 it does
     (True, False)
     """
+    n = len(ids.ids)
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth < n:
+        raise ValueError(f"depth must be in 0..{n - 1} ({ids.labels}), got {depth!r}")
     scale = 1.0 + float(ids.mean_acts[depth].abs().max())
     return not float(ids.ids[depth].abs().max()) > 1e-6 * scale
 
