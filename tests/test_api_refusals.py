@@ -622,3 +622,19 @@ def test_spatial_ids_and_patching_name_a_bad_argument(model_and_batch):
         pair_captions(ds.splits["val_unseen"])
     with pytest.raises(ValueError, match="sets is empty"):
         mirror_swap_patching(model, images, captions, sets=[])
+
+
+def test_head_role_readers_take_their_own_outputs_and_name_a_foreign_split():
+    """classify_head_roles(to_jsonable(deltas)) failed ('list' has no 'shape'); cls_label_pe_deltas on a split of
+    25 labels with a 20-label tower gave a bare IndexError."""
+    from hooked_clip1d import load_model
+    from hooked_clip1d.analysis.mechanism.heads import classify_head_roles, label_pe_deltas, to_jsonable
+    from hooked_clip1d.analysis.mechanism.report import cls_label_pe_deltas
+
+    m = load_model("simplified-ntot20-n2-10")
+    d = label_pe_deltas(m.vision, build_dataset(m.data_config).splits["val_unseen"])
+    a, b = classify_head_roles(d), classify_head_roles(to_jsonable(d))
+    assert all(torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])) for k in a)
+    foreign = build_dataset(DataConfig(n_labels=25, n_heldout=5, n2=2)).splits["val_unseen"]
+    with pytest.raises(ValueError, match="token id 2[1-9] is out of range"):
+        cls_label_pe_deltas(m.vision, foreign)

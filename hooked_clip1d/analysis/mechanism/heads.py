@@ -72,6 +72,7 @@ def two_object_images(model: HookedVisionEncoder, split: Split) -> tuple[torch.T
     pair = split.is_pair
     if not bool(pair.any()):
         raise ValueError(f"split {split.name!r} has no two-object images")
+    model.validate_tokens(split.images[pair])  # a split of another vocabulary (e.g. 25 labels): named, not IndexError
     dev = model.W_E.device
     return split.images[pair].to(dev), split.positions[pair].to(dev) + 1, split.objects[pair].to(dev)
 
@@ -157,8 +158,9 @@ def label_pe_deltas(model: HookedEncoder, split: Split, layer: int = 0) -> dict[
     }
 
 
-def classify_head_roles(deltas: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Relational vs label-specific attention per image and head, from ``label_pe_deltas`` output (Fig. 5d).
+def classify_head_roles(deltas: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """Relational vs label-specific attention per image and head, from ``label_pe_deltas`` output (Fig. 5d; its
+    tensors or ``to_jsonable``'s lists).
 
     An (image, head) is *relational* when ``|Δlabel| < |Δp.e.|`` and the sign of Δp.e. matches the head's
     geometric direction, i.e. the side its positional gradient favours on most images (majority sign of Δp.e.;
@@ -180,6 +182,7 @@ def classify_head_roles(deltas: Mapping[str, torch.Tensor]) -> dict[str, torch.T
         dl, dp = deltas["delta_label"], deltas["delta_pe"]
     except KeyError as e:
         raise ValueError(f"classify_head_roles needs label_pe_deltas output; missing {e}") from None
+    dl, dp = torch.as_tensor(dl), torch.as_tensor(dp)  # to_jsonable's nested lists too
     if dl.shape != dp.shape or dl.ndim != 2:
         raise ValueError(
             f"delta_label and delta_pe must both be [n, n_heads]; got {tuple(dl.shape)}, {tuple(dp.shape)}"
@@ -199,7 +202,7 @@ def classify_head_roles(deltas: Mapping[str, torch.Tensor]) -> dict[str, torch.T
         "relational_mask": relational,
     }
     if "attends_right" in deltas:
-        pr = deltas["attends_right"].float().mean(0)
+        pr = torch.as_tensor(deltas["attends_right"]).float().mean(0)
         out["prefer_right"] = pr
         out["prefer_gap"] = (2 * pr - 1).abs()
     return out
