@@ -638,3 +638,15 @@ def test_head_role_readers_take_their_own_outputs_and_name_a_foreign_split():
     foreign = build_dataset(DataConfig(n_labels=25, n_heldout=5, n2=2)).splits["val_unseen"]
     with pytest.raises(ValueError, match="token id 2[1-9] is out of range"):
         cls_label_pe_deltas(m.vision, foreign)
+
+
+def test_alignment_labels_and_sweep_rows_are_checked():
+    """embedding_alignment truncated a float label (2.7 -> 2); single_head_mechanism on a row without its weight
+    decay gave a bare KeyError."""
+    from hooked_clip1d.analysis.mechanism.alignment import _label_list
+    from hooked_clip1d.analysis.mechanism.report import single_head_mechanism
+
+    with pytest.raises(TypeError, match=r"labels must be ints, got \[2.7\]|Type-check error"):  # (or the type
+        _label_list([2.7], 20, "fit_labels")  # checkers of the test run, which sample one item of a list, first)
+    with pytest.raises(KeyError, match="weight-decay sweep's results row"):
+        single_head_mechanism({"path": "/no/such/run"})

@@ -131,7 +131,11 @@ def _scores(
 
 
 def _label_list(labels: Iterable[int], n_labels: int, what: str) -> list[int]:
-    out = [int(x) for x in labels]
+    given = labels.tolist() if isinstance(labels, torch.Tensor) else list(labels)
+    not_int = [x for x in given if isinstance(x, bool) or not hasattr(x, "__index__")]
+    if not_int:  # 2.7 was truncated to 2
+        raise TypeError(f"{what}: labels must be ints, got {not_int}")
+    out = [int(x) for x in given]
     bad = [x for x in out if not 1 <= x <= n_labels]
     if bad:
         raise ValueError(f"{what}: labels {bad} are outside 1..{n_labels}")

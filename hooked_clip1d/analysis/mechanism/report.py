@@ -553,6 +553,8 @@ def single_head_mechanism(row: dict[str, Any], image: str = FIG4B_IMAGE) -> dict
     """
     from hooked_clip1d.model.checkpoint import load_model_file
 
+    if "weight_decay" not in row:
+        raise KeyError(f"single_head_mechanism reads a weight-decay sweep's results row; this one has {sorted(row)}")
     path = Path(row.get("path", "")) / "model.safetensors"
     if "path" not in row or not path.exists():
         kept = row.get("mechanism")
