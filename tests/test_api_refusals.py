@@ -650,3 +650,22 @@ def test_alignment_labels_and_sweep_rows_are_checked():
         _label_list([2.7], 20, "fit_labels")  # checkers of the test run, which sample one item of a list, first)
     with pytest.raises(KeyError, match="weight-decay sweep's results row"):
         single_head_mechanism({"path": "/no/such/run"})
+
+
+def test_probe_plot_names_depths_from_every_sweep():
+    """plot_probe_accuracy labelled the x axis from the first sweep only: a deeper second sweep's points sat under
+    no label, and sweeps naming other depths were drawn against the first one's names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from hooked_clip1d.analysis.interventions.probes import ProbeSweep
+    from hooked_clip1d.visualization.patching import plot_probe_accuracy
+
+    def sweep(labels):
+        acc = torch.full((len(labels),), 0.5)
+        return ProbeSweep("vision", "readout", labels, acc, acc, 0.1, acc, 0.1, 10, 30)
+
+    fig = plot_probe_accuracy({"a": sweep(["embed", "after L0"]), "b": sweep(["embed", "after L0", "after L1"])})
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["embed", "after L0", "after L1"]
+    with pytest.raises(ValueError, match="name their depths differently"):
+        plot_probe_accuracy({"a": sweep(["embed", "after L0"]), "b": sweep(["resid_pre 0", "resid_post 0"])})

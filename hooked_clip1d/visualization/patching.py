@@ -204,8 +204,13 @@ def plot_probe_accuracy(sweeps: Mapping[str, ProbeSweep], ax: plt.Axes | None = 
         reference_line(ax, s.chance, f"{name}: chance", color=c, ls=":")
         if s.control_acc is not None:
             ax.plot(x, s.control_acc.numpy(), "x--", color=c, lw=0.8, alpha=0.7, label=f"{name}: shuffled labels")
-    first = next(iter(sweeps.values()))
-    ax.set_xticks(range(len(first.labels)), first.labels)
+    longest = max((list(s.labels) for s in sweeps.values()), key=len)  # the x axis names depths: one naming for all
+    other = {n: list(s.labels) for n, s in sweeps.items() if list(s.labels) != longest[: len(s.labels)]}
+    if other:
+        raise ValueError(
+            f"the sweeps name their depths differently ({other} against {longest}): plot them on separate axes"
+        )
+    ax.set_xticks(range(len(longest)), longest)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("held-out accuracy")
     ax.set_title("linear probes (dotted: chance, dashed: shuffled labels)")
