@@ -293,3 +293,25 @@ def test_plots(models, dataset, tmp_path):
     with pytest.raises(ValueError, match="row_std_shares"):
         plot_std_shares({"share": 1})
     plt.close("all")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"ablated_terms": ("BP", "PE", "VP")},
+        {"positional": "rope", "ablated_terms": ("EE",)},
+        {"positional": "rope", "ablated_terms": ("BE", "EB")},
+    ],
+)
+def test_the_terms_a_tower_removes_itself_are_left_out(overrides):
+    """A tower with ``ablated_terms`` computes its layer-0 scores without them; the decomposition kept them, so its
+    terms summed to other scores (6.99 off on the shipped ablate-EP model). Learned positions and RoPE."""
+    from hooked_clip1d import CLIP1D, CLIPConfig
+
+    cfg = CLIPConfig.from_preset("simplified", n_labels=5, init_std=1.0, vision_overrides=overrides)
+    m = CLIP1D(cfg, seed=0).eval()
+    _, cache = m.vision.run_with_cache(m.vision.to_tokens(["C 1 . 2 . . . . . . .", "C . 3 . . 4 . . . . ."]))
+    dec = decompose_attention_scores(m.vision, cache, 0)
+    assert len(dec.removed) == len([t for t in overrides["ablated_terms"] if t != "VP"])
+    assert torch.allclose(dec.scores(), cache["attn_scores", 0], atol=1e-4)
+    assert torch.allclose(dec.terms().sum((0, 1)), cache["attn_scores", 0], atol=1e-4)
