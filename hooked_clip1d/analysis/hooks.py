@@ -37,7 +37,7 @@ from hooked_clip1d.evaluation import Hooks
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.config import check_heads
 from hooked_clip1d.model.encoders import HookedEncoder
-from hooked_clip1d.settings.checks import check_int
+from hooked_clip1d.settings.checks import check_int, repeated
 
 #: one forward hook: (hook point name, fn(activation, hook) -> new activation or None)
 Hook = tuple[str, Callable]
@@ -101,7 +101,7 @@ def check_indices(values: Sequence[int], n: int, what: str) -> None:
     not_int = [x for x in values if isinstance(x, bool) or not hasattr(x, "__index__")]
     if not_int:  # a bool mask read as indices 0/1, or 1.5 truncated to 1, named the wrong heads
         raise TypeError(f"{what} must be ints (indices, not a mask or floats), got {not_int}")
-    twice = sorted({int(x) for x in values if values.count(x) > 1})
+    twice = repeated(int(x) for x in values)
     if twice:
         raise ValueError(f"{what} listed twice: {twice}")
     bad = [x for x in values if not 0 <= x < n]

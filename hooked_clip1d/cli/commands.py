@@ -506,10 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     from hooked_clip1d.training.rundir import TrainingInterrupted
 
     try:
-        if getattr(a, "out_is_folder", False) and a.out is not None:  # before any work, not after minutes of it
-            in_way = _file_in_the_way(Path(a.out))
-            if in_way is not None:
-                raise NotADirectoryError(20, "Not a directory", a.out)
+        if getattr(a, "out_is_folder", False) and a.out is not None and _file_in_the_way(Path(a.out)) is not None:
+            raise NotADirectoryError(20, "Not a directory", a.out)  # before any work (user_error names the file)
         return a.func(a)
     except TrainingInterrupted as e:  # SIGTERM / Ctrl-C: the training checkpointed and stopped
         print(f"hooked-clip1d {a.command}: {e}", file=sys.stderr)

@@ -220,8 +220,7 @@ def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
 
     v = model.vision.cfg.vocab
     imgs, objs, _ = pair_grid(v)
-    n = opts.get("n", 3000)
-    n = check_int(n, "option n (images sampled)")
+    n = check_int(opts.get("n", 3000), "option n (images sampled)")
     idx = torch.randperm(len(imgs), generator=torch.Generator().manual_seed(int(opts.get("seed", 0))))[:n]
     imgs, objs = imgs[idx], objs[idx]
     rel = torch.full_like(objs[:, 0], v.left_of)

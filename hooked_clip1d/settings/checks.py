@@ -37,4 +37,32 @@ def check_int(value: Any, name: str, minimum: int = 1, *, none_ok: bool = False)
     return operator.index(value)
 
 
-__all__ = ["check_int", "is_int"]
+def check_index(value: Any, n: int, name: str, detail: str = "") -> int:
+    """``value`` as an ``int`` if it is an integer in ``0..n - 1`` (a layer, a depth), else a ``ValueError`` naming
+    ``name``, the range (with ``detail`` after it, e.g. what the range counts) and the value given: a bool, a float
+    and a negative index (read from the end by Python) are refused.
+
+    >>> check_index(-1, 2, "layer", " (the model has 2 layers)")
+    Traceback (most recent call last):
+    ...
+    ValueError: layer must be in 0..1 (the model has 2 layers), got -1
+    """
+    if not is_int(value) or not 0 <= operator.index(value) < n:
+        raise ValueError(f"{name} must be in 0..{n - 1}{detail}, got {value!r}")
+    return operator.index(value)
+
+
+def repeated(values: Any) -> list[Any]:
+    """The values listed more than once, sorted (for a "listed twice" refusal).
+
+    >>> repeated([3, 1, 3, 2, 1])
+    [1, 3]
+    """
+    seen: set[Any] = set()
+    twice: set[Any] = set()
+    for v in values:
+        (twice if v in seen else seen).add(v)
+    return sorted(twice)
+
+
+__all__ = ["check_index", "check_int", "is_int", "repeated"]

@@ -36,6 +36,7 @@ from matplotlib.figure import Figure
 
 from hooked_clip1d.analysis.interventions.decompose import TERM_LABELS
 from hooked_clip1d.data.dataset import SPLIT_TITLES
+from hooked_clip1d.settings.checks import check_int
 from hooked_clip1d.visualization.plots import plot_ablation_accuracy
 from hooked_clip1d.visualization.style import bars, legend_outside
 
@@ -257,8 +258,7 @@ def plot_std_histograms(
 ) -> Figure:
     """Per-image histograms of each term's across-key std of the row, a panel per head (Fig. 13)."""
     _check_shares(shares)
-    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
-        raise ValueError(f"bins must be an int >= 1, got {bins!r}")
+    bins = check_int(bins, "bins")
     all_names = list(shares["terms"])
     names = all_names if terms is None else list(terms)
     if not names:

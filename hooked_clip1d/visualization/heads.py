@@ -22,7 +22,8 @@ import torch
 from matplotlib.figure import Figure
 
 from hooked_clip1d.data.dataset import SPLIT_TITLES
-from hooked_clip1d.visualization.style import bars, legend_outside, metric_label, reference_line
+from hooked_clip1d.settings.checks import check_index, check_int
+from hooked_clip1d.visualization.style import bars, legend_outside, metric_label, reference_line, require_keys
 
 
 def _np(x: Any) -> np.ndarray:
@@ -37,11 +38,8 @@ def plot_label_pe_scatter(deltas: Mapping[str, Any], max_cols: int = 4) -> Figur
     Points are coloured by the side the CLS row actually prefers; the dashed lines ``|Δlabel| = |Δp.e.|`` bound
     the relational region (|Δp.e.| larger: left and right wedges).
     """
-    if isinstance(max_cols, bool) or not isinstance(max_cols, int) or max_cols < 1:
-        raise ValueError(f"max_cols must be an int >= 1, got {max_cols!r}")
-    missing = [k for k in ("delta_label", "delta_pe") if k not in deltas]
-    if missing:
-        raise KeyError(f"plot_label_pe_scatter takes label_pe_deltas' output; no {missing} in {sorted(deltas)}")
+    max_cols = check_int(max_cols, "max_cols")
+    require_keys(deltas, ("delta_label", "delta_pe"), "plot_label_pe_scatter", "label_pe_deltas' output")
     dl, dp = _np(deltas["delta_label"]), _np(deltas["delta_pe"])
     if dl.ndim != 2 or dl.shape != dp.shape:
         raise ValueError(f"delta_label and delta_pe must both be [n, n_heads]; got {dl.shape}, {dp.shape}")
@@ -81,9 +79,8 @@ def plot_label_pe_scatter(deltas: Mapping[str, Any], max_cols: int = 4) -> Figur
 def plot_head_roles(roles: Mapping[str, Any], ax: plt.Axes | None = None) -> Figure:
     """Stacked bars of the relational / label-specific shares per head (``classify_head_roles``, Fig. 5d), with
     ``|P(right) - P(left)|`` of the same images as markers (Sec. 5: they should roughly agree)."""
-    missing = [k for k in ("relational", "label_specific") if k not in roles]
-    if missing:  # e.g. label_pe_deltas' output, which classify_head_roles turns into roles
-        raise KeyError(f"plot_head_roles takes classify_head_roles' output; no {missing} in {sorted(roles)}")
+    # e.g. label_pe_deltas' output, which classify_head_roles turns into roles
+    require_keys(roles, ("relational", "label_specific"), "plot_head_roles", "classify_head_roles' output")
     fig = ax.figure if ax is not None else plt.figure(figsize=(4.5, 3.2))
     ax = ax or fig.add_subplot()
     rel, lab = _np(roles["relational"]), _np(roles["label_specific"])
@@ -111,8 +108,7 @@ def plot_eot_bias(
     """Grouped bars, per head, of the mean EOT-row attention to each caption token with its standard deviation
     over captions (``text_eot_bias``, Fig. 6b, c)."""
     n_layers = len(_np(bias["mean"]))
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
-        raise ValueError(f"layer must be in 0..{n_layers - 1} (the bias has {n_layers} layer(s)), got {layer!r}")
+    layer = check_index(layer, n_layers, "layer", f" (the bias has {n_layers} layer(s))")
     fig = ax.figure if ax is not None else plt.figure(figsize=(5.5, 3.2))
     ax = ax or fig.add_subplot()
     mean, std = _np(bias["mean"])[layer], _np(bias["std"])[layer]  # [h, p]

@@ -17,18 +17,16 @@ import torch
 from matplotlib.figure import Figure
 
 from hooked_clip1d.data.dataset import SPLIT_TITLES
-from hooked_clip1d.visualization.style import bars, legend_outside, metric_label, reference_line
+from hooked_clip1d.settings.checks import check_index
+from hooked_clip1d.visualization.style import bars, legend_outside, metric_label, reference_line, require_keys
 
 
 def plot_head_bias(bias: Mapping[str, Any], layer: int = 0, ax: plt.Axes | None = None) -> Figure:
     """Bars of P(CLS attends most to the left / right object) per head (Fig. 4c): ``cls_object_bias``'s output
     (``left`` / ``right`` [layer, head], tensors or ``to_jsonable``'s nested lists)."""
-    missing = [k for k in ("left", "right") if k not in bias]
-    if missing:
-        raise KeyError(f"plot_head_bias takes cls_object_bias's output ('left' / 'right' [layer, head]); no {missing}")
+    require_keys(bias, ("left", "right"), "plot_head_bias", "cls_object_bias's output ('left' / 'right' [layer, head])")
     n_layers = len(bias["left"])
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layers:
-        raise ValueError(f"layer must be in 0..{n_layers - 1} (the bias has {n_layers} layer(s)), got {layer!r}")
+    layer = check_index(layer, n_layers, "layer", f" (the bias has {n_layers} layer(s))")
     fig = ax.figure if ax is not None else plt.figure(figsize=(4.5, 3.2))
     ax = ax or fig.add_subplot()
     left, right = list(map(float, bias["left"][layer])), list(map(float, bias["right"][layer]))

@@ -43,6 +43,20 @@ METRIC_LABELS = {
 }
 
 
+def require_keys(data: Any, keys: tuple[str, ...], plot: str, takes: str) -> None:
+    """A ``KeyError`` naming what ``plot`` takes (``takes``, e.g. "classify_head_roles' output") when ``data`` lacks
+    any of ``keys`` (another analysis's output given by mistake).
+
+    >>> require_keys({"delta_label": 0}, ("relational",), "plot_head_roles", "classify_head_roles' output")
+    Traceback (most recent call last):
+    ...
+    KeyError: "plot_head_roles takes classify_head_roles' output; no ['relational'] in ['delta_label']"
+    """
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise KeyError(f"{plot} takes {takes}; no {missing} in {sorted(data)}")
+
+
 def metric_label(key: str) -> str:
     """Readable text for a metric key (``"label_set"`` -> ``"label-set accuracy"``); unknown keys lose underscores.
 

@@ -323,7 +323,7 @@ def _atp(
 
 
 def _check_n(check: object) -> None:
-    check = check_int(check, "check (how many nodes to patch exactly as a check; 0: none)", minimum=0)
+    check_int(check, "check (how many nodes to patch exactly as a check; 0: none)", minimum=0)
 
 
 def _finish(task: Task, result: Attribution, check: int, freeze_pattern: bool) -> Attribution:

@@ -86,6 +86,7 @@ from hooked_clip1d.model.terms import (  # the nine layer-0 terms, Eq. 2 and App
     SCORE_TERMS,
     VALUE_TERMS,
 )
+from hooked_clip1d.settings.checks import repeated
 
 #: terms with R, the rest of the residual stream (earlier layers' outputs, LayerNorm bias): later layers / LN
 REST_TERMS = ("ER", "RE", "PR", "RP", "BR", "RB", "RR")
@@ -390,7 +391,7 @@ class ScoreDecomposition:
         for side, groups, labels in (("q", q_groups, self.q_labels), ("k", k_groups, self.k_labels)):
             listed = [c for g in groups.values() for c in g]
             missing = sorted(set(labels) - set(listed))
-            twice = sorted({c for c in listed if listed.count(c) > 1})
+            twice = repeated(listed)
             if missing or twice:
                 raise ValueError(
                     f"{side} groups must cover every component exactly once; missing {missing}, repeated {twice}"

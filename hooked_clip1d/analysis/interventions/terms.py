@@ -68,6 +68,7 @@ from hooked_clip1d.analysis.interventions.decompose import (
 )
 from hooked_clip1d.model.encoders import HookedEncoder
 from hooked_clip1d.model.terms import VALUE_TERMS, term_scores
+from hooked_clip1d.settings.checks import repeated
 
 __all__ = [
     "ABLATABLE_TERMS",
@@ -118,7 +119,7 @@ def _validate(
     if isinstance(terms, str):
         raise TypeError(f"terms must be a list of term names, e.g. [{terms!r}], not a string")
     terms = list(terms)
-    twice = sorted({t for t in terms if terms.count(t) > 1})
+    twice = repeated(terms)
     if twice:  # the mean / resample ablations would add a listed term's replacement once per listing
         raise ValueError(f"terms listed twice: {twice}")
     bad = [t for t in terms if t not in ABLATABLE_TERMS]

@@ -46,6 +46,7 @@ from hooked_clip1d.analysis.mechanism.heads import two_object_images
 from hooked_clip1d.data.dataset import Split
 from hooked_clip1d.model.encoders import HookedEncoder, HookedVisionEncoder
 from hooked_clip1d.model.functional import rotate
+from hooked_clip1d.settings.checks import repeated
 
 
 def _check_vision(model: HookedEncoder, what: str) -> None:
@@ -212,7 +213,7 @@ def _labels(model: HookedEncoder, labels: Sequence[int] | torch.Tensor | Split) 
         if given.dtype == torch.bool or given.is_floating_point():  # truncated or read as 0/1, a PCA of other labels
             raise TypeError(f"labels must be ints, got dtype {given.dtype}")
         labs = given.long().flatten()
-        twice = sorted({int(x) for x in labs.tolist() if labs.tolist().count(x) > 1})
+        twice = repeated(labs.tolist())
         if twice:  # a repeated label weighs its key twice in the PCA and the profile
             raise ValueError(f"labels listed twice: {twice}")
     n = model.cfg.n_labels

@@ -69,6 +69,7 @@ from hooked_clip1d.analysis.metrics import (
 )
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.encoders import HookedTextEncoder, HookedVisionEncoder
+from hooked_clip1d.settings.checks import check_index, is_int
 
 
 @dataclass
@@ -307,9 +308,7 @@ def ids_are_zero(ids: SpatialIDs, depth: int) -> bool:
     >>> ids_are_zero(ids, 0), ids_are_zero(ids, 1)  # CLS's embedding holds no position; after layer 0 it does
     (True, False)
     """
-    n = len(ids.ids)
-    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth < n:
-        raise ValueError(f"depth must be in 0..{n - 1} ({ids.labels}), got {depth!r}")
+    depth = check_index(depth, len(ids.ids), "depth", f" ({ids.labels})")
     scale = 1.0 + float(ids.mean_acts[depth].abs().max())
     return not float(ids.ids[depth].abs().max()) > 1e-6 * scale
 
@@ -319,7 +318,7 @@ def _check_ids(ids: object, tower: str, depth: int) -> SpatialIDs:
         raise TypeError(f"ids must be SpatialIDs (from vision_spatial_ids / text_role_ids), got {type(ids).__name__}")
     if ids.tower != tower:
         raise ValueError(f"these IDs come from the {ids.tower} tower; steering here needs {tower} IDs")
-    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth < len(ids.hook_names):
+    if not is_int(depth) or not 0 <= depth < len(ids.hook_names):
         raise ValueError(f"depth {depth} is outside 0..{len(ids.hook_names) - 1} ({ids.labels})")
     if ids_are_zero(ids, depth):
         if ids.site == "cls" and depth == 0:
