@@ -52,7 +52,7 @@ def test_trend_test_refuses_a_block_list_of_another_length_and_bad_permutation_c
 # ---- reparametrisations -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("c", [math.inf, -math.inf, math.nan, 0.0, -2.0])
 def test_scale_query_key_refuses_non_finite_and_non_positive_factors(c):
-    with pytest.raises(ValueError, match="finite c > 0"):
+    with pytest.raises(ValueError, match="scale_query_key: c must be a finite number > 0"):
         scale_query_key(_model(), c)
 
 

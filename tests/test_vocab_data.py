@@ -457,3 +457,21 @@ def test_check_int_is_the_one_count_check():
         TrainConfig(batch_size=1)
     with pytest.raises(ValueError, match="TrainConfig.threads must be an int >= 1 or None"):
         TrainConfig(threads=0)
+
+
+def test_check_real_refuses_what_is_not_a_finite_real() -> None:
+    """The one real-number check (TrainConfig's lr / weight_decay / eps / qk_bias_decay_scale, train_sae's l1 and lr,
+    scale_query_key's c): bools, strings, NaN, infinities and values below the bound are refused by name."""
+    import numpy as np
+
+    from hooked_clip1d.settings.checks import check_real, is_real
+
+    assert check_real(0, "x") == 0.0 and check_real(np.float64(0.5), "x", strict=True) == 0.5
+    for bad in (True, "1", float("nan"), float("inf"), np.float32(1.0), None):
+        assert not is_real(bad)
+        with pytest.raises(ValueError, match=r"^x must be a finite number >= 0, got "):
+            check_real(bad, "x")
+    with pytest.raises(ValueError, match=r"x must be a finite number > 0, got 0"):
+        check_real(0, "x", strict=True)
+    with pytest.raises(ValueError, match=r"x must be a finite number >= 1, got 0.5"):
+        check_real(0.5, "x", minimum=1)

@@ -1,8 +1,10 @@
 """The package's one check of a count a caller passes (an epoch count, a sample size, a number of workers):
-``check_int``. Every public function that takes such a count calls it, so the refusal reads the same everywhere."""
+``check_int``, and of a real number (a learning rate, a penalty, a scale): ``check_real``. Every public function that
+takes such a value calls them, so the refusal reads the same everywhere."""
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
@@ -37,6 +39,32 @@ def check_int(value: Any, name: str, minimum: int = 1, *, none_ok: bool = False)
     return operator.index(value)
 
 
+def is_real(value: Any) -> bool:
+    """Whether ``value`` is a finite real number (a Python int or float; NumPy's float64 is one), not a bool, NaN or an
+    infinity. Other NumPy scalars are refused: a config stores the value as given, and JSON cannot write them.
+
+    >>> is_real(0.5), is_real(3), is_real(True), is_real(float("nan")), is_real("1")
+    (True, True, False, False, False)
+    """
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_real(value: Any, name: str, minimum: int | float = 0.0, *, strict: bool = False) -> float:
+    """``value`` as a ``float`` if it is a finite real number >= ``minimum`` (> ``minimum`` where ``strict``), else a
+    ``ValueError`` naming ``name``, the bound and the value given: a bool, a string, NaN and an infinity are refused.
+
+    >>> check_real(3e-4, "lr", strict=True)
+    0.0003
+    >>> check_real(float("inf"), "c (the scale)", strict=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: c (the scale) must be a finite number > 0, got inf
+    """
+    if not is_real(value) or not (float(value) > minimum if strict else float(value) >= minimum):
+        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {minimum:g}, got {value!r}")
+    return float(value)
+
+
 def check_index(value: Any, n: int, name: str, detail: str = "") -> int:
     """``value`` as an ``int`` if it is an integer in ``0..n - 1`` (a layer, a depth), else a ``ValueError`` naming
     ``name``, the range (with ``detail`` after it, e.g. what the range counts) and the value given: a bool, a float
@@ -65,4 +93,4 @@ def repeated(values: Any) -> list[Any]:
     return sorted(twice)
 
 
-__all__ = ["check_index", "check_int", "is_int", "repeated"]
+__all__ = ["check_index", "check_int", "check_real", "is_int", "is_real", "repeated"]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hooked_clip1d.settings.checks import check_int
+from hooked_clip1d.settings.checks import check_int, check_real, is_real
 from hooked_clip1d.settings.fields import knob, legacy_values
 
 MAX_IMAGES = 1_000_000  # a DataConfig whose splits would hold more images is refused before anything is built
@@ -254,9 +254,6 @@ class TrainConfig:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
-        def is_real(v: Any) -> bool:
-            return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
         if self.negatives not in ("all", "distinct", "shared"):
             raise ValueError(f"TrainConfig.negatives must be 'all', 'distinct' or 'shared', got {self.negatives!r}")
         if self.optimizer not in ("adamw", "adam"):
@@ -281,18 +278,16 @@ class TrainConfig:
                 "decay needs steps after the warmup)"
             )
         object.__setattr__(self, "snapshot_epochs", snapshot_schedule(self.snapshot_epochs, self.epochs))
-        if not is_real(self.lr) or not self.lr > 0:
-            raise ValueError(f"TrainConfig.lr must be a finite number > 0, got {self.lr!r}")
-        if not is_real(self.weight_decay) or self.weight_decay < 0:
-            raise ValueError(f"TrainConfig.weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        # checked, not converted: a sweep's group id hashes the values as the spec gives them
+        check_real(self.lr, "TrainConfig.lr", strict=True)
+        check_real(self.weight_decay, "TrainConfig.weight_decay")
         if (
             not isinstance(self.betas, tuple | list)
             or len(self.betas) != 2
             or not all(is_real(b) and 0 <= b < 1 for b in self.betas)
         ):
             raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
-        if not is_real(self.eps) or not self.eps > 0:
-            raise ValueError(f"TrainConfig.eps must be a finite number > 0, got {self.eps!r}")
+        check_real(self.eps, "TrainConfig.eps", strict=True)
         if not isinstance(self.device, str) or self.device.split(":")[0] not in ("cpu", "cuda", "mps"):
             raise ValueError(f"TrainConfig.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")
         if not isinstance(self.keep_snapshots, bool):
@@ -300,8 +295,7 @@ class TrainConfig:
         object.__setattr__(self, "no_decay", check_groups("no_decay", self.no_decay, NO_DECAY_GROUPS))
         object.__setattr__(self, "frozen", check_groups("frozen", self.frozen, FROZEN_GROUPS))
         scale = self.qk_bias_decay_scale
-        if not is_real(scale) or scale < 0:
-            raise ValueError(f"TrainConfig.qk_bias_decay_scale must be a finite number >= 0, got {scale!r}")
+        check_real(scale, "TrainConfig.qk_bias_decay_scale")
         if scale != 1 and ("qk_bias" in self.frozen or "biases" in self.no_decay):
             why = (
                 "frozen=('qk_bias',) holds them at 0" if "qk_bias" in self.frozen else "no_decay 'biases' exempts them"

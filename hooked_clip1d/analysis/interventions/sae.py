@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +40,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.model.tl_compat import HookedRootModule
-from hooked_clip1d.settings.checks import check_int
+from hooked_clip1d.settings.checks import check_int, check_real
 
 SAE_LENS_CFG = "cfg.json"  # SAELens's file names (sae_lens.constants SAE_CFG_FILENAME / SAE_WEIGHTS_FILENAME)
 SAE_LENS_WEIGHTS = "sae_weights.safetensors"
@@ -526,17 +525,8 @@ def train_sae(
     k = check_int(k, "train_sae: k", none_ok=True)
     if k is not None and k > d_sae:
         raise ValueError(f"train_sae: k={k} exceeds d_sae={d_sae} (top-k keeps k of the d_sae features)")
-    for what, v in (("l1", l1), ("lr", lr)):
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, int | float)
-            or not math.isfinite(v)
-            or v < 0
-            or (what == "lr" and v == 0)
-        ):
-            raise ValueError(
-                f"train_sae: {what} must be a finite number {'> 0' if what == 'lr' else '>= 0'}, got {v!r}"
-            )
+    check_real(l1, "train_sae: l1")
+    check_real(lr, "train_sae: lr", strict=True)
     acts = acts.float()
     if not torch.isfinite(acts).all():
         raise ValueError("train_sae: the activations are not finite")

@@ -31,7 +31,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +38,7 @@ import torch
 
 from hooked_clip1d.analysis.mechanism.report import check_clip, check_simplified_tower, move_cls_embedding
 from hooked_clip1d.model.clip import CLIP1D
-from hooked_clip1d.settings.checks import check_int
+from hooked_clip1d.settings.checks import check_int, check_real
 
 
 def _cls_residual(model: CLIP1D) -> torch.Tensor:
@@ -86,8 +85,7 @@ def scale_query_key(model: CLIP1D, c: float = 3.0) -> CLIP1D:
     number > 0: an infinite one would turn every score into NaN or inf)."""
     check_clip(model, "scale_query_key")
     check_simplified_tower(model.vision)
-    if isinstance(c, bool) or not isinstance(c, int | float) or not math.isfinite(c) or not c > 0:
-        raise ValueError(f"scale_query_key needs a finite c > 0, got {c!r}")
+    check_real(c, "scale_query_key: c", strict=True)
     out = copy.deepcopy(model)
     attn = out.vision.blocks[0].attn
     with torch.no_grad():
