@@ -79,6 +79,15 @@ def test_results_page_without_records_is_an_error(tmp_path):
         build_results_page(tmp_path, tmp_path / "r.md")  # not `reproduce all` (hours of sweeps) as it once said
 
 
+def test_results_page_refuses_a_results_folder_that_does_not_exist(tmp_path):
+    """A mistyped --results rebuilt the page from the kept records alone and said "wrote" (the fresh records it was
+    meant to add were silently left out): now the folder is named as missing, and nothing is written."""
+    (tmp_path / "docs" / "records").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"results folder '.*reslts' does not exist"):
+        build_results_page(tmp_path / "reslts", tmp_path / "docs" / "r.md")
+    assert not (tmp_path / "docs" / "r.md").exists()
+
+
 def test_sweep_figure_runs_its_sweep_and_reads_the_table(tmp_path, monkeypatch):
     import shutil
     from pathlib import Path

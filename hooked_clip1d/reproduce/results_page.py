@@ -87,6 +87,11 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
     """Write the results page (and copy its PNGs to ``<out>/../figures``, its records to ``<out>/../records``);
     return its path. Records under ``results_dir`` replace the kept ones of the same figure (module docstring)."""
     out = Path(out)
+    if not Path(results_dir).is_dir():  # a mistyped folder would rebuild the page from the kept records alone
+        raise FileNotFoundError(
+            f"results folder {str(results_dir)!r} does not exist (the folder `hooked-clip1d reproduce --out DIR` "
+            "wrote; an empty folder rebuilds the page from the kept records in docs/records)"
+        )
     fig_dir, rec_dir = out.parent / "figures", out.parent / "records"
     fresh = _fresh_records(results_dir)
     src: dict[str, Path | None] = {r.figure: None for r in load_kept_records(rec_dir)}  # PNGs already on the page
@@ -219,18 +224,18 @@ def _why(r: Record) -> str:
 
 def _uncounted_reasons(checks: list[Check]) -> str:
     """Why checks do not count, each check by its first reason: its fresh runs did not decide it, a trained control
-    passes it, it is shown only (an identity, a replaced form), it moves under a reparametrisation, untrained models
-    pass it.
+    passes it, it is shown only (an identity, a restated form, a check at its ceiling: its line says which), it moves
+    under a reparametrisation, untrained models pass it.
 
     Example:
         >>> _uncounted_reasons([Check("a", "a", True, control_passes=["c"], null_passes=0),
         ...                     Check("b", "b", True, secondary="identity"), Check("c", "c", True, null_passes=2)])
-        '1 passed by a trained control, 1 shown only (an identity or a replaced form), 1 passed by untrained models'
+        '1 passed by a trained control, 1 shown only (each line says why), 1 passed by untrained models'
     """
     reasons = {
         "not decided by its fresh runs": lambda c: bool(c.fresh_rule) and not c.fresh_rule.startswith("not applied"),
         "passed by a trained control": lambda c: bool(c.control_passes),
-        "shown only (an identity or a replaced form)": lambda c: bool(c.secondary),
+        "shown only (each line says why)": lambda c: bool(c.secondary),
         "moved by a reparametrisation": lambda c: bool(c.coordinate_dependent),
         "passed by untrained models": lambda c: bool(c.null_passes),
     }
