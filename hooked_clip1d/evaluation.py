@@ -143,6 +143,18 @@ def evaluate(
             f"{dataset.config.n_labels} (n_heldout={dataset.config.n_heldout}), so its 'unseen' pairs include pairs "
             "the model trained on: use build_dataset(model.data_config) (or a config with its n_heldout)"
         )
+    drawn = ("seed", "n1", "n2", "n_val", "d_image")  # what decides which images are drawn for which split
+    other = [f for f in drawn if own is not None and getattr(own, f) != getattr(dataset.config, f)]
+    leaky = [sp for sp in splits if sp != "val_unseen"]  # unseen pairs are never trained on, whatever the draw
+    if other and leaky:  # another draw: its seen / single images include the model's training images (53 of 100)
+        raise ValueError(
+            "this dataset was drawn with "
+            + ", ".join(f"{f}={getattr(dataset.config, f)!r}" for f in other)
+            + " but the model's training data with "
+            + ", ".join(f"{f}={getattr(own, f)!r}" for f in other)
+            + f": its splits {leaky} would include images the model trained on; use "
+            "build_dataset(model.data_config) (another draw is fine for val_unseen alone)"
+        )
     text_emb = embed_captions(model, dataset, text_hooks)
     out = {}
     if not torch.isfinite(text_emb).all():

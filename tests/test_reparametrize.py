@@ -71,5 +71,5 @@ def test_reparametrisations_leave_the_callers_model(flagship):
         f(flagship)
     for k, v in flagship.state_dict().items():
         assert torch.equal(v, before[k]), k
-    with pytest.raises(ValueError, match="c > 0"):
+    with pytest.raises(ValueError, match="c must be a finite number > 0"):
         scale_query_key(flagship, 0.0)

@@ -111,6 +111,20 @@ def _new_configs(a: argparse.Namespace) -> tuple[CLIPConfig, DataConfig, TrainCo
         **fields["train"],
     )
     init = _init_model(a)
+    if init is not None and a.recipe is not None:  # the loaded model keeps its own dropout; a recipe's would be lost
+        lost = [
+            f"{f}={v!r} (the model's {t}: {getattr(getattr(init.cfg, t), f)!r})"
+            for f, v in fields["model"].items()
+            if f != "init_std"  # an init is not drawn for given weights
+            for t in ("vision", "text")
+            if getattr(getattr(init.cfg, t), f) != v
+        ]
+        if lost:
+            raise ValueError(
+                f"--init-from keeps the loaded model's architecture, but --recipe {a.recipe} sets "
+                + ", ".join(lost)
+                + ": pick a recipe that matches the model, or train a new model with this recipe"
+            )
     cfg = _model_cfg(a, fields["model"]) if init is None else init.cfg
     return cfg, _data_cfg(a), tc, init
 

@@ -49,6 +49,7 @@ from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file fo
     trajectory_schedule,
     unpack_xz,
 )
+from hooked_clip1d.settings.checks import check_int_list
 
 if TYPE_CHECKING:  # torch is imported where weights are read: listing the zoo and its manifests needs none
     from hooked_clip1d.analysis.mechanism.dynamics import Emergence
@@ -146,6 +147,8 @@ def resolve_model(
     """
     from hooked_clip1d.model.checkpoint import load_model_file
 
+    if not names_a_path(spec):  # a shipped model's name (refused if a path here has it too)
+        return load_model(spec, checkpoint_index=checkpoint_index, checkpoint_value=checkpoint_value)
     if checkpoint_index is not None or checkpoint_value is not None:
         if Path(spec).is_file():
             raise ValueError(
@@ -177,6 +180,11 @@ def resolve_model(
                 f"{str(spec)!r} is a directory without model.safetensors or checkpoint.safetensors: not a training "
                 "run directory (or its run has not saved a checkpoint yet)"
             )
+    if p.name.endswith(".safetensors.xz") and p.is_file():  # what export_run writes (compress=True)
+        from hooked_clip1d.model.checkpoint import build_model_from, read_tensors_bytes
+
+        data = unpack_xz(p, "model file")
+        return build_model_from(*read_tensors_bytes(data, str(p)), repr(str(p)))
     if p.suffix == ".safetensors" or p.exists():
         return load_model_file(p)
     if str(spec) in list_pretrained():
@@ -220,7 +228,7 @@ def load_model(
 
     if checkpoint_index is not None or checkpoint_value is not None:
         return load_checkpoint(name, checkpoint_index, checkpoint_value, device=device)
-    if str(name) not in list_pretrained() and Path(name).exists():
+    if names_a_path(name) and Path(name).exists():
         return resolve_model(name).to(device)  # a run directory or a model file, as with a checkpoint above
     name = str(name)
     man = manifest(name)
@@ -324,8 +332,31 @@ def trajectory_manifest(name: str) -> dict[str, Any]:
     return read_manifest(Path(TRAJECTORIES_DIR) / f"{name}.json")
 
 
+def names_a_path(spec: str | os.PathLike) -> bool:
+    """Whether ``spec`` names a file or folder rather than a shipped model: a ``Path`` always; a string unless it is a
+    shipped model's name. A string that is both a shipped name and a path here is refused (``load_model`` read the
+    zoo's model and ``resolve_model`` the folder, so one name loaded two models): give the folder as ``./NAME`` or a
+    ``Path``.
+
+    Example:
+        >>> names_a_path("simplified-ntot20-n2-10"), names_a_path("runs/my-run")
+        (False, True)
+    """
+    if not isinstance(spec, str):
+        return True
+    if spec in list_pretrained():
+        if Path(spec).exists():
+            raise ValueError(
+                f"{spec!r} names both a shipped model and {'a folder' if Path(spec).is_dir() else 'a file'} here "
+                f"({str(Path(spec).resolve())!r}): give the folder as './{spec}' (or a Path), or rename it, to say "
+                "which"
+            )
+        return False
+    return True
+
+
 def _snapshot_dir(spec: str | os.PathLike) -> bool:
-    return Path(spec).is_dir()
+    return names_a_path(spec) and Path(spec).is_dir()
 
 
 def list_checkpoints(name: str | os.PathLike) -> CheckpointLabels:
@@ -478,7 +509,7 @@ def load_trajectory(
         6
     """
     have = list_checkpoints(name)
-    want = have if epochs is None else sorted({int(e) for e in epochs})
+    want = have if epochs is None else check_int_list(epochs, "load_trajectory: epochs")
     missing = [e for e in want if e not in have]
     if missing:
         raise NoTrajectoryError(f"no checkpoint at epochs {missing}; the trajectory has epochs {have}")
@@ -500,13 +531,15 @@ def trajectory_emergence(
     """
     from hooked_clip1d.analysis.mechanism.dynamics import Emergence, check_windows, emergence, run_emergence
 
+    if epochs is not None:
+        epochs = check_int_list(epochs, "trajectory_emergence: epochs")
     if _snapshot_dir(name):
         list_checkpoints(name)  # a folder without snapshots: the error that says so
         return run_emergence(name, epochs=epochs)
     name = str(name)
     man = trajectory_manifest(name)
     have = [int(e) for e in man["epochs"]]
-    want = have if epochs is None else sorted({int(e) for e in epochs})
+    want = have if epochs is None else epochs
     missing = [e for e in want if e not in have]
     if missing:
         raise NoTrajectoryError(f"no checkpoint at epochs {missing}; the trajectory has epochs {have}")

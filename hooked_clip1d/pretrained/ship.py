@@ -42,6 +42,7 @@ from hooked_clip1d.pretrained.trajectories import (
     trajectory_tensors,
     write_compressed,
 )
+from hooked_clip1d.settings.checks import check_int_list
 
 TRAJECTORY_BUDGET_MB = 25.0  # all shipped trajectories together (the working tree's room is tested apart)
 
@@ -394,7 +395,7 @@ def _stored_epochs(epochs: Sequence[int] | None, last: int, snaps: dict[int, Pat
     if epochs is None:
         chosen = [e for e in trajectory_schedule(last) if e in snaps]
     else:
-        chosen = sorted({int(e) for e in epochs})
+        chosen = check_int_list(epochs, "epochs (the snapshots to ship)")
         late = [e for e in chosen if e > last]
         if late:
             raise ValueError(f"epochs {late} are past the run's last epoch {last}")
@@ -545,7 +546,7 @@ def repack_trajectory(
     dest = check_destination(dest if dest is not None else src, "repack-trajectory")
     man = reg.trajectory_manifest(name)  # KeyError / NoTrajectoryError naming what is there
     final, have = int(man["final_epoch"]), [int(e) for e in man["epochs"]]
-    keep = have if epochs is None else sorted({int(e) for e in epochs} | {final})
+    keep = have if epochs is None else sorted({*check_int_list(epochs, "repack_trajectory: epochs"), final})
     unknown = [e for e in keep if e not in have]
     if unknown:
         raise ValueError(f"{name!r}'s trajectory has no checkpoint at epochs {unknown}; its epochs: {have}")

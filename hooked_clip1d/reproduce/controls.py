@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -123,8 +124,8 @@ def substitute(zoo_name: str, spec: str | Path | CLIP1D) -> CLIP1D:
     if isinstance(spec, str) and spec.startswith(f"{UNTRAINED}:"):
         model = _untrained(zoo, spec)
     else:
-        if isinstance(spec, CLIP1D):
-            model, path = spec, None
+        if isinstance(spec, CLIP1D):  # a copy: the caller's model keeps its mode and attributes
+            model, path = copy.deepcopy(spec), None
         else:
             p = Path(spec)
             if p.is_dir() and not (p / "model.safetensors").exists() and not (p / "checkpoint.safetensors").exists():
@@ -157,9 +158,10 @@ def substitute(zoo_name: str, spec: str | Path | CLIP1D) -> CLIP1D:
                 epoch = meta.get("epoch", meta.get("train_state", {}).get("epoch"))
             history = _history_of(path, epoch) if path is not None else None
             epochs = epoch if epoch is not None else (history["epoch"][-1] if history and history["epoch"] else None)
-            model.manifest = {"name": str(spec) if path is None else str(path), "epochs": epochs, "history": history}
+            name = "a CLIP1D given in Python" if isinstance(spec, CLIP1D) else str(path)
+            model.manifest = {"name": name, "epochs": epochs, "history": history}
     ds = build_dataset(model.data_config)
-    model.manifest["metrics"] = evaluate(model, ds)
+    model.manifest = {**model.manifest, "metrics": evaluate(model, ds)}  # a new dict: a given one is not written to
     if not model.manifest.get("history"):
         m = model.manifest["metrics"]
         model.manifest["history"] = {

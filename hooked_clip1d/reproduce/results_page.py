@@ -118,6 +118,8 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
     paper = [r for r in records if not r.beyond_paper]
     beyond = [r for r in records if r.beyond_paper]
     counts = {v: sum(r.verdict == v for r in paper) for v in ICON}
+    n_sub = sum(bool(r.details.get("substituted")) for r in paper)
+    on_sub = f" ({n_sub} of them made on substitute models (`--model`), not the zoo's)" if n_sub else ""
     lines = [
         "# Results: the paper's figures rerun with hooked_clip1d",
         "",
@@ -126,7 +128,7 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
         "",
         *HOW_TO_READ,
         "",
-        "Verdicts: " + ", ".join(f"{counts[v]} {v}" for v in ICON) + ".",
+        "Verdicts: " + ", ".join(f"{counts[v]} {v}" for v in ICON) + on_sub + ".",
         "",
         "| figure | the paper says | we measured | verdict | why |",
         "|---|---|---|---|---|",
@@ -134,7 +136,7 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
     for r in paper:
         lines.append(
             f"| [{r.figure}](#{r.figure}) | {_first_sentence(r.paper)} | {_measured(r)} | "
-            f"{ICON[r.verdict]} | {_why(r)} |"
+            f"{ICON[r.verdict]}{' (on a substitute model)' if r.details.get('substituted') else ''} | {_why(r)} |"
         )
     lines += ["", "## Models used", "", registry_table(), ""]
     for section, recs in (("Paper figures", paper), ("Beyond the paper", beyond)):
@@ -372,6 +374,12 @@ def _record_section(r: Record, fig_dir: Path, page_dir: Path, src: Path | None =
             return f" ({ep[m]} epochs)"
 
         lines.append("- **Models:** " + ", ".join(f"`{m}`" + epochs(m) for m in r.models))
+    if d.get("substituted"):  # made with --model: the verdict is the substitute's, not the zoo model's
+        lines.append(
+            "- **Substituted:** made on "
+            + ", ".join(f"{v} in place of `{k}`" for k, v in d["substituted"].items())
+            + " (`reproduce --model`): the verdict and numbers are that model's, not the zoo model's"
+        )
     if r.checks:
         lines.append("- **Checks:**")
         lines += [f"  - [{'x' if c.holds else ' '}] {c.text}{_check_context(c)}" for c in r.checks]

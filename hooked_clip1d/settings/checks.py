@@ -39,6 +39,26 @@ def check_int(value: Any, name: str, minimum: int = 1, *, none_ok: bool = False)
     return operator.index(value)
 
 
+def check_int_list(values: Any, name: str, minimum: int = 0) -> list[int]:
+    """``values`` (an iterable of integers >= ``minimum``, e.g. epochs) as a sorted list without repeats, else a
+    ``ValueError`` naming ``name``: a string (read digit by digit otherwise), a bare number, a float (truncated
+    otherwise) or a bool among them is refused.
+
+    >>> check_int_list((20, 5, 5), "epochs")
+    [5, 20]
+    >>> check_int_list([1.9, 5], "epochs")
+    Traceback (most recent call last):
+    ...
+    ValueError: epochs must be a list of ints >= 0, got [1.9, 5]
+    """
+    if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{name} must be a list of ints >= {minimum}, got {values!r}")
+    values = list(values)
+    if not all(is_int(v) and operator.index(v) >= minimum for v in values):
+        raise ValueError(f"{name} must be a list of ints >= {minimum}, got {values!r}")
+    return sorted({operator.index(v) for v in values})
+
+
 def is_real(value: Any) -> bool:
     """Whether ``value`` is a finite real number (a Python int or float; NumPy's float64 is one), not a bool, NaN or an
     infinity. Other NumPy scalars are refused: a config stores the value as given, and JSON cannot write them.
@@ -93,4 +113,4 @@ def repeated(values: Any) -> list[Any]:
     return sorted(twice)
 
 
-__all__ = ["check_index", "check_int", "check_real", "is_int", "is_real", "repeated"]
+__all__ = ["check_index", "check_int", "check_int_list", "check_real", "is_int", "is_real", "repeated"]

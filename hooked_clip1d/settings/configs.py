@@ -287,6 +287,7 @@ class TrainConfig:
             or not all(is_real(b) and 0 <= b < 1 for b in self.betas)
         ):
             raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
+        object.__setattr__(self, "betas", tuple(self.betas))  # a list: unhashable, and unequal to the same tuple
         check_real(self.eps, "TrainConfig.eps", strict=True)
         if not isinstance(self.device, str) or self.device.split(":")[0] not in ("cpu", "cuda", "mps"):
             raise ValueError(f"TrainConfig.device must be 'cpu' or 'cuda' (or 'cuda:N'), got {self.device!r}")

@@ -44,7 +44,7 @@ from typing import Any
 from hooked_clip1d.data.dataset import SPLITS, DataConfig
 from hooked_clip1d.files import atomic_write_text
 from hooked_clip1d.model.clip import CLIPConfig
-from hooked_clip1d.settings.checks import check_int
+from hooked_clip1d.settings.checks import check_int, check_real
 from hooked_clip1d.sweeps.pool import GroupTask, run_groups
 from hooked_clip1d.sweeps.spec import RunSpec, SweepSpec, load_spec
 from hooked_clip1d.training.members import group_key
@@ -476,10 +476,9 @@ def run_sweep(
     The table has the runs finished so far. See the module
     docstring for the spec format and the files written.
     """
-    if max_steps is not None and max_steps < 1:
-        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-    if max_seconds is not None and not max_seconds > 0:
-        raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
+    max_steps = check_int(max_steps, "run_sweep: max_steps", none_ok=True)
+    if max_seconds is not None:
+        check_real(max_seconds, "run_sweep: max_seconds", strict=True)
     deadline = None if max_seconds is None else time.time() + max_seconds
     workers = check_int(workers, "workers")
     spec = load_spec(spec_path)

@@ -244,6 +244,10 @@ def load_spec(path: str | Path | None = None, *, text: str | None = None) -> Swe
             raise ValueError(f"sweep spec: unknown [run] setting {k!r}; known: {sorted(_RUN_DEFAULTS)}")
         run[k] = v
     run["max_group_size"] = check_int(run["max_group_size"], "sweep spec: run.max_group_size")
+    run["threads"] = check_int(run["threads"], "sweep spec: run.threads", none_ok=True)
+    for k in ("compile", "amp", "cudagraphs", "graph_step", "streams"):  # a string "false" would read as true
+        if not isinstance(run[k], bool):
+            raise ValueError(f"sweep spec: run.{k} must be true or false, got {run[k]!r}")
     if run["dropout_rng"] not in ("fast", "matched"):
         raise ValueError(f"sweep spec: run.dropout_rng must be 'fast' or 'matched', got {run['dropout_rng']!r}")
     runs = []

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +51,7 @@ from tqdm.auto import tqdm
 
 from hooked_clip1d.data.dataset import Dataset, EpochPermutations, build_dataset
 from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.settings.checks import check_int
 from hooked_clip1d.training.graph_step import StepGraph, check_graph_step
 from hooked_clip1d.training.group_io import GroupFiles
 from hooked_clip1d.training.group_state import GroupState, pair_tables
@@ -61,6 +63,7 @@ from hooked_clip1d.training.rundir import (
     TrainingInterrupted,
     check_run_dir,
     clean_stale_tmp,
+    clear_stale_snapshots,
     stop_on_signal,
     stop_requested,
 )
@@ -108,6 +111,13 @@ class BatchedTrainer:
         graph_step: bool = False,
     ):
         names = check_members(members)  # they can train as one group
+        flags = {"amp": amp, "compile": compile, "cudagraphs": cudagraphs, "graph_step": graph_step}
+        bad = {k: v for k, v in flags.items() if not isinstance(v, bool)}  # "no" would read as True
+        if bad:
+            raise ValueError(f"BatchedTrainer: {', '.join(bad)} must be True or False, got {bad}")
+        group_checkpoint_every = check_int(
+            group_checkpoint_every, "BatchedTrainer: group_checkpoint_every (steps)", none_ok=True
+        )
         if member_dirs is not None and (len(member_dirs) != len(members) or out_dir is None):
             raise ValueError("member_dirs needs an out_dir and one directory per member")
         if compile and dropout_rng == "matched" and any(m.model_cfg.vision.dropout for m in members):
@@ -189,6 +199,15 @@ class BatchedTrainer:
                             f"{str(st.out_dir)!r} already holds runs {used}; resume them (resume=True) or use a new "
                             "directory"
                         )
+                    for i in range(K):  # a killed group's snapshots would load as these runs' trajectories
+                        stale = clear_stale_snapshots(st.member_dir(i))
+                        if stale:
+                            print(
+                                f"hooked-clip1d: removed the snapshots of epochs {stale} from member "
+                                f"{st.names[i]!r}'s directory (left by a run that stopped before its first "
+                                "checkpoint; this run starts from epoch 0)",
+                                file=sys.stderr,
+                            )
             except BaseException:
                 self.release_locks()
                 torch.set_rng_state(self._caller_rng)
@@ -196,6 +215,12 @@ class BatchedTrainer:
         elif resume:
             torch.set_rng_state(self._caller_rng)
             raise ValueError("resume=True needs an out_dir")
+
+    def __del__(self) -> None:  # a group built and dropped without run() leaves its folders unlocked
+        try:
+            self.release_locks()
+        except Exception:  # noqa: BLE001  (interpreter shutdown, or __init__ failed before the locks)
+            pass
 
     def release_locks(self) -> None:
         """Release the group's and members' directory locks (done at the end of ``run``)."""
@@ -265,6 +290,8 @@ class BatchedTrainer:
         One progress bar for the whole group (``desc``, on line ``position`` when several groups share a terminal),
         in global steps (the longest member's count). SIGTERM or SIGINT stops it like the deadline, then raises
         ``TrainingInterrupted`` (``rundir.stop_on_signal``)."""
+        max_steps = check_int(max_steps, "BatchedTrainer.run: max_steps", none_ok=True)  # 0 trained nothing
+        chunk_steps = check_int(chunk_steps, "BatchedTrainer.run: chunk_steps")
         for lock in self.locks:
             if not lock.held:
                 lock.acquire()

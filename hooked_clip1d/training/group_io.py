@@ -38,7 +38,14 @@ import torch
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.checkpoint import CheckpointError, read_tensors, save_model, save_tensors
 from hooked_clip1d.training.group_state import GroupState
-from hooked_clip1d.training.rundir import append_metrics, drop_metrics_after, provenance, write_config, write_summary
+from hooked_clip1d.training.rundir import (
+    append_metrics,
+    drop_metrics_after,
+    provenance,
+    warn_missed_snapshots,
+    write_config,
+    write_summary,
+)
 from hooked_clip1d.training.trainer import TrainRun, save_snapshot
 
 GROUP_CHECKPOINT = "group_checkpoint.safetensors"  # a group's resumable state, in its folder
@@ -183,6 +190,10 @@ class GroupFiles:
         for i in range(len(self.s.members)):
             if i in active:  # drop metric lines written after the checkpoint (they will be written again)
                 drop_metrics_after(self.s.member_dir(i), "step", self.s.step)
+                spe = self.s.streams[i].spe
+                warn_missed_snapshots(
+                    self.s.member_dir(i), self.s.members[i].train_cfg.snapshot_epochs, self.s.step // spe
+                )
             else:
                 summary = self.s.member_dir(i) / "summary.json"
                 if not summary.exists():
@@ -209,6 +220,9 @@ class GroupFiles:
                 raise CheckpointError(f"cannot resume member {self.s.names[i]!r}: " + "; ".join(problems))
         self.s.step = steps[0]
         self.s.elapsed = max(float(meta["train_state"]["elapsed_s"]) for _, meta in ckpts)
+        for i in range(len(self.s.members)):
+            spe = self.s.streams[i].spe
+            warn_missed_snapshots(self.s.member_dir(i), self.s.members[i].train_cfg.snapshot_epochs, self.s.step // spe)
         with torch.no_grad():
             for j, (name, p) in enumerate(zip(self.s.model.names, self.s.model.flat, strict=True)):
                 p.copy_(self.s.model.stack(name, [t[f"model.{name}"] for t, _ in ckpts]))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.settings import DataConfig, TrainConfig, field_names
-from hooked_clip1d.training.run_config import RunConfig
+from hooked_clip1d.training.run_config import RunConfig, check_init_model
 from hooked_clip1d.training.stacked_support import SHAPE_FIELDS, check_supported, refuse_unknown
 
 # TrainConfig fields that must be equal in a group (the rest may differ per member)
@@ -79,6 +79,10 @@ class Member:
     train_cfg: TrainConfig
     name: str | None = None  # sub-directory of the group's out_dir (default: "member{index}")
     init_model: CLIP1D | None = None  # start from these weights instead of CLIP1D(model_cfg, seed)
+
+    def __post_init__(self) -> None:
+        if self.init_model is not None:  # recorded under model_cfg: the weights must be of that config
+            check_init_model(self.init_model, self.model_cfg)
 
     @classmethod
     def from_run(cls, run: RunConfig, name: str | None = None, init_model: CLIP1D | None = None) -> Member:

@@ -176,6 +176,40 @@ class RunConfig:
         return cls.from_dict(base)
 
 
+def check_init_model(init_model: Any, model_cfg: CLIPConfig, where: str = "init_model") -> None:
+    """Refuse starting weights whose config is not the run's (the towers' ``init_seed`` aside: given weights are not
+    drawn). The run is recorded, resumed and reloaded under its model config, so a model of another width, or without
+    the dropout a recipe sets, would train as one thing and be recorded as another.
+
+    Example:
+        >>> from hooked_clip1d.model.clip import CLIP1D
+        >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6)
+        >>> check_init_model(CLIP1D(cfg, seed=3), cfg)  # the same config, seeded: accepted
+        >>> check_init_model(CLIP1D(cfg), dataclasses.replace(cfg, vision=cfg.vision.replace(attn_dropout=0.1)))
+        ... # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: init_model's config is not the run's (model config vision.attn_dropout: the model has 0.0, ...
+    """
+    from hooked_clip1d.model.clip import CLIP1D
+
+    if not isinstance(init_model, CLIP1D):
+        raise TypeError(f"{where} must be a CLIP1D (the starting weights), got {type(init_model).__name__}")
+
+    def unseeded(cfg: CLIPConfig) -> dict[str, Any]:
+        towers = {"vision": cfg.vision.replace(init_seed=None), "text": cfg.text.replace(init_seed=None)}
+        return dataclasses.replace(cfg, **towers).to_dict()
+
+    diff = _diff(unseeded(init_model.cfg), unseeded(model_cfg))
+    if diff:
+        said = "; ".join(f"{k}: the model has {a!r}, the run {b!r}" for k, a, b in diff[:4])
+        more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
+        raise ValueError(
+            f"{where}'s config is not the run's (model config {said}{more}): build the run from {where}.cfg "
+            f"(RunConfig({where}.cfg, ...)) or start from a model of the run's config"
+        )
+
+
 def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
     """(dotted field, value in ``a``, value in ``b``) of every leaf where two nested dicts differ, sorted."""
     out = []

@@ -304,6 +304,45 @@ def clean_stale_tmp(directory: str | os.PathLike) -> list[str]:
     return sorted(removed)
 
 
+def clear_stale_snapshots(run_dir: str | os.PathLike) -> list[int]:
+    """Remove the kept snapshots (``snapshots/epoch_NNNNN.safetensors``) of a run that is starting again from epoch 0
+    (killed before its first checkpoint): they are the killed run's weights, and left there they would load as the
+    new run's trajectory. Returns their epochs. Call it only while holding the directory's ``RunLock``.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "snapshots").mkdir()
+        >>> (d / "snapshots" / "epoch_00010.safetensors").write_bytes(b"")
+        0
+        >>> clear_stale_snapshots(d), list((d / "snapshots").iterdir())
+        ([10], [])
+    """
+    removed = []
+    snaps = Path(run_dir) / "snapshots"
+    if snaps.is_dir():
+        for p in sorted(snaps.glob("epoch_*.safetensors")):
+            removed.append(int(p.stem.split("_")[1]))
+            p.unlink()
+    return removed
+
+
+def warn_missed_snapshots(run_dir: str | os.PathLike, snapshot_epochs: Any, epoch: int) -> list[int]:
+    """Warn (and return them) about the asked-for snapshot epochs before ``epoch``, where a run resumes, that its
+    ``snapshots/`` lacks: added to ``TrainConfig.snapshot_epochs`` after those epochs were trained, they will never
+    be made (a trajectory read later would silently lack them)."""
+    import warnings
+
+    snaps = Path(run_dir) / "snapshots"
+    missed = [int(e) for e in snapshot_epochs if e < epoch and not (snaps / f"epoch_{int(e):05d}.safetensors").exists()]
+    if missed:
+        warnings.warn(
+            f"{str(run_dir)!r} resumes at epoch {epoch}: the snapshots of epochs {missed} asked for were not kept "
+            "when those epochs were trained and will not be made (retrain from epoch 0 to have them)",
+            stacklevel=3,
+        )
+    return missed
+
+
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The lines of a ``metrics.jsonl``; a last line cut short by a crash is dropped (notice on stderr), any other
     unreadable line is an error naming the file and line.

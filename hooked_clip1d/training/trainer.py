@@ -47,15 +47,17 @@ from hooked_clip1d.model.checkpoint import (
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.settings import TrainConfig
 from hooked_clip1d.training.param_groups import masks_needed, param_rule
-from hooked_clip1d.training.run_config import RunConfig, run_args
+from hooked_clip1d.training.run_config import RunConfig, check_init_model, run_args
 from hooked_clip1d.training.rundir import (
     RunLock,
     TrainingInterrupted,
     check_run_dir,
     clean_stale_tmp,
+    clear_stale_snapshots,
     drop_metrics_after,
     stop_on_signal,
     stop_requested,
+    warn_missed_snapshots,
     write_config,
     write_summary,
 )
@@ -234,6 +236,7 @@ class Trainer:
         try:  # also when building the model or taking the lock fails (e.g. RunDirBusy)
             torch.manual_seed(train_cfg.seed)
             if init_model is not None:  # e.g. pruned-then-retrained models: start from (a copy of) given weights
+                check_init_model(init_model, model_cfg)
                 self.model = copy.deepcopy(init_model).to(self.device)
             else:
                 self.model = CLIP1D(model_cfg, seed=train_cfg.seed).to(self.device)
@@ -261,8 +264,16 @@ class Trainer:
         """Clean the run directory's stale temporary files, then resume (``resume``), restart a run killed before
         its first checkpoint, or refuse a directory that already holds a run."""
         clean_stale_tmp(self.out_dir)
-        restart = not self.ckpt_path.exists() and self.metrics_path.exists()
-        restart = restart and not (self.out_dir / "summary.json").exists()
+        fresh = not self.ckpt_path.exists() and not (self.out_dir / "summary.json").exists()
+        restart = fresh and self.metrics_path.exists()
+        if fresh:  # a killed run's snapshots would load as this run's trajectory
+            stale = clear_stale_snapshots(self.out_dir)
+            if stale:
+                print(
+                    f"hooked-clip1d: removed the snapshots of epochs {stale} from {str(self.out_dir)!r} (left by a "
+                    "run that stopped before its first checkpoint; this run starts from epoch 0)",
+                    file=sys.stderr,
+                )
         if restart:  # killed after its first metrics line, before its first checkpoint: nothing to resume
             print(
                 f"hooked-clip1d: {str(self.out_dir)!r} holds metrics but no checkpoint (the run stopped before "
@@ -314,6 +325,7 @@ class Trainer:
         self.gen.set_state(tensors["rng.data"])
         st = meta["train_state"]
         self.epoch, self.step, self.elapsed = int(st["epoch"]), int(st["step"]), float(st["elapsed_s"])
+        warn_missed_snapshots(self.out_dir, self.cfg.snapshot_epochs, self.epoch)
         # drop metric lines written after the checkpoint (they will be produced again)
         drop_metrics_after(self.out_dir, "epoch", self.epoch)
 
@@ -324,6 +336,26 @@ class Trainer:
             return evaluate(self.model, self.dataset)
         finally:
             self.model.train()
+
+    def close(self) -> None:
+        """Release the run directory's lock without training (a Trainer built only to look at its model or dataset;
+        ``run`` takes the lock again). ``with Trainer(...) as t:`` closes it on leaving, and so does the garbage
+        collector once the Trainer is gone."""
+        lock = getattr(self, "lock", None)  # (absent when __init__ failed before taking it)
+        if lock is not None:
+            lock.release()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001  (interpreter shutdown: nothing left to release)
+            pass
 
     def run(self, progress: bool = True) -> TrainRun:
         """Train to ``epochs`` (from where a resumed run stopped); the run directory stays locked meanwhile.
