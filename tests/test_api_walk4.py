@@ -1,6 +1,7 @@
-"""A fourth walk through the public API (session 32: training, sweeps, the registry, evaluation, the reproduce
-machinery): each case below trained, loaded or judged something other than what was asked without a word, or left
-the caller's state changed; now it is refused by name, warned about, or left alone."""
+"""A fourth and a fifth walk through the public API (session 32: training, sweeps, the registry, evaluation, the
+reproduce machinery; then TransformerLens interop, circuits, probes): each case below trained, loaded or judged
+something other than what was asked without a word, or left the caller's state changed; now it is refused by name,
+warned about, or left alone."""
 
 from __future__ import annotations
 
@@ -226,3 +227,112 @@ def test_a_name_that_is_both_a_zoo_model_and_a_folder_here_is_refused(tmp_path, 
             load(name)
     assert resolve_model(f"./{name}").cfg.n_labels == 6 and resolve_model(Path(name)).cfg.n_labels == 6
     assert list(list_checkpoints(f"./{name}")) == [0, 2]
+
+
+# ---- the fifth walk (TransformerLens interop, circuits, probes; a helper) -------------------------------------------
+@pytest.fixture(scope="module")
+def flagship_pairs():
+    from hooked_clip1d.analysis.metrics import pair_inputs
+
+    m = load_model("simplified-ntot20-n2-10")
+    ds = build_dataset(m.data_config)
+    return (m, *pair_inputs(ds.splits["val_unseen"], ds.vocab, n=8))
+
+
+def test_a_reused_task_reads_its_clean_run_under_the_hooks_and_weights_of_the_moment(flagship_pairs):
+    """The clean outputs were cached once: under a head-zeroing hook a reused task gave the zeroed head an effect of
+    -1.37 and head 0 one 100x too big (a fresh task: 0.0 and -0.01); a weight edit was ignored likewise."""
+    from hooked_clip1d.analysis import exact_patching, mirror_task
+
+    m, imgs, caps = flagship_pairs
+    task = mirror_task(m, imgs, caps, target="vision")
+    exact_patching(task)  # the clean run cached without hooks
+
+    def zero_h1(z, hook):
+        z = z.clone()
+        z[:, :, 1] = 0
+        return z
+
+    with m.vision.hooks(fwd_hooks=[("blocks.0.attn.hook_z", zero_h1)]):
+        reused = exact_patching(task).as_dict()
+        fresh = exact_patching(mirror_task(m, imgs, caps, target="vision")).as_dict()
+    assert reused == pytest.approx(fresh, abs=1e-6) and abs(reused["vision.L0.H1"]) < 1e-6
+    w = m.vision.blocks[0].attn.W_V
+    saved = w.detach().clone()
+    try:
+        with torch.no_grad():
+            w[1] = 0  # head 1's values: an edit after the task was built
+        edited = exact_patching(task).as_dict()
+        assert edited == pytest.approx(exact_patching(mirror_task(m, imgs, caps, target="vision")).as_dict(), abs=1e-6)
+    finally:
+        with torch.no_grad():
+            w.copy_(saved)
+
+
+def test_a_towers_cache_keeps_hook_pooled_whole_and_refuses_what_it_cannot_do(flagship_pairs):
+    """``pos_slice`` cut ``hook_pooled`` [batch, d_model] along its batch axis (TL's dim -2 rule): -1 kept the last
+    image's readout only; ``remove_batch_dim`` accepted a batch of two given as text; ``incl_bwd`` gave a bare
+    autograd error."""
+    v = flagship_pairs[0].vision
+    texts = ["C . . 17 . . 19 . . . .", "C . . 19 . . 17 . . . .", "C 1 . . . . . . . 2 ."]
+    out, cache = v.run_with_cache(v.to_tokens(texts), pos_slice=-1)
+    assert cache["hook_pooled"].shape == (3, 128) and torch.equal(cache["hook_pooled"], out)
+    assert cache["blocks.0.hook_resid_post"].shape == (3, 1, 128) and cache["blocks.0.attn.hook_z"].shape == (
+        3,
+        1,
+        4,
+        32,
+    )
+    _, one = v.run_with_cache(v.to_tokens(texts[:1]), remove_batch_dim=True, pos_slice=0)
+    assert one["hook_pooled"].shape == (128,) and one["blocks.0.hook_resid_post"].shape == (1, 128)
+    for call in (lambda: v.run_with_cache(texts[:2], remove_batch_dim=True),
+                 lambda: v.run_with_cache(tokens=v.to_tokens(texts[:2]), remove_batch_dim=True)):  # fmt: skip
+        with pytest.raises(ValueError, match=r"remove_batch_dim=True needs a batch of one input .* batch of 2"):
+            call()
+    with pytest.raises(ValueError, match=r"run_with_cache\(incl_bwd=True\) needs a scalar output"):
+        v.run_with_cache(v.to_tokens(texts), incl_bwd=True)
+
+
+def test_clip_hooks_leave_the_callers_own_head_hooks(flagship_pairs):
+    """``CLIP1D.hooks`` / ``run_with_hooks`` / ``run_with_cache`` removed every hook on the head's hook points on
+    exit, the caller's own ``hook_logits`` hook included."""
+    m = flagship_pairs[0]
+    img = m.vision.to_tokens(["C 1 . 2 . . . . . . ."])
+    cap = m.text.to_tokens(["1 is on the left of 2"])
+    seen: list[int] = []
+    m.hook_logits.add_hook(lambda x, hook: seen.append(1))
+    try:
+        m.run_with_hooks(img, cap, fwd_hooks=[("hook_logits", lambda x, hook: seen.append(2))])
+        m.run_with_cache(img, cap)
+        seen.clear()
+        m(img, cap)
+        assert seen == [1]
+    finally:
+        m.hook_logits.remove_hooks("both")
+
+
+def test_circuit_scores_refuse_non_finite_scores():
+    """A NaN ranked below everything: roc_auc -0.25, precision_at_k ranked it first, rank_correlation 0.98."""
+    from hooked_clip1d.analysis.circuits.scores import precision_at_k, rank_correlation, roc_auc
+
+    nan = float("nan")
+    with pytest.raises(ValueError, match=r"roc_auc: 1 of the 3 scores are not finite"):
+        roc_auc([nan, 0.1, 0.2], [True, False, False])
+    with pytest.raises(ValueError, match=r"precision_at_k: 1 of the 3 scores are not finite"):
+        precision_at_k([nan, 0.1, 0.2], [True, False, False])
+    with pytest.raises(ValueError, match=r"rank_correlation: 1 of the 3 scores are not finite"):
+        rank_correlation([nan, 1.0, 2.0], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match=r"roc_auc: 3 scores but 2 labels"):
+        roc_auc([0.3, 0.1, 0.2], [True, False])
+
+
+def test_a_probe_position_tensor_is_range_checked(flagship_pairs):
+    """-1 in a tensor read the last position (the int -1 is refused); 11 gave a bare IndexError."""
+    from hooked_clip1d.analysis.interventions.probes import residual_activations
+
+    v = flagship_pairs[0].vision
+    toks = v.to_tokens(["C 1 . 2 . . . . . . .", "C 3 . 4 . . . . . . ."])
+    for bad in ([-1, -1], [11, 0]):
+        with pytest.raises(ValueError, match=r"position tensor entries must be in 0..10"):
+            residual_activations(v, toks, torch.tensor(bad))
+    assert residual_activations(v, toks, torch.tensor([0, 10])).shape == (2, 2, 128)

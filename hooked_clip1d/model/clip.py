@@ -281,16 +281,26 @@ class CLIP1D(nn.Module):
         """
         fv, ft, fh = self._route(fwd_hooks, "fwd_hooks")
         bv, bt, bh = self._route(bwd_hooks, "bwd_hooks")
+        added: list[tuple[Any, str, Any]] = []  # (hook point, "fwd_hooks" / "bwd_hooks", handle): ours only
+
+        def add(name: str, fn: Any, d: str) -> None:
+            point = getattr(self, name)
+            listed = f"{d}_hooks"
+            before = list(getattr(point, listed))
+            point.add_hook(checked_hook(fn) if d == "fwd" else fn, dir=d)
+            added.extend((point, listed, h) for h in getattr(point, listed) if not any(h is b for b in before))
+
         with self.vision.hooks(fwd_hooks=fv, bwd_hooks=bv), self.text.hooks(fwd_hooks=ft, bwd_hooks=bt):
             try:
                 for name, fn in fh:
-                    getattr(self, name).add_hook(checked_hook(fn), dir="fwd")
+                    add(name, fn, "fwd")
                 for name, fn in bh:
-                    getattr(self, name).add_hook(fn, dir="bwd")
+                    add(name, fn, "bwd")
                 yield self
-            finally:
-                for name in HEAD_HOOKS:
-                    getattr(self, name).remove_hooks("both")
+            finally:  # only the hooks this call added: the caller's own hooks on the head stay
+                for point, listed, handle in added:
+                    handle.hook.remove()
+                    setattr(point, listed, [h for h in getattr(point, listed) if h is not handle])
 
     def run_with_hooks(
         self,

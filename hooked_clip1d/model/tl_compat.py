@@ -34,7 +34,7 @@ def _parse(v: str) -> tuple[int, int]:
 TL_VERSION: tuple[int, int] = _parse(_dist_version("transformer-lens"))  # (major, minor) of the installed TL
 CACHES_WITHOUT_BATCH_DIM = TL_VERSION >= (4, 0)  # TL's own remove_batch_dim works on hooks without a position axis
 
-__all__ = ["HookedRootModule", "TL_VERSION", "CACHES_WITHOUT_BATCH_DIM", "remove_batch_dim"]
+__all__ = ["HookedRootModule", "TL_VERSION", "CACHES_WITHOUT_BATCH_DIM", "remove_batch_dim", "slice_positions"]
 
 _HEAD_POS_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_result")  # position axis third from last (TL's rule)
 
@@ -56,15 +56,31 @@ def remove_batch_dim(cache: dict[str, torch.Tensor], pos_slice: Any = None) -> d
         ...     "blocks.0.hook_resid_post"].shape)
         (1, 8)
     """
+    out = {name: t.squeeze(0) if t.ndim > 0 and t.shape[0] == 1 else t for name, t in cache.items()}
+    return slice_positions(out, pos_slice, batch_dim=False)
+
+
+def slice_positions(cache: dict[str, torch.Tensor], pos_slice: Any, batch_dim: bool = True) -> dict[str, torch.Tensor]:
+    """TL's ``pos_slice`` applied to every activation that has a position axis (third from last on
+    ``hook_q/k/v/z/result``, second from last elsewhere); one without (``hook_pooled`` [batch, d_model]) is left
+    whole: TL's rule (dim -2) would cut its batch axis.
+
+    Example:
+        >>> import torch
+        >>> c = slice_positions({"hook_pooled": torch.zeros(3, 8), "blocks.0.hook_resid_post": torch.zeros(3, 5, 8)}, 0)
+        >>> {k: tuple(v.shape) for k, v in c.items()}
+        {'hook_pooled': (3, 8), 'blocks.0.hook_resid_post': (3, 1, 8)}
+    """
+    if pos_slice is None:
+        return dict(cache)
     from transformer_lens.utilities.slice import Slice
 
     sl = Slice.unwrap(pos_slice)
     out: dict[str, torch.Tensor] = {}
     for name, t in cache.items():
-        if t.ndim > 0 and t.shape[0] == 1:
-            t = t.squeeze(0)
         pos_dim = -3 if name.removesuffix("_grad").endswith(_HEAD_POS_HOOKS) else -2
-        if pos_slice is not None and t.dim() >= -pos_dim:
-            t = sl.apply(t, dim=pos_dim)
-        out[name] = t
+        has_pos = t.dim() >= -pos_dim + (1 if batch_dim else 0) and not name.removesuffix("_grad").endswith(
+            "hook_pooled"
+        )
+        out[name] = sl.apply(t, dim=pos_dim) if has_pos else t
     return out

@@ -37,7 +37,7 @@ from torch import nn
 from transformer_lens import ActivationCache, FactoredMatrix
 
 from hooked_clip1d.model.config import EncoderConfig
-from hooked_clip1d.model.tl_compat import CACHES_WITHOUT_BATCH_DIM, HookedRootModule
+from hooked_clip1d.model.tl_compat import HookedRootModule, slice_positions
 from hooked_clip1d.model.tl_compat import remove_batch_dim as _drop_batch
 
 
@@ -299,14 +299,28 @@ class TLConveniences(HookedRootModule):
         def filt(n: str) -> bool:
             return n not in inactive and base(n)
 
-        own_drop = remove_batch_dim and not CACHES_WITHOUT_BATCH_DIM  # TL 3.x's drop fails on hook_pooled
-        pos_slice = kwargs.pop("pos_slice", None) if own_drop else None
-        with self.hooks(fwd_hooks=hook_pairs(fwd_hooks, "fwd_hooks")):
-            out, cache_dict = super().run_with_cache(
-                *model_args, names_filter=filt, remove_batch_dim=remove_batch_dim and not own_drop, **kwargs
+        # the batch axis and pos_slice are handled here, not by TL: TL 3.x's drop fails on hook_pooled, TL checks a
+        # batch of one only for a tensor given first (not text or tokens=...), and TL's pos_slice cuts dim -2, which
+        # is hook_pooled's batch axis
+        pos_slice = kwargs.pop("pos_slice", None)
+        if kwargs.get("incl_bwd"):
+            raise ValueError(
+                f"{type(self).__name__}.run_with_cache(incl_bwd=True) needs a scalar output to backpropagate; a tower "
+                "returns [batch, d_model]: run CLIP1D.run_with_cache(..., return_type='loss', incl_bwd=True), or "
+                "backpropagate your own metric of the cached activations"
             )
-        if own_drop:
+        with self.hooks(fwd_hooks=hook_pairs(fwd_hooks, "fwd_hooks")):
+            out, cache_dict = super().run_with_cache(*model_args, names_filter=filt, remove_batch_dim=False, **kwargs)
+        if remove_batch_dim:
+            sizes = {int(t.shape[0]) for t in cache_dict.values() if t.ndim > 0}
+            if sizes - {1}:
+                raise ValueError(
+                    f"remove_batch_dim=True needs a batch of one input (as TransformerLens), got a batch of "
+                    f"{max(sizes)}"
+                )
             cache_dict = _drop_batch(cache_dict, pos_slice)
+        else:
+            cache_dict = slice_positions(cache_dict, pos_slice)
         if return_cache_object:
             return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
         return out, cache_dict

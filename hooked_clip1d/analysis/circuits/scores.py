@@ -416,6 +416,18 @@ def _ranks(x: torch.Tensor) -> torch.Tensor:
     return below + (equal - 1) / 2
 
 
+def _checked_scores(where: str, scores: Scores, labels: Sequence[Any] | torch.Tensor | None = None) -> torch.Tensor:
+    """``scores`` as float64, refused (naming ``where``) if any is NaN or infinite (a NaN has no rank: it gave an AUC
+    of -0.25 and came first in a top-k) or if ``labels`` has another length."""
+    s = torch.as_tensor(scores, dtype=torch.float64)
+    bad = int((~torch.isfinite(s)).sum())
+    if bad:
+        raise ValueError(f"{where}: {bad} of the {s.numel()} scores are not finite numbers (NaN or inf)")
+    if labels is not None and len(labels) != s.numel():
+        raise ValueError(f"{where}: {s.numel()} scores but {len(labels)} labels")
+    return s
+
+
 def roc_auc(scores: Scores, labels: Sequence[bool] | torch.Tensor) -> float:
     """Area under the ROC curve of ``scores`` for binary ``labels`` (Mann-Whitney; ties count 1/2); NaN when one
     class is empty.
@@ -423,7 +435,7 @@ def roc_auc(scores: Scores, labels: Sequence[bool] | torch.Tensor) -> float:
     >>> roc_auc([0.9, 0.1, 0.5, 0.5], [True, False, True, False])
     0.875
     """
-    s, y = torch.as_tensor(scores, dtype=torch.float64), torch.as_tensor(labels, dtype=torch.bool)
+    s, y = _checked_scores("roc_auc", scores, labels), torch.as_tensor(labels, dtype=torch.bool)
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos == 0 or n_neg == 0:
         return float("nan")
@@ -438,7 +450,7 @@ def precision_at_k(scores: Scores, labels: Sequence[bool] | torch.Tensor, k: int
     >>> precision_at_k([0.9, 0.1, 0.5, 0.4], [True, False, False, True])
     0.5
     """
-    s, y = torch.as_tensor(scores, dtype=torch.float64), torch.as_tensor(labels, dtype=torch.bool)
+    s, y = _checked_scores("precision_at_k", scores, labels), torch.as_tensor(labels, dtype=torch.bool)
     k = int(y.sum()) if k is None else k
     if k <= 0:
         return float("nan")
@@ -452,7 +464,11 @@ def rank_correlation(a: Scores, b: Scores) -> float:
     >>> round(rank_correlation([1.0, 2.0, 3.0], [10.0, 30.0, 20.0]), 6)
     0.5
     """
-    ra, rb = _ranks(torch.as_tensor(a)), _ranks(torch.as_tensor(b))
+    ta = _checked_scores("rank_correlation", a)
+    tb = _checked_scores("rank_correlation", b)
+    if tb.numel() != ta.numel():
+        raise ValueError(f"rank_correlation: {ta.numel()} scores against {tb.numel()}")
+    ra, rb = _ranks(ta), _ranks(tb)
     ra, rb = ra - ra.mean(), rb - rb.mean()
     denom = ra.norm() * rb.norm()
     return float((ra * rb).sum() / denom) if float(denom) > 0 else float("nan")

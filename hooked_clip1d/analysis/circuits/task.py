@@ -109,7 +109,7 @@ class Task:
     norm: str = "live"
     linearise: str | None = None  # how first-order methods differentiate the metric (LINEARISE); None: each its own
     _pooled: dict[Any, dict[str, torch.Tensor]] = field(default_factory=dict, init=False, repr=False)
-    _floors: dict[tuple[int, float], float] = field(default_factory=dict, init=False, repr=False)
+    _floors: dict[tuple, float] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         towers = towers_of(self.target)
@@ -216,11 +216,32 @@ class Task:
             txt = self.target.project_text(pooled["text"]).norm(dim=-1)  # type: ignore[union-attr]
         return img.clamp_min(1e-12), txt.clamp_min(1e-12)
 
+    def _state(self) -> tuple:
+        """What the clean outputs depend on besides the inputs: each tower's hook flags (float-equivalent code paths),
+        its weights (each parameter's storage and in-place version: an edit after the task was built) and the hooks
+        attached to it (a ``hooks()`` context or ``add_hook`` around a later call). A method's own hooks are
+        temporary (``run_with_hooks``) and gone whenever the clean outputs are read."""
+        key = []
+        for t in self.towers.values():
+            key.append((t.cfg.use_attn_result, t.cfg.use_split_qkv_input, t.cfg.use_attn_in))
+            key.append(tuple((p.data_ptr(), p._version) for p in t.parameters()))
+            key.append(
+                tuple(
+                    (name, tuple(m._forward_hooks), tuple(m._forward_pre_hooks))
+                    for name, m in t.named_modules()
+                    if m._forward_hooks or m._forward_pre_hooks
+                )
+            )
+        return tuple(key)
+
     def clean_pooled(self) -> dict[str, torch.Tensor]:
-        """Each tower's pooled output on the clean input (computed once per setting of the towers' hook flags, which
-        choose between float-equivalent code paths)."""
-        key = tuple((t.cfg.use_attn_result, t.cfg.use_split_qkv_input, t.cfg.use_attn_in) for t in self.towers.values())
+        """Each tower's pooled output on the clean input, computed once per state of the towers (``_state``: hook
+        flags, weights, attached hooks), so a task reused after an edit or under hooks reads the clean run as a new
+        task would."""
+        key = self._state()
         if key not in self._pooled:
+            if len(self._pooled) >= 8:  # old states: kept only while they may come back (flags toggled per method)
+                self._pooled.clear()
             with torch.no_grad():
                 self._pooled[key] = {k: t(self.tokens(k)) for k, t in self.towers.items()}
         return self._pooled[key]
@@ -260,7 +281,7 @@ class Task:
         >>> 0 < mirror_task(m, img, cap).noise_floor() < 1e-4
         True
         """
-        key = (draws, factor)
+        key = (draws, factor, self._state())
         if key not in self._floors:
             pooled = self.clean_pooled()
             gen = torch.Generator().manual_seed(0)

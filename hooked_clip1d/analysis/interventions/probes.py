@@ -198,8 +198,14 @@ def _positions(tower: HookedEncoder, tokens: torch.Tensor, position: Any) -> tor
             raise ValueError(f"position {position} is outside 0..{P - 1}")
         return torch.full((b,), position, dtype=torch.long, device=tokens.device)
     if isinstance(position, torch.Tensor):
-        if position.shape != (b,) or position.is_floating_point():
+        if position.shape != (b,) or position.is_floating_point() or position.dtype == torch.bool:
             raise ValueError(f"a position tensor must be integer [batch={b}], got {tuple(position.shape)}")
+        out_of_range = ((position < 0) | (position >= P)).nonzero().flatten().tolist()
+        if out_of_range:  # a negative one read from the end (-1: the last position), as the int form refuses
+            raise ValueError(
+                f"position tensor entries must be in 0..{P - 1}; rows {out_of_range[:5]} hold "
+                f"{position[out_of_range[:5]].tolist()}"
+            )
         return position.to(tokens.device).long()
     if position == "readout":
         return tower.readout_positions(tokens)
