@@ -78,9 +78,8 @@ def slice_positions(cache: dict[str, torch.Tensor], pos_slice: Any, batch_dim: b
     sl = Slice.unwrap(pos_slice)
     out: dict[str, torch.Tensor] = {}
     for name, t in cache.items():
-        pos_dim = -3 if name.removesuffix("_grad").endswith(_HEAD_POS_HOOKS) else -2
-        has_pos = t.dim() >= -pos_dim + (1 if batch_dim else 0) and not name.removesuffix("_grad").endswith(
-            "hook_pooled"
-        )
+        point = name.removesuffix("_grad")
+        pos_dim = -3 if point.endswith(_HEAD_POS_HOOKS) else -2
+        has_pos = t.dim() >= -pos_dim + (1 if batch_dim else 0) and not point.endswith("hook_pooled")
         out[name] = sl.apply(t, dim=pos_dim) if has_pos else t
     return out
