@@ -60,6 +60,16 @@ def make_model(preset: str = "simplified", seed: int = 0, random_biases: bool = 
     return model.eval()
 
 
+#: for code run in a plain interpreter (no jaxtyping / beartype): ``refusal(fn)`` -> the error's type and message
+REFUSAL_SNIPPET = """
+def refusal(fn):
+    try:
+        fn()
+    except (ValueError, TypeError) as e:
+        return type(e).__name__ + ": " + str(e)
+    return "no error"
+"""
+
 ROPE = dict(vision_overrides={"positional": "rope"}, text_overrides={"positional": "rope"})
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import make_model
+from conftest import REFUSAL_SNIPPET, make_model
 
 from hooked_clip1d import DataConfig, build_dataset
 from hooked_clip1d.analysis.circuits.attribution import Attribution
@@ -30,21 +30,17 @@ def model_and_batch():
     return model, images, captions
 
 
-PLAIN = """
+PLAIN = (
+    """
 import warnings
 import torch
 from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
 m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, d_model=16, d_head=4), seed=0).eval()
 img = m.vision.to_tokens(["C 1 . 2 . . . . . . ."])
 cap = m.text.to_tokens(["1 is on the left of 2"])
-
-def refusal(fn):
-    try:
-        fn()
-    except (ValueError, TypeError) as e:
-        return type(e).__name__ + ": " + str(e)
-    return "no error"
 """
+    + REFUSAL_SNIPPET
+)
 
 
 #: the calls the tests' type checker would refuse before the package's own checks run: run once, in a plain

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import REFUSAL_SNIPPET
 
 from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig, build_dataset, evaluate, load_model
 from hooked_clip1d.training import RunConfig, TrainConfig, Trainer, train
@@ -87,7 +88,8 @@ def test_evaluate_refuses_a_dataset_drawn_otherwise_than_the_models():
     evaluate(m, build_dataset(dataclasses.replace(m.data_config, seed=1)), splits=["val_unseen"])  # never trained on
 
 
-PLAIN = """
+PLAIN = (
+    """
 import warnings
 from hooked_clip1d import CLIPConfig, DataConfig
 from hooked_clip1d.training import RunConfig, TrainConfig
@@ -96,14 +98,9 @@ from hooked_clip1d.training.members import Member
 from hooked_clip1d.pretrained import load_trajectory, trajectory_emergence
 from hooked_clip1d.sweeps.runner import run_sweep
 from hooked_clip1d.sweeps.spec import TINY_SPEC
-
-def refusal(fn):
-    try:
-        fn()
-    except (ValueError, TypeError) as e:
-        return type(e).__name__ + ": " + str(e)
-    return "no error"
-
+"""
+    + REFUSAL_SNIPPET
+    + """
 C = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2)
 D = DataConfig(n_labels=6, n_heldout=2, n2=2)
 ms = [Member.from_run(RunConfig(C, D, TrainConfig(epochs=2, batch_size=16, seed=s))) for s in (0, 1)]
@@ -116,6 +113,7 @@ print(refusal(lambda: run_sweep(TINY_SPEC, "/nonexistent/o", progress=False, max
 tc = TrainConfig(betas=[0.9, 0.98])
 print(tc.betas, tc == TrainConfig(betas=(0.9, 0.98)), hash(tc) == hash(TrainConfig(betas=(0.9, 0.98))))
 """
+)
 
 
 def test_what_the_type_checkers_refuse_is_refused_without_them_too():
