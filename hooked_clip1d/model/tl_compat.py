@@ -32,9 +32,8 @@ def _parse(v: str) -> tuple[int, int]:
 
 
 TL_VERSION: tuple[int, int] = _parse(_dist_version("transformer-lens"))  # (major, minor) of the installed TL
-CACHES_WITHOUT_BATCH_DIM = TL_VERSION >= (4, 0)  # TL's own remove_batch_dim works on hooks without a position axis
 
-__all__ = ["HookedRootModule", "TL_VERSION", "CACHES_WITHOUT_BATCH_DIM", "remove_batch_dim", "slice_positions"]
+__all__ = ["HookedRootModule", "TL_VERSION", "remove_batch_dim", "slice_positions"]
 
 _HEAD_POS_HOOKS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_result")  # position axis third from last (TL's rule)
 
