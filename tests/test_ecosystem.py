@@ -306,8 +306,8 @@ def tiny_zoo(tmp_path_factory):
     tc = TrainConfig(epochs=4, batch_size=16, eval_every=2, seed=0, snapshot_epochs=(0, 1, 2, 4))
     Trainer(tiny_config(), D6, tc, root / "run").run(progress=False)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(reg, "WEIGHTS_DIR", root / "weights")
-        mp.setattr(reg, "TRAJECTORIES_DIR", root / "trajectories")
+        mp.setattr(reg.zoo, "WEIGHTS_DIR", root / "weights")
+        mp.setattr(reg.zoo, "TRAJECTORIES_DIR", root / "trajectories")
         ship.export_run(root / "run", "tiny", "a tiny test model")
         ship.ship_trajectory(root / "run", "tiny")
     return root
@@ -315,8 +315,8 @@ def tiny_zoo(tmp_path_factory):
 
 @pytest.fixture
 def zoo(tiny_zoo, monkeypatch):
-    monkeypatch.setattr(reg, "WEIGHTS_DIR", tiny_zoo / "weights")
-    monkeypatch.setattr(reg, "TRAJECTORIES_DIR", tiny_zoo / "trajectories")
+    monkeypatch.setattr(reg.zoo, "WEIGHTS_DIR", tiny_zoo / "weights")
+    monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", tiny_zoo / "trajectories")
     return tiny_zoo
 
 
@@ -376,7 +376,7 @@ def test_a_snapshot_whose_metadata_disagrees_with_its_label_is_refused(zoo):
 def test_a_trajectory_with_its_main_file_deleted_names_the_missing_file(zoo, tmp_path, monkeypatch, capsys):
     traj = tmp_path / "trajectories"
     shutil.copytree(zoo / "trajectories", traj)
-    monkeypatch.setattr(reg, "TRAJECTORIES_DIR", traj)
+    monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", traj)
     (traj / "tiny.safetensors.xz").unlink()
     for call in (lambda: reg.list_checkpoints("tiny"), lambda: reg.load_model("tiny", checkpoint_index=0)):
         with pytest.raises(
@@ -438,7 +438,7 @@ def test_ship_trajectory_checks_its_destination_before_measuring(zoo, tmp_path, 
         ship.export_run(run, "tiny2", "x", dest=dest)
     assert sorted(p.name for p in out.iterdir()) == before  # nothing left behind
     if case == "a file":  # the command line: one line naming the folder, exit 2
-        monkeypatch.setattr(reg, "TRAJECTORIES_DIR", dest)
+        monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", dest)
         assert main(["ship-trajectory", str(run), "--name", "tiny"]) == 2
         err = capsys.readouterr().err
         assert "is a file, not a folder" in err and str(dest) in err and "Traceback" not in err

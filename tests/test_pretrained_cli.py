@@ -27,8 +27,8 @@ def shipped():
 
 def test_default_model_is_listed():
     """The listing is every name shipped with both its manifest and its weights, read here from the folder."""
-    weights = {p.name.split(".safetensors")[0] for p in reg.WEIGHTS_DIR.glob("*.safetensors*")}
-    shipped = {p.stem for p in reg.WEIGHTS_DIR.glob("*.json")} & weights
+    weights = {p.name.split(".safetensors")[0] for p in reg.zoo.WEIGHTS_DIR.glob("*.safetensors*")}
+    shipped = {p.stem for p in reg.zoo.WEIGHTS_DIR.glob("*.json")} & weights
     assert list_pretrained() == sorted(shipped) and DEFAULT in shipped
     assert all(reg.manifest(n)["name"] == n for n in shipped)  # each manifest names its own file
 
@@ -90,7 +90,7 @@ def test_shipped_accuracies_match_manifest(shipped):
 def test_tampered_weights_are_refused(tmp_path, monkeypatch, packed):
     """A weights file whose bytes changed is refused, compressed (the xz check or the sha256 of what it unpacks to)
     or plain (the sha256)."""
-    shutil.copy(reg.WEIGHTS_DIR / f"{DEFAULT}.json", tmp_path)
+    shutil.copy(reg.zoo.WEIGHTS_DIR / f"{DEFAULT}.json", tmp_path)
     weights = tmp_path / f"{DEFAULT}.safetensors"
     data = reg.weights_file(DEFAULT).read_bytes()
     if packed:
@@ -100,16 +100,16 @@ def test_tampered_weights_are_refused(tmp_path, monkeypatch, packed):
     blob = bytearray(data)
     blob[-1] ^= 0xFF
     weights.write_bytes(bytes(blob))
-    monkeypatch.setattr(reg, "WEIGHTS_DIR", tmp_path)
+    monkeypatch.setattr(reg.zoo, "WEIGHTS_DIR", tmp_path)
     with pytest.raises(CheckpointError, match="sha256|not a readable xz file"):
         reg.load_model(DEFAULT)
 
 
 def test_a_model_with_both_weights_files_is_refused_by_name(tmp_path, monkeypatch):
     for f in (f"{DEFAULT}.json", reg.weights_file(DEFAULT).name):
-        shutil.copy(reg.WEIGHTS_DIR / f, tmp_path)
+        shutil.copy(reg.zoo.WEIGHTS_DIR / f, tmp_path)
     (tmp_path / f"{DEFAULT}.safetensors").write_bytes(lzma.decompress(reg.weights_file(DEFAULT).read_bytes()))
-    monkeypatch.setattr(reg, "WEIGHTS_DIR", tmp_path)
+    monkeypatch.setattr(reg.zoo, "WEIGHTS_DIR", tmp_path)
     with pytest.raises(ValueError, match="two weights files.*keep one"):
         reg.load_model(DEFAULT)
 
@@ -407,7 +407,7 @@ def test_export_measures_and_ships_the_stored_weights(tmp_path, monkeypatch):
     )
     dest = tmp_path / "weights"
     dest.mkdir()
-    monkeypatch.setattr(reg, "WEIGHTS_DIR", dest)
+    monkeypatch.setattr(reg.zoo, "WEIGHTS_DIR", dest)
     for dtype, plain in (("float32", []), ("float16", ["--no-xz"])):  # compressed by default
         assert main(["export", str(run), "--name", dtype, "--description", "d", "--weights-dtype", dtype, *plain]) == 0
     assert sorted(p.name for p in dest.iterdir()) == [
@@ -444,7 +444,7 @@ def test_save_model_refuses_weights_the_dtype_cannot_hold(tmp_path):
 
 
 def test_shipped_weight_files_stay_under_4_mib():
-    big = [p.name for p in reg.WEIGHTS_DIR.glob("*.safetensors*") if p.stat().st_size > 4 * 2**20]
+    big = [p.name for p in reg.zoo.WEIGHTS_DIR.glob("*.safetensors*") if p.stat().st_size > 4 * 2**20]
     assert not big, f"ship these with `export --weights-dtype float16`: {big}"
 
 

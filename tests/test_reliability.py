@@ -287,10 +287,10 @@ def test_a_model_file_with_edited_metadata_is_refused_clearly(edit, tmp_path, ca
 
 def test_a_shipped_model_with_an_edited_manifest_is_refused_clearly(tmp_path, monkeypatch):
     for f in (f"{reg.DEFAULT_MODEL}.json", reg.weights_file(reg.DEFAULT_MODEL).name):
-        shutil.copy(reg.WEIGHTS_DIR / f, tmp_path / f)
+        shutil.copy(reg.zoo.WEIGHTS_DIR / f, tmp_path / f)
     manifest = tmp_path / f"{reg.DEFAULT_MODEL}.json"
     manifest.write_text(manifest.read_text()[:-20])  # an edit that broke the JSON
-    monkeypatch.setattr(reg, "WEIGHTS_DIR", tmp_path)
+    monkeypatch.setattr(reg.zoo, "WEIGHTS_DIR", tmp_path)
     with pytest.raises(ValueError, match=f"the manifest '{manifest}' of '{reg.DEFAULT_MODEL}' is not valid JSON") as e:
         reg.load_model(reg.DEFAULT_MODEL)
     assert not isinstance(e.value, json.JSONDecodeError)

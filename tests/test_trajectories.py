@@ -46,8 +46,8 @@ def built(tmp_path_factory):
     run = _train(root / "run")
     other = _train(root / "other", seed=1, snapshots=())
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(reg, "WEIGHTS_DIR", root / "weights")
-        mp.setattr(reg, "TRAJECTORIES_DIR", root / "trajectories")
+        mp.setattr(reg.zoo, "WEIGHTS_DIR", root / "weights")
+        mp.setattr(reg.zoo, "TRAJECTORIES_DIR", root / "trajectories")
         ship.export_run(run, "tiny", "a tiny test model")
         ship.export_run(other, "plain", "a tiny model without a trajectory")
         rng = torch.get_rng_state()
@@ -58,8 +58,8 @@ def built(tmp_path_factory):
 
 @pytest.fixture
 def zoo(built, monkeypatch):
-    monkeypatch.setattr(reg, "WEIGHTS_DIR", built["root"] / "weights")
-    monkeypatch.setattr(reg, "TRAJECTORIES_DIR", built["root"] / "trajectories")
+    monkeypatch.setattr(reg.zoo, "WEIGHTS_DIR", built["root"] / "weights")
+    monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", built["root"] / "trajectories")
     return built
 
 
@@ -139,7 +139,7 @@ def test_precision_falls_back_when_float16_cannot_hold_a_weight(zoo, tmp_path):
         assert f.get_tensor("epoch_00001.W_proj").dtype == getattr(torch, tried[-1]["dtype"])
         assert f.get_tensor("epoch_00002.W_proj").dtype == torch.float16
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(reg, "TRAJECTORIES_DIR", dest)
+        mp.setattr(reg.zoo, "TRAJECTORIES_DIR", dest)
         stored = torch.tensor(1e6).to(getattr(torch, tried[-1]["dtype"])).item()
         assert reg.load_model("tiny", checkpoint_value=1).W_proj[0, 0].item() == stored
 
@@ -245,7 +245,7 @@ def test_errors_list_what_exists(zoo):
 def test_a_tampered_trajectory_is_refused(zoo, tmp_path, monkeypatch):
     traj = tmp_path / "trajectories"
     shutil.copytree(zoo["root"] / "trajectories", traj)
-    monkeypatch.setattr(reg, "TRAJECTORIES_DIR", traj)
+    monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", traj)
     blob = bytearray((traj / "tiny.safetensors.xz").read_bytes())
     blob[-3] ^= 0xFF
     (traj / "tiny.safetensors.xz").write_bytes(bytes(blob))
@@ -385,7 +385,7 @@ def test_cli_analyze_dynamics(zoo, tmp_path, capsys):
 
 
 def test_cli_ship_trajectory(zoo, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(reg, "TRAJECTORIES_DIR", tmp_path)
+    monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", tmp_path)
     args = ["ship-trajectory", str(zoo["run"]), "--name", "tiny", "--epochs", "0,2,6", "--tolerance-images", "1"]
     assert main([*args, "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -403,8 +403,8 @@ def test_list_checkpoints_reads_manifests_without_importing_torch(zoo):
 
     code = (
         "import sys, pathlib; import hooked_clip1d.pretrained as reg; "
-        f"reg.WEIGHTS_DIR = pathlib.Path({str(zoo['root'] / 'weights')!r}); "
-        f"reg.TRAJECTORIES_DIR = pathlib.Path({str(zoo['root'] / 'trajectories')!r}); "
+        f"reg.zoo.WEIGHTS_DIR = pathlib.Path({str(zoo['root'] / 'weights')!r}); "
+        f"reg.zoo.TRAJECTORIES_DIR = pathlib.Path({str(zoo['root'] / 'trajectories')!r}); "
         "from hooked_clip1d.cli.commands import main; main(['list', '--checkpoints', 'tiny']); "
         "sys.stderr.write(str('torch' in sys.modules))"
     )
@@ -420,7 +420,7 @@ def test_docs_zoo_states_the_trajectories_and_their_size():
 
 
 def test_shipped_trajectories_stay_within_budget():
-    total = sum(p.stat().st_size for p in reg.TRAJECTORIES_DIR.glob("*") if p.is_file())
+    total = sum(p.stat().st_size for p in reg.zoo.TRAJECTORIES_DIR.glob("*") if p.is_file())
     assert total <= 25e6, f"the shipped trajectories add {total / 1e6:.1f} MB (budget 25 MB)"
 
 
@@ -474,7 +474,7 @@ def test_a_trajectory_past_the_part_size_ships_in_parts_and_loads_the_same(zoo, 
     assert all(p["sha256"] == reg.sha256_file(dest / p["file"]) for p in man["parts"])
     for e in EPOCHS:
         with monkeypatch.context() as mp:
-            mp.setattr(reg, "TRAJECTORIES_DIR", dest)
+            mp.setattr(reg.zoo, "TRAJECTORIES_DIR", dest)
             parted = reg.load_model("tiny", checkpoint_value=e)
         assert _equal(parted, reg.load_model("tiny", checkpoint_value=e)), e
     monkeypatch.setattr(ship, "PART_BYTES", 10**9)
@@ -490,7 +490,7 @@ def test_trajectory_files_are_xz_and_the_older_uncompressed_format_still_loads(z
 
     traj = tmp_path / "trajectories"
     shutil.copytree(zoo["root"] / "trajectories", traj)
-    monkeypatch.setattr(reg, "TRAJECTORIES_DIR", traj)
+    monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", traj)
     packed = reg.load_model("tiny", checkpoint_index=0)
     man = json.loads((traj / "tiny.json").read_text())
     assert man["file"] == "tiny.safetensors.xz" and tj.trajectory_file(traj, "tiny").name == "tiny.safetensors.xz"
@@ -517,7 +517,7 @@ def test_repack_keeps_the_chosen_checkpoints_bit_for_bit_and_their_rows(zoo, tmp
     an epoch the trajectory lacks is refused before anything is written."""
     traj = tmp_path / "trajectories"
     shutil.copytree(zoo["root"] / "trajectories", traj)
-    monkeypatch.setattr(reg, "TRAJECTORIES_DIR", traj)
+    monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", traj)
     before = {e: reg.load_model("tiny", checkpoint_value=e) for e in EPOCHS}
     old = json.loads((traj / "tiny.json").read_text())
     with pytest.raises(ValueError, match=r"no checkpoint at epochs \[3\]"):

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import hooked_clip1d.pretrained as reg  # its WEIGHTS_DIR / TRAJECTORIES_DIR read at call time (tests move them)
 from hooked_clip1d.pretrained import (
     load_model,
     manifest,
     read_history,
     sha256_file,
+    trajectory_manifest,
+    zoo,  # its WEIGHTS_DIR / TRAJECTORIES_DIR read at call time (tests move them)
 )
 from hooked_clip1d.pretrained.trajectories import (
     MANIFEST_FORMAT,
@@ -65,7 +66,7 @@ def export_run(
     """
     from hooked_clip1d.training.rundir import RunLock, is_run_dir
 
-    run_dir, dest = Path(run_dir), Path(dest) if dest is not None else reg.WEIGHTS_DIR
+    run_dir, dest = Path(run_dir), Path(dest) if dest is not None else zoo.WEIGHTS_DIR
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or ".." in name:
         raise ValueError(f"model name {name!r} must be a plain identifier (letters, digits, '_', '-', '.')")
     if not (run_dir / "config.json").exists():
@@ -88,7 +89,7 @@ def compress_weights(name: str, dest: str | Path | None = None) -> Path:
         >>> import shutil, tempfile
         >>> d = Path(tempfile.mkdtemp())
         >>> for ext in ("json", "safetensors.xz"):
-        ...     _ = shutil.copy(reg.WEIGHTS_DIR / f"simplified-ntot20-n2-10.{ext}", d)
+        ...     _ = shutil.copy(zoo.WEIGHTS_DIR / f"simplified-ntot20-n2-10.{ext}", d)
         >>> compress_weights("simplified-ntot20-n2-10", d)
         Traceback (most recent call last):
         ValueError: 'simplified-ntot20-n2-10' has no plain weights file to compress in ... (already compressed?)
@@ -99,7 +100,7 @@ def compress_weights(name: str, dest: str | Path | None = None) -> Path:
     from hooked_clip1d.model.checkpoint import CheckpointError
     from hooked_clip1d.pretrained.trajectories import unpack_xz
 
-    dest = Path(dest) if dest is not None else reg.WEIGHTS_DIR
+    dest = Path(dest) if dest is not None else zoo.WEIGHTS_DIR
     plain, packed, man_path = dest / f"{name}.safetensors", dest / f"{name}.safetensors.xz", dest / f"{name}.json"
     if not plain.is_file():
         raise ValueError(f"{name!r} has no plain weights file to compress in {str(dest)!r} (already compressed?)")
@@ -250,7 +251,7 @@ def ship_trajectory(
     from hooked_clip1d.training.rundir import RunLock
 
     run_dir = Path(run_dir)
-    dest = Path(dest) if dest is not None else Path(reg.TRAJECTORIES_DIR)
+    dest = Path(dest) if dest is not None else Path(zoo.TRAJECTORIES_DIR)
     zman = manifest(name)  # KeyError listing the zoo for a model not exported yet
     if [d for d in dtypes if d not in STORE_DTYPES] or not dtypes:
         raise ValueError(f"dtypes must be a non-empty list of {list(STORE_DTYPES)}, got {list(dtypes)}")
@@ -542,9 +543,9 @@ def repack_trajectory(
     from hooked_clip1d.files import atomic_write_text
     from hooked_clip1d.pretrained.trajectories import read_trajectory, stored_checkpoint
 
-    src = Path(reg.TRAJECTORIES_DIR)
+    src = Path(zoo.TRAJECTORIES_DIR)
     dest = check_destination(dest if dest is not None else src, "repack-trajectory")
-    man = reg.trajectory_manifest(name)  # KeyError / NoTrajectoryError naming what is there
+    man = trajectory_manifest(name)  # KeyError / NoTrajectoryError naming what is there
     final, have = int(man["final_epoch"]), [int(e) for e in man["epochs"]]
     keep = have if epochs is None else sorted({*check_int_list(epochs, "repack_trajectory: epochs"), final})
     unknown = [e for e in keep if e not in have]
