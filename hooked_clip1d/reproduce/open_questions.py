@@ -343,9 +343,10 @@ SPECS: tuple[FigureSpec, ...] = register(
     ),
     FigureSpec(
         "x7-single-head-seeds",
-        "Single-head vision revisited: fig21's grid at two more seeds",
-        "Question: fig21 (one seed) has a single-head vision encoder generalizing at weight decay 0 and 0.05, "
-        "against the paper's App. K. Does that hold at seeds 1 and 2, and with the same one-sided head?",
+        "Single-head vision revisited: fig21-all-decay's grid at two more seeds",
+        "Question: fig21-all-decay (Fig. 21's grid under the all-decay recipe, one seed) has a single-head vision "
+        "encoder generalizing at weight decay 0 and 0.05, against the paper's App. K. Does that hold at seeds 1 and "
+        "2, and with the same one-sided head?",
         (),
         _x_single_head_seeds,  # type: ignore[arg-type]
         beyond_paper=True,
