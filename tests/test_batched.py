@@ -95,7 +95,6 @@ VARIANTS = {
     "no_positional_2_layers": ("simplified", dict(positional="none", n_layers=2)),
     "pruned_1_layer": ("simplified", dict(vision_overrides={"pruned_heads": ((0, 1),)})),
     "pruned_2_layers": ("simplified", dict(n_layers=2, text_overrides={"pruned_heads": ((1, 0),)})),
-    "causal_vision": ("simplified", dict(vision_overrides={"attention_dir": "causal"})),
     "bidirectional_text": ("simplified", dict(text_overrides={"attention_dir": "bidirectional"})),
     "full": ("full", {}),
     "full_1_layer": ("full", dict(n_layers=1)),

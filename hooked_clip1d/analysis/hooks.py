@@ -88,8 +88,9 @@ def check_eval(module: M) -> M:
     return module
 
 
-def check_indices(values: Sequence[int], n: int, what: str) -> None:
-    """A ``TypeError`` unless ``values`` is a list of indices, a ``ValueError`` unless each is in ``0..n - 1``.
+def check_indices(values: Sequence[int], n: int, what: str, *, empty_ok: bool = True) -> None:
+    """A ``TypeError`` unless ``values`` is a list of indices, a ``ValueError`` unless each is in ``0..n - 1`` (and,
+    without ``empty_ok``, unless there is one: where ``None`` means all, an empty list changed nothing without a word).
 
     >>> check_indices([0, 4], 4, "heads")
     Traceback (most recent call last):
@@ -98,6 +99,8 @@ def check_indices(values: Sequence[int], n: int, what: str) -> None:
     if isinstance(values, int | str | bytes):
         raise TypeError(f"{what} must be a list of indices, e.g. [{values!r}]")
     values = list(values)
+    if not values and not empty_ok:
+        raise ValueError(f"{what} is empty: nothing would change; pass None for all {what}")
     not_int = [x for x in values if isinstance(x, bool) or not hasattr(x, "__index__")]
     if not_int:  # a bool mask read as indices 0/1, or 1.5 truncated to 1, named the wrong heads
         raise TypeError(f"{what} must be ints (indices, not a mask or floats), got {not_int}")
@@ -338,11 +341,12 @@ def knockout_hooks(
     tower = check_eval(check_tower(tower))
     mask = _edge_mask(tower, edges)
     L, H = tower.cfg.n_layers, tower.cfg.n_heads
+    if layers is not None:  # checked as given: int() first read 1.5 as layer 1
+        check_indices(layers, L, "layers", empty_ok=False)
     layers = list(range(L)) if layers is None else [int(x) for x in layers]
-    check_indices(layers, L, "layers")
     head_mask = torch.ones(H, dtype=torch.bool)
     if heads is not None:
-        check_indices(heads, H, "heads")
+        check_indices(heads, H, "heads", empty_ok=False)
         head_mask = torch.zeros(H, dtype=torch.bool)
         head_mask[list(heads)] = True
     if method not in ("scores", "pattern"):
@@ -468,7 +472,7 @@ def mean_ablation_hooks(
     acts = _reference_acts(tower, names, reference)
     head_list: list[int | None] = [None] if heads is None else list(heads)
     if heads is not None:
-        check_indices(list(heads), tower.cfg.n_heads, "heads")
+        check_indices(list(heads), tower.cfg.n_heads, "heads", empty_ok=False)
     return [(n, _replace_fn(n, acts[n].mean(0), h, rows=False)) for n in names for h in head_list]
 
 
@@ -501,7 +505,7 @@ def resample_ablation_hooks(
     acts = _reference_acts(tower, names, reference[rows.to(reference.device)])
     head_list: list[int | None] = [None] if heads is None else list(heads)
     if heads is not None:
-        check_indices(list(heads), tower.cfg.n_heads, "heads")
+        check_indices(list(heads), tower.cfg.n_heads, "heads", empty_ok=False)
     return [(nm, _replace_fn(nm, acts[nm], h, rows=True)) for nm in names for h in head_list]
 
 

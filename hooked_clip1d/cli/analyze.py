@@ -28,6 +28,7 @@ from hooked_clip1d.analysis.mechanism.heads import to_jsonable
 from hooked_clip1d.cli.family_api import FAMILIES
 from hooked_clip1d.files import atomic_write, atomic_write_text
 from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.model.modes import eval_mode
 
 __all__ = ["FAMILIES", "check_options", "describe_analyses", "run_analysis"]
 
@@ -67,13 +68,8 @@ def run_analysis(
         name, model = model, resolve_model(model)
     else:
         name = model_name(model)
-    modes = [(m, m.training) for m in model.modules()]  # per module: a tower may be in train mode alone
-    model.eval()
-    try:
+    with eval_mode(model):  # the caller's model is left in the mode it came in, per module
         report = FAMILIES[analysis].run(model, options)
-    finally:
-        for m, training in modes:  # the caller's model is left in the mode it came in
-            m.training = training
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = []

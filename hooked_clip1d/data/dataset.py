@@ -40,6 +40,7 @@ from jaxtyping import Int
 
 from hooked_clip1d.data.vocab import Vocabulary
 from hooked_clip1d.settings import DataConfig
+from hooked_clip1d.settings.checks import check_int, is_int
 
 SPLITS = ("train", "val_single", "val_seen", "val_unseen")
 SPLIT_TITLES = {
@@ -222,6 +223,9 @@ class EpochPermutations:
     """
 
     def __init__(self, m: int, bs: int, seed: int):
+        m, bs = check_int(m, "EpochPermutations: m (training items)"), check_int(bs, "EpochPermutations: bs")
+        if not is_int(seed):
+            raise ValueError(f"EpochPermutations: seed must be an int, got {seed!r}")
         self.m, self.bs = m, bs
         self.spe = -(-m // bs)  # steps per epoch (the last batch may be short)
         self.gen = torch.Generator().manual_seed(seed)
@@ -234,12 +238,30 @@ class EpochPermutations:
             self.states[self.next_epoch] = self.gen.get_state()
             self.perms[self.next_epoch] = torch.randperm(self.m, generator=self.gen)
             self.next_epoch += 1
+        if epoch not in self.perms:
+            raise KeyError(self._gone(epoch, "permutation"))
         return self.perms[epoch]
+
+    def _gone(self, epoch: int, what: str) -> str:
+        if not is_int(epoch) or epoch < 0:
+            return f"epoch must be an int >= 0, got {epoch!r}"
+        kept = sorted(self.perms)
+        return (
+            f"epoch {epoch}'s {what} is no longer kept (forget_before / restore dropped it; kept: "
+            f"{kept[0] if kept else 'none'}..{self.next_epoch - 1 if kept else ''}, next to draw: {self.next_epoch})"
+        )
 
     def state_before(self, epoch: int) -> torch.Tensor:
         """Generator state before epoch ``epoch``'s permutation (``Trainer``'s ``rng.data`` after epoch-1)."""
         if epoch == self.next_epoch:
             return self.gen.get_state()
+        if epoch not in self.states:
+            raise KeyError(
+                self._gone(epoch, "generator state")
+                if not is_int(epoch) or epoch < self.next_epoch
+                else f"epoch {epoch}'s generator state is not drawn yet (next to draw: {self.next_epoch}; "
+                f"perm({epoch - 1}) draws up to it)"
+            )
         return self.states[epoch]
 
     def restore(self, epoch: int, state: torch.Tensor) -> None:

@@ -31,13 +31,15 @@ Example:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from jaxtyping import Int
 
-from hooked_clip1d.settings.checks import check_int
+from hooked_clip1d.settings.checks import check_int, is_int
 
 PHRASES = ("is", "in the image", "is on the left of", "is on the right of")
 
@@ -94,9 +96,33 @@ class Vocabulary:
         return self.n_labels + 6
 
     def _check_label(self, x: int) -> int:
-        if isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= self.n_labels:
+        if isinstance(x, torch.Tensor) and x.numel() == 1 and not x.is_floating_point() and x.dtype != torch.bool:
+            x = int(x)  # a 0-d (or one-element) integer tensor, as indexing a label tensor gives
+        if not is_int(x):  # a float was truncated; a bool is no label
+            raise ValueError(f"a label must be an int in 1..{self.n_labels}, got {x!r}")
+        if not 1 <= operator.index(x) <= self.n_labels:
             raise ValueError(f"label {x!r} is outside 1..{self.n_labels}")
-        return x
+        return operator.index(x)
+
+    @staticmethod
+    def _token_id(t: Any, what: str) -> int:
+        """One token id as an int: an integer (a one-element integer tensor too); a float (truncated before) is
+        refused."""
+        if isinstance(t, torch.Tensor) and t.numel() == 1 and not t.is_floating_point() and t.dtype != torch.bool:
+            return int(t)
+        if not is_int(t):
+            raise ValueError(f"{what} must be an int, got {t!r}")
+        return operator.index(t)
+
+    @staticmethod
+    def _one_row(ids: Any, what: str) -> list[int]:
+        """A 1-D sequence of ids as a list (a batch of rows is refused: one row is one caption or image)."""
+        ids = torch.as_tensor(ids)
+        if ids.ndim != 1:
+            raise ValueError(f"{what} takes one row of ids [pos], got shape {list(ids.shape)} (loop over a batch)")
+        if ids.is_floating_point() or ids.dtype == torch.bool:
+            raise ValueError(f"{what} takes integer ids, got dtype {ids.dtype}")
+        return ids.tolist()
 
     def _check_pair(self, x: int, y: int) -> None:
         if self._check_label(x) == self._check_label(y):
@@ -131,7 +157,7 @@ class Vocabulary:
     # ---- ids -> text -----------------------------------------------------------------------------------------------
     def text_token_str(self, t: int) -> str:
         """Readable form of one caption id."""
-        t = int(t)
+        t = self._token_id(t, "a caption token id")
         if 1 <= t <= self.n_labels:
             return str(t)
         names = {self.pad: "<pad>", self.eot: "<eot>"}
@@ -142,7 +168,7 @@ class Vocabulary:
 
     def image_token_str(self, t: int) -> str:
         """Readable form of one image id: ``C``, ``.`` or the label."""
-        t = int(t)
+        t = self._token_id(t, "an image token id")
         if t == self.cls:
             return "C"
         if t == self.background:
@@ -154,7 +180,7 @@ class Vocabulary:
     def caption_to_text(self, ids: Int[torch.Tensor, " pos"]) -> str:
         """``"17 is on the left of 19"``: the caption up to (without) the first EOT."""
         out = []
-        for t in ids.tolist():
+        for t in self._one_row(ids, "caption_to_text"):
             if t == self.eot:
                 break
             out.append(self.text_token_str(t))
@@ -162,15 +188,19 @@ class Vocabulary:
 
     def image_to_text(self, ids: Int[torch.Tensor, " pos"]) -> str:
         """``"C . . 17 . . 19 . . . ."``."""
-        return " ".join(self.image_token_str(t) for t in ids.tolist())
+        return " ".join(self.image_token_str(t) for t in self._one_row(ids, "image_to_text"))
 
     def caption_tokens_str(self, ids: Int[torch.Tensor, " pos"]) -> list[str]:
         """One string per caption token (for attention plots)."""
-        return [self.text_token_str(t) for t in ids.tolist()]
+        return [self.text_token_str(t) for t in self._one_row(ids, "caption_tokens_str")]
 
     def image_tokens_str(self, ids: Int[torch.Tensor, " pos"]) -> list[str]:
         """One string per image token (for attention plots); CLS is ``"[CLS]"``, background ``"·"``."""
-        return ["[CLS]" if t == self.cls else ("·" if t == 0 else str(t)) for t in ids.tolist()]
+        row = self._one_row(ids, "image_tokens_str")
+        out = [t for t in row if not 0 <= t < self.image_vocab_size]
+        if out:  # shown as a label before
+            raise ValueError(f"image token ids {out} are outside 0..{self.image_vocab_size - 1}")
+        return ["[CLS]" if t == self.cls else ("·" if t == 0 else str(t)) for t in row]
 
     # ---- text -> ids -----------------------------------------------------------------------------------------------
     def text_to_caption(self, text: str) -> Int[torch.Tensor, " 4"]:

@@ -172,6 +172,8 @@ def save_model(
         meta["data_config"] = dc.to_dict()
     tensors = model_tensors(model)
     if dtype is not None:
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:  # int8 stored every weight as 0
+            raise ValueError(f"save_model: dtype must be a floating torch.dtype (e.g. torch.float16), got {dtype!r}")
         for k, v in tensors.items():
             if v.is_floating_point():
                 tensors[k] = v.to(dtype)
@@ -188,7 +190,8 @@ def build_model_from(tensors: dict[str, torch.Tensor], meta: dict[str, Any], sou
         cfg = CLIPConfig.from_dict(meta["model_config"])
     except (ValueError, TypeError) as e:
         raise CheckpointError(f"{source}: invalid model_config: {e}") from None
-    model = CLIP1D(cfg)
+    with torch.random.fork_rng(devices=[]):  # the init weights are overwritten below: the caller's RNG stays
+        model = CLIP1D(cfg)
     state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))

@@ -27,13 +27,13 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import nn
-from transformer_lens import ActivationCache
 from transformer_lens.hook_points import HookPoint
 
 import hooked_clip1d.model.functional as functional
 from hooked_clip1d.model.config import EncoderConfig, TextConfig, VisionConfig, preset
 from hooked_clip1d.model.encoders import HookedTextEncoder, HookedVisionEncoder
-from hooked_clip1d.model.tl_conveniences import checked_hook, hook_pairs, names_filter_list
+from hooked_clip1d.model.tl_conveniences import checked_hook, hook_pairs, names_filter_list, tower_cache
+from hooked_clip1d.settings.checks import is_int, is_real
 
 HEAD_HOOKS = ("hook_image_embed", "hook_text_embed", "hook_image_feat", "hook_text_feat", "hook_logits")
 RETURN_TYPES = ("logits", "loss", None)
@@ -64,6 +64,10 @@ class CLIPConfig:
                 f"vision.n_labels={self.vision.n_labels} != text.n_labels={self.text.n_labels}: "
                 "both towers must share one label vocabulary"
             )
+        for name in ("init_logit_scale", "max_logit_scale"):
+            v = getattr(self, name)
+            if not is_real(v):  # NaN gave NaN logits; "4.6" a string compared later
+                raise ValueError(f"CLIPConfig.{name} must be a finite number (a log inverse temperature), got {v!r}")
 
     @property
     def n_labels(self) -> int:
@@ -86,12 +90,24 @@ class CLIPConfig:
         """Both towers from named presets (``"full"``/``"simplified"``); ``text`` defaults to ``vision``.
 
         Keyword overrides apply to both towers; use ``vision_overrides=`` / ``text_overrides=`` dicts for one.
+        ``init_logit_scale`` / ``max_logit_scale`` set the CLIP head's; ``d_image`` alone sets the vision tower's
+        ``n_ctx`` too (CLS + pixels).
+
+        Example:
+            >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_image=5, init_logit_scale=1.0)
+            >>> cfg.vision.n_ctx, cfg.text.n_ctx, cfg.init_logit_scale
+            (6, 4, 1.0)
         """
-        v_over = shared.pop("vision_overrides", {})
+        v_over = dict(shared.pop("vision_overrides", {}))
         t_over = shared.pop("text_overrides", {})
+        head = {k: shared.pop(k) for k in ("init_logit_scale", "max_logit_scale") if k in shared}  # the CLIP head's
+        given = {**shared, **v_over}
+        if is_int(given.get("d_image")) and "n_ctx" not in given:
+            v_over["n_ctx"] = given["d_image"] + 1  # the vision tower's length follows the image's
         return CLIPConfig(
             vision=preset(vision, VisionConfig, **shared, **v_over),  # type: ignore[arg-type]
             text=preset(text or vision, TextConfig, **shared, **t_over),  # type: ignore[arg-type]
+            **head,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,6 +163,22 @@ class CLIP1D(nn.Module):
             getattr(self, name).name = name
         self.data_config = None  # set by load_model / the trainer: the DataConfig the model was trained on
         self.to(cfg.vision.device)
+
+    @property
+    def cfg(self) -> CLIPConfig:
+        """The CLIP's config; its ``vision`` / ``text`` are the towers' own configs, which a tower's ``set_use_*``
+        flags swap for a modified copy (the CLIP's config then follows, not a stale copy)."""
+        cfg = self.__dict__["_cfg"]
+        towers = self.__dict__.get("_modules", {})
+        v, t = towers.get("vision"), towers.get("text")
+        if v is not None and t is not None and (cfg.vision is not v.cfg or cfg.text is not t.cfg):
+            cfg = dataclasses.replace(cfg, vision=v.cfg, text=t.cfg)
+            self.__dict__["_cfg"] = cfg
+        return cfg
+
+    @cfg.setter
+    def cfg(self, value: CLIPConfig) -> None:
+        self.__dict__["_cfg"] = value
 
     # ---- representations --------------------------------------------------------------------------------------------
     def encode_image(
@@ -325,9 +357,10 @@ class CLIP1D(nn.Module):
     ) -> tuple[torch.Tensor | None, CLIPCache]:
         """Run and cache every activation of both towers and the head (or those ``names_filter`` picks, by the
         names of ``hook_names()``); ``incl_bwd`` also caches gradients (``<name>_grad``) of the scalar output
-        (``return_type="loss"``). Returns ``(output, CLIPCache)``: ``cache.vision`` / ``cache.text`` are each tower's
-        own ``ActivationCache`` (TransformerLens keys, ``cache.vision["pattern", 0]``), ``cache["hook_logits"]`` a
-        head activation, ``cache["vision.hook_pooled"]`` a tower one.
+        (``return_type="loss"``; as in TransformerLens, the backward pass also leaves ``.grad`` on the parameters:
+        ``model.zero_grad(set_to_none=True)`` clears them). Returns ``(output, CLIPCache)``: ``cache.vision`` /
+        ``cache.text`` are each tower's own ``ActivationCache`` (TransformerLens keys, ``cache.vision["pattern", 0]``),
+        ``cache["hook_logits"]`` a head activation, ``cache["vision.hook_pooled"]`` a tower one.
 
         Example:
             >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
@@ -390,10 +423,10 @@ class CLIPCache:
     def __init__(self, model: CLIP1D, store: dict[str, torch.Tensor]):
         self.model = model
         self.store = store
-        self.vision = ActivationCache(
+        self.vision = tower_cache(
             {k.removeprefix("vision."): v for k, v in store.items() if k.startswith("vision.")}, model.vision
         )
-        self.text = ActivationCache(
+        self.text = tower_cache(
             {k.removeprefix("text."): v for k, v in store.items() if k.startswith("text.")}, model.text
         )
 

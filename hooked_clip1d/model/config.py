@@ -32,6 +32,7 @@ import hooked_clip1d.model.functional as functional
 from hooked_clip1d.data.vocab import Vocabulary
 from hooked_clip1d.model.terms import LAYER0_TERMS
 from hooked_clip1d.settings import TowerKnobs, knob, legacy_values
+from hooked_clip1d.settings.checks import is_int
 
 Positional = Literal["learned", "rope", "none"]
 
@@ -161,8 +162,20 @@ class EncoderConfig(TowerKnobs):
             rd = self.rotary_dim_
             if rd % 2 or not 2 <= rd <= self.d_head:
                 raise bad("rotary_dim", f"must be even and in [2, d_head={self.d_head}], got {rd}")
-        if self.d_image < 2:
-            raise bad("d_image", f"must be >= 2 (two objects need two pixels), got {self.d_image}")
+        if not is_int(self.d_image) or self.d_image < 2:
+            raise bad("d_image", f"must be an int >= 2 (two objects need two pixels), got {self.d_image!r}")
+        if self.rotary_dim is not None and not is_int(self.rotary_dim):
+            raise bad("rotary_dim", f"must be an int or None (= d_head), got {self.rotary_dim!r}")
+        if self.act_fn != "gelu":  # the towers run GeLU whatever this says: another name would be a false record
+            raise bad("act_fn", f"must be 'gelu' (the paper's MLP nonlinearity, the only one the towers run), got "
+                      f"{self.act_fn!r}")  # fmt: skip
+        if self.init_seed is not None and not is_int(self.init_seed):
+            raise bad("init_seed", f"must be an int or None (the torch global RNG), got {self.init_seed!r}")
+        if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
+            raise bad("dtype", f"must be a floating torch.dtype (e.g. torch.float32), got {self.dtype!r}")
+        for name in ("attn_only", "use_attn_result", "use_split_qkv_input", "use_attn_in", "use_hook_mlp_in"):
+            if not isinstance(getattr(self, name), bool):  # "no" would be true
+                raise bad(name, f"must be True or False, got {getattr(self, name)!r}")
         if not isinstance(self.init_std, int | float) or isinstance(self.init_std, bool) or not self.init_std > 0:
             raise bad("init_std", f"must be a positive number, got {self.init_std!r}")
         try:
@@ -304,6 +317,11 @@ class VisionConfig(EncoderConfig):
             raise ValueError(
                 f"VisionConfig.n_ctx must be d_image + 1 = {self.d_image + 1} (CLS + pixels), got {self.n_ctx}"
             )
+        if self.attention_dir != "bidirectional":  # the readout is CLS at position 0: causal, it sees only itself
+            raise ValueError(
+                f"VisionConfig.attention_dir must be 'bidirectional' (the readout is CLS at position 0, which under a "
+                f"causal mask sees only itself, not the image), got {self.attention_dir!r}"
+            )
 
     @property
     def d_vocab(self) -> int:
@@ -318,6 +336,14 @@ class TextConfig(EncoderConfig):
     n_ctx: int = 4
 
     tower: str = dataclasses.field(default="text", init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_ctx != 4:
+            raise ValueError(
+                f"TextConfig.n_ctx must be 4 (a caption is 4 tokens), got {self.n_ctx} (CLIPConfig.from_preset applies "
+                "a keyword to both towers: vision_overrides={'n_ctx': ...} sets the vision tower's alone)"
+            )
 
     @property
     def d_vocab(self) -> int:

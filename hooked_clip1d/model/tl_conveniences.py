@@ -41,6 +41,46 @@ from hooked_clip1d.model.tl_compat import HookedRootModule, slice_positions
 from hooked_clip1d.model.tl_compat import remove_batch_dim as _drop_batch
 
 
+class PostLNCache(ActivationCache):
+    """A post-LN tower's ``ActivationCache`` (``ln_position="post"``): each block normalises the residual stream
+    itself, so its components do not add up to the output (``decompose_resid`` summed 1.18 away from it) and there
+    is no final LayerNorm to read them through (``apply_ln=True`` failed with a bare IndexError). Those methods are
+    refused by name; the activations themselves (``cache[name]``, ``accumulated_resid()``, ``stack_head_results()``
+    without ``apply_ln``) are as TransformerLens gives them."""
+
+    def _refuse(self, what: str) -> None:
+        raise ValueError(
+            f"{what}: this tower is post-LN (ln_position='post'): each block's LayerNorm normalises the residual "
+            "stream, so its components do not sum to the output and there is no final LayerNorm to apply; the "
+            "residual decompositions need a pre-LN or LayerNorm-free tower"
+        )
+
+    def decompose_resid(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse("decompose_resid")
+
+    def get_full_resid_decomposition(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse("get_full_resid_decomposition")
+
+    def apply_ln_to_stack(self, *args: Any, **kwargs: Any) -> Any:
+        self._refuse("apply_ln_to_stack")
+
+    def accumulated_resid(self, *args: Any, apply_ln: bool = False, **kwargs: Any) -> Any:
+        if apply_ln:
+            self._refuse("accumulated_resid(apply_ln=True)")
+        return super().accumulated_resid(*args, **kwargs)
+
+    def stack_head_results(self, *args: Any, apply_ln: bool = False, **kwargs: Any) -> Any:
+        if apply_ln:
+            self._refuse("stack_head_results(apply_ln=True)")
+        return super().stack_head_results(*args, **kwargs)
+
+
+def tower_cache(cache_dict: dict[str, torch.Tensor], tower: nn.Module, has_batch_dim: bool = True) -> ActivationCache:
+    """A tower's ``ActivationCache`` (a ``PostLNCache`` for a post-LN tower)."""
+    kind = PostLNCache if tower.cfg.ln_position == "post" else ActivationCache
+    return kind(cache_dict, tower, has_batch_dim=has_batch_dim)
+
+
 def names_filter_list(names_filter: Any, owner: str) -> list[str]:
     """``names_filter`` given as a list (any iterable) of hook names, as a list; anything else is a ``TypeError``
     naming the argument and what it accepts (a bare int once gave "'int' object is not iterable")."""
@@ -322,7 +362,7 @@ class TLConveniences(HookedRootModule):
         else:
             cache_dict = slice_positions(cache_dict, pos_slice)
         if return_cache_object:
-            return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+            return out, tower_cache(cache_dict, self, has_batch_dim=not remove_batch_dim)
         return out, cache_dict
 
     # ---- flags (TL's set_use_* API; the config is frozen, so each call swaps in a modified copy) -------------------
@@ -510,7 +550,10 @@ class TLConveniences(HookedRootModule):
     def accumulated_bias(
         self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True
     ) -> Float[torch.Tensor, " d_model"]:
-        """Sum of the output biases (``b_O``, and ``b_out`` if wanted) added to the residual before ``layer``."""
+        """Sum of the output biases (``b_O``, and ``b_out`` if wanted) added to the residual before ``layer``
+        (``0..n_layers``; ``n_layers``: all of them)."""
+        if isinstance(layer, bool) or not hasattr(layer, "__index__") or not 0 <= layer <= self.cfg.n_layers:
+            raise ValueError(f"accumulated_bias: layer must be an int in 0..{self.cfg.n_layers}, got {layer!r}")
         total = torch.zeros(self.cfg.d_model, device=self.W_E.device, dtype=self.W_E.dtype)
         for i in range(layer):
             total = total + self.blocks[i].attn.b_O
@@ -523,4 +566,4 @@ class TLConveniences(HookedRootModule):
         return total
 
 
-__all__ = ["TLConveniences", "checked_hook", "names_filter_list"]
+__all__ = ["PostLNCache", "TLConveniences", "checked_hook", "names_filter_list", "tower_cache"]

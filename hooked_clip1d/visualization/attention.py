@@ -41,6 +41,7 @@ from matplotlib.figure import Figure
 from hooked_clip1d.files import atomic_write
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.encoders import HookedEncoder
+from hooked_clip1d.model.modes import eval_mode
 
 Tower = Literal["vision", "text"]
 IMAGE_EXAMPLE = "C . 3 . . 5 . . . . ."
@@ -200,12 +201,8 @@ def attention_view(
     hs = _check_heads(enc, heads)
     tokens = _one_input(enc, image_or_caption, index)
     name = f"blocks.{layer}.attn.hook_pattern"
-    was_training = enc.training
-    enc.eval()
-    try:
+    with eval_mode(enc):  # every submodule's mode given back, not only the tower's
         _, cache = enc.run_with_cache(tokens, names_filter=name, return_type=None)
-    finally:
-        enc.train(was_training)
     pattern = cache[name][0, list(hs)].detach().float().cpu()
     return AttentionView(
         tower=_tower_name(enc),

@@ -51,6 +51,7 @@ from matplotlib.lines import Line2D
 from hooked_clip1d.analysis.interventions.terms import attention_terms
 from hooked_clip1d.analysis.mechanism.dynamics import Emergence
 from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.model.modes import eval_mode
 from hooked_clip1d.visualization.attention import attention_view
 from hooked_clip1d.visualization.style import legend_outside, reference_line
 
@@ -62,7 +63,20 @@ def _rows(em: Emergence | Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> li
     rows = em.rows if isinstance(em, Emergence) else em["rows"] if isinstance(em, Mapping) else list(em)
     if not rows:
         raise ValueError("plot_emergence needs at least one checkpoint's row")
+    for i, r in enumerate(rows):  # a missing column drew an empty panel without a word (a None value is a gap)
+        missing = [k for k in ROW_KEYS if k not in r]
+        if missing:
+            raise ValueError(
+                f"plot_emergence: row {i} lacks {missing} (rows of analysis.mechanism.dynamics.emergence or "
+                "trajectory_emergence carry them)"
+            )
     return sorted(rows, key=lambda r: r["epoch"])
+
+
+# what the panels and the check windows read from a row (every emergence row carries them; "exposure" only with a
+# training config, its panel says n/a without)
+ROW_KEYS = ("epoch", "loss", "single", "seen", "unseen", "p_left", "p_right", "ep_std", "ep_spearman")
+ROW_KEYS += ("invariant", "xwx_share", "qk_rank", "checks")
 
 
 def _windows(em: Any, rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
@@ -280,15 +294,12 @@ def plot_checkpoints(
         ax.set_title(f"epoch {epoch}")
         ax.set_ylim(-0.02, 1.02)
         ax = axes[1, j]
-        was = model.vision.training
-        model.vision.eval()
-        try:
-            _, cache = model.vision.run_with_cache(img[None])
-            ep = attention_terms(model.vision, cache, 0).get("EP")
-        except ValueError:
-            ep = None
-        finally:
-            model.vision.train(was)
+        with eval_mode(model.vision):  # every submodule's mode given back, not only the tower's
+            try:
+                _, cache = model.vision.run_with_cache(img[None])
+                ep = attention_terms(model.vision, cache, 0).get("EP")
+            except ValueError:
+                ep = None
         if ep is None:
             ep_ok = False
             ax.text(0.5, 0.5, "n/a (no learned positions)", ha="center", va="center", transform=ax.transAxes)

@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
+from hooked_clip1d.analysis.hooks import check_eval
+from hooked_clip1d.analysis.metrics import check_model
 from hooked_clip1d.model.clip import CLIP1D
 
 
@@ -41,7 +43,9 @@ from hooked_clip1d.model.clip import CLIP1D
 def caption_directions(
     model: CLIP1D, captions: Int[torch.Tensor, "n_captions 4"]
 ) -> Float[torch.Tensor, "n_captions d_vision"]:
-    """The image-side direction of each caption: its projected text embedding, normalised (``t_j``)."""
+    """The image-side direction of each caption: its projected text embedding, normalised (``t_j``). The model must
+    be in eval mode (dropout would make the directions noisy)."""
+    model = check_eval(check_model(model))
     return F.normalize(model.encode_text(captions.to(model.W_proj.device)), dim=-1)
 
 
@@ -71,7 +75,15 @@ def cls_logit_lens(
 ) -> Float[torch.Tensor, "n_layers_plus_1 n_images n_captions"]:
     """``scale * cos`` of the CLS residual after the embeddings and after each block (then the final LN, if any)
     with every caption: entry ``[l]`` is the logit matrix read out after ``l`` blocks. The last entry equals the
-    model's logits; earlier ones are a probe (those layers were not trained to align)."""
+    model's logits; earlier ones are a probe (those layers were not trained to align). A post-LN vision tower
+    (``ln_position="post"``) is refused: its residual stream has no final LayerNorm to read each layer through."""
+    model = check_eval(check_model(model))
+    if model.cfg.vision.ln_position == "post":
+        raise ValueError(
+            "cls_logit_lens: the vision tower is post-LN (ln_position='post'): each block normalises its own output "
+            "and there is no final LayerNorm to read the intermediate residuals through; the lens needs a pre-LN or "
+            "LayerNorm-free tower"
+        )
     images = images.to(model.W_proj.device)
     _, cache = model.vision.run_with_cache(images, names_filter=lambda n: n.endswith(("resid_pre", "resid_post")))
     resid = cache.accumulated_resid(pos_slice=0, apply_ln=model.cfg.vision.normalization_type == "LN")

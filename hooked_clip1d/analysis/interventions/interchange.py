@@ -18,10 +18,10 @@ from jaxtyping import Int
 from hooked_clip1d.analysis.hooks import Hook, check_eval, patch_hook, residual_hook_names, swap_slots_hook
 from hooked_clip1d.analysis.metrics import (
     caption_belief_metric,
+    check_captions_describe,
     check_model,
     check_pair_captions,
     check_pair_images,
-    check_paired,
     shift_fraction,
     swap_captions,
 )
@@ -93,7 +93,7 @@ def text_interchange(
     vocab = text.cfg.vocab
     check_pair_captions(captions, vocab)
     check_pair_images(images)
-    check_paired(images, captions)
+    check_captions_describe(images, captions)  # pairs row by row, each caption naming its image's two labels
     dev = model.W_proj.device
     captions = captions.to(dev)
     metric = caption_belief_metric(model, images)

@@ -30,10 +30,10 @@ from jaxtyping import Bool, Int
 from hooked_clip1d.analysis.hooks import check_eval, knockout_hooks
 from hooked_clip1d.analysis.metrics import (
     caption_belief_metric,
+    check_captions_describe,
     check_model,
     check_pair_captions,
     check_pair_images,
-    check_paired,
     image_belief_metric,
     object_token_positions,
 )
@@ -132,7 +132,7 @@ def knockout_sweep(
     model = check_eval(check_model(model))
     check_pair_images(images)
     check_pair_captions(captions, model.text.cfg.vocab)
-    check_paired(images, captions)
+    check_captions_describe(images, captions)  # pairs row by row, each caption naming its image's two labels
     dev = model.W_proj.device
     images, captions = images.to(dev), captions.to(dev)
     if tower == "vision":

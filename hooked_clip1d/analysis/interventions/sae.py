@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.model.tl_compat import HookedRootModule
-from hooked_clip1d.settings.checks import check_int, check_real
+from hooked_clip1d.settings.checks import check_index, check_int, check_real
 
 SAE_LENS_CFG = "cfg.json"  # SAELens's file names (sae_lens.constants SAE_CFG_FILENAME / SAE_WEIGHTS_FILENAME)
 SAE_LENS_WEIGHTS = "sae_weights.safetensors"
@@ -113,7 +113,9 @@ class SparseAutoencoder(HookedRootModule):
 
     # ---- in the loop ------------------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def spliced(self, model: Any, hook_name: str, error_term: bool = False) -> Iterator[SparseAutoencoder]:
+    def spliced(
+        self, model: Any, hook_name: str, error_term: bool = False, head: int | None = None
+    ) -> Iterator[SparseAutoencoder]:
         """Run ``model`` (a tower, or a ``CLIP1D`` with ``vision.`` / ``text.`` names) with this SAE in the loop at
         ``hook_name``, as SAELens's ``HookedSAETransformer.saes(...)`` does: the activation is replaced by the SAE's
         output, and the SAE's hook points join the model's under the hook's name (``f"{hook_name}.hook_sae_acts_post"``,
@@ -121,8 +123,11 @@ class SparseAutoencoder(HookedRootModule):
         so ``run_with_cache`` caches the features and ``run_with_hooks`` can edit them. With ``error_term`` the output
         is the reconstruction plus the error ``input - reconstruction`` computed without any edit of the features
         (SAELens's ``use_error_term``): the model's outputs are unchanged until a feature is edited. The activation's
-        last dimension is the SAE's input (``hook_z`` over every head: its last two, flattened). On exit the model's
-        hooks and modules are as they were.
+        last dimension is the SAE's input (``hook_z`` over every head: its last two, flattened). A one-head SAE on a
+        per-head hook (``[batch, pos, head, d]``: ``hook_z``, ``hook_q/k/v``, ``hook_result``, the split inputs)
+        replaces that head alone: ``head``, else ``self.metadata["hook_head_index"]`` (SAELens's field, which
+        ``collect_activations(..., head=h)`` rows match); one with neither is refused (it was applied to every head).
+        On exit the model's hooks and modules are as they were.
 
         Example:
             >>> from hooked_clip1d import CLIP1D, CLIPConfig
@@ -145,26 +150,13 @@ class SparseAutoencoder(HookedRootModule):
         if any(k.startswith("hook_sae_") for k in point._modules):
             raise ValueError(f"spliced: an SAE is already spliced at {hook_name!r}")
         mine = {k: m for k, m in self._modules.items() if isinstance(m, HookPoint)}
-        head_z = name.endswith("hook_z") and self.W_enc.shape[0] != point_width(tower, name)
-
-        def splice(module: nn.Module, args: Any, act: torch.Tensor) -> torch.Tensor:
-            shape = act.shape
-            flat = act.reshape(-1, shape[-2] * shape[-1]) if head_z else act.reshape(-1, shape[-1])
-            if flat.shape[-1] != self.W_enc.shape[0]:
-                raise ValueError(
-                    f"spliced at {hook_name!r}: the activation {list(shape)} gives rows of width {flat.shape[-1]}, the "
-                    f"SAE takes d_in={self.W_enc.shape[0]}"
-                )
-            x = self.hook_sae_input(flat.float())
-            recons = self.decode(self.encode(x))
-            out = recons
-            if error_term:
-                with torch.no_grad(), _quiet(self):  # the error of the unedited SAE: no hook sees this pass
-                    clean = self.decode(self.encode(x))
-                out = recons + self.hook_sae_error(x - clean)
-            out = self.hook_sae_output(out)
-            return out.reshape(shape).to(act.dtype)
-
+        if head is None:
+            head = self.metadata.get("hook_head_index")
+        if head is not None:
+            head = check_index(head, tower.cfg.n_heads, "spliced: head")
+            if name.endswith(("hook_pattern", "hook_attn_scores")):
+                raise ValueError(f"spliced: head= splices one head of a [batch, pos, head, d] hook, not {hook_name!r}")
+        splice = self._splice_hook(tower, name, hook_name, head, error_term)
         for k, m in mine.items():  # SAELens's layout: the SAE's hook points named under the hook's own name
             point.add_module(k, m)
         handle = point.register_forward_hook(splice)
@@ -177,6 +169,49 @@ class SparseAutoencoder(HookedRootModule):
                 del point._modules[k]
             tower.setup()
             self.setup()  # the hook points' own names again
+
+    def _splice_hook(self, tower: Any, name: str, hook_name: str, head: int | None, error_term: bool) -> Callable:
+        """The forward hook of ``spliced`` at ``tower``'s hook ``name`` (``hook_name`` as the caller gave it): the
+        activation (or its head ``head``) replaced by the SAE's output."""
+        d_in = self.W_enc.shape[0]
+        head_z = head is None and name.endswith("hook_z") and d_in != point_width(tower, name)
+
+        def splice(module: nn.Module, args: Any, act: torch.Tensor) -> torch.Tensor:
+            if head is not None:
+                if act.ndim != 4:
+                    raise ValueError(
+                        f"spliced at {hook_name!r} with head={head}: the activation {list(act.shape)} has no head axis"
+                    )
+                new = act.clone()
+                new[:, :, head] = one(act[:, :, head])
+                return new
+            per_head = act.ndim == 4 and not name.endswith(("hook_pattern", "hook_attn_scores"))
+            if per_head and act.shape[-1] == d_in and act.shape[-2] > 1:
+                raise ValueError(
+                    f"spliced at {hook_name!r}: a one-head SAE (d_in={d_in}) on a hook that holds every head would "
+                    "replace each head with it: give head=h (or sae.metadata['hook_head_index'])"
+                )
+            return one(act)
+
+        def one(act: torch.Tensor) -> torch.Tensor:
+            shape = act.shape
+            flat = act.reshape(-1, shape[-2] * shape[-1]) if head_z else act.reshape(-1, shape[-1])
+            if flat.shape[-1] != d_in:
+                raise ValueError(
+                    f"spliced at {hook_name!r}: the activation {list(shape)} gives rows of width {flat.shape[-1]}, the "
+                    f"SAE takes d_in={d_in}"
+                )
+            x = self.hook_sae_input(flat.float())
+            recons = self.decode(self.encode(x))
+            out = recons
+            if error_term:
+                with torch.no_grad(), _quiet(self):  # the error of the unedited SAE: no hook sees this pass
+                    clean = self.decode(self.encode(x))
+                out = recons + self.hook_sae_error(x - clean)
+            out = self.hook_sae_output(out)
+            return out.reshape(shape).to(act.dtype)
+
+        return splice
 
     # ---- SAELens's format -------------------------------------------------------------------------------------------
     def sae_lens_config(self, **metadata: Any) -> dict[str, Any]:

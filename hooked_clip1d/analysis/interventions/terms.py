@@ -147,7 +147,7 @@ def _validate(
                 "by rotating q and k), so only E, B and R terms can be ablated"
             )
     if heads is not None:
-        check_indices(heads, cfg.n_heads, "heads")
+        check_indices(heads, cfg.n_heads, "heads", empty_ok=False)
     return terms
 
 

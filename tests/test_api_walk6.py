@@ -1,0 +1,290 @@
+"""A sixth walk through the public API (session 33: the data, the model and its caches, SAEs, the interventions and
+the figures): each case below computed something other than what was asked without a word, left the caller's state
+changed, or failed with a bare error; now it is refused by name, or left alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import REFUSAL_SNIPPET
+
+from hooked_clip1d import CLIP1D, CLIPConfig, load_model
+from hooked_clip1d.model.config import TextConfig, VisionConfig
+
+TINY = dict(n_labels=6, d_model=16, d_head=4, n_heads=2)
+IMAGE = "C . . 1 . . 3 . . . ."
+
+
+def tiny(preset: str = "simplified", **kw: object) -> CLIP1D:
+    return CLIP1D(CLIPConfig.from_preset(preset, **{**TINY, **kw}), seed=0).eval()
+
+
+# ---- configs ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        (dict(attention_dir="causal"), r"VisionConfig.attention_dir must be 'bidirectional'"),  # CLS saw only itself
+        (dict(init_logit_scale=math.nan), r"init_logit_scale must be a finite number"),  # NaN logits
+        (dict(n_ctx=6), r"n_ctx must be d_image \+ 1"),
+    ],
+)
+def test_configs_refuse_what_the_model_would_not_run_as_recorded(kw, match):
+    with pytest.raises(ValueError, match=match):
+        CLIPConfig.from_preset("simplified", n_labels=6, **kw)
+
+
+def test_from_preset_routes_the_heads_fields_and_sizes_the_image():
+    """``init_logit_scale`` gave a bare TypeError from VisionConfig; ``d_image=5`` alone failed on n_ctx, and the
+    advice (``n_ctx=6``) then also set the text tower's, which a 4-token caption could not fill."""
+    cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_image=5, init_logit_scale=1.0)
+    assert (cfg.vision.n_ctx, cfg.text.n_ctx, cfg.init_logit_scale) == (6, 4, 1.0)
+    with pytest.raises(ValueError, match=r"TextConfig.n_ctx must be 4 .*vision_overrides"):
+        TextConfig(n_labels=6, n_ctx=6)
+    assert VisionConfig(n_labels=6, d_image=5, n_ctx=6).n_ctx == 6
+
+
+def test_the_clips_config_follows_a_towers_flags():
+    """``m.vision.set_use_attn_result(True)`` changed the tower's config; ``m.cfg.vision`` kept the old one."""
+    m = tiny()
+    m.vision.set_use_attn_result(True)
+    assert m.cfg.vision.use_attn_result and m.cfg.vision is m.vision.cfg
+    assert m.cfg.text is m.text.cfg and m.cfg == dataclasses.replace(tiny().cfg, vision=m.vision.cfg)
+
+
+# ---- model files -----------------------------------------------------------------------------------------------------
+def test_save_model_refuses_an_integer_dtype_and_loading_keeps_the_callers_rng(tmp_path):
+    """``dtype=torch.int8`` saved every weight as 0 (only finiteness was checked); ``load_model_file`` drew the
+    throw-away init weights from the caller's global RNG."""
+    from hooked_clip1d.model.checkpoint import load_model_file, save_model
+
+    m = CLIP1D(CLIPConfig.from_preset("simplified", **TINY))  # no seed: its init reads the global RNG
+    with pytest.raises(ValueError, match="dtype must be a floating torch.dtype"):
+        save_model(m, tmp_path / "m.safetensors", dtype=torch.int8)
+    save_model(m, tmp_path / "m.safetensors")
+    torch.manual_seed(0)
+    state = torch.get_rng_state()
+    loaded = load_model_file(tmp_path / "m.safetensors")
+    assert torch.equal(state, torch.get_rng_state())
+    assert torch.equal(loaded.vision.W_E, m.vision.W_E)
+
+
+# ---- caches ----------------------------------------------------------------------------------------------------------
+def test_a_post_ln_towers_decompositions_are_refused_by_name():
+    """On a post-LN tower ``decompose_resid``'s components summed 1.18 away from the output without a word, and
+    ``apply_ln=True`` / ``cls_logit_lens`` failed with a bare IndexError (no ln_final)."""
+    from hooked_clip1d.analysis.interventions.captions import cls_logit_lens
+
+    m = tiny("full", d_mlp=16, n_layers=2, ln_position="post")
+    img = m.vision.to_tokens([IMAGE])
+    _, cache = m.vision.run_with_cache(img)
+    for call in (
+        lambda: cache.decompose_resid(pos_slice=0),
+        lambda: cache.accumulated_resid(apply_ln=True),
+        lambda: cache.stack_head_results(apply_ln=True),
+        lambda: cache.get_full_resid_decomposition(),
+    ):
+        with pytest.raises(ValueError, match="post-LN"):
+            call()
+    assert cache.accumulated_resid().shape[0] == 3 and cache.stack_head_results().shape[0] == 4  # the activations
+    _, both = m.run_with_cache(img, m.text.to_tokens(["1 is on the left of 3"]))
+    with pytest.raises(ValueError, match="post-LN"):
+        both.vision.decompose_resid(pos_slice=0)
+    with pytest.raises(ValueError, match="post-LN"):
+        cls_logit_lens(m, img, m.text.to_tokens(["1 is on the left of 3"]))
+    # a pre-LN tower's decomposition still adds up
+    pre = tiny("full", d_mlp=16, n_layers=2)
+    out, c = pre.vision.run_with_cache(img)
+    assert torch.allclose(pre.vision.ln_final(c.decompose_resid(pos_slice=0).sum(0)), out, atol=1e-4)
+
+
+def test_accumulated_bias_refuses_a_layer_outside_the_tower():
+    m = tiny("full", d_mlp=16, n_layers=2)
+    assert m.vision.accumulated_bias(2).shape == (16,)  # all layers
+    for layer in (3, -1):  # a bare IndexError; zeros
+        with pytest.raises(ValueError, match=r"layer must be an int in 0..2"):
+            m.vision.accumulated_bias(layer)
+
+
+# ---- interventions ---------------------------------------------------------------------------------------------------
+def test_interventions_refuse_captions_of_another_image_and_a_model_in_training_mode():
+    """``knockout_sweep`` / ``text_interchange`` scored captions naming labels the image does not hold;
+    ``cls_logit_lens`` / ``caption_directions`` ran with dropout on (two calls, two answers)."""
+    from hooked_clip1d.analysis.interventions.captions import caption_directions, cls_logit_lens
+    from hooked_clip1d.analysis.interventions.interchange import text_interchange
+    from hooked_clip1d.analysis.interventions.knockout import knockout_sweep
+
+    m = load_model("simplified-ntot20-n2-10")
+    img = m.vision.to_tokens(["C . . 17 . . 19 . . . ."])
+    wrong = m.text.to_tokens(["3 is on the left of 5"])
+    for fn in (knockout_sweep, text_interchange):
+        with pytest.raises(ValueError, match=r"the caption names labels \[3, 5\], the image holds \[17, 19\]"):
+            fn(m, img, wrong)
+    train_mode = tiny().train()
+    caps = train_mode.text.to_tokens(["1 is on the left of 3", "3 is on the left of 1"])
+    for call in (
+        lambda: cls_logit_lens(train_mode, train_mode.vision.to_tokens([IMAGE]), caps),
+        lambda: caption_directions(train_mode, caps),
+    ):
+        with pytest.raises(ValueError, match="training mode"):
+            call()
+
+
+def test_an_empty_head_or_layer_list_is_refused_not_read_as_nothing_to_ablate():
+    """``heads=[]`` (or ``layers=[]``) ablated nothing: ``knockout_sweep`` reported every edge set "retained 1.0"."""
+    from hooked_clip1d.analysis.hooks import knockout_hooks, mean_ablation_hooks, resample_ablation_hooks
+    from hooked_clip1d.analysis.interventions.knockout import knockout_sweep
+    from hooked_clip1d.analysis.interventions.terms import ablate_terms
+
+    m = tiny()
+    img, cap = m.vision.to_tokens([IMAGE]), m.text.to_tokens(["1 is on the left of 3"])
+    for call in (
+        lambda: knockout_sweep(m, img, cap, heads=[]),
+        lambda: knockout_sweep(m, img, cap, layers=[]),
+        lambda: knockout_hooks(m.vision, [(0, 1)], heads=[]),
+        lambda: ablate_terms(m.vision, ["EP"], heads=[]),
+        lambda: mean_ablation_hooks(m.vision, ["blocks.0.attn.hook_z"], img, heads=[]),
+        lambda: resample_ablation_hooks(m.vision, ["blocks.0.attn.hook_z"], img, n=1, heads=[]),
+    ):
+        with pytest.raises(ValueError, match="is empty: nothing would change; pass None for all"):
+            call()
+
+
+def test_a_one_head_sae_splices_its_own_head_only():
+    """A head-2 SAE on ``hook_z`` replaced all four heads (its ``hook_head_index`` ignored)."""
+    from hooked_clip1d.analysis.interventions.sae import collect_activations, train_sae
+
+    m = load_model("simplified-ntot20-n2-10")
+    img = m.vision.to_tokens(["C . . 17 . . 19 . . . .", "C 3 . . . . . . . 1 ."])
+    sae, _ = train_sae(collect_activations(m.vision, "blocks.0.attn.hook_z", img, head=2), d_sae=8, k=2, steps=5)
+    name = "blocks.0.attn.hook_z"
+    _, clean = m.vision.run_with_cache(img, names_filter=name)
+    with pytest.raises(ValueError, match=r"a one-head SAE \(d_in=32\) .*give head=h"), sae.spliced(m.vision, name):
+        m.vision(img)
+
+    def changed(**kw: object) -> list[int]:
+        with sae.spliced(m.vision, name, **kw):
+            _, c = m.vision.run_with_cache(img, names_filter=name)
+        return [h for h in range(4) if not torch.allclose(clean[name][:, :, h], c[name][:, :, h])]
+
+    assert changed(head=2) == [2]
+    sae.metadata.update(hook_name=name, hook_head_index=2)
+    assert changed() == [2]
+    assert changed(error_term=True) == []  # the error term restores the unedited head
+    with pytest.raises(ValueError, match=r"spliced: head must be in 0..3, got 4"):
+        changed(head=4)
+
+
+# ---- data ------------------------------------------------------------------------------------------------------------
+def test_the_vocabulary_reads_numpy_and_tensor_labels_and_refuses_floats():
+    """``single_caption(np.int64(3))`` was refused as "outside 1..20"; ``text_token_str(2.7)`` gave '2'; an
+    out-of-range image id was shown as a label."""
+    from hooked_clip1d.data.vocab import Vocabulary
+
+    v = Vocabulary(20)
+    with pytest.raises(ValueError, match=r"image token ids \[99\] are outside"):
+        v.image_tokens_str(torch.tensor([0, 99]))
+    # the type-level cases (numpy and tensor labels, floats): test_what_the_type_checkers_refuse_...
+
+
+def test_epoch_permutations_refuse_bad_sizes_and_name_a_dropped_epoch():
+    from hooked_clip1d.data import EpochPermutations
+
+    with pytest.raises(ValueError, match="bs must be an int >= 1, got 0"):  # ZeroDivisionError
+        EpochPermutations(10, 0, 0)
+    with pytest.raises(ValueError, match="bs must be an int >= 1, got -5"):  # spe = -2, silently
+        EpochPermutations(10, -5, 0)
+    order = EpochPermutations(10, 4, 0)
+    order.perm(3)
+    order.forget_before(2)
+    with pytest.raises(KeyError, match="epoch 0's permutation is no longer kept"):
+        order.perm(0)
+    with pytest.raises(KeyError, match="epoch must be an int >= 0, got -1"):
+        order.perm(-1)
+    with pytest.raises(KeyError, match="not drawn yet"):
+        order.state_before(7)
+    assert sorted(order.perm(5).tolist()) == list(range(10))
+
+
+# ---- figures ---------------------------------------------------------------------------------------------------------
+def test_attention_view_gives_every_submodules_mode_back():
+    """Only the tower's own mode was restored: a block the caller had in train mode came back in eval mode."""
+    from hooked_clip1d.visualization.attention import attention_view
+
+    m = tiny()
+    m.vision.blocks[0].train()
+    before = [x.training for x in m.modules()]
+    attention_view(m, IMAGE)
+    assert [x.training for x in m.modules()] == before
+
+
+def test_plot_emergence_refuses_rows_without_its_columns():
+    """Rows without ``checks`` gave a bare KeyError; rows without the panels' columns drew empty panels."""
+    from hooked_clip1d.pretrained import trajectory_emergence
+    from hooked_clip1d.visualization.dynamics import plot_emergence
+
+    rows = [dict(r) for r in trajectory_emergence("simplified-ntot20-n2-10").rows[:3]]
+    del rows[1]["p_left"]
+    with pytest.raises(ValueError, match=r"row 1 lacks \['p_left'\]"):
+        plot_emergence(rows)
+
+
+PLAIN = (
+    """
+import numpy as np
+import torch
+from hooked_clip1d import CLIP1D, CLIPConfig
+from hooked_clip1d.analysis.hooks import knockout_hooks
+from hooked_clip1d.data.vocab import Vocabulary
+"""
+    + REFUSAL_SNIPPET
+    + """
+v = Vocabulary(20)
+print(refusal(lambda: v.caption_to_text(torch.tensor([[3, 21, 22, 25]]))))
+print(refusal(lambda: v.image_to_text(torch.tensor([[7, 0, 3]]))))
+print(v.caption_to_text(torch.tensor([3, 21, 22, 25])))
+want = v.single_caption(3)
+print(torch.equal(v.single_caption(np.int64(3)), want), torch.equal(v.single_caption(torch.tensor(3)), want))
+print(refusal(lambda: v.single_caption(3.0)))
+print(refusal(lambda: v.single_caption(True)))
+print(refusal(lambda: v.text_token_str(2.7)))
+for kw in (dict(act_fn="relu"), dict(max_logit_scale="4.6"), dict(dtype="float32"), dict(init_seed=1.5),
+           dict(d_image=10.0), dict(positional="rope", rotary_dim=4.0), dict(use_attn_result="no")):
+    print(refusal(lambda: CLIPConfig.from_preset("simplified", n_labels=6, **kw)))
+m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2), seed=0).eval()
+print(refusal(lambda: knockout_hooks(m.vision, [(0, 1)], layers=[0.5])))
+"""
+)
+
+
+def test_what_the_type_checkers_refuse_is_refused_without_them_too():
+    """Run in a plain interpreter (the tests' jaxtyping + beartype refuse these calls before the package's own
+    checks): a batch of captions gave a bare ``TypeError: int() argument ... 'list'``; numpy / tensor labels were
+    refused as out of range and floats truncated; config fields of the wrong type were accepted."""
+    out = subprocess.run([sys.executable, "-c", PLAIN], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == "ValueError: caption_to_text takes one row of ids [pos], got shape [1, 4] (loop over a batch)"
+    assert out[1].startswith("ValueError: image_to_text takes one row of ids [pos], got shape [1, 3]")
+    assert out[2] == "3 is in the image"
+    assert out[3] == "True True"  # numpy / tensor labels were refused as "outside 1..20"
+    assert out[4] == "ValueError: a label must be an int in 1..20, got 3.0"
+    assert out[5] == "ValueError: a label must be an int in 1..20, got True"
+    assert out[6] == "ValueError: a caption token id must be an int, got 2.7"  # gave '2'
+    for line, match in zip(
+        out[7:14],
+        (
+            "act_fn: must be 'gelu'",  # the towers ran GeLU and recorded relu
+            "max_logit_scale must be a finite number",
+            "dtype: must be a floating torch.dtype",  # failed deep in torch.randn
+            "init_seed: must be an int or None",  # a bare RuntimeError from manual_seed
+            "d_image: must be an int >= 2",
+            "rotary_dim: must be an int or None",
+            "use_attn_result: must be True or False",  # "no" counted as on
+        ),
+        strict=True,
+    ):
+        assert line.startswith("ValueError: ") and match in line, line
+    assert out[14].startswith("TypeError: layers must be ints")  # int() read 0.5 as layer 0
