@@ -8,6 +8,10 @@ For each image the candidates are *all* captions of the training and validation 
 - ``label_set`` (two-object images only): the most similar caption is a two-object caption about the same two
   labels, in either order or relation (XLY or YLX, and XRY or YRX in ``left_right`` mode) (App. G).
 
+A tie at the top is a miss: a caption that ties with the true one(s) is as similar, so the image did not pick it
+(an image whose embedding is 0, e.g. under a hook that zeroes it, ties every caption and scores 0, not the share of
+images whose true caption happens to come first in the table).
+
 Hooks passed as ``vision_hooks`` / ``text_hooks`` stay on while embedding, so ablations evaluate in one call.
 
 Example:
@@ -36,7 +40,9 @@ Hooks = Sequence[tuple[str | Callable, Callable]]
 
 @torch.no_grad()
 def embed_captions(model: CLIP1D, dataset: Dataset, text_hooks: Hooks = ()) -> Float[torch.Tensor, "n_captions d"]:
-    """Projected text representations of the caption table."""
+    """Projected text representations of the caption table (the model in eval mode: dropout would draw the global
+    RNG and change them)."""
+    check_eval_mode(model, "embed_captions")
     caps = dataset.captions.to(model.W_proj.device)
     with model.text.hooks(fwd_hooks=list(text_hooks)):
         return model.encode_text(caps)
@@ -46,7 +52,8 @@ def embed_captions(model: CLIP1D, dataset: Dataset, text_hooks: Hooks = ()) -> F
 def embed_images(
     model: CLIP1D, dataset: Dataset, split: str, vision_hooks: Hooks = ()
 ) -> Float[torch.Tensor, "n_images d"]:
-    """Image representations of one split, with ``vision_hooks`` on."""
+    """Image representations of one split, with ``vision_hooks`` on (the model in eval mode)."""
+    check_eval_mode(model, "embed_images")
     images = dataset.splits[split].images.to(model.W_proj.device)
     with model.vision.hooks(fwd_hooks=list(vision_hooks)):
         return model.encode_image(images)
@@ -59,6 +66,17 @@ def similarity_matrix(
     """Cosine similarity of every image of ``split`` with every caption of the table (Fig. 3 right)."""
     text_emb = embed_captions(model, dataset, text_hooks)
     return CLIP1D.cosine(embed_images(model, dataset, split, vision_hooks), text_emb)
+
+
+def check_eval_mode(model: CLIP1D, what: str) -> None:
+    """A ``ValueError`` naming the submodules in train mode, if any (dropout would add noise and draw the global
+    RNG)."""
+    in_train = [n or "model" for n, m in model.named_modules() if m.training]
+    if in_train:
+        raise ValueError(
+            f"{what} needs the model in eval mode (call model.eval()); in train mode: {in_train[:3]} (dropout would "
+            "add noise)"
+        )
 
 
 def caption_label_sets(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,19 +97,31 @@ def _fraction(hits: torch.Tensor) -> float:
 def retrieval_metrics(
     sim: Float[torch.Tensor, "n_images n_captions"], dataset: Dataset, split: str
 ) -> dict[str, float | int | None]:
-    """Metrics of one split from its similarity matrix (see the module docstring)."""
+    """Metrics of one split from its similarity matrix ``[len(split), len(dataset.captions)]`` (see the module
+    docstring; a tie at the top is a miss)."""
+    if split not in dataset.splits:
+        raise ValueError(f"unknown split {split!r}; known: {list(dataset.splits)}")
     s = dataset.splits[split]
+    want = (len(s), len(dataset.captions))
+    if sim.ndim != 2 or tuple(sim.shape) != want:  # 7 columns scored 0 without a word
+        raise ValueError(
+            f"retrieval_metrics: sim must be [images of {split!r}, captions of the table] = {list(want)}, got "
+            f"{list(sim.shape)}"
+        )
     targets = s.targets.to(sim.device)
     n_true = (targets >= 0).sum(-1)  # 1 or 2
-    top2 = sim.topk(min(2, sim.shape[1]), dim=-1).indices  # [n, 2]
-    top1 = top2[:, 0]
     t0, t1 = targets[:, 0], targets[:, 1]
-    relaxed = (top1 == t0) | (top1 == t1)
-    if top2.shape[1] == 2:
-        both = ((top2[:, 0] == t0) & (top2[:, 1] == t1)) | ((top2[:, 0] == t1) & (top2[:, 1] == t0))
-    else:
-        both = torch.zeros_like(relaxed)
-    hit = torch.where(n_true == 1, top1 == t0, both)
+    rows = torch.arange(len(s), device=sim.device)
+    is_true = torch.zeros(sim.shape, dtype=torch.bool, device=sim.device)
+    is_true[rows, t0] = True
+    is_true[rows[t1 >= 0], t1[t1 >= 0]] = True
+    top = sim.max(-1, keepdim=True).values
+    at_top = sim == top  # every caption as similar as the best: ties included
+    relaxed = ~(at_top & ~is_true).any(-1)  # only true captions at the top
+    others_best = sim.masked_fill(is_true, float("-inf")).max(-1).values
+    true_worst = sim.masked_fill(~is_true, float("inf")).min(-1).values
+    both = true_worst > others_best  # the true captions strictly above every other one: the top 2
+    hit = torch.where(n_true == 1, relaxed, both)  # one true caption: alone at the top
     out: dict[str, float | int | None] = {
         "n": len(s),
         "acc": _fraction(hit),
@@ -103,7 +133,8 @@ def retrieval_metrics(
         cap_pair, cap_set = cap_pair.to(sim.device), cap_set.to(sim.device)
         objs = s.objects.to(sim.device)
         img_set = torch.stack([objs.min(-1).values, objs.max(-1).values], -1)
-        ok = cap_pair[top1] & (cap_set[top1] == img_set).all(-1)
+        good = cap_pair[None, :] & (cap_set[None, :, :] == img_set[:, None, :]).all(-1)  # [n, captions]
+        ok = ~(at_top & ~good).any(-1)  # every caption at the top is about the image's two labels
         out["label_set"] = _fraction(ok[pair])
     else:
         out["label_set"] = None
@@ -122,11 +153,11 @@ def evaluate(
 
     The model should be in eval mode (dropout off); this is checked.
     """
-    in_train = [n or "model" for n, m in model.named_modules() if m.training]
-    if in_train:
+    check_eval_mode(model, "evaluate()")
+    if isinstance(splits, str) or not list(splits):  # a string was read letter by letter; [] returned {}
         raise ValueError(
-            f"evaluate() needs the model in eval mode (call model.eval()); in train mode: {in_train[:3]}"
-            " (dropout would add noise)"
+            f"evaluate: splits must be a non-empty list of split names, e.g. [{splits!r}], got {splits!r}; known: "
+            f"{list(dataset.splits)}"
         )
     unknown = [s for s in splits if s not in dataset.splits]
     if unknown:

@@ -1,6 +1,7 @@
-"""A sixth walk through the public API (session 33: the data, the model and its caches, SAEs, the interventions and
-the figures): each case below computed something other than what was asked without a word, left the caller's state
-changed, or failed with a bare error; now it is refused by name, or left alone."""
+"""A sixth and a seventh walk through the public API (session 33: the data, the model and its caches, SAEs, the
+interventions and the figures; then the mechanism analyses, evaluation and the command line): each case below
+computed something other than what was asked without a word, left the caller's state changed, or failed with a bare
+error; now it is computed as documented, refused by name, or left alone."""
 
 from __future__ import annotations
 
@@ -233,6 +234,174 @@ def test_plot_emergence_refuses_rows_without_its_columns():
         plot_emergence(rows)
 
 
+# ---- the seventh walk: mechanism analyses, evaluation, the command line ----------------------------------------------
+ABLATE_EP = "ablate-ep-ntot20-n2-10-init002"  # trained with EP removed from every forward pass
+
+
+def test_the_mechanism_reads_leave_out_the_terms_a_model_removes_itself():
+    """On a model whose forward removes EP, the CLS key-position reads kept EP: the invariant ablation scored 1.0
+    (the model's real key-position part removed: 0.52), Δlabel + Δp.e. and T + Π missed the scores by 9.96."""
+    from hooked_clip1d import build_dataset, evaluate
+    from hooked_clip1d.analysis.mechanism.heads import label_pe_deltas
+    from hooked_clip1d.analysis.mechanism.report import ablate_cls_key_position, cls_label_pe_deltas
+    from hooked_clip1d.analysis.mechanism.rope import consistency_condition
+
+    m = load_model(ABLATE_EP)
+    ds = build_dataset(m.data_config)
+    split = ds.splits["val_unseen"]
+    acc = evaluate(m, ds, ["val_unseen"], vision_hooks=ablate_cls_key_position(m.vision))["val_unseen"]["acc"]
+    assert acc < 0.6  # 0.52: the key-position part it computes carries the side
+    d = cls_label_pe_deltas(m.vision, split)
+    assert torch.allclose(d["delta_label"] + d["delta_pe"], d["delta_score"], atol=1e-4)
+    cc = consistency_condition(m.vision, split)
+    assert torch.allclose(cc["T"] + cc["Pi"], cc["score_diff"], atol=1e-4)
+    assert float(label_pe_deltas(m.vision, split)["delta_pe"].abs().max()) == 0.0  # EP removed: it adds nothing
+
+
+def test_invariance_audit_measures_only_moves_that_preserve_the_outputs():
+    """On the EP-ablated model four moves change the logits (by up to 0.14 of the largest); they were measured and
+    their accuracy (0.96) read as a non-invariance."""
+    from hooked_clip1d.analysis.mechanism.reparametrize import REPARAMETRISATIONS, invariance_audit
+
+    audit = invariance_audit(load_model(ABLATE_EP), lambda x: 0)
+    assert set(audit["not output-preserving"]) == {"cls into W_E", "cls into W_pos", "b_Q folded into W_Q",
+                                                   "embedding shift"}  # fmt: skip
+    assert set(audit) == {"as trained", "W_Q x 3, W_K / 3", "not output-preserving"}
+    tiny_audit = invariance_audit(tiny(), lambda x: 0)
+    assert set(tiny_audit) == {"as trained", *REPARAMETRISATIONS}
+
+
+def test_fixed_batch_loss_scores_the_objective_asked_for():
+    """The emergence rows' loss is the standard CLIP loss (all negatives) whatever the run trained with; it was
+    plotted as "training loss" for a run trained with distinct negatives (its own objective: ~0)."""
+    from hooked_clip1d import build_dataset
+    from hooked_clip1d.analysis.mechanism.dynamics import fixed_batch_loss
+
+    m = load_model("simplified-ntot20-n2-10")
+    assert m.manifest["train_config"]["negatives"] == "distinct"
+    ds = build_dataset(m.data_config)
+    assert fixed_batch_loss(m, ds) > 0.1 > fixed_batch_loss(m, ds, negatives="distinct")
+
+
+def test_analyze_attention_shows_the_images_own_caption(tmp_path):
+    """The default caption was the table's last ('20 is on the left of 19') beside the image 'C 16 . . 17 ...'."""
+    from hooked_clip1d.cli.analyze import run_analysis
+
+    r = run_analysis("attention", "simplified-ntot20-n2-10", out_dir=tmp_path)
+    labels = [t for t in r["data"]["vision_L0"]["tokens"] if t.isdigit()]
+    assert r["data"]["text_L0"]["tokens"] == [labels[0], "is on the left of", labels[1], "<eot>"]
+    r = run_analysis("attention", "simplified-ntot20-n2-10", out_dir=tmp_path / "b", image="C . 3 . . . . . 5 . .")
+    assert r["data"]["text_L0"]["tokens"] == ["3", "is on the left of", "5", "<eot>"]
+
+
+def test_cli_options_refuse_a_fractional_layer(tmp_path, capsys):
+    """``-o layer=0.9`` analysed layer 0 and recorded the option as 0.9."""
+    from hooked_clip1d.cli import main
+
+    assert main(["analyze", "decompose", "-o", "layer=0.9", "--out", str(tmp_path)]) != 0
+    assert "option layer must be an int >= 0, got 0.9" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # --json --markdown printed markdown
+        main(["list", "--json", "--markdown"])
+
+
+def test_analyses_keep_every_submodules_mode_and_refuse_training_mode():
+    """``caption_split`` gave one mode back to every submodule; ``embed_images`` / ``similarity_matrix`` and RoPE's
+    ``bias_gradient`` ran with dropout on (the global RNG drawn; two calls, two answers)."""
+    from hooked_clip1d import DataConfig, build_dataset
+    from hooked_clip1d.analysis.mechanism.dissolution import caption_split
+    from hooked_clip1d.analysis.mechanism.rope import bias_gradient, rho_profile
+    from hooked_clip1d.evaluation import embed_captions, embed_images, similarity_matrix
+
+    m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=8, d_model=16, d_head=4), seed=0).eval()
+    ds = build_dataset(DataConfig(n_labels=8, n_heldout=3, n2=3))
+    m.vision.train()
+    before = [x.training for x in m.modules()]
+    caption_split(m, ds, seed=0, epoch=0, batch_size=16)
+    assert [x.training for x in m.modules()] == before
+    for call in (
+        lambda: embed_images(m, ds, "val_unseen"),
+        lambda: similarity_matrix(m, ds, "val_unseen"),
+    ):
+        with pytest.raises(ValueError, match="needs the model in eval mode"):
+            call()
+    m.eval()
+    embed_captions(m, ds)
+    rope = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2,
+                                         vision_overrides={"positional": "rope"}), seed=0)  # fmt: skip
+    for call in (lambda: bias_gradient(rope.vision), lambda: rho_profile(rope.vision, [1, 2, 3])):
+        with pytest.raises(ValueError, match="training mode"):
+            call()
+
+
+def test_retrieval_refuses_a_matrix_of_another_shape_and_counts_a_tie_at_the_top_as_a_miss():
+    """A 7-column matrix scored 0 without a word; zeroing the image embedding tied every caption and the table's
+    first caption "won" (val_single accuracy 0.05)."""
+    from hooked_clip1d import build_dataset, evaluate
+    from hooked_clip1d.evaluation import retrieval_metrics
+
+    m = load_model("simplified-ntot20-n2-10")
+    ds = build_dataset(m.data_config)
+    for sim in (torch.rand(100, 7), torch.rand(30, len(ds.captions))):
+        with pytest.raises(ValueError, match=r"sim must be \[images of 'val_unseen', captions of the table\]"):
+            retrieval_metrics(sim, ds, "val_unseen")
+    zero = [("hook_pooled", lambda act, hook: act * 0)]
+    res = evaluate(m, ds, ["val_single", "val_unseen"], vision_hooks=zero)
+    assert res["val_single"]["acc"] == 0.0 and res["val_unseen"]["acc"] == 0.0
+    assert res["val_unseen"]["label_set"] == 0.0 and res["val_unseen"]["relaxed"] == 0.0
+    assert evaluate(m, ds, ["val_unseen"])["val_unseen"] == m.manifest["metrics"]["val_unseen"] | {"n": 100}
+    for splits in ("val_unseen", []):  # a string read letter by letter; [] returned {}
+        with pytest.raises(ValueError, match="splits must be a non-empty list of split names"):
+            evaluate(m, ds, splits)
+
+
+def test_beliefs_and_steering_refuse_images_and_captions_that_do_not_go_together():
+    """``image_belief`` scored one-object, empty and three-object images; ``steer_vision`` / ``steer_text`` scored
+    captions naming labels the images do not hold."""
+    from hooked_clip1d.analysis.mechanism.spatial_ids import (
+        steer_text,
+        steer_vision,
+        text_role_ids,
+        vision_spatial_ids,
+    )
+    from hooked_clip1d.analysis.metrics import image_belief
+
+    m = load_model("simplified-ntot20-n2-10")
+    with pytest.raises(ValueError):
+        image_belief(m, m.vision.to_tokens(["C . 17 . . . . . . . ."]), m.text.to_tokens(["17 is on the left of 19"]))
+    imgs = m.vision.to_tokens(["C . 17 . . 19 . . . . .", "C 16 . . . . . 18 . . ."])
+    wrong = m.text.to_tokens(["3 is on the left of 5", "7 is on the left of 2"])
+    with pytest.raises(ValueError, match="the caption names labels"):
+        steer_vision(m, imgs, wrong, vision_spatial_ids(m.vision), 0, [1.0])
+    with pytest.raises(ValueError, match="the caption names labels"):
+        steer_text(m, imgs, wrong, text_role_ids(m.text), 0, [1.0])
+    with pytest.raises(ValueError, match="repeated labels"):  # dropped without a word
+        vision_spatial_ids(m.vision, labels=[1, 1, 2, 3])
+
+
+def test_a_pruned_heads_roles_are_nan_not_read_from_near_zero_weights():
+    """Pruned head 0 was called 85 % relational and 'other' 1.0 from weights of norm ~1e-3."""
+    from hooked_clip1d import build_dataset
+    from hooked_clip1d.analysis.mechanism.heads import classify_head_roles, cls_object_bias, label_pe_deltas
+
+    m = load_model("pruned-keep-h2h3-ntot20-n2-10")
+    split = build_dataset(m.data_config).splits["val_unseen"]
+    roles = classify_head_roles(label_pe_deltas(m.vision, split))["relational"]
+    assert torch.isnan(roles[:2]).all() and not torch.isnan(roles[2:]).any()
+    bias = cls_object_bias(m.vision, split)
+    assert torch.isnan(bias["other"][0, :2]).all() and not torch.isnan(bias["left"][0, 2:]).any()
+
+
+def test_plot_alignment_names_its_fit_and_lists_test_labels_that_are_not_a_range():
+    from hooked_clip1d.analysis.mechanism.alignment import embedding_alignment
+    from hooked_clip1d.visualization.alignment import plot_alignment
+
+    m = load_model("simplified-ntot20-n2-10")
+    fig = plot_alignment(embedding_alignment(m, fit_labels=range(1, 16), test_labels=[16, 20], rotation="span"))
+    titles = [ax.get_title() for ax in fig.axes]
+    assert "test labels 16, 20 (fit on 15)" in titles  # "16..20" for two labels
+    assert "cosine, rotated (span part of Procrustes)" in titles
+
+
 PLAIN = (
     """
 import numpy as np
@@ -257,6 +426,8 @@ for kw in (dict(act_fn="relu"), dict(max_logit_scale="4.6"), dict(dtype="float32
     print(refusal(lambda: CLIPConfig.from_preset("simplified", n_labels=6, **kw)))
 m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4, n_heads=2), seed=0).eval()
 print(refusal(lambda: knockout_hooks(m.vision, [(0, 1)], layers=[0.5])))
+from hooked_clip1d.analysis.mechanism.spatial_ids import vision_spatial_ids
+print(refusal(lambda: vision_spatial_ids(m.vision, labels=[1.9, 2.5, True])))
 """
 )
 
@@ -288,3 +459,4 @@ def test_what_the_type_checkers_refuse_is_refused_without_them_too():
     ):
         assert line.startswith("ValueError: ") and match in line, line
     assert out[14].startswith("TypeError: layers must be ints")  # int() read 0.5 as layer 0
+    assert out[15].startswith("TypeError: labels must be ints")  # vision_spatial_ids read 1.9 as label 1

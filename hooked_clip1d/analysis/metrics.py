@@ -448,6 +448,7 @@ def image_belief(
     torch.Size([1])
     """
     model = check_model(model)
+    check_pair_images(images)  # a one-object, empty or three-object image was scored without a word
     check_pair_captions(captions, model.text.cfg.vocab)
     check_captions_describe(images, captions)
     return image_belief_metric(model, captions, scale)(model.encode_image(images.to(model.W_proj.device)))

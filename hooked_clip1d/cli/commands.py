@@ -148,8 +148,9 @@ def cmd_demo(a: argparse.Namespace) -> int:
 def add_list_parser(sub: Any) -> argparse.ArgumentParser:
     """The ``list`` command: the shipped models, the zoo tables, a trajectory's checkpoints."""
     p = sub.add_parser("list", help="list the shipped pretrained models")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--markdown", action="store_true", help="print the zoo tables of docs/zoo.md")
+    form = p.add_mutually_exclusive_group()  # --json --markdown printed markdown, the JSON flag dropped
+    form.add_argument("--json", action="store_true", help="print JSON")
+    form.add_argument("--markdown", action="store_true", help="print the zoo tables of docs/zoo.md")
     p.add_argument(
         "--checkpoints",
         metavar="NAME",

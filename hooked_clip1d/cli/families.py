@@ -17,7 +17,15 @@ from typing import Any
 import torch
 
 from hooked_clip1d.analysis.mechanism.heads import to_jsonable
-from hooked_clip1d.cli.family_api import Report, family, first_pair_image, flag_option, model_dataset, pair_split
+from hooked_clip1d.cli.family_api import (
+    Report,
+    family,
+    first_pair_image,
+    flag_option,
+    image_caption,
+    model_dataset,
+    pair_split,
+)
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.settings.checks import check_int
 
@@ -26,7 +34,7 @@ from hooked_clip1d.settings.checks import check_int
 @family(
     "attention",
     what="attention patterns of both towers on one image and caption (Fig. 4b)",
-    data="the first unseen-pair validation image (val_unseen) and its caption",
+    data="the first unseen-pair validation image (val_unseen) and its caption (an image given alone: its own caption)",
     options={
         "image": "the image, e.g. 'C . . 17 . . 19 . . . .'",
         "caption": "the caption, e.g. '17 is on the left of 19'",
@@ -37,8 +45,9 @@ def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.visualization.attention import attention_view, plot_attention, show_attention
 
     ds = model_dataset(model)
-    img = opts.get("image") or model.vision.cfg.vocab.image_to_text(first_pair_image(ds))
-    cap = opts.get("caption") or model.text.cfg.vocab.caption_to_text(ds.captions[-1])
+    vocab = model.vision.cfg.vocab
+    img = opts.get("image") or vocab.image_to_text(first_pair_image(ds))
+    cap = opts.get("caption") or vocab.caption_to_text(image_caption(vocab, img))  # the image's own caption
     figs, data, lines, pages = {}, {}, [], {}
     for tower, x in (("vision", img), ("text", cap)):
         enc = getattr(model, tower)
@@ -68,7 +77,7 @@ def _decompose(model: CLIP1D, opts: dict[str, Any]) -> Report:
 
     ds = model_dataset(model)
     split = ds.splits["val_unseen"]
-    layer = int(opts.get("layer", 0))
+    layer = check_int(opts.get("layer", 0), "option layer", minimum=0)  # int() read 0.9 as 0
     _, cache = model.vision.run_with_cache(split.images[split.is_pair])
     dec = decompose_attention_scores(model.vision, cache, layer=layer)
     wb, tp = dec.weight_bias_terms(), dec.token_position_terms()
@@ -108,7 +117,8 @@ def _ablate(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.interventions.ablation import evaluate_ablations, format_ablations
     from hooked_clip1d.visualization.decomposition import plot_ablations
 
-    res = evaluate_ablations(model, model_dataset(model), layer=int(opts.get("layer", 0)))
+    layer = check_int(opts.get("layer", 0), "option layer", minimum=0)
+    res = evaluate_ablations(model, model_dataset(model), layer=layer)
     return Report(format_ablations(res), res, {"ablations": plot_ablations(res, splits=("val_seen", "val_unseen"))})
 
 
@@ -221,7 +231,8 @@ def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
     v = model.vision.cfg.vocab
     imgs, objs, _ = pair_grid(v)
     n = check_int(opts.get("n", 3000), "option n (images sampled)")
-    idx = torch.randperm(len(imgs), generator=torch.Generator().manual_seed(int(opts.get("seed", 0))))[:n]
+    seed = check_int(opts.get("seed", 0), "option seed", minimum=0)
+    idx = torch.randperm(len(imgs), generator=torch.Generator().manual_seed(seed))[:n]
     imgs, objs = imgs[idx], objs[idx]
     rel = torch.full_like(objs[:, 0], v.left_of)
     caps = torch.stack([objs[:, 0], rel, objs[:, 1], torch.full_like(rel, v.eot)], -1)
@@ -474,7 +485,7 @@ def _pruning(model: CLIP1D, opts: dict[str, Any]) -> Report:
 
     H = model.vision.cfg.n_heads * model.vision.cfg.n_layers
     kept = opts.get("kept", list(range(1, H)))
-    epochs = int(opts.get("epochs", 0))
+    epochs = check_int(opts.get("epochs", 0), "option epochs", minimum=0)
     out = opts.get("runs_dir")
     engine = opts.get("engine", "batched")
     res = head_subset_sweep(model, kept, epochs=epochs, out_dir=out, resume=True, progress=epochs > 0, engine=engine)

@@ -29,6 +29,7 @@ from jaxtyping import Int
 from matplotlib.figure import Figure
 
 from hooked_clip1d.data.dataset import Dataset, Split, build_dataset
+from hooked_clip1d.data.vocab import Vocabulary
 from hooked_clip1d.model.clip import CLIP1D
 
 __all__ = ["FAMILIES", "Family", "Report", "family", "first_pair_image", "flag_option", "model_dataset", "pair_split"]
@@ -111,6 +112,22 @@ def flag_option(opts: dict[str, Any], key: str, default: bool) -> bool:
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
     raise ValueError(f"option {key} must be true or false, got {value!r}")
+
+
+def image_caption(vocab: Vocabulary, image: str) -> Int[torch.Tensor, " 4"]:
+    """The caption that describes ``image`` (a readable image): ``X is on the left of Y`` for two objects (the
+    paper's left caption), ``X is in the image`` for one (what ``analyze attention`` shows beside an image).
+
+    >>> from hooked_clip1d.data.vocab import Vocabulary
+    >>> Vocabulary(20).caption_to_text(image_caption(Vocabulary(20), "C . 16 . . 17 . . . . ."))
+    '16 is on the left of 17'
+    """
+    labels = [int(t) for t in vocab.text_to_image(image)[1:] if 1 <= int(t) <= vocab.n_labels]
+    if len(labels) == 2:
+        return vocab.left_caption(*labels)
+    if len(labels) == 1:
+        return vocab.single_caption(labels[0])
+    raise ValueError(f"the image {image!r} holds {len(labels)} objects: give its caption too (-o caption=...)")
 
 
 def first_pair_image(ds: Dataset, split: str = "val_unseen") -> Int[torch.Tensor, " pos"]:

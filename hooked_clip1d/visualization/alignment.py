@@ -28,11 +28,25 @@ _SCORE_NAMES = {
 }
 
 
+_FIT_NAMES = {"procrustes": "Procrustes", "canonical": "canonical Procrustes", "span": "span part of Procrustes"}
+
+
+def _label_span(labels: list[int]) -> str:
+    """``"16..20"`` for consecutive labels, else the list (``"16, 20"``: two labels are not 16..20).
+
+    >>> _label_span([16, 17, 18]), _label_span([16, 20])
+    ('16..18', '16, 20')
+    """
+    consecutive = labels == list(range(labels[0], labels[0] + len(labels))) if labels else False
+    return f"{labels[0]}..{labels[-1]}" if consecutive and len(labels) > 2 else ", ".join(map(str, labels))
+
+
 def plot_alignment(result: Mapping[str, Any]) -> Figure:
     """Three panels: text x vision cosine matrices of the label embeddings, raw (Fig. 7a) and after the fitted
     rotation (Fig. 7b), with the fit / test label boundary; and bars of the test-label scores (matched cosine,
     retrieval accuracy) for raw, rotated and shuffled-fit embeddings."""
-    panels = [("raw", result.get("cos_raw")), ("rotated (Procrustes)", result["cos_procrustes"])]
+    fit_name = _FIT_NAMES.get(str(result.get("rotation", "procrustes")), str(result.get("rotation")))
+    panels = [("raw", result.get("cos_raw")), (f"rotated ({fit_name})", result["cos_procrustes"])]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     fit, test = list(result["fit_labels"]), list(result["test_labels"])
     order = fit + [t for t in test if t not in fit]
@@ -63,11 +77,12 @@ def plot_alignment(result: Mapping[str, Any]) -> Figure:
     w = 0.8 / max(len(names), 1)
     for i, n in enumerate(names):
         heights = [result[n][m] for m in metrics]
-        bars(ax, x + (i - (len(names) - 1) / 2) * w, heights, width=w, label=_SCORE_NAMES.get(n, n))
+        label = f"rotated ({fit_name})" if n == "procrustes" else _SCORE_NAMES.get(n, n)
+        bars(ax, x + (i - (len(names) - 1) / 2) * w, heights, width=w, label=label)
     reference_line(ax, 1 / max(len(test), 1), "chance retrieval accuracy", ls=":")
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xticks(x.tolist(), ["matched\ncosine", "unmatched\ncosine", "retrieval\naccuracy"])
-    ax.set_title(f"test labels {test[0]}..{test[-1]} (fit on {len(fit)})", fontsize=9)
+    ax.set_title(f"test labels {_label_span(test)} (fit on {len(fit)})", fontsize=9)
     legend_outside(ax)
     fig.tight_layout()
     return fig

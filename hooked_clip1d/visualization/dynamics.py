@@ -142,7 +142,8 @@ def _panel_accuracy(ax: plt.Axes, x: np.ndarray, rows: Sequence[Mapping[str, Any
     ax.set_ylim(-0.03, 1.03)
     ax.set_ylabel("accuracy")
     tw = _twin(ax)
-    tw.plot(x, _col(rows, "loss"), color="black", lw=1.0, marker=".", label="training loss (fixed batches)")
+    label = "standard CLIP loss (all negatives, fixed batches)"  # whatever the run trained with: comparable
+    tw.plot(x, _col(rows, "loss"), color="black", lw=1.0, marker=".", label=label)
     tw.set_ylabel("loss")
     ax.set_title("loss and generalization")
     return []

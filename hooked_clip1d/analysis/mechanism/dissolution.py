@@ -130,7 +130,7 @@ def caption_split(
     order = orders.perm(epoch)
     params = [p for p in model.parameters()]
     saved = [None if p.grad is None else p.grad.clone() for p in params]
-    was_training = model.training
+    modes = [(m, m.training) for m in model.modules()]  # each submodule's own mode, given back below
     model.eval()
     slices = _slices(model)
     grads = {part: {k: torch.zeros_like(t[idx]) for k, (t, idx) in slices.items()} for part in ("unique", "shared")}
@@ -157,7 +157,8 @@ def caption_split(
                     if t.grad is not None:
                         grads[part][k] += t.grad[i].detach()
     finally:
-        model.train(was_training)
+        for m, training in modes:
+            m.training = training
         for p, g in zip(params, saved, strict=True):
             p.grad = g
     return _split_record(epoch, negatives, loss, n_shared / len(images), grads)

@@ -2,12 +2,12 @@
 
 The paper's story is about how its mechanism forms (App. C: single-object, then seen-pair, then unseen-pair
 generalization; Sec. 4-6: the EP gradient that breaks left/right symmetry). ``emergence(checkpoints)`` walks a
-trajectory (``[(epoch, model), ...]``, e.g. a run's ``snapshots/`` or a zoo trajectory) and returns, per
-checkpoint: a fixed-batch training loss, the three generalization accuracies and the probe's unseen-pair accuracy,
-per-head P(left) / P(right), the EP CLS row's std and rank correlation per head, the invariant ablation
-(``mechanism.ablate_cls_key_position``), the Fig. 13 XW_QKX^T share per head, the per-head rank of ``W_QK``, the
-decay exposure lr x w x steps, and the checks of the dynamics study; plus, per check, the first epoch at which it
-holds and, where it stops holding, the last (``Emergence.windows``).
+trajectory (``[(epoch, model), ...]``, e.g. a run's ``snapshots/`` or a zoo trajectory) and returns, per checkpoint: a
+fixed-batch loss (the standard CLIP loss, all negatives, whatever the run trained with), the three generalization
+accuracies and the probe's unseen-pair accuracy, per-head P(left) / P(right), the EP CLS row's std and rank correlation
+per head, the invariant ablation (``mechanism.ablate_cls_key_position``), the Fig. 13 XW_QKX^T share per head, the
+per-head rank of ``W_QK``, the decay exposure lr x w x steps, and the checks of the dynamics study; plus, per check, the
+first epoch at which it holds and, where it stops holding, the last (``Emergence.windows``).
 
 ``dynamics_checks(report)`` states the dynamics study's five checks on one ``mechanism_report``; they were written
 in docs/fidelity.md ("The dynamics study") before its runs, and ``picture_holds`` is their conjunction.
@@ -234,11 +234,23 @@ def qk_rank(model: CLIP1D, energy: float = 0.99) -> list[int]:
 
 
 @torch.no_grad()
-def fixed_batch_loss(model: CLIP1D, dataset: Dataset, batch_size: int = 50, seed: int = 0) -> float:
+def fixed_batch_loss(
+    model: CLIP1D, dataset: Dataset, batch_size: int = 50, seed: int = 0, negatives: str = "all"
+) -> float:
     """The mean contrastive loss over the training pairs in fixed batches (one seeded permutation, eval mode): a
     loss that is comparable between checkpoints (the training log's loss is a running mean under dropout). The model
     must be in eval mode (refused otherwise: dropout would draw the global RNG and change the loss); a batch needs
-    two items (a contrastive loss of one is 0)."""
+    two items (a contrastive loss of one is 0). ``negatives`` as ``CLIP1D.loss`` takes it: the default ``"all"`` is
+    the standard CLIP loss, whatever the run trained with (an emergence row's ``loss``, comparable across runs; a
+    run trained with ``"distinct"`` is scored on its own objective with ``negatives="distinct"``).
+
+    Example:
+        >>> from hooked_clip1d import load_model, build_dataset
+        >>> m = load_model("simplified-ntot20-n2-10")  # trained with negatives="distinct"
+        >>> ds = build_dataset(m.data_config)
+        >>> fixed_batch_loss(m, ds) > 0.1 > fixed_batch_loss(m, ds, negatives="distinct")  # the shared-caption floor
+        True
+    """
     check_eval(check_model(model))
     batch_size = check_int(batch_size, "fixed_batch_loss: batch_size", minimum=2)
     images, captions = dataset.training_pairs()
@@ -248,7 +260,7 @@ def fixed_batch_loss(model: CLIP1D, dataset: Dataset, batch_size: int = 50, seed
         idx = perm[start : start + batch_size]
         if len(idx) < 2:
             continue
-        total += model.loss(images[idx], captions[idx]).item() * len(idx)
+        total += model.loss(images[idx], captions[idx], negatives=negatives).item() * len(idx)
         n += len(idx)
     return total / max(n, 1)
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from jaxtyping import Int
+from jaxtyping import Float, Int
 
 from hooked_clip1d.analysis.hooks import Hooks, check_eval
 from hooked_clip1d.data.dataset import Dataset, Split
@@ -53,6 +53,32 @@ def to_jsonable(obj: Any) -> Any:
     if hasattr(obj, "item"):  # numpy scalars
         return obj.item()
     raise TypeError(f"to_jsonable: cannot convert {type(obj).__name__}")
+
+
+def cls_query_meeting(vision: HookedVisionEncoder, key: str) -> Float[torch.Tensor, "head d_head"]:
+    """Layer 0's CLS query as it meets key component ``key`` (``"E"``: the token embeddings, ``"P"``: the positional
+    embeddings) in the tower's scores: ``(W_E[CLS] + W_pos[0]) W_Q + b_Q`` less the parts whose term the tower removes
+    in its own forward pass (``cfg.ablated_terms``: with ``EP`` removed the token part never meets a key position).
+    Layer 0 without LayerNorm, learned positions (its input is ``W_E + W_pos`` exactly).
+
+    Example:
+        >>> from hooked_clip1d import VisionConfig
+        >>> enc = HookedVisionEncoder(VisionConfig(n_labels=5, init_seed=0, ablated_terms=("EP",))).eval()
+        >>> a = enc.blocks[0].attn
+        >>> q = torch.einsum("m,hmd->hd", enc.W_pos[0], a.W_Q) + a.b_Q  # EP removed: the P and bias parts
+        >>> bool(torch.allclose(cls_query_meeting(enc, "P"), q))
+        True
+    """
+    if key not in ("E", "P"):
+        raise ValueError(f"key must be 'E' or 'P', got {key!r}")
+    attn = vision.blocks[0].attn
+    parts = {
+        "E": torch.einsum("m,hmd->hd", vision.W_E[vision.cfg.vocab.cls], attn.W_Q),
+        "P": torch.einsum("m,hmd->hd", vision.W_pos[0], attn.W_Q),
+        "B": attn.b_Q,
+    }
+    gone = set(vision.cfg.ablated_terms or ())
+    return sum((part for q, part in parts.items() if q + key not in gone), torch.zeros_like(attn.b_Q))
 
 
 def two_object_images(model: HookedVisionEncoder, split: Split) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -80,8 +106,8 @@ def two_object_images(model: HookedVisionEncoder, split: Split) -> tuple[torch.T
 @torch.no_grad()
 def cls_object_bias(model: HookedVisionEncoder, split: Split, fwd_hooks: Hooks = ()) -> dict[str, torch.Tensor]:
     """For each layer and head, the fraction of two-object images whose CLS row attends most to the left object,
-    to the right object, or to another token (``left``, ``right``, ``other``: each [n_layers, n_heads]).
-    """
+    to the right object, or to another token (``left``, ``right``, ``other``: each [n_layers, n_heads]). A pruned
+    head (``cfg.pruned_heads``: its output is zeroed, its pattern read by nothing) is NaN in all three."""
     if not isinstance(model, HookedVisionEncoder):
         raise TypeError("cls_object_bias needs the vision tower (model.vision)")
     check_eval(model)  # dropout would draw the global RNG (and move what is read)
@@ -92,7 +118,11 @@ def cls_object_bias(model: HookedVisionEncoder, split: Split, fwd_hooks: Hooks =
     top = cls_rows.argmax(-1)  # [L, b, h]
     left = (top == pos[None, :, 0, None]).float().mean(1)
     right = (top == pos[None, :, 1, None]).float().mean(1)
-    return {"left": left, "right": right, "other": (1 - left - right).clamp(min=0.0)}
+    out = {"left": left, "right": right, "other": (1 - left - right).clamp(min=0.0)}
+    for layer, head in model.cfg.pruned_heads:  # near-zero weights' argmax was reported as a side (other = 1.0)
+        for v in out.values():
+            v[layer, head] = float("nan")
+    return out
 
 
 # ---- Fig. 5c, d: label-specific vs positional contributions ---------------------------------------------------------
@@ -140,17 +170,20 @@ def label_pe_deltas(model: HookedEncoder, split: Split, layer: int = 0) -> dict[
     scale = model.cfg.attn_scale
     q_cls = torch.einsum("bm,hmd->bhd", E[:, 0], attn.W_Q)  # query from the CLS token embedding only
     ar = torch.arange(len(images), device=images.device)
+    gone = set(model.cfg.ablated_terms or ()) if layer == 0 else set()  # terms the tower removes itself (e.g. EP)
 
-    def right_minus_left(X: torch.Tensor) -> torch.Tensor:
+    def right_minus_left(X: torch.Tensor, term: str) -> torch.Tensor:
         k = torch.einsum("bpm,hmd->bhpd", X, attn.W_K)  # [n, h, p, dh]
         logits = torch.einsum("bhd,bhpd->bhp", q_cls, k) / scale  # CLS row [n, h, p]
-        return logits[ar, :, pos[:, 1]] - logits[ar, :, pos[:, 0]]
+        diff = logits[ar, :, pos[:, 1]] - logits[ar, :, pos[:, 0]]
+        return torch.zeros_like(diff) if term in gone else diff  # a removed term contributes nothing
 
     scores = cache["attn_scores", layer][:, :, 0]  # [n, h, p]
     d_score = scores[ar, :, pos[:, 1]] - scores[ar, :, pos[:, 0]]
     return {
-        "delta_label": right_minus_left(E),
-        "delta_pe": right_minus_left(P),
+        "delta_label": right_minus_left(E, "EE"),
+        "delta_pe": right_minus_left(P, "EP"),
+        "pruned": pruned_mask(model, layer),
         "delta_score": d_score,
         "attends_right": d_score > 0,
         "objects": objs,
@@ -167,10 +200,10 @@ def classify_head_roles(deltas: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     +1 = right, -1 = left). Otherwise it is *label-specific*. Sec. 5 notes that P(relational) should be close to
     ``|P(left) - P(right)|`` of ``cls_object_bias`` (Fig. 4c), which ``prefer_gap`` reports from the same images.
 
-    Returns per head [n_heads]: ``direction`` (+1/-1), ``relational``, ``label_specific``, ``relational_left`` and
-    ``relational_right`` (``|Δlabel| < |Δp.e.|`` with Δp.e. < 0 / > 0, whatever the head's direction),
-    ``prefer_right`` (fraction of images whose CLS row prefers the right object) and ``prefer_gap``
-    (``|2 prefer_right - 1|``); and ``relational_mask`` [n, n_heads] bool.
+    Returns per head [n_heads] (NaN for the heads ``deltas["pruned"]`` marks): ``direction`` (+1/-1), ``relational``,
+    ``label_specific``, ``relational_left`` and ``relational_right`` (``|Δlabel| < |Δp.e.|`` with Δp.e. < 0 / > 0,
+    whatever the head's direction), ``prefer_right`` (fraction of images whose CLS row prefers the right object) and
+    ``prefer_gap`` (``|2 prefer_right - 1|``); and ``relational_mask`` [n, n_heads] bool.
 
     Example:
         >>> d = {"delta_label": torch.tensor([[0.1], [2.0]]), "delta_pe": torch.tensor([[1.0], [0.5]]),
@@ -187,6 +220,7 @@ def classify_head_roles(deltas: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         raise ValueError(
             f"delta_label and delta_pe must both be [n, n_heads]; got {tuple(dl.shape)}, {tuple(dp.shape)}"
         )
+    pruned = torch.as_tensor(deltas.get("pruned", torch.zeros(dl.shape[1], dtype=torch.bool)), dtype=torch.bool)
     sgn = torch.sign(dp)
     vote = sgn.sum(0)
     direction = torch.where(vote != 0, torch.sign(vote), torch.sign(dp.sum(0)))
@@ -205,7 +239,25 @@ def classify_head_roles(deltas: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         pr = torch.as_tensor(deltas["attends_right"]).float().mean(0)
         out["prefer_right"] = pr
         out["prefer_gap"] = (2 * pr - 1).abs()
+    if pruned.any():  # a pruned head's role read from near-zero weights (85 % "relational"): NaN, not a number
+        for key, v in out.items():
+            if key != "relational_mask":
+                out[key] = v.float().masked_fill(pruned, float("nan"))
     return out
+
+
+def pruned_mask(model: HookedEncoder, layer: int = 0) -> torch.Tensor:
+    """[n_heads] bool: which heads of ``layer`` the tower prunes (``cfg.pruned_heads``: their output is zeroed).
+
+    >>> from hooked_clip1d import VisionConfig
+    >>> pruned_mask(HookedVisionEncoder(VisionConfig(n_labels=5, pruned_heads=((0, 1),)))).tolist()
+    [False, True, False, False]
+    """
+    mask = torch.zeros(model.cfg.n_heads, dtype=torch.bool)
+    for lay, head in model.cfg.pruned_heads:
+        if lay == layer:
+            mask[head] = True
+    return mask
 
 
 # ---- Fig. 6: the text tower's EOT -> word attention ---------------------------------------------------------------

@@ -150,8 +150,11 @@ def logit_change(model: CLIP1D, moved: CLIP1D, n: int = 64, seed: int = 0) -> fl
 
 
 def invariance_audit(model: CLIP1D, measure: Callable[[CLIP1D], Any]) -> dict[str, Any]:
-    """``measure`` on ``model`` (key ``"as trained"``) and on each of ``REPARAMETRISATIONS``; every copy is in eval
-    mode and the caller's model is not changed.
+    """``measure`` on ``model`` (key ``"as trained"``) and on each of ``REPARAMETRISATIONS`` that preserves this
+    model's outputs (``logit_change`` within ``PRESERVING_TOL``); every copy is in eval mode and the caller's model is
+    not changed. A move that changes the outputs (a model whose forward removes a term, ``cfg.ablated_terms``: the
+    move shifts a part into a removed term) is not measured: it is listed, with its logit change, under
+    ``"not output-preserving"`` (a key present only then).
 
     Example:
         >>> from hooked_clip1d import CLIP1D, CLIPConfig
@@ -160,7 +163,15 @@ def invariance_audit(model: CLIP1D, measure: Callable[[CLIP1D], Any]) -> dict[st
         >>> audit["as trained"] == audit["embedding shift"], audit["b_Q folded into W_Q"]
         (True, 0.0)
     """
-    out = {"as trained": measure(model)}
+    out: dict[str, Any] = {"as trained": measure(model)}
+    skipped: dict[str, str] = {}
     for name, f in REPARAMETRISATIONS.items():
-        out[name] = measure(f(model).eval())
+        copy = f(model).eval()
+        change = logit_change(model, copy)
+        if not change <= PRESERVING_TOL:  # NaN too: not shown to preserve the outputs
+            skipped[name] = f"logits move by {change:.3g} of the largest"
+            continue
+        out[name] = measure(copy)
+    if skipped:
+        out["not output-preserving"] = skipped
     return out

@@ -43,7 +43,9 @@ from hooked_clip1d.analysis.interventions.decompose import decompose_attention_s
 from hooked_clip1d.analysis.mechanism.heads import (
     classify_head_roles,
     cls_object_bias,
+    cls_query_meeting,
     label_pe_deltas,
+    pruned_mask,
     two_object_images,
 )
 from hooked_clip1d.data.dataset import Dataset, Split, build_dataset
@@ -222,7 +224,8 @@ def cls_position_rows(vision: HookedVisionEncoder) -> torch.Tensor:
         >>> cls_position_rows(HookedVisionEncoder(VisionConfig(n_labels=5, init_seed=0)).eval()).shape
         torch.Size([4, 10])
     """
-    q = cls_query(vision)  # [h, dh] (checks the tower first)
+    check_simplified_tower(vision)
+    q = cls_query_meeting(vision, "P")  # [h, dh]: the whole query, less what the tower removes itself (EP, ...)
     attn = vision.blocks[0].attn
     k_pos = torch.einsum("pm,hmd->hpd", vision.W_pos[1:], attn.W_K)  # [h, pixel, dh]
     return torch.einsum("hd,hpd->hp", q, k_pos) / vision.cfg.attn_scale
@@ -256,8 +259,7 @@ def layer0_cls_position_rows(vision: HookedVisionEncoder) -> Float[torch.Tensor,
     """
     _check_layer0(vision, "layer0_cls_position_rows")
     attn = vision.blocks[0].attn
-    x = vision.W_E[vision.cfg.vocab.cls] + vision.W_pos[0]
-    q = torch.einsum("m,hmd->hd", x, attn.W_Q) + attn.b_Q  # [h, dh]
+    q = cls_query_meeting(vision, "P")  # [h, dh]: less the terms the tower removes itself
     k_pos = torch.einsum("pm,hmd->hpd", vision.W_pos[1:], attn.W_K)  # [h, pixel, dh]
     return torch.einsum("hd,hpd->hp", q, k_pos) / vision.cfg.attn_scale
 
@@ -286,13 +288,12 @@ def cls_label_pe_deltas(vision: HookedVisionEncoder, split: Split) -> dict[str, 
     check_eval(vision)  # dropout would draw the global RNG (and move what is read)
     images, pos, objs = two_object_images(vision, split)  # token positions (+1 for CLS)
     attn = vision.blocks[0].attn
-    x = vision.W_E[vision.cfg.vocab.cls] + vision.W_pos[0]
-    q = torch.einsum("m,hmd->hd", x, attn.W_Q) + attn.b_Q  # [h, dh]
+    q_E, q_P = cls_query_meeting(vision, "E"), cls_query_meeting(vision, "P")  # [h, dh]: less the removed terms
     kE = torch.einsum("vm,hmd->vhd", vision.W_E, attn.W_K)  # [vocab, h, dh]
     kP = torch.einsum("pm,hmd->phd", vision.W_pos, attn.W_K)  # [n_ctx, h, dh]
     s = vision.cfg.attn_scale
-    d_label = torch.einsum("hd,nhd->nh", q, kE[objs[:, 1]] - kE[objs[:, 0]]) / s
-    d_pe = torch.einsum("hd,nhd->nh", q, kP[pos[:, 1]] - kP[pos[:, 0]]) / s
+    d_label = torch.einsum("hd,nhd->nh", q_E, kE[objs[:, 1]] - kE[objs[:, 0]]) / s
+    d_pe = torch.einsum("hd,nhd->nh", q_P, kP[pos[:, 1]] - kP[pos[:, 0]]) / s
     _, cache = vision.run_with_cache(images, names_filter="blocks.0.attn.hook_attn_scores")
     scores = cache["attn_scores", 0][:, :, 0]  # [n, h, k]
     ar = torch.arange(len(images), device=images.device)
@@ -304,6 +305,7 @@ def cls_label_pe_deltas(vision: HookedVisionEncoder, split: Split) -> dict[str, 
         "attends_right": d_score > 0,
         "objects": objs,
         "positions": pos - 1,
+        "pruned": pruned_mask(vision),
     }
 
 

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from hooked_clip1d.analysis.hooks import check_eval
-from hooked_clip1d.analysis.mechanism.heads import two_object_images
+from hooked_clip1d.analysis.mechanism.heads import cls_query_meeting, two_object_images
 from hooked_clip1d.data.dataset import Split
 from hooked_clip1d.model.encoders import HookedEncoder, HookedVisionEncoder
 from hooked_clip1d.model.functional import rotate
@@ -139,11 +139,12 @@ def consistency_condition(model: HookedEncoder, split: Split, pca_center: bool =
                 f"normalization_type={cfg.normalization_type!r}"
             )
         W_K, s = model.blocks[0].attn.W_K, cfg.attn_scale
-        q, _ = _layer0_qk(model, x[:1])
+        _layer0_qk(model, x[:1])  # refuses a CLS query that depends on the image
+        q_E, q_P = cls_query_meeting(model, "E"), cls_query_meeting(model, "P")  # less the terms the tower removes
         kE = torch.einsum("nm,hmd->nhd", model.W_E, W_K)  # [vocab, h, dh]
         kP = torch.einsum("pm,hmd->phd", model.W_pos, W_K)  # [n_ctx, h, dh]
-        T = torch.einsum("hd,nhd->nh", q, kE[x] - kE[y]) / s
-        Pi = torch.einsum("hd,nhd->nh", q, kP[a] - kP[b]) / s
+        T = torch.einsum("hd,nhd->nh", q_E, kE[x] - kE[y]) / s
+        Pi = torch.einsum("hd,nhd->nh", q_P, kP[a] - kP[b]) / s
         holds = (T + Pi) * (-T + Pi) > 0
         out.update(T=T, Pi=Pi, holds=holds, rate=holds.float().mean(0))
         return out
@@ -188,6 +189,7 @@ def bias_gradient(model: HookedEncoder) -> dict[str, torch.Tensor]:
         torch.Size([4, 9])
     """
     _check_rope(model, "bias_gradient")
+    check_eval(model)  # dropout would draw the global RNG (and move what is read)
     q, _ = _layer0_qk(model, torch.tensor([1], device=model.W_E.device))
     S_bias = _rot_logits(q, model.blocks[0].attn.b_K, model)[1:]  # pixels only: [D, h]
     D = S_bias.shape[0]
@@ -299,6 +301,7 @@ def rho_profile(
         torch.Size([4, 10])
     """
     _check_rope(model, "rho_profile")
+    check_eval(model)  # dropout would draw the global RNG (and move what is read)
     labs = _labels(model, labels)
     q, keys = _layer0_qk(model, labs)
     _, v, alpha = _pc1(keys, center)

@@ -55,10 +55,10 @@ from jaxtyping import Int
 from hooked_clip1d.analysis.hooks import add_hook, check_eval, depth_labels, residual_hook_names
 from hooked_clip1d.analysis.metrics import (
     caption_belief_metric,
+    check_captions_describe,
     check_model,
     check_pair_captions,
     check_pair_images,
-    check_paired,
     image_belief_metric,
     object_token_positions,
     pair_grid,
@@ -127,7 +127,14 @@ class SpatialIDs:
 
 
 def _labels(vocab_n: int, labels: Sequence[int] | None, need: int) -> list[int]:
-    out = list(range(1, vocab_n + 1)) if labels is None else sorted({int(x) for x in labels})
+    if labels is not None:
+        given = labels.tolist() if isinstance(labels, torch.Tensor) else list(labels)
+        not_int = [x for x in given if isinstance(x, bool) or not hasattr(x, "__index__")]
+        if not_int:  # 1.9 was read as 1, True as 1
+            raise TypeError(f"labels must be ints, got {not_int}")
+        if len(set(given)) != len(given):  # dropped without a word
+            raise ValueError(f"repeated labels in {given}")
+    out = list(range(1, vocab_n + 1)) if labels is None else sorted(int(x) for x in given)
     bad = [x for x in out if not 1 <= x <= vocab_n]
     if bad:
         raise ValueError(f"labels {bad} are outside 1..{vocab_n}")
@@ -368,7 +375,7 @@ def steer_vision(
     ids = _check_ids(ids, "vision", depth)
     check_pair_images(images)
     model.vision.validate_tokens(images)
-    check_paired(images, captions)
+    check_captions_describe(images, captions)  # pairs row by row, each caption naming its image's two labels
     a = _alphas(alphas)
     dev = model.W_proj.device
     images = images.to(dev)
@@ -438,7 +445,7 @@ def steer_text(
     vocab = model.text.cfg.vocab
     check_pair_captions(captions, vocab)
     check_pair_images(images)
-    check_paired(images, captions)
+    check_captions_describe(images, captions)  # pairs row by row, each caption naming its image's two labels
     a = _alphas(alphas)
     captions = captions.to(model.W_proj.device)
     metric = caption_belief_metric(model, images)
