@@ -60,7 +60,8 @@ def test_positional_ablation_is_a_no_op_when_positions_are_zero(dataset, variant
         enc.pos_embed.W_pos.zero_()
     base = enc(x)
     for layer in range(enc.cfg.n_layers):
-        hooks = ablate_terms(enc, [*POSITIONAL_TERMS, "PR", "RP"], layer, ln_scale=_ln(enc))
+        rest = ["PR", "RP"] if layer else []  # layer 0 has no R (refused there: it would remove nothing)
+        hooks = ablate_terms(enc, [*POSITIONAL_TERMS, *rest], layer, ln_scale=_ln(enc))
         torch.testing.assert_close(enc.run_with_hooks(x, fwd_hooks=hooks), base, atol=1e-6, rtol=1e-6)
     # ... and on every layer at once
     hooks = [

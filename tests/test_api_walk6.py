@@ -1,5 +1,6 @@
-"""A sixth and a seventh walk through the public API (session 33: the data, the model and its caches, SAEs, the
-interventions and the figures; then the mechanism analyses, evaluation and the command line): each case below
+"""A sixth, a seventh and an eighth walk through the public API (session 33: the data, the model and its caches, SAEs,
+the interventions and the figures; the mechanism analyses, evaluation and the command line; then patching, circuits,
+probes and the train command): each case below
 computed something other than what was asked without a word, left the caller's state changed, or failed with a bare
 error; now it is computed as documented, refused by name, or left alone."""
 
@@ -14,11 +15,12 @@ import pytest
 import torch
 from conftest import REFUSAL_SNIPPET
 
-from hooked_clip1d import CLIP1D, CLIPConfig, load_model
+from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig, load_model
 from hooked_clip1d.model.config import TextConfig, VisionConfig
 
 TINY = dict(n_labels=6, d_model=16, d_head=4, n_heads=2)
 IMAGE = "C . . 1 . . 3 . . . ."
+DATA6 = DataConfig(n_labels=6, n_heldout=2, n2=2)
 
 
 def tiny(preset: str = "simplified", **kw: object) -> CLIP1D:
@@ -402,11 +404,130 @@ def test_plot_alignment_names_its_fit_and_lists_test_labels_that_are_not_a_range
     assert "cosine, rotated (span part of Procrustes)" in titles
 
 
+# ---- the eighth walk: patching, circuits, probes, the train command ------------------------------------------------
+def test_patching_refuses_captions_of_other_labels_and_position_sets_that_select_nothing():
+    from hooked_clip1d.analysis.interventions.patching import caption_swap_patching, mirror_swap_patching, patch_sweep
+    from hooked_clip1d.analysis.metrics import image_belief_metric, mirror_images
+
+    m = load_model("simplified-ntot20-n2-10")
+    img = m.vision.to_tokens(["C . . 17 . . 19 . . . ."])
+    wrong = m.text.to_tokens(["3 is on the left of 5"])
+    for fn in (mirror_swap_patching, caption_swap_patching):
+        with pytest.raises(ValueError, match="the caption names labels"):
+            fn(m, img, wrong)
+    cap = m.text.to_tokens(["17 is on the left of 19"])
+    sets = {"label 20": img == 20, "cls": torch.arange(11)[None] == 0}
+    with pytest.raises(ValueError, match=r"position sets \['label 20'\] select no position"):
+        patch_sweep(m.vision, img, mirror_images(img), image_belief_metric(m, cap), sets=sets)
+
+
+def test_term_ablations_refuse_rest_terms_at_layer_0():
+    """``ablate_terms(..., ["RR", "ER"])`` at layer 0 removed nothing (R, what earlier layers wrote, is 0 there)."""
+    from hooked_clip1d.analysis.interventions.terms import ablate_terms
+
+    with pytest.raises(ValueError, match=r"terms \['RR', 'ER'\] do not exist at layer 0"):
+        ablate_terms(tiny().vision, ["RR", "ER"])
+
+
+def test_circuit_scores_and_score_method_refuse_what_is_not_in_the_graph():
+    from hooked_clip1d.analysis.circuits.attribution import Attribution
+    from hooked_clip1d.analysis.circuits.scores import Circuit, circuit_scores, score_method
+
+    m = load_model("simplified-ntot20-n2-10")
+    imgs = m.vision.to_tokens(["C . . 17 . . 19 . . . ."])
+    caps = m.text.to_tokens(["17 is on the left of 19"])
+    c = Circuit(model="x", nodes=["vision.L0.H2", "vision.L0.H7"], edges=["vision.L0.H2->vision.readout"])
+    with pytest.raises(ValueError, match=r"nodes \['vision.L0.H7'\] are not nodes of this model's graph"):
+        circuit_scores(m, imgs, caps, c)
+    with pytest.raises(ValueError, match="threshold must be in"):  # every edge was "minimal"
+        circuit_scores(m, imgs, caps, Circuit(model="x", nodes=["vision.L0.H2"], edges=[]), threshold=-3.0)
+    heads = ["vision.L0.H0", "vision.L0.H1", "vision.L0.H2", "vision.L0.H3"]
+    a = Attribution("AtP", heads, torch.tensor([0.1, 0.2, 0.9, 0.3]))
+    with pytest.raises(ValueError, match="no ground-truth member is in the universe"):  # AUC NaN, k 0, no word
+        score_method(a, ["vision.L0.H9"], heads)
+    with pytest.raises(ValueError, match="must score the whole universe"):  # a bare KeyError
+        score_method(a, ["vision.L0.H2"], heads, exact=Attribution("exact", heads[:2], torch.tensor([0.1, 0.2])))
+
+
+def test_probes_refuse_nan_features_and_settings_that_train_nothing():
+    """One NaN cell took the probe to chance ("not decodable"); ``l2=nan`` gave NaN weights and an accuracy."""
+    from hooked_clip1d.analysis.interventions.probes import fit_probe, probe_sweep
+
+    X = torch.randn(100, 4, generator=torch.Generator().manual_seed(0))
+    y = (X[:, 0] > 0).long()
+    bad = X.clone()
+    bad[3, 0] = float("nan")
+    for call, match in (
+        (lambda: fit_probe(bad, y), "X holds NaN or inf"),
+        (lambda: fit_probe(X, y, l2=float("nan")), "l2 must be a finite number"),
+        (lambda: fit_probe(X, y, max_iter=0), "max_iter must be an int >= 1"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            call()
+    m = tiny()
+    caps = m.text.to_tokens(["1 is on the left of 3", "3 is on the left of 1"])
+    with pytest.raises(ValueError, match="hook_names is empty"):
+        probe_sweep(m.text, caps, torch.tensor([0, 1]), hook_names=[], control=False)
+
+
+def test_the_train_command_refuses_zero_layers_and_compile_on_the_standard_engine(tmp_path, capsys):
+    """``--vision-layers 0`` trained the preset's layer; ``--compile`` without ``--engine batched`` was ignored."""
+    from hooked_clip1d.cli import main
+
+    base = ["train", "--n-labels", "6", "--n-heldout", "2", "--n2", "2", "--epochs", "1", "--batch-size", "16"]
+    assert main([*base, "--vision-layers", "0", "--out", str(tmp_path / "a"), "--no-progress"]) != 0
+    assert "n_layers: must be a positive int, got 0" in capsys.readouterr().err
+    assert main([*base, "--compile", "--out", str(tmp_path / "b"), "--no-progress"]) != 0
+    assert "--compile compiles the batched engine's step: it needs --engine batched" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_decomposition_figures_label_the_rows_they_show():
+    """A decomposition kept at query position 3 was labelled as the CLS row (row 0); a key listed twice weighed twice
+    in Fig. 13's std."""
+    from hooked_clip1d.analysis.interventions.decompose import decompose_attention_scores, row_std_shares
+    from hooked_clip1d.visualization.decomposition import plot_row_profiles, plot_term_maps
+
+    m = load_model("simplified-ntot20-n2-10")
+    img = m.vision.to_tokens(["C . . 17 . . 19 . . . ."])
+    _, cache = m.vision.run_with_cache(img)
+    dec = decompose_attention_scores(m.vision, cache, query_pos=3)
+    tp, toks = dec.token_position_terms(), m.vision.token_strs(img[0])
+    for call in (lambda: plot_term_maps(tp, terms=["EP"], tokens=toks), lambda: plot_row_profiles(tp, ["EP"])):
+        with pytest.raises(ValueError, match="the terms keep 1 of 11 query rows: give query_positions"):
+            call()
+    fig = plot_row_profiles(tp, ["EP"], tokens=toks, query_positions=dec.query_positions)
+    assert fig._suptitle.get_text() == "query position 3: terms along the keys"
+    full = decompose_attention_scores(m.vision, cache).token_position_terms()
+    with pytest.raises(ValueError, match="lists a position twice"):
+        row_std_shares(full, key_positions=[0, 0, 0, 3])
+    with pytest.raises(ValueError, match="query_pos must be an int"):
+        row_std_shares(full, query_pos=True)
+
+
+def test_a_pruned_head_is_labelled_pruned_not_left():
+    from hooked_clip1d import build_dataset
+    from hooked_clip1d.analysis.mechanism.heads import classify_head_roles, label_pe_deltas
+    from hooked_clip1d.visualization.heads import plot_head_roles
+
+    m = tiny(vision_overrides={"pruned_heads": ((0, 1),)})
+    roles = classify_head_roles(label_pe_deltas(m.vision, build_dataset(DATA6).splits["val_seen"]))
+    ticks = [t.get_text() for t in plot_head_roles(roles).axes[0].get_xticklabels()]
+    assert ticks[1] == "head 1\n(pruned)" and ticks[0] in ("head 0\n(L)", "head 0\n(R)")
+
+
+def test_plot_circuit_benchmark_names_a_row_without_its_keys():
+    from hooked_clip1d.visualization.circuits import plot_circuit_benchmark
+
+    with pytest.raises(KeyError, match=r"plot_circuit_benchmark \(row 0\) takes .*no \['edge_auc'\]"):
+        plot_circuit_benchmark([{"model": "m", "method": "AtP", "node_auc": 0.9, "seconds": 1.0}])
+
+
 PLAIN = (
     """
 import numpy as np
 import torch
-from hooked_clip1d import CLIP1D, CLIPConfig
+from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
 from hooked_clip1d.analysis.hooks import knockout_hooks
 from hooked_clip1d.data.vocab import Vocabulary
 """
@@ -428,6 +549,17 @@ m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4
 print(refusal(lambda: knockout_hooks(m.vision, [(0, 1)], layers=[0.5])))
 from hooked_clip1d.analysis.mechanism.spatial_ids import vision_spatial_ids
 print(refusal(lambda: vision_spatial_ids(m.vision, labels=[1.9, 2.5, True])))
+from hooked_clip1d import build_dataset
+from hooked_clip1d.analysis.hooks import mean_ablation_hooks
+from hooked_clip1d.analysis.interventions.ablation import evaluate_ablations
+from hooked_clip1d.analysis.interventions.terms import ablate_terms
+img = m.vision.to_tokens(["C . . 1 . . 3 . . . ."])
+print(refusal(lambda: ablate_terms(m.vision, ["EP"], heads=(h for h in range(2)))))
+print(refusal(lambda: knockout_hooks(m.vision, [(0, 1)], heads=(h for h in range(2)))))
+print(refusal(lambda: mean_ablation_hooks(m.vision, ["blocks.0.attn.hook_z"], img, heads=(h for h in range(2)))))
+ds = build_dataset(DataConfig(n_labels=6, n_heldout=2, n2=2))
+print(refusal(lambda: evaluate_ablations(m, ds, {"EP": ["EP"]}, heads=(h for h in range(2)))))
+print(len(ablate_terms(m.vision, ["EP"], heads=range(2))) > 0)
 """
 )
 
@@ -435,7 +567,8 @@ print(refusal(lambda: vision_spatial_ids(m.vision, labels=[1.9, 2.5, True])))
 def test_what_the_type_checkers_refuse_is_refused_without_them_too():
     """Run in a plain interpreter (the tests' jaxtyping + beartype refuse these calls before the package's own
     checks): a batch of captions gave a bare ``TypeError: int() argument ... 'list'``; numpy / tensor labels were
-    refused as out of range and floats truncated; config fields of the wrong type were accepted."""
+    refused as out of range and floats truncated; config fields of the wrong type were accepted; a generator of heads
+    was used up by its check, so nothing was ablated and ``heads: []`` recorded."""
     out = subprocess.run([sys.executable, "-c", PLAIN], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0] == "ValueError: caption_to_text takes one row of ids [pos], got shape [1, 4] (loop over a batch)"
     assert out[1].startswith("ValueError: image_to_text takes one row of ids [pos], got shape [1, 3]")
@@ -460,3 +593,6 @@ def test_what_the_type_checkers_refuse_is_refused_without_them_too():
         assert line.startswith("ValueError: ") and match in line, line
     assert out[14].startswith("TypeError: layers must be ints")  # int() read 0.5 as layer 0
     assert out[15].startswith("TypeError: labels must be ints")  # vision_spatial_ids read 1.9 as label 1
+    for line in out[16:20]:  # the check used the generator up: nothing ablated, heads [] recorded
+        assert line == "TypeError: heads must be a list (or tuple, range) of indices, not a one-pass generator", line
+    assert out[20] == "True"

@@ -25,7 +25,7 @@ towers, models, hook names, heads and layers that the analyses share (``check_to
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, TypeVar
 
 import torch
@@ -98,6 +98,8 @@ def check_indices(values: Sequence[int], n: int, what: str, *, empty_ok: bool = 
     """
     if isinstance(values, int | str | bytes):
         raise TypeError(f"{what} must be a list of indices, e.g. [{values!r}]")
+    if isinstance(values, Iterator):  # a generator: this check used it up, and the caller then ablated nothing
+        raise TypeError(f"{what} must be a list (or tuple, range) of indices, not a one-pass {type(values).__name__}")
     values = list(values)
     if not values and not empty_ok:
         raise ValueError(f"{what} is empty: nothing would change; pass None for all {what}")
@@ -470,9 +472,9 @@ def mean_ablation_hooks(
     torch.Size([2, 128])
     """
     acts = _reference_acts(tower, names, reference)
-    head_list: list[int | None] = [None] if heads is None else list(heads)
     if heads is not None:
-        check_indices(list(heads), tower.cfg.n_heads, "heads", empty_ok=False)
+        check_indices(heads, tower.cfg.n_heads, "heads", empty_ok=False)
+    head_list: list[int | None] = [None] if heads is None else list(heads)
     return [(n, _replace_fn(n, acts[n].mean(0), h, rows=False)) for n in names for h in head_list]
 
 
@@ -503,9 +505,9 @@ def resample_ablation_hooks(
     gen = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, reference.shape[0], (n,), generator=gen)
     acts = _reference_acts(tower, names, reference[rows.to(reference.device)])
-    head_list: list[int | None] = [None] if heads is None else list(heads)
     if heads is not None:
-        check_indices(list(heads), tower.cfg.n_heads, "heads", empty_ok=False)
+        check_indices(heads, tower.cfg.n_heads, "heads", empty_ok=False)
+    head_list: list[int | None] = [None] if heads is None else list(heads)
     return [(nm, _replace_fn(nm, acts[nm], h, rows=True)) for nm in names for h in head_list]
 
 

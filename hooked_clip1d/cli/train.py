@@ -88,6 +88,8 @@ def add_train_parser(sub: Any) -> argparse.ArgumentParser:
 def train_configs(a: argparse.Namespace) -> tuple[CLIPConfig, DataConfig, TrainConfig, CLIP1D | None]:
     """``(model config, data config, train config, starting model or None)`` for a parsed ``train`` command: from
     the flags, or on ``--resume`` from the run's own ``config.json`` (flags given must agree with it)."""
+    if getattr(a, "compile", False) and getattr(a, "engine", "standard") != "batched":  # it was ignored
+        raise ValueError("--compile compiles the batched engine's step: it needs --engine batched")
     if a.resume and (Path(a.out) / "config.json").exists():
         if a.init_from:
             raise ValueError("--init-from starts a new run; it cannot be combined with --resume")
@@ -204,11 +206,11 @@ def _model_cfg(a: argparse.Namespace, recipe_fields: dict[str, Any] | None = Non
 
     v_over: dict[str, Any] = {}
     t_over: dict[str, Any] = {}
-    if a.vision_layers:
+    if a.vision_layers is not None:  # 0 counted as "not given": the preset's layers trained without a word
         v_over["n_layers"] = a.vision_layers
-    if a.text_layers:
+    if a.text_layers is not None:
         t_over["n_layers"] = a.text_layers
-    if a.vision_heads:
+    if a.vision_heads is not None:
         v_over["n_heads"] = a.vision_heads
     if a.positional:
         v_over["positional"] = a.positional

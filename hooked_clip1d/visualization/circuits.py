@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from hooked_clip1d.visualization.style import bars, legend_outside, reference_line
+from hooked_clip1d.visualization.style import bars, legend_outside, reference_line, require_keys
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -34,6 +34,9 @@ def _mean(values: list[float | None]) -> float | None:
 def plot_circuit_benchmark(rows: Sequence[Mapping[str, Any]]) -> Figure:
     """Node AUC, edge AUC and wall time per method (module docstring). ``rows``: one per (model, method) with keys
     ``model``, ``method``, ``node_auc``, ``edge_auc`` (None where the method has no such ranking) and ``seconds``."""
+    keys = ("model", "method", "node_auc", "edge_auc", "seconds")
+    for i, r in enumerate(rows):  # a row without edge_auc gave a bare KeyError; None marks a missing ranking
+        require_keys(r, keys, f"plot_circuit_benchmark (row {i})", "benchmark rows (a missing ranking: None)")
     methods = list(dict.fromkeys(r["method"] for r in rows))
     models = list(dict.fromkeys(r["model"] for r in rows))
     if not methods:

@@ -81,8 +81,26 @@ def _label(name: str) -> str:
     return TERM_LABELS.get(name, name)
 
 
-def _queries_axis_labels(n: int, tokens: Sequence[str] | None, query_positions: Sequence[int] | None) -> list[str]:
-    qpos = list(range(n)) if query_positions is None else list(query_positions)
+def _query_positions(n: int, n_keys: int, query_positions: Sequence[int] | torch.Tensor | None) -> list[int]:
+    """The positions of the ``n`` query rows: ``query_positions``, or every position when all rows were kept; a
+    decomposition that kept some rows without saying which is refused (its rows were labelled 0, 1, ...: the CLS row
+    for the row of position 3)."""
+    if query_positions is None:
+        if n != n_keys:
+            raise ValueError(
+                f"the terms keep {n} of {n_keys} query rows: give query_positions "
+                "(ScoreDecomposition.query_positions) to say which"
+            )
+        return list(range(n))
+    if isinstance(query_positions, torch.Tensor):
+        return [int(q) for q in query_positions.tolist()]
+    return list(query_positions)
+
+
+def _queries_axis_labels(
+    n: int, tokens: Sequence[str] | None, query_positions: Sequence[int] | torch.Tensor | None, n_keys: int
+) -> list[str]:
+    qpos = _query_positions(n, n_keys, query_positions)
     if len(qpos) != n:
         raise ValueError(f"query_positions has {len(qpos)} positions but the terms have {n} query rows")
     if tokens is None:
@@ -102,7 +120,7 @@ def plot_term_maps(
     image: int = 0,
     heads: Sequence[int] | None = None,
     tokens: Sequence[str] | None = None,
-    query_positions: Sequence[int] | None = None,
+    query_positions: Sequence[int] | torch.Tensor | None = None,
     title: str | None = None,
 ) -> Figure:
     """Heat maps query x key of each term (columns) for each head (rows) of one input (Fig. 5a, 12, 14).
@@ -123,7 +141,7 @@ def plot_term_maps(
     names, maps, heads = _select(term_maps, terms, image, heads)
     n_q, n_k = next(iter(maps.values())).shape[1:]
     _check_tokens(tokens, n_k)
-    qlabels = _queries_axis_labels(n_q, tokens, query_positions)
+    qlabels = _queries_axis_labels(n_q, tokens, query_positions, n_k)
     klabels = list(tokens) if tokens is not None else [str(k) for k in range(n_k)]
     fig, axes = plt.subplots(
         len(heads),
@@ -162,12 +180,15 @@ def plot_row_profiles(
     image: int | None = 0,
     heads: Sequence[int] | None = None,
     tokens: Sequence[str] | None = None,
+    query_positions: Sequence[int] | torch.Tensor | None = None,
     title: str | None = None,
 ) -> Figure:
     """One query row (default the first kept row: the CLS row) of each term along the keys, a panel per head.
 
     A monotonic line is the horizontal gradient of Sec. 5 (EP in the paper's model, Fig. 5a / 15b). With
-    ``image=None`` the row is averaged over the batch (mean +- std shaded).
+    ``image=None`` the row is averaged over the batch (mean +- std shaded). ``query_positions``: the positions of
+    the rows when the decomposition kept only some (``ScoreDecomposition.query_positions``; refused if it kept some
+    and this is not given).
     """
     if image is None:
         first = next(iter(term_maps.values()))
@@ -181,6 +202,9 @@ def plot_row_profiles(
     n_q, n_k = next(iter(maps.values())).shape[1:]
     if not -n_q <= row < n_q:
         raise ValueError(f"row={row} is out of range for {n_q} query rows")
+    qpos = _query_positions(n_q, n_k, query_positions)
+    if len(qpos) != n_q:
+        raise ValueError(f"query_positions has {len(qpos)} positions but the terms have {n_q} query rows")
     _check_tokens(tokens, n_k)
     x = np.arange(n_k)
     fig, axes = plt.subplots(1, len(heads), figsize=(3.0 * len(heads) + 0.5, 2.8), squeeze=False, sharey=True)
@@ -198,7 +222,7 @@ def plot_row_profiles(
         ax.set_xlabel("key position", fontsize=8)
     axes[0, 0].set_ylabel("logit contribution (row)", fontsize=8)
     axes[0, -1].legend(fontsize=7, loc="best")
-    fig.suptitle(title or f"query row {row}: terms along the keys", fontsize=10)
+    fig.suptitle(title or f"query position {qpos[row]}: terms along the keys", fontsize=10)
     fig.tight_layout()
     return fig
 

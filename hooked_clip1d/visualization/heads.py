@@ -76,6 +76,11 @@ def plot_label_pe_scatter(deltas: Mapping[str, Any], max_cols: int = 4) -> Figur
     return fig
 
 
+def _side(direction: float | np.floating) -> str:
+    """A head's side for a tick label: R, L, or "pruned" for NaN (``classify_head_roles`` of a pruned head)."""
+    return "pruned" if np.isnan(direction) else ("R" if direction > 0 else "L")
+
+
 def plot_head_roles(roles: Mapping[str, Any], ax: plt.Axes | None = None) -> Figure:
     """Stacked bars of the relational / label-specific shares per head (``classify_head_roles``, Fig. 5d), with
     ``|P(right) - P(left)|`` of the same images as markers (Sec. 5: they should roughly agree)."""
@@ -90,7 +95,7 @@ def plot_head_roles(roles: Mapping[str, Any], ax: plt.Axes | None = None) -> Fig
     ax.bar(x, lab, bottom=rel, label="label-specific", color="tab:gray")
     if "prefer_gap" in roles:
         ax.plot(x, _np(roles["prefer_gap"]), "kD", ms=5, label="|P(right) − P(left)|")
-    ax.set_xticks(x.tolist(), [f"head {h}\n({'R' if d > 0 else 'L'})" for h, d in enumerate(direction)])
+    ax.set_xticks(x.tolist(), [f"head {h}\n({_side(d)})" for h, d in enumerate(direction)])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("fraction of images")
     ax.set_title("Relational vs label-specific attention")

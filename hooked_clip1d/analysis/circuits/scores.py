@@ -331,12 +331,17 @@ def circuit_scores(
     """Faithfulness, completeness and minimality of ``circuit`` on the task of ``images`` / ``captions`` (module
     docstring), with the same ablation values as ``ground_truth_circuit``."""
     model = check_eval(check_model(model))
+    if not 0 < threshold < 1:  # a negative one made every edge "minimal"
+        raise ValueError(f"threshold must be in (0, 1), got {threshold}")
     task = mirror_task(model, images, captions, target="clip")
     graph = build_graph(model)
     keep = set(circuit.edge_pairs())
     unknown = [edge_name(e) for e in keep if e not in graph.edges]
     if unknown:
         raise ValueError(f"the circuit's edges {unknown[:3]} are not edges of this model's graph")
+    strangers = [n for n in circuit.nodes if n not in graph.writers and n not in graph.ports]
+    if strangers:  # scored and counted (n_nodes, incompleteness) as if they were the model's
+        raise ValueError(f"the circuit's nodes {strangers[:3]} are not nodes of this model's graph")
     with graph_flags(model):
         values = ablation_values(task)
         full_rows = task.run({})
@@ -488,12 +493,23 @@ def score_method(
     result: Attribution, truth: Sequence[str], universe: Sequence[str], exact: Attribution | None = None
 ) -> dict[str, float]:
     """How ``result`` ranks the ground-truth members ``truth`` among ``universe`` (nodes or edges), by ``|score|``:
-    ROC AUC, precision at k (k = number of members), and, given ``exact``, the rank correlation of ``|score|`` with
-    ``|exact score|`` over ``universe``."""
+    ROC AUC, precision at k (k = number of members in ``universe``), and, given ``exact``, the rank correlation of
+    ``|score|`` with ``|exact score|`` over ``universe``. Members outside ``universe`` (edges a method cannot score)
+    are not ranked; a ``truth`` with no member in it is refused."""
     scores = result.as_dict()
     missing = [u for u in universe if u not in scores]
     if missing:
         raise ValueError(f"{result.method} scores no {missing[:3]}")
+    inside = set(truth) & set(universe)
+    if truth and not inside:  # a typo or edge names among nodes gave AUC NaN and k 0 without a word
+        raise ValueError(
+            f"no ground-truth member is in the universe scored ({len(universe)} items; e.g. {list(truth)[:3]} are "
+            "not): nothing to rank"
+        )
+    if exact is not None:
+        uncovered = [u for u in universe if u not in exact.as_dict()]
+        if uncovered:
+            raise ValueError(f"exact ({exact.method}) scores no {uncovered[:3]}: it must score the whole universe")
     s = torch.tensor([abs(scores[u]) for u in universe])
     members = set(truth)
     labels = torch.tensor([u in members for u in universe])

@@ -305,6 +305,8 @@ def _positions(sel: int | Sequence[int] | slice | None, n: int, what: str) -> to
         out = idx[sel]
     if len(out) == 0:
         raise ValueError(f"{what} selects no position")
+    if len(set(out.tolist())) != len(out):  # a position listed twice weighed twice in the std
+        raise ValueError(f"{what} lists a position twice (-1 and n - 1 are one position): {sorted(out.tolist())}")
     return out
 
 
@@ -552,8 +554,8 @@ def row_std_shares(
     if stack.ndim != 5:
         raise ValueError(f"terms must be [batch, head_index, query_pos, key_pos], got shape {tuple(stack.shape[1:])}")
     n_q, n_k = stack.shape[-2:]
-    if not -n_q <= query_pos < n_q:
-        raise ValueError(f"query_pos={query_pos} is out of range for {n_q} query rows")
+    if isinstance(query_pos, bool) or not isinstance(query_pos, int) or not -n_q <= query_pos < n_q:
+        raise ValueError(f"query_pos must be an int in -{n_q}..{n_q - 1} (a query row), got {query_pos!r}")
     keys = _positions(key_positions, n_k, "key_positions").to(stack.device)
     if len(keys) < 2:
         raise ValueError("the std across keys needs at least two key positions")

@@ -60,10 +60,10 @@ from hooked_clip1d.analysis.interventions.knockout import KnockoutResult, cls_ob
 from hooked_clip1d.analysis.interventions.tl_adapter import TL_KINDS, tl_patching
 from hooked_clip1d.analysis.metrics import (
     caption_belief_metric,
+    check_captions_describe,
     check_model,
     check_pair_captions,
     check_pair_images,
-    check_paired,
     image_belief_metric,
     mirror_images,
     shift_fraction,
@@ -212,6 +212,9 @@ def patch_sweep(
         masks = position_sets(tower, base, source, sets)
     if not masks:  # an empty sweep returned without a word
         raise ValueError("sets is empty: name at least one position set (or pass None for every set)")
+    empty = [k for k, v in masks.items() if not bool(v.any())]
+    if empty:  # nothing patched read as "no effect" (fraction 0)
+        raise ValueError(f"position sets {empty} select no position in any row: nothing would be patched")
     dev = tower.W_E.device
     base, source = base.to(dev), source.to(dev)
     base_m = metric(tower(base))
@@ -263,7 +266,8 @@ def mirror_swap_patching(
     model = check_eval(check_model(model))
     check_pair_images(images)
     model.vision.validate_tokens(images)
-    check_paired(images, captions)
+    check_pair_captions(captions, model.text.cfg.vocab)  # relation captions first: the clearer error
+    check_captions_describe(images, captions)  # pairs row by row, each caption naming its image's two labels
     metric = image_belief_metric(model, captions)
     return patch_sweep(model.vision, images, mirror_images(images), metric, hook_names, sets, heads)
 
@@ -288,7 +292,7 @@ def caption_swap_patching(
     """
     model = check_eval(check_model(model))
     check_pair_captions(captions, model.text.cfg.vocab)
-    check_paired(images, captions)
+    check_captions_describe(images, captions)  # pairs row by row, each caption naming its image's two labels
     metric = caption_belief_metric(model, images)
     return patch_sweep(
         model.text, captions, swap_captions(captions, model.text.cfg.vocab), metric, hook_names, sets, heads

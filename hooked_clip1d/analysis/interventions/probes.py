@@ -37,6 +37,7 @@ from jaxtyping import Float, Int
 from hooked_clip1d.analysis.hooks import check_eval, check_tower, depth_labels, residual_hook_names
 from hooked_clip1d.analysis.metrics import check_pair_captions, check_pair_images, object_token_positions
 from hooked_clip1d.model.encoders import HookedEncoder, HookedVisionEncoder
+from hooked_clip1d.settings.checks import check_int, check_real
 
 VISION_TARGETS = ("left_pos", "right_pos", "left_label", "right_label", "relation", "distance")
 TEXT_TARGETS = ("subject", "object", "relation")
@@ -100,8 +101,10 @@ def fit_probe(
         raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
     if method not in ("logistic", "ridge"):
         raise ValueError(f"method must be 'logistic' or 'ridge', got {method!r}")
-    if l2 < 0:
-        raise ValueError(f"l2 must be >= 0, got {l2}")
+    l2 = check_real(l2, "fit_probe: l2")  # NaN gave NaN weights and an accuracy
+    max_iter = check_int(max_iter, "fit_probe: max_iter")  # 0 returned an untrained probe's accuracy
+    if not bool(torch.isfinite(X).all()):  # one NaN cell took the probe to chance: "not decodable"
+        raise ValueError("fit_probe: X holds NaN or inf (the activations or a hook?)")
     X = X.detach().double().cpu()
     y = y.detach().cpu()
     classes, yi = torch.unique(y, return_inverse=True)
@@ -305,9 +308,13 @@ def probe_sweep(
     >>> s.test_acc.tolist()  # the subject label is in the subject slot's embedding
     [1.0, 1.0]
     """
+    if not isinstance(targets, torch.Tensor):  # a list gave a bare AttributeError ('ndim')
+        raise TypeError(f"targets must be an integer tensor [batch], got {type(targets).__name__}")
     if targets.ndim != 1 or targets.shape[0] != tokens.shape[0]:
         raise ValueError(f"targets must be [batch={tokens.shape[0]}], got {tuple(targets.shape)}")
     hook_names = residual_hook_names(tower) if hook_names is None else list(hook_names)
+    if not hook_names:  # a bare "stack expects a non-empty TensorList"
+        raise ValueError("probe_sweep: hook_names is empty (None: every depth of the residual stream)")
     acts = residual_activations(tower, tokens, position, hook_names)
     perm_y = targets[torch.randperm(len(targets), generator=torch.Generator().manual_seed(seed + 1))]
     test, train, ctrl = [], [], []

@@ -72,7 +72,7 @@ def _checked(tower: HookedEncoder, terms: Sequence[str], reference: torch.Tensor
         )
     tower.validate_tokens(reference)
     if heads is not None:
-        check_indices(list(heads), tower.cfg.n_heads, "heads")
+        check_indices(heads, tower.cfg.n_heads, "heads", empty_ok=False)
     return tower
 
 

@@ -125,6 +125,12 @@ def _validate(
     bad = [t for t in terms if t not in ABLATABLE_TERMS]
     if bad:
         raise ValueError(f"unknown terms {bad}; known: {list(ABLATABLE_TERMS)}")
+    rest = [t for t in terms if "R" in t]
+    if layer == 0 and rest:  # layer 0's input is E + P (+ bias): the rest R is 0 there, so they removed nothing
+        raise ValueError(
+            f"terms {rest} do not exist at layer 0: R is the residual's part written by earlier layers, and layer 0 "
+            "has none"
+        )
     gone = [t for t in terms if layer == 0 and t in (cfg.ablated_terms or ())]
     if gone:
         raise ValueError(
