@@ -1,6 +1,6 @@
-"""A sixth, a seventh and an eighth walk through the public API (session 33: the data, the model and its caches, SAEs,
-the interventions and the figures; the mechanism analyses, evaluation and the command line; then patching, circuits,
-probes and the train command): each case below
+"""The sixth to ninth walks through the public API (session 33: the data, the model and its caches, SAEs, the
+interventions and the figures; the mechanism analyses, evaluation and the command line; patching, circuits, probes and
+the train command; then the settings, retraining and the records): each case below
 computed something other than what was asked without a word, left the caller's state changed, or failed with a bare
 error; now it is computed as documented, refused by name, or left alone."""
 
@@ -521,6 +521,116 @@ def test_plot_circuit_benchmark_names_a_row_without_its_keys():
 
     with pytest.raises(KeyError, match=r"plot_circuit_benchmark \(row 0\) takes .*no \['edge_auc'\]"):
         plot_circuit_benchmark([{"model": "m", "method": "AtP", "node_auc": 0.9, "seconds": 1.0}])
+
+
+# ---- the ninth walk: settings, retraining, records -----------------------------------------------------------------
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def test_a_batched_retraining_is_not_reused_for_another_base_model(tmp_path):
+    """``head_subset_sweep(engine="batched", resume=True)`` handed back the finished runs of another base model (and
+    recorded the new settings); the standard engine refused the same call."""
+    from hooked_clip1d.model.checkpoint import CheckpointError
+    from hooked_clip1d.training.retrain import head_subset_sweep
+
+    head_subset_sweep(tiny(), 1, DATA6, epochs=1, out_dir=tmp_path, engine="batched")
+    other = CLIP1D(CLIPConfig.from_preset("simplified", **TINY), seed=7).eval()
+    with pytest.raises(CheckpointError, match=r"cannot reuse the finished run .*init_seed"):
+        head_subset_sweep(other, 1, DATA6, epochs=1, out_dir=tmp_path, engine="batched", resume=True)
+
+
+def test_head_subset_sweep_refuses_settings_it_would_ignore_and_prune_heads_keeps_the_dtype():
+    from hooked_clip1d.settings import TrainConfig
+    from hooked_clip1d.training.retrain import head_subset_sweep, prune_heads
+
+    m = tiny()
+    with pytest.raises(ValueError, match="train_cfg retrains the pruned copies: give epochs > 0"):
+        head_subset_sweep(m, 1, DATA6, train_cfg=TrainConfig(epochs=1))  # nothing was retrained
+    with pytest.raises(ValueError, match="n_kept must be distinct ints"):
+        head_subset_sweep(m, [1, 1], DATA6)  # every subset twice
+    double = tiny().double()
+    assert prune_heads(double, vision=[(0, 0)]).vision.W_E.dtype == torch.float64  # was rounded to float32
+
+
+def test_schedules_refuse_what_they_would_silently_bend():
+    from hooked_clip1d.settings import TrainConfig, dense_schedule
+
+    for kw in (dict(epochs=-5), dict(epochs=1000, early_every=0), dict(epochs=10_000, late_every=-500)):
+        with pytest.raises(ValueError, match="dense_schedule"):
+            dense_schedule(**kw)
+    cfg = TrainConfig(lr=1.0, epochs=4, lr_schedule="warmup_cosine", warmup_epochs=1)
+    for step in (-3, 20):  # -lr; the cosine climbing back past the end
+        with pytest.raises(ValueError, match="is not a step of a 8-step run"):
+            cfg.lr_at(step, 8, 2)
+
+
+def _record(name: str = "fig11") -> dict:
+    import json
+
+    return json.loads((ROOT / "docs" / "records" / f"{name}.json").read_text())
+
+
+def test_records_refuse_fields_of_the_wrong_type():
+    """``beyond_paper: "false"`` moved a figure out of the table; ``plots`` as a string was read letter by letter
+    (and files were deleted); a figure name with a path wrote outside the records folder."""
+    from hooked_clip1d.reproduce.records import Record
+
+    for key, value, match in (
+        ("beyond_paper", "false", "beyond_paper is 'false', not true / false"),
+        ("models", "flagship", "models is 'flagship', not a list of names"),
+        ("plots", "fig11_fig11.png", "plots is 'fig11_fig11.png', not a list of names"),
+        ("figure", "../../escaped", "is not a figure name"),
+        ("figure", 11, "figure is 11, not a string"),
+    ):
+        d = _record()
+        d[key] = value
+        with pytest.raises(ValueError, match=match):
+            Record.from_dict(d)
+    for field, value, match in (
+        ("counted", "no", "counted is 'no', not true / false"),
+        ("null_passes", float("nan"), "null_passes is nan, not an integer count"),
+        ("seeds", {"0": "yes"}, "seeds must map names to true / false"),
+    ):
+        d = _record()
+        d["checks"][0][field] = value
+        with pytest.raises(ValueError, match=match):
+            Record.from_dict(d)
+    d = _record("fig19")
+    row = next(c for c in d["checks"] if c.get("null_extreme") is not None)
+    del row["value"]
+    with pytest.raises(ValueError, match="untrained extreme but no value"):
+        Record.from_dict(d)
+
+
+def test_the_results_page_refuses_an_edited_verdict_and_a_record_it_cannot_read(tmp_path):
+    """A kept record whose verdict was edited was counted as that verdict; a fresh record with a trailing comma, or
+    lying outside its figure's folder, was skipped and the page rebuilt from the old one, rc 0."""
+    import json
+    import shutil
+
+    from hooked_clip1d.reproduce.records import load_record
+    from hooked_clip1d.reproduce.results_page import build_results_page, load_kept_records
+
+    kept = tmp_path / "docs" / "records"
+    kept.mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "records" / "fig13.json", kept)
+    d = _record("fig13")
+    assert d["verdict"] != "reproduced"
+    d["verdict"] = "reproduced"
+    (kept / "fig13.json").write_text(json.dumps(d))
+    for call in (lambda: load_kept_records(kept), lambda: load_record(kept / "fig13.json")):
+        with pytest.raises(ValueError, match="its verdict 'reproduced' is not what its checks give"):
+            call()
+    res = tmp_path / "res"
+    (res / "fig11").mkdir(parents=True)
+    (res / "fig11" / "fig11.json").write_text(json.dumps(_record()) + ",")
+    with pytest.raises(ValueError, match="is not valid JSON"):
+        build_results_page(res, tmp_path / "docs" / "results.md")
+    (res / "fig11" / "fig11.json").unlink()
+    (res / "fig11.json").write_text(json.dumps(_record()))
+    with pytest.raises(ValueError, match="directly under the results folder"):
+        build_results_page(res, tmp_path / "docs" / "results.md")
+    assert not (tmp_path / "docs" / "results.md").exists()
 
 
 PLAIN = (

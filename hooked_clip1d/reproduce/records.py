@@ -71,6 +71,30 @@ def check_id(text: str) -> str:
     return "-".join(words) + "-" + hashlib.sha1(text.encode()).hexdigest()[:4]
 
 
+# a check row's fields and their JSON types (a string "no" for a bool counted as true; a NaN count printed "nan/10")
+_CHECK_FIELD_TYPES: tuple[tuple[str, tuple[type, ...], str], ...] = (
+    ("id", (str,), "a string"),
+    ("counted", (bool,), "true / false"),
+    ("counted_holds", (bool,), "true / false"),
+    ("absence", (bool,), "true / false"),
+    ("beyond_null", (bool,), "true / false"),
+    ("not_auditable", (bool,), "true / false"),
+    ("null_passes", (int,), "an integer count"),
+    ("null_n", (int,), "an integer count"),
+    ("fresh_holds", (int,), "an integer count"),
+    ("null_incomplete", (str,), "a string"),
+    ("secondary", (str,), "a string"),
+    ("direction", (str,), "a string"),
+    ("fresh_rule", (str,), "a string"),
+    ("seeds", (dict,), "an object"),
+    ("trained_control", (dict,), "an object"),
+    ("fresh_runs", (dict,), "an object"),
+    ("coordinate_dependent", (list,), "a list"),
+    ("control_passes", (list,), "a list"),
+)
+FIGURE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a record's figure names its file: no path
+
+
 @dataclass
 class Check:
     """One check of a figure: the sentence, whether it holds, and what its controls say of it (every field but
@@ -115,6 +139,24 @@ class Check:
             v = row.get(name)
             if v is not None and not (isinstance(v, int | float) and math.isfinite(v)):
                 raise ValueError(f"{where}: check {row['check'][:60]!r}: {name} is {v!r}, not a finite number")
+        name = row["check"][:60]
+        for key, kinds, what in _CHECK_FIELD_TYPES:
+            v = row.get(key)
+            if v is not None and (not isinstance(v, kinds) or (bool not in kinds and isinstance(v, bool))):
+                raise ValueError(f"{where}: check {name!r}: {key} is {v!r}, not {what}")  # "no" read as true
+        for key in ("null_passes", "null_n", "fresh_holds"):
+            if row.get(key) is not None and row[key] < 0:
+                raise ValueError(f"{where}: check {name!r}: {key} is {row[key]!r}, not a count")
+        for key in ("seeds", "trained_control", "fresh_runs"):
+            v = row.get(key)
+            if v is not None and not all(isinstance(k, str) and isinstance(o, bool) for k, o in v.items()):
+                raise ValueError(f"{where}: check {name!r}: {key} must map names to true / false, got {v!r}")
+        for key in ("coordinate_dependent", "control_passes"):
+            v = row.get(key)
+            if v is not None and not all(isinstance(x, str) for x in v):
+                raise ValueError(f"{where}: check {name!r}: {key} must be a list of names, got {v!r}")
+        if row.get("null_extreme") is not None and row.get("value") is None:  # the page compares the two
+            raise ValueError(f"{where}: check {name!r} has an untrained extreme but no value to compare it with")
         if row.get("counted") and not isinstance(row.get("counted_holds"), bool):
             raise ValueError(f"{where}: check {row['check'][:60]!r} counts but its counted outcome is missing")
         kw = {k: v for k, v in row.items() if k != "check"}
@@ -187,6 +229,21 @@ class Record:
             raise ValueError(f"{where}: missing field(s) {missing}")
         if d["verdict"] not in VERDICTS:
             raise ValueError(f"{where}: verdict {d['verdict']!r} is not one of {VERDICTS}")
+        for key in ("figure", "title", "paper", "command", "summary"):
+            if not isinstance(d[key], str):
+                raise ValueError(f"{where}: {key} is {d[key]!r}, not a string")
+        if not FIGURE_NAME.fullmatch(d["figure"]):  # "../../x" was written outside the records folder
+            raise ValueError(f"{where}: figure {d['figure']!r} is not a figure name (letters, digits, _ . -)")
+        for key in ("models", "plots"):  # a string was read letter by letter (plots: files deleted and copied)
+            v = d.get(key) or []
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise ValueError(f"{where}: {key} is {v!r}, not a list of names")
+        if not isinstance(d.get("beyond_paper", False), bool):  # "false" was true: the figure left the table
+            raise ValueError(f"{where}: beyond_paper is {d['beyond_paper']!r}, not true / false")
+        if d.get("recorded") is not None and not isinstance(d["recorded"], str):
+            raise ValueError(f"{where}: recorded is {d['recorded']!r}, not a date string")
+        if not isinstance(d.get("numbers") or {}, dict):
+            raise ValueError(f"{where}: numbers is not an object")
         checks = [Check.from_row(c, where) for c in d.get("checks") or []]
         ids = [c.id for c in checks]
         if len(set(ids)) != len(ids):
@@ -278,7 +335,15 @@ def load_record(path: str | Path) -> Record:
         d = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"record {path} is not valid JSON ({e})") from e
-    return Record.from_dict(d, where=f"record {path}")
+    return checked_verdict(Record.from_dict(d, where=f"record {path}"), f"record {path}")
+
+
+def checked_verdict(rec: Record, where: str) -> Record:
+    """``rec`` if its stated verdict is the one its checks give, else a ``ValueError`` (a hand-edited verdict was
+    shown and counted on the results page)."""
+    if rec.judged() != rec.verdict:
+        raise ValueError(f"{where}: its verdict {rec.verdict!r} is not what its checks give ({rec.judged()!r})")
+    return rec
 
 
 def is_record(d: Any) -> bool:
@@ -287,4 +352,14 @@ def is_record(d: Any) -> bool:
     return isinstance(d, dict) and "figure" in d and "verdict" in d
 
 
-__all__ = ["SCHEMA_VERSION", "VERDICTS", "Check", "Record", "check_id", "load_record", "verdict_of", "write_record"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "VERDICTS",
+    "Check",
+    "Record",
+    "check_id",
+    "checked_verdict",
+    "load_record",
+    "verdict_of",
+    "write_record",
+]

@@ -30,7 +30,7 @@ from typing import Any
 
 from hooked_clip1d.files import atomic_write, atomic_write_text
 from hooked_clip1d.pretrained import registry_table
-from hooked_clip1d.reproduce.records import Check, Record, is_record, write_record
+from hooked_clip1d.reproduce.records import Check, Record, checked_verdict, is_record, write_record
 
 ICON = {
     "reproduced": "reproduced",
@@ -49,14 +49,27 @@ def _fig_sort_key(key: str) -> tuple[int, str]:
 def _fresh_records(results_dir: str | Path) -> list[tuple[Record, Path]]:
     """``load_records`` with the folder each record was read from (its PNGs are beside it)."""
     records = []
+    for path in sorted(Path(results_dir).glob("*.json")):  # a record outside its figure's folder was skipped
+        if is_record(_read_json(path, "a file under --results")):
+            raise ValueError(
+                f"{path} is a record directly under the results folder: reproduce writes DIR/<figure>/<figure>.json "
+                "(its PNGs beside it); move it into its figure's folder"
+            )
     for path in sorted(Path(results_dir).glob("*/*.json")):
-        try:
-            raw = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            continue  # not a record (reproduce writes valid JSON atomically)
-        if is_record(raw):
-            records.append((Record.from_dict(raw, where=f"record {path}"), path.parent))
+        raw = _read_json(path, "a file under --results")
+        if is_record(raw):  # every fresh record checked before anything is written
+            rec = checked_verdict(Record.from_dict(raw, where=f"record {path}"), f"record {path}")
+            records.append((rec, path.parent))
     return sorted(records, key=lambda rd: _fig_sort_key(rd[0].figure))
+
+
+def _read_json(path: Path, what: str) -> Any:
+    """The JSON in ``path``; invalid JSON is an error naming it (reproduce writes valid JSON atomically: a broken
+    file under --results was skipped, and the page rebuilt from the old kept record without a word)."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} ({what}) is not valid JSON ({e}): fix or remove it") from e
 
 
 def load_records(results_dir: str | Path) -> list[Record]:
@@ -79,7 +92,8 @@ def load_kept_records(records_dir: str | Path) -> list[Record]:
         if not is_record(rec):
             raise ValueError(f"kept record {path} is not a reproduce record (no 'figure' / 'verdict')")
         if rec["figure"] in FIGURES:  # (a record of a figure no longer known is dropped unread)
-            records.append(Record.from_dict(rec, where=f"record {path}"))  # validated; converted if older
+            kept = Record.from_dict(rec, where=f"record {path}")  # validated; converted if older
+            records.append(checked_verdict(kept, f"kept record {path}"))  # a hand-edited verdict was counted
     return records
 
 

@@ -326,6 +326,11 @@ class TrainConfig:
         if self.lr_schedule == "constant":
             return self.lr
         w = self.warmup_epochs * steps_per_epoch
+        if not 0 <= step < total_steps or total_steps <= w:  # -3 gave -lr; past the end the cosine climbed back
+            raise ValueError(
+                f"lr_at: step {step} is not a step of a {total_steps}-step run (0..{total_steps - 1}) after a "
+                f"warmup of {w} steps"
+            )
         if step < w:
             return self.lr * (step + 1) / w
         return 0.5 * (1 + math.cos(math.pi * (step - w) / (total_steps - w))) * self.lr
@@ -362,6 +367,10 @@ def dense_schedule(
         >>> s[:10], s[-3:], len(s)
         ((0, 1, 2, 5, 10, 20, 50, 100, 200, 300), (9000, 9500, 10000), 43)
     """
+    epochs = check_int(epochs, "dense_schedule: epochs", minimum=0)  # -5 gave (-5,), True (0, 1)
+    early_every = check_int(early_every, "dense_schedule: early_every")  # 0: a bare range() error
+    early_until = check_int(early_until, "dense_schedule: early_until", minimum=0)
+    late_every = check_int(late_every, "dense_schedule: late_every")  # -500 dropped every late epoch
     pts = {0, 1, 2, 5, 10, 20, 50, epochs}
     pts |= set(range(early_every, min(early_until, epochs) + 1, early_every))
     pts |= set(range(early_until + late_every, epochs + 1, late_every))

@@ -39,10 +39,10 @@ import torch
 from hooked_clip1d.data.dataset import DataConfig, Dataset, build_dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.files import atomic_write_text
-from hooked_clip1d.model.checkpoint import load_model_file
+from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.config import check_heads
-from hooked_clip1d.settings.checks import check_int
+from hooked_clip1d.settings.checks import check_int, repeated
 from hooked_clip1d.training.batched import BatchedTrainer, Member
 from hooked_clip1d.training.group_io import GROUP_CHECKPOINT
 from hooked_clip1d.training.run_config import RunConfig
@@ -73,8 +73,9 @@ def prune_heads(
     )
     with torch.random.fork_rng(devices=[]):  # building the copy must not move the caller's global RNG
         new = CLIP1D(new_cfg)
+    first = next(model.parameters())
+    new.to(first.device, first.dtype)  # a .double() model's copy was float32: its weights rounded
     new.load_state_dict(model.state_dict())
-    new.to(next(model.parameters()).device)
     new.data_config = model.data_config
     return new.train(model.training)
 
@@ -159,6 +160,11 @@ def retrain_batched(
         members.append(Member(pruned.cfg, data_cfg, tc, init_model=pruned))
     dirs = [d for d in run_dirs if d is not None]
     if resume and all((d / "summary.json").exists() for d in dirs):  # finished earlier: load the saved models
+        for d, m in zip(dirs, members, strict=True):  # another base model / epochs / recipe was reused unchecked
+            saved = json.loads((d / "config.json").read_text())
+            problems = m.run.resume_problems(saved)
+            if problems:
+                raise CheckpointError(f"cannot reuse the finished run {str(d)!r}: " + "; ".join(problems))
         return [load_model_file(d / "model.safetensors") for d in dirs]
     resume = resume and (group_dir / GROUP_CHECKPOINT).exists()
     trainer = BatchedTrainer(members, group_dir, resume=resume, member_dirs=dirs)
@@ -213,6 +219,8 @@ def head_subset_sweep(
     epochs = check_int(epochs, "epochs", minimum=0)
     if epochs > 0 and out_dir is None:
         raise ValueError("retraining (epochs > 0) needs out_dir for the runs' checkpoints")
+    if epochs == 0 and train_cfg is not None:  # nothing retrained: its epochs are replaced by this argument
+        raise ValueError("train_cfg retrains the pruned copies: give epochs > 0 (train_cfg.epochs is not read)")
     if engine not in ("standard", "batched"):
         raise ValueError(f"engine must be 'standard' or 'batched', got {engine!r}")
     cfg = getattr(model.cfg, tower)
@@ -226,9 +234,10 @@ def head_subset_sweep(
         raise TypeError(f"n_kept must be an int or a list of ints, got {type(n_kept).__name__}")
     ks = [n_kept] if isinstance(n_kept, int) else list(n_kept)
     bad = [k for k in ks if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(heads)]
-    if bad or not ks:
+    if bad or not ks or repeated(ks):  # a repeat gave every subset twice (or two runs in one folder)
         raise ValueError(
-            f"n_kept must be ints in 1..{len(heads)} (the unpruned heads of the {tower} tower), got {n_kept!r}"
+            f"n_kept must be distinct ints in 1..{len(heads)} (the unpruned heads of the {tower} tower), got "
+            f"{n_kept!r}"
         )
     data_cfg = data_config_of(model, dataset)
     ds = dataset if isinstance(dataset, Dataset) else build_dataset(data_cfg)
