@@ -236,8 +236,7 @@ def head_subset_sweep(
     bad = [k for k in ks if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(heads)]
     if bad or not ks or repeated(ks):  # a repeat gave every subset twice (or two runs in one folder)
         raise ValueError(
-            f"n_kept must be distinct ints in 1..{len(heads)} (the unpruned heads of the {tower} tower), got "
-            f"{n_kept!r}"
+            f"n_kept must be distinct ints in 1..{len(heads)} (the unpruned heads of the {tower} tower), got {n_kept!r}"
         )
     data_cfg = data_config_of(model, dataset)
     ds = dataset if isinstance(dataset, Dataset) else build_dataset(data_cfg)
