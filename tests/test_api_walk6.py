@@ -564,6 +564,25 @@ def test_schedules_refuse_what_they_would_silently_bend():
             cfg.lr_at(step, 8, 2)
 
 
+def test_a_recipe_is_checked_when_it_is_made_not_when_a_run_expands_it():
+    """``Recipe(negatives="bogus")``, a negative weight decay or a warmup without a cosine schedule were accepted and
+    refused only when a run expanded the recipe."""
+    from hooked_clip1d.settings.recipes import RECIPES, Recipe
+
+    for kw, match in (
+        (dict(negatives="bogus"), "negatives"),  # (the tests' type checker names it first)
+        (dict(weight_decay=-1.0), "weight_decay must be a finite number >= 0"),
+        (dict(warmup_epochs=5), "warmup_epochs needs lr_schedule='warmup_cosine'"),
+        (dict(init_std=0.0), "init_std: must be a positive number"),
+        (dict(attn_dropout=1.0), r"attn_dropout: must be a number in \[0, 1\)"),
+    ):
+        with pytest.raises(ValueError, match="(?s)Recipe: .*" + match):
+            Recipe(**kw)
+    assert len(RECIPES) >= 20  # every named recipe passes
+    with pytest.raises(ValueError, match="d_image=1000000: at most 4,096 pixels"):  # 5e11 position pairs listed
+        DataConfig(n_labels=6, n_heldout=2, n2=2, d_image=10**6)
+
+
 def _record(name: str = "fig11") -> dict:
     import json
 

@@ -18,6 +18,7 @@ from hooked_clip1d.settings.checks import check_int, check_real, is_real
 from hooked_clip1d.settings.fields import knob, legacy_values
 
 MAX_IMAGES = 1_000_000  # a DataConfig whose splits would hold more images is refused before anything is built
+MAX_D_IMAGE = 4_096  # building lists all C(d_image, 2) position pairs (8.4 M here; the paper's images have 10)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ class DataConfig:
             raise bad("caption_mode", "must be 'left' or 'left_right'")
         if self.caption_order not in ("ordered", "shuffled"):
             raise bad("caption_order", "must be 'ordered' or 'shuffled'")
+        if self.d_image > MAX_D_IMAGE:  # building lists every position pair: d_image = 10**6 would hold 5e11
+            raise bad("d_image", f"at most {MAX_D_IMAGE:,} pixels (the paper's images have 10), got {self.d_image:,}")
         if self.n_images > MAX_IMAGES:
             raise bad(
                 "n_labels",

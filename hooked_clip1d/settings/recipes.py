@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal  # noqa: F401  (Recipe's generated fields carry TrainConfig's annotations, read here)
 
+from hooked_clip1d.settings.checks import is_real
 from hooked_clip1d.settings.configs import FROZEN_GROUPS, NO_DECAY_GROUPS, TrainConfig, check_groups
 from hooked_clip1d.settings.fields import knob
 
@@ -48,6 +49,18 @@ class _RecipeMethods:
     def __post_init__(self) -> None:
         object.__setattr__(self, "no_decay", check_groups("no_decay", self.no_decay, NO_DECAY_GROUPS))  # type: ignore[attr-defined]
         object.__setattr__(self, "frozen", check_groups("frozen", self.frozen, FROZEN_GROUPS))  # type: ignore[attr-defined]
+        # the other fields checked now, by the config they expand into (negatives="bogus" or a warmup without a
+        # cosine schedule were accepted here and refused only when a run expanded the recipe)
+        try:
+            TrainConfig(**{f: getattr(self, f) for f in self.TRAIN_FIELDS})
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"Recipe: {e}") from None
+        for f in self.MODEL_FIELDS:
+            v = getattr(self, f)
+            ok = is_real(v) and (v > 0 if f == "init_std" else 0 <= v < 1)  # init_std; the two dropouts
+            if not ok:
+                want = "a positive number" if f == "init_std" else "a number in [0, 1)"  # EncoderConfig's words
+                raise ValueError(f"Recipe: {f}: must be {want}, got {v!r}")
 
     def fields(self) -> dict[str, dict[str, Any]]:
         """``{"train": {TrainConfig field: value}, "model": {EncoderConfig field: value}}`` (model: both towers)."""
