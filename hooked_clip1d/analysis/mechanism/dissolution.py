@@ -34,6 +34,7 @@ from hooked_clip1d.analysis.metrics import check_model
 from hooked_clip1d.data.dataset import Dataset, EpochPermutations
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.functional import NEGATIVES, same_caption
+from hooked_clip1d.model.modes import eval_mode
 from hooked_clip1d.settings.checks import check_int
 
 
@@ -130,8 +131,8 @@ def caption_split(
     order = orders.perm(epoch)
     params = [p for p in model.parameters()]
     saved = [None if p.grad is None else p.grad.clone() for p in params]
-    modes = [(m, m.training) for m in model.modules()]  # each submodule's own mode, given back below
-    model.eval()
+    restore_modes = eval_mode(model)  # each submodule's own mode given back on leaving
+    restore_modes.__enter__()
     slices = _slices(model)
     grads = {part: {k: torch.zeros_like(t[idx]) for k, (t, idx) in slices.items()} for part in ("unique", "shared")}
     loss = {"unique": 0.0, "shared": 0.0}
@@ -157,8 +158,7 @@ def caption_split(
                     if t.grad is not None:
                         grads[part][k] += t.grad[i].detach()
     finally:
-        for m, training in modes:
-            m.training = training
+        restore_modes.__exit__(None, None, None)
         for p, g in zip(params, saved, strict=True):
             p.grad = g
     return _split_record(epoch, negatives, loss, n_shared / len(images), grads)
