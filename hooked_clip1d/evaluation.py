@@ -34,6 +34,7 @@ from jaxtyping import Float
 
 from hooked_clip1d.data.dataset import SPLITS, Dataset
 from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.model.modes import check_eval
 
 Hooks = Sequence[tuple[str | Callable, Callable]]
 
@@ -42,7 +43,7 @@ Hooks = Sequence[tuple[str | Callable, Callable]]
 def embed_captions(model: CLIP1D, dataset: Dataset, text_hooks: Hooks = ()) -> Float[torch.Tensor, "n_captions d"]:
     """Projected text representations of the caption table (the model in eval mode: dropout would draw the global
     RNG and change them)."""
-    check_eval_mode(model, "embed_captions")
+    check_eval(model, "embed_captions")
     caps = dataset.captions.to(model.W_proj.device)
     with model.text.hooks(fwd_hooks=list(text_hooks)):
         return model.encode_text(caps)
@@ -53,7 +54,7 @@ def embed_images(
     model: CLIP1D, dataset: Dataset, split: str, vision_hooks: Hooks = ()
 ) -> Float[torch.Tensor, "n_images d"]:
     """Image representations of one split, with ``vision_hooks`` on (the model in eval mode)."""
-    check_eval_mode(model, "embed_images")
+    check_eval(model, "embed_images")
     images = dataset.splits[split].images.to(model.W_proj.device)
     with model.vision.hooks(fwd_hooks=list(vision_hooks)):
         return model.encode_image(images)
@@ -66,17 +67,6 @@ def similarity_matrix(
     """Cosine similarity of every image of ``split`` with every caption of the table (Fig. 3 right)."""
     text_emb = embed_captions(model, dataset, text_hooks)
     return CLIP1D.cosine(embed_images(model, dataset, split, vision_hooks), text_emb)
-
-
-def check_eval_mode(model: CLIP1D, what: str) -> None:
-    """A ``ValueError`` naming the submodules in train mode, if any (dropout would add noise and draw the global
-    RNG)."""
-    in_train = [n or "model" for n, m in model.named_modules() if m.training]
-    if in_train:
-        raise ValueError(
-            f"{what} needs the model in eval mode (call model.eval()); in train mode: {in_train[:3]} (dropout would "
-            "add noise)"
-        )
 
 
 def caption_label_sets(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,7 +143,7 @@ def evaluate(
 
     The model should be in eval mode (dropout off); this is checked.
     """
-    check_eval_mode(model, "evaluate()")
+    check_eval(model, "evaluate()")
     if isinstance(splits, str) or not list(splits):  # a string was read letter by letter; [] returned {}
         raise ValueError(
             f"evaluate: splits must be a non-empty list of split names, e.g. [{splits!r}], got {splits!r}; known: "

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -37,6 +37,7 @@ from hooked_clip1d.evaluation import Hooks
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.config import check_heads
 from hooked_clip1d.model.encoders import HookedEncoder
+from hooked_clip1d.model.modes import check_eval
 from hooked_clip1d.settings.checks import check_int, repeated
 
 #: one forward hook: (hook point name, fn(activation, hook) -> new activation or None)
@@ -46,7 +47,6 @@ Metric = BeliefMetric
 #: one attention head: (layer, head)
 Head = tuple[int, int]
 
-M = TypeVar("M", bound=torch.nn.Module)
 
 _QUERY_KEY_HOOKS = ("hook_attn_scores", "hook_pattern")
 _HEAD_HOOKS = (
@@ -77,15 +77,6 @@ def check_tower(tower: object) -> HookedEncoder:
     if not isinstance(tower, HookedEncoder):
         raise TypeError(f"expected one tower (model.vision or model.text), got {type(tower).__name__}")
     return tower
-
-
-def check_eval(module: M) -> M:
-    """``module`` (a model or a tower) if it is in eval mode, else a ``ValueError``: dropout would make every
-    intervention and every mean activation noisy."""
-    if module.training:
-        what = "model" if isinstance(module, CLIP1D) else "tower"
-        raise ValueError(f"the {what} is in training mode (dropout is on); call model.eval() first")
-    return module
 
 
 def check_indices(values: Sequence[int], n: int, what: str, *, empty_ok: bool = True) -> None:

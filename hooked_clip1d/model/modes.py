@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TypeVar
 
 from torch import nn
+
+M = TypeVar("M", bound=nn.Module)
 
 
 @contextlib.contextmanager
@@ -35,4 +38,31 @@ def eval_mode(*modules: nn.Module) -> Iterator[None]:
             mod.training = training
 
 
-__all__ = ["eval_mode"]
+def check_eval(module: M, what: str = "this analysis") -> M:
+    """``module`` (a model or a tower) if it and every submodule are in eval mode, else a ``ValueError`` naming the
+    submodules in training mode: dropout would add noise to every measurement and draw the global RNG. A tower left
+    in train mode inside an eval model counts (``model.eval(); model.vision.train()``).
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
+        >>> check_eval(m) is m
+        True
+        >>> _ = m.vision.train()
+        >>> try:
+        ...     check_eval(m, "evaluate()")
+        ... except ValueError as err:
+        ...     print(str(err)[:59])
+        evaluate() needs the model in eval mode (call model.eval())
+    """
+    in_train = [name or "model" for name, mod in module.named_modules() if mod.training]
+    if in_train:
+        more = f" and {len(in_train) - 3} more" if len(in_train) > 3 else ""
+        raise ValueError(
+            f"{what} needs the model in eval mode (call model.eval()); in training mode: {in_train[:3]}{more} "
+            "(dropout would add noise)"
+        )
+    return module
+
+
+__all__ = ["check_eval", "eval_mode"]

@@ -113,4 +113,44 @@ def repeated(values: Any) -> list[Any]:
     return sorted(twice)
 
 
-__all__ = ["check_index", "check_int", "check_int_list", "check_real", "is_int", "is_real", "repeated"]
+def check_label_list(labels: Any, n_labels: int, name: str = "labels", need: int = 1) -> list[int]:
+    """``labels`` (object labels, ints in ``1..n_labels``, each once; a list, tuple, range or 1-d tensor) as a list
+    of ints in the given order, else an error naming ``name``: a float (truncated otherwise) or a bool is a
+    ``TypeError``; a repeat (dropped or weighed twice otherwise), a label outside the vocabulary, a bare string or
+    fewer than ``need`` labels a ``ValueError``.
+
+    >>> check_label_list([3, 1, 2], 20)
+    [3, 1, 2]
+    >>> check_label_list([2.7], 20, "fit_labels")
+    Traceback (most recent call last):
+    ...
+    TypeError: fit_labels must be ints, got [2.7]
+    """
+    if isinstance(labels, str | bytes) or not hasattr(labels, "__iter__"):
+        raise ValueError(f"{name} must be a list of labels in 1..{n_labels}, got {labels!r}")
+    given = labels.tolist() if hasattr(labels, "tolist") else list(labels)
+    not_int = [x for x in given if not is_int(x)]
+    if not_int:  # 2.7 was truncated to 2, True read as 1
+        raise TypeError(f"{name} must be ints, got {not_int}")
+    out = [operator.index(x) for x in given]
+    twice = repeated(out)
+    if twice:
+        raise ValueError(f"{name}: repeated labels in {out} ({twice} twice)")
+    bad = [x for x in out if not 1 <= x <= n_labels]
+    if bad:
+        raise ValueError(f"{name}: labels {bad} are outside 1..{n_labels}")
+    if len(out) < need:
+        raise ValueError(f"{name}: need at least {need} distinct labels, got {out}")
+    return out
+
+
+__all__ = [
+    "check_index",
+    "check_int",
+    "check_int_list",
+    "check_label_list",
+    "check_real",
+    "is_int",
+    "is_real",
+    "repeated",
+]

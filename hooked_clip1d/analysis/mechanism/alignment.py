@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 
 from hooked_clip1d.model.clip import CLIP1D
-from hooked_clip1d.settings.checks import check_int
+from hooked_clip1d.settings.checks import check_int, check_label_list
 
 
 def procrustes(
@@ -131,19 +131,7 @@ def _scores(
 
 
 def _label_list(labels: Iterable[int], n_labels: int, what: str) -> list[int]:
-    given = labels.tolist() if isinstance(labels, torch.Tensor) else list(labels)
-    not_int = [x for x in given if isinstance(x, bool) or not hasattr(x, "__index__")]
-    if not_int:  # 2.7 was truncated to 2
-        raise TypeError(f"{what}: labels must be ints, got {not_int}")
-    out = [int(x) for x in given]
-    bad = [x for x in out if not 1 <= x <= n_labels]
-    if bad:
-        raise ValueError(f"{what}: labels {bad} are outside 1..{n_labels}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"{what}: repeated labels in {out}")
-    if not out:
-        raise ValueError(f"{what}: no labels given")
-    return out
+    return check_label_list(labels, n_labels, what)
 
 
 def _fit_test_labels(

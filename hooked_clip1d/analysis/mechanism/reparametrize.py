@@ -38,6 +38,7 @@ import torch
 
 from hooked_clip1d.analysis.mechanism.report import check_clip, check_simplified_tower, move_cls_embedding
 from hooked_clip1d.model.clip import CLIP1D
+from hooked_clip1d.model.modes import eval_mode
 from hooked_clip1d.settings.checks import check_int, check_real
 
 
@@ -135,15 +136,9 @@ def logit_change(model: CLIP1D, moved: CLIP1D, n: int = 64, seed: int = 0) -> fl
     images = torch.randint(0, vc.n_labels + 1, (n, vc.n_ctx), generator=g)
     images[:, 0] = vc.vocab.cls
     captions = torch.randint(1, tc.d_vocab, (n, tc.n_ctx), generator=g)
-    modes = [(mod, mod.training) for m in (model, moved) for mod in m.modules()]  # every submodule's, not the top's
-    model.eval()
-    moved.eval()
-    try:
+    with eval_mode(model, moved), torch.no_grad():  # every submodule's mode given back, not only the top's
         a = model(images, captions, validate=False)
         b = moved(images, captions, validate=False)
-    finally:
-        for mod, mode in modes:
-            mod.training = mode
     if not bool(torch.isfinite(b).all()):
         return float("inf")
     return float((a - b).abs().max() / a.abs().max().clamp_min(1e-12))

@@ -69,7 +69,7 @@ from hooked_clip1d.analysis.metrics import (
 )
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.encoders import HookedTextEncoder, HookedVisionEncoder
-from hooked_clip1d.settings.checks import check_index, is_int
+from hooked_clip1d.settings.checks import check_index, check_label_list, is_int
 
 
 @dataclass
@@ -127,20 +127,9 @@ class SpatialIDs:
 
 
 def _labels(vocab_n: int, labels: Sequence[int] | None, need: int) -> list[int]:
-    if labels is not None:
-        given = labels.tolist() if isinstance(labels, torch.Tensor) else list(labels)
-        not_int = [x for x in given if isinstance(x, bool) or not hasattr(x, "__index__")]
-        if not_int:  # 1.9 was read as 1, True as 1
-            raise TypeError(f"labels must be ints, got {not_int}")
-        if len(set(given)) != len(given):  # dropped without a word
-            raise ValueError(f"repeated labels in {given}")
-    out = list(range(1, vocab_n + 1)) if labels is None else sorted(int(x) for x in given)
-    bad = [x for x in out if not 1 <= x <= vocab_n]
-    if bad:
-        raise ValueError(f"labels {bad} are outside 1..{vocab_n}")
-    if len(out) < need:
-        raise ValueError(f"need at least {need} distinct labels, got {out}")
-    return out
+    if labels is None:
+        return list(range(1, vocab_n + 1))
+    return sorted(check_label_list(labels, vocab_n, "labels", need))
 
 
 @torch.no_grad()

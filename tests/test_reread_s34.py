@@ -1,0 +1,63 @@
+"""Session 34's reread: one eval-mode check for evaluation and analysis, one label-list check, and the
+reparametrisation's logit comparison on the shared eval-mode helper."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hooked_clip1d import CLIP1D, CLIPConfig
+from hooked_clip1d.analysis.interventions.knockout import knockout_sweep
+from hooked_clip1d.analysis.mechanism.reparametrize import logit_change, scale_query_key
+from hooked_clip1d.analysis.mechanism.spatial_ids import vision_spatial_ids
+from hooked_clip1d.model.modes import check_eval
+from hooked_clip1d.settings.checks import check_label_list
+
+
+def _model(seed: int = 0, dropout: float = 0.5) -> CLIP1D:
+    return CLIP1D(CLIPConfig.from_preset("simplified", n_labels=8, dropout=dropout), seed=seed).eval()
+
+
+def test_an_analysis_refuses_a_block_in_train_mode_inside_an_eval_model():
+    """analysis.hooks.check_eval read the top module's flag only: a block left in train mode ran its dropout (and
+    drew the global RNG) inside every intervention; evaluation's check read every submodule. One check now."""
+    m = _model()
+    images = m.vision.to_tokens(["C 1 . . . . . . . 2 ."])
+    captions = m.text.to_tokens(["1 is on the left of 2"])
+    m.vision.blocks[0].train()
+    assert not m.training
+    with pytest.raises(ValueError, match=r"knockout_sweep|needs the model in eval mode.*vision\.blocks\.0"):
+        knockout_sweep(m, images, captions)
+    with pytest.raises(ValueError, match="in training mode"):
+        vision_spatial_ids(m.vision)
+    m.eval()
+    knockout_sweep(m, images, captions)  # and the same call in eval mode runs
+    assert check_eval(m) is m
+
+
+def test_check_label_list_refuses_what_the_two_copies_refused():
+    assert check_label_list(torch.tensor([3, 1]), 5) == [3, 1]
+    for bad, err, match in (
+        ([2.7], TypeError, r"fit_labels must be ints, got \[2.7\]"),
+        ([True, 2], TypeError, "must be ints"),
+        ([1, 1, 2], ValueError, "repeated labels"),
+        ([0, 2], ValueError, r"outside 1..5"),
+        ([], ValueError, "need at least 1"),
+        ("12", ValueError, "must be a list of labels"),
+    ):
+        with pytest.raises(err, match=match):
+            check_label_list(bad, 5, "fit_labels")
+    with pytest.raises(ValueError, match="need at least 2 distinct labels"):
+        vision_spatial_ids(_model().vision, labels=[3], context="pair")
+    assert vision_spatial_ids(_model().vision, labels=[3, 1]).object_labels == [1, 3]  # sorted, as before
+
+
+def test_logit_change_gives_back_every_submodules_mode_and_builds_no_graph():
+    m = _model()
+    m.text.blocks[0].train()
+    moved = scale_query_key(m)
+    moved.train()
+    before = [(n, x.training) for n, x in m.named_modules()] + [(n, x.training) for n, x in moved.named_modules()]
+    assert logit_change(m, moved) < 1e-5
+    after = [(n, x.training) for n, x in m.named_modules()] + [(n, x.training) for n, x in moved.named_modules()]
+    assert before == after
