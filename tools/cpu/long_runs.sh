@@ -11,6 +11,12 @@
 #   lane1: App. L's order-blind control, seed 0 (issue 50; guards Fig. 23's counted checks): ~7 h of one core
 #   lane2: Fig. 21b under the default recipe, d_head 32, 64, 256, then 128 (issue 48): ~12 h of one core
 # A new machine starts from scratch (the runs are never committed); the worktrees keep the commit a lane started at.
+# When a lane finishes (pre-registered in docs/fidelity.md, amendments of 2026-11-29):
+#   lane1: hooked-clip1d export ~/sweeps/controls-distinct-vision2/runs/<seed 0's run> --weights-dtype float16 \
+#            --name control-shuffled-distinct-vision2-ntot25-n2-15 --description "Trained control (issue 50) ..."
+#          then `hooked-clip1d reproduce fig23 --guard-record docs/records --sweeps-dir ~/sweeps` (docs/reproducing.md)
+#   lane2: fig21b's FigureSpec switches to fig21b-distinct.toml (reproduce/sweep_figs.py; the old record kept as the
+#          beyond-paper fig21b-all-decay, as fig21 / fig21-all-decay), then `hooked-clip1d reproduce fig21b`
 # Environment: VENV (default ~/venv, with `pip install -e .` done), SWEEPS (default ~/sweeps), LOGS (default ~/long_runs).
 set -euo pipefail
 REPO="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
@@ -64,5 +70,5 @@ case "${1:-}" in
     pkill -9 -f "$LOGS/lane[0-9]*.sh" || true  # the lane loops first, so none starts its next group
     pkill -TERM -f "hooked-clip1d sweep" || true
     echo "sent SIGTERM: each run checkpoints and stops" ;;
-  *) sed -n 2,14p "$0"; exit 2 ;;
+  *) sed -n 2,20p "$0"; exit 2 ;;
 esac
