@@ -15,8 +15,9 @@
 #   lane1: hooked-clip1d export ~/sweeps/controls-distinct-vision2/runs/<seed 0's run> --weights-dtype float16 \
 #            --name control-shuffled-distinct-vision2-ntot25-n2-15 --description "Trained control (issue 50) ..."
 #          then `hooked-clip1d reproduce fig23 --guard-record docs/records --sweeps-dir ~/sweeps` (docs/reproducing.md)
-#   lane2: fig21b's FigureSpec switches to fig21b-distinct.toml (reproduce/sweep_figs.py; the old record kept as the
-#          beyond-paper fig21b-all-decay, as fig21 / fig21-all-decay), then `hooked-clip1d reproduce fig21b`
+#   lane2: `git am tools/cpu/pending/fig21b-switch.patch` (Fig. 21b reads fig21b-distinct.toml; the old record kept as
+#          the beyond-paper fig21b-all-decay, as fig21 / fig21-all-decay: fill in DATE in its `relabelled`), then
+#          `hooked-clip1d reproduce fig21b --sweeps-dir ~/sweeps` and the results page
 # Environment: VENV (default ~/venv, with `pip install -e .` done), SWEEPS (default ~/sweeps), LOGS (default ~/long_runs).
 set -euo pipefail
 REPO="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
