@@ -61,3 +61,16 @@ def test_logit_change_gives_back_every_submodules_mode_and_builds_no_graph():
     assert logit_change(m, moved) < 1e-5
     after = [(n, x.training) for n, x in m.named_modules()] + [(n, x.training) for n, x in moved.named_modules()]
     assert before == after
+
+
+def test_x7_names_the_all_decay_grid_and_keeps_its_check_ids():
+    """x7's checks quoted "fig21's seed 0" (0.93, 0.96, 0.02): Fig. 21's record moved to the default recipe's grid
+    (seed 0 there: 0.85 / 0.94 / 0.90), so the numbers are fig21-all-decay's; reworded, with the kept record's ids."""
+    import json
+    from pathlib import Path
+
+    from hooked_clip1d.reproduce import open_questions as oq
+
+    kept = json.loads((Path(__file__).resolve().parents[1] / "docs/records/x7-single-head-seeds.json").read_text())
+    assert [c["id"] for c in kept["checks"]][:2] == [oq.X7_LOW_ID, oq.X7_DEFAULT_ID]
+    assert "fig21-all-decay's seed 0" in oq.X7_LOW_TEXT and "fig21-all-decay's seed 0" in oq.X7_DEFAULT_TEXT
