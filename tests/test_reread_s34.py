@@ -74,3 +74,25 @@ def test_x7_names_the_all_decay_grid_and_keeps_its_check_ids():
     kept = json.loads((Path(__file__).resolve().parents[1] / "docs/records/x7-single-head-seeds.json").read_text())
     assert [c["id"] for c in kept["checks"]][:2] == [oq.X7_LOW_ID, oq.X7_DEFAULT_ID]
     assert "fig21-all-decay's seed 0" in oq.X7_LOW_TEXT and "fig21-all-decay's seed 0" in oq.X7_DEFAULT_TEXT
+
+
+def test_the_long_runs_queue_names_groups_its_sweeps_plan():
+    """tools/cpu/long_runs.sh names each lane's groups as the sweep's plan names them (an index and a hash of the
+    runs' names): a spec changed under it (a recipe renamed, a grid cell added) would leave a lane asking for groups
+    that no longer exist. The script parses with bash -n."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from hooked_clip1d.sweeps.runner import _saved_plan
+    from hooked_clip1d.sweeps.spec import load_spec
+
+    root = Path(__file__).resolve().parents[1]
+    script = root / "tools/cpu/long_runs.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    lanes = re.findall(r'^  "(lane\d+)\|([\w-]+)\|([\w -]+)"$', script.read_text(), flags=re.M)
+    assert len(lanes) == 2
+    for _, spec_name, groups in lanes:
+        spec = load_spec(root / "hooked_clip1d/sweeps" / f"{spec_name}.toml")
+        planned = {name for name, _ in _saved_plan(Path("/nonexistent"), list(spec.runs), spec.run["max_group_size"])}
+        assert set(groups.split()) <= planned, (spec_name, groups, planned)
