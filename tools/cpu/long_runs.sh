@@ -69,7 +69,10 @@ case "${1:-}" in
     done ;;
   stop)
     pkill -9 -f "$LOGS/lane[0-9]*.sh" || true  # the lane loops first, so none starts its next group
-    pkill -TERM -f "hooked-clip1d sweep" || true
+    for lane in "${LANES[@]}"; do  # only this queue's runs, not another sweep on the machine
+      IFS='|' read -r name spec groups <<<"$lane"
+      pkill -TERM -f -- "--out $SWEEPS/$spec " || true
+    done
     echo "sent SIGTERM: each run checkpoints and stops" ;;
   *) sed -n 2,20p "$0"; exit 2 ;;
 esac
