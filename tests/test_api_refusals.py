@@ -465,7 +465,7 @@ def test_mechanism_readers_refuse_what_they_cannot_read(model_and_batch):
     with pytest.raises(TypeError, match="expected a CLIP1D|parameter 'model'"):  # (or the type checkers, first)
         caption_split(model.vision, ds, 0, 0)
     rope = make_model("simplified", seed=0, vision_overrides={"positional": "rope"}).vision
-    with pytest.raises(ValueError, match=r"labels listed twice: \[1\]"):
+    with pytest.raises(ValueError, match=r"labels: repeated labels in \[1, 1, 2, 3\] \(\[1\] twice\)"):
         key_pca(rope, [1, 1, 2, 3])
     with pytest.raises(TypeError, match="labels must be ints"):
         key_pca(rope, torch.tensor([True, True, False]))

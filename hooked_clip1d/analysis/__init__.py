@@ -54,6 +54,9 @@ Beside the wings, what all three use:
 Pruning and retraining (App. K, Fig. 22: ``head_subset_sweep``) is training: ``hooked_clip1d.training.retrain``.
 """
 
+import sys
+from typing import Any, no_type_check
+
 from hooked_clip1d.analysis.circuits.attribution import Attribution
 from hooked_clip1d.analysis.circuits.edge_attribution import eap, eap_ig, exact_edge_patching
 from hooked_clip1d.analysis.circuits.graph import build_graph
@@ -225,10 +228,24 @@ __all__ = [
 ]
 
 
+def _from_import(frame: Any) -> bool:
+    """Whether ``frame`` is executing ``from ... import name`` (its current instruction is IMPORT_FROM)."""
+    import dis
+
+    code = frame.f_code.co_code if frame is not None else b""
+    return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == dis.opmap.get("IMPORT_FROM")
+
+
+@no_type_check  # not wrapped by the tests' type checkers: it reads its caller's frame
 def __getattr__(name: str) -> object:
     if name == "head_subset_sweep":
-        raise AttributeError(
+        hint = (
             "hooked_clip1d.analysis.head_subset_sweep moved to hooked_clip1d.training.retrain (it retrains heads; "
             "analysis never imports training): from hooked_clip1d.training.retrain import head_subset_sweep"
         )
+        # ``from ... import`` turns an AttributeError into a bare "cannot import name" ImportError, dropping the
+        # hint; an ImportError passes through it. Elsewhere (getattr, hasattr) it stays an AttributeError.
+        if _from_import(sys._getframe(1)):
+            raise ImportError(hint, name=__name__)
+        raise AttributeError(hint)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -46,7 +46,7 @@ from hooked_clip1d.analysis.mechanism.heads import cls_query_meeting, two_object
 from hooked_clip1d.data.dataset import Split
 from hooked_clip1d.model.encoders import HookedEncoder, HookedVisionEncoder
 from hooked_clip1d.model.functional import rotate
-from hooked_clip1d.settings.checks import repeated
+from hooked_clip1d.settings.checks import check_label_list
 
 
 def _check_vision(model: HookedEncoder, what: str) -> None:
@@ -207,22 +207,17 @@ def bias_gradient(model: HookedEncoder) -> dict[str, torch.Tensor]:
 
 
 def _labels(model: HookedEncoder, labels: Sequence[int] | torch.Tensor | Split) -> torch.Tensor:
+    n = model.cfg.n_labels
     if isinstance(labels, Split):
         objs = labels.objects
         labs = torch.unique(objs[objs > 0])
-    else:
-        given = labels if isinstance(labels, torch.Tensor) else torch.as_tensor(list(labels))
-        if given.dtype == torch.bool or given.is_floating_point():  # truncated or read as 0/1, a PCA of other labels
-            raise TypeError(f"labels must be ints, got dtype {given.dtype}")
-        labs = given.long().flatten()
-        twice = repeated(labs.tolist())
-        if twice:  # a repeated label weighs its key twice in the PCA and the profile
-            raise ValueError(f"labels listed twice: {twice}")
-    n = model.cfg.n_labels
-    if labs.numel() < 2:
-        raise ValueError(f"need at least 2 labels for a PCA of the keys, got {labs.tolist()}")
-    if bool(((labs < 1) | (labs > n)).any()):
-        raise ValueError(f"labels must be in 1..{n}, got {labs.tolist()}")
+        if labs.numel() < 2:
+            raise ValueError(f"need at least 2 labels for a PCA of the keys, got {labs.tolist()}")
+        if bool(((labs < 1) | (labs > n)).any()):  # a split of a larger vocabulary
+            raise ValueError(f"labels must be in 1..{n}, got {labs.tolist()}")
+    else:  # a repeat would weigh its key twice in the PCA and the profile; a float or bool be truncated or read 0/1
+        given = labels.flatten() if isinstance(labels, torch.Tensor) else labels
+        labs = torch.tensor(check_label_list(given, n, "labels", need=2), dtype=torch.long)
     return labs.to(model.W_E.device)
 
 
