@@ -14,13 +14,36 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
+_FULL = {
+    errno.ENOSPC: "the disk is full",
+    errno.EFBIG: "the file is over the size limit",
+    errno.EDQUOT: "the disk quota is exceeded",
+}
+
+
+def _errno_of(e: BaseException) -> int | None:
+    """The OS error number behind ``e``: an ``OSError``'s, or the ``(os error N)`` that a Rust writer's error
+    carries in its message (safetensors' ``SafetensorError`` is not an ``OSError``).
+
+    Example:
+        >>> _errno_of(RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"))
+        28
+    """
+    if isinstance(e, OSError):
+        return e.errno
+    m = re.search(r"\(os error (\d+)\)", str(e))
+    return int(m.group(1)) if m else None
+
 
 def atomic_write(path: str | os.PathLike, write: Any) -> None:
-    """Call ``write(tmp_path)`` then rename onto ``path``, so readers never see a half-written file."""
+    """Call ``write(tmp_path)`` then rename onto ``path``, so readers never see a half-written file. A full disk or
+    a file-size limit (from Python or from a writer such as safetensors) is an ``OSError`` naming the file and what
+    is left of it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -33,21 +56,14 @@ def atomic_write(path: str | os.PathLike, write: Any) -> None:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as e:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.remove(tmp)
-        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):  # say what happened and what is left
-            why = {
-                errno.ENOSPC: "the disk is full",
-                errno.EFBIG: "the file is over the size limit",
-                errno.EDQUOT: "the disk quota is exceeded",
-            }[e.errno]
+        code = _errno_of(e) if isinstance(e, Exception) else None
+        if code in _FULL:  # say what happened and what is left
             kept = "the previous file is intact" if path.exists() else "nothing was written"
-            raise OSError(e.errno, f"could not write {str(path)!r}: {why} ({e.strerror}); {kept}") from e
-        raise
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+            strerror = e.strerror if isinstance(e, OSError) else os.strerror(code)
+            raise OSError(code, f"could not write {str(path)!r}: {_FULL[code]} ({strerror}); {kept}") from e
         raise
 
 

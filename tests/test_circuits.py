@@ -249,12 +249,16 @@ def test_x_circuits_benchmark_on_one_model(monkeypatch):
     assert set(out.figures) == {"benchmark"} and out.table[0].startswith("Against exact patching")
 
 
-def test_x_circuits_reports_a_model_without_the_task():
-    """An untrained model does not do the task (accuracy < 0.9): no circuit, every claim fails, nothing plotted."""
+def test_x_circuits_refuses_a_model_without_the_task():
+    """An untrained model does not do the task (accuracy < 0.9): it has no circuit, so the claims have no truth
+    value on it. Until 2026-11-30 every claim then failed, so each of the 10 untrained null draws "failed" every
+    check by construction and the trained passes counted (a reviewer's finding); now the run is an error (a null
+    draw's: a failed control run, re-drawn; all failing, the null is incomplete and nothing counts)."""
     import hooked_clip1d.reproduce.circuits as xc
     from hooked_clip1d.reproduce.controls import substitute
 
-    out = xc._x_circuits({"untrained": substitute(FLAGSHIP, "untrained:0")})
-    assert out.numbers["models"]["untrained"]["circuit"] is None
-    assert not any(ok for _, ok in out.checks) and out.figures == {}
-    assert "do not do the task" in out.summary
+    with pytest.raises(ValueError, match=r"x-circuits: models that do not do the task .* \{'untrained': 0\."):
+        xc._x_circuits({"untrained": substitute(FLAGSHIP, "untrained:0")})
+    # the flags themselves: no truth value where a model's circuit is missing (the Outcome refuses None)
+    flags = xc._flags({"u": {"model": "u", "circuit": None, "accuracy": 0.5, "matches_shipped_file": None}}, {})
+    assert all(flags[k] is None for k in ("faithful_complete", "auc", "atp", "linear_helps", "qk_exact", "ig", "qk"))

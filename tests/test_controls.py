@@ -646,8 +646,8 @@ def test_guard_record_applies_a_later_control_to_a_kept_record_and_keeps_its_see
     assert "under the trained control pre-registered after it: `hooked-clip1d reproduce fig11 --guard-record" in (
         _when(after)
     )
-    with pytest.raises(ValueError, match="fig7 has no pre-registered trained control"):
-        guard_record("fig7", kept, tmp_path / "out")
+    with pytest.raises(ValueError, match="fig13 has no pre-registered trained control"):
+        guard_record("fig13", kept, tmp_path / "out")
     with pytest.raises(ValueError, match="fig4c's restated checks are judged on fresh runs"):
         guard_record("fig4c", kept, tmp_path / "out")
     with pytest.raises(ValueError, match="already carries a trained control"):

@@ -182,13 +182,16 @@ def records_to_rejudge(records_dir: str | Path) -> list[str]:
 
 
 def _without_null(path: Path) -> bool:
-    """A kept record that has checks and no null control (one that is not a JSON object is taken, for
-    ``rejudge_record`` to refuse by name)."""
+    """A kept record that has checks and no null control (one that is not a JSON object, or that is another
+    figure's record under this figure's name, is taken, for ``rejudge_record`` to refuse by name: it was skipped as
+    "has a null control" without a word)."""
     try:
         rec = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"record {path} is not valid JSON ({e})") from e
-    return not isinstance(rec, dict) or (bool(rec.get("checks")) and "null_control" not in rec)
+    if not isinstance(rec, dict) or rec.get("figure") != path.stem:
+        return True
+    return bool(rec.get("checks")) and "null_control" not in rec
 
 
 def add_reproduce_parser(sub: Any) -> argparse.ArgumentParser:

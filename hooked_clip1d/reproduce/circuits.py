@@ -40,6 +40,7 @@ from hooked_clip1d.analysis.metrics import NORMS
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome, register
 from hooked_clip1d.reproduce.readings import at_least
+from hooked_clip1d.reproduce.records import check_id
 
 DEFAULT_NORM = "live"
 MIN_ACCURACY = 0.9  # a model that ranks the true caption first on fewer task images has no circuit to find
@@ -195,8 +196,11 @@ def _value(rows: list[dict[str, Any]], model: str, method: str, norm: str, key: 
 
 
 def _flags(per_model: dict[str, Any], models: dict[str, CLIP1D]) -> dict[str, Any]:
-    """What ``_checks`` judges, measured on the models whose circuit was found (every flag False unless every model's
-    was): each claim's truth value, and the two scalars its value lines state (``exact_auc``, ``atp_sign``)."""
+    """What ``_checks`` judges, measured on the models whose circuit was found: each claim's truth value, and the two
+    scalars its value lines state (``exact_auc``, ``atp_sign``). Where some model's circuit was not found (below
+    ``MIN_ACCURACY``: e.g. every untrained null draw), the claims have no truth value (None), which ``Outcome``
+    refuses: the run is an error (a null draw's, a failed control run), never a fail that lets a trained pass count
+    (until 2026-11-30 every flag was False there, so the untrained null failed every claim by construction)."""
     measured = [m for m in per_model.values() if m["circuit"] is not None]
     rows = [r for m in measured for r in m["rows"]]
     names = [m["model"] for m in measured]
@@ -222,6 +226,16 @@ def _flags(per_model: dict[str, Any], models: dict[str, CLIP1D]) -> dict[str, An
         for n in one_layer
     ]
     shipped_ok = [m["matches_shipped_file"] for m in per_model.values() if m["matches_shipped_file"] is not None]
+    if not every:
+        missing = [m["model"] for m in per_model.values() if m["circuit"] is None]
+        return {
+            "exact_auc": exact_auc,
+            "atp_sign": atp_sign,
+            "missing": missing,
+            **dict.fromkeys(("faithful_complete", "auc", "atp", "linear_helps", "qk_exact", "ig", "qk"), None),
+            **dict.fromkeys(("blind", "minimal"), None),
+            "shipped": bool(shipped_ok) and all(shipped_ok),
+        }
     return {
         "exact_auc": exact_auc,
         "atp_sign": atp_sign,
@@ -232,12 +246,34 @@ def _flags(per_model: dict[str, Any], models: dict[str, CLIP1D]) -> dict[str, An
         "atp": every and all(a >= 0.75 for a in atp_sign),
         "linear_helps": every and all(linear_helps),
         "qk_exact": every and bool(qk_exact) and all(qk_exact),
-        "ig": most([v(n, "EAP-IG", "edge_pearson") >= v(n, "EAP", "edge_pearson") for n in names]),
-        "qk": most([v(n, "EAP+QK", "edge_pearson") >= v(n, "EAP", "edge_pearson") for n in names]),
+        # ordering claims: a tie fails (2026-11-30; was ">=", no model's values were tied)
+        "ig": most([v(n, "EAP-IG", "edge_pearson") > v(n, "EAP", "edge_pearson") for n in names]),
+        "qk": most([v(n, "EAP+QK", "edge_pearson") > v(n, "EAP", "edge_pearson") for n in names]),
         "blind": every and all(all(x == 0.0 for x in m["positional_edge_scores"].values()) for m in measured),
         "minimal": every and all(t["minimal_fraction"] == 1.0 for m in measured for t in m["transfer"].values()),
         "shipped": bool(shipped_ok) and all(shipped_ok),
     }
+
+
+# the two ordering claims, strict since 2026-11-30 (a tie fails); their ids are those of the ">=" sentences before
+IG_CHECK = (
+    "EAP-IG agrees with exact edge patching better than EAP (higher signed Pearson, cosine belief; a tie fails) on "
+    "most models (Hanna et al. 2024)"
+)
+QK_CHECK = (
+    "the QK fix brings EAP closer to exact edge patching (higher signed Pearson, cosine belief; a tie fails) on most "
+    "models (Kramár et al. 2024)"
+)
+CHECK_IDS = {
+    IG_CHECK: check_id(
+        "EAP-IG agrees with exact edge patching at least as well as EAP (signed Pearson, cosine belief) on most "
+        "models (Hanna et al. 2024)"
+    ),
+    QK_CHECK: check_id(
+        "the QK fix brings EAP at least as close to exact edge patching (signed Pearson, cosine belief) on most "
+        "models (Kramár et al. 2024)"
+    ),
+}
 
 
 def _checks(per_model: dict[str, Any], models: dict[str, CLIP1D]) -> tuple[list, dict, dict]:
@@ -270,13 +306,11 @@ def _checks(per_model: dict[str, Any], models: dict[str, CLIP1D]) -> tuple[list,
             f["qk_exact"],
         ),
         (
-            "EAP-IG agrees with exact edge patching at least as well as EAP (signed Pearson, cosine belief) on most "
-            "models (Hanna et al. 2024)",
+            IG_CHECK,
             f["ig"],
         ),
         (
-            "the QK fix brings EAP at least as close to exact edge patching (signed Pearson, cosine belief) on most "
-            "models (Kramár et al. 2024)",
+            QK_CHECK,
             f["qk"],
         ),
         (
@@ -474,6 +508,12 @@ def _x_circuits(models: dict[str, CLIP1D]) -> Outcome:
         per_model[name]["matches_shipped_file"] = (
             _same_as_shipped(name, per_model[name]) if shipped_name == name else None
         )
+    missing = {m["model"]: m["accuracy"] for m in per_model.values() if m["circuit"] is None}
+    if missing:  # no circuit to judge the claims on: an error (a null draw's: a failed control run), never a fail
+        raise ValueError(
+            f"x-circuits: models that do not do the task (mirror-task accuracy < {MIN_ACCURACY}) have no ground-truth "
+            f"circuit to judge the claims on: {missing}"
+        )
     measured = [m for m in per_model.values() if m["circuit"] is not None]
     rows = [r for m in measured for r in m["rows"]]
     checks, values, secondary = _checks(per_model, models)
@@ -499,6 +539,7 @@ def _x_circuits(models: dict[str, CLIP1D]) -> Outcome:
         table=tuple(_tables(measured, summary)) if measured else (),
         values=values,
         secondary=secondary,
+        check_ids=dict(CHECK_IDS),
     )
 
 

@@ -204,7 +204,7 @@ def run_closed(run: Callable[[Any], Outcome], arg: Any) -> Outcome:
         >>> run_closed(lambda x: Outcome({"x": x}, "", [("x > 0", x > 0)], {}), 3).checks
         [('x > 0', True)]
     """
-    out = run(arg)
+    out = run(arg).validate()  # a check without a truth value: an error (a null draw's: a failed control run)
     for fig in out.figures.values():
         plt.close(fig)
     out.figures = {}
@@ -313,6 +313,10 @@ def null_control(spec: FigureSpec, sweeps_dir: Path | None = None) -> dict[str, 
         except Exception as e:  # noqa: BLE001 - a failed control run: reported and re-drawn
             failed.append({"model": name, "error": f"{type(e).__name__}: {e}"})
             continue
+        bad = {k: v[0] for k, v in out.values.items() if not math.isfinite(v[0])}
+        if bad:  # a stated value that is not a number: a failed control run too (never a fail that lets ours count)
+            failed.append({"model": name, "error": f"ValueError: stated values not finite: {bad}"})
+            continue
         marks = {"absence": list(out.absence), "secondary": dict(out.secondary)}
         variants.append(
             {
@@ -338,7 +342,9 @@ def audit_invariance(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Ou
     ``PRESERVING_TOL`` on a fixed probe batch): a model whose forward ablates a score term computes another function
     after some moves, and such a move is skipped for it, with a line in ``skipped``. A check that the rerun no longer
     reports, or whose stated value vanishes or is not finite, counts as moved (never as invariant). ``applied`` is
-    empty where no model admits the moves: the audit then says nothing.
+    empty where no model admits the moves: the audit then says nothing, and ``skipped`` says why for each move (a
+    tower that does not admit it, e.g. RoPE or two layers). Where the figure cannot run on untrained weights,
+    ``blind_unknown`` holds the error and ``not_auditable`` is empty: which checks the audit cannot see is unknown.
 
     Example:
         >>> from hooked_clip1d import CLIP1D, CLIPConfig
@@ -367,7 +373,8 @@ def audit_invariance(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Ou
         for key, model in models.items():
             try:
                 copy = move(model).eval()
-            except ValueError:  # this tower does not admit the move: unchanged
+            except ValueError as e:  # this tower does not admit the move: unchanged, and said so
+                skipped.setdefault(name, []).append(f"{key}: not admitted ({e})")
                 copies[key] = model
                 continue
             change = logit_change(model, copy)
@@ -394,8 +401,17 @@ def audit_invariance(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Ou
             )
             if bool(got[check]) != bool(ref[check]) or drift:
                 moved.setdefault(check, []).append(name)
-    blind = [c for c in _blind_checks(spec, models, outcome) if c not in moved]  # a move the audit saw: auditable
-    return {"applied": applied, "moved": moved, "skipped": skipped, "not_auditable": blind}
+    return {"applied": applied, "moved": moved, "skipped": skipped, **_blindness(spec, models, outcome, moved)}
+
+
+def _blindness(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Outcome, moved: Mapping) -> dict[str, Any]:
+    """``audit_invariance``'s ``not_auditable`` (``_blind_checks``, less the checks a move was seen to change), or,
+    where the figure cannot run on untrained weights, ``not_auditable: []`` and ``blind_unknown`` (the error)."""
+    try:
+        blind = _blind_checks(spec, models, outcome)
+    except Exception as e:  # noqa: BLE001 - the figure cannot run on other weights: which checks are blind is unknown
+        return {"not_auditable": [], "blind_unknown": f"{type(e).__name__}: {e}"}
+    return {"not_auditable": [c for c in blind if c not in moved]}  # a move the audit saw: auditable
 
 
 #: the init seeds of the weights ``_blind_checks`` swaps in (any models other than the trained one will do; two, so
@@ -409,7 +425,8 @@ def _blind_checks(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Outco
     value are unchanged under both draws does not read the weights it is given (e.g. it reads the zoo's stored
     metrics or trajectory), so a reparametrised copy cannot move it and "invariant" says nothing about it. A check
     without a stated value that holds on any weights is listed too: the audit cannot see it move either. A rerun that
-    errors reads the weights: nothing is listed.
+    errors raises: which checks are blind is then unknown (``audit_invariance`` records ``blind_unknown``), never
+    taken as "none".
 
     Example:
         >>> from hooked_clip1d import CLIP1D, CLIPConfig
@@ -424,12 +441,9 @@ def _blind_checks(spec: FigureSpec, models: Mapping[str, CLIP1D], outcome: Outco
         ['stored']
     """
     got = []
-    for seed in BLIND_SEEDS:
+    for seed in BLIND_SEEDS:  # a figure that cannot run on other weights raises (the audit says so)
         blind = {key: untrained_like(model, seed) for key, model in models.items()}
-        try:
-            got.append(run_closed(spec.run, blind))
-        except Exception:  # noqa: BLE001 - a figure that cannot run on other weights reads them
-            return []
+        got.append(run_closed(spec.run, blind))
     same = []
     for check, ok in outcome.checks:
         ref_value = outcome.values.get(check)
@@ -463,10 +477,24 @@ def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any]
     variants = ran
     complete = bool(ran) and len(ran) == len(null.get("variants", [])) and null.get("complete", True)
     rows = []
+    outcome.validate()  # a trained check without a truth value: an error
     for name, ok in outcome.checks:
         lacking = [v.get("model", "?") for v in variants if name not in v["checks"]]
         if lacking:  # a check that vanished on an untrained draw: an error, never a fail that lets it count
             raise ValueError(f"the null control's draws {lacking} do not report the check {name!r}")
+        unread = [
+            v.get("model", "?") for v in variants if v["checks"][name] is None or v["checks"][name] != v["checks"][name]
+        ]
+        if unread:  # a draw that could not read the check: an error, never a fail that lets ours count
+            raise ValueError(f"the null control's draws {unread} have no truth value for the check {name!r}")
+        if name in outcome.values:  # a NaN has no order: an error, never a pass or a fail
+            stated = [outcome.values[name][0], *(v["values"][name] for v in variants if name in v.get("values", {}))]
+            if not all(math.isfinite(x) for x in stated):
+                raise ValueError(
+                    f"check {name!r}: a stated value is not a finite number (ours, then the null: {stated})"
+                )
+        if name in outcome.permutation and not 0 <= outcome.permutation[name] <= 1:  # NaN too
+            raise ValueError(f"check {name!r}: its permutation p-value is {outcome.permutation[name]!r}, not in [0, 1]")
         passes = sum(1 for v in variants if v["checks"][name])
         row = Check(id=outcome.id_of(name), text=name, holds=bool(ok), null_passes=passes, null_n=len(variants))
         counted, holds = passes == 0 and complete, bool(ok)
@@ -478,8 +506,6 @@ def counted_checks(outcome: Outcome, null: dict[str, Any], audit: dict[str, Any]
         elif name in outcome.values and passes:
             value, direction = outcome.values[name]
             nulls = [v["values"][name] for v in variants if name in v.get("values", {})]
-            if not all(math.isfinite(x) for x in [value, *nulls]):  # a NaN has no order: an error, never a pass
-                raise ValueError(f"check {name!r}: a stated value is not a finite number (ours {value}, null {nulls})")
             if len(nulls) == len(variants):  # restated: beyond the most extreme untrained value
                 extreme = max(nulls) if direction == ">" else min(nulls)
                 beyond = value > extreme if direction == ">" else value < extreme

@@ -107,6 +107,39 @@ class Outcome:
     # a check's stable id where the figure declares one ({check: id}; kept when its sentence is reworded); the others
     # get records.check_id(sentence)
     check_ids: dict[str, str] = dataclasses.field(default_factory=dict)
+    # trained controls the figure computes itself ({check: {control label: holds}}; Fig. 7: its vision tower with
+    # text towers trained apart): a counted check some control passes does not count (replicates.apply_own_controls)
+    own_controls: dict[str, dict[str, bool]] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> Outcome:
+        """This outcome; an error if a check's truth is None or NaN (a reading that could not be made), never a fail
+        that lets a trained pass count, nor a pass: the verdict machinery's rule. Run at construction and again on
+        every figure run the verdict reads (figures that amend ``checks`` after construction). A figure that cannot
+        measure a check on some model (e.g. a circuit an untrained model does not have) says so by raising; a null
+        draw that raises is a failed control run (``controls.null_control``), re-drawn.
+
+        Example:
+            >>> Outcome({}, "", [("a", None)], {})
+            Traceback (most recent call last):
+            ...
+            ValueError: check 'a' has no truth value (None): a reading that could not be made is an error
+        """
+        named = dict(self.checks)
+        for name, ok in [
+            *self.checks,
+            *((f"{c} on {k}", v) for c, d in self.own_controls.items() for k, v in d.items()),
+        ]:
+            if ok is None or (isinstance(ok, float) and ok != ok):
+                raise ValueError(
+                    f"check {name!r} has no truth value ({ok!r}): a reading that could not be made is an error"
+                )
+        unknown = [c for c in self.own_controls if c not in named]
+        if unknown:
+            raise ValueError(f"own_controls name checks the outcome does not have: {unknown}")
+        return self
 
     def id_of(self, check: str) -> str:
         """The stable id of check ``check`` (the figure's own, else derived from the sentence)."""

@@ -24,7 +24,7 @@ from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.reproduce.controls import judge_on_fresh_runs, run_closed, substitute, substitutes
-from hooked_clip1d.reproduce.core import FigureSpec
+from hooked_clip1d.reproduce.core import FigureSpec, Outcome
 from hooked_clip1d.reproduce.readings import DOMINANT_SPLIT_ID, RELATIONAL_ID
 from hooked_clip1d.reproduce.records import Check
 
@@ -219,6 +219,42 @@ def apply_trained_control(
             row.counted, row.counted_holds = False, None
             row.control_passes = passes[row.text]
     return {"status": status, "runs": [label for label, _ in runs], "passes": passes}
+
+
+# figures whose trained controls their own code computes (Outcome.own_controls), with what the control is: Fig. 7's
+# pre-registered in docs/fidelity.md's amendment of 2026-11-26; per check since 2026-11-30
+OWN_CONTROLS: dict[str, str] = {"fig7": "its vision tower with 4 text towers trained apart on the same data"}
+
+
+def apply_own_controls(rows: list[Check], outcome: Outcome) -> dict[str, Any] | None:
+    """Mark each check with the trained controls its figure computed itself (``Outcome.own_controls``: label ->
+    holds) and stop counting a counted check that one of them passes, as ``apply_trained_control`` does for the
+    registered ones. Returns the record's ``trained_control`` entry, or None where the figure computes none.
+
+    Example:
+        >>> from hooked_clip1d.reproduce.core import Outcome
+        >>> rows = [Check("a", "a", True, counted=True, counted_holds=True),
+        ...         Check("b", "b", True, counted=True, counted_holds=True)]
+        >>> out = Outcome({}, "", [("a", True), ("b", True)], {}, own_controls={"a": {"c1": False, "c2": True}})
+        >>> apply_own_controls(rows, out)["passes"], [(r.text, r.counted) for r in rows]
+        ({'a': ['c2']}, [('a', False), ('b', True)])
+    """
+    if not outcome.own_controls:
+        return None
+    labels = list(dict.fromkeys(k for d in outcome.own_controls.values() for k in d))
+    passes: dict[str, list[str]] = {}
+    for row in rows:
+        got = outcome.own_controls.get(row.text)
+        if got is None:
+            continue
+        row.trained_control = {**(row.trained_control or {}), **{k: bool(v) for k, v in got.items()}}
+        passed = [k for k, v in got.items() if v]
+        if passed:
+            passes[row.text] = passed
+            if row.counted:
+                row.counted, row.counted_holds = False, None
+                row.control_passes = passed
+    return {"status": f"{len(labels)} run(s) the figure computes itself", "runs": labels, "passes": passes}
 
 
 # checks judged on fresh runs alone (docs/fidelity.md, amendment of 2026-11-29, written before the runs were

@@ -131,9 +131,17 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
             path.unlink()
     paper = [r for r in records if not r.beyond_paper]
     beyond = [r for r in records if r.beyond_paper]
-    counts = {v: sum(r.verdict == v for r in paper) for v in ICON}
-    n_sub = sum(bool(r.details.get("substituted")) for r in paper)
+    # a record made without controls (``--no-controls``) proves nothing by its passes: shown, never tallied
+    tallied = [r for r in paper if not _uncontrolled(r)]
+    counts = {v: sum(r.verdict == v for r in tallied) for v in ICON}
+    n_sub = sum(bool(r.details.get("substituted")) for r in tallied)
     on_sub = f" ({n_sub} of them made on substitute models (`--model`), not the zoo's)" if n_sub else ""
+    n_free = len(paper) - len(tallied)
+    if n_free:
+        on_sub += (
+            f"; {n_free} record{'s' if n_free != 1 else ''} made without controls (`--no-controls`) "
+            "shown below, not counted"
+        )
     lines = [
         "# Results: the paper's figures rerun with hooked_clip1d",
         "",
@@ -218,6 +226,17 @@ def _measured(r: Record) -> str:
     return _first_sentence((r.summary or "").split("; ")[0])
 
 
+def _uncontrolled(r: Record) -> bool:
+    """A record whose checks ran without any control (``reproduce --no-controls``): its verdict is its raw checks'.
+
+    Example:
+        >>> _uncontrolled(Record.from_dict({"figure": "t", "title": "T", "paper": "p", "models": [], "command": "c",
+        ...     "verdict": "reproduced", "summary": "s", "plots": [], "checks": [{"check": "a", "holds": True}]}))
+        True
+    """
+    return r.verdict != "not run" and bool(r.checks) and all(c.null_n is None for c in r.checks)
+
+
 def _why(r: Record) -> str:
     """Why the verdict: how many counted checks hold, and the first counted one that fails."""
     counted = [c for c in r.checks if c.counted]
@@ -225,7 +244,7 @@ def _why(r: Record) -> str:
         return "no checks (not run)"
     if not counted:
         if all(c.null_n is None for c in r.checks):
-            return f"{sum(c.holds for c in r.checks)} of {len(r.checks)} checks hold (no controls)"
+            return f"{sum(c.holds for c in r.checks)} of {len(r.checks)} checks hold (no controls: not tallied)"
         return f"no check counts: {_uncounted_reasons(r.checks)}"
     held = [c for c in counted if c.counted_holds]
     failing = [c for c in counted if not c.counted_holds]
@@ -260,6 +279,37 @@ def _uncounted_reasons(checks: list[Check]) -> str:
         why = next((r for r, test in reasons.items() if test(c)), "not judged (null control incomplete)")
         counts[why] = counts.get(why, 0) + 1
     return ", ".join(f"{n} {why}" for why, n in counts.items())
+
+
+def _audit_line(audit: dict[str, Any]) -> str:
+    """The record's invariance audit in one line: the moves applied, those skipped and why, and what it could not
+    see. An audit that applied no move says it says nothing (before, such a record showed no line at all).
+
+    Example:
+        >>> _audit_line({"applied": [], "moved": {}, "skipped": {"cls into W_E": ["m: not admitted"]}})[-70:]
+        'es to these models, so it says nothing (cls into W_E: m: not admitted)'
+        >>> _audit_line({"applied": ["a", "b"], "moved": {"c": ["a"]}, "skipped": {}, "not_auditable": ["d"]})
+        '- **Invariance audit:** 2 moves applied; 1 check moved, 1 not auditable'
+    """
+    skipped = "; ".join(f"{move}: {', '.join(why)}" for move, why in (audit.get("skipped") or {}).items())
+    if not audit.get("applied"):
+        line = "no output-preserving move applies to these models, so it says nothing" + (
+            f" ({skipped})" if skipped else ""
+        )
+    else:
+        n_moved, n_blind = len(audit.get("moved") or {}), len(audit.get("not_auditable") or [])
+        names = f" ({', '.join(audit['applied'])})" if audit.get("skipped") else ""  # which, where some were skipped
+        line = (
+            f"{len(audit['applied'])} moves applied{names}; {n_moved} check"
+            + ("s" if n_moved != 1 else "")
+            + f" moved, {n_blind} not auditable"
+        )
+        if skipped:
+            line += f"; skipped: {skipped}"
+    if audit.get("blind_unknown"):
+        why = audit["blind_unknown"]
+        line += f"; which checks it cannot see is unknown (the figure does not run on untrained weights: {why})"
+    return f"- **Invariance audit:** {line}"
 
 
 def _trained_control_line(tc: dict[str, Any], judged_elsewhere: frozenset[str] = frozenset()) -> str:
@@ -349,10 +399,14 @@ def _when(r: Record) -> str:
     if rejudged and rejudged.get("under") == "trained control":
         earlier = rejudged.get("earlier")
         before = f"under the null control on {earlier['on']} and " if earlier else ""
+        which = (
+            "its own trained control, per check"  # Fig. 7's (replicates.OWN_CONTROLS), pre-registered before it
+            if "its own trained control" in rejudged.get("from", "")
+            else "the trained control pre-registered after it"
+        )
         return (
             f" (recorded {r.recorded or 'on an unknown date'}; its recorded checks re-judged {before}on "
-            f"{rejudged['on']} under the trained control pre-registered after it: "
-            f"`{r.command} --guard-record docs/records`)"
+            f"{rejudged['on']} under {which}: `{r.command} --guard-record docs/records`)"
         )
     if rejudged:
         again = f"`{r.command} --rejudge-record docs/records`"
@@ -406,6 +460,8 @@ def _record_section(r: Record, fig_dir: Path, page_dir: Path, src: Path | None =
             f"- **Seeds:** the shipped model (in-sample), study seeds {rep.get('study_seeds', [])}, fresh seeds "
             f"{rep.get('fresh_seeds', [])}" + (f"; {rep['note']}" if rep.get("note") else "")
         )
+    if d.get("invariance_audit") is not None:
+        lines.append(_audit_line(d["invariance_audit"]))
     if d.get("trained_control") is not None:
         judged = frozenset(c.text for c in r.checks if c.fresh_rule in ("reproduced", "inconclusive", "not reproduced"))
         lines.append(_trained_control_line(d["trained_control"], judged))

@@ -25,9 +25,11 @@ from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_r
 from hooked_clip1d.reproduce.records import Record, load_record, write_record
 from hooked_clip1d.reproduce.replicates import (
     FRESH_JUDGED,
+    OWN_CONTROLS,
     STUDY_SEEDS,
     TRAINED_CONTROLS,
     apply_fresh_runs,
+    apply_own_controls,
     apply_trained_control,
     mark_seeds,
     replicate_runs,
@@ -194,7 +196,7 @@ def _sweep_record(
         for extra in spec.extra_sweeps:
             home = Path(sweeps_dir if sweeps_dir is not None else sweeps_home()) / extra
             rows += [{**r, "sweep": extra} for r in results_table(load_spec(core.SWEEPS_DIR / f"{extra}.toml"), home)]
-    outcome = spec.run(rows)  # type: ignore[arg-type]
+    outcome = spec.run(rows).validate()  # type: ignore[arg-type]
     record.update(outcome_record(outcome, out, spec, f"sweep {spec.sweep}"))
     if controls and not outcome.not_run:
         _add_controls(record, spec, outcome, sweeps_dir, replicates=True)
@@ -220,7 +222,7 @@ def _unfinished_sweep_record(
     sweep_spec = core.SWEEPS_DIR / f"{spec.sweep}.toml"
     interim = progress_table(load_spec(sweep_spec), sweep_out)
     if len(interim) == n_runs:
-        record.update(outcome_record(spec.run(interim), out, spec, f"sweep {spec.sweep} (interim)"))  # type: ignore[arg-type]
+        record.update(outcome_record(spec.run(interim).validate(), out, spec, f"sweep {spec.sweep} (interim)"))  # type: ignore[arg-type]
         reached = sorted({r["epochs"] for r in interim if not r["finished"]})
         planned = sorted({r["epochs_planned"] for r in interim})
         at = f"{reached[0]}" if len(reached) == 1 else f"{reached[0]}-{reached[-1]}"
@@ -275,7 +277,7 @@ def _model_record(
     else:
         loaded = {m: load_model(m) for m in spec.models}
         source = ", ".join(spec.models)
-    outcome = spec.run(loaded)
+    outcome = spec.run(loaded).validate()
     record.update(outcome_record(outcome, out, spec, source))
     record["model_epochs"] = {m: loaded[m].manifest.get("epochs") for m in spec.models}
     record["model_epochs_planned"] = {
@@ -329,6 +331,9 @@ def _add_controls(
         }
         if len(fresh) < 3:
             record["replicates"]["note"] = f"only {len(fresh)} fresh seeds found: judged on the shipped model alone"
+    own = apply_own_controls(rows, outcome)  # the trained controls the figure computes itself (Fig. 7)
+    if own is not None:
+        record["trained_control"] = own
     if replicates:  # verdicts v3: the trained control (not for a substituted model or a re-judged record)
         sweeps_root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
         runs, status = trained_control_runs(spec, sweeps_root)
@@ -349,7 +354,7 @@ def _rejudge_rows(spec: FigureSpec, record: dict[str, Any], rows: list[dict[str,
     """``rejudge_record`` for a record that keeps every run's final metrics (``numbers.rows``): the figure's current
     code run on those rows (checks, numbers and PNGs anew; runs whose weights are needed and gone are skipped by
     the figure), then the controls as for a fresh record."""
-    outcome = spec.run(rows)  # type: ignore[arg-type]
+    outcome = spec.run(rows).validate()  # type: ignore[arg-type]
     out = out_dir / spec.key
     out.mkdir(parents=True, exist_ok=True)
     keep = ("beyond_paper", "figure", "title", "paper", "command", "recorded", "sweep_clock")
@@ -447,8 +452,10 @@ def guard_record(
     sweeps_dir: str | Path | None = None,
 ) -> dict:
     """Judge a figure's kept record again under a trained control pre-registered after the record was made
-    (``TRAINED_CONTROLS``), keeping everything else it holds as recorded: its checks, null control, invariance audit
-    and seed replicates. Writes ``<out_dir>/<figure>/<figure>.json`` (its PNGs stay the page's) and returns it.
+    (``TRAINED_CONTROLS``; or, for a figure whose own code computes its control, ``OWN_CONTROLS``, that control
+    applied per check: ``apply_own_controls``), keeping everything else it holds as recorded: its checks, null
+    control, invariance audit and seed replicates. Writes ``<out_dir>/<figure>/<figure>.json`` (its PNGs stay the
+    page's) and returns it.
 
     For a record whose seed replicates are not on this machine: a rerun would judge the shipped model alone and
     drop them. The control's runs are computed now (``trained_control_runs``, under ``sweeps_dir`` for its other
@@ -463,17 +470,17 @@ def guard_record(
 
     Example:
         >>> import tempfile
-        >>> guard_record("fig7", out_dir=tempfile.mkdtemp())
+        >>> guard_record("fig13", out_dir=tempfile.mkdtemp())
         Traceback (most recent call last):
-        ValueError: fig7 has no pre-registered trained control (replicates.TRAINED_CONTROLS)
+        ValueError: fig13 has no pre-registered trained control (replicates.TRAINED_CONTROLS, OWN_CONTROLS)
     """
     from hooked_clip1d.sweeps.runner import sweeps_home
 
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}")
     spec = FIGURES[figure]
-    if figure not in TRAINED_CONTROLS:
-        raise ValueError(f"{figure} has no pre-registered trained control (replicates.TRAINED_CONTROLS)")
+    if figure not in TRAINED_CONTROLS and figure not in OWN_CONTROLS:
+        raise ValueError(f"{figure} has no pre-registered trained control (replicates.TRAINED_CONTROLS, OWN_CONTROLS)")
     if figure in FRESH_JUDGED:
         raise ValueError(f"{figure}'s restated checks are judged on fresh runs after its control: rerun it")
     path = Path(records_dir) / f"{figure}.json"
@@ -491,19 +498,19 @@ def guard_record(
     _check_guardable(record, spec, path)
     root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
     before = {c.id: [c.counted, c.counted_holds] for c in record.checks}
-    with reading_sweeps_from(root):
-        runs, status = trained_control_runs(spec, root)
-        if not runs:
-            raise ValueError(f"{figure}: no trained-control run to judge it under ({status})")
-        # matched by sentence: a recorded check that the control's run does not report (reworded since, or gone) is
-        # an error (apply_trained_control), never a pass
-        record.details["trained_control"] = apply_trained_control(record.checks, spec, runs, status)
+    record.details["trained_control"] = _guard_control(record, spec, root)
+    status = record.details["trained_control"]["status"]
     record.verdict = record.judged()
     record.details["rejudged"] = {
         "on": datetime.date.today().isoformat(),
         "under": "trained control",
         "from": f"the record of {record.recorded or 'an unknown date'}: its checks, null control, audit and seeds as "
-        f"recorded; the trained control pre-registered after it ({status}) computed on this date by the current code",
+        + (
+            f"recorded; its own trained control ({status}) applied per check, computed on this date by the current code"
+            if figure in OWN_CONTROLS
+            else f"recorded; the trained control pre-registered after it ({status}) computed on this date by the "
+            "current code"
+        ),
         # each check's (counted, counted_holds) before the control, so that a later guarding (more control runs)
         # starts from the record as it was, not from this one
         "before_control": before,
@@ -512,6 +519,25 @@ def guard_record(
     out = Path(out_dir) / figure
     out.mkdir(parents=True, exist_ok=True)
     return write_record(record, out / f"{figure}.json").to_dict()
+
+
+def _guard_control(record: Record, spec: FigureSpec, root: Path) -> dict[str, Any]:
+    """``guard_record``'s control applied to the kept record's checks: the figure's own (``OWN_CONTROLS``, run on
+    the zoo's models) or the registered one's runs (under ``root`` for its other seeds). Matched by sentence: a
+    guarded check the record lacks, or one the control's run does not report (reworded since, or gone), is an
+    error, never a pass. Returns the record's ``trained_control`` entry."""
+    if spec.key in OWN_CONTROLS:  # the figure's own code computes its control: run it on the zoo's models
+        outcome = run_closed(spec.run, {m: load_model(m) for m in spec.models})
+        gone = [c for c in outcome.own_controls if c not in {r.text for r in record.checks}]
+        if gone or not outcome.own_controls:
+            raise ValueError(f"{spec.key}: the record has no check {gone} that its own control guards: rerun it")
+        status = f"{OWN_CONTROLS[spec.key]} ({len(outcome.own_controls)} checks guarded)"
+        return {**apply_own_controls(record.checks, outcome), "status": status}  # type: ignore[dict-item]
+    with reading_sweeps_from(root):
+        runs, status = trained_control_runs(spec, root)
+        if not runs:
+            raise ValueError(f"{spec.key}: no trained-control run to judge it under ({status})")
+        return apply_trained_control(record.checks, spec, runs, status)
 
 
 def _check_guardable(record: Record, spec: FigureSpec, path: Path) -> None:

@@ -65,6 +65,8 @@ def trend_test(
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if x.ndim != 1 or y.ndim != 1 or len(x) != len(y):
         raise ValueError(f"trend_test needs paired values, got {x.shape} x and {y.shape} y")
+    if isinstance(blocks, str | bytes):  # a 0-d array: every run one block, whatever the letters said
+        raise ValueError(f"trend_test: blocks must be a list of block labels (one per run), got the string {blocks!r}")
     if blocks is not None and len(blocks) != len(x):
         raise ValueError(f"trend_test: {len(blocks)} block labels for {len(x)} runs (one label per run)")
     bad = np.flatnonzero(~(np.isfinite(x) & np.isfinite(y)))

@@ -282,6 +282,7 @@ class SparseAutoencoder(HookedRootModule):
         the input); anything else is refused naming the field. Weights load as float32; ``.metadata`` is the
         file's metadata (``hook_name`` ...). For a ``hook_z`` SAE over every head, feed it heads flattened:
         ``collect_activations(tower, "blocks.0.attn.hook_z", tokens)`` gives that layout."""
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         folder = Path(path)
@@ -295,7 +296,13 @@ class SparseAutoencoder(HookedRootModule):
             cfg = json.loads(cfg_path.read_text())
         except json.JSONDecodeError as e:
             raise ValueError(f"{str(cfg_path)!r} is not valid JSON: {e}") from None
-        return cls._from_sae_lens_parts(cfg, load_file(weights), str(folder))
+        try:
+            tensors = load_file(weights)
+        except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # truncated, corrupt, not safetensors
+            raise ValueError(
+                f"{str(weights)!r} is not a readable safetensors file (truncated or corrupt?): {e}"
+            ) from None
+        return cls._from_sae_lens_parts(cfg, tensors, str(folder))
 
     def to_sae_lens(self, **metadata: Any) -> Any:
         """This SAE as a ``sae_lens.SAE`` (``StandardSAE`` or ``TopKSAE``) with identical outputs; needs SAELens

@@ -90,10 +90,18 @@ def scale_query_key(model: CLIP1D, c: float = 3.0) -> CLIP1D:
     out = copy.deepcopy(model)
     attn = out.vision.blocks[0].attn
     with torch.no_grad():
+        before = {k: getattr(attn, k).clone() for k in ("W_Q", "b_Q", "W_K", "b_K")}
         attn.W_Q *= c
         attn.b_Q *= c
         attn.W_K /= c
         attn.b_K /= c
+        for k, w in before.items():  # a finite c can still overflow or underflow the weights' dtype (c = 1e39)
+            back = getattr(attn, k) / c if k in ("W_Q", "b_Q") else getattr(attn, k) * c
+            if not bool(torch.isfinite(getattr(attn, k)).all()) or not torch.allclose(back, w, rtol=1e-5, atol=0.0):
+                raise ValueError(
+                    f"scale_query_key: c = {c!r} overflows or underflows {k} in {w.dtype} (the move would not "
+                    "preserve the outputs); use a c nearer 1"
+                )
     return out
 
 

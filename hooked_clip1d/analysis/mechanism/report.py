@@ -70,7 +70,8 @@ ABLATIONS: dict[str, tuple[str, ...]] = {
 def spearman_position(y: torch.Tensor) -> torch.Tensor:
     """Rank correlation of each row of ``y`` [..., n] with 0..n-1, ties given their average rank.
 
-    A flat row has no ordering: its correlation is 0 (not the arbitrary +-1 that argsort ranks give).
+    A flat row has no ordering: its correlation is 0 (not the arbitrary +-1 that argsort ranks give). A row holding
+    a NaN has none either: its correlation is NaN (a NaN compares false with everything, so its ranks were made up).
 
     Example:
         >>> y = torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0], [1.0, 1.0, 1.0]])
@@ -78,6 +79,8 @@ def spearman_position(y: torch.Tensor) -> torch.Tensor:
         [1.0, -1.0, 0.0]
         >>> round(spearman_position(torch.tensor([1.0, 1.0, 2.0])).item(), 4)  # ties share rank 0.5
         0.866
+        >>> spearman_position(torch.tensor([float("nan"), 1.0, 2.0, 3.0])).item()
+        nan
     """
     y = y.to(torch.float64)
     n = y.shape[-1]
@@ -88,7 +91,8 @@ def spearman_position(y: torch.Tensor) -> torch.Tensor:
     x = torch.arange(n, dtype=torch.float64)
     rc, xc = ranks - ranks.mean(-1, keepdim=True), x - x.mean()
     denom = rc.norm(dim=-1) * xc.norm()
-    return torch.where(denom > 0, (rc * xc).sum(-1) / denom.clamp_min(1e-300), torch.zeros_like(denom))
+    rho = torch.where(denom > 0, (rc * xc).sum(-1) / denom.clamp_min(1e-300), torch.zeros_like(denom))
+    return torch.where(y.isnan().any(-1), torch.full_like(rho, float("nan")), rho)
 
 
 def gradient_sources(model: CLIP1D, images: torch.Tensor, layer: int, top: int = 3) -> list[dict[str, Any]]:
