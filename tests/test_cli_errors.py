@@ -70,8 +70,8 @@ def test_guard_record_takes_one_figure_and_names_what_it_refuses(tmp_path, capsy
     for extra in (["all"], ["fig11", "--no-controls"], ["fig11", "--model", "untrained:1"]):
         assert commands.main(["reproduce", *extra, "--guard-record", str(tmp_path), "--out", str(out)]) == 2
         assert "--guard-record judges one figure's kept record" in capsys.readouterr().err
-    assert commands.main(["reproduce", "fig7", "--guard-record", str(tmp_path), "--out", str(out)]) == 2
-    assert "fig7 has no pre-registered trained control" in capsys.readouterr().err
+    assert commands.main(["reproduce", "fig13", "--guard-record", str(tmp_path), "--out", str(out)]) == 2
+    assert "fig13 has no pre-registered trained control" in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -122,7 +122,9 @@ class Outcome:
         draw that raises is a failed control run (``controls.null_control``), re-drawn.
 
         Example:
-            >>> Outcome({}, "", [("a", None)], {})
+            >>> out = Outcome({}, "", [("a", True)], {})
+            >>> out.checks[0] = ("a", None)  # a figure that amends its checks after construction
+            >>> out.validate()
             Traceback (most recent call last):
             ...
             ValueError: check 'a' has no truth value (None): a reading that could not be made is an error
