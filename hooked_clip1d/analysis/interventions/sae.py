@@ -27,7 +27,6 @@ Nothing here imports SAELens unless a conversion to or from its objects is asked
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,22 +40,6 @@ from transformer_lens.hook_points import HookPoint
 
 from hooked_clip1d.model.tl_compat import HookedRootModule
 from hooked_clip1d.settings.checks import check_index, check_int, check_real
-
-SAE_LENS_CFG = "cfg.json"  # SAELens's file names (sae_lens.constants SAE_CFG_FILENAME / SAE_WEIGHTS_FILENAME)
-SAE_LENS_WEIGHTS = "sae_weights.safetensors"
-SAE_LENS_FORMAT = "6.0.0"  # the SAELens cfg.json layout written here (6.x: "metadata", "architecture")
-SAE_LENS_KEYS = ("W_enc", "W_dec", "b_enc", "b_dec")  # SAELens's parameter names, ours too
-
-
-def _sae_lens() -> Any:
-    try:
-        import sae_lens
-    except ImportError as e:
-        raise ImportError(
-            f"this needs SAELens (pip install sae-lens; it needs transformer-lens<4): {e}; the on-disk format needs "
-            "no SAELens: save_sae_lens / load_sae_lens"
-        ) from None
-    return sae_lens
 
 
 class SparseAutoencoder(HookedRootModule):
@@ -213,7 +196,7 @@ class SparseAutoencoder(HookedRootModule):
 
         return splice
 
-    # ---- SAELens's format -------------------------------------------------------------------------------------------
+    # ---- SAELens's format (hooked_clip1d.analysis.interventions.sae_lens_format) ---------------------------------
     def sae_lens_config(self, **metadata: Any) -> dict[str, Any]:
         """This SAE's SAELens ``cfg.json`` (6.x layout): ``architecture`` ``"standard"`` (ReLU) or ``"topk"`` (with
         ``k``); ``metadata`` holds ``self.metadata`` updated by ``metadata`` (e.g. ``hook_name``, ``model_name``,
@@ -225,23 +208,9 @@ class SparseAutoencoder(HookedRootModule):
             >>> cfg["architecture"], cfg["k"], cfg["d_in"], cfg["metadata"]["hook_name"]
             ('topk', 2, 4, 'hook_pooled')
         """
-        meta = {**self.metadata, **{k: v for k, v in metadata.items() if v is not None}}
-        hook = str(meta.get("hook_name") or "")
-        reshape = "hook_z" if hook.endswith("hook_z") and meta.get("hook_head_index") is None else "none"
-        cfg: dict[str, Any] = {
-            "d_in": int(self.W_enc.shape[0]),
-            "d_sae": int(self.W_enc.shape[1]),
-            "dtype": str(self.W_enc.dtype).removeprefix("torch."),
-            "device": "cpu",
-            "apply_b_dec_to_input": True,
-            "normalize_activations": "none",
-            "reshape_activations": reshape,
-            "metadata": {"sae_lens_version": SAE_LENS_FORMAT, "sae_lens_training_version": None, **meta},
-            "architecture": "standard" if self.k is None else "topk",
-        }
-        if self.k is not None:
-            cfg.update(k=self.k, rescale_acts_by_decoder_norm=self.rescale_acts_by_decoder_norm)
-        return cfg
+        from hooked_clip1d.analysis.interventions import sae_lens_format
+
+        return sae_lens_format.config(self, **metadata)
 
     def save_sae_lens(self, path: str | os.PathLike, **metadata: Any) -> Path:
         """Write this SAE in SAELens's on-disk format into folder ``path`` (created): ``sae_weights.safetensors`` and
@@ -258,22 +227,9 @@ class SparseAutoencoder(HookedRootModule):
             >>> torch.equal(SparseAutoencoder.load_sae_lens(folder)(x), sae(x))
             True
         """
-        from safetensors.torch import save_file
+        from hooked_clip1d.analysis.interventions import sae_lens_format
 
-        from hooked_clip1d.files import atomic_write, atomic_write_text
-
-        folder = Path(path)
-        if folder.exists() and not folder.is_dir():
-            raise NotADirectoryError(f"save_sae_lens: {str(folder)!r} is a file; SAELens's format is a folder")
-        cfg = self.sae_lens_config(**metadata)
-        text = json.dumps(cfg, indent=2) + "\n"  # checked to be JSON before anything is written
-        state = {k: getattr(self, k).detach().cpu().contiguous() for k in SAE_LENS_KEYS}
-        # the old cfg goes first: a failure between the two files (a full disk) leaves weights without a cfg, which
-        # load_sae_lens refuses by name, never an old cfg beside new weights (another SAE that loads)
-        (folder / SAE_LENS_CFG).unlink(missing_ok=True)
-        atomic_write(folder / SAE_LENS_WEIGHTS, lambda tmp: save_file(state, tmp))
-        atomic_write_text(folder / SAE_LENS_CFG, text)
-        return folder
+        return sae_lens_format.save(self, path, **metadata)
 
     @classmethod
     def load_sae_lens(cls, path: str | os.PathLike) -> SparseAutoencoder:
@@ -282,92 +238,24 @@ class SparseAutoencoder(HookedRootModule):
         the input); anything else is refused naming the field. Weights load as float32; ``.metadata`` is the
         file's metadata (``hook_name`` ...). For a ``hook_z`` SAE over every head, feed it heads flattened:
         ``collect_activations(tower, "blocks.0.attn.hook_z", tokens)`` gives that layout."""
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
+        from hooked_clip1d.analysis.interventions import sae_lens_format
 
-        folder = Path(path)
-        cfg_path, weights = folder / SAE_LENS_CFG, folder / SAE_LENS_WEIGHTS
-        for f in (cfg_path, weights):
-            if not f.is_file():
-                raise FileNotFoundError(
-                    f"{str(f)!r} is missing: not a SAELens SAE folder ({SAE_LENS_CFG} + {SAE_LENS_WEIGHTS})"
-                )
-        try:
-            cfg = json.loads(cfg_path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{str(cfg_path)!r} is not valid JSON: {e}") from None
-        try:
-            tensors = load_file(weights)
-        except (SafetensorError, OSError, ValueError, RuntimeError) as e:  # truncated, corrupt, not safetensors
-            raise ValueError(
-                f"{str(weights)!r} is not a readable safetensors file (truncated or corrupt?): {e}"
-            ) from None
-        return cls._from_sae_lens_parts(cfg, tensors, str(folder))
+        return sae_lens_format.load(cls, path)
 
     def to_sae_lens(self, **metadata: Any) -> Any:
         """This SAE as a ``sae_lens.SAE`` (``StandardSAE`` or ``TopKSAE``) with identical outputs; needs SAELens
         (``pip install sae-lens``, which needs ``transformer-lens<4``)."""
-        SAE = _sae_lens().SAE
-        out = SAE.from_dict(self.sae_lens_config(**metadata))
-        out.load_state_dict({k: getattr(self, k).detach().clone() for k in SAE_LENS_KEYS})
-        return out.eval()
+        from hooked_clip1d.analysis.interventions import sae_lens_format
+
+        return sae_lens_format.to_object(self, **metadata)
 
     @classmethod
     def from_sae_lens(cls, sae: Any) -> SparseAutoencoder:
         """A ``SparseAutoencoder`` with the outputs of the ``sae_lens.SAE`` ``sae`` (architectures as in
         ``load_sae_lens``)."""
-        if not hasattr(sae, "cfg") or not hasattr(sae.cfg, "to_dict"):
-            raise TypeError(f"from_sae_lens takes a sae_lens.SAE, got {type(sae).__name__}")
-        state = {k: v.detach().cpu() for k, v in sae.state_dict().items()}
-        return cls._from_sae_lens_parts(sae.cfg.to_dict(), state, type(sae).__name__)
+        from hooked_clip1d.analysis.interventions import sae_lens_format
 
-    @classmethod
-    def _from_sae_lens_parts(cls, cfg: Any, state: dict[str, torch.Tensor], where: str) -> SparseAutoencoder:
-        if not isinstance(cfg, dict):
-            raise ValueError(f"{where}: a SAELens cfg is a JSON object, got a {type(cfg).__name__}")
-        arch = cfg.get("architecture", "standard")
-        if arch not in ("standard", "topk"):
-            raise ValueError(f"{where}: SAELens architecture {arch!r} is not supported (standard and topk are)")
-        wanted = {"apply_b_dec_to_input": True, "normalize_activations": "none"}
-        if arch == "standard":
-            wanted["rescale_acts_by_decoder_norm"] = False
-        for field, value in wanted.items():
-            if cfg.get(field, value) != value:
-                raise ValueError(f"{where}: {field}={cfg[field]!r} is not supported (only {value!r})")
-        if cfg.get("reshape_activations", "none") not in ("none", "hook_z"):
-            raise ValueError(f"{where}: reshape_activations={cfg['reshape_activations']!r} is not supported")
-        d_in, d_sae = (_count(cfg, f, where) for f in ("d_in", "d_sae"))
-        k = None
-        if arch == "topk":
-            k = _count(cfg, "k", where)
-            if k > d_sae:
-                raise ValueError(f"{where}: k={k} is more than d_sae={d_sae}")
-        rescale = cfg.get("rescale_acts_by_decoder_norm", False) if arch == "topk" else False
-        if not isinstance(rescale, bool):
-            raise ValueError(f"{where}: rescale_acts_by_decoder_norm must be true or false, got {rescale!r}")
-        missing, extra = sorted(set(SAE_LENS_KEYS) - set(state)), sorted(set(state) - set(SAE_LENS_KEYS))
-        if missing or extra:
-            raise ValueError(f"{where}: weights {missing} missing, {extra} unexpected (SAELens keys {SAE_LENS_KEYS})")
-        shapes = {"W_enc": (d_in, d_sae), "W_dec": (d_sae, d_in), "b_enc": (d_sae,), "b_dec": (d_in,)}
-        for name, shape in shapes.items():
-            if tuple(state[name].shape) != shape:
-                raise ValueError(f"{where}: {name} has shape {list(state[name].shape)}, cfg says {list(shape)}")
-            if not bool(torch.isfinite(state[name].float()).all()):
-                raise ValueError(f"{where}: {name} holds NaN or infinite values")
-        if rescale and not bool((state["W_dec"].float().norm(dim=-1) > 0).all()):
-            raise ValueError(f"{where}: rescale_acts_by_decoder_norm with a zero decoder row divides by 0")
-        sae = cls(d_in, d_sae, k=k, rescale_acts_by_decoder_norm=rescale)
-        with torch.no_grad():
-            for name in SAE_LENS_KEYS:
-                getattr(sae, name).copy_(state[name].float())
-        meta = cfg.get("metadata") or {}
-        if not isinstance(meta, dict):
-            raise ValueError(f"{where}: metadata must be a JSON object, got {type(meta).__name__}")
-        meta = dict(meta)
-        for key in ("sae_lens_version", "sae_lens_training_version"):
-            meta.pop(key, None)
-        sae.metadata = meta
-        return sae.eval()
+        return sae_lens_format.from_object(cls, sae)
 
 
 def _tower_of(model: Any, hook_name: str) -> tuple[Any, str]:
@@ -401,18 +289,6 @@ def _quiet(sae: SparseAutoencoder) -> Iterator[None]:
     finally:
         for p, hooks in saved:
             p._forward_hooks.update(hooks)
-
-
-def _count(cfg: dict[str, Any], field: str, where: str) -> int:
-    """A positive int field of a SAELens cfg (2.7, "2", True and a missing field are refused by name)."""
-    if field not in cfg:
-        raise ValueError(f"{where}: the SAELens cfg has no {field!r}")
-    v = cfg[field]
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{where}: {field} must be a positive int, got {cfg[field]!r}")
-    return v
 
 
 ATTENTION_LAYOUT = ("hook_pattern", "hook_attn_scores")  # [batch, head, query, key]: the query is the position
