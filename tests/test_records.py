@@ -88,3 +88,19 @@ def test_an_old_record_converts_and_compares_with_a_new_one(tmp_path):
     write_record(_minimal(), new / "t.json")
     assert load_record(old / "t.json").checks[0].id == check_id("a")
     assert compare_records(old, new) == {"t": []}
+
+
+def test_kept_json_files_are_in_the_compact_layout():
+    """Records and the zoo's manifests are written by ``files.json_text`` (scalar-only rows on one line: a third
+    smaller than ``indent=2``, and the working tree travels to a GPU window within 64 MiB); a file written another
+    way (a hand edit, an old writer, a patch) is named."""
+    import json
+    from pathlib import Path
+
+    from hooked_clip1d.files import json_text
+
+    root = Path(__file__).resolve().parents[1]
+    files = [*(root / "docs" / "records").glob("*.json"), *(root / "hooked_clip1d" / "pretrained").glob("*/*.json")]
+    assert len(files) > 40
+    other = [str(f.relative_to(root)) for f in files if f.read_text() != json_text(json.loads(f.read_text()))]
+    assert not other, f"not in files.json_text's layout (rewrite them with it): {other}"

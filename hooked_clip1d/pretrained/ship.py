@@ -96,7 +96,7 @@ def compress_weights(name: str, dest: str | Path | None = None) -> Path:
     """
     import hashlib
 
-    from hooked_clip1d.files import atomic_write_text
+    from hooked_clip1d.files import atomic_write_text, json_text
     from hooked_clip1d.model.checkpoint import CheckpointError
     from hooked_clip1d.pretrained.trajectories import unpack_xz
 
@@ -113,7 +113,7 @@ def compress_weights(name: str, dest: str | Path | None = None) -> Path:
         packed.unlink()
         raise CheckpointError(f"{packed.name} did not unpack to {plain.name}'s bytes; removed, nothing changed")
     man["packed"] = {"format": "xz", "sha256": sha256_file(packed), "bytes": packed.stat().st_size}
-    atomic_write_text(man_path, json.dumps(man, indent=2) + "\n")
+    atomic_write_text(man_path, json_text(man))
     plain.unlink()  # a crash before this leaves both files: load_model then names them (keep one)
     return packed
 
@@ -167,7 +167,7 @@ def _export_locked(run_dir: Path, name: str, description: str, dest: Path, weigh
 
     from hooked_clip1d.data.dataset import build_dataset
     from hooked_clip1d.evaluation import evaluate
-    from hooked_clip1d.files import atomic_write_text
+    from hooked_clip1d.files import atomic_write_text, json_text
     from hooked_clip1d.model.checkpoint import load_model_file, read_tensors, save_model
 
     config = json.loads((run_dir / "config.json").read_text())
@@ -211,7 +211,7 @@ def _export_locked(run_dir: Path, name: str, description: str, dest: Path, weigh
         "sha256": sha256_file(target),
         "bytes": target.stat().st_size,
     }
-    atomic_write_text(dest / f"{name}.json", json.dumps(man, indent=2) + "\n")
+    atomic_write_text(dest / f"{name}.json", json_text(man))
     return target
 
 
@@ -467,6 +467,7 @@ def _write_parts(
     ``dest/name.safetensors.xz``), to pending names, complete the manifest ``man`` with their names, digests and
     sizes, refuse past ``budget_mb`` (naming the sizes), then put them in place (removing this name's older files);
     returns (the first file, the manifest's text). Nothing half-written is left."""
+    from hooked_clip1d.files import json_text
     from hooked_clip1d.model.checkpoint import save_tensors
 
     target = dest / f"{name}{SUFFIX}"
@@ -489,7 +490,7 @@ def _write_parts(
         }
         at = list(man).index("dtypes") + 1  # the files' entries follow "dtypes", as the manifest format lists them
         man = dict([*list(man.items())[:at], *files.items(), *list(man.items())[at:]])
-        text = json.dumps(man, indent=2) + "\n"
+        text = json_text(man)
         size = man["bytes"] + len(text.encode())
         present = [p for p in dest.glob("*") if p.is_file() and not p.name.startswith(".") and not _owned(p, name)]
         others = sum(p.stat().st_size for p in present)

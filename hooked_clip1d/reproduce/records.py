@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hooked_clip1d.files import atomic_write_text
+from hooked_clip1d.files import atomic_write_text, json_text
 
 SCHEMA_VERSION = 3  # 2: records before the types (no "schema", checks without ids); 3: typed, with check ids
 # "inconclusive": no check counts (untrained models or a trained control pass them, or they are shown only), so none
@@ -323,7 +323,7 @@ def write_record(record: Record | dict[str, Any], path: str | Path) -> Record:
         raise ValueError(
             f"record {rec.figure!r}: its verdict {rec.verdict!r} is not what its checks give ({rec.judged()!r})"
         )
-    atomic_write_text(Path(path), json.dumps(rec.to_dict(), indent=2, default=float) + "\n")
+    atomic_write_text(Path(path), json_text(rec.to_dict(), default=float))
     return rec
 
 

@@ -74,6 +74,7 @@ from hooked_clip1d.analysis.interventions.knockout import cls_object_edges, eot_
 from hooked_clip1d.analysis.interventions.terms import ablate_terms, attention_terms
 from hooked_clip1d.analysis.metrics import check_model, pair_inputs
 from hooked_clip1d.data.dataset import build_dataset
+from hooked_clip1d.files import json_text
 from hooked_clip1d.model.clip import CLIP1D
 
 THRESHOLD = 0.05
@@ -107,7 +108,7 @@ class Circuit:
 
     def to_json(self) -> str:
         """JSON text, floats rounded to 6 decimals (what a file holds)."""
-        return json.dumps(_rounded(asdict(self)), indent=1) + "\n"
+        return json_text(_rounded(asdict(self)))
 
     @staticmethod
     def from_json(text: str) -> Circuit:
