@@ -27,11 +27,18 @@ from hooked_clip1d.reproduce.readings import (
     monotonic,
     row_gradient,
 )
+from hooked_clip1d.reproduce.replicates import OWN_CONTROL_READERS
 
 # Fig. 22 as the paper runs it (docs/fidelity.md, amendment of 2026-11-29, session 28): every subset of the flagship's
 # heads pruned and retrained 10,000 epochs (`hooked-clip1d analyze pruning --model FLAGSHIP -o "kept=[1,2,3]" -o
 # epochs=10000 -o runs_dir=<sweeps>/fig22-retrain`); R1-R3 count once all 14 runs have finished
 FIG22_RETRAIN, FIG22_EPOCHS, FIG22_SUBSETS = "fig22-retrain", 10_000, 14
+# Fig. 22's trained control (docs/fidelity.md, pre-registered 2026-11-30, session 36): the order-blind control's six
+# two-head subsets retrained 10,000 epochs (`hooked-clip1d analyze pruning --model FIG22_CONTROL -o "kept=[2]" -o
+# epochs=10000 -o runs_dir=<sweeps>/fig22-retrain-control`); it guards R3 alone (R1 and R2 are capacity claims it
+# would pass and fail by construction)
+FIG22_CONTROL, FIG22_CONTROL_RETRAIN = "control-shuffled-distinct-ntot20-n2-10", "fig22-retrain-control"
+FIG22_CONTROL_LABEL = f"{FIG22_CONTROL}, its six two-head subsets retrained {FIG22_EPOCHS:,} epochs"
 R1_TEXT = (
     "R1: every single-head model, pruned from the flagship and retrained 10,000 epochs, stays <= 0.6 on unseen pairs "
     "while recognising their label set (>= 0.8)"
@@ -75,15 +82,114 @@ def retrain_checks(runs: list[dict[str, Any]], base: float) -> list[tuple[str, b
     def close(r: dict[str, Any]) -> bool:  # within 0.1 of the four-head model, and generalizing
         return at_least(r["acc"], base - 0.1) and at_most(r["acc"], base + 0.1) and at_least(r["acc"], 0.8)
 
-    def complementary(r: dict[str, Any]) -> bool:
-        return any(at_least(v, 0.6) for v in r["left"]) and any(at_least(v, 0.6) for v in r["right"])
-
+    complementary = _complementary
     singles, pairs, triples = by_n.get(1, []), by_n.get(2, []), by_n.get(3, [])
     good_pairs = [r for r in pairs if close(r)]
     r1 = bool(singles) and all(at_most(r["acc"], 0.6) and at_least(r["label_set"], 0.8) for r in singles)
     r2 = bool(triples) and all(close(r) for r in triples) and bool(good_pairs)
     r3 = bool(good_pairs) and all(complementary(r) for r in good_pairs)
     return [(R1_TEXT, r1), (R2_TEXT, r2), (R3_TEXT, r3)]
+
+
+def _complementary(r: dict[str, Any]) -> bool:
+    """R3's clause: one kept head attends most to the left object and one to the right, on >= 60 % of unseen pairs."""
+    return any(at_least(v, 0.6) for v in r["left"]) and any(at_least(v, 0.6) for v in r["right"])
+
+
+def r3_on_control(rows: list[dict[str, Any]], base: float) -> bool:
+    """R3 read on Fig. 22's trained control (docs/fidelity.md, pre-registered 2026-11-30): over the order-blind
+    control's six retrained two-head models (``rows`` as ``retrain_checks`` reads them), its accuracy gate relative
+    to the control's own four-head model ``base`` (the absolute >= 0.8 dropped: the control fails it by construction):
+    some model within 0.1 of ``base``, and every such model keeps one head to the left object and one to the right.
+
+    Example:
+        >>> row = lambda acc, left, right: {"kept": [0, 1], "acc": acc, "left": left, "right": right}
+        >>> pairs = [row(0.45, [0.9, 0.1], [0.1, 0.9])] * 5
+        >>> r3_on_control([*pairs, row(0.9, [0.9, 0.9], [0.1, 0.1])], base=0.5)  # the sixth is not within 0.1
+        True
+        >>> r3_on_control([*pairs, row(0.5, [0.9, 0.9], [0.1, 0.1])], base=0.5)  # ... now it is, both heads left
+        False
+    """
+    if len(rows) != 6 or any(len(r["kept"]) != 2 for r in rows):
+        raise ValueError(f"Fig. 22's control reads six two-head models; got {[r['kept'] for r in rows]}")
+    close = [r for r in rows if at_least(r["acc"], base - 0.1) and at_most(r["acc"], base + 0.1)]
+    return bool(close) and all(_complementary(r) for r in close)
+
+
+def _subset_row(m: CLIP1D, ds: Any, kept: list[int]) -> dict[str, Any]:
+    """What R1-R3 read of one pruned (and retrained) model ``m`` keeping vision heads ``kept``."""
+    from hooked_clip1d.analysis.mechanism.heads import cls_object_bias
+    from hooked_clip1d.analysis.mechanism.report import cls_position_rows
+    from hooked_clip1d.evaluation import evaluate
+
+    m.eval()
+    met = evaluate(m, ds, splits=("val_unseen",))["val_unseen"]
+    bias = cls_object_bias(m.vision, ds.splits["val_unseen"])
+    left, right = bias["left"][0].tolist(), bias["right"][0].tolist()
+    rho, std = row_gradient(cls_position_rows(m.vision))
+    return {
+        "kept": kept,
+        "acc": met["acc"],
+        "label_set": met["label_set"],
+        "left": [left[h] for h in kept],
+        "right": [right[h] for h in kept],
+        "kp_spearman": [rho[h] for h in kept],
+        "kp_std": [std[h] for h in kept],
+    }
+
+
+def control_status() -> tuple[bool, str]:
+    """Whether Fig. 22's trained control (the order-blind control's six two-head subsets retrained 10,000 epochs
+    under ``<sweeps>/fig22-retrain-control``) has finished, and a line saying how far it is.
+
+    Example:
+        >>> ready, line = control_status()
+        >>> isinstance(ready, bool) and "of 6 retrained runs of the control" in line
+        True
+    """
+    runs = _control_runs()
+    done = sum(_finished(run) for _, run in runs)
+    where = f"<sweeps>/{FIG22_CONTROL_RETRAIN}"
+    return done == len(runs), f"{done} of {len(runs)} retrained runs of the control finished in {where}"
+
+
+def _control_runs() -> list[tuple[list[int], Path]]:
+    import itertools
+
+    from hooked_clip1d.training.retrain import subset_run_name
+
+    root = sweeps_root() / FIG22_CONTROL_RETRAIN
+    return [(list(k), root / subset_run_name([(0, h) for h in k])) for k in itertools.combinations(range(4), 2)]
+
+
+def fig22_control() -> tuple[dict[str, dict[str, bool]], dict[str, Any]]:
+    """Fig. 22's trained control on the check it guards (pre-registered 2026-11-30): ``({R3: {label: holds}}, its
+    numbers)``, read from the control's six finished runs (each checked to be the control's config and data with the
+    subset's heads pruned, retrained 10,000 epochs under the default recipe at seed 0). Unfinished runs are an error
+    naming how far they are, never a pass."""
+    from hooked_clip1d.evaluation import evaluate
+    from hooked_clip1d.files import measure_once
+    from hooked_clip1d.model.checkpoint import load_model_file
+    from hooked_clip1d.pretrained import load_model
+
+    ready, status = control_status()
+    if not ready:
+        raise ValueError(f"Fig. 22's trained control is not trained: {status}")
+
+    def read() -> tuple[dict[str, dict[str, bool]], dict[str, Any]]:
+        control = load_model(FIG22_CONTROL).eval()
+        ds = build_dataset(control.data_config)
+        base = evaluate(control, ds, splits=("val_unseen",))["val_unseen"]["acc"]
+        rows = []
+        for kept, run in _control_runs():
+            got = load_model_file(run / "model.safetensors")
+            pruned = tuple((0, h) for h in range(4) if h not in kept)
+            _check_retrained_run(run, got, control, pruned, f"the order-blind control ({FIG22_CONTROL})")
+            rows.append(_subset_row(got, ds, kept))
+        holds = r3_on_control(rows, base)
+        return {R3_TEXT: {FIG22_CONTROL_LABEL: holds}}, {"four_heads": base, "rows": rows, "r3": holds}
+
+    return measure_once(("fig22-control", str(sweeps_root() / FIG22_CONTROL_RETRAIN)), read)
 
 
 def _retrained_subsets(model: CLIP1D) -> tuple[list[dict[str, Any]] | None, str]:
@@ -95,8 +201,6 @@ def _retrained_subsets(model: CLIP1D) -> tuple[list[dict[str, Any]] | None, str]
     that it started from the flagship's weights is not recorded by the run and is not checked."""
     import itertools
 
-    from hooked_clip1d.analysis.mechanism.heads import cls_object_bias
-    from hooked_clip1d.analysis.mechanism.report import cls_position_rows
     from hooked_clip1d.evaluation import evaluate
     from hooked_clip1d.model.checkpoint import load_model_file
     from hooked_clip1d.reproduce.controls import UNTRAINED
@@ -129,20 +233,7 @@ def _retrained_subsets(model: CLIP1D) -> tuple[list[dict[str, Any]] | None, str]
         copies.append(got)
     rows = []
     for kept, m in zip(subsets, copies, strict=True):
-        m.eval()
-        met = evaluate(m, ds, splits=("val_unseen",))["val_unseen"]
-        bias = cls_object_bias(m.vision, ds.splits["val_unseen"])
-        left, right = bias["left"][0].tolist(), bias["right"][0].tolist()
-        rho, std = row_gradient(cls_position_rows(m.vision))
-        row = {
-            "kept": kept,
-            "acc": met["acc"],
-            "label_set": met["label_set"],
-            "left": [left[h] for h in kept],
-            "right": [right[h] for h in kept],
-            "kp_spearman": [rho[h] for h in kept],
-            "kp_std": [std[h] for h in kept],
-        }
+        row = _subset_row(m, ds, kept)
         if shipped:  # reported beside R1-R3, deciding nothing: the same subset pruned, before retraining
             before = prune_heads(model, vision=[(0, h) for h in heads if h not in kept]).eval()
             row["before"] = evaluate(before, ds, splits=("val_unseen",))["val_unseen"]["acc"]
@@ -181,9 +272,12 @@ def _finished(run: Path) -> bool:
     return summary.exists() and json.loads(summary.read_text()).get("epochs") == FIG22_EPOCHS
 
 
-def _check_retrained_run(run: Path, got: CLIP1D, flagship: CLIP1D, pruned: tuple[tuple[int, int], ...]) -> None:
-    """Refuse (naming the run and what differs) a retraining run that is not the flagship's config and data with
-    ``pruned`` vision heads pruned, trained 10,000 epochs under the default recipe (``TrainConfig()``) at seed 0."""
+def _check_retrained_run(
+    run: Path, got: CLIP1D, flagship: CLIP1D, pruned: tuple[tuple[int, int], ...], parent: str = ""
+) -> None:
+    """Refuse (naming the run and what differs) a retraining run that is not ``parent``'s (the flagship's, or Fig.
+    22's trained control's: the model ``flagship``) config and data with ``pruned`` vision heads pruned, trained
+    10,000 epochs under the default recipe (``TrainConfig()``) at seed 0."""
     import dataclasses
     import json
 
@@ -201,7 +295,8 @@ def _check_retrained_run(run: Path, got: CLIP1D, flagship: CLIP1D, pruned: tuple
     problems += [f"train {k} {getattr(tc, k)!r}" for k in recipe if getattr(tc, k) != getattr(want, k)]
     if problems:
         raise ValueError(
-            f"{str(run)!r} is not the flagship ({FLAGSHIP}) with vision heads {list(pruned)} pruned and retrained "
+            f"{str(run)!r} is not {parent or f'the flagship ({FLAGSHIP})'} with vision heads {list(pruned)} pruned "
+            "and retrained "
             f"{FIG22_EPOCHS:,} epochs under the default recipe: " + "; ".join(problems)
         )
 
@@ -254,14 +349,9 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
         + "; EP alone (Spearman) "
         + ", ".join(f"h{h} {r:+.2f}" for h, r in zip(kept, ep_rho, strict=True))
     )
-    numbers["retrained"] = {
-        "model": PRUNED,
-        "kept": kept,
-        "val_unseen": after,
-        "kp_spearman": rho,
-        "kp_std": std,
-        "ep_spearman": ep_rho,
-    }
+    numbers["retrained"] = dict(
+        model=PRUNED, kept=kept, val_unseen=after, kp_spearman=rho, kp_std=std, ep_spearman=ep_rho
+    )
     numbers["sensitivity"] = sensitivity
     figs["retrained_ep"] = ep.figures["fig14_terms"]
     plt.close(ep.figures["fig5a_rows"])
@@ -274,28 +364,29 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
         secondary.update({c: replaced for c, _ in checks if c not in secondary})
         checks = r_checks + checks
         summary = r_summary + ". Before: " + summary
-    notes = _fig22_notes(ready, status)
-    return Outcome(
-        numbers,
-        summary + ".",
-        checks,
-        figs,
-        notes,
-        absence=(absent,),
-        secondary=secondary,
-        sensitivity=sensitivity,
-    )
+    own: dict[str, dict[str, bool]] = {}
+    control_ready, numbers["control_status"] = control_status()
+    if ready and control_ready:  # R3's trained control (pre-registered 2026-11-30)
+        own, numbers["trained_control_r3"] = fig22_control()
+    notes = _fig22_notes(ready, status, numbers["control_status"])
+    kw = dict(absence=(absent,), secondary=secondary, sensitivity=sensitivity, own_controls=own)
+    return Outcome(numbers, summary + ".", checks, figs, notes, **kw)  # type: ignore[arg-type]
 
 
-def _fig22_notes(ready: bool, status: str) -> str:
-    """Fig. 22's notes: what R1-R3 read once the retraining has finished, else how far it is."""
+def _fig22_notes(ready: bool, status: str, control: str) -> str:
+    """Fig. 22's notes: what R1-R3 read once the retraining has finished (and what guards them: ``control``, how far
+    R3's trained control is), else how far it is."""
     if ready:
         return (
             "R1-R3 read every subset of the flagship's four vision heads (14 models) pruned and retrained 10,000 "
             "epochs under the default recipe at seed 0 (`hooked-clip1d analyze pruning --model "
             f'{FLAGSHIP} -o "kept=[1,2,3]" -o epochs=10000`); an untrained draw\'s R1-R3 read its pruned copies '
             "without retraining (a retraining of untrained pruned draws is not run: a stated limit). R1 is a failure "
-            "check: the four-head model itself is beyond its 0.6 bound. R2 and R3 have no trained control. The "
+            "check: the four-head model itself is beyond its 0.6 bound. R1 and R2 claim how many heads the task "
+            "needs: the order-blind control would pass R1 and fail R2 by construction, so no trained control guards "
+            "them (docs/fidelity.md, 2026-11-30). R3's head sidedness is guarded by the order-blind control "
+            f"({FIG22_CONTROL}) with its six two-head subsets retrained 10,000 epochs, R3's accuracy gate relative to "
+            f"its own four-head model ({control}). The "
             "earlier checks (the `-no-qk-bias` flagship's subsets before retraining and its one retrained pair) are "
             "shown, not counted, so a model substituted for either of those (`--model`) moves only what is shown; "
             "a substitute for the flagship is refused unless it is an untrained draw."
@@ -347,6 +438,9 @@ def _retrained_outcome(
     )
     return checks, summary
 
+
+# the guard of a kept record reads the control alone (the flagship's 14 runs need not be on the machine)
+OWN_CONTROL_READERS["fig22"] = lambda: fig22_control()[0]
 
 SPECS: tuple[FigureSpec, ...] = register(
     FigureSpec(

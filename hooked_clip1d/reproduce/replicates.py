@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +224,15 @@ def apply_trained_control(
 
 # figures whose trained controls their own code computes (Outcome.own_controls), with what the control is: Fig. 7's
 # pre-registered in docs/fidelity.md's amendment of 2026-11-26; per check since 2026-11-30
-OWN_CONTROLS: dict[str, str] = {"fig7": "its vision tower with 4 text towers trained apart on the same data"}
+OWN_CONTROLS: dict[str, str] = {
+    "fig7": "its vision tower with 4 text towers trained apart on the same data",
+    # pre-registered in docs/fidelity.md 2026-11-30 (session 36): guards R3 alone
+    "fig22": "the order-blind control's six two-head subsets pruned and retrained 10,000 epochs",
+}
+# where a figure's own control can be read without running the whole figure (Fig. 22: the flagship's 14 retrained
+# runs need not be on the machine that guards a kept record): figure -> a reader of ``Outcome.own_controls``'s table,
+# registered by the figure's module
+OWN_CONTROL_READERS: dict[str, Callable[[], dict[str, dict[str, bool]]]] = {}
 
 
 def apply_own_controls(rows: list[Check], outcome: Outcome) -> dict[str, Any] | None:
@@ -239,12 +248,18 @@ def apply_own_controls(rows: list[Check], outcome: Outcome) -> dict[str, Any] | 
         >>> apply_own_controls(rows, out)["passes"], [(r.text, r.counted) for r in rows]
         ({'a': ['c2']}, [('a', False), ('b', True)])
     """
-    if not outcome.own_controls:
+    return apply_own_control_table(rows, outcome.own_controls)
+
+
+def apply_own_control_table(rows: list[Check], table: dict[str, dict[str, bool]]) -> dict[str, Any] | None:
+    """``apply_own_controls`` given the table itself (check -> control label -> holds), as a figure's
+    ``OWN_CONTROL_READERS`` entry returns it."""
+    if not table:
         return None
-    labels = list(dict.fromkeys(k for d in outcome.own_controls.values() for k in d))
+    labels = list(dict.fromkeys(k for d in table.values() for k in d))
     passes: dict[str, list[str]] = {}
     for row in rows:
-        got = outcome.own_controls.get(row.text)
+        got = table.get(row.text)
         if got is None:
             continue
         row.trained_control = {**(row.trained_control or {}), **{k: bool(v) for k, v in got.items()}}

@@ -25,10 +25,12 @@ from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_r
 from hooked_clip1d.reproduce.records import Record, load_record, write_record
 from hooked_clip1d.reproduce.replicates import (
     FRESH_JUDGED,
+    OWN_CONTROL_READERS,
     OWN_CONTROLS,
     STUDY_SEEDS,
     TRAINED_CONTROLS,
     apply_fresh_runs,
+    apply_own_control_table,
     apply_own_controls,
     apply_trained_control,
     mark_seeds,
@@ -526,13 +528,14 @@ def _guard_control(record: Record, spec: FigureSpec, root: Path) -> dict[str, An
     the zoo's models) or the registered one's runs (under ``root`` for its other seeds). Matched by sentence: a
     guarded check the record lacks, or one the control's run does not report (reworded since, or gone), is an
     error, never a pass. Returns the record's ``trained_control`` entry."""
-    if spec.key in OWN_CONTROLS:  # the figure's own code computes its control: run it on the zoo's models
-        outcome = run_closed(spec.run, {m: load_model(m) for m in spec.models})
-        gone = [c for c in outcome.own_controls if c not in {r.text for r in record.checks}]
-        if gone or not outcome.own_controls:
+    if spec.key in OWN_CONTROLS:  # the figure's own code computes its control: read it, or run the figure
+        reader = OWN_CONTROL_READERS.get(spec.key)
+        table = reader() if reader else run_closed(spec.run, {m: load_model(m) for m in spec.models}).own_controls
+        gone = [c for c in table if c not in {r.text for r in record.checks}]
+        if gone or not table:
             raise ValueError(f"{spec.key}: the record has no check {gone} that its own control guards: rerun it")
-        status = f"{OWN_CONTROLS[spec.key]} ({len(outcome.own_controls)} checks guarded)"
-        return {**apply_own_controls(record.checks, outcome), "status": status}  # type: ignore[dict-item]
+        status = f"{OWN_CONTROLS[spec.key]} ({len(table)} checks guarded)"
+        return {**apply_own_control_table(record.checks, table), "status": status}  # type: ignore[dict-item]
     with reading_sweeps_from(root):
         runs, status = trained_control_runs(spec, root)
         if not runs:

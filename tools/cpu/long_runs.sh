@@ -7,14 +7,18 @@
 #   bash tools/cpu/long_runs.sh status   # how far each sweep has come (safe beside the runs)
 #   bash tools/cpu/long_runs.sh stop     # SIGTERM: each run writes a checkpoint and stops (~10 min before a session ends)
 #
-# The lanes (edit LANES when a run is added or ships; the groups are those of each sweep's plan.json):
-#   lane1: App. L's order-blind control, seed 0 (issue 50; guards Fig. 23's counted checks): ~7 h of one core
+# The lanes (edit LANES when a run is added or ships): each a list of items run one after another, `SPEC:GROUP` (a
+# group of sweep SPEC's plan.json) or `fig22-control` (Fig. 22's trained control, `analyze pruning`):
+#   lane1: App. L's order-blind control, seed 0 (issue 50; guards Fig. 23's counted checks): ~7 h of one core; then
+#          Fig. 22's trained control (issue 50: the order-blind control's six two-head subsets retrained 10,000 epochs
+#          in one batched group, 440,000 steps, ~5 h of one core; pre-registered in docs/fidelity.md 2026-11-30)
 #   lane2: Fig. 21b under the default recipe, d_head 32, 64, 256, then 128 (issue 48): ~12 h of one core
 # A new machine starts from scratch (the runs are never committed); the worktrees keep the commit a lane started at.
 # When a lane finishes (pre-registered in docs/fidelity.md, amendments of 2026-11-29):
 #   lane1: hooked-clip1d export ~/sweeps/controls-distinct-vision2/runs/<seed 0's run> --weights-dtype float16 \
 #            --name control-shuffled-distinct-vision2-ntot25-n2-15 --description "Trained control (issue 50) ..."
 #          then `hooked-clip1d reproduce fig23 --guard-record docs/records --sweeps-dir ~/sweeps` (docs/reproducing.md)
+#   fig22-control: `hooked-clip1d reproduce fig22 --guard-record docs/records --sweeps-dir ~/sweeps`, the results page
 #   lane2: `git am tools/cpu/pending/fig21b-switch.patch` (Fig. 21b reads fig21b-distinct.toml; the old record kept as
 #          the beyond-paper fig21b-all-decay, as fig21 / fig21-all-decay: fill in DATE in its `relabelled`), then
 #          `hooked-clip1d reproduce fig21b --sweeps-dir ~/sweeps` and the results page
@@ -25,21 +29,39 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane1|controls-distinct-vision2|g000-17fb6eb3"
-  "lane2|fig21b-distinct|g000-0bca58d3 g001-6e80b6a8 g003-2ebd8fef g002-75ca3248"
+  "lane1|controls-distinct-vision2:g000-17fb6eb3 fig22-control"
+  "lane2|fig21b-distinct:g001-6e80b6a8 fig21b-distinct:g003-2ebd8fef fig21b-distinct:g002-75ca3248"
 )
+FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
+FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
 
-lane_script() {  # name spec groups -> the lane's commands, one group after another
-  local name=$1 spec=$2 groups=$3 wt="$HOME/wt-$1"
-  cat <<SH
-cd "$wt"
-export PYTHONPATH="$wt" OMP_NUM_THREADS=1
-for g in $groups; do
-  "$VENV/bin/hooked-clip1d" sweep "hooked_clip1d/sweeps/$spec.toml" --out "$SWEEPS/$spec" --threads 1 --no-progress \\
-    --groups "\$g" || { echo "$name: \$g stopped (rc \$?) \$(date)"; exit 1; }
-  echo "$name: \$g finished \$(date)"
-done
-SH
+item_command() {  # one lane item -> the command that runs (or resumes) it
+  case "$1" in
+    fig22-control)
+      echo "\"$VENV/bin/hooked-clip1d\" analyze pruning --model $FIG22_CONTROL -o 'kept=[2]' -o epochs=10000 \\
+    -o runs_dir=$FIG22_DIR --out $FIG22_DIR/analyze --json >/dev/null" ;;
+    *:*)
+      echo "\"$VENV/bin/hooked-clip1d\" sweep \"hooked_clip1d/sweeps/${1%%:*}.toml\" --out \"$SWEEPS/${1%%:*}\" --threads 1 \\
+    --no-progress --groups ${1#*:}" ;;
+    *) echo "unknown lane item $1" >&2; return 2 ;;
+  esac
+}
+
+lane_script() {  # name items -> the lane's commands, one item after another
+  local name=$1 items=$2 wt="$HOME/wt-$1"
+  echo "cd \"$wt\""
+  echo "export PYTHONPATH=\"$wt\" OMP_NUM_THREADS=1"
+  for item in $items; do
+    echo "$(item_command "$item") || { echo \"$name: $item stopped (rc \$?) \$(date)\"; exit 1; }"
+    echo "echo \"$name: $item finished \$(date)\""
+  done
+}
+
+running() {  # whether some process runs this item now
+  case "$1" in
+    fig22-control) pgrep -f -- "runs_dir=$FIG22_DIR" >/dev/null ;;
+    *) pgrep -f -- "--out $SWEEPS/${1%%:*} " >/dev/null ;;
+  esac
 }
 
 case "${1:-}" in
@@ -47,31 +69,49 @@ case "${1:-}" in
     [ -x "$VENV/bin/hooked-clip1d" ] || { echo "no $VENV/bin/hooked-clip1d: make the venv as the README says" >&2; exit 2; }
     mkdir -p "$SWEEPS" "$LOGS"
     for lane in "${LANES[@]}"; do
-      IFS='|' read -r name spec groups <<<"$lane"
-      if pgrep -f -- "--out $SWEEPS/$spec " >/dev/null; then
+      IFS='|' read -r name items <<<"$lane"
+      busy=""
+      for item in $items; do running "$item" && busy=1; done
+      if [ -n "$busy" ] || pgrep -f -- "$LOGS/$name.sh" >/dev/null; then
         echo "$name: already running"; continue
       fi
       [ -d "$HOME/wt-$name" ] || git -C "$REPO" worktree add --detach "$HOME/wt-$name" HEAD >/dev/null
-      lane_script "$name" "$spec" "$groups" >"$LOGS/$name.sh"
+      lane_script "$name" "$items" >"$LOGS/$name.sh"
       nohup setsid bash "$LOGS/$name.sh" >>"$LOGS/$name.log" 2>&1 &
-      echo "$name: started ($spec: $groups) from $(git -C "$HOME/wt-$name" rev-parse --short HEAD); log $LOGS/$name.log"
+      echo "$name: started ($items) from $(git -C "$HOME/wt-$name" rev-parse --short HEAD); log $LOGS/$name.log"
     done ;;
   status)
     for lane in "${LANES[@]}"; do
-      IFS='|' read -r name spec groups <<<"$lane"
-      echo "== $name ($spec)"
-      if [ -d "$SWEEPS/$spec" ]; then
-        (cd "$HOME/wt-$name" && PYTHONPATH="$HOME/wt-$name" "$VENV/bin/hooked-clip1d" sweep \
-          "hooked_clip1d/sweeps/$spec.toml" --out "$SWEEPS/$spec" --status) || true
-      else
-        echo "not started on this machine"
-      fi
+      IFS='|' read -r name items <<<"$lane"
+      echo "== $name ($items)"
+      shown=""
+      for item in $items; do
+        if [ "$item" = fig22-control ]; then
+          echo "-- fig22-control ($FIG22_DIR): $(ls "$FIG22_DIR"/keep-*/summary.json 2>/dev/null | wc -l) of 6 runs finished;" \
+            "last group checkpoint $(date -r "$FIG22_DIR/group_checkpoint.safetensors" 2>/dev/null || echo none)"
+          continue
+        fi
+        spec=${item%%:*}
+        case " $shown " in *" $spec "*) continue ;; esac
+        shown="$shown $spec"
+        if [ -d "$SWEEPS/$spec" ]; then
+          (cd "$HOME/wt-$name" && PYTHONPATH="$HOME/wt-$name" "$VENV/bin/hooked-clip1d" sweep \
+            "hooked_clip1d/sweeps/$spec.toml" --out "$SWEEPS/$spec" --status) || true
+        else
+          echo "-- $spec: not started on this machine"
+        fi
+      done
     done ;;
   stop)
     pkill -9 -f "$LOGS/lane[0-9]*.sh" || true  # the lane loops first, so none starts its next group
     for lane in "${LANES[@]}"; do  # only this queue's runs, not another sweep on the machine
-      IFS='|' read -r name spec groups <<<"$lane"
-      pkill -TERM -f -- "--out $SWEEPS/$spec " || true
+      IFS='|' read -r name items <<<"$lane"
+      for item in $items; do
+        case "$item" in
+          fig22-control) pkill -TERM -f -- "runs_dir=$FIG22_DIR" || true ;;
+          *) pkill -TERM -f -- "--out $SWEEPS/${item%%:*} " || true ;;
+        esac
+      done
     done
     echo "sent SIGTERM: each run checkpoints and stops" ;;
   *) sed -n 2,20p "$0"; exit 2 ;;

@@ -1,0 +1,102 @@
+"""Session 36 (2026-11-30): Fig. 22's trained control (issue 50, pre-registered in docs/fidelity.md before any of
+its runs), the kept JSON layout, and the SAELens format's own module."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from hooked_clip1d import load_model
+from hooked_clip1d.model.checkpoint import save_model
+from hooked_clip1d.reproduce import pruned_heads as ph
+from hooked_clip1d.settings import TrainConfig
+from hooked_clip1d.training.retrain import prune_heads
+
+
+def _write_control_runs(root, control, wrong=None):  # noqa: ANN001, ANN202
+    """The control's six two-head subsets saved as if retrained (pruned copies: the wiring is tested, not the
+    science); ``wrong``: a kept pair whose run prunes the wrong heads."""
+    for kept in itertools.combinations(range(4), 2):
+        run = root / ph.FIG22_CONTROL_RETRAIN / ("keep-" + "-".join(f"L0H{h}" for h in kept))
+        run.mkdir(parents=True, exist_ok=True)
+        pruned = [h for h in range(4) if h not in kept] if kept != wrong else list(kept)
+        save_model(
+            prune_heads(control, vision=[(0, h) for h in pruned]),
+            run / "model.safetensors",
+            data_config=control.data_config,
+        )
+        (run / "config.json").write_text(json.dumps({"train_config": TrainConfig(epochs=10_000).to_dict()}))
+        (run / "summary.json").write_text(json.dumps({"epochs": 10_000}))
+
+
+def test_fig22s_control_is_an_error_until_its_six_runs_have_finished(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOOKED_CLIP1D_SWEEPS", str(tmp_path))
+    assert ph.control_status() == (
+        False,
+        "0 of 6 retrained runs of the control finished in <sweeps>/fig22-retrain-control",
+    )
+    with pytest.raises(ValueError, match="Fig. 22's trained control is not trained: 0 of 6"):
+        ph.fig22_control()
+    with pytest.raises(ValueError, match="Fig. 22's trained control is not trained"):
+        ph.OWN_CONTROL_READERS["fig22"]()
+
+
+def test_fig22s_control_reads_r3_on_the_order_blind_controls_six_pairs_and_guards_the_kept_record(
+    tmp_path, monkeypatch
+):
+    """Pre-registered 2026-11-30: the control guards R3 alone (R1 and R2 stay unguarded), read with R3's accuracy
+    gate relative to the control's own four-head model; the kept record is guarded from the control's runs alone
+    (the flagship's 14 runs are not needed), and a check the control passes stops counting."""
+    from hooked_clip1d.reproduce.records import load_record
+    from hooked_clip1d.reproduce.runner import _guard_control
+
+    monkeypatch.setenv("HOOKED_CLIP1D_SWEEPS", str(tmp_path))
+    control = load_model(ph.FIG22_CONTROL)
+    assert control.data_config.caption_order == "shuffled"
+    _write_control_runs(tmp_path, control)
+    assert ph.control_status()[0]
+    table, numbers = ph.fig22_control()
+    assert list(table) == [ph.R3_TEXT] and list(table[ph.R3_TEXT]) == [ph.FIG22_CONTROL_LABEL]
+    assert len(numbers["rows"]) == 6 and numbers["r3"] == table[ph.R3_TEXT][ph.FIG22_CONTROL_LABEL]
+    assert numbers["r3"] == ph.r3_on_control(numbers["rows"], numbers["four_heads"])
+    record = load_record("docs/records/fig22.json")
+    entry = _guard_control(record, ph.SPECS[0], tmp_path)
+    rows = {c.text: c for c in record.checks}
+    assert rows[ph.R3_TEXT].trained_control == {ph.FIG22_CONTROL_LABEL: numbers["r3"]}
+    assert rows[ph.R3_TEXT].counted is (not numbers["r3"])  # counted (it holds on the flagship) unless passed
+    assert rows[ph.R1_TEXT].trained_control is None and rows[ph.R2_TEXT].trained_control is None
+    assert "order-blind" in entry["status"] and entry["runs"] == [ph.FIG22_CONTROL_LABEL]
+
+
+def test_fig22s_control_refuses_a_run_that_is_not_the_controls_subset(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOOKED_CLIP1D_SWEEPS", str(tmp_path / "other"))
+    control = load_model(ph.FIG22_CONTROL)
+    _write_control_runs(tmp_path / "other", control, wrong=(0, 1))
+    with pytest.raises(
+        ValueError, match=rf"keep-L0H0-L0H1' is not the order-blind control \({ph.FIG22_CONTROL}\) with vision heads"
+    ):
+        ph.fig22_control()
+
+
+def test_r3_on_the_control_needs_six_two_head_rows():
+    row = {"kept": [0], "acc": 0.5, "left": [0.9], "right": [0.1]}
+    with pytest.raises(ValueError, match="six two-head models"):
+        ph.r3_on_control([row] * 6, 0.5)
+
+
+def test_the_sae_lens_format_module_does_not_import_the_sae_module():
+    """sae.py was split (603 lines): the SAELens format lives in sae_lens_format, which takes the SAE's class as an
+    argument rather than importing it (no import circle); the methods keep their names."""
+    import ast
+    from pathlib import Path
+
+    import hooked_clip1d.analysis.interventions.sae_lens_format as fmt
+    from hooked_clip1d.analysis.interventions.sae import SparseAutoencoder
+
+    tree = ast.parse(Path(fmt.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "hooked_clip1d.analysis.interventions.sae" not in imported
+    for name in ("save_sae_lens", "load_sae_lens", "to_sae_lens", "from_sae_lens", "sae_lens_config"):
+        assert callable(getattr(SparseAutoencoder, name))
