@@ -1,6 +1,9 @@
-"""The example notebooks execute end to end on the shipped model and show their figures."""
+"""The example notebooks execute end to end on the shipped model and show their figures (the two longest in the heavy
+tier, which .ci/run runs after the README's command)."""
 
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -30,6 +33,7 @@ def test_notebooks_show_figures_under_any_backend():
             assert "%matplotlib inline" in source, f"{path.name} draws with pyplot, no inline backend selected"
 
 
+@pytest.mark.heavy  # 22 s: the default run stays under 5 minutes (4:58 on 2 idle cores, 2026-11-30); .ci/run runs it
 def test_paper_walkthrough_executes():
     outputs = _execute("paper_walkthrough.ipynb")
     assert any("image/png" in o.get("data", {}) for o in outputs), "no cell displayed a PNG figure"
@@ -45,6 +49,7 @@ def test_clip_interpretability_notebook_executes():
     assert any("image/png" in o.get("data", {}) for o in outputs), "no cell displayed a PNG figure"
 
 
+@pytest.mark.heavy  # 17 s, as above
 def test_training_dynamics_notebook_executes():
     """The trajectory notebook (issue 35): emergence figure, checkpoints side by side, the stepping circuitsvis page
     (on the flagship's shipped trajectory, or on a small model it trains when none has shipped)."""

@@ -100,3 +100,14 @@ def test_the_sae_lens_format_module_does_not_import_the_sae_module():
     assert "hooked_clip1d.analysis.interventions.sae" not in imported
     for name in ("save_sae_lens", "load_sae_lens", "to_sae_lens", "from_sae_lens", "sae_lens_config"):
         assert callable(getattr(SparseAutoencoder, name))
+
+
+def test_the_queue_trains_fig22s_control_where_the_figure_reads_it():
+    """tools/cpu/long_runs.sh's fig22-control item trains the control pruned_heads reads, into the folder it reads."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "tools/cpu/long_runs.sh").read_text()
+    assert re.search(rf'^FIG22_CONTROL="{ph.FIG22_CONTROL}"', text, flags=re.M)
+    assert re.search(rf'^FIG22_DIR="\$SWEEPS/{ph.FIG22_CONTROL_RETRAIN}"', text, flags=re.M)
+    assert "-o 'kept=[2]' -o epochs=10000" in text and ph.FIG22_EPOCHS == 10_000
