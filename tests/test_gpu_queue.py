@@ -46,7 +46,7 @@ dropout_rng = "fast"
 
 def _load(name: str):  # noqa: ANN202
     if name not in sys.modules:
-        where = "tools/gpu" if name == "gpu_window" else "benchmarks"  # operations tooling / the step table
+        where = "tools/gpu" if name in ("gpu_window", "slim_tree") else "benchmarks"  # operations tooling / step table
         spec = importlib.util.spec_from_file_location(name, ROOT / where / f"{name}.py")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
@@ -297,6 +297,7 @@ def _queue(tmp: Path, *args: str, rc: int = 0, **env: str) -> str:
         "WHEELS": str(tmp / "no-wheels"),
         "OMP_NUM_THREADS": "1",
         "TRAVEL_MIB": "30",
+        "SLIM_TREE": "0",  # carry would slim the checkout the other tests read (tools/gpu/slim_tree.py: tested apart)
         **env,
     }
     r = subprocess.run(["bash", "tools/gpu/gpu_queue.sh", *args], cwd=ROOT, env=full, capture_output=True, text=True)
@@ -552,15 +553,87 @@ def test_the_working_tree_leaves_room_for_one_full_models_state():
     """What travels into a GPU window is the working tree, the wheels and the carried state, 64 MiB together: the
     tree (mostly the shipped zoo and its trajectories) must leave room for the packed state of one full model, or
     the full model at protocol (the queue's first item, longer than one window) can never resume in the next window.
-    The trajectories grew the tree to 48 MiB on 2026-11-28 (room 12 MiB, a full model 16): this guards it. The
-    tests run in a git checkout (the tree is measured with ``git ls-files``, as a window measures it)."""
+    The trajectories grew the tree to 48 MiB on 2026-11-28 (room 12 MiB, a full model 16): this guards it. Since
+    2026-11-30 a window's calls send the slim tree (``tools/gpu/slim_tree.py``: the zoo's weights and trajectories set
+    aside, ~36 MiB), so the zoo may grow. The tests run in a git checkout (the tree is measured with ``git
+    ls-files``, as a window measures it)."""
     from hooked_clip1d.model.clip import CLIPConfig
 
+    slim_tree = _load("slim_tree")
     wheels_mib = 2.9  # the carried wheels (gpu_wheels.sh; measured 2026-11-26)
-    room = gw.CALL_MIB - gw.tree_bytes() / gw.MIB - wheels_mib - gw.IN_MARGIN_MIB
+    sent = (gw.tree_bytes() - slim_tree.aside_bytes()) / gw.MIB  # `gpu_queue.sh carry` slims the tree first
+    room = gw.CALL_MIB - sent - wheels_mib - gw.IN_MARGIN_MIB
     full = gw.member_mib(CLIPConfig.from_preset("full", n_labels=20))
     slack = 1.0  # the finished runs' configs, metrics and the window record travel beside the state
     assert room >= full + slack, (
-        f"the working tree takes {gw.tree_bytes() / gw.MIB:.1f} MiB: {room:.1f} MiB are left for state, one full "
-        f"model needs {full:.1f} + {slack} (ship fewer trajectory checkpoints, or smaller figures)"
+        f"the slim working tree takes {sent:.1f} MiB: {room:.1f} MiB are left for state, one full model needs "
+        f"{full:.1f} + {slack} (what grew besides the zoo's weights and trajectories?)"
     )
+
+
+def _repo(tmp: Path) -> Path:
+    """A small git repository shaped like ours: two zoo files slim sets aside, code it keeps."""
+    import subprocess
+
+    root = tmp / "repo"
+    for rel, text in {
+        "hooked_clip1d/pretrained/weights/a.safetensors.xz": "w" * 4000,
+        "hooked_clip1d/pretrained/trajectories/a.safetensors.xz": "t" * 6000,
+        "hooked_clip1d/pretrained/weights/a.json": "{}",
+        "hooked_clip1d/code.py": "x = 1\n",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "zoo"]):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+    return root
+
+
+def test_a_slim_tree_sends_no_zoo_file_keeps_them_on_disk_refuses_commits_and_restores(tmp_path):
+    """tools/gpu/slim_tree.py: ``slim`` takes the zoo's weights and trajectories out of what a call sends (the index
+    and the untracked-not-ignored files, as ``gpu_window.tree_bytes`` measures it) without touching them on disk,
+    refuses commits while slim, and ``restore`` gives back the tree git had (status clean, hook gone); both are
+    idempotent."""
+    import subprocess
+
+    st = _load("slim_tree")
+    root = _repo(tmp_path)
+    whole = gw.tree_bytes(root)
+    assert st.aside_files(root) == [
+        "hooked_clip1d/pretrained/trajectories/a.safetensors.xz",
+        "hooked_clip1d/pretrained/weights/a.safetensors.xz",
+    ]
+    assert st.slimmed(root) == [] and st.aside_bytes(root) == 10_000
+    assert st.slim(root) == st.aside_files(root) == st.slimmed(root) and st.slim(root) == st.slimmed(root)
+    assert (
+        gw.tree_bytes(root) == whole - 10_000 and (root / "hooked_clip1d/pretrained/weights/a.safetensors.xz").exists()
+    )
+    (root / "hooked_clip1d/code.py").write_text("x = 2\n")
+    r = subprocess.run(["git", "commit", "-qam", "x"], cwd=root, capture_output=True, text=True)
+    assert r.returncode != 0 and "slim_tree.py restore" in r.stderr
+    assert st.restore(root) == st.aside_files(root) and st.restore(root) == []
+    assert gw.tree_bytes(root) == whole + 0 and st.slimmed(root) == []
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
+    assert status == " M hooked_clip1d/code.py\n"  # only the edit made while slim; the zoo is HEAD's again
+    assert not (root / ".git/hooks/pre-commit").exists() and "slim_tree" not in (root / ".git/info/exclude").read_text()
+
+
+def test_slim_refuses_uncommitted_zoo_changes_and_another_pre_commit_hook(tmp_path):
+    st = _load("slim_tree")
+    root = _repo(tmp_path)
+    (root / "hooked_clip1d/pretrained/weights/a.safetensors.xz").write_text("changed")
+    with pytest.raises(RuntimeError, match="uncommitted changes to files it would set aside"):
+        st.slim(root)
+    (root / "hooked_clip1d/pretrained/weights/a.safetensors.xz").write_text("w" * 4000)
+    hook = root / ".git/hooks/pre-commit"
+    hook.parent.mkdir(parents=True, exist_ok=True)
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    with pytest.raises(RuntimeError, match="another pre-commit hook"):
+        st.slim(root)
+    assert st.slimmed(root) == [] and hook.read_text() == "#!/bin/sh\nexit 0\n"
+
+
+def test_this_checkout_is_not_slim():
+    """A checkout left slim after a GPU window (its zoo out of the index) would commit the zoo's deletion."""
+    st = _load("slim_tree")
+    assert not st.slimmed(ROOT), "this checkout is slim for a GPU window: python tools/gpu/slim_tree.py restore"

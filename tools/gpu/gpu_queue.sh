@@ -9,7 +9,10 @@
 #                                                   # into $OUT (tools/gpu/gpu_window.py); `again`: a second
 #                                                   # call, which goes on only on the first call's machine
 #     bash tools/gpu/gpu_queue.sh unpack FILES_AT [FILES_AT ...]   # here: what came back -> the sweeps home
-#     bash tools/gpu/gpu_queue.sh carry            # here, before every window: the sweeps home -> .gpu-carry/
+#     bash tools/gpu/gpu_queue.sh carry            # here, before every window: the sweeps home -> .gpu-carry/,
+#                                                   # and the tree slimmed (tools/gpu/slim_tree.py: the zoo's weights
+#                                                   # and trajectories out of what a call sends; SLIM_TREE=0: not)
+#     (unpack also puts the slimmed files back: run it after the window's last call, before any commit)
 #     bash tools/gpu/gpu_queue.sh table [ARGS]     # on the GPU, optional: gpu_check.py's full step table
 #
 # The queue, in order (issue 51): full-protocol (the full model at protocol, default recipe, with its trajectory),
@@ -26,10 +29,13 @@ cd "$(dirname "$0")/../.." || exit 3
 MODE=${1:-window}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # this checkout's package, here and there
 case "$MODE" in
-  carry) exec python3 tools/gpu/gpu_window.py carry --dest "${CARRY:-.gpu-carry}" --wheels "${WHEELS:-.whl}" \
+  carry) { [ "${SLIM_TREE:-1}" = 0 ] || python3 tools/gpu/slim_tree.py slim || exit 3; }  # the zoo stays here
+         exec python3 tools/gpu/gpu_window.py carry --dest "${CARRY:-.gpu-carry}" --wheels "${WHEELS:-.whl}" \
            --queue "${QUEUE:-full-protocol fig10 full-variants fig3}" --spec-dir "${SPEC_DIR:-hooked_clip1d/sweeps}" \
            ${TRAVEL_MIB:+--travel-mib "$TRAVEL_MIB"} ;;
-  unpack) exec python3 tools/gpu/gpu_window.py unpack "${@:2}" ;;
+  unpack) python3 tools/gpu/gpu_window.py unpack "${@:2}" || exit $?
+          [ "${SLIM_TREE:-1}" = 0 ] || exec python3 tools/gpu/slim_tree.py restore
+          exit 0 ;;
   window|table) ;;
   *) echo "usage: bash tools/gpu/gpu_queue.sh window [LIMIT] | unpack FILES_AT... | carry | table [ARGS]" >&2
      exit 2 ;;

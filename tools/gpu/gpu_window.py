@@ -28,10 +28,11 @@ Here, afterwards: ``unpack`` puts what came back into the sweeps home; ``carry``
 next window (the state of the groups in flight, compressed, within what travels beside the tree and the wheels,
 and ``room.json``: how much state the next window may leave in flight).
 
-The limit is what travels in: 64 MiB less the working tree (38.2 MiB on 2026-11-28, mostly the pretrained zoo
-and its trajectories; tests/test_gpu_queue.py holds it to leave room for one full model) and the wheels (2.9 MiB)
-leaves ~22 MiB, the packed state of one full model with independent blocks (~16 MiB) or two with tied blocks
-(~8 MiB each). So runs longer than a window travel a few at a time, and a group is only
+The limit is what travels in: 64 MiB less the working tree and the wheels (2.9 MiB). The whole tree was 42 MiB on
+2026-11-30, mostly the pretrained zoo and its trajectories, which no window reads: ``carry`` (gpu_queue.sh) first
+slims it (``tools/gpu/slim_tree.py``, 6.7 MiB sent), leaving ~53 MiB, the packed state of three full models with
+independent blocks (~16 MiB each) or six with tied blocks (~8 MiB each); tests/test_gpu_queue.py holds the slim tree
+to leave room for one. So runs longer than a window travel a few at a time, and a group is only
 as large as finishes inside a window or travels (``plan_for_windows``).
 
     python tools/gpu/gpu_window.py window --out OUT ...   # on the GPU (through gpu_queue.sh)
