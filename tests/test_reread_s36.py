@@ -46,28 +46,46 @@ def test_fig22s_control_is_an_error_until_its_six_runs_have_finished(tmp_path, m
 def test_fig22s_control_reads_r3_on_the_order_blind_controls_six_pairs_and_guards_the_kept_record(
     tmp_path, monkeypatch
 ):
-    """Pre-registered 2026-11-30: the control guards R3 alone (R1 and R2 stay unguarded), read with R3's accuracy
-    gate relative to the control's own four-head model; the kept record is guarded from the control's runs alone
-    (the flagship's 14 runs are not needed), and a check the control passes stops counting."""
+    """Pre-registered 2026-11-30 (revised before any run): the control guards R3 alone (R1 and R2 stay unguarded,
+    named with why), read on its two-head models that recognise their label set; the kept record is guarded from the
+    control's runs alone (the flagship's 14 runs are not needed) under --sweeps-dir, whatever HOOKED_CLIP1D_SWEEPS
+    says, a check the control passes stops counting, and the notes say they predate the guard."""
     from hooked_clip1d.reproduce.records import load_record
-    from hooked_clip1d.reproduce.runner import _guard_control
+    from hooked_clip1d.reproduce.results_page import _trained_control_line
+    from hooked_clip1d.reproduce.runner import guard_record
 
-    monkeypatch.setenv("HOOKED_CLIP1D_SWEEPS", str(tmp_path))
     control = load_model(ph.FIG22_CONTROL)
     assert control.data_config.caption_order == "shuffled"
-    _write_control_runs(tmp_path, control)
+    _write_control_runs(tmp_path / "sweeps", control)
+    monkeypatch.setenv("HOOKED_CLIP1D_SWEEPS", str(tmp_path / "sweeps"))
     assert ph.control_status()[0]
+    real = ph._subset_row  # the pruned copies, not retrained, read no label set (next test): here they are said to
+    monkeypatch.setattr(ph, "_subset_row", lambda m, ds, kept: {**real(m, ds, kept), "label_set": 0.9})
     table, numbers = ph.fig22_control()
-    assert list(table) == [ph.R3_TEXT] and list(table[ph.R3_TEXT]) == [ph.FIG22_CONTROL_LABEL]
-    assert len(numbers["rows"]) == 6 and numbers["r3"] == table[ph.R3_TEXT][ph.FIG22_CONTROL_LABEL]
-    assert numbers["r3"] == ph.r3_on_control(numbers["rows"], numbers["four_heads"])
-    record = load_record("docs/records/fig22.json")
-    entry = _guard_control(record, ph.SPECS[0], tmp_path)
-    rows = {c.text: c for c in record.checks}
-    assert rows[ph.R3_TEXT].trained_control == {ph.FIG22_CONTROL_LABEL: numbers["r3"]}
-    assert rows[ph.R3_TEXT].counted is (not numbers["r3"])  # counted (it holds on the flagship) unless passed
-    assert rows[ph.R1_TEXT].trained_control is None and rows[ph.R2_TEXT].trained_control is None
-    assert "order-blind" in entry["status"] and entry["runs"] == [ph.FIG22_CONTROL_LABEL]
+    assert len(numbers["rows"]) == 6 and numbers["r3"] == ph.r3_on_control(numbers["rows"])
+    assert numbers["models_read"] == 6 and isinstance(numbers["r3"], bool)
+    assert list(table) == [ph.R3_TEXT] and table[ph.R3_TEXT] == {ph.FIG22_CONTROL_LABEL: numbers["r3"]}
+    monkeypatch.setenv("HOOKED_CLIP1D_SWEEPS", str(tmp_path / "elsewhere"))  # --sweeps-dir decides, not the env
+    out = guard_record("fig22", "docs/records", tmp_path / "out", sweeps_dir=tmp_path / "sweeps")
+    rows = {c["check"]: c for c in out["checks"]}
+    assert rows[ph.R3_TEXT]["trained_control"] == {ph.FIG22_CONTROL_LABEL: numbers["r3"]}
+    assert rows[ph.R3_TEXT]["counted"] is (not numbers["r3"])  # counted (it holds on the flagship) unless passed
+    assert "trained_control" not in rows[ph.R1_TEXT] and "trained_control" not in rows[ph.R2_TEXT]
+    entry = out["trained_control"]
+    assert set(entry["unguarded"]) == {ph.R1_TEXT, ph.R2_TEXT} and "(1 check guarded)" in entry["status"]
+    assert "2 counted checks not guarded by it (a claim on how many heads" in _trained_control_line(entry)
+    assert "[Guarded on " in out["notes"] and load_record("docs/records/fig22.json").details["notes"] in out["notes"]
+
+
+def test_a_control_none_of_whose_models_reads_its_label_set_guards_nothing_and_says_so(tmp_path, monkeypatch):
+    """Revised pre-registration: no model of the control recognising its label set leaves R3 on its untrained null;
+    the figure's entry guards nothing, and guarding the kept record is refused naming why."""
+    monkeypatch.setenv("HOOKED_CLIP1D_SWEEPS", str(tmp_path))
+    _write_control_runs(tmp_path, load_model(ph.FIG22_CONTROL))  # pruned copies: label set 0.25-0.74, none >= 0.8
+    table, numbers = ph.fig22_control()
+    assert table == {} and numbers["r3"] is None and numbers["models_read"] == 0
+    with pytest.raises(ValueError, match="guards nothing: none of its six two-head models recognises"):
+        ph.OWN_CONTROL_READERS["fig22"]()
 
 
 def test_fig22s_control_refuses_a_run_that_is_not_the_controls_subset(tmp_path, monkeypatch):
@@ -80,10 +98,14 @@ def test_fig22s_control_refuses_a_run_that_is_not_the_controls_subset(tmp_path, 
         ph.fig22_control()
 
 
-def test_r3_on_the_control_needs_six_two_head_rows():
-    row = {"kept": [0], "acc": 0.5, "left": [0.9], "right": [0.1]}
+def test_r3_on_the_control_needs_six_finite_two_head_rows():
+    row = {"kept": [0], "acc": 0.5, "label_set": 0.9, "left": [0.9], "right": [0.1]}
     with pytest.raises(ValueError, match="six two-head models"):
-        ph.r3_on_control([row] * 6, 0.5)
+        ph.r3_on_control([row] * 6)
+    pair = {"kept": [0, 1], "acc": 0.5, "label_set": 0.9, "left": [0.9, 0.1], "right": [0.1, 0.9]}
+    assert ph.r3_on_control([pair] * 6) is True
+    with pytest.raises(ValueError, match="non-finite reading"):
+        ph.r3_on_control([pair] * 5 + [{**pair, "label_set": float("nan")}])
 
 
 def test_the_sae_lens_format_module_does_not_import_the_sae_module():
@@ -110,4 +132,4 @@ def test_the_queue_trains_fig22s_control_where_the_figure_reads_it():
     text = (Path(__file__).resolve().parents[1] / "tools/cpu/long_runs.sh").read_text()
     assert re.search(rf'^FIG22_CONTROL="{ph.FIG22_CONTROL}"', text, flags=re.M)
     assert re.search(rf'^FIG22_DIR="\$SWEEPS/{ph.FIG22_CONTROL_RETRAIN}"', text, flags=re.M)
-    assert "-o 'kept=[2]' -o epochs=10000" in text and ph.FIG22_EPOCHS == 10_000
+    assert "-o 'kept=[2]'" in text and "-o epochs=10000" in text and ph.FIG22_EPOCHS == 10_000

@@ -27,7 +27,7 @@ from hooked_clip1d.reproduce.readings import (
     monotonic,
     row_gradient,
 )
-from hooked_clip1d.reproduce.replicates import OWN_CONTROL_READERS
+from hooked_clip1d.reproduce.replicates import OWN_CONTROL_READERS, OWN_CONTROL_UNGUARDED
 
 # Fig. 22 as the paper runs it (docs/fidelity.md, amendment of 2026-11-29, session 28): every subset of the flagship's
 # heads pruned and retrained 10,000 epochs (`hooked-clip1d analyze pruning --model FLAGSHIP -o "kept=[1,2,3]" -o
@@ -96,24 +96,35 @@ def _complementary(r: dict[str, Any]) -> bool:
     return any(at_least(v, 0.6) for v in r["left"]) and any(at_least(v, 0.6) for v in r["right"])
 
 
-def r3_on_control(rows: list[dict[str, Any]], base: float) -> bool:
-    """R3 read on Fig. 22's trained control (docs/fidelity.md, pre-registered 2026-11-30): over the order-blind
-    control's six retrained two-head models (``rows`` as ``retrain_checks`` reads them), its accuracy gate relative
-    to the control's own four-head model ``base`` (the absolute >= 0.8 dropped: the control fails it by construction):
-    some model within 0.1 of ``base``, and every such model keeps one head to the left object and one to the right.
+def r3_on_control(rows: list[dict[str, Any]]) -> bool | None:
+    """R3's clause read on Fig. 22's trained control (docs/fidelity.md, pre-registered 2026-11-30, revised before any
+    run): over the order-blind control's six retrained two-head models (``rows`` as ``retrain_checks`` reads them),
+    those that recognise their label set (>= 0.8: they read both objects, the confound R3's sidedness has without any
+    order) must each keep one head attending most to the left object and one to the right (>= 60 % of unseen pairs).
+    True: the control shows R3's pattern (R3 stops counting); False: it does not; None: no model recognises its
+    label set, so the control cannot be read on R3 (R3 stays on its untrained null, said). A non-finite reading is
+    an error.
 
     Example:
-        >>> row = lambda acc, left, right: {"kept": [0, 1], "acc": acc, "left": left, "right": right}
-        >>> pairs = [row(0.45, [0.9, 0.1], [0.1, 0.9])] * 5
-        >>> r3_on_control([*pairs, row(0.9, [0.9, 0.9], [0.1, 0.1])], base=0.5)  # the sixth is not within 0.1
+        >>> row = lambda label_set, left, right: {"kept": [0, 1], "acc": 0.5, "label_set": label_set, "left": left,
+        ...                                       "right": right}
+        >>> pairs = [row(0.9, [0.9, 0.1], [0.1, 0.9])] * 5
+        >>> r3_on_control([*pairs, row(0.5, [0.9, 0.9], [0.1, 0.1])])  # the sixth does not read both labels
         True
-        >>> r3_on_control([*pairs, row(0.5, [0.9, 0.9], [0.1, 0.1])], base=0.5)  # ... now it is, both heads left
+        >>> r3_on_control([*pairs, row(0.9, [0.9, 0.9], [0.1, 0.1])])  # ... now it does, both heads left
         False
+        >>> r3_on_control([row(0.5, [0.9, 0.1], [0.1, 0.9])] * 6) is None
+        True
     """
+    import math
+
     if len(rows) != 6 or any(len(r["kept"]) != 2 for r in rows):
         raise ValueError(f"Fig. 22's control reads six two-head models; got {[r['kept'] for r in rows]}")
-    close = [r for r in rows if at_least(r["acc"], base - 0.1) and at_most(r["acc"], base + 0.1)]
-    return bool(close) and all(_complementary(r) for r in close)
+    values = [float(v) for r in rows for v in (r["label_set"], *r["left"], *r["right"])]
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"Fig. 22's control: a non-finite reading among its six models ({values})")
+    reading = [r for r in rows if at_least(r["label_set"], 0.8)]
+    return all(_complementary(r) for r in reading) if reading else None
 
 
 def _subset_row(m: CLIP1D, ds: Any, kept: list[int]) -> dict[str, Any]:
@@ -179,17 +190,24 @@ def fig22_control() -> tuple[dict[str, dict[str, bool]], dict[str, Any]]:
     def read() -> tuple[dict[str, dict[str, bool]], dict[str, Any]]:
         control = load_model(FIG22_CONTROL).eval()
         ds = build_dataset(control.data_config)
-        base = evaluate(control, ds, splits=("val_unseen",))["val_unseen"]["acc"]
+        base = evaluate(control, ds, splits=("val_unseen",))["val_unseen"]
         rows = []
         for kept, run in _control_runs():
             got = load_model_file(run / "model.safetensors")
             pruned = tuple((0, h) for h in range(4) if h not in kept)
             _check_retrained_run(run, got, control, pruned, f"the order-blind control ({FIG22_CONTROL})")
             rows.append(_subset_row(got, ds, kept))
-        holds = r3_on_control(rows, base)
-        return {R3_TEXT: {FIG22_CONTROL_LABEL: holds}}, {"four_heads": base, "rows": rows, "r3": holds}
+        holds = r3_on_control(rows)
+        read_on = sum(at_least(r["label_set"], 0.8) for r in rows)
+        numbers = {"four_heads": base, "rows": rows, "r3": holds, "models_read": read_on}
+        # no model of the control reads both labels: it cannot be read on R3, which keeps its untrained null alone
+        return ({R3_TEXT: {FIG22_CONTROL_LABEL: holds}} if holds is not None else {}), numbers
 
-    return measure_once(("fig22-control", str(sweeps_root() / FIG22_CONTROL_RETRAIN)), read)
+    # the runs' files name the reading (files.measure_once: a run replaced in place is read again)
+    stamp = tuple(
+        (run / f).stat().st_mtime_ns for _, run in _control_runs() for f in ("model.safetensors", "config.json")
+    )
+    return measure_once(("fig22-control", str(sweeps_root() / FIG22_CONTROL_RETRAIN), stamp), read)
 
 
 def _retrained_subsets(model: CLIP1D) -> tuple[list[dict[str, Any]] | None, str]:
@@ -366,8 +384,10 @@ def _fig22(models: dict[str, CLIP1D]) -> Outcome:
         summary = r_summary + ". Before: " + summary
     own: dict[str, dict[str, bool]] = {}
     control_ready, numbers["control_status"] = control_status()
-    if ready and control_ready:  # R3's trained control (pre-registered 2026-11-30)
+    if ready and control_ready:  # R3's trained control (pre-registered 2026-11-30); not trained: the page says so
         own, numbers["trained_control_r3"] = fig22_control()
+    if ready and control_ready and not own:  # read, but no model of the control recognises its label set
+        numbers["control_status"] += "; none of its models recognises its label set: R3 keeps its untrained null"
     notes = _fig22_notes(ready, status, numbers["control_status"])
     kw = dict(absence=(absent,), secondary=secondary, sensitivity=sensitivity, own_controls=own)
     return Outcome(numbers, summary + ".", checks, figs, notes, **kw)  # type: ignore[arg-type]
@@ -384,9 +404,10 @@ def _fig22_notes(ready: bool, status: str, control: str) -> str:
             "without retraining (a retraining of untrained pruned draws is not run: a stated limit). R1 is a failure "
             "check: the four-head model itself is beyond its 0.6 bound. R1 and R2 claim how many heads the task "
             "needs: the order-blind control would pass R1 and fail R2 by construction, so no trained control guards "
-            "them (docs/fidelity.md, 2026-11-30). R3's head sidedness is guarded by the order-blind control "
-            f"({FIG22_CONTROL}) with its six two-head subsets retrained 10,000 epochs, R3's accuracy gate relative to "
-            f"its own four-head model ({control}). The "
+            "them (docs/fidelity.md, 2026-11-30). R3's head sidedness is guarded, once its runs have finished, by "
+            f"the order-blind control ({FIG22_CONTROL}) with its six two-head subsets retrained 10,000 epochs at seed "
+            "0 (one seed; that they started from the control's weights is not recorded), read on those that "
+            f"recognise their label set ({control}). The "
             "earlier checks (the `-no-qk-bias` flagship's subsets before retraining and its one retrained pair) are "
             "shown, not counted, so a model substituted for either of those (`--model`) moves only what is shown; "
             "a substitute for the flagship is refused unless it is an untrained draw."
@@ -440,7 +461,21 @@ def _retrained_outcome(
 
 
 # the guard of a kept record reads the control alone (the flagship's 14 runs need not be on the machine)
-OWN_CONTROL_READERS["fig22"] = lambda: fig22_control()[0]
+def _guard_reader() -> dict[str, dict[str, bool]]:
+    """``OWN_CONTROL_READERS``'s Fig. 22 entry: the control's table, or an error where it cannot be read on R3."""
+    table, numbers = fig22_control()
+    if not table:
+        raise ValueError(
+            f"fig22: its trained control was read and guards nothing: none of its six two-head models recognises its "
+            f"label set (>= 0.8; {numbers['rows']}), so R3 keeps its untrained null alone; the kept record stands"
+        )
+    return table
+
+
+OWN_CONTROL_READERS["fig22"] = _guard_reader
+# what the control does not guard, and why (docs/fidelity.md, 2026-11-30): shown on the results page
+CAPACITY = "a claim on how many heads the task needs: an order-blind control passes or fails it by construction"
+OWN_CONTROL_UNGUARDED["fig22"] = {R1_TEXT: CAPACITY, R2_TEXT: CAPACITY}
 
 SPECS: tuple[FigureSpec, ...] = register(
     FigureSpec(

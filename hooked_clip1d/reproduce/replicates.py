@@ -233,6 +233,25 @@ OWN_CONTROLS: dict[str, str] = {
 # runs need not be on the machine that guards a kept record): figure -> a reader of ``Outcome.own_controls``'s table,
 # registered by the figure's module
 OWN_CONTROL_READERS: dict[str, Callable[[], dict[str, dict[str, bool]]]] = {}
+# the counted checks a figure's own control does not guard, with why (Fig. 22's capacity claims): figure -> check ->
+# reason, registered by the figure's module and written into the record's trained-control entry for the page
+OWN_CONTROL_UNGUARDED: dict[str, dict[str, str]] = {}
+
+
+def own_control_entry(key: str, rows: list[Check], table: dict[str, dict[str, bool]], status: str) -> dict[str, Any]:
+    """The record's trained-control entry for figure ``key``'s own control: ``table`` applied to ``rows``
+    (``apply_own_control_table``; an empty table, a control not trained or not readable, guards nothing), ``status``,
+    and the checks it leaves unguarded with why (``OWN_CONTROL_UNGUARDED``).
+
+    Example:
+        >>> own_control_entry("t", [], {}, "not trained yet")
+        {'status': 'not trained yet', 'runs': [], 'passes': {}}
+    """
+    entry = apply_own_control_table(rows, table) or {"runs": [], "passes": {}}
+    entry = {"status": status, "runs": entry["runs"], "passes": entry["passes"]}
+    if OWN_CONTROL_UNGUARDED.get(key):
+        entry["unguarded"] = dict(OWN_CONTROL_UNGUARDED[key])
+    return entry
 
 
 def apply_own_controls(rows: list[Check], outcome: Outcome) -> dict[str, Any] | None:

@@ -321,12 +321,17 @@ def _trained_control_line(tc: dict[str, Any], judged_elsewhere: frozenset[str] =
         '- **Trained control:** not in the zoo yet: the checks it guards are judged on untrained draws and seeds only'
         >>> _trained_control_line({"status": "2 run(s) of 'c'", "runs": ["c", "s/runs/1"], "passes": {"a": ["c"]}})
         "- **Trained control:** 2 run(s) of 'c'; 1 check passed by a control run, so not counted"
+        >>> _trained_control_line({"status": "c", "runs": ["c"], "passes": {}, "unguarded": {"b": "why"}})
+        '- **Trained control:** c; it fails every check it guards; 1 counted check not guarded by it (why)'
         >>> _trained_control_line({"status": "1 run(s)", "runs": ["c"], "passes": {"a": ["c"]}}, frozenset({"a"}))
         '- **Trained control:** 1 run(s); 1 check passed by a control run, judged on its fresh runs instead'
     """
+    un = tc.get("unguarded") or {}  # a control that guards some checks only (Fig. 22: R3), the others with why
+    reasons = "; ".join(dict.fromkeys(un.values()))
+    other = f"{len(un)} counted check{'s' if len(un) != 1 else ''} not guarded by it ({reasons})" if un else ""
     if not tc.get("runs"):
         why = "the checks it guards are judged on untrained draws and seeds only"
-        return f"- **Trained control:** {tc.get('status', '')}: {why}"
+        return f"- **Trained control:** {tc.get('status', '')}: {why}" + (f"; {other}" if other else "")
     passed = set(tc.get("passes") or {})
     removed, elsewhere = len(passed - judged_elsewhere), len(passed & judged_elsewhere)
     said = [f"{removed} check{'s' if removed != 1 else ''} passed by a control run, so not counted"] if removed else []
@@ -335,6 +340,8 @@ def _trained_control_line(tc: dict[str, Any], judged_elsewhere: frozenset[str] =
             f"{elsewhere} check{'s' if elsewhere != 1 else ''} passed by a control run, "
             "judged on its fresh runs instead"
         )
+    if other:
+        said = [*(said or ["it fails every check it guards"]), other]
     return f"- **Trained control:** {tc.get('status', '')}; " + ("; ".join(said) or "it fails every check")
 
 

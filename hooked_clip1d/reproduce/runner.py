@@ -26,14 +26,15 @@ from hooked_clip1d.reproduce.records import Record, load_record, write_record
 from hooked_clip1d.reproduce.replicates import (
     FRESH_JUDGED,
     OWN_CONTROL_READERS,
+    OWN_CONTROL_UNGUARDED,
     OWN_CONTROLS,
     STUDY_SEEDS,
     TRAINED_CONTROLS,
     apply_fresh_runs,
-    apply_own_control_table,
     apply_own_controls,
     apply_trained_control,
     mark_seeds,
+    own_control_entry,
     replicate_runs,
     trained_control_runs,
     withhold_fresh_judged,
@@ -333,9 +334,12 @@ def _add_controls(
         }
         if len(fresh) < 3:
             record["replicates"]["note"] = f"only {len(fresh)} fresh seeds found: judged on the shipped model alone"
-    own = apply_own_controls(rows, outcome)  # the trained controls the figure computes itself (Fig. 7)
+    own = apply_own_controls(rows, outcome)  # the trained controls the figure computes itself (Fig. 7, 22)
     if own is not None:
-        record["trained_control"] = own
+        unguarded = OWN_CONTROL_UNGUARDED.get(spec.key)
+        record["trained_control"] = {**own, **({"unguarded": dict(unguarded)} if unguarded else {})}
+    elif spec.key in OWN_CONTROL_READERS and replicates:  # declared, not trained or not readable: the page says so
+        record["trained_control"] = own_control_entry(spec.key, rows, {}, "not trained (or not readable) yet")
     if replicates:  # verdicts v3: the trained control (not for a substituted model or a re-judged record)
         sweeps_root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
         runs, status = trained_control_runs(spec, sweeps_root)
@@ -503,6 +507,10 @@ def guard_record(
     record.details["trained_control"] = _guard_control(record, spec, root)
     status = record.details["trained_control"]["status"]
     record.verdict = record.judged()
+    # the notes are as recorded, written before the control: say so where they may still call it absent
+    said = f" [Guarded on {datetime.date.today().isoformat()} by its trained control ({status}): see the record's "
+    notes = str(record.details.get("notes") or "").split(" [Guarded on ")[0]
+    record.details["notes"] = notes + said + "trained-control entry; the notes above are as recorded before it.]"
     record.details["rejudged"] = {
         "on": datetime.date.today().isoformat(),
         "under": "trained control",
@@ -530,12 +538,13 @@ def _guard_control(record: Record, spec: FigureSpec, root: Path) -> dict[str, An
     error, never a pass. Returns the record's ``trained_control`` entry."""
     if spec.key in OWN_CONTROLS:  # the figure's own code computes its control: read it, or run the figure
         reader = OWN_CONTROL_READERS.get(spec.key)
-        table = reader() if reader else run_closed(spec.run, {m: load_model(m) for m in spec.models}).own_controls
+        with reading_sweeps_from(root):  # the control's runs are under --sweeps-dir, as a registered control's
+            table = reader() if reader else run_closed(spec.run, {m: load_model(m) for m in spec.models}).own_controls
         gone = [c for c in table if c not in {r.text for r in record.checks}]
         if gone or not table:
             raise ValueError(f"{spec.key}: the record has no check {gone} that its own control guards: rerun it")
-        status = f"{OWN_CONTROLS[spec.key]} ({len(table)} checks guarded)"
-        return {**apply_own_control_table(record.checks, table), "status": status}  # type: ignore[dict-item]
+        status = f"{OWN_CONTROLS[spec.key]} ({len(table)} check{'s' if len(table) != 1 else ''} guarded)"
+        return own_control_entry(spec.key, record.checks, table, status)
     with reading_sweeps_from(root):
         runs, status = trained_control_runs(spec, root)
         if not runs:

@@ -32,16 +32,16 @@ SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
   "lane1|controls-distinct-vision2:g000-17fb6eb3 fig22-control"
-  "lane2|fig21b-distinct:g001-6e80b6a8 fig21b-distinct:g003-2ebd8fef fig21b-distinct:g002-75ca3248"
+  "lane2|fig21b-distinct:g000-0bca58d3 fig21b-distinct:g001-6e80b6a8 fig21b-distinct:g003-2ebd8fef fig21b-distinct:g002-75ca3248"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
 
 item_command() {  # one lane item -> the command that runs (or resumes) it
   case "$1" in
-    fig22-control)
-      echo "\"$VENV/bin/hooked-clip1d\" analyze pruning --model $FIG22_CONTROL -o 'kept=[2]' -o epochs=10000 \\
-    -o runs_dir=$FIG22_DIR --out $FIG22_DIR/analyze --json >/dev/null" ;;
+    fig22-control)  # no progress bar in the log (TQDM_DISABLE); resumes from its group checkpoint
+      echo "TQDM_DISABLE=1 \"$VENV/bin/hooked-clip1d\" analyze pruning --model $FIG22_CONTROL -o 'kept=[2]' \\
+    -o epochs=10000 -o \"runs_dir=$FIG22_DIR\" --out \"$FIG22_DIR/analyze\" --json >/dev/null" ;;
     *:*)
       echo "\"$VENV/bin/hooked-clip1d\" sweep \"hooked_clip1d/sweeps/${1%%:*}.toml\" --out \"$SWEEPS/${1%%:*}\" --threads 1 \\
     --no-progress --groups ${1#*:}" ;;
@@ -53,8 +53,10 @@ lane_script() {  # name items -> the lane's commands, one item after another
   local name=$1 items=$2 wt="$HOME/wt-$1"
   echo "cd \"$wt\""
   echo "export PYTHONPATH=\"$wt\" OMP_NUM_THREADS=1"
+  local cmd
   for item in $items; do
-    echo "$(item_command "$item") || { echo \"$name: $item stopped (rc \$?) \$(date)\"; exit 1; }"
+    cmd=$(item_command "$item") || return 2  # an unknown item: no lane script at all, not one that fails halfway
+    echo "$cmd || { echo \"$name: $item stopped (rc \$?) \$(date)\"; exit 1; }"
     echo "echo \"$name: $item finished \$(date)\""
   done
 }
@@ -78,7 +80,8 @@ case "${1:-}" in
         echo "$name: already running"; continue
       fi
       [ -d "$HOME/wt-$name" ] || git -C "$REPO" worktree add --detach "$HOME/wt-$name" HEAD >/dev/null
-      lane_script "$name" "$items" >"$LOGS/$name.sh"
+      lane_script "$name" "$items" >"$LOGS/$name.sh.new" || { echo "$name: not started (bad lane item)" >&2; exit 2; }
+      mv "$LOGS/$name.sh.new" "$LOGS/$name.sh"
       nohup setsid bash "$LOGS/$name.sh" >>"$LOGS/$name.log" 2>&1 &
       echo "$name: started ($items) from $(git -C "$HOME/wt-$name" rev-parse --short HEAD); log $LOGS/$name.log"
     done ;;
