@@ -158,6 +158,18 @@ def tree_bytes(root: Path = ROOT) -> int:
     return sum((root / f).stat().st_size for f in r.stdout.decode().split("\0") if f and (root / f).is_file())
 
 
+def _slim_tree() -> Any:
+    """tools/gpu/slim_tree.py (beside this file; not a package): what a slim tree sets aside."""
+    import importlib.util
+
+    if "slim_tree" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("slim_tree", Path(__file__).with_name("slim_tree.py"))
+        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules["slim_tree"] = mod
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return sys.modules["slim_tree"]
+
+
 def _size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
@@ -1188,7 +1200,8 @@ def estimate(a: argparse.Namespace) -> int:
         for sw in sweeps
     ]
     wheels = sum(p.stat().st_size for p in Path(a.wheels).glob("*.whl")) if Path(a.wheels).is_dir() else int(2.9 * MIB)
-    room = a.room if a.room is not None else CALL_MIB - (tree_bytes() + wheels) / MIB - IN_MARGIN_MIB - 0.5
+    sent = tree_bytes() - _slim_tree().aside_bytes()  # `gpu_queue.sh carry` slims the tree before a window
+    room = a.room if a.room is not None else CALL_MIB - (sent + wheels) / MIB - IN_MARGIN_MIB - 0.5
     log(
         f"room for state in flight: {room:.1f} MiB; {a.window_s:.0f} s of training a window; model-steps: "
         + ", ".join(f"{n} {sum(r[2] for r in rows) / 1e6:.2f} M" for n, rows in queue)
