@@ -18,7 +18,8 @@
 #   lane1: hooked-clip1d export ~/sweeps/controls-distinct-vision2/runs/<seed 0's run> --weights-dtype float16 \
 #            --name control-shuffled-distinct-vision2-ntot25-n2-15 --description "Trained control (issue 50) ..."
 #          and `hooked-clip1d ship-trajectory <the same run> --name control-shuffled-distinct-vision2-ntot25-n2-15`
-#          (issue 50: controls ship with their trajectories; a GPU window sends the slim tree, so the zoo has room),
+#          (issue 50: controls ship with their trajectories; a GPU window sends the slim tree, so the zoo has room;
+#          past the 25 MB trajectory budget, fewer --epochs or a --budget-mb said in the commit),
 #          then `hooked-clip1d reproduce fig23 --guard-record docs/records --sweeps-dir ~/sweeps` (docs/reproducing.md)
 #   fig22-control: `hooked-clip1d reproduce fig22 --guard-record docs/records --sweeps-dir ~/sweeps`, the results page
 #   lane2: `git am tools/cpu/pending/fig21b-switch.patch` (Fig. 21b reads fig21b-distinct.toml; the old record kept as
