@@ -133,3 +133,16 @@ def test_the_queue_trains_fig22s_control_where_the_figure_reads_it():
     assert re.search(rf'^FIG22_CONTROL="{ph.FIG22_CONTROL}"', text, flags=re.M)
     assert re.search(rf'^FIG22_DIR="\$SWEEPS/{ph.FIG22_CONTROL_RETRAIN}"', text, flags=re.M)
     assert "-o 'kept=[2]'" in text and "-o epochs=10000" in text and ph.FIG22_EPOCHS == 10_000
+
+
+def test_a_record_made_before_its_control_was_trained_can_be_guarded(tmp_path):
+    """Fig. 23's kept record carries its control's entry as "not in the zoo yet" (no runs: nothing applied); guarding
+    it once the control is trained is the plan (tools/cpu/long_runs.sh), so the entry is no refusal: here the
+    control is still not in the zoo, and that is what the refusal names."""
+    from hooked_clip1d.reproduce.records import load_record
+    from hooked_clip1d.reproduce.runner import guard_record
+
+    made = load_record("docs/records/fig23.json").details["trained_control"]
+    assert made["runs"] == [] and "not in the zoo yet" in made["status"]
+    with pytest.raises(ValueError, match="fig23: no trained-control run to judge it under .*not in the zoo yet"):
+        guard_record("fig23", "docs/records", tmp_path / "out", sweeps_dir=tmp_path / "sweeps")

@@ -496,6 +496,11 @@ def guard_record(
     if record.figure != figure:
         raise ValueError(f"record {path} is the record of {record.figure!r}, not of {figure!r}")
     earlier = record.details.get("rejudged")
+    made = record.details.get("trained_control")
+    if made is not None and not made.get("runs") and not any(c.trained_control for c in record.checks):
+        # declared but not trained when the record was made (Fig. 23's): it applied nothing, so the record is guarded
+        # as one made without it
+        del record.details["trained_control"]
     if "trained_control" in record.details:
         if not (earlier and earlier.get("under") == "trained control" and "before_control" in earlier):
             raise ValueError(f"record {path} already carries a trained control: rerun {figure} (`{spec.command}`)")
