@@ -495,17 +495,7 @@ def guard_record(
     record = load_record(path)
     if record.figure != figure:
         raise ValueError(f"record {path} is the record of {record.figure!r}, not of {figure!r}")
-    earlier = record.details.get("rejudged")
-    made = record.details.get("trained_control")
-    if made is not None and not made.get("runs") and not any(c.trained_control for c in record.checks):
-        # declared but not trained when the record was made (Fig. 23's): it applied nothing, so the record is guarded
-        # as one made without it
-        del record.details["trained_control"]
-    if "trained_control" in record.details:
-        if not (earlier and earlier.get("under") == "trained control" and "before_control" in earlier):
-            raise ValueError(f"record {path} already carries a trained control: rerun {figure} (`{spec.command}`)")
-        _unguard(record, earlier)  # guarded before by guard_record: judged again from what it was before that
-        earlier = record.details.get("rejudged")
+    earlier = _as_before_control(record, spec, path)
     _check_guardable(record, spec, path)
     root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
     before = {c.id: [c.counted, c.counted_holds] for c in record.checks}
@@ -534,6 +524,21 @@ def guard_record(
     out = Path(out_dir) / figure
     out.mkdir(parents=True, exist_ok=True)
     return write_record(record, out / f"{figure}.json").to_dict()
+
+
+def _as_before_control(record: Record, spec: FigureSpec, path: Path) -> dict[str, Any] | None:
+    """``record`` before any trained control, in place (returns its ``rejudged``): one not trained when it was made
+    (Fig. 23's) applied nothing and is dropped, an earlier guard's is undone, its own run's is refused."""
+    earlier = record.details.get("rejudged")
+    made = record.details.get("trained_control")
+    if made is not None and not made.get("runs") and not any(c.trained_control for c in record.checks):
+        del record.details["trained_control"]
+    if "trained_control" in record.details:
+        if not (earlier and earlier.get("under") == "trained control" and "before_control" in earlier):
+            raise ValueError(f"record {path} already carries a trained control: rerun {spec.key} (`{spec.command}`)")
+        _unguard(record, earlier)  # guarded before by guard_record: judged again from what it was before that
+        earlier = record.details.get("rejudged")
+    return earlier
 
 
 def _guard_control(record: Record, spec: FigureSpec, root: Path) -> dict[str, Any]:
