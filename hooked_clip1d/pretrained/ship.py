@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hooked_clip1d.files import atomic_write_text, json_text  # torch-free, as this module
 from hooked_clip1d.pretrained import (
     load_model,
     manifest,
@@ -96,7 +97,6 @@ def compress_weights(name: str, dest: str | Path | None = None) -> Path:
     """
     import hashlib
 
-    from hooked_clip1d.files import atomic_write_text, json_text
     from hooked_clip1d.model.checkpoint import CheckpointError
     from hooked_clip1d.pretrained.trajectories import unpack_xz
 
@@ -167,7 +167,6 @@ def _export_locked(run_dir: Path, name: str, description: str, dest: Path, weigh
 
     from hooked_clip1d.data.dataset import build_dataset
     from hooked_clip1d.evaluation import evaluate
-    from hooked_clip1d.files import atomic_write_text, json_text
     from hooked_clip1d.model.checkpoint import load_model_file, read_tensors, save_model
 
     config = json.loads((run_dir / "config.json").read_text())
@@ -246,7 +245,6 @@ def ship_trajectory(
 
     from hooked_clip1d.analysis.mechanism.report import unseen_probe
     from hooked_clip1d.data.dataset import build_dataset
-    from hooked_clip1d.files import atomic_write_text
     from hooked_clip1d.settings import TrainConfig
     from hooked_clip1d.training.rundir import RunLock
 
@@ -467,7 +465,6 @@ def _write_parts(
     ``dest/name.safetensors.xz``), to pending names, complete the manifest ``man`` with their names, digests and
     sizes, refuse past ``budget_mb`` (naming the sizes), then put them in place (removing this name's older files);
     returns (the first file, the manifest's text). Nothing half-written is left."""
-    from hooked_clip1d.files import json_text
     from hooked_clip1d.model.checkpoint import save_tensors
 
     target = dest / f"{name}{SUFFIX}"
@@ -541,7 +538,6 @@ def repack_trajectory(
     import torch
 
     from hooked_clip1d.analysis.mechanism.dynamics import check_windows
-    from hooked_clip1d.files import atomic_write_text
     from hooked_clip1d.pretrained.trajectories import read_trajectory, stored_checkpoint
 
     src = Path(zoo.TRAJECTORIES_DIR)

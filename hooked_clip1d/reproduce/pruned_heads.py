@@ -82,12 +82,11 @@ def retrain_checks(runs: list[dict[str, Any]], base: float) -> list[tuple[str, b
     def close(r: dict[str, Any]) -> bool:  # within 0.1 of the four-head model, and generalizing
         return at_least(r["acc"], base - 0.1) and at_most(r["acc"], base + 0.1) and at_least(r["acc"], 0.8)
 
-    complementary = _complementary
     singles, pairs, triples = by_n.get(1, []), by_n.get(2, []), by_n.get(3, [])
     good_pairs = [r for r in pairs if close(r)]
     r1 = bool(singles) and all(at_most(r["acc"], 0.6) and at_least(r["label_set"], 0.8) for r in singles)
     r2 = bool(triples) and all(close(r) for r in triples) and bool(good_pairs)
-    r3 = bool(good_pairs) and all(complementary(r) for r in good_pairs)
+    r3 = bool(good_pairs) and all(_complementary(r) for r in good_pairs)
     return [(R1_TEXT, r1), (R2_TEXT, r2), (R3_TEXT, r3)]
 
 
@@ -291,11 +290,11 @@ def _finished(run: Path) -> bool:
 
 
 def _check_retrained_run(
-    run: Path, got: CLIP1D, flagship: CLIP1D, pruned: tuple[tuple[int, int], ...], parent: str = ""
+    run: Path, got: CLIP1D, parent: CLIP1D, pruned: tuple[tuple[int, int], ...], parent_name: str = ""
 ) -> None:
-    """Refuse (naming the run and what differs) a retraining run that is not ``parent``'s (the flagship's, or Fig.
-    22's trained control's: the model ``flagship``) config and data with ``pruned`` vision heads pruned, trained
-    10,000 epochs under the default recipe (``TrainConfig()``) at seed 0."""
+    """Refuse (naming the run and what differs) a retraining run that is not ``parent``'s (the flagship, or Fig. 22's
+    trained control, named ``parent_name``) config and data with ``pruned`` vision heads pruned, trained 10,000
+    epochs under the default recipe (``TrainConfig()``) at seed 0."""
     import dataclasses
     import json
 
@@ -308,14 +307,13 @@ def _check_retrained_run(
     recipe += ("warmup_epochs", "fixed_temperature", "negatives", "betas", "eps", "batch_size", "epochs", "seed")
     problems = [f"vision heads pruned {got.cfg.vision.pruned_heads}"] if got.cfg.vision.pruned_heads != pruned else []
     model_fields = ("vision", "text", "init_logit_scale", "max_logit_scale")
-    problems += [f"model {k}" for k in model_fields if getattr(cfg, k) != getattr(flagship.cfg, k)]
-    problems += ["data config"] if got.data_config != flagship.data_config else []
+    problems += [f"model {k}" for k in model_fields if getattr(cfg, k) != getattr(parent.cfg, k)]
+    problems += ["data config"] if got.data_config != parent.data_config else []
     problems += [f"train {k} {getattr(tc, k)!r}" for k in recipe if getattr(tc, k) != getattr(want, k)]
     if problems:
         raise ValueError(
-            f"{str(run)!r} is not {parent or f'the flagship ({FLAGSHIP})'} with vision heads {list(pruned)} pruned "
-            "and retrained "
-            f"{FIG22_EPOCHS:,} epochs under the default recipe: " + "; ".join(problems)
+            f"{str(run)!r} is not {parent_name or f'the flagship ({FLAGSHIP})'} with vision heads {list(pruned)} "
+            f"pruned and retrained {FIG22_EPOCHS:,} epochs under the default recipe: " + "; ".join(problems)
         )
 
 

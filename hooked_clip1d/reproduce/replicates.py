@@ -238,17 +238,19 @@ OWN_CONTROL_READERS: dict[str, Callable[[], dict[str, dict[str, bool]]]] = {}
 OWN_CONTROL_UNGUARDED: dict[str, dict[str, str]] = {}
 
 
-def own_control_entry(key: str, rows: list[Check], table: dict[str, dict[str, bool]], status: str) -> dict[str, Any]:
+def own_control_entry(
+    key: str, rows: list[Check], table: dict[str, dict[str, bool]], status: str | None = None
+) -> dict[str, Any]:
     """The record's trained-control entry for figure ``key``'s own control: ``table`` applied to ``rows``
-    (``apply_own_control_table``; an empty table, a control not trained or not readable, guards nothing), ``status``,
-    and the checks it leaves unguarded with why (``OWN_CONTROL_UNGUARDED``).
+    (``apply_own_control_table``; an empty table, a control not trained or not readable, guards nothing), ``status``
+    (None: how many runs the figure computed), and the checks it leaves unguarded with why (``OWN_CONTROL_UNGUARDED``).
 
     Example:
         >>> own_control_entry("t", [], {}, "not trained yet")
         {'status': 'not trained yet', 'runs': [], 'passes': {}}
     """
-    entry = apply_own_control_table(rows, table) or {"runs": [], "passes": {}}
-    entry = {"status": status, "runs": entry["runs"], "passes": entry["passes"]}
+    entry = apply_own_control_table(rows, table) or {"status": "", "runs": [], "passes": {}}
+    entry = {"status": entry["status"] if status is None else status, "runs": entry["runs"], "passes": entry["passes"]}
     if OWN_CONTROL_UNGUARDED.get(key):
         entry["unguarded"] = dict(OWN_CONTROL_UNGUARDED[key])
     return entry

@@ -26,12 +26,10 @@ from hooked_clip1d.reproduce.records import Record, load_record, write_record
 from hooked_clip1d.reproduce.replicates import (
     FRESH_JUDGED,
     OWN_CONTROL_READERS,
-    OWN_CONTROL_UNGUARDED,
     OWN_CONTROLS,
     STUDY_SEEDS,
     TRAINED_CONTROLS,
     apply_fresh_runs,
-    apply_own_controls,
     apply_trained_control,
     mark_seeds,
     own_control_entry,
@@ -334,12 +332,10 @@ def _add_controls(
         }
         if len(fresh) < 3:
             record["replicates"]["note"] = f"only {len(fresh)} fresh seeds found: judged on the shipped model alone"
-    own = apply_own_controls(rows, outcome)  # the trained controls the figure computes itself (Fig. 7, 22)
-    if own is not None:
-        unguarded = OWN_CONTROL_UNGUARDED.get(spec.key)
-        record["trained_control"] = {**own, **({"unguarded": dict(unguarded)} if unguarded else {})}
-    elif spec.key in OWN_CONTROL_READERS and replicates:  # declared, not trained or not readable: the page says so
-        record["trained_control"] = own_control_entry(spec.key, rows, {}, "not trained (or not readable) yet")
+    # the trained controls the figure computes itself (Fig. 7, 22); one declared, not trained or not readable: said
+    if outcome.own_controls or (spec.key in OWN_CONTROL_READERS and replicates):
+        status = None if outcome.own_controls else "not trained (or not readable) yet"
+        record["trained_control"] = own_control_entry(spec.key, rows, outcome.own_controls, status)
     if replicates:  # verdicts v3: the trained control (not for a substituted model or a re-judged record)
         sweeps_root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
         runs, status = trained_control_runs(spec, sweeps_root)
