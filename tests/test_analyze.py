@@ -36,6 +36,7 @@ def test_every_analysis_runs_and_writes_files(analysis, n_layers, tmp_path):
             assert open(f, "rb").read(4) == b"\x89PNG"
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_families_report_the_models_own_numbers(tmp_path):
     """The numbers a family writes are the model's, recomputed here without the family: the attention pattern of
     the image asked for, each ablation's metrics, the CLS -> object bias counted from the pattern's peaks."""

@@ -93,6 +93,7 @@ def plain_runs() -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_a_tower_refuses_a_return_type_it_does_not_know(plain_runs):
     """``v(imgs, return_type="logits")`` returned None, as if caching only."""
     out = plain_runs["return_type"]
@@ -164,6 +165,7 @@ def test_a_registry_entry_refuses_overrides_that_make_it_another_method(model_an
     assert METHODS["EAP-IG"](task, steps=2, check=0).method == "EAP-IG"  # a setting that is not identity
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_run_with_cache_names_a_single_hook_pair_too(plain_runs):
     """run_with_cache flattened its fwd_hooks before checking them: "each entry must be a pair, got 'hook_embed'"."""
     out = plain_runs["hook_pair"]
@@ -224,6 +226,7 @@ def test_a_belief_refuses_captions_that_do_not_name_the_images_objects(model_and
     assert image_belief(model, mirror_images(images), swap_captions(captions, vocab)).shape == (4,)
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_bare_tracebacks_of_the_walk_now_name_the_problem(model_and_batch, plain_runs):
     """swap_slots_hook past the caption's positions (IndexError), a whole CLIP's cache given to a tower's
     decomposition (a hint to drop names_filter), head_subset_sweep given the dataset as n_kept ("'Dataset' object is
@@ -357,6 +360,7 @@ def test_data_layer_messages_name_the_problem():
         ds.vocab.text_to_image("C . . ³ . . . . . . .")
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_to_tokens_names_what_it_takes(model_and_batch, plain_runs):
     """to_tokens(3): "'int' object is not iterable"; a list of tensors: "'Tensor' object has no attribute 'strip'";
     a [2, 2, 4] tensor was reported as shape (1, 2, 2, 4)."""

@@ -116,6 +116,7 @@ print(tc.betas, tc == TrainConfig(betas=(0.9, 0.98)), hash(tc) == hash(TrainConf
 )
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_what_the_type_checkers_refuse_is_refused_without_them_too():
     """Run in a plain interpreter (the tests' jaxtyping + beartype refuse these calls before the package's checks):
     floats in trajectory epochs were truncated (1.9 loaded epoch 1) and a string read digit by digit ("100": epochs

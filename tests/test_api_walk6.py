@@ -285,6 +285,7 @@ def test_fixed_batch_loss_scores_the_objective_asked_for():
     assert fixed_batch_loss(m, ds) > 0.1 > fixed_batch_loss(m, ds, negatives="distinct")
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_analyze_attention_shows_the_images_own_caption(tmp_path):
     """The default caption was the table's last ('20 is on the left of 19') beside the image 'C 16 . . 17 ...'."""
     from hooked_clip1d.cli.analyze import run_analysis
@@ -693,6 +694,7 @@ print(len(ablate_terms(m.vision, ["EP"], heads=range(2))) > 0)
 )
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_what_the_type_checkers_refuse_is_refused_without_them_too():
     """Run in a plain interpreter (the tests' jaxtyping + beartype refuse these calls before the package's own
     checks): a batch of captions gave a bare ``TypeError: int() argument ... 'list'``; numpy / tensor labels were

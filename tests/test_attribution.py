@@ -196,6 +196,7 @@ def test_path_patching_through_every_reader_is_exact_patching(two_layer_model, p
 
 
 # ---- every method on both towers and the whole CLIP ------------------------------------------------------------------
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 @pytest.mark.parametrize("target", ["vision", "text", "clip"])
 def test_every_method_runs_on_each_target(full_model, pairs, target):
     task = mirror_task(full_model, *pairs, target=target)
@@ -275,6 +276,7 @@ def test_effects_below_float_resolution_are_not_judged(shipped):
 
 
 # ---- state is left as it was ----------------------------------------------------------------------------------------
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_methods_leave_model_rng_and_grads_untouched(pairs):
     model = make_model("full", seed=7)
     before = {k: v.clone() for k, v in model.state_dict().items()}

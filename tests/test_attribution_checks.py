@@ -318,6 +318,7 @@ def test_default_linearisation_agrees_with_exact_patching_of_clips_own_logits(na
     assert "check" in plain.info and "check" in fixed_n.info  # the sign check runs by default
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_readout_on_a_metric_linear_in_the_outputs_is_its_gradient(shipped):
     """A metric declared linear in the outputs (frozen norms, clip_belief_metric) takes the readout's shortcut (the
     plain gradient); the full readout (one backward pass per output coordinate, the head evaluated exactly) gives

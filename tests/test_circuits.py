@@ -67,6 +67,7 @@ def test_every_shipped_circuit_is_faithful_and_fits_its_model():
             assert any(e.startswith(comp + "->") for e in c.edges)
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 @pytest.mark.parametrize("name", ["simplified-ntot20-n2-10", FLAGSHIP])
 def test_the_flagship_file_is_what_the_function_measures_today(name):
     """The flagship's and the standard-loss flagship's files (every shipped file: x-circuits' consistency check)."""

@@ -1,5 +1,6 @@
-"""The example notebooks execute end to end on the shipped model and show their figures (the two longest in the heavy
-tier, which .ci/run runs after the README's command)."""
+"""The example notebooks execute end to end on the shipped model and show their figures (the quickstart in the
+default run, tests/test_pretrained_cli.py; these three in the heavy tier, which .ci/run runs after the README's
+command)."""
 
 from pathlib import Path
 
@@ -39,6 +40,7 @@ def test_paper_walkthrough_executes():
     assert any("image/png" in o.get("data", {}) for o in outputs), "no cell displayed a PNG figure"
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_clip_interpretability_notebook_executes():
     """The whole-model notebook (joint patching, caption attributions, an SAE, circuit discovery) runs end to end, and
     shows the attribution check's warning (issue 45)."""

@@ -204,6 +204,7 @@ def test_tick_labels_and_panel_texts_do_not_run_into_each_other(fig):
         assert not _overlaps([ax.title, *ax.texts], renderer), ax.get_title()
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_doctests_leave_no_figure_open_for_the_next(tmp_path):
     """The package's doctests show figure functions without closing what they return; in one worker the 21st open
     figure made matplotlib warn and kept every figure's memory. The ``tests.doctest_figures`` plugin (in addopts)

@@ -35,6 +35,7 @@ print("ok")
 """
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_the_moved_head_subset_sweep_names_its_new_home_on_from_import():
     """``from hooked_clip1d.analysis import head_subset_sweep`` gave Python's bare "cannot import name": the module's
     hint was an AttributeError, which ``from ... import`` replaces. It is an ImportError there now (carrying the
@@ -204,6 +205,7 @@ print("intact", p.read_bytes() == old, sorted(f.name for f in p.parent.iterdir()
 """
 
 
+@pytest.mark.heavy  # >= 4 s on 2 cores (measured 2026-11-30)
 def test_a_file_size_limit_inside_safetensors_names_the_file_and_keeps_the_old_one(tmp_path):
     """safetensors raises ``SafetensorError`` (not an ``OSError``) with "(os error 27)": ``atomic_write`` let it
     through bare, without the file's name or "the previous file is intact". A real RLIMIT_FSIZE, in a subprocess."""
