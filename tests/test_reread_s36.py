@@ -40,7 +40,7 @@ def test_fig22s_control_is_an_error_until_its_six_runs_have_finished(tmp_path, m
     with pytest.raises(ValueError, match="Fig. 22's trained control is not trained: 0 of 6"):
         ph.fig22_control()
     with pytest.raises(ValueError, match="Fig. 22's trained control is not trained"):
-        ph.OWN_CONTROL_READERS["fig22"]()
+        ph.OWN_CONTROLS["fig22"].reader()
 
 
 def test_fig22s_control_reads_r3_on_the_order_blind_controls_six_pairs_and_guards_the_kept_record(
@@ -85,7 +85,7 @@ def test_a_control_none_of_whose_models_reads_its_label_set_guards_nothing_and_s
     table, numbers = ph.fig22_control()
     assert table == {} and numbers["r3"] is None and numbers["models_read"] == 0
     with pytest.raises(ValueError, match="guards nothing: none of its six two-head models recognises"):
-        ph.OWN_CONTROL_READERS["fig22"]()
+        ph.OWN_CONTROLS["fig22"].reader()
 
 
 def test_fig22s_control_refuses_a_run_that_is_not_the_controls_subset(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ from hooked_clip1d.reproduce.readings import (
     monotonic,
     row_gradient,
 )
-from hooked_clip1d.reproduce.replicates import OWN_CONTROL_READERS, OWN_CONTROL_UNGUARDED
+from hooked_clip1d.reproduce.replicates import OWN_CONTROLS, OwnControl
 
 # Fig. 22 as the paper runs it (docs/fidelity.md, amendment of 2026-11-29, session 28): every subset of the flagship's
 # heads pruned and retrained 10,000 epochs (`hooked-clip1d analyze pruning --model FLAGSHIP -o "kept=[1,2,3]" -o
@@ -460,7 +460,7 @@ def _retrained_outcome(
 
 # the guard of a kept record reads the control alone (the flagship's 14 runs need not be on the machine)
 def _guard_reader() -> dict[str, dict[str, bool]]:
-    """``OWN_CONTROL_READERS``'s Fig. 22 entry: the control's table, or an error where it cannot be read on R3."""
+    """Fig. 22's ``OWN_CONTROLS`` reader: the control's table, or an error where it cannot be read on R3."""
     table, numbers = fig22_control()
     if not table:
         raise ValueError(
@@ -470,10 +470,14 @@ def _guard_reader() -> dict[str, dict[str, bool]]:
     return table
 
 
-OWN_CONTROL_READERS["fig22"] = _guard_reader
 # what the control does not guard, and why (docs/fidelity.md, 2026-11-30): shown on the results page
 CAPACITY = "a claim on how many heads the task needs: an order-blind control passes or fails it by construction"
-OWN_CONTROL_UNGUARDED["fig22"] = {R1_TEXT: CAPACITY, R2_TEXT: CAPACITY}
+# pre-registered in docs/fidelity.md 2026-11-30 (session 36): guards R3 alone
+OWN_CONTROLS["fig22"] = OwnControl(
+    "the order-blind control's six two-head subsets pruned and retrained 10,000 epochs",
+    reader=_guard_reader,
+    unguarded={R1_TEXT: CAPACITY, R2_TEXT: CAPACITY},
+)
 
 SPECS: tuple[FigureSpec, ...] = register(
     FigureSpec(

@@ -17,7 +17,8 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -222,20 +223,34 @@ def apply_trained_control(
     return {"status": status, "runs": [label for label, _ in runs], "passes": passes}
 
 
-# figures whose trained controls their own code computes (Outcome.own_controls), with what the control is: Fig. 7's
+@dataclass(frozen=True)
+class OwnControl:
+    """A trained control that a figure's own code computes (``Outcome.own_controls``), as ``OWN_CONTROLS`` holds it.
+
+    ``what`` says what the control is (the record's status line); ``reader``, where set, reads the control's table
+    (check -> control label -> holds) without running the whole figure (Fig. 22: the flagship's 14 retrained runs
+    need not be on the machine that guards a kept record); ``unguarded`` names the counted checks the control does not
+    guard, with why (written into the record's trained-control entry, shown on the page).
+
+    Example:
+        >>> OwnControl("four text towers trained apart").reader is None
+        True
+    """
+
+    what: str
+    reader: Callable[[], dict[str, dict[str, bool]]] | None = None
+    unguarded: Mapping[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.what
+
+
+# figures whose trained controls their own code computes, one registry (a figure's module registers its own entry:
+# Fig. 22's in pruned_heads, pre-registered in docs/fidelity.md 2026-11-30, guards R3 alone). Fig. 7's was
 # pre-registered in docs/fidelity.md's amendment of 2026-11-26; per check since 2026-11-30
-OWN_CONTROLS: dict[str, str] = {
-    "fig7": "its vision tower with 4 text towers trained apart on the same data",
-    # pre-registered in docs/fidelity.md 2026-11-30 (session 36): guards R3 alone
-    "fig22": "the order-blind control's six two-head subsets pruned and retrained 10,000 epochs",
+OWN_CONTROLS: dict[str, OwnControl] = {
+    "fig7": OwnControl("its vision tower with 4 text towers trained apart on the same data"),
 }
-# where a figure's own control can be read without running the whole figure (Fig. 22: the flagship's 14 retrained
-# runs need not be on the machine that guards a kept record): figure -> a reader of ``Outcome.own_controls``'s table,
-# registered by the figure's module
-OWN_CONTROL_READERS: dict[str, Callable[[], dict[str, dict[str, bool]]]] = {}
-# the counted checks a figure's own control does not guard, with why (Fig. 22's capacity claims): figure -> check ->
-# reason, registered by the figure's module and written into the record's trained-control entry for the page
-OWN_CONTROL_UNGUARDED: dict[str, dict[str, str]] = {}
 
 
 def own_control_entry(
@@ -243,7 +258,8 @@ def own_control_entry(
 ) -> dict[str, Any]:
     """The record's trained-control entry for figure ``key``'s own control: ``table`` applied to ``rows``
     (``apply_own_control_table``; an empty table, a control not trained or not readable, guards nothing), ``status``
-    (None: how many runs the figure computed), and the checks it leaves unguarded with why (``OWN_CONTROL_UNGUARDED``).
+    (None: how many runs the figure computed), and the checks it leaves unguarded with why (its ``OWN_CONTROLS``
+    entry's ``unguarded``).
 
     Example:
         >>> own_control_entry("t", [], {}, "not trained yet")
@@ -251,8 +267,9 @@ def own_control_entry(
     """
     entry = apply_own_control_table(rows, table) or {"status": "", "runs": [], "passes": {}}
     entry = {"status": entry["status"] if status is None else status, "runs": entry["runs"], "passes": entry["passes"]}
-    if OWN_CONTROL_UNGUARDED.get(key):
-        entry["unguarded"] = dict(OWN_CONTROL_UNGUARDED[key])
+    own = OWN_CONTROLS.get(key)
+    if own is not None and own.unguarded:
+        entry["unguarded"] = dict(own.unguarded)
     return entry
 
 
@@ -274,7 +291,7 @@ def apply_own_controls(rows: list[Check], outcome: Outcome) -> dict[str, Any] | 
 
 def apply_own_control_table(rows: list[Check], table: dict[str, dict[str, bool]]) -> dict[str, Any] | None:
     """``apply_own_controls`` given the table itself (check -> control label -> holds), as a figure's
-    ``OWN_CONTROL_READERS`` entry returns it."""
+    ``OWN_CONTROLS`` entry's reader returns it."""
     if not table:
         return None
     labels = list(dict.fromkeys(k for d in table.values() for k in d))

@@ -25,7 +25,6 @@ from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_r
 from hooked_clip1d.reproduce.records import Record, load_record, write_record
 from hooked_clip1d.reproduce.replicates import (
     FRESH_JUDGED,
-    OWN_CONTROL_READERS,
     OWN_CONTROLS,
     STUDY_SEEDS,
     TRAINED_CONTROLS,
@@ -333,7 +332,8 @@ def _add_controls(
         if len(fresh) < 3:
             record["replicates"]["note"] = f"only {len(fresh)} fresh seeds found: judged on the shipped model alone"
     # the trained controls the figure computes itself (Fig. 7, 22); one declared, not trained or not readable: said
-    if outcome.own_controls or (spec.key in OWN_CONTROL_READERS and replicates):
+    own = OWN_CONTROLS.get(spec.key)
+    if outcome.own_controls or (own is not None and own.reader is not None and replicates):
         status = None if outcome.own_controls else "not trained (or not readable) yet"
         record["trained_control"] = own_control_entry(spec.key, rows, outcome.own_controls, status)
     if replicates:  # verdicts v3: the trained control (not for a substituted model or a re-judged record)
@@ -543,7 +543,7 @@ def _guard_control(record: Record, spec: FigureSpec, root: Path) -> dict[str, An
     guarded check the record lacks, or one the control's run does not report (reworded since, or gone), is an
     error, never a pass. Returns the record's ``trained_control`` entry."""
     if spec.key in OWN_CONTROLS:  # the figure's own code computes its control: read it, or run the figure
-        reader = OWN_CONTROL_READERS.get(spec.key)
+        reader = OWN_CONTROLS[spec.key].reader
         with reading_sweeps_from(root):  # the control's runs are under --sweeps-dir, as a registered control's
             table = reader() if reader else run_closed(spec.run, {m: load_model(m) for m in spec.models}).own_controls
         gone = [c for c in table if c not in {r.text for r in record.checks}]
