@@ -12,7 +12,12 @@
 #   lane1: App. L's order-blind control, seed 0 (issue 50; guards Fig. 23's counted checks): ~7 h of one core; then
 #          Fig. 22's trained control (issue 50: the order-blind control's six two-head subsets retrained 10,000 epochs
 #          in one batched group, 440,000 steps, ~5 h of one core; pre-registered in docs/fidelity.md 2026-11-30)
-#   lane2: Fig. 21b under the default recipe, d_head 32, 64, 256, then 128 (issue 48): ~12 h of one core
+#          then seed 0 of Fig. 15's, Fig. 20's and the RoPE model's zoo groups again, with their 43 snapshots (issue 49
+#          item 3: their trajectories; 30,000, 430,000 and 650,000 steps: ~0.2, ~4 and ~6 h of one core; added
+#          2026-11-30, session 37)
+#   lane2: Fig. 21b under the default recipe, d_head 32, 64, 256, then 128 (issue 48): ~12 h of one core; then the
+#          full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2 core,
+#          compiled no faster, measured 2026-11-30: 440,000 steps, ~24 h; a GPU window resumes it where it stands)
 # A new machine starts from scratch (the runs are never committed); the worktrees keep the commit a lane started at.
 # When a lane finishes (pre-registered in docs/fidelity.md, amendments of 2026-11-29):
 #   lane1: hooked-clip1d export ~/sweeps/controls-distinct-vision2/runs/<seed 0's run> --weights-dtype float16 \
@@ -25,6 +30,13 @@
 #   lane2: `git am tools/cpu/pending/fig21b-switch.patch` (Fig. 21b reads fig21b-distinct.toml; the old record kept as
 #          the beyond-paper fig21b-all-decay, as fig21 / fig21-all-decay: fill in DATE in its `relabelled`), then
 #          `hooked-clip1d reproduce fig21b --sweeps-dir ~/sweeps` and the results page
+#   zoo-distinct groups: a retraining on this CPU is not the shipped model (docs/zoo.md: 4 % of Fig. 8's weights
+#          differed at float16 by epoch 500), so each replaces its zoo model: `hooked-clip1d export <run> --name <zoo
+#          name> --description "..."` (the description says retrained on date, machine, and the model before it), then
+#          `ship-trajectory <run> --name <zoo name>`, then rerun the model's figures (Fig. 15; Fig. 20; Fig. 18, 19,
+#          x1's RoPE row, x-circuits' RoPE circuit) and the results page; the commit says which verdict moved
+#   full-protocol: `bash tools/gpu/gpu_queue.sh carry` takes it to a lent GPU window; finished: the queue's steps
+#          (docs/cli.md, "On a GPU")
 # Environment: VENV (default ~/venv, with `pip install -e .` done), SWEEPS (default ~/sweeps), LOGS (default ~/long_runs).
 set -euo pipefail
 REPO="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
@@ -32,8 +44,8 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane1|controls-distinct-vision2:g000-17fb6eb3 fig22-control"
-  "lane2|fig21b-distinct:g000-0bca58d3 fig21b-distinct:g001-6e80b6a8 fig21b-distinct:g003-2ebd8fef fig21b-distinct:g002-75ca3248"
+  "lane1|controls-distinct-vision2:g000-17fb6eb3 fig22-control zoo-distinct:g012-91def196 zoo-distinct:g006-af828c99 zoo-distinct:g003-e9c558c4"
+  "lane2|fig21b-distinct:g000-0bca58d3 fig21b-distinct:g001-6e80b6a8 fig21b-distinct:g003-2ebd8fef fig21b-distinct:g002-75ca3248 full-protocol:g000-8f63fd85"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
