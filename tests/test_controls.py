@@ -393,8 +393,8 @@ def test_trained_controls_are_declared_for_the_pre_registered_figures_and_wait_f
     assert runs == [] and "'control-not-trained-yet' is not in the zoo yet" in status
     runs, status = trained_control_runs(rp.FIGURES["fig4c"], None)  # shipped 2026-11-28
     assert [label for label, _ in runs] == ["control-shuffled-distinct-ntot20-n2-10"]
-    runs, status = trained_control_runs(rp.FIGURES["fig23"], None)  # App. L's control: declared, not trained yet
-    assert runs == [] and "'control-shuffled-distinct-vision2-ntot25-n2-15' is not in the zoo yet" in status
+    runs, status = trained_control_runs(rp.FIGURES["fig23"], None)  # App. L's control: shipped 2026-11-30
+    assert [label for label, _ in runs] == ["control-shuffled-distinct-vision2-ntot25-n2-15"]
     runs, status = trained_control_runs(rp.FIGURES["fig20"], None)  # Fig. 8's model guards Fig. 20: shipped
     assert [label for label, _ in runs] == ["leftright-v1-t2-ntot20-n2-10"]
     out = rp.FIGURES["fig20"].run(runs[0][1])

@@ -176,6 +176,7 @@ UNPINNED = (
     "control-shuffled-distinct-ntot20-n2-10",
     "control-shuffled-ntot20-n2-10",
     "control-shuffled-distinct-rope-ntot20-n2-15",
+    "control-shuffled-distinct-vision2-ntot25-n2-15",
     "control-shuffled-rope-ntot20-n2-15",
     "leftright-v1-t1-ntot20-n2-10",
     "leftright-v1-t2-ntot20-n2-10",

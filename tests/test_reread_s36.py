@@ -135,14 +135,19 @@ def test_the_queue_trains_fig22s_control_where_the_figure_reads_it():
     assert "-o 'kept=[2]'" in text and "-o epochs=10000" in text and ph.FIG22_EPOCHS == 10_000
 
 
-def test_a_record_made_before_its_control_was_trained_can_be_guarded(tmp_path):
-    """Fig. 23's kept record carries its control's entry as "not in the zoo yet" (no runs: nothing applied); guarding
-    it once the control is trained is the plan (tools/cpu/long_runs.sh), so the entry is no refusal: here the
-    control is still not in the zoo, and that is what the refusal names."""
-    from hooked_clip1d.reproduce.records import load_record
+@pytest.mark.heavy  # runs Fig. 23 on its control
+def test_a_record_guarded_once_its_control_was_trained_is_guarded_the_same_again(tmp_path):
+    """Fig. 23's kept record was made before its control was trained (its entry then: no runs, nothing applied) and
+    guarded on 2026-11-30 when the control shipped; guarding it again undoes that guard and applies the control anew:
+    the same checks, verdict and entry, and one guard sentence in the notes (which were empty: none before it)."""
+    from hooked_clip1d.reproduce.records import GUARD_NOTE, load_record
     from hooked_clip1d.reproduce.runner import guard_record
 
-    made = load_record("docs/records/fig23.json").details["trained_control"]
-    assert made["runs"] == [] and "not in the zoo yet" in made["status"]
-    with pytest.raises(ValueError, match="fig23: no trained-control run to judge it under .*not in the zoo yet"):
-        guard_record("fig23", "docs/records", tmp_path / "out", sweeps_dir=tmp_path / "sweeps")
+    kept = load_record("docs/records/fig23.json")
+    assert kept.details["trained_control"]["runs"] == ["control-shuffled-distinct-vision2-ntot25-n2-15"]
+    out = guard_record("fig23", "docs/records", tmp_path / "out", sweeps_dir=tmp_path / "sweeps")
+    assert out["verdict"] == kept.verdict and out["trained_control"] == kept.details["trained_control"]
+    assert [(c["check"], c["counted"], c["holds"]) for c in out["checks"]] == [
+        (c.text, c.counted, c.holds) for c in kept.checks
+    ]
+    assert out["notes"].startswith(GUARD_NOTE) and out["notes"].count(GUARD_NOTE) == 1

@@ -363,3 +363,25 @@ __all__ = [
     "verdict_of",
     "write_record",
 ]
+
+
+GUARD_NOTE = "[Guarded on "  # how guard_record's sentence in a record's notes begins
+
+
+def guarded_notes(notes: str, on: str, status: str) -> str:
+    """A record's ``notes`` with guard_record's sentence (guarded on date ``on`` by a trained control, ``status``)
+    after them, in place of an earlier guard's; no leading space where the notes were empty.
+
+    Example:
+        >>> guarded_notes("", "2026-11-30", "1 run")[:40]
+        '[Guarded on 2026-11-30 by its trained co'
+        >>> again = guarded_notes(guarded_notes("As made.", "2026-11-29", "1 run"), "2026-11-30", "3 runs")
+        >>> again.startswith("As made. [Guarded on 2026-11-30"), again.count(GUARD_NOTE)
+        (True, 1)
+    """
+    said = (
+        f"{GUARD_NOTE}{on} by its trained control ({status}): see the record's trained-control entry; the notes "
+        "above are as recorded before it.]"
+    )
+    kept = notes.split(GUARD_NOTE)[0].rstrip()
+    return f"{kept} {said}" if kept else said

@@ -43,8 +43,7 @@ SHUFFLED = "control-shuffled-ntot20-n2-10"
 SHUFFLED_ROPE = "control-shuffled-rope-ntot20-n2-15"
 SHUFFLED_DISTINCT = "control-shuffled-distinct-ntot20-n2-10"
 SHUFFLED_DISTINCT_ROPE = "control-shuffled-distinct-rope-ntot20-n2-15"
-# App. L's (amendment of 2026-11-29, session 28): not in the zoo until seed 0 of its sweep has trained; until then the
-# record of Fig. 23 says so and nothing is counted or removed by it
+# App. L's (amendment of 2026-11-29, session 28): seed 0 of its sweep, in the zoo since 2026-11-30 (session 37)
 SHUFFLED_DISTINCT_VISION2 = "control-shuffled-distinct-vision2-ntot25-n2-15"
 CONTROL_SWEEPS = {
     SHUFFLED: CONTROLS_SWEEP,

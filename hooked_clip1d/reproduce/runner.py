@@ -22,7 +22,7 @@ from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
 from hooked_clip1d.reproduce.controls import audit_invariance, counted_checks, null_control, run_closed, substitutes
 from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_record, reading_sweeps_from, verdict_of
-from hooked_clip1d.reproduce.records import Record, load_record, write_record
+from hooked_clip1d.reproduce.records import Record, guarded_notes, load_record, write_record
 from hooked_clip1d.reproduce.replicates import (
     FRESH_JUDGED,
     OWN_CONTROLS,
@@ -499,9 +499,8 @@ def guard_record(
     status = record.details["trained_control"]["status"]
     record.verdict = record.judged()
     # the notes are as recorded, written before the control: say so where they may still call it absent
-    said = f" [Guarded on {datetime.date.today().isoformat()} by its trained control ({status}): see the record's "
-    notes = str(record.details.get("notes") or "").split(" [Guarded on ")[0]
-    record.details["notes"] = notes + said + "trained-control entry; the notes above are as recorded before it.]"
+    today = datetime.date.today().isoformat()
+    record.details["notes"] = guarded_notes(str(record.details.get("notes") or ""), today, status)
     record.details["rejudged"] = {
         "on": datetime.date.today().isoformat(),
         "under": "trained control",
