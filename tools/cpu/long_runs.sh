@@ -9,23 +9,17 @@
 #
 # The lanes (edit LANES when a run is added or ships): each a list of items run one after another, `SPEC:GROUP` (a
 # group of sweep SPEC's plan.json) or `fig22-control` (Fig. 22's trained control, `analyze pruning`):
-#   lane1: App. L's order-blind control, seed 0 (issue 50; guards Fig. 23's counted checks): ~7 h of one core; then
-#          Fig. 22's trained control (issue 50: the order-blind control's six two-head subsets retrained 10,000 epochs
-#          in one batched group, 440,000 steps, ~5 h of one core; pre-registered in docs/fidelity.md 2026-11-30)
-#          then seed 0 of Fig. 15's, Fig. 20's and the RoPE model's zoo groups again, with their 43 snapshots (issue 49
-#          item 3: their trajectories; 30,000, 430,000 and 650,000 steps: ~0.2, ~4 and ~6 h of one core; added
-#          2026-11-30, session 37)
+#   lane1: Fig. 22's trained control (issue 50: the order-blind control's six two-head subsets retrained 10,000 epochs
+#          in one batched group, 440,000 steps, ~5 h of one core; pre-registered in docs/fidelity.md 2026-11-30), then
+#          seed 0 of Fig. 20's and the RoPE model's zoo groups again, with their 43 snapshots (issue 49 item 3: their
+#          trajectories; 430,000 and 650,000 steps: ~4 and ~6 h of one core; added 2026-11-30, session 37; Fig. 15's,
+#          30,000 steps, trained and shipped that day). App. L's order-blind control, the lane's first item, finished on
+#          2026-11-30 and shipped.
 #   lane2: Fig. 21b under the default recipe, d_head 32, 64, 256, then 128 (issue 48): ~12 h of one core; then the
 #          full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2 core,
 #          compiled no faster, measured 2026-11-30: 440,000 steps, ~24 h; a GPU window resumes it where it stands)
 # A new machine starts from scratch (the runs are never committed); the worktrees keep the commit a lane started at.
 # When a lane finishes (pre-registered in docs/fidelity.md, amendments of 2026-11-29):
-#   lane1: hooked-clip1d export ~/sweeps/controls-distinct-vision2/runs/<seed 0's run> --weights-dtype float16 \
-#            --name control-shuffled-distinct-vision2-ntot25-n2-15 --description "Trained control (issue 50) ..."
-#          and `hooked-clip1d ship-trajectory <the same run> --name control-shuffled-distinct-vision2-ntot25-n2-15`
-#          (issue 50: controls ship with their trajectories; a GPU window sends the slim tree, so the zoo has room;
-#          past the 25 MB trajectory budget, fewer --epochs or a --budget-mb said in the commit),
-#          then `hooked-clip1d reproduce fig23 --guard-record docs/records --sweeps-dir ~/sweeps` (docs/reproducing.md)
 #   fig22-control: `hooked-clip1d reproduce fig22 --guard-record docs/records --sweeps-dir ~/sweeps`, the results page
 #   lane2: `git am tools/cpu/pending/fig21b-switch.patch` (Fig. 21b reads fig21b-distinct.toml; the old record kept as
 #          the beyond-paper fig21b-all-decay, as fig21 / fig21-all-decay: fill in DATE in its `relabelled`), then
@@ -44,7 +38,7 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane1|controls-distinct-vision2:g000-17fb6eb3 fig22-control zoo-distinct:g012-91def196 zoo-distinct:g006-af828c99 zoo-distinct:g003-e9c558c4"
+  "lane1|fig22-control zoo-distinct:g006-af828c99 zoo-distinct:g003-e9c558c4"
   "lane2|fig21b-distinct:g000-0bca58d3 fig21b-distinct:g001-6e80b6a8 fig21b-distinct:g003-2ebd8fef fig21b-distinct:g002-75ca3248 full-protocol:g000-8f63fd85"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
