@@ -140,7 +140,7 @@ def test_a_record_guarded_once_its_control_was_trained_is_guarded_the_same_again
     """Fig. 23's kept record was made before its control was trained (its entry then: no runs, nothing applied) and
     guarded on 2026-11-30 when the control shipped; guarding it again undoes that guard and applies the control anew:
     the same checks, verdict and entry, and one guard sentence in the notes (which were empty: none before it)."""
-    from hooked_clip1d.reproduce.records import GUARD_NOTE, load_record
+    from hooked_clip1d.reproduce.records import GUARD_NOTE, load_record, write_record
     from hooked_clip1d.reproduce.runner import guard_record
 
     kept = load_record("docs/records/fig23.json")
@@ -151,3 +151,15 @@ def test_a_record_guarded_once_its_control_was_trained_is_guarded_the_same_again
         (c.text, c.counted, c.holds) for c in kept.checks
     ]
     assert out["notes"].startswith(GUARD_NOTE) and out["notes"].count(GUARD_NOTE) == 1
+    # the record as it was made, before its control was trained (an entry with no runs): guarded the same way
+    made = load_record("docs/records/fig23.json")
+    for c in made.checks:
+        c.counted, c.counted_holds = made.details["rejudged"]["before_control"][c.id]
+        c.trained_control, c.control_passes = None, None
+    del made.details["rejudged"]
+    made.details["notes"] = ""
+    made.details["trained_control"] = {"status": "'...' is not in the zoo yet", "runs": [], "passes": {}}
+    (tmp_path / "made").mkdir()
+    write_record(made, tmp_path / "made" / "fig23.json")
+    again = guard_record("fig23", tmp_path / "made", tmp_path / "out2", sweeps_dir=tmp_path / "sweeps")
+    assert again["trained_control"] == kept.details["trained_control"] and again["verdict"] == kept.verdict
