@@ -141,7 +141,7 @@ def test_a_record_guarded_once_its_control_was_trained_is_guarded_the_same_again
     guarded on 2026-11-30 when the control shipped; guarding it again undoes that guard and applies the control anew:
     the same checks, verdict and entry, and one guard sentence in the notes (which were empty: none before it)."""
     from hooked_clip1d.reproduce.records import GUARD_NOTE, load_record, write_record
-    from hooked_clip1d.reproduce.runner import guard_record
+    from hooked_clip1d.reproduce.runner import _unguard, guard_record
 
     kept = load_record("docs/records/fig23.json")
     assert kept.details["trained_control"]["runs"] == ["control-shuffled-distinct-vision2-ntot25-n2-15"]
@@ -153,10 +153,7 @@ def test_a_record_guarded_once_its_control_was_trained_is_guarded_the_same_again
     assert out["notes"].startswith(GUARD_NOTE) and out["notes"].count(GUARD_NOTE) == 1
     # the record as it was made, before its control was trained (an entry with no runs): guarded the same way
     made = load_record("docs/records/fig23.json")
-    for c in made.checks:
-        c.counted, c.counted_holds = made.details["rejudged"]["before_control"][c.id]
-        c.trained_control, c.control_passes = None, None
-    del made.details["rejudged"]
+    _unguard(made, made.details["rejudged"])
     made.details["notes"] = ""
     made.details["trained_control"] = {"status": "'...' is not in the zoo yet", "runs": [], "passes": {}}
     (tmp_path / "made").mkdir()

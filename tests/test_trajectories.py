@@ -433,8 +433,9 @@ def test_a_shipped_trajectory(name):
     recorded tolerance in images, where one was given)."""
     epochs = reg.list_checkpoints(name)
     man = reg.trajectory_manifest(name)
-    flagships = ("simplified-ntot20-n2-10", "simplified-ntot20-n2-10-standard-loss")  # Fig. 11 and x18 read these
-    assert len(epochs) >= (20 if name in flagships else 9 if name.startswith("control-") else 5)
+    from hooked_clip1d.reproduce.core import FLAGSHIP, STANDARD_LOSS  # Fig. 11 and x18 read their trajectories
+
+    assert len(epochs) >= (20 if name in (FLAGSHIP, STANDARD_LOSS) else 9 if name.startswith("control-") else 5)
     assert epochs[0] == 0 and epochs[-1] == reg.manifest(name)["epochs"]
     assert _equal(reg.load_model(name, checkpoint_index=-1), reg.load_model(name))
     from hooked_clip1d.pretrained.trajectories import stored_metrics

@@ -502,7 +502,7 @@ def guard_record(
     today = datetime.date.today().isoformat()
     record.details["notes"] = guarded_notes(str(record.details.get("notes") or ""), today, status)
     record.details["rejudged"] = {
-        "on": datetime.date.today().isoformat(),
+        "on": today,
         "under": "trained control",
         "from": f"the record of {record.recorded or 'an unknown date'}: its checks, null control, audit and seeds as "
         + (
