@@ -17,6 +17,7 @@ from hooked_clip1d.model.checkpoint import CheckpointError, load_model_file, rea
 from hooked_clip1d.training.batched import BatchedTrainer, Member, train_fast
 from hooked_clip1d.training.group_io import GROUP_CHECKPOINT
 from hooked_clip1d.training.members import group_key
+from hooked_clip1d.training.run_config import RunConfig
 from hooked_clip1d.training.stacked import StackedCLIP
 from hooked_clip1d.training.stacked_adamw import StackedAdamW
 from hooked_clip1d.training.stacked_ops import keep_mask
@@ -476,3 +477,15 @@ def test_finished_members_that_stopped_at_different_steps_do_not_continue_togeth
     more = [dataclasses.replace(m, train_cfg=dataclasses.replace(m.train_cfg, epochs=3)) for m in (a, b)]
     with pytest.raises(CheckpointError, match=r"stopped at different steps \[8, 10\]"):
         BatchedTrainer(more, tmp_path / "g", resume=True)
+
+
+@pytest.mark.parametrize("value, shown", [("1", False), ("0", True)])
+def test_both_engines_bars_follow_tqdm_disable(tmp_path, monkeypatch, capsys, value, shown):
+    """A bar made with an explicit ``disable=not progress`` ignored ``TQDM_DISABLE``: the long runs' logs filled with
+    bars though the lane set it (found 2026-11-30). Both engines now ask ``settings.progress.bar_disabled``."""
+    monkeypatch.setenv("TQDM_DISABLE", value)
+    cfg, tc = tiny_config(), _tc(epochs=2, seed=3)
+    train_fast(RunConfig(cfg, D6, tc), tmp_path / "fast", progress=True)
+    Trainer(RunConfig(cfg, D6, tc), tmp_path / "single").run(progress=True)
+    err = capsys.readouterr().err
+    assert ("train" in err) is shown and ("step/s" in err or "epoch/s" in err or "it/s" in err) is shown, err

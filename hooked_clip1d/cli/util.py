@@ -25,4 +25,6 @@ def dumps(obj: Any) -> str:
 def progress(items: list[str], desc: str, disable: bool = False):
     from tqdm.auto import tqdm
 
-    return tqdm(items, desc=desc, disable=disable)
+    from hooked_clip1d.settings.progress import bar_disabled
+
+    return tqdm(items, desc=desc, disable=bar_disabled(not disable))

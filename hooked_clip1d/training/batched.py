@@ -52,6 +52,7 @@ from tqdm.auto import tqdm
 from hooked_clip1d.data.dataset import Dataset, EpochPermutations, build_dataset
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.settings.checks import check_int
+from hooked_clip1d.settings.progress import bar_disabled
 from hooked_clip1d.training.graph_step import StepGraph, check_graph_step
 from hooked_clip1d.training.group_io import GroupFiles
 from hooked_clip1d.training.group_state import GroupState, pair_tables
@@ -341,7 +342,7 @@ class BatchedTrainer:
             initial=st.step,
             desc=desc or f"group of {len(st.members)}",
             unit="step",
-            disable=not progress,
+            disable=bar_disabled(progress),
             mininterval=1.0,
             position=position,
         )

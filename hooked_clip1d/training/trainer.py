@@ -46,6 +46,7 @@ from hooked_clip1d.model.checkpoint import (
 )
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
 from hooked_clip1d.settings import TrainConfig
+from hooked_clip1d.settings.progress import bar_disabled
 from hooked_clip1d.training.param_groups import masks_needed, param_rule
 from hooked_clip1d.training.run_config import RunConfig, check_init_model, run_args
 from hooked_clip1d.training.rundir import (
@@ -384,7 +385,7 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         n_loss = 0
         metrics: dict[str, dict[str, Any]] = {}
-        bar = tqdm(total=cfg.epochs, initial=self.epoch, desc="train", unit="epoch", disable=not progress)
+        bar = tqdm(total=cfg.epochs, initial=self.epoch, desc="train", unit="epoch", disable=bar_disabled(progress))
         t0 = time.perf_counter() - self.elapsed
         try:
             if self.epoch == 0 and 0 in cfg.snapshot_epochs:  # inside the try: a failure gives the caller's RNG back
