@@ -39,3 +39,8 @@ def test_untrained_sweep_supports_nothing(tmp_path):
     assert len(out.table) == 2 + 4 + 1  # header, rule, 2 arms x 2 seeds, the null row
     assert "untrained (10 init seeds)" in out.table[-1]
     assert len({tuple(n["kp_std"]) for n in out.numbers["null"]}) == 10  # ten distinct draws, not one
+    # the "at some snapshot" count across the threshold grid (verdicts v3 item 4): 9 points, each arm's runs counted
+    grid = out.numbers["threshold_grid"]
+    assert len(grid) == 9 and all(set(g) == set(out.numbers["arms"]) for g in grid.values())
+    assert all(0 <= n <= 2 for g in grid.values() for n in g.values())
+    assert "across the threshold grid" in out.summary
