@@ -16,7 +16,8 @@
 #          30,000 steps, trained and shipped that day). App. L's order-blind control, the lane's first item, finished on
 #          2026-11-30 and shipped.
 #   lane2: Fig. 21b under the default recipe, d_head 32, 64, 256, then 128 (issue 48): ~12 h of one core; then the
-#          full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2 core,
+#          temperature study retrained for x16's threshold grid (issue 50 item 4; pre-registered in docs/fidelity.md
+#          2026-11-30, session 38: two groups of 12, ~4 h of one core each); then the full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2 core,
 #          compiled no faster, measured 2026-11-30: 440,000 steps, ~24 h; a GPU window resumes it where it stands)
 # A new machine starts from scratch (the runs are never committed); the worktrees keep the commit a lane started at.
 # When a lane finishes (pre-registered in docs/fidelity.md, amendments of 2026-11-29):
@@ -29,6 +30,8 @@
 #          name> --description "..."` (the description says retrained on date, machine, and the model before it), then
 #          `ship-trajectory <run> --name <zoo name>`, then rerun the model's figures (Fig. 15; Fig. 20; Fig. 18, 19,
 #          x1's RoPE row, x-circuits' RoPE circuit) and the results page; the commit says which verdict moved
+#   temperature: `hooked-clip1d reproduce x16-temperature --sweeps-dir ~/sweeps` (the record re-made whole from the
+#          retrained runs, as pre-registered), the results page, the README's x16 table across the grid
 #   full-protocol: `bash tools/gpu/gpu_queue.sh carry` takes it to a lent GPU window; finished: the queue's steps
 #          (docs/cli.md, "On a GPU")
 # Environment: VENV (default ~/venv, with `pip install -e .` done), SWEEPS (default ~/sweeps), LOGS (default ~/long_runs).
@@ -39,7 +42,7 @@ SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
   "lane1|fig22-control zoo-distinct:g006-af828c99 zoo-distinct:g003-e9c558c4"
-  "lane2|fig21b-distinct:g000-0bca58d3 fig21b-distinct:g001-6e80b6a8 fig21b-distinct:g003-2ebd8fef fig21b-distinct:g002-75ca3248 full-protocol:g000-8f63fd85"
+  "lane2|fig21b-distinct:g000-0bca58d3 fig21b-distinct:g001-6e80b6a8 fig21b-distinct:g003-2ebd8fef fig21b-distinct:g002-75ca3248 temperature:g000-1204129a temperature:g001-62be32bd full-protocol:g000-8f63fd85"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
