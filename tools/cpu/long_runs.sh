@@ -15,16 +15,13 @@
 #          trajectories; 430,000 and 650,000 steps: ~4 and ~6 h of one core; added 2026-11-30, session 37; Fig. 15's,
 #          30,000 steps, trained and shipped that day). App. L's order-blind control, the lane's first item, finished on
 #          2026-11-30 and shipped.
-#   lane2: Fig. 21b under the default recipe, d_head 32, 64, 256, then 128 (issue 48): ~12 h of one core; then the
-#          temperature study retrained for x16's threshold grid (issue 50 item 4; pre-registered in docs/fidelity.md
-#          2026-11-30, session 38: two groups of 12, ~4 h of one core each); then the full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2 core,
-#          compiled no faster, measured 2026-11-30: 440,000 steps, ~24 h; a GPU window resumes it where it stands)
+#   lane2: the temperature study retrained for x16's threshold grid (issue 50 item 4; pre-registered in docs/fidelity.md
+#          2026-11-30, session 38: two groups of 12, ~4 h of one core each; Fig. 21b's grid, before it, finished then);
+#          then the full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one
+#          AVX2 core, compiled no faster, measured 2026-11-30: 440,000 steps, ~24 h; a GPU window resumes it)
 # A new machine starts from scratch (the runs are never committed); the worktrees keep the commit a lane started at.
 # When a lane finishes (pre-registered in docs/fidelity.md, amendments of 2026-11-29):
 #   fig22-control: `hooked-clip1d reproduce fig22 --guard-record docs/records --sweeps-dir ~/sweeps`, the results page
-#   lane2: `git am tools/cpu/pending/fig21b-switch.patch` (Fig. 21b reads fig21b-distinct.toml; the old record kept as
-#          the beyond-paper fig21b-all-decay, as fig21 / fig21-all-decay: fill in DATE in its `relabelled`), then
-#          `hooked-clip1d reproduce fig21b --sweeps-dir ~/sweeps` and the results page
 #   zoo-distinct groups: a retraining on this CPU is not the shipped model (docs/zoo.md: 4 % of Fig. 8's weights
 #          differed at float16 by epoch 500), so each replaces its zoo model: `hooked-clip1d export <run> --name <zoo
 #          name> --description "..."` (the description says retrained on date, machine, and the model before it), then
@@ -42,7 +39,7 @@ SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
   "lane1|fig22-control zoo-distinct:g006-af828c99 zoo-distinct:g003-e9c558c4"
-  "lane2|fig21b-distinct:g000-0bca58d3 fig21b-distinct:g001-6e80b6a8 fig21b-distinct:g003-2ebd8fef fig21b-distinct:g002-75ca3248 temperature:g000-1204129a temperature:g001-62be32bd full-protocol:g000-8f63fd85"
+  "lane2|temperature:g000-1204129a temperature:g001-62be32bd full-protocol:g000-8f63fd85"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
