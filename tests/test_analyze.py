@@ -166,3 +166,25 @@ def test_attribution_family_reports_the_methods_own_scores_against_exact_patchin
     for bad in ("exact patching", "nope"):
         with pytest.raises(ValueError, match="for attribution; one of"):
             run_analysis("attribution", m, out_dir=tmp_path / "b", method=bad)
+
+
+@pytest.mark.parametrize("progress", [pytest.param(True, marks=pytest.mark.heavy), False])  # True: >= 4 s, 2 cores
+def test_run_analysis_progress_false_silences_a_retraining_family(progress, tmp_path, monkeypatch, capsys):
+    """Pruning with ``epochs`` retrains (a bar per retraining); ``analyze --no-progress`` had no way to turn it off
+    but the environment, which the bar ignored (session 38). ``progress=False`` runs the family under
+    ``settings.progress.no_bars`` and gives the setting back afterwards."""
+    from hooked_clip1d.settings.progress import bar_disabled
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    opts = {"kept": [1], "epochs": 1, "runs_dir": str(tmp_path / "runs")}
+    run_analysis("pruning", _model(), out_dir=tmp_path / "out", progress=progress, **opts)
+    assert ("retrain pruned" in capsys.readouterr().err) is progress
+    assert not bar_disabled(True)  # the block's setting did not outlive it
+
+
+def test_analyze_and_reproduce_take_no_progress():
+    from hooked_clip1d.cli.commands import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["analyze", "heads", "--no-progress"]).no_progress
+    assert p.parse_args(["reproduce", "fig13", "--no-progress"]).no_progress

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from hooked_clip1d.cli.family_api import FAMILIES
 from hooked_clip1d.files import atomic_write, atomic_write_text
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.modes import eval_mode
+from hooked_clip1d.settings.progress import no_bars
 
 __all__ = ["FAMILIES", "check_options", "describe_analyses", "run_analysis"]
 
@@ -58,9 +60,15 @@ def describe_analyses() -> str:
 
 
 def run_analysis(
-    analysis: str, model: str | CLIP1D, out_dir: str | Path = "results/analyze", **options: Any
+    analysis: str,
+    model: str | CLIP1D,
+    out_dir: str | Path = "results/analyze",
+    *,
+    progress: bool = True,
+    **options: Any,
 ) -> dict[str, Any]:
-    """Run ``analysis`` (a key of ``FAMILIES``) on a pretrained name, run directory, model file or ``CLIP1D``."""
+    """Run ``analysis`` (a key of ``FAMILIES``) on a pretrained name, run directory, model file or ``CLIP1D``;
+    ``progress=False``: no progress bar (a family that trains, e.g. pruning with ``epochs``)."""
     check_options(analysis, options)
     from hooked_clip1d.pretrained import model_name, resolve_model
 
@@ -68,7 +76,7 @@ def run_analysis(
         name, model = model, resolve_model(model)
     else:
         name = model_name(model)
-    with eval_mode(model):  # the caller's model is left in the mode it came in, per module
+    with eval_mode(model), contextlib.nullcontext() if progress else no_bars():  # the caller's mode comes back
         report = FAMILIES[analysis].run(model, options)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -373,6 +373,7 @@ def add_analyze_parser(sub: Any) -> argparse.ArgumentParser:
         help="analysis option, e.g. layer=1 (`analyze list` shows every family's options)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (e.g. pruning's retraining)")
     p.set_defaults(func=cmd_analyze)
     return p
 
@@ -416,7 +417,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
 
             epoch = checkpoint_epoch(list_checkpoints(a.model), a.checkpoint_index, a.checkpoint_value)
         out = a.out or f"results/analyze/{Path(a.model).name}-epoch{epoch}"
-    res = run_analysis(a.analysis, model, out_dir=out, **options)
+    res = run_analysis(a.analysis, model, out_dir=out, progress=not a.no_progress, **options)
     if a.json:
         print(dumps({k: v for k, v in res.items() if k != "table"}))
     else:

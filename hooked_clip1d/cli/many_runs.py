@@ -6,6 +6,7 @@ module imports torch only when a command runs."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -248,11 +249,19 @@ def add_reproduce_parser(sub: Any) -> argparse.ArgumentParser:
         "(its checks, null control and seeds as recorded; the control computed now)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (the sweeps a figure trains, ...)")
     p.set_defaults(func=cmd_reproduce)
     return p
 
 
 def cmd_reproduce(a: argparse.Namespace) -> int:
+    from hooked_clip1d.settings.progress import no_bars
+
+    with no_bars() if a.no_progress else contextlib.nullcontext():
+        return _reproduce(a)
+
+
+def _reproduce(a: argparse.Namespace) -> int:
     from hooked_clip1d.reproduce import FIGURES, guard_record, rejudge_record, reproduce
 
     if a.figure != "all" and a.figure not in FIGURES:

@@ -179,12 +179,13 @@ def _sweep_record(
     """Fill ``record`` with a sweep figure's reading: trains or resumes the sweep in ``sweep_out`` first when
     ``train`` (``run_sweep``'s execution settings) is given; a finished sweep is judged (with its controls and each
     group's training clock), an unfinished one gets ``_unfinished_sweep_record``'s interim reading."""
+    from hooked_clip1d.settings.progress import bar_disabled
     from hooked_clip1d.sweeps.runner import load_spec, results_table, run_sweep, sweeps_home
     from hooked_clip1d.sweeps.status import sweep_status
 
     sweep_spec = core.SWEEPS_DIR / f"{spec.sweep}.toml"
-    if train is not None:
-        rows = run_sweep(sweep_spec, sweep_out, progress=True, **train)
+    if train is not None:  # progress as a value: a sweep's worker processes do not see the caller's no_bars()
+        rows = run_sweep(sweep_spec, sweep_out, progress=not bar_disabled(True), **train)
     else:
         rows = results_table(load_spec(sweep_spec), sweep_out)
     n_runs = len(load_spec(sweep_spec).runs)
