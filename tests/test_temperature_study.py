@@ -44,3 +44,9 @@ def test_untrained_sweep_supports_nothing(tmp_path):
     assert len(grid) == 9 and all(set(g) == set(out.numbers["arms"]) for g in grid.values())
     assert all(0 <= n <= 2 for g in grid.values() for n in g.values())
     assert "across the threshold grid" in out.summary
+
+
+def test_a_sweep_with_none_of_the_arms_is_an_error_naming_it():
+    """With no run of the study's arms the reading ended in a bare StopIteration (the null's first path)."""
+    with pytest.raises(ValueError, match="x16-temperature: no finished run of the study's arms"):
+        _x_temperature([{"recipe": "some-other-recipe", "seed": 0, "path": "nowhere"}])

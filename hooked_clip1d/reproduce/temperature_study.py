@@ -158,6 +158,8 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
     )
 
     em = {(r["recipe"], int(r["seed"])): run_emergence(r["path"]) for r in rows if r["recipe"] in ARMS}
+    if not em:
+        raise ValueError("x16-temperature: no finished run of the study's arms in the sweep")
     names = (*INVARIANT_CHECKS, "mechanism_v2", *SECONDARY_CHECKS)
     null = untrained_rows(next(r["path"] for r in rows if r["recipe"] in ARMS))
     null_passes = {c: sum(bool(n["checks"][c]) for n in null) for c in names}
