@@ -148,14 +148,32 @@ def _temperature_checks(d: Mapping[str, Any], arms: Sequence[str]) -> list[tuple
     return checks
 
 
-def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
-    from hooked_clip1d.analysis.mechanism.dynamics import (
-        INVARIANT_CHECKS,
-        SECONDARY_CHECKS,
-        grid_counts,
-        mechanism_at,
-        run_emergence,
+def _threshold_grid(em: Mapping[tuple[str, int], Any], arms: Sequence[str], seeds: Sequence[int]) -> dict[str, Any]:
+    """Per point of the threshold grid, each arm's runs with the whole mechanism at some snapshot; the grid's
+    pre-registered point must be the rows' own checks (one rule read two ways), else an error."""
+    from hooked_clip1d.analysis.mechanism.dynamics import grid_counts, mechanism_at
+
+    for k, e in em.items():
+        for r in e.rows:
+            if mechanism_at(r)["mechanism_v2"] != bool(r["checks"]["mechanism_v2"]):
+                raise ValueError(f"x16-temperature: mechanism_at disagrees with {k}'s row at epoch {r['epoch']}")
+    per_run = {k: grid_counts(e.rows) for k, e in em.items()}
+    return {
+        point: {a: sum(bool(per_run[(a, s)][point]) for s in seeds if (a, s) in per_run) for a in arms}
+        for point in next(iter(per_run.values()))
+    }
+
+
+def _grid_sentence(grid: Mapping[str, Mapping[str, int]], arms: Sequence[str], n_runs: Mapping[str, int]) -> str:
+    """The summary's sentence on the threshold grid: each arm's smallest-largest count of runs over its points."""
+    counts = {a: [g[a] for g in grid.values()] for a in arms}
+    return "across the threshold grid (M3's std floor 0.05 / 0.1 / 0.2, side bias 0.55 / 0.6 / 0.7), runs per arm: " + (
+        ", ".join(f"{ARMS[a]} {min(counts[a])}-{max(counts[a])}/{n_runs[a]}" for a in arms)
     )
+
+
+def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
+    from hooked_clip1d.analysis.mechanism.dynamics import INVARIANT_CHECKS, SECONDARY_CHECKS, run_emergence
 
     em = {(r["recipe"], int(r["seed"])): run_emergence(r["path"]) for r in rows if r["recipe"] in ARMS}
     if not em:
@@ -169,21 +187,12 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
     arms = [a for a in ARMS if any(k[0] == a for k in em)]
     seeds = sorted({k[1] for k in em})
 
-    # the epochs at which the whole mechanism (M1-M4) holds, per run: the early phase the pre-registration's
-    # "readings over the snapshots" report
+    # per run, the epochs with the whole mechanism (M1-M4): the pre-registration's "readings over the snapshots"
     phase = {k: [r["epoch"] for r in e.rows if r["checks"]["mechanism_v2"]] for k, e in em.items()}
     # the same count across the threshold grid (verdicts v3, item 4: the standard line of every "at some snapshot"
     # count): runs per arm with the whole mechanism at some snapshot, at each (M3 std floor, side bias) point; the
     # grid's pre-registered point is the rows' own checks, one rule read two ways
-    for k, e in em.items():
-        for r in e.rows:
-            if mechanism_at(r)["mechanism_v2"] != bool(r["checks"]["mechanism_v2"]):
-                raise ValueError(f"x16-temperature: mechanism_at disagrees with {k}'s row at epoch {r['epoch']}")
-    per_run = {k: grid_counts(e.rows) for k, e in em.items()}
-    grid = {
-        point: {a: sum(bool(per_run[(a, s)][point]) for s in seeds if (a, s) in per_run) for a in arms}
-        for point in next(iter(per_run.values()))
-    }
+    grid = _threshold_grid(em, arms, seeds)
     table = _table(em, arms, seeds, names, phase, null, null_passes)
 
     checks = _temperature_checks(d, arms)
@@ -216,12 +225,8 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
             f"{ARMS[a]} {sum(bool(v) for k, v in phase.items() if k[0] == a)}/{sum(k[0] == a for k in phase)}"
             for a in arms
         )
-        + "); across the threshold grid (M3's std floor 0.05 / 0.1 / 0.2, side bias 0.55 / 0.6 / 0.7), runs per arm: "
-        + ", ".join(
-            f"{ARMS[a]} {min(g[a] for g in grid.values())}-{max(g[a] for g in grid.values())}/"
-            f"{sum(k[0] == a for k in phase)}"
-            for a in arms
-        )
+        + "); "
+        + _grid_sentence(grid, arms, {a: sum(k[0] == a for k in phase) for a in arms})
     )
     numbers = {
         "arms": arms,
