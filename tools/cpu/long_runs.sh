@@ -21,7 +21,8 @@
 #          AVX2 core, compiled no faster, measured 2026-11-30: 440,000 steps, ~24 h; a GPU window resumes it)
 # A new machine starts from scratch (the runs are never committed); the worktrees keep the commit a lane started at.
 # When a lane finishes (pre-registered in docs/fidelity.md, amendments of 2026-11-29):
-#   fig22-control: `hooked-clip1d reproduce fig22 --guard-record docs/records --sweeps-dir ~/sweeps`, the results page
+#   fig22-control (done 2026-12-01; kept as an item for another machine): `hooked-clip1d reproduce fig22 --guard-record
+#          docs/records --sweeps-dir ~/sweeps`, the results page
 #   zoo-distinct groups: a retraining on this CPU is not the shipped model (docs/zoo.md: 4 % of Fig. 8's weights
 #          differed at float16 by epoch 500), so each replaces its zoo model: `hooked-clip1d export <run> --name <zoo
 #          name> --description "..."` (the description says retrained on date, machine, and the model before it), then
@@ -38,7 +39,7 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane1|fig22-control zoo-distinct:g006-af828c99 zoo-distinct:g003-e9c558c4"
+  "lane1|zoo-distinct:g006-af828c99 zoo-distinct:g003-e9c558c4"
   "lane2|temperature:g000-1204129a temperature:g001-62be32bd full-protocol:g000-8f63fd85"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
