@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -76,7 +75,7 @@ def run_analysis(
         name, model = model, resolve_model(model)
     else:
         name = model_name(model)
-    with eval_mode(model), contextlib.nullcontext() if progress else no_bars():  # the caller's mode comes back
+    with eval_mode(model), no_bars(on=not progress):  # the caller's mode comes back
         report = FAMILIES[analysis].run(model, options)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

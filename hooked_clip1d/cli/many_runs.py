@@ -6,7 +6,6 @@ module imports torch only when a command runs."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shlex
@@ -257,7 +256,7 @@ def add_reproduce_parser(sub: Any) -> argparse.ArgumentParser:
 def cmd_reproduce(a: argparse.Namespace) -> int:
     from hooked_clip1d.settings.progress import no_bars
 
-    with no_bars() if a.no_progress else contextlib.nullcontext():
+    with no_bars(on=a.no_progress):
         return _reproduce(a)
 
 

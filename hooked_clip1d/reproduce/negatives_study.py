@@ -6,8 +6,8 @@ decayed; (b') the same, not decayed; (c') the same, held at 100; (d') multi-posi
 (they decide) and fresh seeds 6-8 (they confirm), each read at its 43 snapshots by the restated checks M1-M4, beside
 its control: the temperature study's arm with the same temperature and the standard loss (record
 ``x16-temperature``, same seeds, engine and schedule). ``negatives_decision`` is the pre-registered rule;
-``m2_lifetime`` and ``lifetime_test`` the reported lifetime comparison; ``dynamics.mechanism_at`` the threshold
-grid.
+``m2_lifetime`` and ``lifetime_test`` the reported lifetime comparison; ``temperature_study.threshold_grid`` the
+threshold grid.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-from hooked_clip1d.analysis.mechanism.dynamics import BIAS_GRID, STD_GRID, mechanism_at
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome, register
-from hooked_clip1d.reproduce.temperature_study import FRESH_SEEDS, STUDY_SEEDS, untrained_rows
+from hooked_clip1d.reproduce.temperature_study import FRESH_SEEDS, STUDY_SEEDS, threshold_grid, untrained_rows
 
 ARMS = {
     "cls-exempt-init002-distinct": "(a') distinct, decayed",
@@ -268,11 +267,6 @@ def _x_negatives(rows: list[dict[str, Any]]) -> Outcome:
     null_passes = {c: sum(bool(n["checks"][c]) for n in null) for c in (*COUNTED, "mechanism_v2")}
     counted = [c for c in COUNTED if null_passes[c] == 0]
     c_finals, c_life = control_rows()
-    for k, e in em.items():  # the grid's default point is the row's own checks: one rule, read two ways
-        for r in e.rows:
-            got = mechanism_at(r)
-            if any(got[c] != bool(r["checks"][c]) for c in got):
-                raise ValueError(f"x17-negatives: mechanism_at disagrees with {k}'s row at epoch {r['epoch']}")
     finals = {**c_finals, **{k: e.rows[-1]["checks"] for k, e in em.items()}}
     life = {**c_life, **{k: m2_lifetime(e.rows) for k, e in em.items()}}
     d = negatives_decision(finals, life, counted)
@@ -288,14 +282,7 @@ def _x_negatives(rows: list[dict[str, Any]]) -> Outcome:
         p_all[a] = lifetime_test(
             [life[(a, s)] for s in seeds if (a, s) in life], [life[(c, s)] for s in seeds if (c, s) in life]
         )
-    grid = {
-        f"std {t} / bias {b}": {
-            a: sum(any(mechanism_at(r, t, b)["mechanism_v2"] for r in em[(a, s)].rows) for s in seeds if (a, s) in em)
-            for a in arms
-        }
-        for t in STD_GRID
-        for b in BIAS_GRID
-    }
+    grid = threshold_grid(em, arms, seeds, "x17-negatives")  # also checks the rows against mechanism_at
     table = _table(em, arms, seeds, life, floor, null_passes)
     checks = _negatives_checks(d, arms)
     summary = _negatives_summary(d, arms, seeds, life, (p_study, p_all), null_passes)

@@ -148,15 +148,31 @@ def _temperature_checks(d: Mapping[str, Any], arms: Sequence[str]) -> list[tuple
     return checks
 
 
-def _threshold_grid(em: Mapping[tuple[str, int], Any], arms: Sequence[str], seeds: Sequence[int]) -> dict[str, Any]:
-    """Per point of the threshold grid, each arm's runs with the whole mechanism at some snapshot; the grid's
-    pre-registered point must be the rows' own checks (one rule read two ways), else an error."""
+def threshold_grid(
+    em: Mapping[tuple[str, int], Any], arms: Sequence[str], seeds: Sequence[int], figure: str
+) -> dict[str, dict[str, int]]:
+    """Per point of the threshold grid (``"std T / bias B"``), each arm's runs with the whole mechanism M1-M4 at some
+    snapshot (x16, x17: verdicts v3 item 4). ``em`` maps (arm, seed) to a run's emergence. The grid's pre-registered
+    point must give every row's own checks (one rule read two ways): else an error naming ``figure``.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> row = {"epoch": 5, "probe": 0.95, "invariant": [0.5, 0.97], "p_left": [0.9, 0.7, 0.65, 0.1],
+        ...        "p_right": [0.1, 0.3, 0.35, 0.9], "kp_spearman": [-1.0, -0.95, 0.92, 0.3],
+        ...        "kp_std": [2.0, 0.5, 0.08, 0.01]}
+        >>> from hooked_clip1d.analysis.mechanism.dynamics import mechanism_at
+        >>> row["checks"] = mechanism_at(row)
+        >>> g = threshold_grid({("a", 0): SimpleNamespace(rows=[row])}, ["a"], [0], "x")
+        >>> g["std 0.05 / bias 0.6"], g["std 0.1 / bias 0.6"]
+        ({'a': 1}, {'a': 0})
+    """
     from hooked_clip1d.analysis.mechanism.dynamics import grid_counts, mechanism_at
 
     for k, e in em.items():
         for r in e.rows:
-            if mechanism_at(r)["mechanism_v2"] != bool(r["checks"]["mechanism_v2"]):
-                raise ValueError(f"x16-temperature: mechanism_at disagrees with {k}'s row at epoch {r['epoch']}")
+            got = mechanism_at(r)
+            if any(got[c] != bool(r["checks"][c]) for c in got):
+                raise ValueError(f"{figure}: mechanism_at disagrees with {k}'s row at epoch {r['epoch']}")
     per_run = {k: grid_counts(e.rows) for k, e in em.items()}
     return {
         point: {a: sum(bool(per_run[(a, s)][point]) for s in seeds if (a, s) in per_run) for a in arms}
@@ -192,7 +208,7 @@ def _x_temperature(rows: list[dict[str, Any]]) -> Outcome:
     # the same count across the threshold grid (verdicts v3, item 4: the standard line of every "at some snapshot"
     # count): runs per arm with the whole mechanism at some snapshot, at each (M3 std floor, side bias) point; the
     # grid's pre-registered point is the rows' own checks, one rule read two ways
-    grid = _threshold_grid(em, arms, seeds)
+    grid = threshold_grid(em, arms, seeds, "x16-temperature")
     table = _table(em, arms, seeds, names, phase, null, null_passes)
 
     checks = _temperature_checks(d, arms)

@@ -46,16 +46,20 @@ def bar_disabled(progress: bool, env: Mapping[str, str] | None = None) -> bool:
 
 
 @contextmanager
-def no_bars() -> Iterator[None]:
+def no_bars(on: bool = True) -> Iterator[None]:
     """No progress bar of the package shows inside the block (the CLI's ``--no-progress`` on ``analyze`` and
-    ``reproduce``); the setting before it comes back after it, also on an error.
+    ``reproduce``), unless ``on`` is false (then the block changes nothing); the setting before it comes back after
+    it, also on an error.
 
     Example:
         >>> with no_bars():
         ...     bar_disabled(True)
         True
+        >>> with no_bars(on=False):
+        ...     bar_disabled(True, env={})
+        False
     """
-    token = _OFF.set(True)
+    token = _OFF.set(_OFF.get() or on)
     try:
         yield
     finally:
