@@ -663,3 +663,23 @@ def test_guard_record_applies_a_later_control_to_a_kept_record_and_keeps_its_see
     shutil.copy(kept / "fig8.json", kept / "fig11.json")
     with pytest.raises(ValueError, match="is the record of 'fig8', not of 'fig11'"):
         guard_record("fig11", kept, tmp_path / "out")
+
+
+def test_every_counted_check_of_a_reproduced_or_partly_figure_names_its_trained_control():
+    """Issue 50's done-when, read off the shipped records: each counted check of a paper figure judged reproduced or
+    partly carries its trained control's outcome, or its record says why no control guards it (``unguarded``).
+    Fig. 7's cross check (the own pair against the control pairs) carries the control's outcome on it since
+    2026-12-01: a control pair in the own pair's place, every one failing."""
+    records = Path(__file__).resolve().parents[1] / "docs" / "records"
+    for path in sorted(records.glob("fig*.json")):
+        rec = json.loads(path.read_text())
+        if rec["verdict"] not in ("reproduced", "partly"):
+            continue
+        tc = rec.get("trained_control") or {}
+        unguarded = set(tc.get("unguarded", {}))
+        for c in rec["checks"]:
+            if c["counted"]:
+                assert c.get("trained_control") or c["check"] in unguarded, (path.name, c["id"])
+    fig7 = json.loads((records / "fig7.json").read_text())
+    cross = next(c for c in fig7["checks"] if c["check"].startswith("the own pair aligns"))
+    assert cross["counted"] and cross["trained_control"] and not any(cross["trained_control"].values())

@@ -182,12 +182,29 @@ def _fig7(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         secondary={s_cos: why, s_acc: why},
         sensitivity=sensitivity,
         # the trained control on the checks it guards, by the checks' own thresholds (2026-11-30: it was in the
-        # summary and in c_cross only; c_cross compares with it, so it has no separate control outcome)
+        # summary and in c_cross only). c_cross compares the own pair with the control pairs; its control outcome
+        # (2026-12-01, issue 50) is c_cross's rule with a control text tower in the own one's place: that pair aligns
+        # (>= 0.5) and better than the vision tower with every other text tower, the own one included
         own_controls={
             c_cos: {f"text tower of {o}": c["matched_cos"] >= 0.5 for o, c in cross.items()},
             c_acc: {f"text tower of {o}": c["acc"] >= 0.8 for o, c in cross.items()},
+            c_cross: _fig7_cross_control(rot["matched_cos"], cross),
         },
     )
+
+
+def _fig7_cross_control(own_cos: float, cross: dict[str, dict[str, float]]) -> dict[str, bool]:
+    """Fig. 7's cross check on each control pair: its text tower in the own one's place, it must align held-out
+    labels (matched cos >= 0.5) and better than the vision tower with every other text tower (the own one included).
+
+    >>> _fig7_cross_control(0.8, {"a": {"matched_cos": 0.1}, "b": {"matched_cos": 0.9}})
+    {'text tower of a': False, 'text tower of b': True}
+    """
+    out = {}
+    for o, c in cross.items():
+        others = [own_cos, *(d["matched_cos"] for p, d in cross.items() if p != o)]
+        out[f"text tower of {o}"] = c["matched_cos"] >= 0.5 and c["matched_cos"] > max(others)
+    return out
 
 
 # the figures of this module, each with its claim, thresholds (in its function) and zoo models
