@@ -6,6 +6,7 @@ evaluated exactly (``"readout"``, the default of AtP and EAP since 2026-11-29; E
 old opt-in metric ``norm="frozen"`` (a different metric).
 
     python benchmarks/attribution_signs.py --out benchmarks/records/attribution_signs.json
+    python benchmarks/attribution_signs.py --methods EAP-IG EAP-IG-ports --settings live:live --models ...  # a part
 
 On the mirror task of zoo models (every unseen-pair validation image; by default the three the defaults were chosen
 on, ``--models`` for others):
@@ -33,7 +34,7 @@ MODELS = ("simplified-ntot20-n2-10", "simplified-ntot20-n2-10-standard-loss", "s
 KINDS = ["heads", "embed", "pos", "resid", "q", "k", "v", "terms"]
 # (norm, linearise); None (each method's default) is readout for AtP and EAP and live for EAP-IG: rows of its own
 SETTINGS = (("live", "live"), ("live", "held"), ("live", "readout"), ("frozen", "live"))
-FIRST_ORDER = ("AtP", "AtP+QK", "EAP", "EAP+QK", "EAP-IG")
+FIRST_ORDER = ("AtP", "AtP+QK", "EAP", "EAP+QK", "EAP-IG", "EAP-IG-ports")
 FLOOR = 0.05  # |exact| >= 5 % of the largest |exact|: the stated floor of the default-row check
 
 
@@ -48,18 +49,24 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="results/attribution_signs.json")
     ap.add_argument("--models", nargs="+", default=list(MODELS), help="zoo models (default: %(default)s)")
+    ap.add_argument("--methods", nargs="+", default=list(FIRST_ORDER), choices=FIRST_ORDER, help="(default: all)")
+    every = [f"{n}:{lin}" for n, lin in SETTINGS]
+    ap.add_argument("--settings", nargs="+", default=every, help="norm:linearise pairs (default: all)")
     a = ap.parse_args()
+    settings = [tuple(x.split(":", 1)) for x in a.settings]
+    if any(x not in SETTINGS for x in settings):
+        ap.error(f"--settings takes norm:linearise pairs among {[f'{n}:{lin}' for n, lin in SETTINGS]}")
     torch.set_num_threads(1)
     rows = []
     for name in a.models:
         model = load_model(name)
         images, captions = ground_truth_inputs(model, "val_unseen")
-        for norm, lin in SETTINGS:
+        for norm, lin in settings:
             task = mirror_task(model, images, captions, target="clip", norm=norm, linearise=lin)
             t0 = time.perf_counter()
             exact_n = METHODS["exact patching"](task, KINDS)
             exact_e = METHODS["path patching"](task)
-            for method in FIRST_ORDER:
+            for method in a.methods:
                 m = METHODS[method]
                 res = m(task, KINDS if m.unit == "node" else None)
                 exact = exact_n if m.unit == "node" else exact_e
@@ -82,7 +89,7 @@ def main() -> int:
                 )
                 r = rows[-1]
                 print(
-                    f"{name:<36} norm={norm:<6} lin={str(lin):<4} {method:<7} signs {r['sign_agreement']:.2f} "
+                    f"{name:<36} norm={norm:<6} lin={str(lin):<4} {method:<12} signs {r['sign_agreement']:.2f} "
                     f"({r['n_moved']}), above floor {ok}/{n}, pearson {r['pearson']:.2f}",
                     flush=True,
                 )

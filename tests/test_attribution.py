@@ -16,9 +16,16 @@ from hooked_clip1d import load_model
 from hooked_clip1d.analysis.circuits.attribution import Attribution, linear_metric
 from hooked_clip1d.analysis.circuits.edge_attribution import eap, eap_ig, exact_edge_patching
 from hooked_clip1d.analysis.circuits.graph import build_graph, edge_name, graph_flags, parse_node
+from hooked_clip1d.analysis.circuits.methods import METHODS
 from hooked_clip1d.analysis.circuits.node_attribution import NODE_KINDS, atp, atp_star, exact_patching
 from hooked_clip1d.analysis.circuits.path_patching import path_patch, path_patching
-from hooked_clip1d.analysis.circuits.task import Task, clip_belief_metric, mirror_task
+from hooked_clip1d.analysis.circuits.task import (
+    Task,
+    clip_belief_metric,
+    mirror_task,
+    run_with_edges,
+    writer_activations,
+)
 from hooked_clip1d.analysis.metrics import mirror_images, pair_inputs
 
 ATOL = 1e-5
@@ -158,9 +165,27 @@ def test_eap_ig_is_complete_up_to_its_riemann_error(two_layer_model, pairs):
     def input_sum(res):
         return sum(v for n, v in res.as_dict().items() if n.split("->")[0] in ("vision.embed", "vision.pos"))
 
-    errs = [abs(input_sum(eap_ig(task, steps=s)) - total) for s in (4, 32)]
+    errs = [abs(input_sum(eap_ig(task, steps=s, line="inputs")) - total) for s in (4, 32)]
     assert errs[1] < errs[0] and errs[1] < 0.1 * abs(total)
     assert abs(input_sum(eap(task, qk_fix=False)) - total) > errs[1]
+
+
+def test_eap_ig_ports_is_complete_per_port(two_layer_model, pairs):
+    """``eap_ig``'s default line (2026-12-01): each port's input moves alone, so the scores of every edge into one
+    port sum to that port's exact patching effect (all its edges patched at once) up to the Riemann error, which
+    shrinks with the steps; the default is named EAP-IG-ports, and ``METHODS["EAP-IG"]`` keeps Hanna et al.'s line."""
+    task = _linear_task(two_layer_model, pairs[0])
+    port = "vision.L1.H0.k"
+    into = [e for e in build_graph(task.target).edges if e[1] == port]
+    with graph_flags(task.target):
+        corr = writer_activations(task, "corrupted")
+        exact = float(run_with_edges(task, {e: corr[e[0]] for e in into}).mean() - task.clean_metric().mean())
+    sums = [float(eap_ig(task, into, steps=s, check=0).scores.sum()) for s in (2, 16)]
+    assert abs(sums[1] - exact) < abs(sums[0] - exact) and abs(sums[1] - exact) < 0.05 * abs(exact)
+    assert eap_ig(task, into, steps=2, check=0).method == "EAP-IG-ports"
+    assert METHODS["EAP-IG"](task, into, steps=2, check=0).method == "EAP-IG"
+    with pytest.raises(ValueError, match="line must be 'ports'"):
+        eap_ig(task, into, line="embeddings")
 
 
 def test_grad_drop_is_a_mean_of_magnitudes(two_layer_model, pairs):

@@ -207,7 +207,7 @@ def test_the_registry_names_every_method_and_a_new_one_is_benchmarked(shipped, m
     import hooked_clip1d.reproduce.circuits as xc
 
     monkeypatch.setattr(xc, "_kinds", lambda model: ["heads"])  # keep it fast: heads only, EAP-IG with 2 steps
-    monkeypatch.setattr(xc, "OVERRIDES", {"EAP-IG": {"steps": 2}})
+    monkeypatch.setattr(xc, "OVERRIDES", {"EAP-IG": {"steps": 2}, "EAP-IG-ports": {"steps": 2}})
 
     assert list(METHODS) == [
         "exact patching",
@@ -219,6 +219,7 @@ def test_the_registry_names_every_method_and_a_new_one_is_benchmarked(shipped, m
         "EAP+QK",
         "EAP+AtP*",
         "EAP-IG",
+        "EAP-IG-ports",
         "ACDC",
     ]
     assert not METHODS["AtP*"].signed and METHODS["ACDC"].estimate is False and METHODS["path patching"].exact
@@ -279,8 +280,9 @@ def test_default_linearisation_agrees_with_exact_patching_of_clips_own_logits(na
     itself for EAP-IG) is measured against exact patching of that same metric, over the items whose |exact effect|
     is at least 5 % of the largest (the stated floor). ``atp`` and ``eap`` as called by default (the QK fix on since
     2026-11-29) get >= 90 % of their signs right on the two models the default was chosen on and on the
-    standard-loss flagship, which did not choose it, and are AtP+QK / EAP+QK of the registry; plain AtP's signs
-    (``qk_fix=False``) beat both linearisations of the cosine; Pearson >= 0.9 for every method."""
+    standard-loss flagship, which did not choose it, and are AtP+QK / EAP+QK of the registry; so does ``eap_ig``
+    (each port on its own line since 2026-12-01: 13/13 on ``-no-qk-bias``, where Hanna et al.'s line gets 11/13);
+    plain AtP's signs (``qk_fix=False``) beat both linearisations of the cosine; Pearson >= 0.9 for every method."""
     from hooked_clip1d.analysis.circuits.attribution import agreement, moved
     from hooked_clip1d.analysis.circuits.edge_attribution import eap_ig
     from hooked_clip1d.analysis.circuits.scores import ground_truth_inputs
@@ -306,8 +308,10 @@ def test_default_linearisation_agrees_with_exact_patching_of_clips_own_logits(na
         fixed_n, fixed_e = atp(task, kinds), eap(task)  # the defaults
         others = [atp(mirror_task(model, imgs, caps, linearise=lin), kinds, qk_fix=False) for lin in ("held", "live")]
         checks = [agreement(r, exact_n) for r in (plain, fixed_n)]
-        checks += [agreement(r, exact_e) for r in (eap(task, qk_fix=False), fixed_e, eap_ig(task))]
-    assert (fixed_n.method, fixed_e.method) == ("AtP+QK", "EAP+QK")
+        ig = eap_ig(task)  # the default line since 2026-12-01: each port on its own
+        checks += [agreement(r, exact_e) for r in (eap(task, qk_fix=False), fixed_e, ig)]
+    assert (fixed_n.method, fixed_e.method, ig.method) == ("AtP+QK", "EAP+QK", "EAP-IG-ports")
+    assert share(ig, exact_e) >= 0.9, share(ig, exact_e)
     assert torch.equal(fixed_n.scores, METHODS["AtP+QK"](task, kinds, check=0).scores)
     assert all(c["pearson"] >= 0.9 for c in checks), [c["pearson"] for c in checks]
     assert share(fixed_n, exact_n) >= 0.9 and share(fixed_e, exact_e) >= 0.9, (

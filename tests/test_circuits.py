@@ -232,7 +232,7 @@ def test_x_circuits_benchmark_on_one_model(monkeypatch):
     import hooked_clip1d.reproduce.circuits as xc
     from hooked_clip1d.analysis.circuits.methods import METHODS
 
-    monkeypatch.setattr(xc, "OVERRIDES", {"EAP-IG": {"steps": 2}})
+    monkeypatch.setattr(xc, "OVERRIDES", {"EAP-IG": {"steps": 2}, "EAP-IG-ports": {"steps": 2}})
     monkeypatch.setattr(xc, "N_INPUTS", 4)
     monkeypatch.setattr(xc, "N_TRANSFER", 4)
     out = xc._x_circuits({FLAGSHIP: load_model(FLAGSHIP)})

@@ -44,7 +44,7 @@ class Method:
     are the metric changes it thresholds while pruning), and the ``kwargs`` it runs with.
 
     >>> METHODS["EAP-IG"].kwargs
-    mappingproxy({'steps': 20})
+    mappingproxy({'steps': 20, 'line': 'inputs'})
     """
 
     name: str
@@ -171,7 +171,8 @@ for _m in (
     Method("EAP", eap, "edge", kwargs={"qk_fix": False, "grad_drop": False}),
     Method("EAP+QK", eap, "edge", kwargs={"qk_fix": True, "grad_drop": False}),
     Method("EAP+AtP*", eap, "edge", signed=False, kwargs={"qk_fix": True, "grad_drop": True}),
-    Method("EAP-IG", eap_ig, "edge", kwargs={"steps": 20}),
+    Method("EAP-IG", eap_ig, "edge", kwargs={"steps": 20, "line": "inputs"}),  # Hanna et al.'s line
+    Method("EAP-IG-ports", eap_ig, "edge", kwargs={"steps": 20, "line": "ports"}),  # eap_ig's default
     Method("ACDC", _acdc, "edge", signed=False, estimate=False, kwargs={"threshold": 0.01}),
 ):
     register_method(_m)

@@ -35,9 +35,13 @@ def resolve_qk_fix(qk_fix: bool | None, freeze_pattern: bool) -> bool:
 def qk_remedy(method: str) -> str:
     """The QK fix as a remedy, where the method takes it and does not apply it already.
 
-    >>> qk_remedy("AtP"), qk_remedy("AtP+QK"), qk_remedy("EAP-IG")
+    >>> qk_remedy("AtP"), qk_remedy("AtP+QK"), qk_remedy("EAP-IG-ports")
     ('the QK fix for queries, keys and score terms (atp(qk_fix=True), eap(qk_fix=True): their default), ', '', '')
+    >>> qk_remedy("EAP-IG")
+    "each port on its own line (eap_ig(line='ports'), its default), "
     """
+    if method == "EAP-IG":  # Hanna et al.'s line: every port moves at once
+        return "each port on its own line (eap_ig(line='ports'), its default), "
     if "QK" in method or "*" in method or method.startswith("EAP-IG"):
         return ""
     return "the QK fix for queries, keys and score terms (atp(qk_fix=True), eap(qk_fix=True): their default), "
