@@ -211,6 +211,36 @@ def test_run_sweep_trains_only_the_groups_named(tmp_path, specs):
         run_sweep(specs / "t.toml", out, progress=False, groups=["g999"])
 
 
+def test_calls_on_other_groups_of_one_sweep_train_side_by_side(tmp_path, specs, monkeypatch):
+    """2026-12-01: a second lane on the same sweep was refused ("sweep directory ... is in use"), so one of two
+    temperature groups trained in a side folder. A call with ``groups`` now holds the folder's lock only around
+    its plan and results: while it trains, a call on another group runs (here from inside the first, at the moment
+    it trains), the status still reports the sweep as running, and both end finished."""
+    import hooked_clip1d.sweeps.runner as sr
+    from hooked_clip1d.sweeps.status import sweep_status
+    from hooked_clip1d.training.rundir import RunLock
+
+    (specs / "t.toml").write_text(SPEC.replace('dropout_rng = "fast"', 'dropout_rng = "fast"\nmax_group_size = 1'))
+    out = tmp_path / "out"
+    run_sweep(specs / "t.toml", out, progress=False, max_steps=1)
+    plan = json.loads((out / "plan.json").read_text())
+    real, seen = sr.run_groups, {}
+
+    def first_lane(tasks, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        monkeypatch.setattr(sr, "run_groups", real)
+        seen["folder_free"] = RunLock.holder(out) is None
+        with RunLock(out / "groups" / plan[0][0], "batched group directory"):  # as its trainer holds it
+            seen["status"] = sweep_status(specs / "t.toml", out)["running"] is not None
+        run_sweep(specs / "t.toml", out, progress=False, groups=[plan[1][0]])  # the second lane
+        return real(tasks, *a, **k)
+
+    monkeypatch.setattr(sr, "run_groups", first_lane)
+    rows = run_sweep(specs / "t.toml", out, progress=False, groups=[plan[0][0]])
+    assert seen == {"folder_free": True, "status": True} and len(rows) == 2
+    assert all((out / "runs" / g[1][0] / "summary.json").exists() for g in plan)
+    assert RunLock.holder(out) is None
+
+
 def test_the_sweep_command_trains_only_the_groups_named(tmp_path, specs):
     from hooked_clip1d.cli import main
 

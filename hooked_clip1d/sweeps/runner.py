@@ -472,7 +472,9 @@ def run_sweep(
     the same); so does ``threads`` (the spec's ``run.threads``: torch threads per group; 1 when other processes
     share the cores, since oversubscribed threads can slow a step several-fold).
     ``groups`` trains only these groups of the plan (names as in ``plan.json``); the others wait for a later call
-    (for a caller that chooses the groups itself, e.g. ``tools/gpu/gpu_window.py``).
+    (for a caller that chooses the groups itself, e.g. ``tools/gpu/gpu_window.py``); such a call locks the sweep's
+    folder only while it reads and writes the plan and the results (each group is locked by its trainer), so calls on
+    other groups of the sweep train beside it (``tools/cpu/long_runs.sh``'s lanes).
     The table has the runs finished so far. See the module
     docstring for the spec format and the files written.
     """
@@ -490,8 +492,9 @@ def run_sweep(
     out = Path(out_dir) if out_dir is not None else sweeps_home() / spec.name
     if out.is_dir() and not (out / "spec.toml").exists() and any(e.name != ".lock" for e in out.iterdir()):
         raise FileExistsError(f"{str(out)!r} is not empty and holds no sweep (no spec.toml); use a new out_dir")
-    with RunLock(out, "sweep directory"):
-        return _run_sweep_locked(spec, out, device, progress, runner, resume, max_steps, workers, deadline, groups)
+    with RunLock(out, "sweep directory") as lock:
+        settings = (device, progress, runner, resume, max_steps, workers, deadline, groups)
+        return _run_sweep_locked(spec, out, *settings, lock)
 
 
 def _saved_plan(
@@ -544,6 +547,7 @@ def _run_sweep_locked(
     workers: int,
     deadline: float | None = None,
     only: Sequence[str] | None = None,
+    lock: RunLock | None = None,
 ) -> list[dict[str, Any]]:
     runs = [_with_device(r, device) for r in spec.runs]
     groups = _saved_plan(out, runs, spec.run["max_group_size"], workers if runner == "local" else 1)
@@ -580,7 +584,14 @@ def _run_sweep_locked(
                 position=len(tasks) % workers if workers > 1 else None,
             )
         )
-    run_groups(tasks, runner, workers, spec.run.get("threads"))
+    if only is not None and lock is not None:  # named groups: the folder's lock only around the plan and the results,
+        lock.release()  # each group's own (its trainer's) while it trains, so calls on other groups run beside it
+        try:
+            run_groups(tasks, runner, workers, spec.run.get("threads"))
+        finally:
+            lock.acquire()
+    else:
+        run_groups(tasks, runner, workers, spec.run.get("threads"))
     rows = results_table(dataclasses.replace(spec, runs=runs), out)
     write_results(rows, out, spec.name)
     return rows

@@ -106,7 +106,7 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
     return {
         "sweep": spec.name,
         "out": str(out),
-        "running": RunLock.holder(out),
+        "running": _holder(out, [g["group"] for g in groups], [r["run"] for r in rows]),
         "model_steps": sum(min(r["step"], r["steps"]) for r in rows),
         "model_steps_planned": sum(r["steps"] for r in rows),
         "runs_finished": sum(r["finished"] for r in rows),
@@ -114,6 +114,13 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
         "groups": groups,
         "rows": rows,
     }
+
+
+def _holder(out: Path, groups: list[str], runs: list[str]) -> dict[str, Any] | None:
+    """Who trains the sweep now: the folder's lock holder, else that of a group's or a run's folder (a call with
+    ``groups`` holds the folder's lock only around its plan and results; each group's trainer holds its own)."""
+    dirs = [out, *(out / "groups" / g for g in groups), *(out / "runs" / r for r in runs)]
+    return next((h for h in map(RunLock.holder, dirs) if h is not None), None)
 
 
 def format_status(st: dict[str, Any]) -> str:

@@ -72,7 +72,7 @@ lane_script() {  # name items -> the lane's commands, one item after another
 running() {  # whether some process runs this item now
   case "$1" in
     fig22-control) pgrep -f -- "runs_dir=$FIG22_DIR" >/dev/null ;;
-    *) pgrep -f -- "--out $SWEEPS/${1%%:*} " >/dev/null ;;
+    *) pgrep -f -- "--out $SWEEPS/${1%%:*} .*--groups ${1#*:}" >/dev/null ;;  # lanes may share a sweep (2026-12-01)
   esac
 }
 
