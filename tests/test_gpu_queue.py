@@ -213,12 +213,14 @@ def test_run_sweep_trains_only_the_groups_named(tmp_path, specs):
 
 def test_calls_on_other_groups_of_one_sweep_train_side_by_side(tmp_path, specs, monkeypatch):
     """2026-12-01: a second lane on the same sweep was refused ("sweep directory ... is in use"), so one of two
-    temperature groups trained in a side folder. A call with ``groups`` now holds the folder's lock only around
-    its plan and results: while it trains, a call on another group runs (here from inside the first, at the moment
-    it trains), the status still reports the sweep as running, and both end finished."""
+    temperature groups trained in a side folder. A call with ``groups`` now claims its groups and holds the folder's
+    lock only around its plan and results: while it trains, a call on another group runs (here from inside the
+    first, at the moment it trains), a call on its group or on the whole sweep is refused before training (a
+    reviewer's catch: the whole sweep would have retrained the group in flight), the status still reports the sweep
+    as running, and both end finished."""
     import hooked_clip1d.sweeps.runner as sr
     from hooked_clip1d.sweeps.status import sweep_status
-    from hooked_clip1d.training.rundir import RunLock
+    from hooked_clip1d.training.rundir import RunDirBusy, RunLock
 
     (specs / "t.toml").write_text(SPEC.replace('dropout_rng = "fast"', 'dropout_rng = "fast"\nmax_group_size = 1'))
     out = tmp_path / "out"
@@ -231,6 +233,9 @@ def test_calls_on_other_groups_of_one_sweep_train_side_by_side(tmp_path, specs, 
         seen["folder_free"] = RunLock.holder(out) is None
         with RunLock(out / "groups" / plan[0][0], "batched group directory"):  # as its trainer holds it
             seen["status"] = sweep_status(specs / "t.toml", out)["running"] is not None
+        for groups in ([plan[0][0]], None):  # the claimed group named again, or the whole sweep: refused, untouched
+            with pytest.raises(RunDirBusy, match="being trained by a call that named them"):
+                run_sweep(specs / "t.toml", out, progress=False, groups=groups)
         run_sweep(specs / "t.toml", out, progress=False, groups=[plan[1][0]])  # the second lane
         return real(tasks, *a, **k)
 

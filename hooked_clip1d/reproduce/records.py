@@ -373,15 +373,14 @@ def guarded_notes(notes: str, on: str, status: str) -> str:
     after them, in place of an earlier guard's; no leading space where the notes were empty.
 
     Example:
-        >>> guarded_notes("", "2026-11-30", "1 run")[:40]
-        '[Guarded on 2026-11-30 by its trained co'
+        >>> guarded_notes("", "2026-11-30", "1 run")[:40], guarded_notes("", "2026-11-30", "1 run")[-9:]
+        ('[Guarded on 2026-11-30 by its trained co', 'l entry.]')
         >>> again = guarded_notes(guarded_notes("As made.", "2026-11-29", "1 run"), "2026-11-30", "3 runs")
         >>> again.startswith("As made. [Guarded on 2026-11-30"), again.count(GUARD_NOTE)
         (True, 1)
     """
-    said = (
-        f"{GUARD_NOTE}{on} by its trained control ({status}): see the record's trained-control entry; the notes "
-        "above are as recorded before it.]"
-    )
     kept = notes.split(GUARD_NOTE)[0].rstrip()
+    said = f"{GUARD_NOTE}{on} by its trained control ({status}): see the record's trained-control entry" + (
+        "; the notes above are as recorded before it.]" if kept else ".]"
+    )
     return f"{kept} {said}" if kept else said

@@ -245,11 +245,9 @@ class OwnControl:
 
 
 # figures whose trained controls their own code computes, one registry (a figure's module registers its own entry:
-# Fig. 22's in pruned_heads, pre-registered in docs/fidelity.md 2026-11-30, guards R3 alone). Fig. 7's was
-# pre-registered in docs/fidelity.md's amendment of 2026-11-26; per check since 2026-11-30
-OWN_CONTROLS: dict[str, OwnControl] = {
-    "fig7": OwnControl("its vision tower with 4 text towers trained apart on the same data"),
-}
+# Fig. 7's in text_figs, pre-registered in docs/fidelity.md's amendment of 2026-11-26; Fig. 22's in pruned_heads,
+# pre-registered in docs/fidelity.md 2026-11-30, guards R3 alone)
+OWN_CONTROLS: dict[str, OwnControl] = {}
 
 
 def own_control_entry(

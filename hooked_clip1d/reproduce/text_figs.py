@@ -15,6 +15,7 @@ from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import load_model
 from hooked_clip1d.reproduce.core import FLAGSHIP, NO_QK_BIAS, SMALL_INIT, FigureSpec, Outcome, register
 from hooked_clip1d.reproduce.readings import at_least, at_most
+from hooked_clip1d.reproduce.replicates import OWN_CONTROLS, OwnControl
 
 
 def _fig6(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
@@ -146,10 +147,7 @@ def _fig7(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     )
     cross = _fig7_cross(model)  # the trained control
     best_cross = max(c["matched_cos"] for c in cross.values())
-    c_cross = (
-        "the own pair aligns held-out labels (matched cos >= 0.5) and better than the vision tower with any of 4 "
-        "text towers trained apart on the same data (trained control)"
-    )
+    c_cross = FIG7_CROSS
     checks.insert(3, (c_cross, rot["matched_cos"] >= 0.5 and rot["matched_cos"] > best_cross))
     summary += (
         ". Trained control, this vision tower with text towers trained apart: matched cosine "
@@ -182,29 +180,27 @@ def _fig7(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         secondary={s_cos: why, s_acc: why},
         sensitivity=sensitivity,
         # the trained control on the checks it guards, by the checks' own thresholds (2026-11-30: it was in the
-        # summary and in c_cross only). c_cross compares the own pair with the control pairs; its control outcome
-        # (2026-12-01, issue 50) is c_cross's rule with a control text tower in the own one's place: that pair aligns
-        # (>= 0.5) and better than the vision tower with every other text tower, the own one included
+        # summary and in c_cross only; c_cross is the comparison with it: OWN_CONTROLS["fig7"].unguarded says so)
         own_controls={
             c_cos: {f"text tower of {o}": c["matched_cos"] >= 0.5 for o, c in cross.items()},
             c_acc: {f"text tower of {o}": c["acc"] >= 0.8 for o, c in cross.items()},
-            c_cross: _fig7_cross_control(rot["matched_cos"], cross),
         },
     )
 
 
-def _fig7_cross_control(own_cos: float, cross: dict[str, dict[str, float]]) -> dict[str, bool]:
-    """Fig. 7's cross check on each control pair: its text tower in the own one's place, it must align held-out
-    labels (matched cos >= 0.5) and better than the vision tower with every other text tower (the own one included).
-
-    >>> _fig7_cross_control(0.8, {"a": {"matched_cos": 0.1}, "b": {"matched_cos": 0.9}})
-    {'text tower of a': False, 'text tower of b': True}
-    """
-    out = {}
-    for o, c in cross.items():
-        others = [own_cos, *(d["matched_cos"] for p, d in cross.items() if p != o)]
-        out[f"text tower of {o}"] = c["matched_cos"] >= 0.5 and c["matched_cos"] > max(others)
-    return out
+FIG7_CROSS = (
+    "the own pair aligns held-out labels (matched cos >= 0.5) and better than the vision tower with any of 4 "
+    "text towers trained apart on the same data (trained control)"
+)
+# Fig. 7's own trained control (pre-registered in docs/fidelity.md's amendment of 2026-11-26; per check since
+# 2026-11-30): it guards the rotation's two checks; the cross check is the comparison with it (2026-12-01, issue 50)
+OWN_CONTROLS["fig7"] = OwnControl(
+    "its vision tower with 4 text towers trained apart on the same data",
+    unguarded={
+        FIG7_CROSS: "it is the comparison with this control: it holds only where the own pair beats every control "
+        "pair, so no control pair can pass it where it holds (its control outcome would be one by construction)"
+    },
+)
 
 
 # the figures of this module, each with its claim, thresholds (in its function) and zoo models

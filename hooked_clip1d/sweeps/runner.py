@@ -45,6 +45,7 @@ from hooked_clip1d.data.dataset import SPLITS, DataConfig
 from hooked_clip1d.files import atomic_write_text
 from hooked_clip1d.model.clip import CLIPConfig
 from hooked_clip1d.settings.checks import check_int, check_real
+from hooked_clip1d.sweeps.claims import refuse_claimed, train_beside
 from hooked_clip1d.sweeps.pool import GroupTask, run_groups
 from hooked_clip1d.sweeps.spec import RunSpec, SweepSpec, load_spec
 from hooked_clip1d.training.members import group_key
@@ -472,9 +473,8 @@ def run_sweep(
     the same); so does ``threads`` (the spec's ``run.threads``: torch threads per group; 1 when other processes
     share the cores, since oversubscribed threads can slow a step several-fold).
     ``groups`` trains only these groups of the plan (names as in ``plan.json``); the others wait for a later call
-    (for a caller that chooses the groups itself, e.g. ``tools/gpu/gpu_window.py``); such a call locks the sweep's
-    folder only while it reads and writes the plan and the results (each group is locked by its trainer), so calls on
-    other groups of the sweep train beside it (``tools/cpu/long_runs.sh``'s lanes).
+    (for a caller that chooses the groups itself, e.g. ``tools/gpu/gpu_window.py``); such a call claims its groups
+    and lets calls on other groups train beside it (``sweeps.claims``; ``tools/cpu/long_runs.sh``'s lanes).
     The table has the runs finished so far. See the module
     docstring for the spec format and the files written.
     """
@@ -584,14 +584,13 @@ def _run_sweep_locked(
                 position=len(tasks) % workers if workers > 1 else None,
             )
         )
-    if only is not None and lock is not None:  # named groups: the folder's lock only around the plan and the results,
-        lock.release()  # each group's own (its trainer's) while it trains, so calls on other groups run beside it
-        try:
-            run_groups(tasks, runner, workers, spec.run.get("threads"))
-        finally:
-            lock.acquire()
+    names, held = [t.name for t in tasks], True
+    if only is not None and lock is not None:  # named groups: claimed, trained beside calls on others (sweeps.claims)
+        held = train_beside(lock, out, names, lambda: run_groups(tasks, runner, workers, spec.run.get("threads")))
     else:
+        refuse_claimed(out, names)
         run_groups(tasks, runner, workers, spec.run.get("threads"))
     rows = results_table(dataclasses.replace(spec, runs=runs), out)
-    write_results(rows, out, spec.name)
+    if held:
+        write_results(rows, out, spec.name)
     return rows

@@ -375,9 +375,9 @@ def eap_ig(
     """EAP with integrated gradients: each edge's writer difference dotted with its port's gradients averaged over
     ``steps`` points of a straight line from corrupted to clean. ``line``: ``"ports"`` (the default since 2026-12-01,
     named ``EAP-IG-ports``): each port's input moved alone along its own line, everything else clean (one line per
-    port, so ``steps`` x ports runs: ~10x the cost of ``"inputs"`` here); ``"inputs"``: the line of Hanna et al.
-    2024 (``METHODS["EAP-IG"]``): the embeddings, so every port moves at once (per tower on the whole CLIP: module
-    docstring). Signs against exact edge patching of CLIP's logit on six zoo models (docs/analyses.md):
+    port, so ``steps`` x ports runs: 6-30x the time of ``"inputs"`` on the zoo's models); ``"inputs"``: the line of
+    Hanna et al. 2024 (``METHODS["EAP-IG"]``): the embeddings, so every port moves at once (per tower on the whole
+    CLIP: module docstring). Signs against exact edge patching of CLIP's logit on six zoo models (docs/analyses.md):
     ``"ports"`` every edge above the 5 % floor right; ``"inputs"`` 11/13 on ``-no-qk-bias``, whose weak head's
     marginal effect has the other sign along the joint line. ``check`` as in ``eap``.
 

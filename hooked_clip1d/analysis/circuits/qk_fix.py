@@ -33,7 +33,8 @@ def resolve_qk_fix(qk_fix: bool | None, freeze_pattern: bool) -> bool:
 
 
 def qk_remedy(method: str) -> str:
-    """The QK fix as a remedy, where the method takes it and does not apply it already.
+    """The QK fix as a remedy, where the method takes it and does not apply it already; for EAP-IG along Hanna et
+    al.'s line, which takes none, the remedy of its kind: each port on its own line.
 
     >>> qk_remedy("AtP"), qk_remedy("AtP+QK"), qk_remedy("EAP-IG-ports")
     ('the QK fix for queries, keys and score terms (atp(qk_fix=True), eap(qk_fix=True): their default), ', '', '')
