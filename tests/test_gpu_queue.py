@@ -672,3 +672,31 @@ def test_this_checkout_is_not_slim():
     """A checkout left slim after a GPU window (its zoo out of the index) would commit the zoo's deletion."""
     st = _load("slim_tree")
     assert not st.slimmed(ROOT), "this checkout is slim for a GPU window: python tools/gpu/slim_tree.py restore"
+
+
+def test_a_lane_that_cannot_take_the_folder_back_warns_and_leaves_the_results_table(tmp_path):
+    """sweeps.claims.train_beside: the folder's lock taken by another live process while it trained (here pid 1's
+    lock file, written during the training) is waited for up to ``wait_s``, then a warning, no results table, and
+    the claims are given up; an error while training propagates with the folder's lock released."""
+    import socket
+    import warnings
+
+    from hooked_clip1d.sweeps.claims import CLAIMS, train_beside
+    from hooked_clip1d.training.rundir import RunLock
+
+    out = tmp_path / "sweep"
+    lock = RunLock(out, "sweep directory").acquire()
+
+    def someone_else_takes_it():  # noqa: ANN202
+        (out / ".lock").write_text(json.dumps({"pid": 1, "host": socket.gethostname(), "since": 0}))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert train_beside(lock, out, ["g0"], someone_else_takes_it, wait_s=0.0) is False
+    assert "results table is left to a later call" in str(caught[-1].message) and not lock.held
+    assert RunLock.holder(out / CLAIMS / "g0") is None
+    (out / ".lock").unlink()
+    lock.acquire()
+    with pytest.raises(ZeroDivisionError):
+        train_beside(lock, out, ["g0"], lambda: 1 / 0)
+    assert not lock.held and RunLock.holder(out) is None and RunLock.holder(out / CLAIMS / "g0") is None

@@ -42,7 +42,9 @@ def refuse_claimed(out: Path, names: Sequence[str]) -> None:
         )
 
 
-def train_beside(lock: RunLock, out: Path, names: Sequence[str], train: Callable[[], None], wait_s: float = 120.0):
+def train_beside(
+    lock: RunLock, out: Path, names: Sequence[str], train: Callable[[], object], wait_s: float = 120.0
+) -> bool:
     """Claim the groups ``names``, let the sweep folder's ``lock`` go, ``train()``, and take the lock back (waiting
     up to ``wait_s`` for another call's plan or results write). Returns whether it is held again: False (with a
     warning) when it could not be had, so the caller leaves the results table to a later call. An error while
