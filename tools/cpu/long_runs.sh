@@ -9,16 +9,15 @@
 #
 # The lanes (edit LANES when a run is added or ships): each a list of items run one after another, `SPEC:GROUP` (a
 # group of sweep SPEC's plan.json) or `fig22-control` (Fig. 22's trained control, `analyze pruning`):
-#   lane1: Fig. 22's trained control (issue 50: the order-blind control's six two-head subsets retrained 10,000 epochs
-#          in one batched group, 440,000 steps, ~5 h of one core; pre-registered in docs/fidelity.md 2026-11-30), then
-#          seed 0 of Fig. 20's and the RoPE model's zoo groups again, with their 43 snapshots (issue 49 item 3: their
-#          trajectories; 430,000 and 650,000 steps: ~4 and ~6 h of one core; added 2026-11-30, session 37; Fig. 15's,
-#          30,000 steps, trained and shipped that day). App. L's order-blind control, the lane's first item, finished on
-#          2026-11-30 and shipped.
-#   lane2: the temperature study retrained for x16's threshold grid (issue 50 item 4; pre-registered in docs/fidelity.md
-#          2026-11-30, session 38: two groups of 12, ~4 h of one core each; Fig. 21b's grid, before it, finished then);
+#   lane1: seed 0 of Fig. 20's zoo group again, then App. L's, with their 43 snapshots (issue 49 item 3: their
+#          trajectories; 430,000 and 1,170,000 steps). lane2: seed 0 of the RoPE model's zoo group (650,000 steps),
 #          then the full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one
-#          AVX2 core, compiled no faster, measured 2026-11-30: 440,000 steps, ~24 h; a GPU window resumes it)
+#          AVX2 core: 440,000 steps, ~24 h; a GPU window resumes it). The two lanes share zoo-distinct (since
+#          2026-12-01 a call on some groups claims them: sweeps/claims.py). Paces: a batched group of 12 trains at ~61
+#          steps/s alone on one core of the AVX-512 machine of 2026-12-01 (~55 beside the other lane), ~32 on the AVX2
+#          machine of sessions 34-38. Done before: Fig. 22's trained control and App. L's order-blind control
+#          (2026-11-30/12-01, shipped and read); x16's temperature study retrained (2026-12-01, both groups side by side
+#          on this machine, read that day).
 # A new machine starts from scratch (the runs are never committed); the worktrees keep the commit a lane started at.
 # When a lane finishes (pre-registered in docs/fidelity.md, amendments of 2026-11-29):
 #   fig22-control (done 2026-12-01; kept as an item for another machine): `hooked-clip1d reproduce fig22 --guard-record
@@ -39,8 +38,8 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane1|zoo-distinct:g006-af828c99 zoo-distinct:g003-e9c558c4"
-  "lane2|temperature:g000-1204129a temperature:g001-62be32bd full-protocol:g000-8f63fd85"
+  "lane1|zoo-distinct:g006-af828c99 zoo-distinct:g000-278b7f04"
+  "lane2|zoo-distinct:g003-e9c558c4 full-protocol:g000-8f63fd85"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
