@@ -2,7 +2,8 @@
 claims its groups (a lock per group under ``out/claims/``) while it holds the sweep folder's lock, then lets the
 folder's lock go while it trains, so a call on other groups can start; a call that would train a claimed group (the
 same group named again, or the whole sweep) is refused before it trains. The folder's lock is taken back to
-write the results table.
+write the results table. A call with ``groups`` waits for the folder's lock (``folder_lock``), which another such
+call holds only for seconds; a whole-sweep call is refused at once while the folder is held.
 
 Example:
     >>> import tempfile
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from hooked_clip1d.training.rundir import RunDirBusy, RunLock
@@ -59,17 +61,47 @@ def train_beside(
     finally:
         for c in reversed(claims):
             c.release()
+    try:
+        _acquire_waiting(lock, wait_s)
+        return True
+    except RunDirBusy:
+        msg = f"sweep folder {str(out)!r} stayed locked; its results table is left to a later call"
+        warnings.warn(msg, stacklevel=3)
+        return False
+
+
+@contextmanager
+def folder_lock(out: Path, groups: Sequence[str] | None, wait_s: float = 120.0) -> Iterator[RunLock]:
+    """The sweep folder's lock, held for the ``with`` block. A call naming ``groups`` waits up to ``wait_s`` for it
+    (two lanes started together each hold it for seconds, to plan and claim); a whole-sweep call is refused at once
+    when it is held (a whole-sweep call holds it while it trains).
+
+    Example:
+        >>> import tempfile
+        >>> out = Path(tempfile.mkdtemp())
+        >>> with folder_lock(out, ["g000"]) as lock:
+        ...     lock.held
+        True
+    """
+    lock = RunLock(out, "sweep directory")
+    _acquire_waiting(lock, wait_s if groups else 0.0)
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+def _acquire_waiting(lock: RunLock, wait_s: float) -> None:
+    """Acquire ``lock``, retrying each second for up to ``wait_s``; the last refusal (RunDirBusy) propagates."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
             lock.acquire()
-            return True
+            return
         except RunDirBusy:
             if time.monotonic() >= deadline:
-                msg = f"sweep folder {str(out)!r} stayed locked; its results table is left to a later call"
-                warnings.warn(msg, stacklevel=3)
-                return False
+                raise
             time.sleep(1.0)
 
 
-__all__ = ["CLAIMS", "refuse_claimed", "train_beside"]
+__all__ = ["CLAIMS", "folder_lock", "refuse_claimed", "train_beside"]

@@ -45,7 +45,7 @@ from hooked_clip1d.data.dataset import SPLITS, DataConfig
 from hooked_clip1d.files import atomic_write_text
 from hooked_clip1d.model.clip import CLIPConfig
 from hooked_clip1d.settings.checks import check_int, check_real
-from hooked_clip1d.sweeps.claims import refuse_claimed, train_beside
+from hooked_clip1d.sweeps.claims import folder_lock, refuse_claimed, train_beside
 from hooked_clip1d.sweeps.pool import GroupTask, run_groups
 from hooked_clip1d.sweeps.spec import RunSpec, SweepSpec, load_spec
 from hooked_clip1d.training.members import group_key
@@ -492,7 +492,7 @@ def run_sweep(
     out = Path(out_dir) if out_dir is not None else sweeps_home() / spec.name
     if out.is_dir() and not (out / "spec.toml").exists() and any(e.name != ".lock" for e in out.iterdir()):
         raise FileExistsError(f"{str(out)!r} is not empty and holds no sweep (no spec.toml); use a new out_dir")
-    with RunLock(out, "sweep directory") as lock:
+    with folder_lock(out, groups) as lock:  # a call naming groups waits for another lane's seconds of planning
         settings = (device, progress, runner, resume, max_steps, workers, deadline, groups)
         return _run_sweep_locked(spec, out, *settings, lock)
 
