@@ -71,7 +71,7 @@ import torch
 from jaxtyping import Float
 from transformer_lens.hook_points import HookPoint
 
-from hooked_clip1d.analysis.circuits.qk_fix import check_freeze, qk_remedy, resolve_qk_fix  # noqa: F401 (re-exported)
+from hooked_clip1d.analysis.circuits.qk_fix import check_freeze, remedy_for, resolve_qk_fix  # noqa: F401 (re-exported)
 from hooked_clip1d.analysis.circuits.task import Task
 from hooked_clip1d.analysis.hooks import Hook
 from hooked_clip1d.analysis.interventions.decompose import rotate
@@ -550,7 +550,7 @@ def check_against_exact(
                 f"{min_pearson}); worst {worst[0]}: {result.method} {worst[1]:+.3g}, exact {worst[2]:+.3g}. A "
                 "first-order estimate is wrong where the metric or the path is non-linear: linearise the towers "
                 "only (mirror_task(..., linearise='readout'), AtP's and EAP's default), "
-                + qk_remedy(result.method)
+                + remedy_for(result.method)
                 + "a metric linear in the output (mirror_task(..., norm='frozen')), or exact patching"
             ),
             stacklevel=_user_level(sys._getframe(1)),

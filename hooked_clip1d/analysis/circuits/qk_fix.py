@@ -1,6 +1,7 @@
 """The QK fix's switch (AtP*, Kramár et al. 2024): ``check_freeze`` refuses it with frozen patterns,
-``resolve_qk_fix`` gives ``atp``'s and ``eap``'s default (on unless the patterns are frozen), ``qk_remedy`` names it
-as a remedy in a disagreement warning where the method lacks it."""
+``resolve_qk_fix`` gives ``atp``'s and ``eap``'s default (on unless the patterns are frozen), ``remedy_for`` names
+the remedy a disagreement warning offers for a method: the QK fix where the method lacks it, or for Hanna et al.'s
+EAP-IG the ports line."""
 
 from __future__ import annotations
 
@@ -32,13 +33,13 @@ def resolve_qk_fix(qk_fix: bool | None, freeze_pattern: bool) -> bool:
     return qk_fix
 
 
-def qk_remedy(method: str) -> str:
+def remedy_for(method: str) -> str:
     """The QK fix as a remedy, where the method takes it and does not apply it already; for EAP-IG along Hanna et
     al.'s line, which takes none, the remedy of its kind: each port on its own line.
 
-    >>> qk_remedy("AtP"), qk_remedy("AtP+QK"), qk_remedy("EAP-IG-ports")
+    >>> remedy_for("AtP"), remedy_for("AtP+QK"), remedy_for("EAP-IG-ports")
     ('the QK fix for queries, keys and score terms (atp(qk_fix=True), eap(qk_fix=True): their default), ', '', '')
-    >>> qk_remedy("EAP-IG")
+    >>> remedy_for("EAP-IG")
     "each port on its own line (eap_ig(line='ports'), its default), "
     """
     if method == "EAP-IG":  # Hanna et al.'s line: every port moves at once
