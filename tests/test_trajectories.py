@@ -420,8 +420,13 @@ def test_docs_zoo_states_the_trajectories_and_their_size():
 
 
 def test_shipped_trajectories_stay_within_budget():
+    """The budget is the package's size (ship.TRAJECTORY_BUDGET_MB says why it is 30 MB since 2026-12-01: a GPU
+    window sends the slim tree, without the trajectories, so its room no longer bounds them)."""
+    from hooked_clip1d.pretrained.ship import TRAJECTORY_BUDGET_MB
+
     total = sum(p.stat().st_size for p in reg.zoo.TRAJECTORIES_DIR.glob("*") if p.is_file())
-    assert total <= 25e6, f"the shipped trajectories add {total / 1e6:.1f} MB (budget 25 MB)"
+    assert TRAJECTORY_BUDGET_MB == 30.0  # raised only with its reason restated there
+    assert total <= TRAJECTORY_BUDGET_MB * 1e6, f"the shipped trajectories add {total / 1e6:.1f} MB (budget 30 MB)"
 
 
 @pytest.mark.parametrize("name", reg.list_trajectories())

@@ -46,7 +46,10 @@ from hooked_clip1d.pretrained.trajectories import (
 )
 from hooked_clip1d.settings.checks import check_int_list
 
-TRAJECTORY_BUDGET_MB = 25.0  # all shipped trajectories together (the working tree's room is tested apart)
+# All shipped trajectories together: the package's size on disk and in a clone (a GPU window sends the slim tree,
+# without them, since 2026-11-30, so the window's room no longer sets it; 25 MB until 2026-12-01, when the last
+# three mechanism models' trajectories were to ship beside the 23 MB then used).
+TRAJECTORY_BUDGET_MB = 30.0
 
 
 def export_run(
