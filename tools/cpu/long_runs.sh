@@ -9,15 +9,16 @@
 #
 # The lanes (edit LANES when a run is added or ships): each a list of items run one after another, `SPEC:GROUP` (a
 # group of sweep SPEC's plan.json) or `fig22-control` (Fig. 22's trained control, `analyze pruning`):
-#   lane1: seed 0 of Fig. 20's zoo group again, then App. L's, with their 43 snapshots (issue 49 item 3: their
-#          trajectories; 430,000 and 1,170,000 steps). lane2: seed 0 of the RoPE model's zoo group (650,000 steps),
-#          then the full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one
-#          AVX2 core: 440,000 steps, ~24 h; a GPU window resumes it). The two lanes share zoo-distinct (since
-#          2026-12-01 a call on some groups claims them: sweeps/claims.py). Paces: a batched group of 12 trains at ~61
-#          steps/s alone on one core of the AVX-512 machine of 2026-12-01 (~55 beside the other lane), ~32 on the AVX2
-#          machine of sessions 34-38. Done before: Fig. 22's trained control and App. L's order-blind control
-#          (2026-11-30/12-01, shipped and read); x16's temperature study retrained (2026-12-01, both groups side by side
-#          on this machine, read that day).
+#   lane1: seed 0 of App. L's zoo group with its 43 snapshots (issue 49 item 3: its trajectory; 1,170,000 steps,
+#          ~90 steps/s eager on one core of the AVX-512 machine of 2026-12-01, so compiled since that day).
+#   lane2: the full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2
+#          core: 440,000 steps, ~24 h; a GPU window resumes it), compiled.
+#   `+compile` after an item torch.compiles its step (an execution setting: a run resumes with or without it).
+#   Paces: a batched group of 12 trains at ~61 steps/s alone on one core of the AVX-512 machine (~55 beside the
+#   other lane), ~32 on the AVX2 machine of sessions 34-38. Done before: Fig. 22's trained control and App. L's
+#   order-blind control (2026-11-30/12-01, shipped and read); x16's temperature study retrained (2026-12-01, read
+#   that day); Fig. 20's and the RoPE model's zoo groups (2026-12-01, shipped). Lanes may share a sweep (a call on
+#   some groups claims them: sweeps/claims.py).
 # A new machine starts from scratch (the runs are never committed); the worktrees keep the commit a lane started at.
 # When a lane finishes (pre-registered in docs/fidelity.md, amendments of 2026-11-29):
 #   fig22-control (done 2026-12-01; kept as an item for another machine): `hooked-clip1d reproduce fig22 --guard-record
@@ -38,8 +39,8 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane1|zoo-distinct:g006-af828c99 zoo-distinct:g000-278b7f04"
-  "lane2|zoo-distinct:g003-e9c558c4 full-protocol:g000-8f63fd85"
+  "lane1|zoo-distinct:g000-278b7f04+compile"
+  "lane2|full-protocol:g000-8f63fd85+compile"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
@@ -49,9 +50,11 @@ item_command() {  # one lane item -> the command that runs (or resumes) it
     fig22-control)  # no progress bar in the log (TQDM_DISABLE); resumes from its group checkpoint
       echo "TQDM_DISABLE=1 \"$VENV/bin/hooked-clip1d\" analyze pruning --model $FIG22_CONTROL -o 'kept=[2]' \\
     -o epochs=10000 -o \"runs_dir=$FIG22_DIR\" --out \"$FIG22_DIR/analyze\" --json >/dev/null" ;;
-    *:*)
-      echo "\"$VENV/bin/hooked-clip1d\" sweep \"hooked_clip1d/sweeps/${1%%:*}.toml\" --out \"$SWEEPS/${1%%:*}\" --threads 1 \\
-    --no-progress --groups ${1#*:}" ;;
+    *:*)  # SPEC:GROUP[+compile]: +compile torch.compiles the step (an execution setting; resumes either way)
+      local it=${1%+compile} extra=""
+      [ "$it" != "$1" ] && extra=" --compile"
+      echo "\"$VENV/bin/hooked-clip1d\" sweep \"hooked_clip1d/sweeps/${it%%:*}.toml\" --out \"$SWEEPS/${it%%:*}\" --threads 1$extra \\
+    --no-progress --groups ${it#*:}" ;;
     *) echo "unknown lane item $1" >&2; return 2 ;;
   esac
 }
@@ -69,6 +72,7 @@ lane_script() {  # name items -> the lane's commands, one item after another
 }
 
 running() {  # whether some process runs this item now
+  set -- "${1%+compile}"
   case "$1" in
     fig22-control) pgrep -f -- "runs_dir=$FIG22_DIR" >/dev/null ;;
     *) pgrep -f -- "--out $SWEEPS/${1%%:*} .*--groups ${1#*:}" >/dev/null ;;  # lanes may share a sweep (2026-12-01)
@@ -119,6 +123,7 @@ case "${1:-}" in
     for lane in "${LANES[@]}"; do  # only this queue's runs, not another sweep on the machine
       IFS='|' read -r name items <<<"$lane"
       for item in $items; do
+        item=${item%+compile}
         case "$item" in
           fig22-control) pkill -TERM -f -- "runs_dir=$FIG22_DIR" || true ;;
           *) pkill -TERM -f -- "--out $SWEEPS/${item%%:*} " || true ;;
