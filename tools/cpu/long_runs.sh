@@ -9,8 +9,10 @@
 #
 # The lanes (edit LANES when a run is added or ships): each a list of items run one after another, `SPEC:GROUP` (a
 # group of sweep SPEC's plan.json) or `fig22-control` (Fig. 22's trained control, `analyze pruning`):
-#   lane1: seed 0 of App. L's zoo group with its 43 snapshots (issue 49 item 3: its trajectory; 1,170,000 steps,
-#          ~90 steps/s eager on one core of the AVX-512 machine of 2026-12-01, so compiled since that day).
+#   lane1: seed 0 of App. L's zoo group with its 43 snapshots (issue 49 item 3: its trajectory; 1,170,000 steps).
+#          On one core of the AVX-512 machine of 2026-12-01, beside another process: ~110 steps/s eager, ~120
+#          compiled (its metrics.jsonl, epochs 300-700 and 1,200-2,900), so ~2.7 h in all; at 09:00 that day 400,000
+#          steps were done.
 #   lane2: the full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2
 #          core: 440,000 steps, ~24 h; a GPU window resumes it), compiled.
 #   `+compile` after an item torch.compiles its step (an execution setting: a run resumes with or without it).
