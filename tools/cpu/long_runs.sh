@@ -22,7 +22,7 @@
 #   that day); Fig. 20's and the RoPE model's zoo groups (2026-12-01, shipped). Lanes may share a sweep (a call on
 #   some groups claims them: sweeps/claims.py).
 # A new machine starts from scratch (the runs are never committed); the worktrees keep the commit a lane started at.
-# When a lane finishes (pre-registered in docs/fidelity.md, amendments of 2026-11-29):
+# When a lane finishes (pre-registered in docs/fidelity.md, amendments of 2026-11-29; App. L's group: tools/cpu/ship_app_l.sh):
 #   fig22-control (done 2026-12-01; kept as an item for another machine): `hooked-clip1d reproduce fig22 --guard-record
 #          docs/records --sweeps-dir ~/sweeps`, the results page
 #   zoo-distinct groups: a retraining on this CPU is not the shipped model (docs/zoo.md: 4 % of Fig. 8's weights
