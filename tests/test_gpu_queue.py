@@ -246,12 +246,14 @@ def test_calls_on_other_groups_of_one_sweep_train_side_by_side(tmp_path, specs, 
     assert RunLock.holder(out) is None
 
 
-def test_a_call_naming_groups_waits_for_another_lanes_planning(tmp_path, specs):
+def test_a_call_naming_groups_waits_for_another_lanes_planning(tmp_path, specs, monkeypatch):
     """2026-12-01: two lanes started together on one sweep; the second found the folder locked by the first's seconds
     of planning and claiming, and was refused (rc 2), losing its slot. A call naming groups now waits for the
     folder's lock (up to 120 s); a whole-sweep call is still refused at once."""
-    import threading
+    import time
+    import types
 
+    import hooked_clip1d.sweeps.claims as claims
     from hooked_clip1d.training.rundir import RunDirBusy, RunLock
 
     (specs / "t.toml").write_text(SPEC.replace('dropout_rng = "fast"', 'dropout_rng = "fast"\nmax_group_size = 1'))
@@ -259,10 +261,18 @@ def test_a_call_naming_groups_waits_for_another_lanes_planning(tmp_path, specs):
     run_sweep(specs / "t.toml", out, progress=False, max_steps=1)
     plan = json.loads((out / "plan.json").read_text())
     other = RunLock(out, "sweep directory").acquire()  # another lane planning
+    waits = []
+
+    def sleep(s):  # noqa: ANN001, ANN202  (the other lane finishes its planning while this one waits)
+        waits.append(s)
+        other.release()
+
+    monkeypatch.setattr(claims, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=sleep))  # claims' own
     with pytest.raises(RunDirBusy, match="in use by process"):
         run_sweep(specs / "t.toml", out, progress=False)
-    threading.Timer(1.5, other.release).start()
+    assert waits == []  # the whole sweep: refused at once
     run_sweep(specs / "t.toml", out, progress=False, groups=[plan[1][0]])
+    assert waits == [1.0]  # waited once, then took the lock and trained
     assert [(out / "runs" / g[1][0] / "summary.json").exists() for g in plan] == [False, True]
     assert RunLock.holder(out) is None
 

@@ -2,8 +2,9 @@
 claims its groups (a lock per group under ``out/claims/``) while it holds the sweep folder's lock, then lets the
 folder's lock go while it trains, so a call on other groups can start; a call that would train a claimed group (the
 same group named again, or the whole sweep) is refused before it trains. The folder's lock is taken back to
-write the results table. A call with ``groups`` waits for the folder's lock (``folder_lock``), which another such
-call holds only for seconds; a whole-sweep call is refused at once while the folder is held.
+write the results table. A call with ``groups`` waits up to 120 s for the folder's lock (``folder_lock``), which
+another such call holds only for seconds (a whole-sweep call holds it while it trains: then the wait ends in a
+refusal); a whole-sweep call is refused at once while the folder is held.
 
 Example:
     >>> import tempfile
@@ -84,7 +85,7 @@ def folder_lock(out: Path, groups: Sequence[str] | None, wait_s: float = 120.0) 
         True
     """
     lock = RunLock(out, "sweep directory")
-    _acquire_waiting(lock, wait_s if groups else 0.0)
+    _acquire_waiting(lock, wait_s if groups is not None else 0.0)
     try:
         yield lock
     finally:
@@ -92,13 +93,14 @@ def folder_lock(out: Path, groups: Sequence[str] | None, wait_s: float = 120.0) 
 
 
 def _acquire_waiting(lock: RunLock, wait_s: float) -> None:
-    """Acquire ``lock``, retrying each second for up to ``wait_s``; the last refusal (RunDirBusy) propagates."""
+    """Acquire ``lock``, retrying each second for up to ``wait_s``; the last refusal propagates (RunDirBusy, or a
+    FileNotFoundError where another caller's failed start removed the new folder between its mkdir and the lock)."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
             lock.acquire()
             return
-        except RunDirBusy:
+        except (RunDirBusy, FileNotFoundError):
             if time.monotonic() >= deadline:
                 raise
             time.sleep(1.0)

@@ -481,7 +481,6 @@ def run_sweep(
     max_steps = check_int(max_steps, "run_sweep: max_steps", none_ok=True)
     if max_seconds is not None:
         check_real(max_seconds, "run_sweep: max_seconds", strict=True)
-    deadline = None if max_seconds is None else time.time() + max_seconds
     workers = check_int(workers, "workers")
     spec = load_spec(spec_path)
     spec = _with_execution_settings(spec, compile, cudagraphs, graph_step, streams, threads)
@@ -493,6 +492,7 @@ def run_sweep(
     if out.is_dir() and not (out / "spec.toml").exists() and any(e.name != ".lock" for e in out.iterdir()):
         raise FileExistsError(f"{str(out)!r} is not empty and holds no sweep (no spec.toml); use a new out_dir")
     with folder_lock(out, groups) as lock:  # a call naming groups waits for another lane's seconds of planning
+        deadline = None if max_seconds is None else time.time() + max_seconds  # the wait for the lock not counted
         settings = (device, progress, runner, resume, max_steps, workers, deadline, groups)
         return _run_sweep_locked(spec, out, *settings, lock)
 
