@@ -455,6 +455,30 @@ def test_docs_zoo_table_is_the_manifests_table():
     assert reg.registry_table() in zoo
 
 
+def test_list_update_writes_the_zoo_tables_into_the_page(tmp_path, capsys):
+    """`list --markdown --update PAGE` splices both tables into a page whose tables went stale, keeps the rest of the
+    page, says when nothing changed, and refuses a page without the tables (unchanged) or without --markdown."""
+    page = tmp_path / "zoo.md"
+    shipped = (ROOT / "docs" / "zoo.md").read_text()
+    stale = shipped.replace(reg.trajectory_table(), "| model | checkpoints | old |\n|---|---|---|\n| `x` | 1 | 0 |")
+    stale = stale.replace(reg.registry_table().splitlines()[2], "| `gone` | a removed model | 1 (1) |")
+    assert stale != shipped
+    page.write_text(stale)
+    assert main(["list", "--markdown", "--update", str(page)]) == 0
+    assert page.read_text() == shipped and "tables updated" in capsys.readouterr().out
+    assert main(["list", "--markdown", "--update", str(page)]) == 0
+    assert "already up to date" in capsys.readouterr().out
+    twice = tmp_path / "twice.md"
+    twice.write_text(shipped + "\n" + reg.trajectory_table() + "\n")
+    for bad, says in ((twice, "2 table"), (tmp_path / "none.md", "no zoo page")):
+        before = bad.read_text() if bad.exists() else None
+        assert main(["list", "--markdown", "--update", str(bad)]) == 2
+        assert says in capsys.readouterr().err
+        assert (bad.read_text() if bad.exists() else None) == before
+    assert main(["list", "--update", str(page)]) == 2
+    assert "give it with --markdown" in capsys.readouterr().err
+
+
 def test_cli_json_has_no_float32_noise(capsys):
     assert main(["eval", "--model", "simplified-ntot10-n2-5-no-qk-bias", "--json"]) == 0
     out = capsys.readouterr().out

@@ -152,6 +152,12 @@ def add_list_parser(sub: Any) -> argparse.ArgumentParser:
     form.add_argument("--json", action="store_true", help="print JSON")
     form.add_argument("--markdown", action="store_true", help="print the zoo tables of docs/zoo.md")
     p.add_argument(
+        "--update",
+        metavar="PAGE",
+        default=None,
+        help="with --markdown: write the tables into PAGE (docs/zoo.md) in place of its own, the rest kept",
+    )
+    p.add_argument(
         "--checkpoints",
         metavar="NAME",
         default=None,
@@ -196,9 +202,17 @@ def _list_checkpoints(a: argparse.Namespace) -> int:
 def cmd_list(a: argparse.Namespace) -> int:
     from hooked_clip1d.pretrained import list_pretrained, list_trajectories, manifest
 
+    if a.update is not None and not a.markdown:
+        raise ValueError("--update PAGE writes the markdown tables: give it with --markdown")
     if a.checkpoints:
         return _list_checkpoints(a)
     rows = [manifest(n) for n in list_pretrained()]
+    if a.markdown and a.update is not None:
+        from hooked_clip1d.pretrained import update_zoo_tables
+
+        changed = update_zoo_tables(a.update)  # a missing page or table: user_error's one line
+        print(f"{a.update}: {'tables updated' if changed else 'already up to date'}")
+        return 0
     if a.markdown:
         from hooked_clip1d.pretrained import registry_table, trajectory_table
 
@@ -348,7 +362,7 @@ def cmd_ship_trajectory(a: argparse.Namespace) -> int:
         tol = f", within {a.tolerance_images} images" if a.tolerance_images else ""
         print(f"stored as {man['dtype']} (each at the first of {', '.join(dtypes)} that keeps its accuracies{tol})")
         print("epochs: " + ", ".join(map(str, man["epochs"])))
-        print("update docs/zoo.md with `hooked-clip1d list --markdown` (its trajectory table)")
+        print("update docs/zoo.md: `hooked-clip1d list --markdown --update docs/zoo.md`")
     return 0
 
 

@@ -45,6 +45,7 @@ from hooked_clip1d.pretrained.checkpoints import (  # the trajectories and run s
     trajectory_emergence,
     trajectory_manifest,
     trajectory_table,
+    update_zoo_tables,
 )
 from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file format (torch-free at import)
     NoTrajectoryError,
@@ -198,4 +199,5 @@ __all__ = [
     "trajectory_manifest",
     "trajectory_schedule",
     "trajectory_table",
+    "update_zoo_tables",
 ]

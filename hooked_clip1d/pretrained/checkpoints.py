@@ -309,6 +309,49 @@ def trajectory_table() -> str:
     return "\n".join(rows)
 
 
+def _splice_table(lines: list[str], table: str, where: str) -> list[str]:
+    """``lines`` with the markdown table whose header starts with ``table``'s first two column names replaced by
+    ``table`` (a column added later still finds the old table)."""
+    head = "|".join(table.splitlines()[0].split("|")[:3]) + "|"
+    starts = [k for k, line in enumerate(lines) if line.startswith(head)]
+    if len(starts) != 1:
+        found = "no" if not starts else f"{len(starts)}"
+        raise ValueError(f"{where}: {found} table starting with {head!r}; expected exactly one to update")
+    i = j = starts[0]
+    while j < len(lines) and lines[j].startswith("|"):
+        j += 1
+    return lines[:i] + table.splitlines() + lines[j:]
+
+
+def update_zoo_tables(path: str | os.PathLike) -> bool:
+    """Write the zoo's two tables (``zoo.registry_table`` and ``trajectory_table``, from the shipped manifests) into
+    the markdown page at ``path`` (docs/zoo.md), in place of the tables with the same header lines; the rest of the
+    page is kept. Returns whether the page changed. A page without exactly one of each table is refused, unchanged.
+    ``hooked-clip1d list --markdown --update docs/zoo.md`` calls it.
+
+    Example:
+        >>> import shutil, tempfile; from pathlib import Path
+        >>> page = Path(tempfile.mkdtemp()) / "zoo.md"
+        >>> _ = shutil.copy(Path(zoo.__file__).parents[2] / "docs" / "zoo.md", page)
+        >>> update_zoo_tables(page)  # the shipped page is up to date
+        False
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no zoo page at {str(path)!r} to update")
+    old = path.read_text(encoding="utf-8")
+    lines = old.splitlines()
+    for table in (zoo.registry_table(), trajectory_table()):
+        lines = _splice_table(lines, table, str(path))
+    new = "\n".join(lines) + "\n"
+    if new == old:
+        return False
+    from hooked_clip1d.files import atomic_write_text
+
+    atomic_write_text(path, new)
+    return True
+
+
 __all__ = [
     "check_snapshot",
     "get_checkpoint_labels",
@@ -319,4 +362,5 @@ __all__ = [
     "trajectory_emergence",
     "trajectory_manifest",
     "trajectory_table",
+    "update_zoo_tables",
 ]

@@ -47,13 +47,16 @@ LANES=(
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
 
+bare_item() { echo "${1%+compile}"; }  # an item without its execution suffix: what names the run
+
 item_command() {  # one lane item -> the command that runs (or resumes) it
   case "$1" in
     fig22-control)  # no progress bar in the log (TQDM_DISABLE); resumes from its group checkpoint
       echo "TQDM_DISABLE=1 \"$VENV/bin/hooked-clip1d\" analyze pruning --model $FIG22_CONTROL -o 'kept=[2]' \\
     -o epochs=10000 -o \"runs_dir=$FIG22_DIR\" --out \"$FIG22_DIR/analyze\" --json >/dev/null" ;;
     *:*)  # SPEC:GROUP[+compile]: +compile torch.compiles the step (an execution setting; resumes either way)
-      local it=${1%+compile} extra=""
+      local it extra=""
+      it=$(bare_item "$1")
       [ "$it" != "$1" ] && extra=" --compile"
       echo "\"$VENV/bin/hooked-clip1d\" sweep \"hooked_clip1d/sweeps/${it%%:*}.toml\" --out \"$SWEEPS/${it%%:*}\" --threads 1$extra \\
     --no-progress --groups ${it#*:}" ;;
@@ -74,7 +77,7 @@ lane_script() {  # name items -> the lane's commands, one item after another
 }
 
 running() {  # whether some process runs this item now
-  set -- "${1%+compile}"
+  set -- "$(bare_item "$1")"
   case "$1" in
     fig22-control) pgrep -f -- "runs_dir=$FIG22_DIR" >/dev/null ;;
     *) pgrep -f -- "--out $SWEEPS/${1%%:*} .*--groups ${1#*:}" >/dev/null ;;  # lanes may share a sweep (2026-12-01)
@@ -125,8 +128,7 @@ case "${1:-}" in
     for lane in "${LANES[@]}"; do  # only this queue's runs, not another sweep on the machine
       IFS='|' read -r name items <<<"$lane"
       for item in $items; do
-        item=${item%+compile}
-        case "$item" in
+        case "$(bare_item "$item")" in
           fig22-control) pkill -TERM -f -- "runs_dir=$FIG22_DIR" || true ;;
           *) pkill -TERM -f -- "--out $SWEEPS/${item%%:*} " || true ;;
         esac

@@ -51,27 +51,5 @@ for f in fig23 x5-two-layer; do
   /usr/bin/time -f "$f %e s" "$VENV"/bin/hooked-clip1d reproduce $f --out "$OUT_DIR" --sweeps-dir "$SWEEPS" --no-progress
 done
 "$VENV"/bin/hooked-clip1d results-page --results "$OUT_DIR"
-"$VENV"/bin/hooked-clip1d list --markdown > "$OUT_DIR/list.md"
-"$VENV"/bin/python - "$OUT_DIR/list.md" <<'PY'
-from pathlib import Path
-lst = Path(__import__("sys").argv[1]).read_text().splitlines()
-zoo_tab = lst[:lst.index("")]
-traj_start = next(i for i, l in enumerate(lst) if l.startswith("| model | checkpoints |"))
-traj_tab = []
-for l in lst[traj_start:]:
-    if not l.startswith("|"):
-        break
-    traj_tab.append(l)
-p = Path("docs/zoo.md")
-s = p.read_text().splitlines()
-def replace(lines, header_prefix, new):
-    i = next(k for k, l in enumerate(lines) if l.startswith(header_prefix))
-    j = i
-    while j < len(lines) and lines[j].startswith("|"):
-        j += 1
-    return lines[:i] + new + lines[j:]
-s = replace(s, "| name | description", zoo_tab)
-s = replace(s, "| model | checkpoints |", traj_tab)
-p.write_text("\n".join(s) + "\n")
-PY
+"$VENV"/bin/hooked-clip1d list --markdown --update docs/zoo.md
 git status --short

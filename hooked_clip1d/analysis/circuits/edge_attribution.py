@@ -166,7 +166,7 @@ def _eap(
             return scores_of(grads_with(post=post))
 
         if steps and line == "ports":
-            port_delta = _port_deltas(task, edge_list, delta, corr_w, clean_w)
+            port_delta = _port_deltas(task, edge_list, lambda w: delta[w] if w in delta else corr_w[w] - clean_w[w])
             scores = _integrated_ports(task, edge_list, steps, port_delta, grads_with, scores_of)
         elif steps:
             scores = _integrated(task, edge_list, steps, grads_with, scores_of)
@@ -223,18 +223,15 @@ def _integrated(
     return scores
 
 
-def _port_deltas(
-    task: Task, edges: list[Edge], delta: Mapping, corr_w: Mapping, clean_w: Mapping
-) -> dict[str, torch.Tensor]:
+def _port_deltas(task: Task, edges: list[Edge], delta_of: Callable[[str], torch.Tensor]) -> dict[str, torch.Tensor]:
     """Each port's input change when every edge of the graph into it carries its writer's corrupted value (the far
-    end of the port's own line; the edges asked for do not change it). ``delta`` holds the writers' changes already
-    computed for the edges asked for; the graph's other writers into those ports are computed here."""
+    end of the port's own line; the edges asked for do not change it). ``delta_of(writer)`` is a writer's corrupted
+    minus clean output, for every writer of the graph into those ports, asked for or not."""
     ports = {p for _, p in edges}
     out: dict[str, torch.Tensor] = {}
     for w, p in build_graph(task.target).edges:
         if p in ports:
-            d = delta[w] if w in delta else corr_w[w] - clean_w[w]
-            out[p] = out[p] + d if p in out else d
+            out[p] = out[p] + delta_of(w) if p in out else delta_of(w)
     return out
 
 
