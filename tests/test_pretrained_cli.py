@@ -470,7 +470,7 @@ def test_list_update_writes_the_zoo_tables_into_the_page(tmp_path, capsys):
     assert "already up to date" in capsys.readouterr().out
     twice = tmp_path / "twice.md"
     twice.write_text(shipped + "\n" + reg.trajectory_table() + "\n")
-    for bad, says in ((twice, "2 table"), (tmp_path / "none.md", "no zoo page")):
+    for bad, says in ((twice, "2 tables starting"), (tmp_path / "none.md", "no zoo page")):
         before = bad.read_text() if bad.exists() else None
         assert main(["list", "--markdown", "--update", str(bad)]) == 2
         assert says in capsys.readouterr().err

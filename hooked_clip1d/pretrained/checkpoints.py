@@ -315,8 +315,8 @@ def _splice_table(lines: list[str], table: str, where: str) -> list[str]:
     head = "|".join(table.splitlines()[0].split("|")[:3]) + "|"
     starts = [k for k, line in enumerate(lines) if line.startswith(head)]
     if len(starts) != 1:
-        found = "no" if not starts else f"{len(starts)}"
-        raise ValueError(f"{where}: {found} table starting with {head!r}; expected exactly one to update")
+        found = "no table" if not starts else f"{len(starts)} tables"
+        raise ValueError(f"{where}: {found} starting with {head!r}; expected exactly one to update")
     i = j = starts[0]
     while j < len(lines) and lines[j].startswith("|"):
         j += 1
@@ -325,8 +325,8 @@ def _splice_table(lines: list[str], table: str, where: str) -> list[str]:
 
 def update_zoo_tables(path: str | os.PathLike) -> bool:
     """Write the zoo's two tables (``zoo.registry_table`` and ``trajectory_table``, from the shipped manifests) into
-    the markdown page at ``path`` (docs/zoo.md), in place of the tables with the same header lines; the rest of the
-    page is kept. Returns whether the page changed. A page without exactly one of each table is refused, unchanged.
+    the markdown page at ``path`` (docs/zoo.md), in place of the tables whose headers start with the same two column
+    names; the rest of the page is kept. Returns whether the page changed. A page without exactly one of each table is refused, unchanged.
     ``hooked-clip1d list --markdown --update docs/zoo.md`` calls it.
 
     Example:
