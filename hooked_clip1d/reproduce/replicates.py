@@ -59,6 +59,9 @@ TRAINED_CONTROLS: dict[str, dict[str, tuple[str, bool]]] = {
     "fig6": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
     "fig8": {"leftright-v1-t2-ntot20-n2-10": (SHUFFLED_DISTINCT, True)},  # its recipe since 2026-11-29
     "fig11": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},  # amendment of 2026-11-29, session 29
+    # stated 2026-12-01 (session 41) before the full model at protocol finished: an order-blind model of the property
+    # (the simplified one: no full-model control is trained, ~11 h of one core), which cannot reach its unseen pairs
+    "fig11a": {"full-ntot20-n2-10": (SHUFFLED_DISTINCT, True)},
     "fig14": {"simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False)},
     "fig18": {"rope-ntot20-n2-15": (SHUFFLED_DISTINCT_ROPE, False)},
     "fig19": {"rope-ntot20-n2-15": (SHUFFLED_DISTINCT_ROPE, False)},
