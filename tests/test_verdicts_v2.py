@@ -201,6 +201,19 @@ def test_fig11_reads_the_trajectory_where_the_history_has_no_evaluation(flagship
     assert untrained.numbers["trajectory_epochs_added"] == []
 
 
+def test_fig11a_is_not_run_on_a_partial_full_model_and_judged_by_fig11s_checks_otherwise(flagship):
+    """Fig. 11a, b (pre-registered 2026-12-01): fig11's checks on the full model; not run while the shipped full
+    model stopped before its planned epochs, judged on a finished model and on untrained draws (its null)."""
+    spec = rp.FIGURES["fig11a"]
+    (name,) = spec.models
+    partial = spec.run({name: load_model(name)})
+    assert "partial run, 1,000 of its 10,000 epochs" in partial.not_run
+    finished = spec.run({name: flagship})  # a finished run in the full model's place: judged as fig11 judges it
+    assert finished.not_run == "" and finished.checks == rp.FIGURES["fig11"].run({FLAGSHIP: flagship}).checks
+    untrained = spec.run(substitutes(spec, "untrained:0"))
+    assert untrained.not_run == "" and not any(ok for _, ok in untrained.checks)
+
+
 def test_fig15_absence_claims_need_a_trained_model():
     spec = rp.FIGURES["fig15"]
     untrained = spec.run(substitutes(spec, "untrained:0"))

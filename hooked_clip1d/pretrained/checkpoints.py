@@ -326,8 +326,8 @@ def _splice_table(lines: list[str], table: str, where: str) -> list[str]:
 def update_zoo_tables(path: str | os.PathLike) -> bool:
     """Write the zoo's two tables (``zoo.registry_table`` and ``trajectory_table``, from the shipped manifests) into
     the markdown page at ``path`` (docs/zoo.md), in place of the tables whose headers start with the same two column
-    names; the rest of the page is kept. Returns whether the page changed. A page without exactly one of each table is refused, unchanged.
-    ``hooked-clip1d list --markdown --update docs/zoo.md`` calls it.
+    names; the rest of the page is kept. Returns whether the page changed. A page without exactly one of each table
+    is refused, unchanged. ``hooked-clip1d list --markdown --update docs/zoo.md`` calls it.
 
     Example:
         >>> import shutil, tempfile; from pathlib import Path

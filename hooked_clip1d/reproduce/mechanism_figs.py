@@ -130,7 +130,8 @@ def fig11a_outcome(models: dict[str, CLIP1D], name: str = FULL) -> Outcome:
     before the epochs it planned: the paper's panels span the whole training, and a run cut short is not it."""
     out = fig11_outcome(models, name)
     man = models[name].manifest
-    done, planned = int(man["epochs"]), int(man.get("epochs_planned", man["epochs"]))
+    done = int(man["epochs"])
+    planned = int(man.get("epochs_planned") or done)  # an untrained draw plans nothing: it is judged
     if done < planned:
         out.not_run = (
             f"the shipped full model ({name}) is a partial run, {done:,} of its {planned:,} epochs; the full model at "
