@@ -376,6 +376,7 @@ def test_trained_controls_are_declared_for_the_pre_registered_figures_and_wait_f
         "fig6",
         "fig8",
         "fig11",
+        "fig11a",
         "fig14",
         "fig18",
         "fig19",

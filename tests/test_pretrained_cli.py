@@ -477,6 +477,16 @@ def test_list_update_writes_the_zoo_tables_into_the_page(tmp_path, capsys):
         assert (bad.read_text() if bad.exists() else None) == before
     assert main(["list", "--update", str(page)]) == 2
     assert "give it with --markdown" in capsys.readouterr().err
+    assert main(["list", "--markdown", "--update", str(page), "--checkpoints", "simplified-ntot20-n2-10"]) == 2
+    assert "without --checkpoints" in capsys.readouterr().err
+    crlf = tmp_path / "crlf.md"  # a CRLF page keeps its line ends
+    crlf.write_bytes(stale.replace("\n", "\r\n").encode())
+    assert main(["list", "--markdown", "--update", str(crlf)]) == 0
+    assert crlf.read_bytes() == shipped.replace("\n", "\r\n").encode()
+    latin = tmp_path / "latin.md"
+    latin.write_bytes(b"caf\xe9\n")
+    assert main(["list", "--markdown", "--update", str(latin)]) == 2
+    assert "latin.md' is not UTF-8 text" in capsys.readouterr().err
 
 
 def test_cli_json_has_no_float32_noise(capsys):

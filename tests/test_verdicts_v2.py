@@ -208,10 +208,50 @@ def test_fig11a_is_not_run_on_a_partial_full_model_and_judged_by_fig11s_checks_o
     (name,) = spec.models
     partial = spec.run({name: load_model(name)})
     assert "partial run, 1,000 of its 10,000 epochs" in partial.not_run
-    finished = spec.run({name: flagship})  # a finished run in the full model's place: judged as fig11 judges it
-    assert finished.not_run == "" and finished.checks == rp.FIGURES["fig11"].run({FLAGSHIP: flagship}).checks
+    finished = spec.run({name: flagship})  # a finished run in the full model's place: judged, by fig11's checks
+    assert finished.not_run == ""
+    assert [c for c, _ in finished.checks] == [c for c, _ in rp.FIGURES["fig11"].run({FLAGSHIP: flagship}).checks]
     untrained = spec.run(substitutes(spec, "untrained:0"))
     assert untrained.not_run == "" and not any(ok for _, ok in untrained.checks)
+
+
+def test_fig11a_is_not_run_on_the_shipped_full_model_without_its_trajectory(monkeypatch):
+    """The pre-registration's condition: the zoo's full model is judged once it ships finished *and* with its
+    trajectory (the order of the phases needs checkpoints before epoch 100)."""
+    import copy
+
+    import hooked_clip1d.pretrained as reg
+
+    spec = rp.FIGURES["fig11a"]
+    (name,) = spec.models
+    model = load_model(name)
+    model.manifest = {**copy.deepcopy(model.manifest), "epochs_planned": model.manifest["epochs"]}  # as if finished
+    monkeypatch.setattr(reg, "list_trajectories", lambda: [])
+    assert "has no trajectory" in spec.run({name: model}).not_run
+
+
+def test_a_trained_controls_other_seeds_carry_their_run_history(tmp_path):
+    """A control's other seeds come from its sweep's run folders (load_model_file: no manifest); they carry their
+    run's history and planned epochs, so a figure that reads the history (fig11a's free control) can run on them."""
+    from conftest import tiny_config
+
+    from hooked_clip1d.model.checkpoint import load_model_file
+    from hooked_clip1d.reproduce.controls import with_manifest
+    from hooked_clip1d.training.trainer import TrainConfig, train
+
+    data = DataConfig(n_labels=6, n_heldout=2, n2=2)
+    cfg = TrainConfig(epochs=2, batch_size=16, eval_every=1, snapshot_epochs=(1,))
+    train(tiny_config(n_labels=6), data, cfg, tmp_path, progress=False)
+    final = with_manifest(load_model_file(tmp_path / "model.safetensors"), tmp_path / "model.safetensors", "run")
+    assert final.manifest["history"]["epoch"] == [1, 2] and final.manifest["epochs"] == 2
+    assert final.manifest["epochs_planned"] == 2
+    snap = sorted((tmp_path / "snapshots").glob("*.safetensors"))[0]  # epoch 1 of 2: a partial run
+    early = with_manifest(load_model_file(snap), snap, "snapshot")
+    assert (early.manifest["epochs"], early.manifest["epochs_planned"], early.manifest["history"]["epoch"]) == (
+        1,
+        2,
+        [1],
+    )
 
 
 def test_fig15_absence_claims_need_a_trained_model():

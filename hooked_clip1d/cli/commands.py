@@ -202,8 +202,8 @@ def _list_checkpoints(a: argparse.Namespace) -> int:
 def cmd_list(a: argparse.Namespace) -> int:
     from hooked_clip1d.pretrained import list_pretrained, list_trajectories, manifest
 
-    if a.update is not None and not a.markdown:
-        raise ValueError("--update PAGE writes the markdown tables: give it with --markdown")
+    if a.update is not None and (not a.markdown or a.checkpoints):
+        raise ValueError("--update PAGE writes the markdown tables: give it with --markdown, without --checkpoints")
     if a.checkpoints:
         return _list_checkpoints(a)
     rows = [manifest(n) for n in list_pretrained()]

@@ -339,16 +339,25 @@ def update_zoo_tables(path: str | os.PathLike) -> bool:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no zoo page at {str(path)!r} to update")
-    old = path.read_text(encoding="utf-8")
+    try:
+        with open(path, encoding="utf-8", newline="") as f:  # as written: a CRLF page stays CRLF
+            old = f.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{str(path)!r} is not UTF-8 text ({e.reason} at byte {e.start}): not a zoo page") from None
     lines = old.splitlines()
     for table in (zoo.registry_table(), trajectory_table()):
         lines = _splice_table(lines, table, str(path))
-    new = "\n".join(lines) + "\n"
+    eol = "\r\n" if "\r\n" in old else "\n"
+    new = eol.join(lines) + eol
     if new == old:
         return False
-    from hooked_clip1d.files import atomic_write_text
+    from hooked_clip1d.files import atomic_write
 
-    atomic_write_text(path, new)
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:  # the page's own line ends, untranslated
+            f.write(new)
+
+    atomic_write(path, write)
     return True
 
 

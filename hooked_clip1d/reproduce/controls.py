@@ -122,7 +122,7 @@ def substitute(zoo_name: str, spec: str | Path | CLIP1D) -> CLIP1D:
         raise ValueError(f"{zoo_name!r} is not a zoo model; known: {list_pretrained()}")
     zoo = load_model(zoo_name)
     if isinstance(spec, str) and spec.startswith(f"{UNTRAINED}:"):
-        model = _untrained(zoo, spec)
+        model, path, name = _untrained(zoo, spec), None, spec
     else:
         if isinstance(spec, CLIP1D):  # a copy: the caller's model keeps its mode and attributes
             model, path = copy.deepcopy(spec), None
@@ -148,20 +148,45 @@ def substitute(zoo_name: str, spec: str | Path | CLIP1D) -> CLIP1D:
         ]
         if diffs:
             raise ValueError(f"{spec!r} cannot stand in for {zoo_name!r}: " + "; ".join(diffs))
-        model = model.eval()
-        if getattr(model, "manifest", None) is None:
-            epoch = getattr(model, "epoch", None)
-            if path is not None and epoch is None:
-                from hooked_clip1d.model.checkpoint import read_tensors
+        name = "a CLIP1D given in Python" if isinstance(spec, CLIP1D) else str(path)
+    return with_metrics(with_manifest(model, path, name))
 
-                meta = read_tensors(path)[1] if path.suffix == ".safetensors" else {}
-                epoch = meta.get("epoch", meta.get("train_state", {}).get("epoch"))
-            history = _history_of(path, epoch) if path is not None else None
-            epochs = epoch if epoch is not None else (history["epoch"][-1] if history and history["epoch"] else None)
-            name = "a CLIP1D given in Python" if isinstance(spec, CLIP1D) else str(path)
-            model.manifest = {"name": name, "epochs": epochs, "history": history}
+
+def with_manifest(model: CLIP1D, path: Path | None, name: str) -> CLIP1D:
+    """``model`` in eval mode with a manifest: its own, or one made from its file and run folder (``name``, the
+    epoch it was saved at and the run's training history, from ``metrics.jsonl`` where there is one). A sweep's run
+    loaded with ``load_model_file`` has none; a figure reading a history needs one (a trained control's other seeds)."""
+    model = model.eval()
+    if getattr(model, "manifest", None) is None:
+        epoch = getattr(model, "epoch", None)
+        if path is not None and epoch is None:
+            from hooked_clip1d.model.checkpoint import read_tensors
+
+            meta = read_tensors(path)[1] if path.suffix == ".safetensors" else {}
+            epoch = meta.get("epoch", meta.get("train_state", {}).get("epoch"))
+        history = _history_of(path, epoch) if path is not None else None
+        epochs = epoch if epoch is not None else (history["epoch"][-1] if history and history["epoch"] else None)
+        model.manifest = {"name": name, "epochs": epochs, "history": history}
+        planned = _planned_epochs(path) if path is not None else None
+        if planned is not None:  # a snapshot, or a run stopped early, is read as the partial run it is
+            model.manifest["epochs_planned"] = planned
+    return model
+
+
+def _planned_epochs(path: Path) -> int | None:
+    """The epochs the run that wrote model file ``path`` planned (its ``config.json``), or None."""
+    run = path.parent.parent if path.parent.name == "snapshots" else path.parent
+    try:
+        return int(json.loads((run / "config.json").read_text())["train_config"]["epochs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def with_metrics(model: CLIP1D) -> CLIP1D:
+    """``model`` with its metrics measured now (a new manifest dict: a given one is not written to) and, where it
+    has no training history, a one-row history of them."""
     ds = build_dataset(model.data_config)
-    model.manifest = {**model.manifest, "metrics": evaluate(model, ds)}  # a new dict: a given one is not written to
+    model.manifest = {**model.manifest, "metrics": evaluate(model, ds)}
     if not model.manifest.get("history"):
         m = model.manifest["metrics"]
         model.manifest["history"] = {

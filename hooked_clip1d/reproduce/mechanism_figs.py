@@ -128,15 +128,21 @@ def fig11a_outcome(models: dict[str, CLIP1D], name: str = FULL) -> Outcome:
     """Fig. 11a, b: ``fig11``'s checks, unchanged, on the full model (4 pre-LN blocks with MLPs; docs/fidelity.md,
     stated 2026-12-01 before the full model at protocol finished). ``not run`` while the shipped model stopped
     before the epochs it planned: the paper's panels span the whole training, and a run cut short is not it."""
+    from hooked_clip1d.pretrained import list_trajectories
+
     out = fig11_outcome(models, name)
     man = models[name].manifest
-    done = int(man["epochs"])
+    done = int(man.get("epochs") or 0)
     planned = int(man.get("epochs_planned") or done)  # an untrained draw plans nothing: it is judged
+    shipped = man.get("name") == name  # the zoo's own model, not a substitute
     if done < planned:
+        which = f"the shipped full model ({name})" if shipped else f"its model ({man.get('name')})"
         out.not_run = (
-            f"the shipped full model ({name}) is a partial run, {done:,} of its {planned:,} epochs; the full model at "
-            "protocol trains in the sweep full-protocol.toml (tools/cpu/long_runs.sh, or a GPU window)"
+            f"{which} is a partial run, {done:,} of its {planned:,} epochs; the full model at protocol trains in the "
+            "sweep full-protocol.toml (tools/cpu/long_runs.sh, or a GPU window)"
         )
+    elif shipped and name not in list_trajectories():
+        out.not_run = f"the shipped full model ({name}) has no trajectory: the order of its phases needs one"
     return out
 
 

@@ -22,10 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hooked_clip1d.data.dataset import build_dataset
-from hooked_clip1d.evaluation import evaluate
 from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
-from hooked_clip1d.reproduce.controls import judge_on_fresh_runs, run_closed, substitute, substitutes
+from hooked_clip1d.reproduce.controls import (
+    judge_on_fresh_runs,
+    run_closed,
+    substitute,
+    substitutes,
+    with_manifest,
+    with_metrics,
+)
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome
 from hooked_clip1d.reproduce.readings import DOMINANT_SPLIT_ID, RELATIONAL_ID
 from hooked_clip1d.reproduce.records import Check
@@ -146,7 +151,8 @@ def _control_seeds(control: str, sweeps_root: Path | None) -> list[tuple[str, CL
     for run, seed, have_t, data, model in _finished_runs(Path(sweeps_root) / sweep):
         # the same recipe (another recipe's run in the sweep is not this control), config and data, another seed
         if seed != own_seed and have_t == want_t and data == man["data_config"] and model == want:
-            seeded.append((seed, f"{sweep}/runs/{run.name}", load_model_file(run / "model.safetensors")))
+            path = run / "model.safetensors"  # its manifest from its run folder (a figure may read the history)
+            seeded.append((seed, f"{sweep}/runs/{run.name}", with_manifest(load_model_file(path), path, str(path))))
     return found + [(label, model) for _, label, model in sorted(seeded, key=lambda t: t[0])]
 
 
@@ -155,11 +161,7 @@ def _as_control(zoo_name: str, model: CLIP1D, free: bool, label: str | None = No
     for a control whose architecture differs by design (``free``), as it is, with its metrics measured."""
     if not free:
         return substitute(zoo_name, model)
-    model = model.eval()
-    if getattr(model, "manifest", None) is None:
-        model.manifest = {"name": label or "control"}
-    model.manifest = {**model.manifest, "metrics": evaluate(model, build_dataset(model.data_config))}
-    return model
+    return with_metrics(with_manifest(model, None, label or "control"))
 
 
 def mark_seeds(rows: list[Check], seeds: dict[str, dict[str, bool]], fresh: list[str], figure: str) -> None:
