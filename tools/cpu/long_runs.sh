@@ -9,17 +9,15 @@
 #
 # The lanes (edit LANES when a run is added or ships): each a list of items run one after another, `SPEC:GROUP` (a
 # group of sweep SPEC's plan.json) or `fig22-control` (Fig. 22's trained control, `analyze pruning`):
-#   lane1: seed 0 of App. L's zoo group with its 43 snapshots (issue 49 item 3: its trajectory; 1,170,000 steps).
-#          On one core of the AVX-512 machine of 2026-12-01, beside another process: ~110 steps/s eager, ~120
-#          compiled (its metrics.jsonl, epochs 300-700 and 1,200-2,900), so ~2.7 h in all; at 09:00 that day 400,000
-#          steps were done.
 #   lane2: the full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2
-#          core: 440,000 steps, ~24 h; a GPU window resumes it), compiled.
+#          core: 440,000 steps, ~24 h; ~10 steps/s compiled on one core of the AVX-512 machine of 2026-12-01, ~12 h;
+#          a GPU window resumes it), compiled. Lane 1 is free since App. L's group shipped (2026-12-01, 11:01).
 #   `+compile` after an item torch.compiles its step (an execution setting: a run resumes with or without it).
 #   Paces: a batched group of 12 trains at ~61 steps/s alone on one core of the AVX-512 machine (~55 beside the
 #   other lane), ~32 on the AVX2 machine of sessions 34-38. Done before: Fig. 22's trained control and App. L's
 #   order-blind control (2026-11-30/12-01, shipped and read); x16's temperature study retrained (2026-12-01, read
-#   that day); Fig. 20's and the RoPE model's zoo groups (2026-12-01, shipped). Lanes may share a sweep (a call on
+#   that day); Fig. 20's, the RoPE model's and App. L's zoo groups (2026-12-01, shipped; App. L's, 1,170,000 steps,
+#   ran at ~110 steps/s on one AVX-512 core, compiled or not). Lanes may share a sweep (a call on
 #   some groups claims them: sweeps/claims.py).
 # A new machine starts from scratch (the runs are never committed); the worktrees keep the commit a lane started at.
 # When a lane finishes (pre-registered in docs/fidelity.md, amendments of 2026-11-29; App. L's group: tools/cpu/ship_app_l.sh):
@@ -41,7 +39,6 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane1|zoo-distinct:g000-278b7f04+compile"
   "lane2|full-protocol:g000-8f63fd85+compile"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL

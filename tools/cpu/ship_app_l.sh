@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran on 2026-12-01 at 11:03 (session 41; App. L shipped: unseen 0.99). Kept as the worked example of shipping a
+# zoo group's retraining in one command (the full model's will follow it).
 # Ship App. L's retrained model (zoo-distinct g000-278b7f04, lane 1 of tools/cpu/long_runs.sh) once its run finished,
 # as stated in docs/fidelity.md (2026-12-01): export it over vision2-ntot25-n2-15 (the description is written from the
 # run's own numbers), ship its 5-checkpoint trajectory, record its value pins again, rerun Fig. 23 and x5 into
