@@ -155,6 +155,34 @@ def test_explicit_epochs_and_dtypes(zoo, tmp_path):
         ship.ship_trajectory(zoo["run"], "tiny", dtypes=["int8"], dest=dest)
 
 
+def test_snapshots_measured_not_stored_are_recorded_and_read_by_fig11s_history(zoo, tmp_path, monkeypatch):
+    """``metrics_epochs``: a snapshot whose weights the budget cannot store keeps its float32 accuracies (and its
+    file's sha256) in the manifest; Fig. 11's fine history reads them where the history and the checkpoints have
+    none (Fig. 11a, the full model's phases: pre-registration of 2026-12-01)."""
+    from hooked_clip1d.pretrained.trajectories import file_sha256, snapshot_metrics
+    from hooked_clip1d.reproduce.readings import fine_history, measured_epochs
+
+    dest = tmp_path / "traj"
+    ship.ship_trajectory(zoo["run"], "tiny", epochs=[0, 2], dest=dest, metrics_epochs="all")
+    man = json.loads((dest / "tiny.json").read_text())
+    assert man["epochs"] == [0, 2, 6] and man["snapshot_metrics"]["epochs"] == [1, 4]  # stored ones not measured
+    snap = zoo["run"] / "snapshots" / "epoch_00001.safetensors"
+    assert man["snapshot_metrics"]["snapshot_sha256"]["1"] == file_sha256(snap)
+    final = load_model_file(zoo["run"] / "model.safetensors")
+    ds = unseen_probe(build_dataset(final.data_config))
+    assert snapshot_metrics(man)[1] == evaluate(load_model_file(snap).eval(), ds, splits=list(ds.splits))
+    monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", dest)
+    fine, added = fine_history(reg.load_model("tiny"), "tiny")
+    assert 1 in added and fine["seen"][fine["epoch"].index(1)] == snapshot_metrics(man)[1]["val_seen"]["acc"]
+    assert measured_epochs(reg.load_model("tiny"), "tiny", added) == [1]  # 4 is in the history; 0 is stored
+    for bad, says in (([2], "stored as a checkpoint"), ([3], "not a snapshot"), ("some", "or 'all'")):
+        with pytest.raises(ValueError, match=says):
+            ship.ship_trajectory(zoo["run"], "tiny", epochs=[0, 2], dest=tmp_path / "x", metrics_epochs=bad)
+    plain = tmp_path / "plain"  # without metrics_epochs the manifest is as before
+    ship.ship_trajectory(zoo["run"], "tiny", epochs=[0, 2], dest=plain)
+    assert "snapshot_metrics" not in json.loads((plain / "tiny.json").read_text())
+
+
 @pytest.mark.heavy
 def test_the_size_budget_is_enforced_before_anything_is_written(zoo, tmp_path):
     (tmp_path / "other.safetensors").write_bytes(b"x" * 30_000)  # another trajectory already shipped

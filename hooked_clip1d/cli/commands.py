@@ -284,6 +284,11 @@ def add_ship_trajectory_parser(sub: Any) -> argparse.ArgumentParser:
         default=0,
         help="keep a precision whose accuracies differ from float32's by at most this many images (default 0: equal)",
     )
+    p.add_argument(
+        "--metrics-epochs",
+        default="",
+        help="snapshots measured, not stored: their float32 accuracies recorded (comma-separated epochs, or 'all')",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_ship_trajectory)
     return p
@@ -329,15 +334,13 @@ def cmd_repack_trajectory(a: argparse.Namespace) -> int:
     return 0
 
 
-def _epoch_list(text: str | None) -> list[int] | None:
+def _epoch_list(text: str | None, flag: str = "--epochs") -> list[int] | None:
     if text is None:
         return None
     try:
         return [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
-        raise ValueError(
-            f"--epochs must be a comma-separated list of epochs, e.g. 0,1,2,5,10000; got {text!r}"
-        ) from None
+        raise ValueError(f"{flag} must be a comma-separated list of epochs, e.g. 0,1,2,5,10000; got {text!r}") from None
 
 
 def cmd_ship_trajectory(a: argparse.Namespace) -> int:
@@ -352,6 +355,9 @@ def cmd_ship_trajectory(a: argparse.Namespace) -> int:
         dtypes=dtypes,
         budget_mb=a.budget_mb,
         tolerance_images=a.tolerance_images,
+        metrics_epochs="all"
+        if a.metrics_epochs == "all"
+        else (_epoch_list(a.metrics_epochs, "--metrics-epochs") or []),
     )
     man = trajectory_manifest(a.name)
     res = {k: man[k] for k in ("name", "epochs", "dtype", "dtypes", "bytes", "sha256")}

@@ -36,6 +36,7 @@ from hooked_clip1d.pretrained.trajectories import (
     STORE_DTYPES,
     SUFFIX,
     dtype_summary,
+    file_sha256,
     measure_precision,
     numeric_diff,
     run_snapshots,
@@ -225,6 +226,7 @@ def ship_trajectory(
     dest: str | os.PathLike | None = None,
     budget_mb: int | float = TRAJECTORY_BUDGET_MB,
     tolerance_images: int = 0,
+    metrics_epochs: Sequence[int] | str = (),
 ) -> Path:
     """Ship a finished training run's snapshots as the training trajectory of zoo model ``name``; returns the path of
     the trajectory's ``.safetensors`` (its manifest ``.json`` beside it, in ``dest``, default ``TRAJECTORIES_DIR``).
@@ -238,7 +240,9 @@ def ship_trajectory(
     left/right-symmetric plateau, where float32 on another machine may flip them as well). The emergence rows are
     measured on the stored weights and recorded, with the largest change of any of their numbers from the float32
     weights. A trajectory that would bring all shipped trajectories (in ``dest``) past ``budget_mb`` MB is refused,
-    naming the sizes.
+    naming the sizes. ``metrics_epochs`` (``"all"``: every other snapshot) are snapshots whose weights are not stored:
+    their float32 accuracies are measured and recorded (``trajectories.snapshot_metrics``, with each file's sha256),
+    for a figure that reads accuracies at epochs the budget cannot store (Fig. 11a, the full model's phases).
     Everything is measured before anything is written; each file is written atomically.
 
     Example (the command line: ``hooked-clip1d ship-trajectory RUN_DIR --name NAME``):
@@ -264,6 +268,7 @@ def ship_trajectory(
         stored = _stored_epochs(epochs, last, snaps)
         ds = unseen_probe(build_dataset(final.data_config))
         models, kept_dtypes, kept, record = _stored_precisions(snaps, stored, final, ds, dtypes, tolerance_images)
+        measured = _snapshot_accuracies(snaps, metrics_epochs, [*stored, last], final, ds)
         emerg = _emergence_record(
             kept, models, kept_dtypes, (last, shipped), TrainConfig.from_dict(config["train_config"]), ds
         )
@@ -283,6 +288,7 @@ def ship_trajectory(
             precision_record=record,
             emergence=emerg,
             n_captions=len(ds.captions),
+            snapshot_metrics=measured,
         ).files()
         target, text = _write_parts(dest, name, tensors, meta, man, budget_mb)
         atomic_write_text(dest / f"{name}.json", text)
@@ -309,6 +315,7 @@ class _TrajectoryMeasured:
     precision_record: Any
     emergence: dict[str, Any]
     n_captions: int
+    snapshot_metrics: dict[str, Any]
 
     def files(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """``ship_trajectory``'s tensors, file metadata and manifest, from what it measured."""
@@ -346,6 +353,8 @@ class _TrajectoryMeasured:
             "emergence": self.emergence,
             "source": source,
         }
+        if self.snapshot_metrics:
+            man["snapshot_metrics"] = self.snapshot_metrics
         return tensors, meta, man
 
 
@@ -408,6 +417,36 @@ def _stored_epochs(epochs: Sequence[int] | None, last: int, snaps: dict[int, Pat
     if not stored:
         raise ValueError(f"a trajectory needs a checkpoint before the last epoch {last}; snapshots: {list(snaps)}")
     return stored
+
+
+def _snapshot_accuracies(
+    snaps: dict[int, Path], epochs: Sequence[int] | str, shipped: list[int], final: Any, ds: Any
+) -> dict[str, Any]:
+    """``ship_trajectory``'s ``metrics_epochs``: each snapshot's float32 accuracies on every split of ``ds`` and its
+    file's sha256 (``{}`` for none); ``"all"``: every snapshot whose weights the trajectory does not store."""
+    from hooked_clip1d.evaluation import evaluate
+    from hooked_clip1d.model.checkpoint import load_model_file
+
+    if isinstance(epochs, str):
+        if epochs != "all":
+            raise ValueError(f"metrics_epochs must be a list of epochs or 'all', got {epochs!r}")
+        chosen = [e for e in snaps if e not in shipped]
+    else:
+        chosen = check_int_list(epochs, "metrics_epochs (snapshots measured, not stored)") if len(epochs) else []
+        bad = [e for e in chosen if e not in snaps or e in shipped]
+        if bad:
+            raise ValueError(f"metrics_epochs {bad}: not a snapshot of the run, or stored as a checkpoint {shipped}")
+    if not chosen:
+        return {}
+    metrics, digests = {}, {}
+    for e in sorted(chosen):
+        model = load_model_file(snaps[e])
+        if model.cfg.to_dict() != final.cfg.to_dict():
+            raise ValueError(f"snapshot {snaps[e]} has another model config than the run's model.safetensors")
+        metrics[str(e)] = evaluate(model.eval(), ds, splits=list(ds.splits))
+        digests[str(e)] = file_sha256(snaps[e])
+    why = "float32 accuracies measured at shipping on run snapshots whose weights are not stored"
+    return {"note": why, "epochs": sorted(chosen), "metrics": metrics, "snapshot_sha256": digests}
 
 
 def _stored_precisions(

@@ -483,6 +483,20 @@ def measure_precision(
     return kept, models_kept, record
 
 
+def snapshot_metrics(man: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+    """The accuracies a trajectory records at epochs whose weights it does not store (``ship_trajectory``'s
+    ``metrics_epochs``: float32, measured at shipping on the run's snapshots): ``{epoch: {split: metrics}}``; ``{}``
+    for a trajectory without them.
+
+    Example:
+        >>> snapshot_metrics({"snapshot_metrics": {"metrics": {"5": {"val_seen": {"acc": 0.5}}}}})
+        {5: {'val_seen': {'acc': 0.5}}}
+        >>> snapshot_metrics({})
+        {}
+    """
+    return {int(e): m for e, m in (man.get("snapshot_metrics") or {}).get("metrics", {}).items()}
+
+
 def stored_metrics(man: Mapping[str, Any], epoch: int) -> dict[str, Any]:
     """The accuracies of a stored checkpoint, measured at shipping on the weights as stored (every split and the
     unseen probe)."""
@@ -552,6 +566,7 @@ __all__ = [
     "rounded",
     "run_snapshots",
     "stored_checkpoint",
+    "snapshot_metrics",
     "stored_metrics",
     "trajectory_schedule",
     "trajectory_tensors",

@@ -45,6 +45,7 @@ from hooked_clip1d.reproduce.readings import (
     ep_gradient_outcome,
     fine_history,
     first_epoch,
+    measured_epochs,
     monotonic,
     row_gradient,
     split_heads,
@@ -121,6 +122,12 @@ def fig11_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         if added
         else ""
     )
+    measured = measured_epochs(model, name, added)
+    if measured:
+        notes += (
+            f" The accuracies at epochs {measured} were measured at shipping on the run's float32 snapshots, whose "
+            "weights are not shipped (the trajectory's snapshot_metrics, each with its file's sha256)."
+        )
     return Outcome(numbers, summary + ".", checks, {"fig11": fig}, notes, values=values, sensitivity=sensitivity)
 
 

@@ -154,10 +154,12 @@ def _trajectory_source(model: CLIP1D, name: str) -> str | None:
 
 def fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
     """The run's metrics history (every ``eval_every`` epochs) merged with the accuracies of its trajectory's
-    checkpoints at the epochs the history lacks (Fig. 11 at the finest resolution there is); the epochs added."""
+    checkpoints at the epochs the history lacks (Fig. 11 at the finest resolution there is), then with the accuracies
+    a shipped trajectory records at snapshots it does not store (``trajectories.snapshot_metrics``); the epochs
+    added."""
     from hooked_clip1d.evaluation import evaluate
-    from hooked_clip1d.pretrained import list_checkpoints, load_trajectory
-    from hooked_clip1d.pretrained.trajectories import NoTrajectoryError
+    from hooked_clip1d.pretrained import list_checkpoints, list_trajectories, load_trajectory, trajectory_manifest
+    from hooked_clip1d.pretrained.trajectories import NoTrajectoryError, snapshot_metrics
 
     h = model.manifest["history"]
     rows = {int(e): {k: h[k][i] for k in FIG11_KEYS} for i, e in enumerate(h["epoch"])}
@@ -175,8 +177,26 @@ def fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
                 met = evaluate(ckpt, ds, splits=tuple(FIG11_KEYS.values()))
             rows[epoch] = {k: met[s]["acc"] for k, s in FIG11_KEYS.items()}
             added.append(epoch)
+    if source is not None and source in list_trajectories():  # measured at shipping, weights not stored
+        for epoch, met in snapshot_metrics(trajectory_manifest(source)).items():
+            if epoch not in rows:
+                rows[epoch] = {k: met[s]["acc"] for k, s in FIG11_KEYS.items()}
+                added.append(epoch)
     epochs = sorted(rows)
     return {"epoch": epochs, **{k: [rows[e][k] for e in epochs] for k in FIG11_KEYS}}, sorted(added)
+
+
+def measured_epochs(model: CLIP1D, name: str, added: list[int]) -> list[int]:
+    """The epochs of ``fine_history``'s ``added`` that a shipped trajectory records as accuracies alone (measured at
+    shipping on snapshots whose weights it does not store), for a figure's notes to say so."""
+    from hooked_clip1d.pretrained import list_checkpoints, list_trajectories, trajectory_manifest
+    from hooked_clip1d.pretrained.trajectories import snapshot_metrics
+
+    source = _trajectory_source(model, name)
+    if source is None or source not in list_trajectories():
+        return []
+    stored, measured = set(list_checkpoints(source)), snapshot_metrics(trajectory_manifest(source))
+    return [e for e in added if e in measured and e not in stored]
 
 
 def ep_gradient_outcome(model: CLIP1D, name: str, image: str, layer: int = 0) -> Outcome:
