@@ -30,8 +30,8 @@
 #          x1's RoPE row, x-circuits' RoPE circuit) and the results page; the commit says which verdict moved
 #   temperature: `hooked-clip1d reproduce x16-temperature --sweeps-dir ~/sweeps` (the record re-made whole from the
 #          retrained runs, as pre-registered), the results page, the README's x16 table across the grid
-#   full-protocol: `bash tools/gpu/gpu_queue.sh carry` takes it to a lent GPU window; finished: the queue's steps
-#          (docs/cli.md, "On a GPU")
+#   full-protocol: `bash tools/gpu/gpu_queue.sh carry` takes it to a lent GPU window; finished on this CPU:
+#          `bash tools/cpu/ship_full.sh` (written 2026-12-01, not run yet: read its header first)
 # Environment: VENV (default ~/venv, with `pip install -e .` done), SWEEPS (default ~/sweeps), LOGS (default ~/long_runs).
 set -euo pipefail
 REPO="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
