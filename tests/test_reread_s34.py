@@ -99,3 +99,21 @@ def test_the_long_runs_queue_names_groups_its_sweeps_plan():
         spec = load_spec(root / "hooked_clip1d/sweeps" / f"{spec_name}.toml")
         planned = {name for name, _ in _saved_plan(Path("/nonexistent"), list(spec.runs), spec.run["max_group_size"])}
         assert group in planned, (spec_name, group, planned)
+
+
+def test_the_cpu_shipping_scripts_parse_and_name_shipped_models():
+    """tools/cpu/ship_*.sh (one command per retraining that ships) parse with bash -n, and each zoo name they export
+    over is a shipped model (a renamed model would leave a script exporting to a new name)."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from hooked_clip1d.pretrained import list_pretrained
+
+    root = Path(__file__).resolve().parents[1]
+    scripts = sorted((root / "tools" / "cpu").glob("ship_*.sh"))
+    assert scripts
+    for script in scripts:
+        assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0, script.name
+        names = re.findall(r"export \"\$RUN\" --name (\S+)", script.read_text())
+        assert names and set(names) <= set(list_pretrained()), (script.name, names)
