@@ -12,7 +12,9 @@
 #   lane2: the full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2
 #          core: 440,000 steps, ~24 h; ~10 steps/s compiled on one core of the AVX-512 machine of 2026-12-01, ~12 h;
 #          a GPU window resumes it), compiled. Lane 1 is free since App. L's group shipped (2026-12-01, 11:01).
-#   `+compile` after an item torch.compiles its step (an execution setting: a run resumes with or without it).
+#   `+compile` after an item torch.compiles its step, `+threadsN` gives it N torch threads (execution settings: a run
+#   resumes under any of them). The full model trains at ~11.4 steps/s on one thread, ~16.7 on two (both cores, beside
+#   light work; 2026-12-01, epochs 1,400-1,500 and 1,600-1,700): two while no other lane runs.
 #   Paces: a batched group of 12 trains at ~61 steps/s alone on one core of the AVX-512 machine (~55 beside the
 #   other lane), ~32 on the AVX2 machine of sessions 34-38. Done before: Fig. 22's trained control and App. L's
 #   order-blind control (2026-11-30/12-01, shipped and read); x16's temperature study retrained (2026-12-01, read
@@ -39,23 +41,29 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane2|full-protocol:g000-8f63fd85+compile"
+  "lane2|full-protocol:g000-8f63fd85+compile+threads2"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
 
-bare_item() { echo "${1%+compile}"; }  # an item without its execution suffix: what names the run
+bare_item() { echo "${1%%+*}"; }  # an item without its execution suffixes (+compile, +threadsN): what names the run
 
 item_command() {  # one lane item -> the command that runs (or resumes) it
   case "$1" in
     fig22-control)  # no progress bar in the log (TQDM_DISABLE); resumes from its group checkpoint
       echo "TQDM_DISABLE=1 \"$VENV/bin/hooked-clip1d\" analyze pruning --model $FIG22_CONTROL -o 'kept=[2]' \\
     -o epochs=10000 -o \"runs_dir=$FIG22_DIR\" --out \"$FIG22_DIR/analyze\" --json >/dev/null" ;;
-    *:*)  # SPEC:GROUP[+compile]: +compile torch.compiles the step (an execution setting; resumes either way)
-      local it extra=""
+    *:*)  # SPEC:GROUP[+compile][+threadsN]: execution settings (a run resumes under any of them)
+      local it extra="" threads=1 suffix
       it=$(bare_item "$1")
-      [ "$it" != "$1" ] && extra=" --compile"
-      echo "\"$VENV/bin/hooked-clip1d\" sweep \"hooked_clip1d/sweeps/${it%%:*}.toml\" --out \"$SWEEPS/${it%%:*}\" --threads 1$extra \\
+      for suffix in $(echo "${1#"$it"}" | tr '+' ' '); do
+        case "$suffix" in
+          compile) extra=" --compile" ;;
+          threads[1-9]) threads=${suffix#threads} ;;
+          *) echo "unknown suffix +$suffix in lane item $1" >&2; return 2 ;;
+        esac
+      done
+      echo "OMP_NUM_THREADS=$threads \"$VENV/bin/hooked-clip1d\" sweep \"hooked_clip1d/sweeps/${it%%:*}.toml\" --out \"$SWEEPS/${it%%:*}\" --threads $threads$extra \\
     --no-progress --groups ${it#*:}" ;;
     *) echo "unknown lane item $1" >&2; return 2 ;;
   esac
