@@ -167,8 +167,12 @@ def test_unfinished_sweep_cells_that_contradict_the_paper_are_not_reproduced(tmp
 
 def test_grid_cell_matches_the_recipe_not_the_name():
     assert grid_cell(rp.NO_QK_BIAS, rp.SWEEPS_DIR / "fig4a.toml") == {"n_labels": 20, "n2": 10, "seed": 0}
-    # the shipped full model was trained with the pre-study recipe (all decayed): not a cell of today's fig10
-    assert grid_cell(rp.FULL, rp.SWEEPS_DIR / "fig10.toml") is None
+    # the partial full model was trained with the pre-study recipe (all decayed): not a cell of today's fig10 (shipped
+    # as FULL until the full model at protocol ships, then kept under its own name: tools/cpu/ship_full.sh)
+    pre_study = "full-ntot20-n2-10-all-decay-partial"
+    from hooked_clip1d.pretrained import list_pretrained
+
+    assert grid_cell(pre_study if pre_study in list_pretrained() else rp.FULL, rp.SWEEPS_DIR / "fig10.toml") is None
     assert grid_cell("simplified-ntot20-n2-10-all-decay", rp.SWEEPS_DIR / "fig4a.toml") is None
     assert grid_cell(rp.FULL, rp.SWEEPS_DIR / "fig4a.toml") is None  # another architecture
     assert grid_cell(rp.FLAGSHIP, rp.SWEEPS_DIR / "fig4a.toml") is None  # b_Q trained; the grid fixes it at 0

@@ -204,9 +204,15 @@ def test_fig11_reads_the_trajectory_where_the_history_has_no_evaluation(flagship
 def test_fig11a_is_not_run_on_a_partial_full_model_and_judged_by_fig11s_checks_otherwise(flagship):
     """Fig. 11a, b (pre-registered 2026-12-01): fig11's checks on the full model; not run while the shipped full
     model stopped before its planned epochs, judged on a finished model and on untrained draws (its null)."""
+    import copy
+
     spec = rp.FIGURES["fig11a"]
     (name,) = spec.models
-    partial = spec.run({name: load_model(name)})
+    cut = load_model(
+        name
+    )  # a run stopped at 1,000 of 10,000 epochs (the shipped full model until it ships at protocol)
+    cut.manifest = {**copy.deepcopy(cut.manifest), "epochs": 1000, "epochs_planned": 10000}
+    partial = spec.run({name: cut})
     assert "partial run, 1,000 of its 10,000 epochs" in partial.not_run
     finished = spec.run({name: flagship})  # a finished run in the full model's place: judged, by fig11's checks
     assert finished.not_run == ""
@@ -228,6 +234,9 @@ def test_fig11a_is_not_run_on_the_shipped_full_model_without_its_trajectory(monk
     model.manifest = {**copy.deepcopy(model.manifest), "epochs_planned": model.manifest["epochs"]}  # as if finished
     monkeypatch.setattr(reg, "list_trajectories", lambda: [])
     assert "has no trajectory" in spec.run({name: model}).not_run
+    monkeypatch.setattr(reg, "list_trajectories", lambda: [name])  # a trajectory without the snapshots' accuracies
+    monkeypatch.setattr(reg, "trajectory_manifest", lambda n: {"name": n})
+    assert "records no accuracies of the snapshots it does not store" in spec.run({name: model}).not_run
 
 
 def test_a_trained_controls_other_seeds_carry_their_run_history(tmp_path):

@@ -49,8 +49,10 @@ from hooked_clip1d.settings.checks import check_int_list
 
 # All shipped trajectories together: the package's size on disk and in a clone (a GPU window sends the slim tree,
 # without them, since 2026-11-30, so the window's room no longer sets it; 25 MB until 2026-12-01, when the last
-# three mechanism models' trajectories were to ship beside the 23 MB then used).
-TRAJECTORY_BUDGET_MB = 30.0
+# three mechanism models' trajectories were to ship beside the 23 MB then used; 30 MB until 2026-12-01, session 41:
+# the full model at protocol is to ship one stored checkpoint, ~2.9 MB in float16 and xz, and its other snapshots'
+# accuracies, beside the 27.2 MB then used, every other trajectory at its test's minimum of checkpoints).
+TRAJECTORY_BUDGET_MB = 33.0
 
 
 def export_run(

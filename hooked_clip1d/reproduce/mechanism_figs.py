@@ -94,12 +94,15 @@ def fig11_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         before = [e for e in fine["epoch"] if t is not None and e < t]
         return f" (previous evaluation: epoch {before[-1]})" if before else ""
 
+    measured = measured_epochs(model, name, added)  # recorded accuracies alone, no weights shipped
+    stored = [e for e in added if e not in measured]
     summary = (
         f"single-object >= 0.95 at epoch {t_single}{after(t_single)}, seen-pair >= 0.95 at epoch {t_seen}"
         f"{after(t_seen)}, unseen-pair >= 0.8 at epoch {t_unseen}{after(t_unseen)}; final unseen-pair accuracy "
         f"{h['unseen'][-1]:.2f} (max {max(h['unseen']):.2f}). Read on {len(fine['epoch'])} evaluations: the metrics "
         f"history (every {epochs[1] - epochs[0] if len(epochs) > 1 else '-'} epochs)"
-        + (f" and the shipped trajectory's checkpoints at epochs {added}" if added else "")
+        + (f" and the shipped trajectory's checkpoints at epochs {stored}" if stored else "")
+        + (f" and its recorded snapshot accuracies at epochs {measured}" if measured else "")
     )
     sensitivity = {order: [(t, in_order(firsts(t))) for t in (0.6, 0.7, 0.8, 0.9)]}  # the unseen-pair threshold
     numbers = {
@@ -122,7 +125,6 @@ def fig11_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
         if added
         else ""
     )
-    measured = measured_epochs(model, name, added)
     if measured:
         notes += (
             f" The accuracies at epochs {measured} were measured at shipping on the run's float32 snapshots, whose "
@@ -135,7 +137,8 @@ def fig11a_outcome(models: dict[str, CLIP1D], name: str = FULL) -> Outcome:
     """Fig. 11a, b: ``fig11``'s checks, unchanged, on the full model (4 pre-LN blocks with MLPs; docs/fidelity.md,
     stated 2026-12-01 before the full model at protocol finished). ``not run`` while the shipped model stopped
     before the epochs it planned: the paper's panels span the whole training, and a run cut short is not it."""
-    from hooked_clip1d.pretrained import list_trajectories
+    from hooked_clip1d.pretrained import list_trajectories, trajectory_manifest
+    from hooked_clip1d.pretrained.trajectories import snapshot_metrics
 
     out = fig11_outcome(models, name)
     man = models[name].manifest
@@ -150,6 +153,11 @@ def fig11a_outcome(models: dict[str, CLIP1D], name: str = FULL) -> Outcome:
         )
     elif shipped and name not in list_trajectories():
         out.not_run = f"the shipped full model ({name}) has no trajectory: the order of its phases needs one"
+    elif shipped and not snapshot_metrics(trajectory_manifest(name)):  # the amendment of 2026-12-01
+        out.not_run = (
+            "the shipped full model's trajectory records no accuracies of the snapshots it does not store "
+            "(ship-trajectory --metrics-epochs all, as pre-registered): its phases before epoch 100 cannot be read"
+        )
     return out
 
 

@@ -192,7 +192,7 @@ def measured_epochs(model: CLIP1D, name: str, added: list[int]) -> list[int]:
     from hooked_clip1d.pretrained import list_checkpoints, list_trajectories, trajectory_manifest
     from hooked_clip1d.pretrained.trajectories import snapshot_metrics
 
-    source = _trajectory_source(model, name)
+    source = _trajectory_source(model, name) if added else None
     if source is None or source not in list_trajectories():
         return []
     stored, measured = set(list_checkpoints(source)), snapshot_metrics(trajectory_manifest(source))
