@@ -137,22 +137,28 @@ def test_the_queue_trains_fig22s_control_where_the_figure_reads_it():
 
 @pytest.mark.heavy  # runs Fig. 23 on its control
 def test_a_record_guarded_once_its_control_was_trained_is_guarded_the_same_again(tmp_path):
-    """Fig. 23's kept record was made before its control was trained (its entry then: no runs, nothing applied) and
-    guarded on 2026-11-30 when the control shipped; guarding it again undoes that guard and applies the control anew:
-    the same checks, verdict and entry, and one guard sentence in the notes (which were empty: none before it)."""
+    """Fig. 23's record of 2026-11-29 was made before its control was trained (its entry then: no runs, nothing
+    applied) and guarded on 2026-11-30 when the control shipped (kept here as tests/records/, since docs/records holds
+    its rerun of 2026-12-01 with the control inside); guarding it again undoes that guard and applies the control
+    anew: the same checks, verdict and entry, and one guard sentence in the notes (which were empty: none before it)."""
+    import shutil
+    from pathlib import Path
+
     from hooked_clip1d.reproduce.records import GUARD_NOTE, load_record, write_record
     from hooked_clip1d.reproduce.runner import _unguard, guard_record
 
-    kept = load_record("docs/records/fig23.json")
+    (tmp_path / "kept").mkdir()
+    shutil.copy(Path(__file__).parent / "records" / "fig23-guarded-2026-11-30.json", tmp_path / "kept" / "fig23.json")
+    kept = load_record(tmp_path / "kept" / "fig23.json")
     assert kept.details["trained_control"]["runs"] == ["control-shuffled-distinct-vision2-ntot25-n2-15"]
-    out = guard_record("fig23", "docs/records", tmp_path / "out", sweeps_dir=tmp_path / "sweeps")
+    out = guard_record("fig23", tmp_path / "kept", tmp_path / "out", sweeps_dir=tmp_path / "sweeps")
     assert out["verdict"] == kept.verdict and out["trained_control"] == kept.details["trained_control"]
     assert [(c["check"], c["counted"], c["holds"]) for c in out["checks"]] == [
         (c.text, c.counted, c.holds) for c in kept.checks
     ]
     assert out["notes"].startswith(GUARD_NOTE) and out["notes"].count(GUARD_NOTE) == 1
     # the record as it was made, before its control was trained (an entry with no runs): guarded the same way
-    made = load_record("docs/records/fig23.json")
+    made = load_record(tmp_path / "kept" / "fig23.json")
     _unguard(made, made.details["rejudged"])
     made.details["notes"] = ""
     made.details["trained_control"] = {"status": "'...' is not in the zoo yet", "runs": [], "passes": {}}
