@@ -155,7 +155,7 @@ def test_explicit_epochs_and_dtypes(zoo, tmp_path):
         ship.ship_trajectory(zoo["run"], "tiny", dtypes=["int8"], dest=dest)
 
 
-def test_snapshots_measured_not_stored_are_recorded_and_read_by_fig11s_history(zoo, tmp_path, monkeypatch):
+def test_snapshots_measured_not_stored_are_recorded_and_read_by_fig11s_history(zoo, tmp_path, monkeypatch, capsys):
     """``metrics_epochs``: a snapshot whose weights the budget cannot store keeps its float32 accuracies (and its
     file's sha256) in the manifest; Fig. 11's fine history reads them where the history and the checkpoints have
     none (Fig. 11a, the full model's phases: pre-registration of 2026-12-01)."""
@@ -175,6 +175,12 @@ def test_snapshots_measured_not_stored_are_recorded_and_read_by_fig11s_history(z
     fine, added = fine_history(reg.load_model("tiny"), "tiny")
     assert 1 in added and fine["seen"][fine["epoch"].index(1)] == snapshot_metrics(man)[1]["val_seen"]["acc"]
     assert measured_epochs(reg.load_model("tiny"), "tiny", added) == [1]  # 4 is in the history; 0 is stored
+    assert main(["list", "--checkpoints", "tiny"]) == 0  # listed apart from the checkpoints (no index: no weights)
+    out = capsys.readouterr().out
+    assert "2 snapshots' accuracies recorded" in out and out.count("(accuracies only)") == 2
+    assert main(["list", "--checkpoints", "tiny", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["epoch"] for r in listed["snapshot_accuracies"]] == [1, 4] and len(listed["checkpoints"]) == 3
     for bad, says in (([2], "stored as a checkpoint"), ([3], "not a snapshot"), ("some", "or 'all'")):
         with pytest.raises(ValueError, match=says):
             ship.ship_trajectory(zoo["run"], "tiny", epochs=[0, 2], dest=tmp_path / "x", metrics_epochs=bad)

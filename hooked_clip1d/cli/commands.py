@@ -170,7 +170,7 @@ def add_list_parser(sub: Any) -> argparse.ArgumentParser:
 def _list_checkpoints(a: argparse.Namespace) -> int:
     """``list --checkpoints NAME``: the checkpoints of a shipped trajectory (or of a run directory's snapshots)."""
     from hooked_clip1d.pretrained import list_checkpoints, list_pretrained, manifest, trajectory_manifest
-    from hooked_clip1d.pretrained.trajectories import stored_metrics
+    from hooked_clip1d.pretrained.trajectories import snapshot_metrics, stored_metrics
 
     epochs = list_checkpoints(a.checkpoints)
     if a.checkpoints not in list_pretrained():  # a run directory: its snapshots
@@ -189,13 +189,19 @@ def _list_checkpoints(a: argparse.Namespace) -> int:
         acc = final["metrics"] if last else stored_metrics(man, e)
         dtype = f"{final.get('weights_dtype', 'float32')} (shipped model)" if last else man["dtypes"][str(e)]
         rows.append({"index": i, "epoch": e, "dtype": dtype, "unseen": acc["val_unseen"]["acc"]})
+    only = [{"epoch": e, "unseen": m["val_unseen"]["acc"]} for e, m in sorted(snapshot_metrics(man).items())]
     if a.json:
-        print(dumps({"name": a.checkpoints, "dtype": man["dtype"], "checkpoints": rows}))
+        out = {"name": a.checkpoints, "dtype": man["dtype"], "checkpoints": rows}
+        print(dumps({**out, "snapshot_accuracies": only} if only else out))
         return 0
     print(f"{a.checkpoints}: {len(rows)} checkpoints, stored as {man['dtype']}; the last is the shipped model")
     print(f"{'index':>5}  {'epoch':>6}  {'unseen-pair acc':>15}  stored as")
     for r in rows:
         print(f"{r['index']:>5}  {r['epoch']:>6}  {r['unseen']:>15.3f}  {r['dtype']}")
+    if only:  # measured at shipping on run snapshots whose weights are not shipped
+        print(f"and {len(only)} snapshots' accuracies recorded at shipping (accuracies only, no weights):")
+        for r in only:
+            print(f"{'-':>5}  {r['epoch']:>6}  {r['unseen']:>15.3f}  (accuracies only)")
     return 0
 
 
