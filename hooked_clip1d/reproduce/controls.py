@@ -155,7 +155,14 @@ def substitute(zoo_name: str, spec: str | Path | CLIP1D) -> CLIP1D:
 def with_manifest(model: CLIP1D, path: Path | None, name: str) -> CLIP1D:
     """``model`` in eval mode with a manifest: its own, or one made from its file and run folder (``name``, the
     epoch it was saved at and the run's training history, from ``metrics.jsonl`` where there is one). A sweep's run
-    loaded with ``load_model_file`` has none; a figure reading a history needs one (a trained control's other seeds)."""
+    loaded with ``load_model_file`` has none; a figure reading a history needs one (a trained control's other seeds).
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig
+        >>> m = with_manifest(CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6), seed=0), None, "mine")
+        >>> m.manifest, m.training
+        ({'name': 'mine', 'epochs': None, 'history': None}, False)
+    """
     model = model.eval()
     if getattr(model, "manifest", None) is None:
         epoch = getattr(model, "epoch", None)
@@ -184,7 +191,16 @@ def _planned_epochs(path: Path) -> int | None:
 
 def with_metrics(model: CLIP1D) -> CLIP1D:
     """``model`` with its metrics measured now (a new manifest dict: a given one is not written to) and, where it
-    has no training history, a one-row history of them."""
+    has no training history, a one-row history of them.
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4), seed=0)
+        >>> m.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)
+        >>> m = with_metrics(with_manifest(m, None, "mine"))
+        >>> sorted(m.manifest["history"]), m.manifest["history"]["epoch"]
+        (['epoch', 'loss', 'seen', 'single', 'step', 'unseen', 'unseen_label_set'], [0])
+    """
     ds = build_dataset(model.data_config)
     model.manifest = {**model.manifest, "metrics": evaluate(model, ds)}
     if not model.manifest.get("history"):

@@ -188,7 +188,14 @@ def fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
 
 def measured_epochs(model: CLIP1D, name: str, added: list[int]) -> list[int]:
     """The epochs of ``fine_history``'s ``added`` that a shipped trajectory records as accuracies alone (measured at
-    shipping on snapshots whose weights it does not store), for a figure's notes to say so."""
+    shipping on snapshots whose weights it does not store), for a figure's notes to say so.
+
+    Example:
+        >>> from hooked_clip1d import load_model
+        >>> m = load_model("simplified-ntot20-n2-10")
+        >>> measured_epochs(m, "simplified-ntot20-n2-10", fine_history(m, "simplified-ntot20-n2-10")[1])  # all stored
+        []
+    """
     from hooked_clip1d.pretrained import list_checkpoints, list_trajectories, trajectory_manifest
     from hooked_clip1d.pretrained.trajectories import snapshot_metrics
 
