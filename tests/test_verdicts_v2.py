@@ -249,18 +249,29 @@ def test_a_trained_controls_other_seeds_carry_their_run_history(tmp_path):
     from hooked_clip1d.training.trainer import TrainConfig, train
 
     data = DataConfig(n_labels=6, n_heldout=2, n2=2)
-    cfg = TrainConfig(epochs=2, batch_size=16, eval_every=1, snapshot_epochs=(1,))
+    cfg = TrainConfig(epochs=2, batch_size=16, eval_every=1, snapshot_epochs=(0, 1))
     train(tiny_config(n_labels=6), data, cfg, tmp_path, progress=False)
     final = with_manifest(load_model_file(tmp_path / "model.safetensors"), tmp_path / "model.safetensors", "run")
     assert final.manifest["history"]["epoch"] == [1, 2] and final.manifest["epochs"] == 2
     assert final.manifest["epochs_planned"] == 2
-    snap = sorted((tmp_path / "snapshots").glob("*.safetensors"))[0]  # epoch 1 of 2: a partial run
+    snap = tmp_path / "snapshots" / "epoch_00001.safetensors"  # epoch 1 of 2: a partial run
     early = with_manifest(load_model_file(snap), snap, "snapshot")
     assert (early.manifest["epochs"], early.manifest["epochs_planned"], early.manifest["history"]["epoch"]) == (
         1,
         2,
         [1],
     )
+    # named by its label (as _control_seeds names a control's other seeds), it is read on its history alone: no
+    # snapshot of its run is merged in (a control is read every 100 epochs, as the shipped seed is)
+    from hooked_clip1d.reproduce.readings import fine_history
+
+    labelled = with_manifest(
+        load_model_file(tmp_path / "model.safetensors"), tmp_path / "model.safetensors", "s/runs/x"
+    )
+    assert fine_history(labelled, FLAGSHIP)[1] == []
+    named_by_file = with_manifest(load_model_file(tmp_path / "model.safetensors"), tmp_path / "model.safetensors", "f")
+    named_by_file.manifest["name"] = str(tmp_path / "model.safetensors")  # as a --model RUN_DIR substitute is named
+    assert fine_history(named_by_file, FLAGSHIP)[1] == [0]  # its run's snapshot at epoch 0 merged in
 
 
 def test_fig15_absence_claims_need_a_trained_model():

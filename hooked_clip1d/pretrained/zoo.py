@@ -56,7 +56,7 @@ def _unpacked_weights(name: str, path: Path) -> bytes:
     return _unpack_cached(str(path), st.st_mtime_ns, st.st_size, name)
 
 
-@functools.lru_cache(maxsize=64)  # the zoo's 31 models (2026-12-01): ~19 MB unpacked
+@functools.lru_cache(maxsize=64)  # the zoo's 31 models (2026-12-01): ~23 MB unpacked
 def _unpack_cached(path: str, mtime_ns: int, size: int, name: str) -> bytes:
     return unpack_xz(path, f"pretrained {name!r}: weights file")
 

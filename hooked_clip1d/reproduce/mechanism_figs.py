@@ -587,7 +587,8 @@ SPECS: tuple[FigureSpec, ...] = register(
         "consecutively (three phases).",
         (FULL,),
         fig11a_outcome,
-        data="the training run's metrics (every 100 epochs) and its shipped trajectory's checkpoints",
+        data="the training run's metrics (every 100 epochs), its shipped trajectory's checkpoints and the snapshot "
+        "accuracies the trajectory records",
     ),
     FigureSpec(
         "fig15",

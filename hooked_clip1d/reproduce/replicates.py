@@ -151,8 +151,10 @@ def _control_seeds(control: str, sweeps_root: Path | None) -> list[tuple[str, CL
     for run, seed, have_t, data, model in _finished_runs(Path(sweeps_root) / sweep):
         # the same recipe (another recipe's run in the sweep is not this control), config and data, another seed
         if seed != own_seed and have_t == want_t and data == man["data_config"] and model == want:
-            path = run / "model.safetensors"  # its manifest from its run folder (a figure may read the history)
-            seeded.append((seed, f"{sweep}/runs/{run.name}", with_manifest(load_model_file(path), path, str(path))))
+            # its manifest from its run folder (a figure may read the history), named by its label, not its file:
+            # read on its history alone, as the shipped seed is (fidelity.md: a control's snapshots are not merged in)
+            path, label = run / "model.safetensors", f"{sweep}/runs/{run.name}"
+            seeded.append((seed, label, with_manifest(load_model_file(path), path, label)))
     return found + [(label, model) for _, label, model in sorted(seeded, key=lambda t: t[0])]
 
 

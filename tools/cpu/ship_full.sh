@@ -9,6 +9,8 @@
 #   3. ship its trajectory with --metrics-epochs all (every other snapshot's float32 accuracies and sha256, for
 #      Fig. 11a's phases) and --epochs 0: a full checkpoint is ~2.9 MB (float16, xz); the budget was raised to 33 MB
 #      for it on 2026-12-01 (27.2 MB used); never drop the --metrics-epochs (fig11a is not run without them);
+#      if ship-trajectory is refused, the new model is already exported: `git checkout hooked_clip1d/pretrained/weights/`
+#      restores the partial one (and `git clean -n hooked_clip1d/pretrained/` lists what step 1 added) before a retry;
 #   4. move the partial model's byte pins to its new name in tests/test_forward_pins.py and list the new full model
 #      unpinned (its pins are recorded on the AMX machine that records the digests); record the value pins of both;
 #   5. rerun fig11a, and fig3 and fig10 on their zoo cells (--no-sweeps: their sweeps are days of CPU), into
