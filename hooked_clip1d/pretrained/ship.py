@@ -421,13 +421,22 @@ def _stored_epochs(epochs: Sequence[int] | None, last: int, snaps: dict[int, Pat
     return stored
 
 
+def _run_snapshot(path: Path, final: Any) -> Any:
+    """A run's snapshot loaded (float32), refused if its model config is not the run's final model's."""
+    from hooked_clip1d.model.checkpoint import load_model_file
+
+    model = load_model_file(path)
+    if model.cfg.to_dict() != final.cfg.to_dict():
+        raise ValueError(f"snapshot {path} has another model config than the run's model.safetensors")
+    return model
+
+
 def _snapshot_accuracies(
     snaps: dict[int, Path], epochs: Sequence[int] | str, shipped: list[int], final: Any, ds: Any
 ) -> dict[str, Any]:
     """``ship_trajectory``'s ``metrics_epochs``: each snapshot's float32 accuracies on every split of ``ds`` and its
     file's sha256 (``{}`` for none); ``"all"``: every snapshot whose weights the trajectory does not store."""
     from hooked_clip1d.evaluation import evaluate
-    from hooked_clip1d.model.checkpoint import load_model_file
 
     if isinstance(epochs, str):
         if epochs != "all":
@@ -442,9 +451,7 @@ def _snapshot_accuracies(
         return {}
     metrics, digests = {}, {}
     for e in sorted(chosen):
-        model = load_model_file(snaps[e])
-        if model.cfg.to_dict() != final.cfg.to_dict():
-            raise ValueError(f"snapshot {snaps[e]} has another model config than the run's model.safetensors")
+        model = _run_snapshot(snaps[e], final)
         metrics[str(e)] = evaluate(model.eval(), ds, splits=list(ds.splits))
         digests[str(e)] = file_sha256(snaps[e])
     why = "float32 accuracies measured at shipping on run snapshots whose weights are not stored"
@@ -457,12 +464,8 @@ def _stored_precisions(
     """The snapshots at ``stored`` epochs loaded (float32; each must have the final model's config) and each one's
     precision by ``measure_precision``: (models, kept dtypes, kept weights, the precision record); a ValueError names
     the checkpoints no precision of ``dtypes`` keeps."""
-    from hooked_clip1d.model.checkpoint import load_model_file
 
-    models = {e: load_model_file(snaps[e]) for e in stored}
-    for e, m in models.items():
-        if m.cfg.to_dict() != final.cfg.to_dict():
-            raise ValueError(f"snapshot {snaps[e]} has another model config than the run's model.safetensors")
+    models = {e: _run_snapshot(snaps[e], final) for e in stored}
     kept_dtypes, kept, record = measure_precision(models, ds, dtypes, tolerance=tolerance)
     refused = [e for e in stored if e not in kept_dtypes]
     if refused:
