@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# NOT RUN YET (written 2026-12-01, session 41, while the run trained; modelled on ship_app_l.sh, which ran). Ship the
-# full model at protocol (full-protocol.toml, seed 0, lane 2 of tools/cpu/long_runs.sh) once its run finished, as
+# Written 2026-12-01 (session 41, while the run trained; modelled on ship_app_l.sh, which ran). DRY RUN, session 42:
+# every step ran (80 s) in a scratch worktree (PYTHONPATH on it) on a 4-epoch run of this spec, snapshots 0-4; fig3
+# and fig10 were not run there only because a 4-epoch run is no grid cell (the real run's config.json is fig3's cell
+# (20, 10, seed 0) and fig10's (w = 0.2, seed 0): checked with sweep_figs.grid_cell). Not yet run on the real run.
+# Ship the full model at protocol (full-protocol.toml, seed 0, lane 2 of tools/cpu/long_runs.sh) once its run finished, as
 # docs/fidelity.md states (Fig. 11a, b: pre-registration and amendment of 2026-12-01):
 #   1. keep today's partial full model (1,000 epochs, pre-study recipe all-decay) as the named variant
 #      full-ntot20-n2-10-all-decay-partial (its files copied, name and description changed; weights untouched);
@@ -50,8 +53,9 @@ print(
     "Fig. 3, 10, 11a: the full model (MB = 2, Mrep = 2: 4 pre-LN blocks with GeLU MLPs, 4 heads, d_model 128) in "
     "both towers, Ntot = 20, n2 = 10, left captions, at the paper's protocol (10,000 epochs) under the package's "
     "default recipe (cls-exempt-init002-temp-nodecay-distinct: the flagship's). Seed 0 of sweep full-protocol.toml "
-    f"(group g000-8f63fd85), trained on a 2-core AVX-512 CPU across sessions 40 on ({s['train_seconds']:,.0f} s; one "
-    "thread, then two from 2026-12-01 at its epoch ~1,600; torch.compile'd: execution settings), with its 43 "
+    f"(group g000-8f63fd85), trained on a 2-core AVX-512 CPU from session 40 on, resumed from its checkpoints "
+    f"({s['train_seconds']:,.0f} s; one thread, then two from 2026-12-01 at its epoch ~1,600; torch.compile'd: "
+    "execution settings), with its 43 "
     "snapshots. Unseen-pair accuracy "
     f"{fm['val_unseen']['acc']:.2f} at epoch 10,000 (label set {fm['val_unseen']['label_set']:.2f}; seen pairs "
     f"{fm['val_seen']['acc']:.2f}; single-object {fm['val_single']['acc']:.2f}). The partial pre-study model it "
