@@ -3,8 +3,8 @@
 # every step ran (80 s) in a scratch worktree (PYTHONPATH on it) on a 4-epoch run of this spec, snapshots 0-4; fig3
 # and fig10 were not run there only because a 4-epoch run is no grid cell (the real run's config.json is fig3's cell
 # (20, 10, seed 0) and fig10's (w = 0.2, seed 0): checked with sweep_figs.grid_cell). Not yet run on the real run.
-# Ship the full model at protocol (full-protocol.toml, seed 0, lane 2 of tools/cpu/long_runs.sh) once its run finished, as
-# docs/fidelity.md states (Fig. 11a, b: pre-registration and amendment of 2026-12-01):
+# Ship the full model at protocol (full-protocol.toml, seed 0, lane 2 of tools/cpu/long_runs.sh) once its run
+# finished, as docs/fidelity.md states (Fig. 11a, b: pre-registration and amendment of 2026-12-01):
 #   1. keep today's partial full model (1,000 epochs, pre-study recipe all-decay) as the named variant
 #      full-ntot20-n2-10-all-decay-partial (its files copied, name and description changed; weights untouched);
 #   2. export the run over full-ntot20-n2-10 (float16 weights: the zoo's 4 MiB rule), its description from the
