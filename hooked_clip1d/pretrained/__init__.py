@@ -14,7 +14,8 @@ all of them and ``trajectory_emergence(name)`` how the mechanism forms along the
 
 The modules: ``zoo`` (the shipped files: names, manifests, weights; its ``WEIGHTS_DIR`` / ``TRAJECTORIES_DIR`` are
 the folders read), ``checkpoints`` (trajectories and a run's snapshots, read), ``trajectories`` (their file format),
-``ship`` (the writing side: releases exported and measured), ``circuit_files`` (the ground-truth circuits). This
+``ship`` (the writing side: releases exported and measured; ``ship_measure``: what it reads and measures before
+writing), ``circuit_files`` (the ground-truth circuits). This
 module re-exports the reading side and adds the two entry points that dispatch between them, ``load_model`` and
 ``resolve_model``.
 
