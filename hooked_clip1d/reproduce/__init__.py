@@ -16,7 +16,8 @@ a trained control pre-registered after it, keeping its seeds and null control as
 The package, by module:
 
 - ``core``: ``FigureSpec``, ``Outcome``, ``verdict_of``, the zoo model names, ``SWEEPS_DIR``, the record writing.
-- ``mechanism_figs``: the flagship's mechanism (Sec. 4-5, App. D-F: fig4b, 4c, 5d, 5e, 6, 7, 11, 13, 14, 15).
+- ``mechanism_figs``: the flagship's mechanism (Sec. 4-5, App. D-F: fig4b, 4c, 5d, 5e, 13, 14, 15);
+  ``dynamics_figs``: the generalization dynamics (App. C: fig11, fig11a).
 - ``sweep_figs``: figures built on a sweep (fig3, 4a, 10, 21, 21b) and ``grid_cell`` for unfinished sweeps.
 - ``appendix_figs``: other architectures and captions (Sec. 6, App. I, J, L: fig8, 18, 19, 20, 23).
 - ``pruned_heads``: App. K's pruned heads (fig22), with the pre-registered R1-R3 over the 14 retrained subsets.

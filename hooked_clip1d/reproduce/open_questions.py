@@ -29,12 +29,12 @@ from hooked_clip1d.reproduce.core import (
     Outcome,
     register,
 )
+from hooked_clip1d.reproduce.dynamics_figs import fig11_outcome
 from hooked_clip1d.reproduce.mechanism_figs import (
     fig4b_outcome,
     fig4c_outcome,
     fig5d_outcome,
     fig5e_outcome,
-    fig11_outcome,
     fig13_outcome,
     fig14_outcome,
 )
