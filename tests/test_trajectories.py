@@ -187,6 +187,44 @@ def test_snapshots_measured_not_stored_are_recorded_and_read_by_fig11s_history(z
     plain = tmp_path / "plain"  # without metrics_epochs the manifest is as before
     ship.ship_trajectory(zoo["run"], "tiny", epochs=[0, 2], dest=plain)
     assert "snapshot_metrics" not in json.loads((plain / "tiny.json").read_text())
+    # a recorded accuracy without a split Fig. 11 reads is refused by name, not a bare KeyError (session 42)
+    del man["snapshot_metrics"]["metrics"]["1"]["val_unseen"]
+    (dest / "tiny.json").write_text(json.dumps(man))
+    with pytest.raises(ValueError, match=r"records no \['val_unseen'\] accuracy at snapshot epoch 1"):
+        fine_history(reg.load_model("tiny"), "tiny")
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ({"x": {"val_seen": {"acc": 0.5}}}, "entry 'x' is not an epoch"),
+        ({"5": [0.5]}, "entry '5' is not an epoch"),
+        ({"5": {"val_seen": {"acc": float("nan")}}}, r"epoch 5, val_seen: accuracy nan is not a number in \[0, 1\]"),
+        ({"5": {"val_seen": {"acc": 1.5}}}, "epoch 5, val_seen: accuracy 1.5 is not"),
+        ({"5": {"val_seen": {"acc": True}}}, "epoch 5, val_seen: accuracy True is not"),
+        ({"5": {"val_seen": {}}}, "epoch 5, val_seen: accuracy None is not"),
+        ({"5": {"val_seen": 0.5}}, "epoch 5, val_seen: accuracy None is not"),
+    ],
+)
+def test_snapshot_metrics_refuses_what_would_move_a_threshold(entry, says):
+    """A hand-edited or corrupt ``snapshot_metrics`` is refused by name (session 42): a NaN skipped, or an accuracy
+    out of range, would move the epoch a threshold is first reached at, and Fig. 11a's order check with it."""
+    from hooked_clip1d.pretrained.trajectories import snapshot_metrics
+
+    with pytest.raises(ValueError, match="trajectory 'm': snapshot_metrics: " + says):
+        snapshot_metrics({"name": "m", "snapshot_metrics": {"metrics": entry}})
+
+
+def test_first_epoch_refuses_a_nan_and_skips_a_missing_evaluation():
+    """A NaN accuracy is an error, not an epoch where the level is not reached (session 42): skipped, it could break
+    a tie and make an order check pass ("ties fail"); a None is an epoch without that evaluation."""
+    from hooked_clip1d.reproduce.readings import first_epoch
+
+    hist = {"epoch": [0, 100, 200], "single": [0.2, 0.97, 1.0], "seen": [0.1, float("nan"), 0.99]}
+    assert first_epoch(hist, "single", 0.95) == 100
+    with pytest.raises(ValueError, match=r"'seen' accuracy is not finite at epochs \[100\]"):
+        first_epoch(hist, "seen", 0.95)
+    assert first_epoch({"epoch": [0, 5], "seen": [None, 0.96]}, "seen", 0.95) == 5
 
 
 @pytest.mark.heavy

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -493,8 +494,22 @@ def snapshot_metrics(man: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
         {5: {'val_seen': {'acc': 0.5}}}
         >>> snapshot_metrics({})
         {}
+
+    A ValueError names the epoch of an entry that is not an epoch with a mapping of split metrics, or whose
+    accuracy is not a number in [0, 1] (a NaN included): a figure reads these as they are, and a wrong one would move
+    the epoch a threshold is first reached at.
     """
-    return {int(e): m for e, m in (man.get("snapshot_metrics") or {}).get("metrics", {}).items()}
+    out: dict[int, dict[str, Any]] = {}
+    where = f"trajectory {man.get('name', '?')!r}: snapshot_metrics"
+    for e, m in (man.get("snapshot_metrics") or {}).get("metrics", {}).items():
+        if not str(e).isdigit() or not isinstance(m, Mapping):
+            raise ValueError(f"{where}: entry {e!r} is not an epoch with a mapping of split metrics")
+        for split, met in m.items():
+            acc = met.get("acc") if isinstance(met, Mapping) else None
+            if isinstance(acc, bool) or not isinstance(acc, int | float) or not (math.isfinite(acc) and 0 <= acc <= 1):
+                raise ValueError(f"{where}: epoch {e}, {split}: accuracy {acc!r} is not a number in [0, 1]")
+        out[int(e)] = dict(m)
+    return out
 
 
 def stored_metrics(man: Mapping[str, Any], epoch: int) -> dict[str, Any]:

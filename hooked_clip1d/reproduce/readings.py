@@ -7,6 +7,8 @@ Nothing here declares a figure; ``mechanism_figs``, ``appendix_figs``, ``open_qu
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from hooked_clip1d.data.dataset import build_dataset
@@ -130,6 +132,17 @@ def dominant_split(
 
 
 def first_epoch(history: dict[str, list], key: str, level: float) -> int | None:
+    """The first epoch of ``history`` at which ``history[key]`` reaches ``level`` (None: never; a None value is an
+    epoch without that evaluation). A NaN is refused by name: skipped, it would move the epoch a threshold is first
+    reached at, and an order check with it.
+
+    Example:
+        >>> first_epoch({"epoch": [0, 5, 10], "seen": [0.1, None, 0.97]}, "seen", 0.95)
+        10
+    """
+    bad = [e for e, v in zip(history["epoch"], history[key], strict=True) if v is not None and not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"the {key!r} accuracy is not finite at epochs {bad}: no first epoch can be read")
     return next(
         (int(e) for e, v in zip(history["epoch"], history[key], strict=True) if v is not None and v >= level), None
     )
@@ -179,6 +192,9 @@ def fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
             added.append(epoch)
     if source is not None and source in list_trajectories():  # measured at shipping, weights not stored
         for epoch, met in snapshot_metrics(trajectory_manifest(source)).items():
+            lacking = [s for s in FIG11_KEYS.values() if s not in met]
+            if lacking:
+                raise ValueError(f"{source!r}'s trajectory records no {lacking} accuracy at snapshot epoch {epoch}")
             if epoch not in rows:
                 rows[epoch] = {k: met[s]["acc"] for k, s in FIG11_KEYS.items()}
                 added.append(epoch)
