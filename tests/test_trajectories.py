@@ -215,6 +215,51 @@ def test_snapshot_metrics_refuses_what_would_move_a_threshold(entry, says):
         snapshot_metrics({"name": "m", "snapshot_metrics": {"metrics": entry}})
 
 
+def test_a_stale_trajectory_is_refused_where_it_is_read(zoo, tmp_path, monkeypatch):
+    """Weights exported again without their trajectory shipped again: the trajectory's numbers are another run's, so
+    reading it is refused by name (session 42), not merged into Fig. 11's history without a word."""
+    weights, trajs = tmp_path / "weights", tmp_path / "trajectories"
+    shutil.copytree(zoo["root"] / "weights", weights)
+    shutil.copytree(zoo["root"] / "trajectories", trajs)
+    monkeypatch.setattr(reg.zoo, "WEIGHTS_DIR", weights)
+    monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", trajs)
+    assert reg.list_checkpoints("tiny") == EPOCHS
+    ship.export_run(zoo["other"], "tiny", "another run exported over tiny")
+    with pytest.raises(ValueError, match=r"'tiny''s trajectory is stale: its last checkpoint .* is not the shipped"):
+        reg.list_checkpoints("tiny")
+
+
+def test_ship_refuses_a_mislabelled_snapshot_and_a_scheduled_one_missing(zoo, tmp_path):
+    """``ship_trajectory`` reads each snapshot's own metadata (session 42): another epoch's file under this epoch's
+    name would be recorded at the wrong epoch; with ``metrics_epochs="all"`` a snapshot the run scheduled and lost
+    is refused, not read as an epoch never measured (a list ships without it)."""
+    run = tmp_path / "run"
+    shutil.copytree(zoo["run"], run)
+    snaps = run / "snapshots"
+    lost = snaps / "epoch_00001.safetensors"
+    kept = lost.read_bytes()
+    lost.unlink()
+    with pytest.raises(ValueError, match=r"scheduled snapshots at epochs \[1\] that are missing"):
+        ship.ship_trajectory(run, "tiny", epochs=[0, 2], dest=tmp_path / "t", metrics_epochs="all")
+    ship.ship_trajectory(run, "tiny", epochs=[0, 2], dest=tmp_path / "t", metrics_epochs=[4])  # named: shipped
+    lost.write_bytes((snaps / "epoch_00002.safetensors").read_bytes())  # epoch 2's weights under epoch 1's name
+    with pytest.raises(CheckpointError, match="labelled epoch 1 by its name but holds the weights of epoch 2"):
+        ship.ship_trajectory(run, "tiny", epochs=[0, 2], dest=tmp_path / "u")
+    lost.write_bytes(kept)
+
+
+def test_fine_history_refuses_an_evaluation_without_an_accuracy(zoo):
+    """A None in the history's single/seen/unseen accuracies is an error (session 42): skipped, it would move the
+    epoch a threshold is first reached at, and could break a tie the order check must fail on."""
+    from hooked_clip1d.reproduce.readings import fine_history
+
+    m = reg.load_model("tiny")
+    m.manifest["history"]["seen"][1] = None
+    gap = m.manifest["history"]["epoch"][1]
+    with pytest.raises(ValueError, match=rf"history has evaluations without an accuracy: .*'seen': \[{gap}\]"):
+        fine_history(m, "tiny")
+
+
 def test_first_epoch_refuses_a_nan_and_skips_a_missing_evaluation():
     """A NaN accuracy is an error, not an epoch where the level is not reached (session 42): skipped, it could break
     a tie and make an order check pass ("ties fail"); a None is an epoch without that evaluation."""

@@ -57,9 +57,11 @@ def trajectory_manifest(name: str) -> dict[str, Any]:
     """The trajectory manifest of shipped model ``name`` (``pretrained.trajectories`` describes it).
 
     Raises ``KeyError`` (listing the zoo) for an unknown name and ``NoTrajectoryError`` (listing the models with a
-    trajectory) for a model that ships none.
+    trajectory) for a model that ships none; ``ValueError`` for a stale one, whose last checkpoint is not the shipped
+    weights (the model was exported again and its trajectory not shipped again: every number it holds is another
+    run's).
     """
-    zoo.manifest(name)  # an unknown name: KeyError listing the zoo
+    zman = zoo.manifest(name)  # an unknown name: KeyError listing the zoo
     known = list_trajectories()
     if name not in known:
         half = incomplete_trajectory(zoo.TRAJECTORIES_DIR, name)
@@ -67,7 +69,15 @@ def trajectory_manifest(name: str) -> dict[str, Any]:
             raise FileNotFoundError(half)
         have = ", ".join(known) if known else "none yet"
         raise NoTrajectoryError(f"{name!r} ships no training trajectory; models with one: {have}")
-    return read_manifest(Path(zoo.TRAJECTORIES_DIR) / f"{name}.json")
+    man = read_manifest(Path(zoo.TRAJECTORIES_DIR) / f"{name}.json")
+    last = man.get("checkpoint_sha256", {}).get(str(man.get("final_epoch")))
+    if last != zman.get("sha256") or int(man.get("final_epoch", -1)) != int(zman.get("epochs", -2)):
+        raise ValueError(
+            f"{name!r}'s trajectory is stale: its last checkpoint (epoch {man.get('final_epoch')}, sha256 {last}) is "
+            f"not the shipped weights (epoch {zman.get('epochs')}, sha256 {zman.get('sha256')}); ship the trajectory "
+            "of the run the weights were exported from again (hooked-clip1d ship-trajectory RUN --name NAME)"
+        )
+    return man
 
 
 def _snapshot_dir(spec: str | os.PathLike) -> bool:

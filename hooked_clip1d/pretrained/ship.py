@@ -29,6 +29,7 @@ from hooked_clip1d.pretrained import (
     zoo,  # its WEIGHTS_DIR / TRAJECTORIES_DIR read at call time (tests move them)
 )
 from hooked_clip1d.pretrained.ship_measure import (
+    check_run_snapshots,
     emergence_record,
     exported_final,
     finished_run_snapshots,
@@ -268,11 +269,13 @@ def ship_trajectory(
     check_destination(dest, "ship-trajectory")  # before the measuring (minutes), not after it
     with RunLock(run_dir, "run directory"), torch.random.fork_rng(devices=[]):
         config = json.loads((run_dir / "config.json").read_text())
+        check_run_snapshots(snaps, config)
         last, shipped, final = exported_final(run_dir, name, zman, config)
         stored = stored_epochs(epochs, last, snaps)
         ds = unseen_probe(build_dataset(final.data_config))
         models, kept_dtypes, kept, record = stored_precisions(snaps, stored, final, ds, dtypes, tolerance_images)
-        measured = snapshot_accuracies(snaps, metrics_epochs, [*stored, last], final, ds)
+        scheduled = config["train_config"].get("snapshot_epochs") or ()
+        measured = snapshot_accuracies(snaps, metrics_epochs, [*stored, last], final, ds, scheduled)
         emerg = emergence_record(
             kept, models, kept_dtypes, (last, shipped), TrainConfig.from_dict(config["train_config"]), ds
         )

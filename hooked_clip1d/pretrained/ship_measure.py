@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hooked_clip1d.pretrained import load_model
+from hooked_clip1d.pretrained.checkpoints import check_snapshot
 from hooked_clip1d.pretrained.trajectories import (
     file_sha256,
     measure_precision,
@@ -43,6 +44,13 @@ def finished_run_snapshots(run_dir: Path) -> dict[int, Path]:
             f"{str(run_dir)!r} has no snapshots/: train with TrainConfig.snapshot_epochs (settings.dense_schedule)"
         )
     return snaps
+
+
+def check_run_snapshots(snaps: dict[int, Path], config: dict[str, Any]) -> None:
+    """Each snapshot's own metadata against its name and the run's ``config``: another epoch's file, or another
+    run's, would be shipped or recorded under this label (``checkpoints.check_snapshot``: a ``CheckpointError``)."""
+    for epoch, path in snaps.items():
+        check_snapshot(path, epoch, config)
 
 
 def exported_final(run_dir: Path, name: str, zman: dict[str, Any], config: dict[str, Any]) -> tuple[int, Any, Any]:
@@ -99,15 +107,28 @@ def run_snapshot(path: Path, final: Any) -> Any:
 
 
 def snapshot_accuracies(
-    snaps: dict[int, Path], epochs: Sequence[int] | str, shipped: list[int], final: Any, ds: Any
+    snaps: dict[int, Path],
+    epochs: Sequence[int] | str,
+    shipped: list[int],
+    final: Any,
+    ds: Any,
+    scheduled: Sequence[int] = (),
 ) -> dict[str, Any]:
     """``ship_trajectory``'s ``metrics_epochs``: each snapshot's float32 accuracies on every split of ``ds`` and its
-    file's sha256 (``{}`` for none); ``"all"``: every snapshot whose weights the trajectory does not store."""
+    file's sha256 (``{}`` for none); ``"all"``: every snapshot whose weights the trajectory does not store, refused
+    when a snapshot the run ``scheduled`` (its ``snapshot_epochs``, up to its last epoch) is missing (a figure would
+    read a gap as an epoch never measured; give the epochs as a list to ship without it)."""
     from hooked_clip1d.evaluation import evaluate
 
     if isinstance(epochs, str):
         if epochs != "all":
             raise ValueError(f"metrics_epochs must be a list of epochs or 'all', got {epochs!r}")
+        missing = [e for e in scheduled if e <= max(shipped) and e not in snaps]
+        if missing:
+            raise ValueError(
+                f"metrics_epochs 'all': the run scheduled snapshots at epochs {missing} that are missing from its "
+                "snapshots/; give the epochs to measure as a list to ship without them"
+            )
         chosen = [e for e in snaps if e not in shipped]
     else:
         chosen = check_int_list(epochs, "metrics_epochs (snapshots measured, not stored)") if len(epochs) else []

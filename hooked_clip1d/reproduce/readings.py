@@ -169,13 +169,16 @@ def fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
     """The run's metrics history (every ``eval_every`` epochs) merged with the accuracies of its trajectory's
     checkpoints at the epochs the history lacks (Fig. 11 at the finest resolution there is), then with the accuracies
     a shipped trajectory records at snapshots it does not store (``trajectories.snapshot_metrics``); the epochs
-    added."""
+    added. A history evaluation without one of the three accuracies is refused, not skipped."""
     from hooked_clip1d.evaluation import evaluate
     from hooked_clip1d.pretrained import list_checkpoints, list_trajectories, load_trajectory, trajectory_manifest
     from hooked_clip1d.pretrained.trajectories import NoTrajectoryError, snapshot_metrics
 
     h = model.manifest["history"]
     rows = {int(e): {k: h[k][i] for k in FIG11_KEYS} for i, e in enumerate(h["epoch"])}
+    gaps = {k: [e for e, r in rows.items() if r[k] is None] for k in FIG11_KEYS}
+    if any(gaps.values()):  # skipped, a gap would move the epoch a threshold is first reached at (ties fail)
+        raise ValueError(f"{name}'s metrics history has evaluations without an accuracy: {gaps}")
     source = _trajectory_source(model, name)
     added: list[int] = []
     if source is not None:

@@ -56,10 +56,10 @@ print(
     f"(group g000-8f63fd85), trained on a 2-core AVX-512 CPU from session 40 on, resumed from its checkpoints "
     f"({s['train_seconds']:,.0f} s; one thread, then two from 2026-12-01 at its epoch ~1,600; torch.compile'd: "
     "execution settings), with its 43 "
-    "snapshots. Unseen-pair accuracy "
+    "snapshots. Unseen-pair accuracy (the run's float32 evaluation) "
     f"{fm['val_unseen']['acc']:.2f} at epoch 10,000 (label set {fm['val_unseen']['label_set']:.2f}; seen pairs "
     f"{fm['val_seen']['acc']:.2f}; single-object {fm['val_single']['acc']:.2f}). The partial pre-study model it "
-    "replaces is full-ntot20-n2-10-all-decay-partial. Weights stored as float16 (accuracies measured on them), with "
+    "replaces is full-ntot20-n2-10-all-decay-partial. Weights stored as float16 (the zoo's accuracies measured on them), with "
     "its training trajectory (the accuracies of every snapshot recorded, weights of epoch 0 and the last)."
 )
 PY
