@@ -76,6 +76,25 @@ def test_rope_analysis_on_a_rope_tower(tmp_path):
     assert any(f.endswith("rope_mechanism.png") for f in res["files"])
 
 
+def test_ablate_on_a_tower_with_layernorm_names_the_cli_option(tmp_path):
+    """The full model's towers have LayerNorm: `analyze ablate` on it once failed naming the library's keyword
+    (ln_scale='live'), which the command line could not pass (session 42); it now names `-o ln_scale=live`, and with
+    it reports the same metrics as ablate_terms(..., ln_scale="live")."""
+    from hooked_clip1d import build_dataset, evaluate
+    from hooked_clip1d.analysis import ablate_terms
+
+    cfg = CLIPConfig.from_preset("full", n_labels=6, n_layers=1, d_model=16, d_head=4, d_mlp=32, init_std=1.0)
+    model = CLIP1D(cfg, seed=0).eval()
+    model.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)
+    with pytest.raises(ValueError, match="the vision tower has LayerNorm .* add -o ln_scale=live"):
+        run_analysis("ablate", model, out_dir=tmp_path)
+    with pytest.raises(ValueError, match="option ln_scale must be live, got 'frozen'"):
+        run_analysis("ablate", model, out_dir=tmp_path, ln_scale="frozen")
+    abl = run_analysis("ablate", model, out_dir=tmp_path, ln_scale="live")["data"]["conditions"]
+    hooks = ablate_terms(model.vision, ["EP"], ln_scale="live")
+    assert abl["EP"]["metrics"] == evaluate(model, build_dataset(model.data_config), vision_hooks=hooks)
+
+
 def test_unknown_analysis_and_bad_option(tmp_path, capsys):
     with pytest.raises(ValueError, match="known"):
         run_analysis("nope", _model(), out_dir=tmp_path)

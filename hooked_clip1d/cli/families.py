@@ -111,14 +111,27 @@ def _decompose(model: CLIP1D, opts: dict[str, Any]) -> Report:
     "ablate",
     what="term ablations EP, PE, PP, BP, VP and combinations (Fig. 5e, 16, 17)",
     data="validation splits val_seen and val_unseen",
-    options={"layer": "the attention layer whose terms are ablated (default 0)"},
+    options={
+        "layer": "the attention layer whose terms are ablated (default 0)",
+        "ln_scale": "live: through LayerNorm at each forward pass's own scale (TL's apply_ln_to_stack convention); "
+        "needed by a tower with LayerNorm, e.g. the full model (default: none, the simplified model's towers)",
+    },
 )
 def _ablate(model: CLIP1D, opts: dict[str, Any]) -> Report:
     from hooked_clip1d.analysis.interventions.ablation import evaluate_ablations, format_ablations
     from hooked_clip1d.visualization.decomposition import plot_ablations
 
     layer = check_int(opts.get("layer", 0), "option layer", minimum=0)
-    res = evaluate_ablations(model, model_dataset(model), layer=layer)
+    ln_scale = opts.get("ln_scale")
+    if ln_scale not in (None, "live"):
+        raise ValueError(f"option ln_scale must be live, got {ln_scale!r}")
+    if ln_scale is None and model.vision.cfg.normalization_type is not None:  # the library names its keyword
+        raise ValueError(
+            f"the vision tower has LayerNorm (normalization_type={model.vision.cfg.normalization_type!r}): a term is "
+            "only defined with a fixed LN scale; add -o ln_scale=live (each forward pass's own scale, TL's "
+            "apply_ln_to_stack convention)"
+        )
+    res = evaluate_ablations(model, model_dataset(model), layer=layer, ln_scale=ln_scale)
     return Report(format_ablations(res), res, {"ablations": plot_ablations(res, splits=("val_seen", "val_unseen"))})
 
 
