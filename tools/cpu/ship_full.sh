@@ -2,7 +2,9 @@
 # Written 2026-12-01 (session 41, while the run trained; modelled on ship_app_l.sh, which ran). DRY RUN, session 42:
 # every step ran (80 s) in a scratch worktree (PYTHONPATH on it) on a 4-epoch run of this spec, snapshots 0-4; fig3
 # and fig10 were not run there only because a 4-epoch run is no grid cell (the real run's config.json is fig3's cell
-# (20, 10, seed 0) and fig10's (w = 0.2, seed 0): checked with sweep_figs.grid_cell). Not yet run on the real run.
+# (20, 10, seed 0) and fig10's (w = 0.2, seed 0): checked with sweep_figs.grid_cell). The README's test command in
+# that tree afterwards: 1,952 passed, 1 failed, only because a 4-epoch run has no snapshots 5-50 (test_a_shipped_
+# trajectory wants their accuracies). Not yet run on the real run.
 # Ship the full model at protocol (full-protocol.toml, seed 0, lane 2 of tools/cpu/long_runs.sh) once its run
 # finished, as docs/fidelity.md states (Fig. 11a, b: pre-registration and amendment of 2026-12-01):
 #   1. keep today's partial full model (1,000 epochs, pre-study recipe all-decay) as the named variant
