@@ -501,6 +501,45 @@ def test_cli_analyze_dynamics(zoo, tmp_path, capsys):
     assert "option show: no checkpoint at epochs [3]" in capsys.readouterr().err
 
 
+def test_trajectory_accuracies_merge_the_three_sources(zoo, tmp_path, monkeypatch):
+    """``trajectory_accuracies``: the history's evaluations, then the stored checkpoints' accuracies (measured on the
+    stored weights) and the snapshots recorded without weights, each row naming its source; the history wins where
+    two give an epoch (as Fig. 11's fine history)."""
+    from hooked_clip1d.pretrained.trajectories import snapshot_metrics, stored_metrics
+
+    dest = tmp_path / "traj"
+    ship.ship_trajectory(zoo["run"], "tiny", epochs=[0, 2], dest=dest, metrics_epochs="all")
+    monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", dest)
+    rows = reg.trajectory_accuracies("tiny")
+    h = reg.manifest("tiny")["history"]
+    assert [r["epoch"] for r in rows] == sorted({0, 1, *h["epoch"]})
+    by = {r["epoch"]: r for r in rows}
+    man = reg.trajectory_manifest("tiny")
+    assert by[0]["source"] == "checkpoint" and by[0]["seen"] == stored_metrics(man, 0)["val_seen"]["acc"]
+    assert by[1]["source"] == "snapshot" and by[1]["unseen"] == snapshot_metrics(man)[1]["val_unseen"]["acc"]
+    for i, e in enumerate(h["epoch"]):
+        assert by[e]["source"] == "history" and by[e]["single"] == h["single"][i]
+
+
+def test_cli_analyze_dynamics_without_mechanism_rows(tmp_path, capsys):
+    """A trajectory whose mechanism rows were not measured (a RoPE tower; the full model next) gave only an error;
+    `analyze dynamics` now reports its accuracies along the training and when Fig. 11's levels are first reached
+    (session 42), and refuses by name the options that need the rows."""
+    name = "rope-ntot20-n2-15"
+    assert main(["analyze", "dynamics", "--model", name, "--out", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert "no mechanism rows: the mechanism report needs the paper's simplified vision tower" in table
+    data = json.loads((tmp_path / "dynamics.json").read_text())["data"]
+    rows = reg.trajectory_accuracies(name)
+    assert data["rows"] == rows and (tmp_path / "dynamics_accuracies.png").exists()
+    want = next(r["epoch"] for r in rows if r["unseen"] >= 0.8)
+    assert data["first_reached"]["unseen"] == want and f"unseen >= 0.8 at epoch {want}" in table
+    assert main(["analyze", "dynamics", "--model", name, "-o", "show=[0]", "--out", str(tmp_path)]) == 2
+    assert "option(s) ['show'] need the mechanism rows" in capsys.readouterr().err
+    assert main(["analyze", "dynamics", "--model", name, "-o", "epochs=[0,7]", "--out", str(tmp_path)]) == 2
+    assert "no recorded accuracies at epochs [7]" in capsys.readouterr().err
+
+
 def test_cli_ship_trajectory(zoo, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", tmp_path)
     args = ["ship-trajectory", str(zoo["run"]), "--name", "tiny", "--epochs", "0,2,6", "--tolerance-images", "1"]

@@ -512,9 +512,11 @@ def _pruning(model: CLIP1D, opts: dict[str, Any]) -> Report:
     "dynamics",
     what="the mechanism's emergence along the model's shipped training trajectory: per checkpoint the loss, "
     "accuracies, head bias, EP row, Fig. 13 share, invariant ablation, W_QK rank and decay exposure; when each of "
-    "the dynamics study's checks first and last holds",
+    "the dynamics study's checks first and last holds; for a tower the mechanism report cannot read (RoPE, two "
+    "layers, the full model), the accuracies along the training and when each of Fig. 11's levels is first reached",
     data="the checkpoints of the model's shipped trajectory (`list --checkpoints NAME`); mechanism numbers on the "
-    "unseen-pair probe (every unseen ordered pair at every position pair)",
+    "unseen-pair probe (every unseen ordered pair at every position pair); without them, the accuracies the zoo "
+    "records (the history, the stored checkpoints, the snapshots recorded without weights)",
     options={
         "epochs": "only these checkpoints, e.g. [0,100,10000] (default: all)",
         "recompute": "recompute the rows from the weights instead of reading those measured at shipping "
@@ -524,75 +526,6 @@ def _pruning(model: CLIP1D, opts: dict[str, Any]) -> Report:
     },
 )
 def _dynamics(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    from hooked_clip1d.analysis.mechanism.dynamics import CHECK_TEXT
-    from hooked_clip1d.pretrained import list_trajectories, load_trajectory, trajectory_emergence
-    from hooked_clip1d.visualization.dynamics import (
-        plot_checkpoints,
-        plot_emergence,
-        show_attention_over_checkpoints,
-    )
+    from hooked_clip1d.cli.dynamics_report import dynamics_report  # the body, in a module of its own
 
-    man = getattr(model, "manifest", None)
-    name = man.get("name") if isinstance(man, dict) else None
-    if name is None:
-        have = ", ".join(list_trajectories()) or "none yet"
-        raise ValueError(
-            "analyze dynamics needs a shipped model with a training trajectory (--model NAME); models with one: "
-            f"{have} (for a run directory's snapshots: hooked_clip1d.analysis.mechanism.dynamics.run_emergence)"
-        )
-
-    def epoch_list(key: str) -> list[int] | None:
-        v = opts.get(key)
-        if v is None:
-            return None
-        vs = v if isinstance(v, list) else [v]
-        if not all(isinstance(e, int) and not isinstance(e, bool) for e in vs):
-            raise ValueError(f"option {key} must be an epoch or a list of epochs, e.g. [0,100,10000]; got {v!r}")
-        return vs
-
-    em = trajectory_emergence(name, epochs=epoch_list("epochs"), recompute=flag_option(opts, "recompute", False))
-    epochs = [r["epoch"] for r in em.rows]
-    show = epoch_list("show")
-    if show is None:
-        gen = em.windows.get("generalizes", {}).get("first")
-        show = sorted({epochs[0], *([gen] if gen is not None else [epochs[len(epochs) // 2]]), epochs[-1]})
-    ckpts = load_trajectory(name, epochs)
-    by_epoch = dict(ckpts)
-    missing = [e for e in show if e not in by_epoch]
-    if missing:
-        raise ValueError(f"option show: no checkpoint at epochs {missing}; the checkpoints: {epochs}")
-    image = opts.get("image")
-    figs = {
-        "emergence": plot_emergence(em, title=f"{name}: emergence of the mechanism over training"),
-        "checkpoints": plot_checkpoints([(e, by_epoch[e]) for e in show], image=image),
-    }
-    heading = f"{name}: vision attention at each checkpoint of its trajectory (panels: epoch, head)"
-    pages = {"attention_steps": (show_attention_over_checkpoints(ckpts, image=image), heading)}
-
-    def heads(v: list[float] | list[int] | None, fmt: str = "{:.2f}") -> str:
-        return " ".join(fmt.format(x) for x in v) if v else "n/a"
-
-    lines = [f"{name}: {len(epochs)} checkpoints, epochs {epochs[0]}..{epochs[-1]} (probe: every unseen pair)"]
-    lines.append(
-        f"{'epoch':>6} {'loss':>7} {'single':>6} {'seen':>5} {'unseen':>6} {'probe':>5}  "
-        f"{'P(left) per head':<20} {'EP std per head':<24} {'Fig.13 share':<20} {'inv acc/ls':<10} {'rank':<8} exposure"
-    )
-    for r in em.rows:
-        inv = r["invariant"]
-        exp = r.get("exposure")
-        lines.append(
-            f"{r['epoch']:>6} {r['loss']:>7.4f} {r['single']:>6.2f} {r['seen']:>5.2f} {r['unseen']:>6.2f} "
-            f"{r['probe']:>5.2f}  {heads(r['p_left']):<20} {heads(r['ep_std'], '{:.3g}'):<24} "
-            f"{heads(r['xwx_share']):<20} {f'{inv[0]:.2f}/{inv[1]:.2f}':<10} {heads(r['qk_rank'], '{}'):<8} "
-            f"{'n/a' if exp is None else f'{exp:.3g}'}"
-        )
-    lines.append("")
-    lines.append("checks (docs/fidelity.md, the dynamics study): first / last epoch at which each holds")
-    for check, w in em.windows.items():
-        if w["first"] is None:
-            state = "never holds"
-        else:
-            end = "holds at the end" if w["held_at_end"] else f"last holds at {w['last']}"
-            state = f"from {w['first']}, {end} (at {w['fraction']:.0%} of the checkpoints since)"
-        lines.append(f"  {check:<19} {state}  [{CHECK_TEXT.get(check, 'all five checks')}]")
-    return Report("\n".join(lines), {"name": name, **em.to_json(), "show": show}, figs, pages)
+    return dynamics_report(model, opts)

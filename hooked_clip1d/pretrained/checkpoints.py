@@ -31,6 +31,7 @@ from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file fo
     read_trajectory,
     run_snapshots,
     set_checkpoint_fields,
+    snapshot_metrics,
     stored_checkpoint,
     stored_metrics,
     trajectory_file,
@@ -285,6 +286,36 @@ def trajectory_emergence(
     key = ("trajectory_emergence", name, tuple(want), json.dumps(man.get("checkpoint_sha256", {}), sort_keys=True))
     train_cfg = TrainConfig.from_dict(zoo.manifest(name)["train_config"])
     return measure_once((*key, ROW_VERSION), lambda: emergence(load_trajectory(name, want), train_cfg))
+
+
+ACCURACY_KEYS = {"single": "val_single", "seen": "val_seen", "unseen": "val_unseen"}
+
+
+def trajectory_accuracies(name: str) -> list[dict[str, Any]]:
+    """Every generalization accuracy the zoo records along shipped model ``name``'s training, one row an epoch:
+    its metrics history (every ``eval_every`` epochs), its trajectory's stored checkpoints (measured on the stored
+    weights at shipping) and the snapshots the trajectory records without their weights (``snapshot_metrics``: the
+    full model's); where several give an epoch, the history's. Rows ``{"epoch", "single", "seen", "unseen",
+    "source"}``, source ``"history"``, ``"checkpoint"`` or ``"snapshot"``. No weights are loaded: for a trajectory
+    whose mechanism rows were not measured (``trajectory_emergence`` refuses it), this is its dynamics.
+
+    Example:
+        >>> rows = trajectory_accuracies("simplified-ntot20-n2-10")
+        >>> rows[0]["epoch"], rows[0]["source"], rows[-1]["epoch"], rows[-1]["source"]
+        (0, 'checkpoint', 10000, 'history')
+    """
+    man, h = trajectory_manifest(name), zoo.manifest(name)["history"] or {}
+    rows: dict[int, dict[str, Any]] = {}
+    for i, e in enumerate(h.get("epoch", [])):
+        rows[int(e)] = {**{k: h[k][i] for k in ACCURACY_KEYS}, "source": "history"}
+    for e in [int(x) for x in man["epochs"]]:
+        if e not in rows:
+            met = stored_metrics(man, e) if str(e) in man["precision"]["checkpoints"] else zoo.manifest(name)["metrics"]
+            rows[e] = {**{k: met[s]["acc"] for k, s in ACCURACY_KEYS.items()}, "source": "checkpoint"}
+    for e, met in snapshot_metrics(man).items():
+        if e not in rows:
+            rows[e] = {**{k: met[s]["acc"] for k, s in ACCURACY_KEYS.items()}, "source": "snapshot"}
+    return [{"epoch": e, **rows[e]} for e in sorted(rows)]
 
 
 def trajectory_table() -> str:

@@ -7,6 +7,8 @@ its rows)
   family: loss and accuracies; per-head P(left) / P(right); the EP CLS row's std and rank correlation; the Fig. 13
   XW_QKX^T share and the invariant ablation; the per-head W_QK rank and the decay exposure. Dotted vertical lines mark
   the first epoch at which the model generalizes and at which the paper's whole picture holds (where they do).
+- ``plot_accuracy_dynamics(rows)``: the three accuracies over log-epoch with Fig. 11's levels, for a trajectory
+  whose mechanism rows were not measured (``pretrained.trajectory_accuracies``).
 - ``plot_checkpoints(checkpoints, image)``: per checkpoint (columns) the CLS row of the attention pattern and the EP
   term of the CLS row, one line per head (Fig. 4b and 5a along training).
 - ``show_attention_over_checkpoints(checkpoints, image)``: one circuitsvis ``attention_heads`` view whose panels are
@@ -250,6 +252,52 @@ def plot_emergence(em: Emergence | Mapping[str, Any] | Sequence[Mapping[str, Any
         _legend(ax, extra)
     ax.set_xlim(left=min(-0.2, float(x.min())), right=float(x.max()) * 1.05 + 0.5)
     fig.suptitle(title or "emergence of the mechanism over training")
+    return fig
+
+
+ACCURACY_LEVELS = {"single": 0.95, "seen": 0.95, "unseen": 0.8}  # Fig. 11's levels (reproduce.dynamics_figs)
+SOURCE_MARKERS = {"history": "", "checkpoint": "s", "snapshot": "o"}
+
+
+def plot_accuracy_dynamics(rows: Sequence[Mapping[str, Any]], title: str | None = None) -> Figure:
+    """The three generalization accuracies over log-epoch (``pretrained.trajectory_accuracies`` rows), each epoch
+    marked by where its numbers come from (the history: none; a stored checkpoint: a square; a snapshot recorded
+    without its weights: a circle), with Fig. 11's levels as reference lines: a trajectory's dynamics where its
+    mechanism rows were not measured (a RoPE, two-layer or full-model tower).
+
+    Example:
+        >>> rows = [{"epoch": e, "single": a, "seen": a, "unseen": a / 2, "source": s}
+        ...         for e, a, s in ((0, 0.0, "checkpoint"), (5, 0.5, "snapshot"), (100, 1.0, "history"))]
+        >>> plot_accuracy_dynamics(rows).axes[0].get_xscale()
+        'symlog'
+    """
+    if not rows:
+        raise ValueError("plot_accuracy_dynamics needs at least one row")
+    x = np.asarray([r["epoch"] for r in rows], dtype=float)
+    fig, ax = plt.subplots(figsize=(8.0, 3.6), layout="constrained")
+    ax.set_xscale("symlog", linthresh=1.0, linscale=0.4)
+    ax.grid(alpha=0.25, lw=0.5)
+    for (key, label), color in zip(
+        (("single", "single-object"), ("seen", "seen-pair"), ("unseen", "unseen-pair")),
+        ("tab:blue", "tab:orange", "tab:green"),
+        strict=True,
+    ):
+        y = np.asarray([np.nan if r[key] is None else r[key] for r in rows], dtype=float)
+        ax.plot(x, y, color=color, lw=1.2, label=label)
+        for source, marker in SOURCE_MARKERS.items():
+            at = [i for i, r in enumerate(rows) if r["source"] == source]
+            if marker and at:
+                ax.plot(x[at], y[at], ls="", marker=marker, ms=4, color=color, label="_nolegend_")
+        reference_line(ax, ACCURACY_LEVELS[key], f"{label} level {ACCURACY_LEVELS[key]}", color=color, ls=":")
+    proxies = [
+        Line2D([], [], ls="", marker="s", color="gray", label="stored checkpoint"),
+        Line2D([], [], ls="", marker="o", color="gray", label="snapshot, accuracies only"),
+    ]
+    ax.set(xlabel=XLABEL, ylabel="accuracy", ylim=(-0.02, 1.05))
+    ax.set_xlim(left=min(-0.2, float(x.min())), right=float(x.max()) * 1.05 + 0.5)
+    handles, _ = ax.get_legend_handles_labels()
+    legend_outside(ax, handles=[*handles, *proxies])
+    ax.set_title(title or "generalization over training")
     return fig
 
 
