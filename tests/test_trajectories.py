@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import re
 import shutil
 from pathlib import Path
 
@@ -519,6 +520,15 @@ def test_trajectory_accuracies_merge_the_three_sources(zoo, tmp_path, monkeypatc
     assert by[1]["source"] == "snapshot" and by[1]["unseen"] == snapshot_metrics(man)[1]["val_unseen"]["acc"]
     for i, e in enumerate(h["epoch"]):
         assert by[e]["source"] == "history" and by[e]["single"] == h["single"][i]
+    weights = tmp_path / "weights"  # a gap in the history is refused by name, not printed or drawn as a number
+    shutil.copytree(zoo["root"] / "weights", weights)
+    doctored = json.loads((weights / "tiny.json").read_text())
+    doctored["history"]["seen"][1] = None
+    (weights / "tiny.json").write_text(json.dumps(doctored))
+    monkeypatch.setattr(reg.zoo, "WEIGHTS_DIR", weights)
+    gap = (h["epoch"][1], "history", "seen")
+    with pytest.raises(ValueError, match=re.escape(f"not numbers in [0, 1] (epoch, source, split): [{gap}]")):
+        reg.trajectory_accuracies("tiny")
 
 
 def test_cli_analyze_dynamics_without_mechanism_rows(tmp_path, capsys):
@@ -534,6 +544,9 @@ def test_cli_analyze_dynamics_without_mechanism_rows(tmp_path, capsys):
     assert data["rows"] == rows and (tmp_path / "dynamics_accuracies.png").exists()
     want = next(r["epoch"] for r in rows if r["unseen"] >= 0.8)
     assert data["first_reached"]["unseen"] == want and f"unseen >= 0.8 at epoch {want}" in table
+    late = [r["unseen"] for r in rows[-20:]]  # the end of training, beside its last number (a trough here)
+    assert data["last_rows"]["unseen"] == {"min": min(late), "max": max(late), "mean": sum(late) / len(late)}
+    assert f"unseen {min(late):.2f}-{max(late):.2f}" in table
     assert main(["analyze", "dynamics", "--model", name, "-o", "show=[0]", "--out", str(tmp_path)]) == 2
     assert "option(s) ['show'] need the mechanism rows" in capsys.readouterr().err
     assert main(["analyze", "dynamics", "--model", name, "-o", "epochs=[0,7]", "--out", str(tmp_path)]) == 2

@@ -112,6 +112,13 @@ def _accuracy_report(name: str, not_run: str, opts: dict[str, Any], epochs: list
         if missing:
             raise ValueError(f"option epochs: no recorded accuracies at epochs {missing}; the epochs: {have}")
         rows = [r for r in rows if r["epoch"] in epochs]
+    if not rows:
+        raise ValueError("option epochs: no epochs given")
+    late = rows[-20:]  # the end of training: does the last number stand for it?
+    spread = {
+        k: {"min": min(r[k] for r in late), "max": max(r[k] for r in late), "mean": sum(r[k] for r in late) / len(late)}
+        for k in ACCURACY_LEVELS
+    }
     first = {
         k: next((r["epoch"] for r in rows if r[k] is not None and r[k] >= level), None)
         for k, level in ACCURACY_LEVELS.items()
@@ -127,6 +134,17 @@ def _accuracy_report(name: str, not_run: str, opts: dict[str, Any], epochs: list
         "first reached (Fig. 11's levels): "
         + ", ".join(f"{k} >= {level} at epoch {first[k]}" for k, level in ACCURACY_LEVELS.items())
     )
-    data = {"name": name, "rows": rows, "first_reached": first, "levels": ACCURACY_LEVELS, "mechanism": not_run}
+    lines.append(
+        f"over the last {len(late)} evaluations listed (epochs {late[0]['epoch']}..{late[-1]['epoch']}): "
+        + ", ".join(f"{k} {v['min']:.2f}-{v['max']:.2f} (mean {v['mean']:.2f})" for k, v in spread.items())
+    )
+    data = {
+        "name": name,
+        "rows": rows,
+        "first_reached": first,
+        "levels": ACCURACY_LEVELS,
+        "last_rows": {"epochs": [late[0]["epoch"], late[-1]["epoch"]], **spread},
+        "mechanism": not_run,
+    }
     figs = {"accuracies": plot_accuracy_dynamics(rows, title=f"{name}: generalization over training")}
     return Report("\n".join(lines), data, figs)

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -315,7 +316,14 @@ def trajectory_accuracies(name: str) -> list[dict[str, Any]]:
     for e, met in snapshot_metrics(man).items():
         if e not in rows:
             rows[e] = {**{k: met[s]["acc"] for k, s in ACCURACY_KEYS.items()}, "source": "snapshot"}
+    bad = [(e, r["source"], k) for e, r in rows.items() for k in ACCURACY_KEYS if not _is_accuracy(r[k])]
+    if bad:  # a gap or a NaN read as a number would move every epoch read from these rows
+        raise ValueError(f"{name!r}: recorded accuracies that are not numbers in [0, 1] (epoch, source, split): {bad}")
     return [{"epoch": e, **rows[e]} for e in sorted(rows)]
+
+
+def _is_accuracy(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 1
 
 
 def trajectory_table() -> str:
