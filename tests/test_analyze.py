@@ -76,7 +76,7 @@ def test_rope_analysis_on_a_rope_tower(tmp_path):
     assert any(f.endswith("rope_mechanism.png") for f in res["files"])
 
 
-def test_ablate_on_a_tower_with_layernorm_names_the_cli_option(tmp_path):
+def test_ablate_on_a_tower_with_layernorm_names_the_cli_option(tmp_path, capsys):
     """The full model's towers have LayerNorm: `analyze ablate` on it once failed naming the library's keyword
     (ln_scale='live'), which the command line could not pass (session 42); it now names `-o ln_scale=live`, and with
     it reports the same metrics as ablate_terms(..., ln_scale="live")."""
@@ -88,6 +88,8 @@ def test_ablate_on_a_tower_with_layernorm_names_the_cli_option(tmp_path):
     model.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)
     with pytest.raises(ValueError, match="the vision tower has LayerNorm .* add -o ln_scale=live"):
         run_analysis("ablate", model, out_dir=tmp_path)
+    assert main(["analyze", "ablate", "--model", "full-ntot20-n2-10", "--out", str(tmp_path)]) == 2  # before any work
+    assert "add -o ln_scale=live" in capsys.readouterr().err
     with pytest.raises(ValueError, match="option ln_scale must be live, got 'frozen'"):
         run_analysis("ablate", model, out_dir=tmp_path, ln_scale="frozen")
     abl = run_analysis("ablate", model, out_dir=tmp_path, ln_scale="live")["data"]["conditions"]

@@ -216,18 +216,28 @@ def test_snapshot_metrics_refuses_what_would_move_a_threshold(entry, says):
         snapshot_metrics({"name": "m", "snapshot_metrics": {"metrics": entry}})
 
 
-def test_a_stale_trajectory_is_refused_where_it_is_read(zoo, tmp_path, monkeypatch):
+def test_a_stale_trajectory_is_refused_where_it_is_read(zoo, tmp_path, monkeypatch, capsys):
     """Weights exported again without their trajectory shipped again: the trajectory's numbers are another run's, so
-    reading it is refused by name (session 42), not merged into Fig. 11's history without a word."""
+    reading it is refused by name (session 42), not merged into Fig. 11's history without a word; the zoo's listing
+    still lists, marking it."""
     weights, trajs = tmp_path / "weights", tmp_path / "trajectories"
     shutil.copytree(zoo["root"] / "weights", weights)
     shutil.copytree(zoo["root"] / "trajectories", trajs)
     monkeypatch.setattr(reg.zoo, "WEIGHTS_DIR", weights)
     monkeypatch.setattr(reg.zoo, "TRAJECTORIES_DIR", trajs)
     assert reg.list_checkpoints("tiny") == EPOCHS
+    doctored = json.loads((weights / "tiny.json").read_text())
+    (weights / "tiny.json").write_text(json.dumps({**doctored, "epochs": 5}))  # the same weights, another epoch
+    with pytest.raises(reg.StaleTrajectoryError, match=r"last checkpoint \(epoch 6, .*\(epoch 5, "):
+        reg.list_checkpoints("tiny")
     ship.export_run(zoo["other"], "tiny", "another run exported over tiny")
     with pytest.raises(ValueError, match=r"'tiny''s trajectory is stale: its last checkpoint .* is not the shipped"):
         reg.list_checkpoints("tiny")
+    assert main(["list"]) == 0
+    assert "[trajectory: stale, ship it again]" in capsys.readouterr().out
+    assert main(["list", "--json"]) == 0
+    listed = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert listed["tiny"]["checkpoints"] is None and "is stale" in listed["tiny"]["trajectory_stale"]
 
 
 def test_ship_refuses_a_mislabelled_snapshot_and_a_scheduled_one_missing(zoo, tmp_path):
@@ -247,6 +257,14 @@ def test_ship_refuses_a_mislabelled_snapshot_and_a_scheduled_one_missing(zoo, tm
     with pytest.raises(CheckpointError, match="labelled epoch 1 by its name but holds the weights of epoch 2"):
         ship.ship_trajectory(run, "tiny", epochs=[0, 2], dest=tmp_path / "u")
     lost.write_bytes(kept)
+    from hooked_clip1d.pretrained.ship_measure import check_run_snapshots
+    from hooked_clip1d.pretrained.trajectories import run_snapshots
+
+    config = json.loads((run / "config.json").read_text())
+    check_run_snapshots(run_snapshots(run), config)  # the run's own: accepted
+    other = {**config, "data_config": {**config["data_config"], "seed": config["data_config"]["seed"] + 1}}
+    with pytest.raises(CheckpointError, match="is not a snapshot of this run: its data_config differs"):
+        check_run_snapshots(run_snapshots(run), other)
 
 
 def test_fine_history_refuses_an_evaluation_without_an_accuracy(zoo):
@@ -526,6 +544,11 @@ def test_trajectory_accuracies_merge_the_three_sources(zoo, tmp_path, monkeypatc
     doctored["history"]["seen"][1] = None
     (weights / "tiny.json").write_text(json.dumps(doctored))
     monkeypatch.setattr(reg.zoo, "WEIGHTS_DIR", weights)
+    cut = {**doctored, "history": {k: v[:-1] for k, v in h.items()}}  # the last epoch: the shipped model's own
+    (weights / "tiny.json").write_text(json.dumps(cut))
+    last = reg.trajectory_accuracies("tiny")[-1]
+    assert last["source"] == "checkpoint" and last["unseen"] == doctored["metrics"]["val_unseen"]["acc"]
+    (weights / "tiny.json").write_text(json.dumps(doctored))
     gap = (h["epoch"][1], "history", "seen")
     with pytest.raises(ValueError, match=re.escape(f"not numbers in [0, 1] (epoch, source, split): [{gap}]")):
         reg.trajectory_accuracies("tiny")
@@ -551,6 +574,8 @@ def test_cli_analyze_dynamics_without_mechanism_rows(tmp_path, capsys):
     assert "option(s) ['show'] need the mechanism rows" in capsys.readouterr().err
     assert main(["analyze", "dynamics", "--model", name, "-o", "epochs=[0,7]", "--out", str(tmp_path)]) == 2
     assert "no recorded accuracies at epochs [7]" in capsys.readouterr().err
+    assert main(["analyze", "dynamics", "--model", name, "-o", "epochs=[0,100,10000]", "--out", str(tmp_path)]) == 0
+    assert [r["epoch"] for r in json.loads((tmp_path / "dynamics.json").read_text())["data"]["rows"]] == [0, 100, 10000]
 
 
 def test_cli_ship_trajectory(zoo, tmp_path, capsys, monkeypatch):

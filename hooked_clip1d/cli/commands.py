@@ -226,19 +226,30 @@ def cmd_list(a: argparse.Namespace) -> int:
         print("\nTraining trajectories (`hooked-clip1d list --checkpoints NAME`):\n")
         print(trajectory_table())
         return 0
-    trajectories = {n: None for n in list_trajectories()}
-    if trajectories:
-        from hooked_clip1d.pretrained import list_checkpoints
+    trajectories: dict[str, Any] = {}
+    stale: dict[str, str] = {}  # a listing still lists: a stale trajectory is marked, its loaders refuse it
+    for n in list_trajectories():
+        from hooked_clip1d.pretrained import StaleTrajectoryError, list_checkpoints
 
-        trajectories = {n: list_checkpoints(n) for n in trajectories}
+        try:
+            trajectories[n] = list_checkpoints(n)
+        except StaleTrajectoryError as err:
+            stale[n] = str(err)
     if a.json:
         keys = ("name", "description", "epochs", "metrics")
-        print(dumps([{**{k: r[k] for k in keys}, "checkpoints": trajectories.get(r["name"])} for r in rows]))
+        out = []
+        for r in rows:
+            row = {**{k: r[k] for k in keys}, "checkpoints": trajectories.get(r["name"])}
+            if r["name"] in stale:
+                row["trajectory_stale"] = stale[r["name"]]
+            out.append(row)
+        print(dumps(out))
     else:
         for r in rows:
             u = r["metrics"]["val_unseen"]["acc"]
             ck = trajectories.get(r["name"])
             mark = f"  [trajectory: {len(ck)} checkpoints]" if ck else ""
+            mark = "  [trajectory: stale, ship it again]" if r["name"] in stale else mark
             print(f"{r['name']:<32} {r['epochs']:>6} epochs  unseen-pair acc {u:.3f}{mark}  {r['description']}")
     return 0
 

@@ -15,7 +15,14 @@ from hooked_clip1d.model.clip import CLIP1D
 
 
 def dynamics_report(model: CLIP1D, opts: dict[str, Any]) -> Report:
-    """``analyze dynamics``'s report on ``model`` (a shipped model with a trajectory) with the family's options."""
+    """``analyze dynamics``'s report on ``model`` (a shipped model with a trajectory) with the family's options.
+
+    Example (what ``hooked-clip1d analyze dynamics --model rope-ntot20-n2-15`` runs):
+        >>> from hooked_clip1d import load_model
+        >>> report = dynamics_report(load_model("rope-ntot20-n2-15"), {})
+        >>> report.data["first_reached"]["seen"], report.data["rows"][0]["source"]
+        (100, 'checkpoint')
+    """
     from hooked_clip1d.analysis.mechanism.dynamics import CHECK_TEXT
     from hooked_clip1d.pretrained import list_trajectories, load_trajectory, trajectory_emergence, trajectory_manifest
     from hooked_clip1d.visualization.dynamics import (
@@ -133,6 +140,10 @@ def _accuracy_report(name: str, not_run: str, opts: dict[str, Any], epochs: list
     lines.append(
         "first reached (Fig. 11's levels): "
         + ", ".join(f"{k} >= {level} at epoch {first[k]}" for k, level in ACCURACY_LEVELS.items())
+    )
+    lines.append(
+        "(the history's numbers are the run's own evaluations, in float32; the stored checkpoints' and the shipped "
+        "model's are measured on the stored weights)"
     )
     lines.append(
         f"over the last {len(late)} evaluations listed (epochs {late[0]['epoch']}..{late[-1]['epoch']}): "

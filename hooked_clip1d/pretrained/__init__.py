@@ -51,6 +51,7 @@ from hooked_clip1d.pretrained.checkpoints import (  # the trajectories and run s
 )
 from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file format (torch-free at import)
     NoTrajectoryError,
+    StaleTrajectoryError,
     checkpoint_epoch,
     trajectory_schedule,
     unpack_xz,
@@ -179,6 +180,7 @@ __all__ = [
     "load_shipped",
     "names_a_path",
     "NoTrajectoryError",
+    "StaleTrajectoryError",
     "TRAJECTORIES_DIR",
     "WEIGHTS_DIR",
     "WEIGHTS_SUFFIXES",

@@ -26,6 +26,7 @@ import hooked_clip1d.pretrained.zoo as zoo  # its TRAJECTORIES_DIR read at call 
 from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file format (torch-free at import)
     CheckpointLabels,
     NoTrajectoryError,
+    StaleTrajectoryError,
     checkpoint_epoch,
     incomplete_trajectory,
     read_manifest,
@@ -59,9 +60,9 @@ def trajectory_manifest(name: str) -> dict[str, Any]:
     """The trajectory manifest of shipped model ``name`` (``pretrained.trajectories`` describes it).
 
     Raises ``KeyError`` (listing the zoo) for an unknown name and ``NoTrajectoryError`` (listing the models with a
-    trajectory) for a model that ships none; ``ValueError`` for a stale one, whose last checkpoint is not the shipped
-    weights (the model was exported again and its trajectory not shipped again: every number it holds is another
-    run's).
+    trajectory) for a model that ships none; ``StaleTrajectoryError`` (a ``ValueError``) for a stale one, whose last
+    checkpoint is not the shipped weights (the model was exported again and its trajectory not shipped again: every
+    number it holds is another run's).
     """
     zman = zoo.manifest(name)  # an unknown name: KeyError listing the zoo
     known = list_trajectories()
@@ -74,7 +75,7 @@ def trajectory_manifest(name: str) -> dict[str, Any]:
     man = read_manifest(Path(zoo.TRAJECTORIES_DIR) / f"{name}.json")
     last = man.get("checkpoint_sha256", {}).get(str(man.get("final_epoch")))
     if last != zman.get("sha256") or int(man.get("final_epoch", -1)) != int(zman.get("epochs", -2)):
-        raise ValueError(
+        raise StaleTrajectoryError(
             f"{name!r}'s trajectory is stale: its last checkpoint (epoch {man.get('final_epoch')}, sha256 {last}) is "
             f"not the shipped weights (epoch {zman.get('epochs')}, sha256 {zman.get('sha256')}); ship the trajectory "
             "of the run the weights were exported from again (hooked-clip1d ship-trajectory RUN --name NAME)"
@@ -305,17 +306,33 @@ def trajectory_accuracies(name: str) -> list[dict[str, Any]]:
         >>> rows[0]["epoch"], rows[0]["source"], rows[-1]["epoch"], rows[-1]["source"]
         (0, 'checkpoint', 10000, 'history')
     """
-    man, h = trajectory_manifest(name), zoo.manifest(name)["history"] or {}
+    man, zman = trajectory_manifest(name), zoo.manifest(name)
+    h = zman["history"] or {}
+    lengths = {k: len(h.get(k, [])) for k in ("epoch", *ACCURACY_KEYS)}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"{name!r}: its metrics history's lists differ in length: {lengths}")
     rows: dict[int, dict[str, Any]] = {}
     for i, e in enumerate(h.get("epoch", [])):
         rows[int(e)] = {**{k: h[k][i] for k in ACCURACY_KEYS}, "source": "history"}
+
+    def accuracies(met: Any, where: str) -> dict[str, Any]:
+        lacking = [s for s in ACCURACY_KEYS.values() if not isinstance(met, dict) or s not in met]
+        if lacking:
+            raise ValueError(f"{name!r}: {where} records no {lacking} accuracy")
+        return {k: met[s].get("acc") if isinstance(met[s], dict) else None for k, s in ACCURACY_KEYS.items()}
+
+    final = int(man["final_epoch"])
     for e in [int(x) for x in man["epochs"]]:
         if e not in rows:
-            met = stored_metrics(man, e) if str(e) in man["precision"]["checkpoints"] else zoo.manifest(name)["metrics"]
-            rows[e] = {**{k: met[s]["acc"] for k, s in ACCURACY_KEYS.items()}, "source": "checkpoint"}
+            if e == final:  # the shipped weights: the zoo's own accuracies
+                rows[e] = {**accuracies(zman["metrics"], "the shipped model"), "source": "checkpoint"}
+            elif str(e) not in man["precision"]["checkpoints"]:
+                raise ValueError(f"{name!r}: the trajectory records no accuracies of its stored checkpoint at {e}")
+            else:
+                rows[e] = {**accuracies(stored_metrics(man, e), f"checkpoint {e}"), "source": "checkpoint"}
     for e, met in snapshot_metrics(man).items():
         if e not in rows:
-            rows[e] = {**{k: met[s]["acc"] for k, s in ACCURACY_KEYS.items()}, "source": "snapshot"}
+            rows[e] = {**accuracies(met, f"snapshot epoch {e}"), "source": "snapshot"}
     bad = [(e, r["source"], k) for e, r in rows.items() for k in ACCURACY_KEYS if not _is_accuracy(r[k])]
     if bad:  # a gap or a NaN read as a number would move every epoch read from these rows
         raise ValueError(f"{name!r}: recorded accuracies that are not numbers in [0, 1] (epoch, source, split): {bad}")

@@ -29,7 +29,14 @@ from hooked_clip1d.settings.checks import check_int_list
 
 
 def finished_run_snapshots(run_dir: Path) -> dict[int, Path]:
-    """The snapshots of a finished run directory (epoch -> file), or a FileNotFoundError naming what is missing."""
+    """The snapshots of a finished run directory (epoch -> file), or a FileNotFoundError naming what is missing.
+
+    Example:
+        >>> import tempfile
+        >>> finished_run_snapshots(Path(tempfile.mkdtemp()))  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        FileNotFoundError: ... is not a hooked_clip1d training run directory (no run config.json)
+    """
     from hooked_clip1d.training.rundir import is_run_dir
 
     if not (run_dir / "config.json").exists() or not is_run_dir(run_dir):
@@ -48,14 +55,22 @@ def finished_run_snapshots(run_dir: Path) -> dict[int, Path]:
 
 def check_run_snapshots(snaps: dict[int, Path], config: dict[str, Any]) -> None:
     """Each snapshot's own metadata against its name and the run's ``config``: another epoch's file, or another
-    run's, would be shipped or recorded under this label (``checkpoints.check_snapshot``: a ``CheckpointError``)."""
+    run's, would be shipped or recorded under this label (``checkpoints.check_snapshot``: a ``CheckpointError``).
+
+    Example (a run's ``snapshots/`` and its ``config.json``):
+        >>> check_run_snapshots(run_snapshots(run), json.loads((run / "config.json").read_text()))  # doctest: +SKIP
+    """
     for epoch, path in snaps.items():
         check_snapshot(path, epoch, config)
 
 
 def exported_final(run_dir: Path, name: str, zman: dict[str, Any], config: dict[str, Any]) -> tuple[int, Any, Any]:
     """(last epoch, the zoo's model ``name``, the run's final model), after checking that the zoo's ``name`` was
-    exported from this run: its weights equal the run's ``model.safetensors`` at the zoo file's precision."""
+    exported from this run: its weights equal the run's ``model.safetensors`` at the zoo file's precision.
+
+    Example:
+        >>> last, shipped, final = exported_final(run, "vision2-ntot25-n2-15", manifest(name), config)  # doctest: +SKIP
+    """
     import torch
 
     from hooked_clip1d.model.checkpoint import load_model_file
@@ -79,7 +94,12 @@ def exported_final(run_dir: Path, name: str, zman: dict[str, Any], config: dict[
 
 def stored_epochs(epochs: Sequence[int] | None, last: int, snaps: dict[int, Path]) -> list[int]:
     """The epochs whose snapshots the trajectory stores (all but the last, which is the zoo's file): ``epochs``, or
-    ``trajectory_schedule(last)`` among the snapshots."""
+    ``trajectory_schedule(last)`` among the snapshots.
+
+    Example:
+        >>> stored_epochs(None, 10, {0: Path("a"), 5: Path("b"), 7: Path("c"), 10: Path("d")})
+        [0, 5]
+    """
     if epochs is None:
         chosen = [e for e in trajectory_schedule(last) if e in snaps]
     else:
@@ -97,7 +117,11 @@ def stored_epochs(epochs: Sequence[int] | None, last: int, snaps: dict[int, Path
 
 
 def run_snapshot(path: Path, final: Any) -> Any:
-    """A run's snapshot loaded (float32), refused if its model config is not the run's final model's."""
+    """A run's snapshot loaded (float32), refused if its model config is not the run's final model's.
+
+    Example:
+        >>> model = run_snapshot(run / "snapshots" / "epoch_00100.safetensors", final)  # doctest: +SKIP
+    """
     from hooked_clip1d.model.checkpoint import load_model_file
 
     model = load_model_file(path)
@@ -117,7 +141,12 @@ def snapshot_accuracies(
     """``ship_trajectory``'s ``metrics_epochs``: each snapshot's float32 accuracies on every split of ``ds`` and its
     file's sha256 (``{}`` for none); ``"all"``: every snapshot whose weights the trajectory does not store, refused
     when a snapshot the run ``scheduled`` (its ``snapshot_epochs``, up to its last epoch) is missing (a figure would
-    read a gap as an epoch never measured; give the epochs as a list to ship without it)."""
+    read a gap as an epoch never measured; give the epochs as a list to ship without it).
+
+    Example (none asked: nothing measured):
+        >>> snapshot_accuracies({0: Path("a"), 10: Path("b")}, [], [0, 10], final=None, ds=None)
+        {}
+    """
     from hooked_clip1d.evaluation import evaluate
 
     if isinstance(epochs, str):
@@ -151,7 +180,11 @@ def stored_precisions(
 ) -> tuple[dict[int, Any], dict[int, str], dict[int, Any], dict[str, Any]]:
     """The snapshots at ``stored`` epochs loaded (float32; each must have the final model's config) and each one's
     precision by ``measure_precision``: (models, kept dtypes, kept weights, the precision record); a ValueError names
-    the checkpoints no precision of ``dtypes`` keeps."""
+    the checkpoints no precision of ``dtypes`` keeps.
+
+    Example:
+        >>> _, dtypes, kept, record = stored_precisions(snaps, [0, 500], final, ds, ["float16"], 2)  # doctest: +SKIP
+    """
 
     models = {e: run_snapshot(snaps[e], final) for e in stored}
     kept_dtypes, kept, record = measure_precision(models, ds, dtypes, tolerance=tolerance)
@@ -173,7 +206,11 @@ def emergence_record(
     ds: Any,
 ) -> dict[str, Any]:
     """The emergence rows on the stored weights ``kept`` (and the shipped ``final`` (epoch, model)), with the largest
-    change of any of their numbers from the float32 weights ``models`` and the checks the rounding flipped."""
+    change of any of their numbers from the float32 weights ``models`` and the checks the rounding flipped.
+
+    Example (``{"not_run": why}`` for a tower the mechanism report cannot read):
+        >>> emergence_record(kept, models, kept_dtypes, (10000, shipped), train_cfg, ds)["windows"]  # doctest: +SKIP
+    """
     from hooked_clip1d.analysis.mechanism.dynamics import emergence
 
     try:

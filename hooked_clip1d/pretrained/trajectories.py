@@ -64,6 +64,10 @@ class NoTrajectoryError(ValueError):
     """A model has no shipped training trajectory, or a checkpoint index / epoch it does not have."""
 
 
+class StaleTrajectoryError(ValueError):
+    """A shipped trajectory whose last checkpoint is not the shipped weights (exported again, not shipped again)."""
+
+
 CHECKPOINT_LABEL_TYPE = "epoch"  # what a checkpoint label counts (TransformerLens's checkpoint_label_type: "step"...)
 
 

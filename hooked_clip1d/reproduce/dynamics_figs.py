@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from hooked_clip1d.analysis.mechanism.dynamics import FIG11_LEVELS
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.reproduce.core import FLAGSHIP, FULL, FigureSpec, Outcome, register
 from hooked_clip1d.reproduce.readings import fine_history, first_epoch, measured_epochs
@@ -31,8 +32,8 @@ def fig11_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
     fine, added = fine_history(model, name)
     epochs = h["epoch"]
 
-    def firsts(unseen_level: float = 0.8) -> tuple[int | None, int | None, int | None]:
-        levels = (("single", 0.95), ("seen", 0.95), ("unseen", unseen_level))
+    def firsts(unseen_level: float = FIG11_LEVELS["unseen"]) -> tuple[int | None, int | None, int | None]:
+        levels = (("single", FIG11_LEVELS["single"]), ("seen", FIG11_LEVELS["seen"]), ("unseen", unseen_level))
         return tuple(first_epoch(fine, k, t) for k, t in levels)  # type: ignore[return-value]
 
     def in_order(t: tuple[int | None, ...]) -> bool:

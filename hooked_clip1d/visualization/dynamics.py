@@ -51,7 +51,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from hooked_clip1d.analysis.interventions.terms import attention_terms
-from hooked_clip1d.analysis.mechanism.dynamics import Emergence
+from hooked_clip1d.analysis.mechanism.dynamics import FIG11_LEVELS, Emergence
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.modes import eval_mode
 from hooked_clip1d.visualization.attention import attention_view
@@ -255,7 +255,7 @@ def plot_emergence(em: Emergence | Mapping[str, Any] | Sequence[Mapping[str, Any
     return fig
 
 
-ACCURACY_LEVELS = {"single": 0.95, "seen": 0.95, "unseen": 0.8}  # Fig. 11's levels (reproduce.dynamics_figs)
+ACCURACY_LEVELS = FIG11_LEVELS  # Fig. 11's levels, as its check reads them
 SOURCE_MARKERS = {"history": "", "checkpoint": "s", "snapshot": "o"}
 
 

@@ -44,6 +44,9 @@ from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.settings import TrainConfig
 from hooked_clip1d.settings.checks import check_int
 
+# Fig. 11's levels (App. C): single-object and seen-pair generalization at 0.95, unseen-pair at 0.8 (the figure's
+# check, reproduce.dynamics_figs, and analyze dynamics's accuracy report read the same levels)
+FIG11_LEVELS = {"single": 0.95, "seen": 0.95, "unseen": 0.8}
 ROW_VERSION = 2  # rows cached in a run's emergence.json; 2: the restated checks and the temperature added
 # the dynamics study's checks (docs/fidelity.md, written before its runs), in order
 DYNAMICS_CHECKS = ("generalizes", "fig13_split", "fig14_heads", "fig4c_split", "invariant_ablation")
