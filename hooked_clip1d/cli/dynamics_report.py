@@ -23,7 +23,6 @@ def dynamics_report(model: CLIP1D, opts: dict[str, Any]) -> Report:
         >>> report.data["first_reached"]["seen"], report.data["rows"][0]["source"]
         (100, 'checkpoint')
     """
-    from hooked_clip1d.analysis.mechanism.dynamics import CHECK_TEXT
     from hooked_clip1d.pretrained import list_trajectories, load_trajectory, trajectory_emergence, trajectory_manifest
     from hooked_clip1d.visualization.dynamics import (
         plot_checkpoints,
@@ -71,32 +70,7 @@ def dynamics_report(model: CLIP1D, opts: dict[str, Any]) -> Report:
     heading = f"{name}: vision attention at each checkpoint of its trajectory (panels: epoch, head)"
     pages = {"attention_steps": (show_attention_over_checkpoints(ckpts, image=image), heading)}
 
-    def heads(v: list[float] | list[int] | None, fmt: str = "{:.2f}") -> str:
-        return " ".join(fmt.format(x) for x in v) if v else "n/a"
-
-    lines = [f"{name}: {len(epochs)} checkpoints, epochs {epochs[0]}..{epochs[-1]} (probe: every unseen pair)"]
-    lines.append(
-        f"{'epoch':>6} {'loss':>7} {'single':>6} {'seen':>5} {'unseen':>6} {'probe':>5}  "
-        f"{'P(left) per head':<20} {'EP std per head':<24} {'Fig.13 share':<20} {'inv acc/ls':<10} {'rank':<8} exposure"
-    )
-    for r in em.rows:
-        inv = r["invariant"]
-        exp = r.get("exposure")
-        lines.append(
-            f"{r['epoch']:>6} {r['loss']:>7.4f} {r['single']:>6.2f} {r['seen']:>5.2f} {r['unseen']:>6.2f} "
-            f"{r['probe']:>5.2f}  {heads(r['p_left']):<20} {heads(r['ep_std'], '{:.3g}'):<24} "
-            f"{heads(r['xwx_share']):<20} {f'{inv[0]:.2f}/{inv[1]:.2f}':<10} {heads(r['qk_rank'], '{}'):<8} "
-            f"{'n/a' if exp is None else f'{exp:.3g}'}"
-        )
-    lines.append("")
-    lines.append("checks (docs/fidelity.md, the dynamics study): first / last epoch at which each holds")
-    for check, w in em.windows.items():
-        if w["first"] is None:
-            state = "never holds"
-        else:
-            end = "holds at the end" if w["held_at_end"] else f"last holds at {w['last']}"
-            state = f"from {w['first']}, {end} (at {w['fraction']:.0%} of the checkpoints since)"
-        lines.append(f"  {check:<19} {state}  [{CHECK_TEXT.get(check, 'all five checks')}]")
+    lines = _emergence_lines(name, epochs, em)
     return Report("\n".join(lines), {"name": name, **em.to_json(), "show": show}, figs, pages)
 
 
@@ -159,3 +133,36 @@ def _accuracy_report(name: str, not_run: str, opts: dict[str, Any], epochs: list
     }
     figs = {"accuracies": plot_accuracy_dynamics(rows, title=f"{name}: generalization over training")}
     return Report("\n".join(lines), data, figs)
+
+
+def _emergence_lines(name: str, epochs: list[int], em: Any) -> list[str]:
+    """The emergence table's text: a row per checkpoint, then when each check first and last holds."""
+    from hooked_clip1d.analysis.mechanism.dynamics import CHECK_TEXT
+
+    def heads(v: list[float] | list[int] | None, fmt: str = "{:.2f}") -> str:
+        return " ".join(fmt.format(x) for x in v) if v else "n/a"
+
+    lines = [f"{name}: {len(epochs)} checkpoints, epochs {epochs[0]}..{epochs[-1]} (probe: every unseen pair)"]
+    lines.append(
+        f"{'epoch':>6} {'loss':>7} {'single':>6} {'seen':>5} {'unseen':>6} {'probe':>5}  "
+        f"{'P(left) per head':<20} {'EP std per head':<24} {'Fig.13 share':<20} {'inv acc/ls':<10} {'rank':<8} exposure"
+    )
+    for r in em.rows:
+        inv = r["invariant"]
+        exp = r.get("exposure")
+        lines.append(
+            f"{r['epoch']:>6} {r['loss']:>7.4f} {r['single']:>6.2f} {r['seen']:>5.2f} {r['unseen']:>6.2f} "
+            f"{r['probe']:>5.2f}  {heads(r['p_left']):<20} {heads(r['ep_std'], '{:.3g}'):<24} "
+            f"{heads(r['xwx_share']):<20} {f'{inv[0]:.2f}/{inv[1]:.2f}':<10} {heads(r['qk_rank'], '{}'):<8} "
+            f"{'n/a' if exp is None else f'{exp:.3g}'}"
+        )
+    lines.append("")
+    lines.append("checks (docs/fidelity.md, the dynamics study): first / last epoch at which each holds")
+    for check, w in em.windows.items():
+        if w["first"] is None:
+            state = "never holds"
+        else:
+            end = "holds at the end" if w["held_at_end"] else f"last holds at {w['last']}"
+            state = f"from {w['first']}, {end} (at {w['fraction']:.0%} of the checkpoints since)"
+        lines.append(f"  {check:<19} {state}  [{CHECK_TEXT.get(check, 'all five checks')}]")
+    return lines
