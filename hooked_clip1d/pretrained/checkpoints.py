@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file fo
     StaleTrajectoryError,
     checkpoint_epoch,
     incomplete_trajectory,
+    is_accuracy,
     read_manifest,
     read_trajectory,
     run_snapshots,
@@ -333,14 +333,10 @@ def trajectory_accuracies(name: str) -> list[dict[str, Any]]:
     for e, met in snapshot_metrics(man).items():
         if e not in rows:
             rows[e] = {**accuracies(met, f"snapshot epoch {e}"), "source": "snapshot"}
-    bad = [(e, r["source"], k) for e, r in rows.items() for k in ACCURACY_KEYS if not _is_accuracy(r[k])]
+    bad = [(e, r["source"], k) for e, r in rows.items() for k in ACCURACY_KEYS if not is_accuracy(r[k])]
     if bad:  # a gap or a NaN read as a number would move every epoch read from these rows
         raise ValueError(f"{name!r}: recorded accuracies that are not numbers in [0, 1] (epoch, source, split): {bad}")
     return [{"epoch": e, **rows[e]} for e in sorted(rows)]
-
-
-def _is_accuracy(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 1
 
 
 def trajectory_table() -> str:

@@ -488,6 +488,16 @@ def measure_precision(
     return kept, models_kept, record
 
 
+def is_accuracy(v: Any) -> bool:
+    """Whether ``v`` is an accuracy: a finite number in [0, 1], not a bool (``None`` and NaN are not).
+
+    Example:
+        >>> is_accuracy(0.5), is_accuracy(float("nan")), is_accuracy(True), is_accuracy(None)
+        (True, False, False, False)
+    """
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 1
+
+
 def snapshot_metrics(man: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
     """The accuracies a trajectory records at epochs whose weights it does not store (``ship_trajectory``'s
     ``metrics_epochs``: float32, measured at shipping on the run's snapshots): ``{epoch: {split: metrics}}``; ``{}``
@@ -510,7 +520,7 @@ def snapshot_metrics(man: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
             raise ValueError(f"{where}: entry {e!r} is not an epoch with a mapping of split metrics")
         for split, met in m.items():
             acc = met.get("acc") if isinstance(met, Mapping) else None
-            if isinstance(acc, bool) or not isinstance(acc, int | float) or not (math.isfinite(acc) and 0 <= acc <= 1):
+            if not is_accuracy(acc):
                 raise ValueError(f"{where}: epoch {e}, {split}: accuracy {acc!r} is not a number in [0, 1]")
         out[int(e)] = dict(m)
     return out
