@@ -79,6 +79,7 @@ def _accuracy_report(name: str, not_run: str, opts: dict[str, Any], epochs: list
     training (``trajectory_accuracies``), when each of Fig. 11's levels is first reached, and their figure. The
     options that need the rows or the weights (``recompute``, ``show``, ``image``) are refused by name."""
     from hooked_clip1d.pretrained import trajectory_accuracies
+    from hooked_clip1d.reproduce.readings import first_epoch
     from hooked_clip1d.visualization.dynamics import ACCURACY_LEVELS, plot_accuracy_dynamics
 
     given = [k for k in ("recompute", "show", "image") if k in opts]
@@ -100,10 +101,8 @@ def _accuracy_report(name: str, not_run: str, opts: dict[str, Any], epochs: list
         k: {"min": min(r[k] for r in late), "max": max(r[k] for r in late), "mean": sum(r[k] for r in late) / len(late)}
         for k in ACCURACY_LEVELS
     }
-    first = {
-        k: next((r["epoch"] for r in rows if r[k] is not None and r[k] >= level), None)
-        for k, level in ACCURACY_LEVELS.items()
-    }
+    history = {"epoch": [r["epoch"] for r in rows], **{k: [r[k] for r in rows] for k in ACCURACY_LEVELS}}
+    first = {k: first_epoch(history, k, level) for k, level in ACCURACY_LEVELS.items()}  # fig11's own reading
     lines = [
         f"{name}: accuracies at {len(rows)} epochs, {rows[0]['epoch']}..{rows[-1]['epoch']} (the history, the stored "
         "checkpoints and the snapshots recorded without weights); no mechanism rows: " + not_run,
