@@ -13,8 +13,8 @@
 #          core: 440,000 steps, ~24 h; ~10 steps/s compiled on one core of the AVX-512 machine of 2026-12-01, ~12 h;
 #          a GPU window resumes it), compiled. Lane 1 is free since App. L's group shipped (2026-12-01, 11:01).
 #   lane1, lane3: the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in docs/fidelity.md;
-#          two batched groups of 6, one a core). Added 2026-12-01 (session 43) while lane 2 still trained: `start` only
-#          once lane 2 has finished (it takes both cores); wt-lane1 was moved to the commit that has the spec.
+#          two batched groups, 8 and 7 runs, one a core). Added 2026-12-01 (session 43) while lane 2 still trained:
+#          `start` only once lane 2 has finished (it takes both cores); wt-lane1 was moved to a commit with the spec.
 #   `+compile` after an item torch.compiles its step, `+threadsN` gives it N torch threads (execution settings: a run
 #   resumes under any of them). The full model trains at ~11.4 steps/s on one thread, ~16.7 on two (both cores, beside
 #   light work; 2026-12-01, epochs 1,400-1,500 and 1,600-1,700): two while no other lane runs.
@@ -36,7 +36,7 @@
 #   temperature: `hooked-clip1d reproduce x16-temperature --sweeps-dir ~/sweeps` (the record re-made whole from the
 #          retrained runs, as pre-registered), the results page, the README's x16 table across the grid
 #   rope-oscillation: read by the rule of its pre-registration (docs/fidelity.md, 2026-12-01): each run's O (range of
-#          the unseen-pair accuracy over epochs 8,100-10,000), mean and inverse temperature; nothing ships
+#          the unseen-pair accuracy over epochs 8,100-10,000), troughs, mean and inverse temperature; nothing ships
 #   full-protocol: `bash tools/gpu/gpu_queue.sh carry` takes it to a lent GPU window; finished on this CPU:
 #          `bash tools/cpu/ship_full.sh` (written 2026-12-01, not run yet: read its header first)
 # Environment: VENV (default ~/venv, with `pip install -e .` done), SWEEPS (default ~/sweeps), LOGS (default ~/long_runs).
@@ -47,8 +47,8 @@ SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
   "lane2|full-protocol:g000-8f63fd85+compile+threads2"
-  "lane1|rope-oscillation:g000-db477757"
-  "lane3|rope-oscillation:g001-4417a68f"
+  "lane1|rope-oscillation:g000-82678147"
+  "lane3|rope-oscillation:g001-3041c4dc"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
