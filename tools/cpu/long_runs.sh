@@ -15,6 +15,8 @@
 #   lane1, lane3: the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in docs/fidelity.md;
 #          two batched groups, 8 and 7 runs, one a core). Added 2026-12-01 (session 43) while lane 2 still trained:
 #          `start` only once lane 2 has finished (it takes both cores); wt-lane1 was moved to a commit with the spec.
+#          Group g000 trained 10 min on 2026-12-01 16:47 (a `reproduce x19-rope-oscillation` without --no-sweeps,
+#          which trains its sweep; stopped by SIGTERM, checkpointed): it resumes from there.
 #   `+compile` after an item torch.compiles its step, `+threadsN` gives it N torch threads (execution settings: a run
 #   resumes under any of them). The full model trains at ~11.4 steps/s on one thread, ~16.7 on two (both cores, beside
 #   light work; 2026-12-01, epochs 1,400-1,500 and 1,600-1,700): two while no other lane runs.
