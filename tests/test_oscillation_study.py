@@ -128,3 +128,42 @@ def test_the_untrained_null_never_passes(tmp_path):
     assert out.numbers["decision"]["verdict"] == "not shown to replicate (0 of 3)"
     assert not any(ok for _, ok in out.checks)
     assert FIGURES["x19-rope-oscillation"].sweep == "rope-oscillation"
+
+
+def test_class_boundaries_are_inclusive_and_a_mean_of_one_half_is_not_low():
+    from hooked_clip1d.reproduce.oscillation_study import classify_run
+
+    assert classify_run([0.95, 0.65] * 10)["class"] == "oscillates"  # O = 0.30 exactly, 10 troughs
+    assert classify_run([0.95] * 10 + [0.8] * 10)["class"] == "steady"  # O = 0.15 exactly
+    half = [0.57, 0.43, 0.51, 0.49, 0.44, 0.56, 0.5, 0.5, 0.53, 0.47] * 2  # mean 0.5 as k/100 readings
+    assert classify_run(half)["class"] == "steady"
+    assert classify_run([0.49] * 20)["class"] == "low"
+
+
+def test_the_rule_refuses_bad_inputs_and_reads_r1_at_two_of_three_seeds():
+    base = dict(r0="oscillates", r1="steady", r2="steady", r3="oscillates", r4="oscillates")
+    runs = {(a, s): {"class": c, "t_late": [100.0] * 5} for a, c in base.items() for s in DECIDING_SEEDS}
+    for s in (1, 2):  # r1 moved T at two seeds of three: it counts
+        runs[("r1", s)]["t_late"] = [20.0] * 5
+    assert oscillation_decision(runs)["verdict"] == "H-T supported"
+    runs[("r1", 2)]["t_late"] = [20.0] * 4 + [60.0]  # one late snapshot at 60: only one seed moved it
+    d = oscillation_decision(runs)
+    assert d["verdict"] == "r1 did not move T" and d["pair_reading"] == "at T = 100, they are not"
+    for bad in (
+        {"class": "oscillates", "t_late": []},
+        {"class": "oscillates", "t_late": [math.nan] * 5},
+        {"class": "wobbly", "t_late": [100.0] * 5},
+    ):
+        with pytest.raises(ValueError, match="finite late T values"):
+            oscillation_decision({**runs, ("r2", 1): bad})
+
+
+def test_a_non_finite_temperature_and_a_doubled_run_are_errors(tmp_path):
+    swing = [1.0, 0.4] * 10
+    rows = _finished_sweep(tmp_path, {a: (swing, 100.0) for a in ("r0", "r1", "r2", "r3", "r4")})
+    with pytest.raises(ValueError, match=r"more than one run for \(arm, seed\) \[\('r0', 1\)\]"):
+        _x_oscillation([*rows, rows[0]])
+    bad = _tiny_model(1000.0)  # a finite weight whose exp is not (a NaN weight is refused by the file loader)
+    save_model(bad, Path(rows[0]["path"]) / "snapshots" / "epoch_09000.safetensors", extra={"epoch": 9000})
+    with pytest.raises(ValueError, match=r"inverse temperature is not finite: \(100\.0+\d*, inf\)"):
+        _x_oscillation(rows)

@@ -40,7 +40,13 @@ LATE_EPOCHS = tuple(range(8100, 10001, 100))  # the 20 evaluations read
 LATE_SNAPSHOTS = (8000, 8500, 9000, 9500, 10000)  # where T is read
 N_UNSEEN = 100  # the split's items (20 ordered pairs x 5), the same in every run (data seed 0)
 OSCILLATES, STEADY, LEVEL, LOW = 0.30, 0.15, 0.8, 0.5  # O thresholds, the trough level, the "low" mean
-T_MOVED, T_CLAMP = 50.0, 99.0  # r1 moved T: below 50 at every late snapshot; "at the clamp": at or above 99
+T_MOVED, T_CLAMP = 50.0, 99.0
+CLASSES = (
+    "oscillates",
+    "steady",
+    "low",
+    "between",
+)  # r1 moved T: below 50 at every late snapshot; "at the clamp": at or above 99
 
 
 def late_unseen(run_dir: str | Path) -> tuple[list[float], list[float]]:
@@ -104,7 +110,7 @@ def classify_run(acc: Sequence[float]) -> dict[str, Any]:
     troughs = [i for i in range(len(a) - 1) if a[i] < LEVEL <= a[i + 1]]
     if o >= OSCILLATES - 1e-9 and len(troughs) >= 2:
         cls = "oscillates"
-    elif mean < LOW:
+    elif mean < LOW - 1e-9:  # a mean of exactly 0.5 (k/100 readings) is not low, whatever the float sum gives
         cls = "low"
     elif o <= STEADY + 1e-9:
         cls = "steady"
@@ -123,9 +129,17 @@ def late_temperatures(run_dir: str | Path) -> dict[int, tuple[float, float]]:
         path = Path(run_dir) / "snapshots" / f"epoch_{e:05d}.safetensors"
         if not path.is_file():
             raise FileNotFoundError(f"{str(path)!r}: the study reads T at the snapshots of epochs {LATE_SNAPSHOTS}")
-        m = load_model_file(path)
-        out[e] = (float(m.temperature_scale().detach()), float(m.logit_scale.detach().exp()))
+        out[e] = _temperature(load_model_file(path), str(path))
     return out
+
+
+def _temperature(model: Any, where: str) -> tuple[float, float]:
+    """``(T as clamped in the forward, raw exp(logit_scale))``; a value that is not finite is an error naming
+    ``where`` (skipped, a NaN would read as "T not below 50" and "not at the clamp")."""
+    t = (float(model.temperature_scale().detach()), float(model.logit_scale.detach().exp()))
+    if not all(math.isfinite(v) for v in t):
+        raise ValueError(f"{where}: the inverse temperature is not finite: {t}")
+    return t
 
 
 def arm_class(classes: Sequence[str]) -> str:
@@ -160,6 +174,15 @@ def oscillation_decision(runs: Mapping[tuple[str, int], Mapping[str, Any]]) -> d
     missing = [(a, s) for a in ARM_TEXT for s in DECIDING_SEEDS if (a, s) not in runs]
     if missing:
         raise ValueError(f"the rule reads every arm at seeds {DECIDING_SEEDS}; missing: {missing}")
+    bad = [
+        k
+        for k in runs
+        if runs[k].get("class") not in CLASSES
+        or len(runs[k].get("t_late", ())) != len(LATE_SNAPSHOTS)
+        or not all(isinstance(t, int | float) and math.isfinite(t) for t in runs[k]["t_late"])
+    ]
+    if bad:
+        raise ValueError(f"runs {bad}: each needs a class of {CLASSES} and {len(LATE_SNAPSHOTS)} finite late T values")
     classes = {a: arm_class([runs[(a, s)]["class"] for s in DECIDING_SEEDS]) for a in ARM_TEXT}
     n_r0 = sum(runs[("r0", s)]["class"] == "oscillates" for s in DECIDING_SEEDS)
     moved = sum(all(t < T_MOVED for t in runs[("r1", s)]["t_late"]) for s in DECIDING_SEEDS) >= 2
@@ -191,26 +214,36 @@ def oscillation_decision(runs: Mapping[tuple[str, int], Mapping[str, Any]]) -> d
 def _read_run(row: Mapping[str, Any]) -> dict[str, Any]:
     """One run's measures; an untrained draw (the null control's rows: 0 epochs) is read as what it is, a model whose
     weights do not move: its one evaluation at every late epoch, its T at init at every late snapshot."""
+    from hooked_clip1d.pretrained.trajectories import is_accuracy
+
     path = Path(row["path"])
-    if int(row["epochs"]) == 0:
+    loss: list[float] | None
+    if _untrained(row):
         from hooked_clip1d.model.checkpoint import load_model_file
 
-        acc = float(row["val_unseen.acc"])
-        m = load_model_file(path / "model.safetensors")
-        t = (float(m.temperature_scale().detach()), float(m.logit_scale.detach().exp()))
-        late, loss, temps = [acc] * len(LATE_EPOCHS), [0.0] * len(LATE_EPOCHS), dict.fromkeys(LATE_SNAPSHOTS, t)
+        acc = row.get("val_unseen.acc")
+        if not is_accuracy(acc):
+            raise ValueError(f"{str(path)!r}: the untrained draw has no unseen-pair accuracy: {acc!r}")
+        t = _temperature(load_model_file(path / "model.safetensors"), str(path))
+        late, loss, temps = [float(acc)] * len(LATE_EPOCHS), None, dict.fromkeys(LATE_SNAPSHOTS, t)
     else:
         (late, loss), temps = late_unseen(path), late_temperatures(path)
     c = classify_run(late)
-    median = float(np.median(loss))
+    median = float(np.median(loss)) if loss is not None else None
     return {
         **c,
         "acc": late,
         "loss": loss,
         "t_late": [temps[e][0] for e in LATE_SNAPSHOTS],
         "t_raw": [temps[e][1] for e in LATE_SNAPSHOTS],
-        "troughs_above_median_loss": sum(loss[i] > median for i in c["troughs"]),
+        "troughs_above_median_loss": 0 if loss is None else sum(loss[i] > median for i in c["troughs"]),
     }
+
+
+def _untrained(row: Mapping[str, Any]) -> bool:
+    """Whether ``row`` is one of the null control's untrained draws (``controls.null_rows``: no step trained, no
+    ``finished`` key) rather than a run of the sweep."""
+    return int(row["epochs"]) == 0 and int(row.get("steps", -1)) == 0 and "finished" not in row
 
 
 def _x_oscillation(rows: list[dict[str, Any]]) -> Outcome:
@@ -230,8 +263,14 @@ def _x_oscillation(rows: list[dict[str, Any]]) -> Outcome:
             {},
             not_run=f"the runs have not reached epoch {LATE_EPOCHS[-1]:,}",
         )
+    keys_seen = [(ARMS[r["recipe"]], int(r["seed"])) for r in mine]
+    doubled = sorted({k for k in keys_seen if keys_seen.count(k) > 1})
+    if doubled:
+        raise ValueError(f"x19: more than one run for (arm, seed) {doubled}")
     runs = {(ARMS[r["recipe"]], int(r["seed"])): _read_run(r) for r in mine}
     d = oscillation_decision(runs)
+    # "what it can move": under H-T, docs/configs.md speaks of r1 only if its late mean is >= 0.8 at 2 of 3 seeds
+    d["r1_generalizes_steadily"] = sum(runs[("r1", s)]["mean"] >= LEVEL - 1e-9 for s in DECIDING_SEEDS) >= 2
     keys = sorted(runs)
     t_end = [runs[k]["t_late"][-1] for k in keys]
     rho = rank_correlation([runs[k]["range"] for k in keys], t_end)

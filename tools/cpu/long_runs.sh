@@ -37,8 +37,10 @@
 #          x1's RoPE row, x-circuits' RoPE circuit) and the results page; the commit says which verdict moved
 #   temperature: `hooked-clip1d reproduce x16-temperature --sweeps-dir ~/sweeps` (the record re-made whole from the
 #          retrained runs, as pre-registered), the results page, the README's x16 table across the grid
-#   rope-oscillation: read by the rule of its pre-registration (docs/fidelity.md, 2026-12-01): each run's O (range of
-#          the unseen-pair accuracy over epochs 8,100-10,000), troughs, mean and inverse temperature; nothing ships
+#   rope-oscillation: read by the rule of its pre-registration (docs/fidelity.md, 2026-12-01), record x19 (written
+#          before any run finished): `hooked-clip1d reproduce x19-rope-oscillation --no-sweeps --sweeps-dir ~/sweeps
+#          --out ~/repro-x19` (without --no-sweeps, reproduce trains the sweep itself), then `hooked-clip1d
+#          results-page --results ~/repro-x19`; a dated reading in docs/fidelity.md; nothing ships
 #   full-protocol: `bash tools/gpu/gpu_queue.sh carry` takes it to a lent GPU window; finished on this CPU:
 #          `bash tools/cpu/ship_full.sh` (written 2026-12-01, not run yet: read its header first)
 # Environment: VENV (default ~/venv, with `pip install -e .` done), SWEEPS (default ~/sweeps), LOGS (default ~/long_runs).
