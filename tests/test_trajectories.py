@@ -191,7 +191,7 @@ def test_snapshots_measured_not_stored_are_recorded_and_read_by_fig11s_history(z
     # a recorded accuracy without a split Fig. 11 reads is refused by name, not a bare KeyError (session 42)
     del man["snapshot_metrics"]["metrics"]["1"]["val_unseen"]
     (dest / "tiny.json").write_text(json.dumps(man))
-    with pytest.raises(ValueError, match=r"records no \['val_unseen'\] accuracy at snapshot epoch 1"):
+    with pytest.raises(ValueError, match=r"snapshot epoch 1 records no \['val_unseen'\] accuracy"):
         fine_history(reg.load_model("tiny"), "tiny")
 
 

@@ -8,6 +8,7 @@ Nothing here declares a figure; ``mechanism_figs``, ``appendix_figs``, ``open_qu
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -169,10 +170,10 @@ def fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
     """The run's metrics history (every ``eval_every`` epochs) merged with the accuracies of its trajectory's
     checkpoints at the epochs the history lacks (Fig. 11 at the finest resolution there is), then with the accuracies
     a shipped trajectory records at snapshots it does not store (``trajectories.snapshot_metrics``); the epochs
-    added. A history evaluation without one of the three accuracies is refused, not skipped."""
-    from hooked_clip1d.evaluation import evaluate
-    from hooked_clip1d.pretrained import list_checkpoints, list_trajectories, load_trajectory, trajectory_manifest
-    from hooked_clip1d.pretrained.trajectories import NoTrajectoryError, snapshot_metrics
+    added. A history evaluation without one of the three accuracies is refused, not skipped. For a shipped model the
+    added rows are ``pretrained.trajectory_accuracies``'s (no weights loaded); for a run folder, its snapshots are
+    evaluated where their files carry no accuracies."""
+    from hooked_clip1d.pretrained import list_trajectories, trajectory_accuracies
 
     h = model.manifest["history"]
     rows = {int(e): {k: h[k][i] for k in FIG11_KEYS} for i, e in enumerate(h["epoch"])}
@@ -181,28 +182,35 @@ def fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
         raise ValueError(f"{name}'s metrics history has evaluations without an accuracy: {gaps}")
     source = _trajectory_source(model, name)
     added: list[int] = []
-    if source is not None:
-        try:
-            extra = [int(e) for e in list_checkpoints(source) if int(e) not in rows]
-        except NoTrajectoryError:
-            extra = []
-        ds = build_dataset(model.data_config) if extra else None
-        for epoch, ckpt in load_trajectory(source, extra) if extra else []:
-            met = ckpt.manifest.get("metrics") if getattr(ckpt, "manifest", None) else None
-            if not met or any(s not in met for s in FIG11_KEYS.values()):
-                met = evaluate(ckpt, ds, splits=tuple(FIG11_KEYS.values()))
-            rows[epoch] = {k: met[s]["acc"] for k, s in FIG11_KEYS.items()}
-            added.append(epoch)
-    if source is not None and source in list_trajectories():  # measured at shipping, weights not stored
-        for epoch, met in snapshot_metrics(trajectory_manifest(source)).items():
-            lacking = [s for s in FIG11_KEYS.values() if s not in met]
-            if lacking:
-                raise ValueError(f"{source!r}'s trajectory records no {lacking} accuracy at snapshot epoch {epoch}")
-            if epoch not in rows:
-                rows[epoch] = {k: met[s]["acc"] for k, s in FIG11_KEYS.items()}
-                added.append(epoch)
+    if source is not None and source in list_trajectories():  # the zoo's: what it records, one rule (the history's
+        for r in trajectory_accuracies(source):  # evaluation wins where several give an epoch)
+            if r["source"] != "history" and r["epoch"] not in rows:
+                rows[r["epoch"]] = {k: r[k] for k in FIG11_KEYS}
+                added.append(r["epoch"])
+    elif source is not None:  # a run folder's snapshots
+        added = _run_snapshot_rows(model, source, rows)
     epochs = sorted(rows)
     return {"epoch": epochs, **{k: [rows[e][k] for e in epochs] for k in FIG11_KEYS}}, sorted(added)
+
+
+def _run_snapshot_rows(model: CLIP1D, source: str, rows: dict[int, dict[str, Any]]) -> list[int]:
+    """Add to ``rows`` the accuracies of run folder ``source``'s snapshots at the epochs it lacks (read from each
+    file, or evaluated where the file carries none); the epochs added."""
+    from hooked_clip1d.evaluation import evaluate
+    from hooked_clip1d.pretrained import list_checkpoints, load_trajectory
+    from hooked_clip1d.pretrained.trajectories import NoTrajectoryError
+
+    try:
+        extra = [int(e) for e in list_checkpoints(source) if int(e) not in rows]
+    except NoTrajectoryError:
+        return []
+    ds = build_dataset(model.data_config) if extra else None
+    for epoch, ckpt in load_trajectory(source, extra) if extra else []:
+        met = ckpt.manifest.get("metrics") if getattr(ckpt, "manifest", None) else None
+        if not met or any(s not in met for s in FIG11_KEYS.values()):
+            met = evaluate(ckpt, ds, splits=tuple(FIG11_KEYS.values()))
+        rows[epoch] = {k: met[s]["acc"] for k, s in FIG11_KEYS.items()}
+    return extra
 
 
 def measured_epochs(model: CLIP1D, name: str, added: list[int]) -> list[int]:
@@ -215,14 +223,13 @@ def measured_epochs(model: CLIP1D, name: str, added: list[int]) -> list[int]:
         >>> measured_epochs(m, "simplified-ntot20-n2-10", fine_history(m, "simplified-ntot20-n2-10")[1])  # all stored
         []
     """
-    from hooked_clip1d.pretrained import list_checkpoints, list_trajectories, trajectory_manifest
-    from hooked_clip1d.pretrained.trajectories import snapshot_metrics
+    from hooked_clip1d.pretrained import list_trajectories, trajectory_accuracies
 
     source = _trajectory_source(model, name) if added else None
     if source is None or source not in list_trajectories():
         return []
-    stored, measured = set(list_checkpoints(source)), snapshot_metrics(trajectory_manifest(source))
-    return [e for e in added if e in measured and e not in stored]
+    measured = {r["epoch"] for r in trajectory_accuracies(source) if r["source"] == "snapshot"}
+    return [e for e in added if e in measured]
 
 
 def ep_gradient_outcome(model: CLIP1D, name: str, image: str, layer: int = 0) -> Outcome:
