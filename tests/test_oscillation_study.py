@@ -167,3 +167,17 @@ def test_a_non_finite_temperature_and_a_doubled_run_are_errors(tmp_path):
     save_model(bad, Path(rows[0]["path"]) / "snapshots" / "epoch_09000.safetensors", extra={"epoch": 9000})
     with pytest.raises(ValueError, match=r"inverse temperature is not finite: \(100\.0+\d*, inf\)"):
         _x_oscillation(rows)
+
+
+def test_the_cpu_queue_trains_the_study_plans_groups():
+    """tools/cpu/long_runs.sh names the rope-oscillation groups by the plan's names (a renamed spec changes them)."""
+    import re
+
+    from hooked_clip1d.sweeps.runner import _saved_plan, load_spec
+    from hooked_clip1d.sweeps.spec import SPECS_DIR
+
+    text = (Path(__file__).resolve().parents[1] / "tools/cpu/long_runs.sh").read_text()
+    queued = re.findall(r'^  "lane\d\|rope-oscillation:(g\d{3}-[0-9a-f]{8})"$', text, flags=re.M)
+    spec = load_spec(SPECS_DIR / "rope-oscillation.toml")
+    plan = [g for g, _ in _saved_plan(Path("/nonexistent"), spec.runs, spec.run["max_group_size"])]
+    assert sorted(queued) == sorted(plan) and len(spec.runs) == len(ARMS) * len(DECIDING_SEEDS)

@@ -4,6 +4,7 @@
 # session on the same machine resumes it from its checkpoints).
 #
 #   bash tools/cpu/long_runs.sh start    # make the worktrees (at HEAD) where missing, start or resume every lane
+#   bash tools/cpu/long_runs.sh start lane2   # only the lanes named
 #   bash tools/cpu/long_runs.sh status   # how far each sweep has come (safe beside the runs)
 #   bash tools/cpu/long_runs.sh stop     # SIGTERM: each run writes a checkpoint and stops (~10 min before a session ends)
 #
@@ -104,8 +105,13 @@ case "${1:-}" in
   start)
     [ -x "$VENV/bin/hooked-clip1d" ] || { echo "no $VENV/bin/hooked-clip1d: make the venv as the README says" >&2; exit 2; }
     mkdir -p "$SWEEPS" "$LOGS"
+    shift
+    for want in "$@"; do  # a lane named that LANES does not have: an error before anything starts
+      printf '%s\n' "${LANES[@]}" | grep -q "^$want|" || { echo "no lane $want in LANES" >&2; exit 2; }
+    done
     for lane in "${LANES[@]}"; do
       IFS='|' read -r name items <<<"$lane"
+      if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
       busy=""
       for item in $items; do running "$item" && busy=1; done
       if [ -n "$busy" ] || pgrep -f -- "$LOGS/$name.sh" >/dev/null; then
