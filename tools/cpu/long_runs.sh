@@ -15,7 +15,9 @@
 #          a GPU window resumes it), compiled. Lane 1 is free since App. L's group shipped (2026-12-01, 11:01).
 #   lane1, lane3: the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in docs/fidelity.md;
 #          two batched groups, 8 and 7 runs, one a core). Added 2026-12-01 (session 43) while lane 2 still trained:
-#          `start` only once lane 2 has finished (it takes both cores); wt-lane1 was moved to a commit with the spec.
+#          wt-lane1 was moved to a commit with the spec. From 2026-12-01 17:20 lane 2 trains on one thread beside
+#          lane 1 (two lanes of one core each make more progress than one lane of two threads: ~11.4 + a group's
+#          core against ~16.5 steps/s); lane 3 starts once lane 1 or lane 2 has finished (`start lane3`).
 #          Group g000 trained 10 min on 2026-12-01 16:47 (a `reproduce x19-rope-oscillation` without --no-sweeps,
 #          which trains its sweep; stopped by SIGTERM, checkpointed): it resumes from there.
 #   `+compile` after an item torch.compiles its step, `+threadsN` gives it N torch threads (execution settings: a run
@@ -51,7 +53,7 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane2|full-protocol:g000-8f63fd85+compile+threads2"
+  "lane2|full-protocol:g000-8f63fd85+compile"
   "lane1|rope-oscillation:g000-82678147"
   "lane3|rope-oscillation:g001-3041c4dc"
 )
