@@ -129,6 +129,7 @@ case "${1:-}" in
     for lane in "${LANES[@]}"; do
       IFS='|' read -r name items <<<"$lane"
       echo "== $name ($items)"
+      [ -d "$HOME/wt-$name" ] || { echo "-- not started on this machine (no worktree $HOME/wt-$name)"; continue; }
       shown=""
       for item in $items; do
         if [ "$item" = fig22-control ]; then
