@@ -177,7 +177,8 @@ def test_the_cpu_queue_trains_the_study_plans_groups():
     from hooked_clip1d.sweeps.spec import SPECS_DIR
 
     text = (Path(__file__).resolve().parents[1] / "tools/cpu/long_runs.sh").read_text()
-    queued = re.findall(r'^  "lane\d\|rope-oscillation:(g\d{3}-[0-9a-f]{8})"$', text, flags=re.M)
+    lanes = re.findall(r'^  "(lane\d+\|[^"]*)"$', text, flags=re.M)  # the LANES entries
+    queued = [g for lane in lanes for g in re.findall(r"\brope-oscillation:(g\d{3}-[0-9a-f]{8})\b", lane)]
     spec = load_spec(SPECS_DIR / "rope-oscillation.toml")
     plan = [g for g, _ in _saved_plan(Path("/nonexistent"), spec.runs, spec.run["max_group_size"])]
     assert sorted(queued) == sorted(plan) and len(spec.runs) == len(ARMS) * len(DECIDING_SEEDS)

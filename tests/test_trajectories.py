@@ -760,3 +760,17 @@ def test_every_shipped_file_is_package_data():
     shipped = [p.relative_to(pkg).as_posix() for p in files]
     left_out = [f for f in shipped if not any(fnmatch.fnmatch(f, pat) for pat in patterns)]
     assert shipped and not left_out, f"not in pyproject's package-data (a wheel would leave them out): {left_out}"
+
+
+def test_fine_history_of_an_earlier_checkpoint_reads_its_own_history_alone():
+    """A checkpoint before the last carries the history cut at its epoch; the trajectory's later epochs are not its
+    past, so none is merged in (session 43, found in a review: they were)."""
+    from hooked_clip1d.pretrained import list_checkpoints
+    from hooked_clip1d.reproduce.readings import fine_history, measured_epochs
+
+    name = "simplified-ntot20-n2-10"
+    epoch = list_checkpoints(name)[-2]
+    m = reg.load_model(name, checkpoint_value=epoch)
+    fine, added = fine_history(m, name)
+    assert added == [] and fine["epoch"] == m.manifest["history"]["epoch"] and max(fine["epoch"]) <= epoch
+    assert measured_epochs(m, name, added) == []

@@ -40,13 +40,8 @@ LATE_EPOCHS = tuple(range(8100, 10001, 100))  # the 20 evaluations read
 LATE_SNAPSHOTS = (8000, 8500, 9000, 9500, 10000)  # where T is read
 N_UNSEEN = 100  # the split's items (20 ordered pairs x 5), the same in every run (data seed 0)
 OSCILLATES, STEADY, LEVEL, LOW = 0.30, 0.15, 0.8, 0.5  # O thresholds, the trough level, the "low" mean
-T_MOVED, T_CLAMP = 50.0, 99.0
-CLASSES = (
-    "oscillates",
-    "steady",
-    "low",
-    "between",
-)  # r1 moved T: below 50 at every late snapshot; "at the clamp": at or above 99
+T_MOVED, T_CLAMP = 50.0, 99.0  # r1 moved T: below 50 at every late snapshot; "at the clamp": at or above 99
+CLASSES = ("oscillates", "steady", "low", "between")  # a run's class (classify_run)
 
 
 def late_unseen(run_dir: str | Path) -> tuple[list[float], list[float]]:

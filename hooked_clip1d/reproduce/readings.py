@@ -160,6 +160,8 @@ def _trajectory_source(model: CLIP1D, name: str) -> str | None:
     from hooked_clip1d.pretrained import list_pretrained
 
     shown = str(model.manifest.get("name", ""))
+    if (model.manifest.get("checkpoint") or {}).get("final") is False:  # an earlier checkpoint: its history is cut
+        return None  # there, and the trajectory's later epochs are not its past
     if shown == name and name in list_pretrained():
         return name
     run = Path(shown).parent
@@ -171,8 +173,10 @@ def fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
     checkpoints at the epochs the history lacks (Fig. 11 at the finest resolution there is), then with the accuracies
     a shipped trajectory records at snapshots it does not store (``trajectories.snapshot_metrics``); the epochs
     added. A history evaluation without one of the three accuracies is refused, not skipped. For a shipped model the
-    added rows are ``pretrained.trajectory_accuracies``'s (no weights loaded); for a run folder, its snapshots are
-    evaluated where their files carry no accuracies."""
+    added rows are ``pretrained.trajectory_accuracies``'s: the accuracies measured at shipping on the stored weights
+    and recorded with each file's sha256 (no weights are loaded here, so none is re-measured); for a run folder, its
+    snapshots are evaluated. A checkpoint of a trajectory (``load_model(name, checkpoint_index=...)`` before the
+    last) reads its own history alone."""
     from hooked_clip1d.pretrained import list_trajectories, trajectory_accuracies
 
     h = model.manifest["history"]
@@ -187,15 +191,15 @@ def fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
             if r["source"] != "history" and r["epoch"] not in rows:
                 rows[r["epoch"]] = {k: r[k] for k in FIG11_KEYS}
                 added.append(r["epoch"])
-    elif source is not None:  # a run folder's snapshots
+    elif source is not None:  # a run folder's snapshots (a zoo name without a trajectory: none)
         added = _run_snapshot_rows(model, source, rows)
     epochs = sorted(rows)
     return {"epoch": epochs, **{k: [rows[e][k] for e in epochs] for k in FIG11_KEYS}}, sorted(added)
 
 
 def _run_snapshot_rows(model: CLIP1D, source: str, rows: dict[int, dict[str, Any]]) -> list[int]:
-    """Add to ``rows`` the accuracies of run folder ``source``'s snapshots at the epochs it lacks (read from each
-    file, or evaluated where the file carries none); the epochs added."""
+    """Add to ``rows`` the accuracies of run folder ``source``'s snapshots at the epochs it lacks (evaluated: a run's
+    snapshot files carry no accuracies); the epochs added."""
     from hooked_clip1d.evaluation import evaluate
     from hooked_clip1d.pretrained import list_checkpoints, load_trajectory
     from hooked_clip1d.pretrained.trajectories import NoTrajectoryError

@@ -12,17 +12,17 @@
 # group of sweep SPEC's plan.json) or `fig22-control` (Fig. 22's trained control, `analyze pruning`):
 #   lane2: the full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2
 #          core: 440,000 steps, ~24 h; ~10 steps/s compiled on one core of the AVX-512 machine of 2026-12-01, ~12 h;
-#          a GPU window resumes it), compiled. Lane 1 is free since App. L's group shipped (2026-12-01, 11:01).
-#   lane1, lane3: the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in docs/fidelity.md;
-#          two batched groups, 8 and 7 runs, one a core). Added 2026-12-01 (session 43) while lane 2 still trained:
-#          wt-lane1 was moved to a commit with the spec. From 2026-12-01 17:20 lane 2 trains on one thread beside
-#          lane 1 (two lanes of one core each make more progress than one lane of two threads: ~11.4 + a group's
-#          core against ~16.5 steps/s); lane 3 starts once lane 1 or lane 2 has finished (`start lane3`).
+#          a GPU window resumes it), compiled, one thread.
+#   lane1: the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in docs/fidelity.md): its two
+#          batched groups (8 and 7 runs) in turn, ~65 steps/s each on one core (650,000 steps, ~2.75 h a group).
+#          Added 2026-12-01 (session 43) while lane 2 still trained (wt-lane1 was moved to a commit with the spec).
+#          From 2026-12-01 17:20 lane 2 trains on one thread beside lane 1: two lanes of one core each make more
+#          progress than one lane of two threads (~11.4 steps/s and a group's whole core, against ~16.5 steps/s).
 #          Group g000 trained 10 min on 2026-12-01 16:47 (a `reproduce x19-rope-oscillation` without --no-sweeps,
 #          which trains its sweep; stopped by SIGTERM, checkpointed): it resumes from there.
 #   `+compile` after an item torch.compiles its step, `+threadsN` gives it N torch threads (execution settings: a run
 #   resumes under any of them). The full model trains at ~11.4 steps/s on one thread, ~16.7 on two (both cores, beside
-#   light work; 2026-12-01, epochs 1,400-1,500 and 1,600-1,700): two while no other lane runs.
+#   light work; 2026-12-01, epochs 1,400-1,500 and 1,600-1,700): two only while no other lane runs.
 #   Paces: a batched group of 12 trains at ~61 steps/s alone on one core of the AVX-512 machine (~55 beside the
 #   other lane), ~32 on the AVX2 machine of sessions 34-38. Done before: Fig. 22's trained control and App. L's
 #   order-blind control (2026-11-30/12-01, shipped and read); x16's temperature study retrained (2026-12-01, read
@@ -43,7 +43,9 @@
 #   rope-oscillation: read by the rule of its pre-registration (docs/fidelity.md, 2026-12-01), record x19 (written
 #          before any run finished): `hooked-clip1d reproduce x19-rope-oscillation --no-sweeps --sweeps-dir ~/sweeps
 #          --out ~/repro-x19` (without --no-sweeps, reproduce trains the sweep itself), then `hooked-clip1d
-#          results-page --results ~/repro-x19`; a dated reading in docs/fidelity.md; nothing ships
+#          results-page --results ~/repro-x19`; a dated reading in docs/fidelity.md, and what the rule finds in the
+#          section before it, the README's Fig. 18 line and rope-ntot20-n2-15's zoo description (docs/configs.md too,
+#          only under the pre-registration's condition); nothing ships
 #   full-protocol: `bash tools/gpu/gpu_queue.sh carry` takes it to a lent GPU window; finished on this CPU:
 #          `bash tools/cpu/ship_full.sh` (written 2026-12-01, not run yet: read its header first)
 # Environment: VENV (default ~/venv, with `pip install -e .` done), SWEEPS (default ~/sweeps), LOGS (default ~/long_runs).
@@ -54,8 +56,7 @@ SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
   "lane2|full-protocol:g000-8f63fd85+compile"
-  "lane1|rope-oscillation:g000-82678147"
-  "lane3|rope-oscillation:g001-3041c4dc"
+  "lane1|rope-oscillation:g000-82678147 rope-oscillation:g001-3041c4dc"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
@@ -109,11 +110,11 @@ case "${1:-}" in
     mkdir -p "$SWEEPS" "$LOGS"
     shift
     for want in "$@"; do  # a lane named that LANES does not have: an error before anything starts
-      printf '%s\n' "${LANES[@]}" | grep -q "^$want|" || { echo "no lane $want in LANES" >&2; exit 2; }
+      printf '%s\n' "${LANES[@]}" | cut -d'|' -f1 | grep -qxF -- "$want" || { echo "no lane $want in LANES" >&2; exit 2; }
     done
     for lane in "${LANES[@]}"; do
       IFS='|' read -r name items <<<"$lane"
-      if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
+      if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qxF -- "$name"; then continue; fi
       busy=""
       for item in $items; do running "$item" && busy=1; done
       if [ -n "$busy" ] || pgrep -f -- "$LOGS/$name.sh" >/dev/null; then

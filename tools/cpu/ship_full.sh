@@ -56,7 +56,7 @@ print(
     "both towers, Ntot = 20, n2 = 10, left captions, at the paper's protocol (10,000 epochs) under the package's "
     "default recipe (cls-exempt-init002-temp-nodecay-distinct: the flagship's). Seed 0 of sweep full-protocol.toml "
     f"(group g000-8f63fd85), trained on a 2-core AVX-512 CPU from session 40 on, resumed from its checkpoints "
-    f"({s['train_seconds']:,.0f} s; one thread, then two from 2026-12-01 at its epoch ~1,600; torch.compile'd: "
+    f"({s['train_seconds']:,.0f} s; one thread, two from 2026-12-01 at its epoch ~1,600, one again from its epoch ~7,150; torch.compile'd: "
     "execution settings), with its 43 "
     "snapshots. Unseen-pair accuracy (the run's float32 evaluation) "
     f"{fm['val_unseen']['acc']:.2f} at epoch 10,000 (label set {fm['val_unseen']['label_set']:.2f}; seen pairs "
