@@ -10,7 +10,6 @@ held at 100) at seeds 1-3 (``DECIDING_SEEDS``). ``late_unseen`` reads a run's 20
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -50,7 +49,7 @@ def late_unseen(run_dir: str | Path) -> tuple[list[float], list[float]]:
     per epoch with ``n`` = 100, each accuracy a number in [0, 1]: anything else is an error naming the run.
 
     Example:
-        >>> import tempfile
+        >>> import json, tempfile
         >>> d = Path(tempfile.mkdtemp())
         >>> lines = [{"epoch": e, "loss": 0.1, "eval": {"val_unseen": {"n": 100, "acc": 0.9}}} for e in LATE_EPOCHS]
         >>> _ = (d / "metrics.jsonl").write_text("\\n".join(json.dumps(x) for x in lines))
@@ -63,12 +62,12 @@ def late_unseen(run_dir: str | Path) -> tuple[list[float], list[float]]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{str(path)!r}: no metrics history to read the late evaluations from")
+    from hooked_clip1d.training.rundir import read_metrics  # the one reader: a line it cannot read is an error
+
     found: dict[int, list[dict[str, Any]]] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            if int(row["epoch"]) in LATE_EPOCHS:
-                found.setdefault(int(row["epoch"]), []).append(row)
+    for row in read_metrics(path):
+        if int(row["epoch"]) in LATE_EPOCHS:
+            found.setdefault(int(row["epoch"]), []).append(row)
     wrong = {e: len(found.get(e, [])) for e in LATE_EPOCHS if len(found.get(e, [])) != 1}
     if wrong:
         raise ValueError(f"{str(path)!r}: needs one evaluation at each of epochs 8,100-10,000; lines by epoch: {wrong}")
