@@ -90,9 +90,16 @@ def test_the_long_runs_queue_names_groups_its_sweeps_plan():
     root = Path(__file__).resolve().parents[1]
     script = root / "tools/cpu/long_runs.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
-    lanes = re.findall(r'^  "(lane\d+)\|([\w :+-]+)"$', script.read_text(), flags=re.M)
+    text = script.read_text()
+    lanes = re.findall(r'^  "(lane\d+)\|([\w :+=,.-]+)"$', text, flags=re.M)
+    assert len(lanes) == len(re.findall(r'^  "lane', text, flags=re.M))  # no lane line the pattern misses
     assert lanes  # at least one lane (lane 1 is free since App. L shipped, 2026-12-01)
     items = [item.split("+")[0] for _, line in lanes for item in line.split()]  # +compile, +threadsN: execution
+    adopts = [i for i in items if i.startswith("adopt=")]  # adopt=SPEC,SPEC: copies identical finished runs
+    for item in adopts:
+        for name in item.removeprefix("adopt=").split(","):
+            assert load_spec(root / "hooked_clip1d/sweeps" / f"{name}.toml").name == name, item
+    items = [i for i in items if i not in adopts]
     assert set(items) - {i for i in items if ":" in i} <= {"fig22-control"}  # the one item that is not a group
     for item in (i for i in items if ":" in i):
         spec_name, group = item.split(":")

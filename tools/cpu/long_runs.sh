@@ -12,7 +12,11 @@
 # group of sweep SPEC's plan.json) or `fig22-control` (Fig. 22's trained control, `analyze pruning`):
 #   lane2: the full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2
 #          core: 440,000 steps, ~24 h; ~10 steps/s compiled on one core of the AVX-512 machine of 2026-12-01, ~12 h;
-#          a GPU window resumes it), compiled, one thread.
+#          a GPU window resumes it), compiled, one thread. Then (added 2026-12-01, session 44, before any accuracy of
+#          the full model was read) Fig. 10's sweep (fig10.toml) on this CPU, since no GPU has been lent since session
+#          22: its w = 0.2 run is the full model at protocol (adopt=: copied, not trained again), the other four train
+#          as one batched group, 1,760,000 model-steps: ~31 h of one core at ~1.4x a single run's ~11.4 steps/s, less
+#          on two threads once lane 1 is done (+threads2). Fig. 3's other 11 cells (4,000,000 model-steps) stay GPU work.
 #   lane1: the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in docs/fidelity.md): its two
 #          batched groups (8 and 7 runs) in turn, ~65 steps/s each on one core (650,000 steps, ~2.75 h a group).
 #          Added 2026-12-01 (session 43) while lane 2 still trained (wt-lane1 was moved to a commit with the spec).
@@ -48,6 +52,8 @@
 #          only under the pre-registration's condition); nothing ships
 #   full-protocol: `bash tools/gpu/gpu_queue.sh carry` takes it to a lent GPU window; finished on this CPU:
 #          `bash tools/cpu/ship_full.sh` (written 2026-12-01, not run yet: read its header first)
+#   fig10: `hooked-clip1d reproduce fig10 --no-sweeps --sweeps-dir ~/sweeps` (its checks, pre-registered in verdicts
+#          v2's permutation null, unchanged), the results page, the README's Fig. 10 line
 # Environment: VENV (default ~/venv, with `pip install -e .` done), SWEEPS (default ~/sweeps), LOGS (default ~/long_runs).
 set -euo pipefail
 REPO="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
@@ -55,7 +61,7 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane2|full-protocol:g000-8f63fd85+compile"
+  "lane2|full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-18b8f5a6+compile"
   "lane1|rope-oscillation:g000-82678147 rope-oscillation:g001-3041c4dc"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
@@ -68,6 +74,11 @@ item_command() {  # one lane item -> the command that runs (or resumes) it
     fig22-control)  # no progress bar in the log (TQDM_DISABLE); resumes from its group checkpoint
       echo "TQDM_DISABLE=1 \"$VENV/bin/hooked-clip1d\" analyze pruning --model $FIG22_CONTROL -o 'kept=[2]' \\
     -o epochs=10000 -o \"runs_dir=$FIG22_DIR\" --out \"$FIG22_DIR/analyze\" --json >/dev/null" ;;
+    adopt=*)  # adopt=SPEC,SPEC...: a run of these sweeps that computes what a finished run of one of them computed is
+      # copied from it, not trained (the GPU queue's rule: tools/gpu/gpu_window.py adopt_identical); prints what it copied
+      echo "\"$VENV/bin/python\" -c 'import sys; sys.path.insert(0, \"tools/gpu\"); import gpu_window as g; \\
+from pathlib import Path; [print(x) for x in g.adopt_identical(g.load_queue(sys.argv[1].split(\",\"), \\
+Path(\"hooked_clip1d/sweeps\"), Path(sys.argv[2])))]' ${1#adopt=} \"$SWEEPS\"" ;;
     *:*)  # SPEC:GROUP[+compile][+threadsN]: execution settings (a run resumes under any of them)
       local it extra="" threads=1 suffix
       it=$(bare_item "$1")
@@ -100,6 +111,7 @@ running() {  # whether some process runs this item now
   set -- "$(bare_item "$1")"
   case "$1" in
     fig22-control) pgrep -f -- "runs_dir=$FIG22_DIR" >/dev/null ;;
+    adopt=*) return 1 ;;  # a copy of seconds, part of the lane's script
     *) pgrep -f -- "--out $SWEEPS/${1%%:*} .*--groups ${1#*:}" >/dev/null ;;  # lanes may share a sweep (2026-12-01)
   esac
 }
@@ -138,6 +150,7 @@ case "${1:-}" in
             "last group checkpoint $(date -r "$FIG22_DIR/group_checkpoint.safetensors" 2>/dev/null || echo none)"
           continue
         fi
+        case "$item" in adopt=*) continue ;; esac
         spec=${item%%:*}
         case " $shown " in *" $spec "*) continue ;; esac
         shown="$shown $spec"
@@ -156,6 +169,7 @@ case "${1:-}" in
       for item in $items; do
         case "$(bare_item "$item")" in
           fig22-control) pkill -TERM -f -- "runs_dir=$FIG22_DIR" || true ;;
+          adopt=*) ;;
           *) pkill -TERM -f -- "--out $SWEEPS/${item%%:*} " || true ;;
         esac
       done
