@@ -85,7 +85,12 @@ TINY = {
 # recorded at commit 13ab020 (before the move) and again after it: the same digests
 RECORDED: dict[str, list[str]] = {
     "ablate-ep-ntot20-n2-10-init002": ["b46483113ef0b206", "7dc36ae719411b0e", "7e467823f7c1440d", "69bf77eac20fea55"],
-    "full-ntot20-n2-10": ["a6fc7249f4121b8d", "ebd5d26b48641c37", "497157da085ca1ce", "352f8bd5bb2b88b0"],
+    "full-ntot20-n2-10-all-decay-partial": [
+        "a6fc7249f4121b8d",
+        "ebd5d26b48641c37",
+        "497157da085ca1ce",
+        "352f8bd5bb2b88b0",
+    ],
     "leftright-v1-t1-ntot20-n2-10-no-qk-bias": [
         "e4f418159897d1c1",
         "9e4d5f687ad665bc",
@@ -173,6 +178,7 @@ RECORDED: dict[str, list[str]] = {
 # zoo models shipped after the move these pins guard: their digests can only be recorded where the pins were (an
 # AVX-512 machine with these kernels), so they are listed here, not silently skipped; test_value_pins.py holds them
 UNPINNED = (
+    "full-ntot20-n2-10",
     "control-shuffled-distinct-ntot20-n2-10",
     "control-shuffled-ntot20-n2-10",
     "control-shuffled-distinct-rope-ntot20-n2-15",
