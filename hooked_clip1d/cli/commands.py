@@ -170,7 +170,7 @@ def add_list_parser(sub: Any) -> argparse.ArgumentParser:
 def _list_checkpoints(a: argparse.Namespace) -> int:
     """``list --checkpoints NAME``: the checkpoints of a shipped trajectory (or of a run directory's snapshots)."""
     from hooked_clip1d.pretrained import list_checkpoints, list_pretrained, manifest, trajectory_manifest
-    from hooked_clip1d.pretrained.trajectories import snapshot_metrics, stored_metrics
+    from hooked_clip1d.pretrained.precision import snapshot_metrics, stored_metrics
 
     epochs = list_checkpoints(a.checkpoints)
     if a.checkpoints not in list_pretrained():  # a run directory: its snapshots

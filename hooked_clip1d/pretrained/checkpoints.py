@@ -22,20 +22,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import hooked_clip1d.pretrained.zoo as zoo  # its TRAJECTORIES_DIR read at call time (tests move it)
+from hooked_clip1d.pretrained.precision import is_accuracy, snapshot_metrics, stored_metrics
 from hooked_clip1d.pretrained.trajectories import (  # the trajectories' file format (torch-free at import)
     CheckpointLabels,
     NoTrajectoryError,
     StaleTrajectoryError,
     checkpoint_epoch,
     incomplete_trajectory,
-    is_accuracy,
     read_manifest,
     read_trajectory,
     run_snapshots,
     set_checkpoint_fields,
-    snapshot_metrics,
     stored_checkpoint,
-    stored_metrics,
     trajectory_file,
 )
 from hooked_clip1d.settings.checks import check_int_list

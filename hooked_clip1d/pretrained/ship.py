@@ -28,6 +28,7 @@ from hooked_clip1d.pretrained import (
     trajectory_manifest,
     zoo,  # its WEIGHTS_DIR / TRAJECTORIES_DIR read at call time (tests move them)
 )
+from hooked_clip1d.pretrained.precision import PRECISION_METHOD, STORE_DTYPES, dtype_summary
 from hooked_clip1d.pretrained.ship_measure import (
     check_run_snapshots,
     emergence_record,
@@ -40,10 +41,7 @@ from hooked_clip1d.pretrained.ship_measure import (
 from hooked_clip1d.pretrained.trajectories import (
     MANIFEST_FORMAT,
     PART_BYTES,
-    PRECISION_METHOD,
-    STORE_DTYPES,
     SUFFIX,
-    dtype_summary,
     split_checkpoints,
     trajectory_tensors,
     write_compressed,
@@ -240,13 +238,13 @@ def ship_trajectory(
     weights must equal the run's ``model.safetensors`` at the zoo file's precision, bit for bit; the last checkpoint
     is that shipped file. ``epochs`` defaults to ``trajectory_schedule(last epoch)`` among the run's snapshots.
     Each stored checkpoint takes the first of ``dtypes`` at which its accuracies on every split equal its float32 ones
-    (``trajectories.measure_precision``; recorded in the manifest); ``tolerance_images`` > 0 accepts a precision whose
+    (``precision.measure_precision``; recorded in the manifest); ``tolerance_images`` > 0 accepts a precision whose
     accuracies differ by at most that many images in any split (recorded too; rounding flips near-ties, e.g. in a
     left/right-symmetric plateau, where float32 on another machine may flip them as well). The emergence rows are
     measured on the stored weights and recorded, with the largest change of any of their numbers from the float32
     weights. A trajectory that would bring all shipped trajectories (in ``dest``) past ``budget_mb`` MB is refused,
     naming the sizes. ``metrics_epochs`` (``"all"``: every other snapshot) are snapshots whose weights are not stored:
-    their float32 accuracies are measured and recorded (``trajectories.snapshot_metrics``, with each file's sha256),
+    their float32 accuracies are measured and recorded (``precision.snapshot_metrics``, with each file's sha256),
     for a figure that reads accuracies at epochs the budget cannot store (Fig. 11a, the full model's phases).
     Everything is measured before anything is written; each file is written atomically.
 

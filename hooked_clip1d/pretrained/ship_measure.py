@@ -18,9 +18,9 @@ from typing import Any
 
 from hooked_clip1d.pretrained import load_model
 from hooked_clip1d.pretrained.checkpoints import check_snapshot
+from hooked_clip1d.pretrained.precision import measure_precision
 from hooked_clip1d.pretrained.trajectories import (
     file_sha256,
-    measure_precision,
     numeric_diff,
     run_snapshots,
     trajectory_schedule,

@@ -112,7 +112,7 @@ def fig11a_outcome(models: dict[str, CLIP1D], name: str = FULL) -> Outcome:
     stated 2026-12-01 before the full model at protocol finished). ``not run`` while the shipped model stopped
     before the epochs it planned: the paper's panels span the whole training, and a run cut short is not it."""
     from hooked_clip1d.pretrained import list_trajectories, trajectory_manifest
-    from hooked_clip1d.pretrained.trajectories import snapshot_metrics
+    from hooked_clip1d.pretrained.precision import snapshot_metrics
 
     out = fig11_outcome(models, name)
     man = models[name].manifest

@@ -57,7 +57,7 @@ def late_unseen(run_dir: str | Path) -> tuple[list[float], list[float]]:
         >>> len(acc), acc[0], loss[-1]
         (20, 0.9, 0.1)
     """
-    from hooked_clip1d.pretrained.trajectories import is_accuracy
+    from hooked_clip1d.pretrained.precision import is_accuracy
 
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
@@ -208,7 +208,7 @@ def oscillation_decision(runs: Mapping[tuple[str, int], Mapping[str, Any]]) -> d
 def _read_run(row: Mapping[str, Any]) -> dict[str, Any]:
     """One run's measures; an untrained draw (the null control's rows: 0 epochs) is read as what it is, a model whose
     weights do not move: its one evaluation at every late epoch, its T at init at every late snapshot."""
-    from hooked_clip1d.pretrained.trajectories import is_accuracy
+    from hooked_clip1d.pretrained.precision import is_accuracy
 
     path = Path(row["path"])
     loss: list[float] | None

@@ -171,7 +171,7 @@ def _trajectory_source(model: CLIP1D, name: str) -> str | None:
 def fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
     """The run's metrics history (every ``eval_every`` epochs) merged with the accuracies of its trajectory's
     checkpoints at the epochs the history lacks (Fig. 11 at the finest resolution there is), then with the accuracies
-    a shipped trajectory records at snapshots it does not store (``trajectories.snapshot_metrics``); the epochs
+    a shipped trajectory records at snapshots it does not store (``precision.snapshot_metrics``); the epochs
     added. A history evaluation without one of the three accuracies is refused, not skipped. For a shipped model the
     added rows are ``pretrained.trajectory_accuracies``'s: the accuracies measured at shipping on the stored weights
     and recorded with each file's sha256 (no weights are loaded here, so none is re-measured); for a run folder, its
