@@ -80,6 +80,12 @@ TRAINED_CONTROLS: dict[str, dict[str, tuple[str, bool]]] = {
         "simplified-ntot20-n2-10": (SHUFFLED_DISTINCT, False),
         "rope-ntot20-n2-15": (SHUFFLED_DISTINCT_ROPE, False),
     },
+    # x20 (pre-registered 2026-12-01, session 44): App. L's model by its own control, the full model by the flagship's
+    # (one layer: a control of the property, as Fig. 11a's), substituted together as x1's
+    "x20-layers": {
+        "full-ntot20-n2-10": (SHUFFLED_DISTINCT, True),
+        "vision2-ntot25-n2-15": (SHUFFLED_DISTINCT_VISION2, False),
+    },
 }
 
 

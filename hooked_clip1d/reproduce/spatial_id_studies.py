@@ -3,6 +3,8 @@ models; entries of the results page's beyond-the-paper section:
 
 - ``x1-mirror-swap``: which head carries left/right to the readout (mirror-swap patching per head at CLS).
 - ``x6-spatial-ids``: spatial IDs and steering on the 1D models (restated as x6', docs/fidelity.md, 2026-11-29).
+- ``x20-layers``: where deeper vision towers form the relation (mirror-swap patching by depth at CLS; Open Question 3,
+  pre-registered in docs/fidelity.md on 2026-12-01 before the full model at protocol finished).
 
 The other open questions (x2-x5, x7) are in ``open_questions``.
 """
@@ -15,7 +17,7 @@ import torch
 
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.model.clip import CLIP1D
-from hooked_clip1d.reproduce.core import FLAGSHIP, SPATIAL_ID_MODELS, FigureSpec, Outcome, register
+from hooked_clip1d.reproduce.core import FLAGSHIP, FULL, SPATIAL_ID_MODELS, FigureSpec, Outcome, register
 from hooked_clip1d.reproduce.readings import at_least
 
 
@@ -241,6 +243,117 @@ def _x_spatial_ids(models: dict[str, CLIP1D]) -> Outcome:
     )
 
 
+APP_L = "vision2-ntot25-n2-15"  # App. L's 2-layer vision tower (x20's second model: not blind, docs/fidelity.md)
+X20_MODELS = (FULL, APP_L)
+X20_MIN = 0.8  # the share of the mirror's belief shift a depth must carry at CLS (pre-registered)
+X20_A = (
+    "x20 (a): full model: mirroring flips the belief on >= 80 % of val_unseen images, and the CLS residual stream "
+    "after layer 0 carries >= 0.8 of the mirror shift"
+)
+X20_B = (
+    "x20 (b): full model: the same flip condition, and the CLS residual stream after some layer before the last "
+    "carries >= 0.8 of the mirror shift"
+)
+X20_C = (
+    "x20 (c): App. L's model: mirroring flips the belief on >= 80 % of val_unseen images, and the CLS residual "
+    "stream after layer 0 carries >= 0.8 of the mirror shift"
+)
+
+
+def depth_fractions(model: CLIP1D) -> dict[str, Any]:
+    """x20's readings on one model (docs/fidelity.md, pre-registered 2026-12-01): mirror-swap patching of the
+    residual stream at CLS and at the object positions after each layer, and of each head's z at CLS, on the
+    val_unseen pairs. ``cls`` / ``objects``: the fraction of the mirror's belief shift recovered after layers 0..L-1
+    (the last is 1 at CLS by construction: the readout reads it); ``heads``: [layer][head] at CLS; ``first_depth``:
+    the first layer after which CLS carries >= ``X20_MIN`` before the last layer (None: none does). Fractions are None
+    where mirroring flips the belief on fewer than ``MIRROR_FLIP_MIN`` of the images (x1's condition: undefined).
+
+    Example:
+        >>> from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=6), seed=0).eval()
+        >>> m.data_config = DataConfig(n_labels=6, n_heldout=2, n2=2)
+        >>> r = depth_fractions(m)  # untrained: mirroring does not flip its belief
+        >>> r["n_layers"], r["cls"], r["first_depth"], r["flip_rate"] < 0.8
+        (1, None, None, True)
+    """
+    from hooked_clip1d.analysis.interventions.patching import mirror_swap_patching
+    from hooked_clip1d.analysis.metrics import pair_inputs
+
+    ds = build_dataset(model.data_config)
+    imgs, caps = pair_inputs(ds.splits["val_unseen"], ds.vocab)
+    n_layers = model.vision.cfg.n_layers
+    resid = mirror_swap_patching(model, imgs, caps, sets=["objects", "cls"])
+    flips = mirror_flip_rate(resid.base, resid.source)
+    out: dict[str, Any] = {"n_layers": n_layers, "flip_rate": flips, "cls": None, "objects": None, "heads": None}
+    out["first_depth"] = None
+    if flips < MIRROR_FLIP_MIN:
+        return out
+    frac = resid.fraction()  # [depth (embed, after L0, ...), set (objects, cls)]
+    if not bool(torch.isfinite(frac).all()):
+        raise ValueError(f"a mirror-swap fraction is not finite ({frac.tolist()}): no depth reading")
+    z = [f"blocks.{layer}.attn.hook_z" for layer in range(n_layers)]
+    heads = mirror_swap_patching(model, imgs, caps, hook_names=z, sets=["cls"], heads=True)
+    out["objects"], out["cls"] = frac[1:, 0].tolist(), frac[1:, 1].tolist()
+    out["heads"] = heads.fraction()[:, 0].tolist()
+    out["first_depth"] = next((d for d, f in enumerate(out["cls"][:-1]) if f >= X20_MIN), None)
+    return out
+
+
+def _x_layers(models: dict[str, CLIP1D]) -> Outcome:
+    """x20 (docs/fidelity.md, pre-registered 2026-12-01): where the full model and App. L's model form the relation."""
+    numbers = {name: depth_fractions(models[name]) for name in X20_MODELS}
+
+    def early(r: dict[str, Any]) -> bool:  # a depth before the last layer is needed: a one-layer model fails
+        return r["cls"] is not None and r["n_layers"] >= 2 and r["cls"][0] >= X20_MIN
+
+    full, app_l = numbers[FULL], numbers[APP_L]
+    checks = [
+        (X20_A, early(full)),
+        (X20_B, full["first_depth"] is not None),
+        (X20_C, early(app_l)),
+    ]
+    parts = []
+    for name, r in numbers.items():
+        if r["cls"] is None:
+            parts.append(f"{name} ({r['n_layers']} layers): flip rate {r['flip_rate']:.2f}, fractions not defined")
+            continue
+        cls = ", ".join(f"L{d} {f:.2f}" for d, f in enumerate(r["cls"]))
+        obj = ", ".join(f"L{d} {f:.2f}" for d, f in enumerate(r["objects"]))
+        best = [max(range(len(h)), key=lambda k, h=h: h[k]) for h in r["heads"]]
+        heads = "; ".join(f"L{d} h{k} {r['heads'][d][k]:.2f}" for d, k in enumerate(best))
+        first = "none before the last" if r["first_depth"] is None else f"after L{r['first_depth']}"
+        parts.append(
+            f"{name} ({r['n_layers']} layers): flip rate {r['flip_rate']:.2f}; CLS after {cls}; objects after {obj}; "
+            f"first depth at CLS >= {X20_MIN}: {first}; the largest head at CLS per layer: {heads}"
+        )
+    summary = (
+        "the fraction of the mirror's belief shift (val_unseen pairs) recovered by patching the residual stream at CLS "
+        "(or at the object positions) after each layer from the mirrored image, and each layer's largest head at CLS: "
+        + "; ".join(parts)
+        + "."
+    )
+    man = models[FULL].manifest  # the full model is read at protocol (as Fig. 11a)
+    done, planned = int(man.get("epochs") or 0), int(man.get("epochs_planned") or man.get("epochs") or 0)
+    out = Outcome(
+        numbers,
+        summary,
+        checks,
+        {},
+        notes=(
+            "After the last layer the CLS fraction is 1 by construction (the readout reads CLS there) and it is not "
+            "read; at the embeddings it is 0 (CLS is the same token in both images). App. L's model is not a blind "
+            "test (docs/fidelity.md); the full model is."
+        ),
+        check_ids={X20_A: "x20-full-layer0", X20_B: "x20-full-before-last", X20_C: "x20-app-l-layer0"},
+    )
+    if man.get("name") == FULL and done < planned:
+        out.not_run = (
+            f"the shipped full model ({FULL}) is a partial run, {done:,} of its {planned:,} epochs; x20 reads the full "
+            "model at protocol (sweep full-protocol.toml)"
+        )
+    return out
+
+
 SPECS: tuple[FigureSpec, ...] = register(
     FigureSpec(
         "x1-mirror-swap",
@@ -263,5 +376,17 @@ SPECS: tuple[FigureSpec, ...] = register(
         _x_spatial_ids,
         beyond_paper=True,
         data="val_unseen pairs",
+    ),
+    FigureSpec(
+        "x20-layers",
+        "Where deeper vision towers form the relation (mirror-swap patching by depth; Open Question 3)",
+        "Question: in a vision tower deeper than the paper's one layer, is the left/right relation formed at CLS in "
+        "the first layer (the one-layer mechanism at the bottom, carried up the residual stream), or assembled at "
+        "CLS only by a later layer? Patching the CLS residual stream after each layer from the mirrored image "
+        "measures how much of the mirror's belief shift CLS already carries there.",
+        X20_MODELS,
+        _x_layers,
+        beyond_paper=True,
+        data="val_unseen pairs and their mirror images",
     ),
 )
