@@ -276,6 +276,12 @@ def depth_fractions(model: CLIP1D) -> dict[str, Any]:
         >>> r["n_layers"], r["cls"], r["first_depth"], r["flip_rate"] < 0.8
         (1, None, None, True)
     """
+    return _depth_sweep(model)[0]
+
+
+def _depth_sweep(model: CLIP1D) -> tuple[dict[str, Any], Any]:
+    """``depth_fractions``'s reading and the residual-stream sweep behind it (None where the fractions are not
+    defined), for the figure."""
     from hooked_clip1d.analysis.interventions.patching import mirror_swap_patching
     from hooked_clip1d.analysis.metrics import pair_inputs
 
@@ -287,7 +293,7 @@ def depth_fractions(model: CLIP1D) -> dict[str, Any]:
     out: dict[str, Any] = {"n_layers": n_layers, "flip_rate": flips, "cls": None, "objects": None, "heads": None}
     out["first_depth"] = None
     if flips < MIRROR_FLIP_MIN:
-        return out
+        return out, None
     frac = resid.fraction()  # [depth (embed, after L0, ...), set (objects, cls)]
     if not bool(torch.isfinite(frac).all()):
         raise ValueError(f"a mirror-swap fraction is not finite ({frac.tolist()}): no depth reading")
@@ -296,12 +302,18 @@ def depth_fractions(model: CLIP1D) -> dict[str, Any]:
     out["objects"], out["cls"] = frac[1:, 0].tolist(), frac[1:, 1].tolist()
     out["heads"] = heads.fraction()[:, 0].tolist()
     out["first_depth"] = next((d for d, f in enumerate(out["cls"][:-1]) if f >= X20_MIN), None)
-    return out
+    return out, resid
 
 
 def _x_layers(models: dict[str, CLIP1D]) -> Outcome:
     """x20 (docs/fidelity.md, pre-registered 2026-12-01): where the full model and App. L's model form the relation."""
-    numbers = {name: depth_fractions(models[name]) for name in X20_MODELS}
+    from hooked_clip1d.visualization.patching import plot_patching_map
+
+    numbers, figs = {}, {}
+    for name in X20_MODELS:
+        numbers[name], sweep = _depth_sweep(models[name])
+        if sweep is not None:
+            figs[name] = plot_patching_map(sweep, f"{name}: mirror shift recovered by depth")
 
     def early(r: dict[str, Any]) -> bool:  # a depth before the last layer is needed: a one-layer model fails
         return r["cls"] is not None and r["n_layers"] >= 2 and r["cls"][0] >= X20_MIN
@@ -338,7 +350,7 @@ def _x_layers(models: dict[str, CLIP1D]) -> Outcome:
         numbers,
         summary,
         checks,
-        {},
+        figs,
         notes=(
             "After the last layer the CLS fraction is 1 by construction (the readout reads CLS there) and it is not "
             "read; at the embeddings it is 0 (CLS is the same token in both images). App. L's model is not a blind "
