@@ -384,6 +384,7 @@ def test_trained_controls_are_declared_for_the_pre_registered_figures_and_wait_f
         "fig23",
         "x1-mirror-swap",
         "x6-spatial-ids",
+        "x20-layers",  # pre-registered 2026-12-01 (session 44)
     }
     assert set(TRAINED_CONTROLS) == guarded
     for key, table in TRAINED_CONTROLS.items():
@@ -672,10 +673,16 @@ def test_every_counted_check_of_a_reproduced_or_partly_figure_names_its_trained_
     Fig. 7's cross check (the own pair against the control pairs) is the comparison with its control, so the
     record lists it as unguarded with that reason (2026-12-01: a control outcome on it would pass by construction, a
     reviewer's catch)."""
+    from hooked_clip1d.reproduce.records import Record
+    from hooked_clip1d.reproduce.results_page import _uncontrolled
+
     records = Path(__file__).resolve().parents[1] / "docs" / "records"
     for path in sorted(records.glob("fig*.json")):
         rec = json.loads(path.read_text())
         if rec["verdict"] not in ("reproduced", "partly"):
+            continue
+        if _uncontrolled(Record.from_dict(rec)):  # no control ran (Fig. 3's cell): shown, counted in no verdict
+            assert all("counted" not in c for c in rec["checks"]), path.name
             continue
         tc = rec.get("trained_control") or {}
         unguarded = set(tc.get("unguarded", {}))

@@ -34,8 +34,6 @@ def _x_mirror_swap(models: dict[str, CLIP1D]) -> Outcome:
         L = model.vision.cfg.n_layers
         z = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
         heads = mirror_swap_patching(model, imgs, caps, hook_names=z, sets=["cls"], heads=True)
-    if not bool(torch.isfinite(heads.fraction()).all()):
-        raise ValueError(f"a head's mirror-swap fraction is not finite ({heads.fraction().tolist()})")
         flips = mirror_flip_rate(heads.base, heads.source)
         # restated 2026-11-28 (docs/fidelity.md, before computing): defined on every model; the fraction only where
         # mirroring moves the belief (on an untrained or order-blind model it does not, and the fraction is undefined)
@@ -302,6 +300,8 @@ def _depth_sweep(model: CLIP1D) -> tuple[dict[str, Any], Any]:
         raise ValueError(f"a mirror-swap fraction is not finite ({frac.tolist()}): no depth reading")
     z = [f"blocks.{layer}.attn.hook_z" for layer in range(n_layers)]
     heads = mirror_swap_patching(model, imgs, caps, hook_names=z, sets=["cls"], heads=True)
+    if not bool(torch.isfinite(heads.fraction()).all()):
+        raise ValueError(f"a head's mirror-swap fraction is not finite ({heads.fraction().tolist()})")
     out["objects"], out["cls"] = frac[1:, 0].tolist(), frac[1:, 1].tolist()
     out["heads"] = heads.fraction()[:, 0].tolist()
     out["first_depth"] = next((d for d, f in enumerate(out["cls"][:-1]) if f >= X20_MIN), None)
