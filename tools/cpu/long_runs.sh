@@ -10,7 +10,8 @@
 #
 # The lanes (edit LANES when a run is added or ships): each a list of items run one after another, `SPEC:GROUP` (a
 # group of sweep SPEC's plan.json) or `fig22-control` (Fig. 22's trained control, `analyze pruning`):
-#   lane2: the full model at protocol (full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2
+#   lane2: the full model at protocol (DONE 2026-12-01, session 44: shipped, tools/cpu/ship_full.sh; kept as the lane's
+#          first item for another machine; full-protocol.toml, the GPU queue's first sweep; ~5 steps/s eager on one AVX2
 #          core: 440,000 steps, ~24 h; ~10 steps/s compiled on one core of the AVX-512 machine of 2026-12-01, ~12 h;
 #          a GPU window resumes it), compiled, one thread. Then (added 2026-12-01, session 44, before any accuracy of
 #          the full model was read) Fig. 10's sweep (fig10.toml) on this CPU, since no GPU has been lent since session
@@ -51,7 +52,8 @@
 #          section before it, the README's Fig. 18 line and rope-ntot20-n2-15's zoo description (docs/configs.md too,
 #          only under the pre-registration's condition); nothing ships
 #   full-protocol: `bash tools/gpu/gpu_queue.sh carry` takes it to a lent GPU window; finished on this CPU:
-#          `bash tools/cpu/ship_full.sh` (written 2026-12-01, not run yet: read its header first)
+#          `bash tools/cpu/ship_full.sh` (ran 2026-12-01, session 44: shipped; on another machine the run is another
+#          model, so a rerun there would replace the shipped one: read its header first)
 #   fig10: `hooked-clip1d reproduce fig10 --no-sweeps --sweeps-dir ~/sweeps` (its checks, pre-registered in verdicts
 #          v2's permutation null, unchanged), the results page, the README's Fig. 10 line
 # Environment: VENV (default ~/venv, with `pip install -e .` done), SWEEPS (default ~/sweeps), LOGS (default ~/long_runs).
