@@ -18,8 +18,9 @@
 #          22: its w = 0.2 run is the full model at protocol (adopt=: copied, not trained again), the other four train
 #          as one batched group, 1,760,000 model-steps. Estimated ~31 h of one core at ~1.4x a single run's ~11.4
 #          steps/s; MEASURED (2026-12-01, its first 100 epochs in 2,270 s with compile and a test suite beside it):
-#          ~2 group-steps/s, 8 run-steps/s (~10 without compile and suite), no faster than single runs, ~50-60 h of one core. Four one-run groups (a
-#          rewritten plan.json: any partition of the same runs resumes) may be faster: measure before switching.
+#          ~2 group-steps/s, 8 run-steps/s (~10 without compile and suite), no faster than single runs, ~50-60 h
+#          of one core. Four one-run groups (a rewritten plan.json: any partition of the same runs resumes) may be
+#          faster: measure before switching.
 #          Fig. 3's other 11 cells (4,000,000 model-steps) stay GPU work.
 #   lane1: the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in docs/fidelity.md): its two
 #          batched groups (8 and 7 runs) in turn, ~65 steps/s each on one core (650,000 steps, ~2.75 h a group).
