@@ -19,8 +19,13 @@
 #          as one batched group, 1,760,000 model-steps. Estimated ~31 h of one core at ~1.4x a single run's ~11.4
 #          steps/s; MEASURED (2026-12-01, its first 100 epochs in 2,270 s with compile and a test suite beside it):
 #          ~2 group-steps/s, 8 run-steps/s (~10 without compile and suite), no faster than single runs, ~50-60 h
-#          of one core. Four one-run groups (a rewritten plan.json: any partition of the same runs resumes) may be
-#          faster: measure before switching.
+#          of one core. DECIDED 2026-12-01 22:30 (session 45) from those measurements: per run-step the batched
+#          group (~10.9 run-steps/s after compile) is no faster than the full model alone (11.2 over its 440,000
+#          steps, one thread beside lane 1), and two one-thread lanes scale ~2x where two threads give ~1.46x; so
+#          plan.json was rewritten into five one-run groups (the batched group's checkpoint at step 7,593, ~30,000
+#          run-steps, was dropped, kept aside in ~/sweeps-dropped) and they train two at a time: lane2 and lane3
+#          (lane3 starts when lane1 ends, from a worktree at lane2's commit): ~440,000 steps each, ~10.7 h a run,
+#          ~22 h for the four on two cores.
 #          Fig. 3's other 11 cells (4,000,000 model-steps) stay GPU work.
 #   lane1: the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in docs/fidelity.md): its two
 #          batched groups (8 and 7 runs) in turn, ~65 steps/s each on one core (650,000 steps, ~2.75 h a group).
@@ -67,8 +72,9 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane2|full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-18b8f5a6+compile"
+  "lane2|full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile"
   "lane1|rope-oscillation:g000-82678147 rope-oscillation:g001-3041c4dc"
+  "lane3|fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
