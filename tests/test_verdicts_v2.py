@@ -312,3 +312,22 @@ def test_fig22_retrained_checks_fail_on_an_untrained_two_head_model():
     out = spec.run(substitutes(spec, "untrained:0"))
     retrained = [ok for c, ok in out.checks if c not in out.absence and c not in out.secondary]
     assert len(retrained) == 2 and not any(retrained)
+
+
+def test_fig11a_and_x20_refuse_a_model_whose_manifest_has_no_epochs(flagship):
+    """Fig. 11a read a manifest without epochs as 0 of 0 (finished: judged) where x20 refused it; both now read the
+    run's length through ``readings.run_epochs`` (session 45): a missing input is an error, never a pass."""
+    import copy
+
+    import pytest
+
+    from hooked_clip1d.reproduce.readings import run_epochs
+
+    blank = copy.deepcopy(flagship)
+    blank.manifest = {k: v for k, v in flagship.manifest.items() if k != "epochs"}
+    (name,) = rp.FIGURES["fig11a"].models
+    with pytest.raises(ValueError, match="no epochs in its manifest"):
+        rp.FIGURES["fig11a"].run({name: blank})
+    with pytest.raises(ValueError, match="no epochs in its manifest"):
+        run_epochs(blank.manifest, name)
+    assert run_epochs({"epochs": 1000, "epochs_planned": 10000}, name) == (1000, 10000)

@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 from hooked_clip1d.analysis.mechanism.dynamics import FIG11_LEVELS
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.reproduce.core import FLAGSHIP, FULL, FigureSpec, Outcome, register
-from hooked_clip1d.reproduce.readings import fine_history, first_epoch, measured_epochs
+from hooked_clip1d.reproduce.readings import fine_history, first_epoch, measured_epochs, run_epochs
 
 
 def fig11_outcome(models: dict[str, CLIP1D], name: str = FLAGSHIP) -> Outcome:
@@ -116,8 +116,7 @@ def fig11a_outcome(models: dict[str, CLIP1D], name: str = FULL) -> Outcome:
 
     out = fig11_outcome(models, name)
     man = models[name].manifest
-    done = int(man.get("epochs") or 0)
-    planned = int(man.get("epochs_planned") or done)  # an untrained draw plans nothing: it is judged
+    done, planned = run_epochs(man, name)  # no epochs in the manifest: an error (an untrained draw: 0 of 0, judged)
     shipped = man.get("name") == name  # the zoo's own model, not a substitute
     if done < planned:
         which = f"the shipped full model ({name})" if shipped else f"its model ({man.get('name')})"

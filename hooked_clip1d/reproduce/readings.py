@@ -168,6 +168,25 @@ def _trajectory_source(model: CLIP1D, name: str) -> str | None:
     return str(run) if shown.endswith(".safetensors") and (run / "snapshots").is_dir() else None
 
 
+def run_epochs(man: dict[str, Any], place: str) -> tuple[int, int]:
+    """The epochs a model's run trained and the epochs it planned, from its manifest: a reading that needs the whole
+    run (Fig. 11a, x20) is not run where the first is below the second. ``place`` names what the model stands in
+    for, in the error. A manifest without its epochs is an error, never a run read as finished; an untrained draw
+    plans nothing (0 of 0: finished).
+
+    Example:
+        >>> run_epochs({"name": "full-ntot20-n2-10", "epochs": 10000, "epochs_planned": 10000}, "the full model")
+        (10000, 10000)
+        >>> run_epochs({"name": "untrained:3:0.02", "epochs": 0}, "the full model")
+        (0, 0)
+    """
+    if man.get("epochs") is None:
+        raise ValueError(f"the model in {place}'s place ({man.get('name')!r}) has no epochs in its manifest")
+    done = int(man["epochs"])
+    planned = int(man.get("epochs_planned") or done)
+    return done, planned
+
+
 def fine_history(model: CLIP1D, name: str) -> tuple[dict[str, list], list[int]]:
     """The run's metrics history (every ``eval_every`` epochs) merged with the accuracies of its trajectory's
     checkpoints at the epochs the history lacks (Fig. 11 at the finest resolution there is), then with the accuracies

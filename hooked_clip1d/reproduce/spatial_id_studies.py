@@ -18,7 +18,7 @@ import torch
 from hooked_clip1d.data.dataset import build_dataset
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.reproduce.core import FLAGSHIP, FULL, SPATIAL_ID_MODELS, FigureSpec, Outcome, register
-from hooked_clip1d.reproduce.readings import at_least
+from hooked_clip1d.reproduce.readings import at_least, run_epochs
 
 
 def _x_mirror_swap(models: dict[str, CLIP1D]) -> Outcome:
@@ -384,10 +384,7 @@ def _partial_full(man: dict[str, Any]) -> str:
         >>> _partial_full({"name": "untrained:3:0.02", "epochs": 0})  # an untrained draw plans nothing: it is read
         ''
     """
-    if man.get("epochs") is None:
-        raise ValueError(f"the model in {FULL}'s place ({man.get('name')!r}) has no epochs in its manifest")
-    done = int(man["epochs"])
-    planned = int(man.get("epochs_planned") or done)
+    done, planned = run_epochs(man, FULL)
     if done >= planned:
         return ""
     return (
