@@ -587,6 +587,27 @@ def test_identical_runs_of_the_queue_are_trained_once(tmp_path):
     assert sum(fig10.finished(n) for n in fig10.runs) == 1  # the other four weight decays still train
 
 
+def test_the_adopt_subcommand_copies_identical_runs_and_writes_the_spec(tmp_path, capsys):
+    """long_runs.sh's ``adopt=`` item was inline Python in a bash string (session 44); it is ``gpu_window.py adopt``
+    now: the finished full model at protocol is copied into Fig. 10's w = 0.2 run, the folder the copy made gets
+    fig10's spec.toml (a sweep refuses a folder without one), and a second call adopts nothing."""
+    home = tmp_path / "home"
+    src = home / "full-protocol" / "runs" / "seed-0"
+    src.mkdir(parents=True)
+    for f in ("summary.json", "config.json", "metrics.jsonl", "model.safetensors"):
+        (src / f).write_text("{}")
+    (home / "full-protocol" / "spec.toml").write_bytes((ROOT / "hooked_clip1d/sweeps/full-protocol.toml").read_bytes())
+    argv = ["adopt", "full-protocol", "fig10", "--home", str(home), "--spec-dir", str(ROOT / "hooked_clip1d/sweeps")]
+    assert gw.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and "copied, not trained again" in out[0] and "spec.toml written" in out[1]
+    assert (home / "fig10" / "runs" / "weight_decay-0.2_seed-0" / "summary.json").exists()
+    assert (home / "fig10" / "spec.toml").read_bytes() == (ROOT / "hooked_clip1d/sweeps/fig10.toml").read_bytes()
+    assert gw.main(argv) == 0 and capsys.readouterr().out == ""  # nothing left to adopt
+    text = (ROOT / "tools/cpu/long_runs.sh").read_text()
+    assert 'gpu_window.py\\" adopt' in text and "adopt_identical(q)" not in text  # the item calls the subcommand
+
+
 def test_the_compile_cache_travels_per_gpu_kind(tmp_path, specs):
     """Issue 51 item 4: inductor's compile cache of one GPU kind comes back in $OUT, goes into the sweeps home here,
     travels in with the next window in the room the state leaves, and a foreign archive is refused."""

@@ -89,10 +89,10 @@ item_command() {  # one lane item -> the command that runs (or resumes) it
     adopt=*)  # adopt=SPEC,SPEC...: a run of these sweeps that computes what a finished run of one of them computed is
       # copied from it, not trained (the GPU queue's rule: tools/gpu/gpu_window.py adopt_identical); prints what it copied
       # a folder the copy made gets its spec.toml (a sweep refuses a folder without one), as the GPU queue's plan does
-      echo "\"$VENV/bin/python\" -c 'import sys; sys.path.insert(0, \"tools/gpu\"); import gpu_window as g; \\
-from pathlib import Path; q = g.load_queue(sys.argv[1].split(\",\"), Path(\"hooked_clip1d/sweeps\"), Path(sys.argv[2])); \\
-[print(x) for x in g.adopt_identical(q)]; [(s.out / \"spec.toml\").write_bytes(s.path.read_bytes()) for s in q \\
-if s.out.is_dir() and not (s.out / \"spec.toml\").exists()]' ${1#adopt=} \"$SWEEPS\"" ;;
+      # (gpu_window.py adopt, run from this checkout: a lane's worktree may predate the subcommand; the specs and the
+      # package are the lane's own)
+      echo "\"$VENV/bin/python\" \"$REPO/tools/gpu/gpu_window.py\" adopt $(echo "${1#adopt=}" | tr ',' ' ') \\
+    --spec-dir hooked_clip1d/sweeps --home \"$SWEEPS\"" ;;
     *:*)  # SPEC:GROUP[+compile][+threadsN]: execution settings (a run resumes under any of them)
       local it extra="" threads=1 suffix
       it=$(bare_item "$1")

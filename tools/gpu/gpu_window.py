@@ -510,6 +510,24 @@ def adopt_identical(sweeps: Sequence[Sweep]) -> list[str]:
     return lines
 
 
+def adopt_here(queue: Sequence[str], spec_dir: Path, home: Path) -> list[str]:
+    """``adopt`` (tools/cpu/long_runs.sh's ``adopt=`` item): ``adopt_identical`` on these sweeps under ``home``, and
+    a sweep folder the copy made gets its spec.toml (a sweep refuses a folder without one), as the window's plan
+    does. Returns a line per run adopted and per spec.toml written.
+
+    Example:
+        >>> adopt_here([], Path("."), Path("/nonexistent"))
+        []
+    """
+    sweeps = load_queue(queue, spec_dir, home)
+    lines = adopt_identical(sweeps)
+    for sw in sweeps:
+        if sw.out.is_dir() and not (sw.out / "spec.toml").exists():
+            (sw.out / "spec.toml").write_bytes(sw.path.read_bytes())
+            lines.append(f"== {sw.name}: spec.toml written into {sw.out}")
+    return lines
+
+
 # ---- training (the `train` process) ------------------------------------------------------------------------------
 def train_queue(
     sweeps: Sequence[Sweep],
@@ -1336,6 +1354,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("-v", "--verbose", action="store_true", help="every window's groups")
     u = sub.add_parser("unpack", help="here: what calls brought back, oldest first")
     u.add_argument("files_at", nargs="+")
+    d = sub.add_parser("adopt", help="here: copy finished runs into the identical runs of other sweeps (long_runs.sh)")
+    d.add_argument("queue", nargs="+", help="sweep spec names")
+    d.add_argument("--spec-dir", default=str(ROOT / "hooked_clip1d" / "sweeps"))
+    d.add_argument("--home", default=None, help="the sweeps home (default: sweeps_home())")
     a = ap.parse_args(argv)
     if a.cmd == "window" and a.reserve >= a.limit:
         ap.error(f"window: --reserve {a.reserve:g} must be less than --limit {a.limit:g} (no time would train)")
@@ -1355,6 +1377,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if a.cmd == "estimate":
         return estimate(a)
+    if a.cmd == "adopt":
+        for line in adopt_here(a.queue, Path(a.spec_dir), Path(a.home) if a.home else sweeps_home()):
+            print(line)
+        return 0
     sweeps = load_queue(a.queue.split(), Path(a.spec_dir), sweeps_home())
     wheels = sum(p.stat().st_size for p in Path(a.wheels).glob("*.whl")) if Path(a.wheels).is_dir() else 0
     travel = int(a.travel_mib * MIB) if a.travel_mib is not None else tree_bytes() + wheels
