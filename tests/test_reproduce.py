@@ -918,3 +918,25 @@ def test_fig21_every_model_means_every_run_not_a_mean_over_seeds():
     assert out.numbers["unseen_acc"] == [pytest.approx(0.5)]  # the plotted mean
     assert out.checks[0] == ("every single-head model stays around or below 0.5 (<= 0.6)", False)
     assert rp.FIGURES["fig21"].run([{**r, "val_unseen.acc": 0.3} for r in rows]).checks[0][1] is True
+
+
+def test_zoo_cells_are_judged_against_their_untrained_draws(tmp_path, monkeypatch):
+    """Fig. 3's cell check ran with no control (session 44: shown, counted in no verdict). Since session 45 each
+    cell's 10 untrained draws are evaluated on the same splits: a cell check they fail counts (at most "partly"), one
+    they pass does not count (inconclusive), and ``controls=False`` keeps the raw, untallied reading."""
+    import dataclasses
+
+    from hooked_clip1d.reproduce.cell_controls import cell_null
+    from hooked_clip1d.reproduce.controls import NULL_SEEDS
+
+    null = cell_null(rp.FIGURES["fig3"], [rp.FULL])
+    assert null["complete"] and len(null["variants"]) == len(NULL_SEEDS) and not null["failed"]
+    assert len({v["model"] for v in null["variants"]}) == len(NULL_SEEDS)  # distinct draws
+    assert not any(ok for v in null["variants"] for ok in v["checks"].values())  # chance accuracy: < 0.9
+    spec = dataclasses.replace(rp.FIGURES["fig3"], cell_checks=lambda m: [("any model passes", True)])
+    monkeypatch.setitem(rp.FIGURES, "fig3", spec)
+    rec = rp.reproduce("fig3", tmp_path / "a", train_sweeps=False, sweeps_dir=tmp_path / "sweeps")
+    assert rec["verdict"] == "inconclusive" and rec["checks"][0]["null_passes"] == len(NULL_SEEDS)
+    assert not rec["checks"][0]["counted"] and rec["null_control"]["complete"]
+    raw = rp.reproduce("fig3", tmp_path / "b", train_sweeps=False, controls=False, sweeps_dir=tmp_path / "sweeps")
+    assert raw["verdict"] == "partly" and "null_n" not in raw["checks"][0]

@@ -20,6 +20,7 @@ from typing import Any
 import hooked_clip1d.reproduce.core as core
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.pretrained import list_pretrained, load_model, manifest
+from hooked_clip1d.reproduce.cell_controls import cell_reading
 from hooked_clip1d.reproduce.controls import audit_invariance, counted_checks, null_control, run_closed, substitutes
 from hooked_clip1d.reproduce.core import FIGURES, FigureSpec, Outcome, outcome_record, reading_sweeps_from, verdict_of
 from hooked_clip1d.reproduce.records import Record, guarded_notes, load_record, write_record
@@ -190,7 +191,7 @@ def _sweep_record(
         rows = results_table(load_spec(sweep_spec), sweep_out)
     n_runs = len(load_spec(sweep_spec).runs)
     if len(rows) < n_runs:
-        _unfinished_sweep_record(record, spec, out, sweep_out, rows, n_runs)
+        _unfinished_sweep_record(record, spec, out, sweep_out, rows, n_runs, controls)
         return
     if spec.extra_sweeps:  # finished: add the other sweeps' finished runs
         rows = [{**r, "sweep": spec.sweep} for r in rows]
@@ -213,11 +214,18 @@ def _sweep_record(
 
 
 def _unfinished_sweep_record(
-    record: dict[str, Any], spec: FigureSpec, out: Path, sweep_out: Path, rows: list[dict[str, Any]], n_runs: int
+    record: dict[str, Any],
+    spec: FigureSpec,
+    out: Path,
+    sweep_out: Path,
+    rows: list[dict[str, Any]],
+    n_runs: int,
+    controls: bool = True,
 ) -> None:
     """Fill ``record`` for a sweep with ``len(rows)`` of ``n_runs`` runs finished: an INTERIM reading on every run's
     latest evaluation once each run has one (at most *partly*), else *not run*, judged on its zoo cells where the
-    figure has ``cell_checks`` (at most *partly*: a few cells do not measure the sweep's trend)."""
+    figure has ``cell_checks`` (at most *partly*: a few cells do not measure the sweep's trend), with the cells'
+    untrained draws as their null control (``cell_controls``; none with ``controls=False``)."""
     from hooked_clip1d.sweeps.runner import load_spec, progress_table
 
     sweep_spec = core.SWEEPS_DIR / f"{spec.sweep}.toml"
@@ -248,12 +256,9 @@ def _unfinished_sweep_record(
     numbers: dict[str, Any] = {"finished_runs": rows} if rows else {}
     record.update(verdict="not run", summary=summary, checks=[], plots=[], numbers=numbers)
     if spec.cell_checks is not None and list(cells) == list(spec.models):
-        checks = spec.cell_checks({m: manifest(m) for m in cells})
-        verdict = verdict_of(checks)
+        record.update(cell_reading(spec, {m: manifest(m) for m in cells}, controls))
         record.update(
-            verdict="partly" if verdict == "reproduced" else verdict,
             summary=summary + ". Verdict from these cells alone: the sweep's trend is untested",
-            checks=[{"check": c, "holds": bool(ok)} for c, ok in checks],
             numbers={**numbers, "cells": cells},
         )
 

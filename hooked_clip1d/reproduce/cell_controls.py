@@ -1,0 +1,86 @@
+"""The null control of a sweep figure's zoo cells (``FigureSpec.cell_checks``), read while its sweep is unfinished.
+
+A cell check reads the accuracies a zoo model's manifest records (e.g. Fig. 3's cell Ntot = 20, n2 = 10 reaching
+>= 0.9 on every split). Until 2026-12-01 it ran with no control, so the results page showed it and counted it in no
+verdict. Here each of ``controls.NULL_SEEDS``' untrained draws of every cell (its own architecture, init and data
+config) is evaluated on the same splits and the figure's ``cell_checks`` read those accuracies; the checks count by
+``controls.counted_checks``' rule, as every other check does (a draw that raises is re-drawn, never a pass or a fail).
+
+Example:
+    >>> from hooked_clip1d.reproduce.core import FIGURES
+    >>> null = cell_null(FIGURES["fig3"], ["full-ntot20-n2-10"])  # doctest: +SKIP
+    >>> null["complete"], sum(any(v["checks"].values()) for v in null["variants"])  # doctest: +SKIP
+    (True, 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hooked_clip1d.data.dataset import build_dataset
+from hooked_clip1d.evaluation import evaluate
+from hooked_clip1d.pretrained import load_model
+from hooked_clip1d.reproduce.controls import NULL_ATTEMPTS, NULL_SEEDS, UNTRAINED, counted_checks, untrained_like
+from hooked_clip1d.reproduce.core import FigureSpec, Outcome, verdict_of
+
+SPLITS = ("val_single", "val_seen", "val_unseen")  # what the cell checks read
+
+
+def cell_null(spec: FigureSpec, cells: Sequence[str]) -> dict[str, Any]:
+    """``spec.cell_checks`` on untrained draws of the zoo ``cells``: ``controls.null_control``'s format (variants
+    with their checks and ids, failed draws, ``complete``), for ``controls.counted_checks``."""
+    if spec.cell_checks is None:
+        raise ValueError(f"{spec.key} has no cell checks")
+    zoo = {m: load_model(m) for m in cells}
+    missing = [m for m, z in zoo.items() if getattr(z, "data_config", None) is None]
+    if missing:
+        raise ValueError(f"the cells {missing} have no data config: their untrained draws cannot be evaluated")
+    data = {m: build_dataset(z.data_config) for m, z in zoo.items()}
+    variants: list[dict[str, Any]] = []
+    failed: list[dict[str, str]] = []
+    for seed in range(NULL_ATTEMPTS):
+        if len(variants) == len(NULL_SEEDS):
+            break
+        name = f"{UNTRAINED}:{seed}"
+        try:
+            manifests = {
+                m: {"name": name, "epochs": 0, "metrics": evaluate(untrained_like(z, seed), data[m], SPLITS)}
+                for m, z in zoo.items()
+            }
+            checks = spec.cell_checks(manifests)
+        except Exception as e:  # noqa: BLE001 - a failed control run: reported and re-drawn
+            failed.append({"model": name, "error": f"{type(e).__name__}: {e}"})
+            continue
+        variants.append({"model": name, "checks": dict(checks), "values": {}})
+    return {
+        "variants": variants,
+        "failed": failed,
+        "complete": len(variants) == len(NULL_SEEDS),
+        "absence": [],
+        "secondary": {},
+    }
+
+
+def cell_reading(spec: FigureSpec, manifests: dict[str, dict[str, Any]], controls: bool = True) -> dict[str, Any]:
+    """The record's verdict, checks and null control from the zoo cells' ``manifests`` alone: at most *partly* (a few
+    cells do not measure the sweep's trend); with ``controls``, each check counts by ``counted_checks``' rule on the
+    cells' untrained draws (``cell_null``), else the raw checks (shown, never tallied: ``results_page``)."""
+    if spec.cell_checks is None:
+        raise ValueError(f"{spec.key} has no cell checks")
+    checks = spec.cell_checks(manifests)
+    out: dict[str, Any] = {"checks": [{"check": c, "holds": bool(ok)} for c, ok in checks]}
+    verdict = verdict_of(checks)
+    if controls:
+        null = cell_null(spec, list(manifests))
+        rows = counted_checks(Outcome({}, "", checks, {}), null)
+        counted = [(r.text, r.counted_holds) for r in rows if r.counted]
+        verdict = verdict_of(counted) if counted else "inconclusive"
+        out["checks"] = [r.to_row() for r in rows]
+        out["null_control"] = {
+            "models": [v["model"] for v in null["variants"]],
+            "errors": {v["model"]: v["error"] for v in null["failed"]},
+            "complete": bool(null["complete"]),
+        }
+    out["verdict"] = "partly" if verdict == "reproduced" else verdict
+    return out
