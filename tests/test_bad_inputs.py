@@ -11,10 +11,12 @@ from hooked_clip1d.sweeps.spec import load_spec
 
 def test_a_string_group_list_is_refused_not_split_into_letters():
     # (under the test suite's beartype instrumentation the annotation refuses it first: a TypeError naming it)
-    with pytest.raises((ValueError, TypeError), match="no_decay"):
+    with pytest.raises((ValueError, TypeError), match="no_decay") as err:
         TrainConfig.from_dict({"no_decay": "cls"})
-    with pytest.raises((ValueError, TypeError), match="no_decay"):
+    assert "'cls'" in str(err.value) and "'c', 'l'" not in str(err.value)  # not letter by letter (session 45)
+    with pytest.raises((ValueError, TypeError), match="no_decay") as err:
         load_spec(text='[train]\nno_decay = "cls"\n[grid]\nseed = [0]').runs  # noqa: B018
+    assert "'cls'" in str(err.value) and "'c', 'l'" not in str(err.value)
     assert TrainConfig.from_dict({"no_decay": ["cls"]}).no_decay == ("cls",)
 
 
