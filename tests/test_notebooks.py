@@ -59,3 +59,28 @@ def test_training_dynamics_notebook_executes():
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "checkpoints at epochs" in text and "no checkpoint at epoch" in text and "offline" in text
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 3, "the figures were not displayed"
+
+
+def test_the_readme_names_the_model_each_notebook_loads():
+    """Issue 49 item 6: the README said the notebooks use the flagship while one used ``-no-qk-bias``. Each
+    notebook's zoo model (its ``load_model("...")``, ``MODEL = "..."`` or ``NAME = "..."``) is the one the README's
+    Notebooks paragraph gives it."""
+    import json
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    para = readme[readme.index("## Notebooks") :].split("\n- ")[0]
+    said = {
+        "quickstart": "simplified-ntot20-n2-10",
+        "training_dynamics": "simplified-ntot20-n2-10",
+        "paper_walkthrough": "simplified-ntot20-n2-10-no-qk-bias",
+        "clip_interpretability": "simplified-ntot20-n2-10-no-qk-bias",
+    }
+    for nb, model in said.items():
+        cells = json.loads((ROOT / f"examples/{nb}.ipynb").read_text())["cells"]
+        src = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")  # the text may name others
+        loaded = set(re.findall(r'(?:load_model\(|^\s*(?:MODEL|NAME) = )"([\w.-]+)"', src, flags=re.M))
+        assert loaded == {model}, (nb, loaded)
+    said_there = " ".join(para.split())  # the paragraph's line breaks as spaces
+    assert "quickstart and the training-dynamics notebook use the flagship `simplified-ntot20-n2-10`" in said_there
+    assert "walkthrough and `clip_interpretability` use `simplified-ntot20-n2-10-no-qk-bias`" in said_there
