@@ -550,6 +550,10 @@ def test_the_window_refuses_bad_numbers_before_writing_anything(tmp_path, capsys
         ["estimate", "--step-ms", "abc"],
         ["estimate", "--step-ms", "1,2,3"],
         ["estimate", "--step-ms", "0"],
+        ["window", "--out", str(tmp_path / "o"), "--state", str(tmp_path / "s"), "--check-scale", "nan"],
+        ["window", "--out", str(tmp_path / "o"), "--state", str(tmp_path / "s"), "--check-timing-s", "-1"],
+        ["window", "--out", str(tmp_path / "o"), "--state", str(tmp_path / "s"), "--max-steps", "0"],
+        ["carry", "--dest", str(tmp_path / "o"), "--travel-mib", "abc"],  # session 45: the last untyped numbers
     ):
         with pytest.raises(SystemExit) as e:
             gw.main(argv)
@@ -557,6 +561,7 @@ def test_the_window_refuses_bad_numbers_before_writing_anything(tmp_path, capsys
     err = capsys.readouterr().err
     assert "'-5' must be a finite number > 0" in err and "must be less than --limit" in err
     assert "'abc' is not a number" in err and "give 'A'" in err
+    assert "'nan' must be a finite number > 0" in err and "'0' must be a whole number > 0" in err
     assert not (tmp_path / "o").exists() and not (tmp_path / "s").exists()
 
 

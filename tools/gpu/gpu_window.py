@@ -1116,7 +1116,7 @@ def window(a: argparse.Namespace) -> int:
             "--spec-dir",
             a.spec_dir,
             "--room",
-            str(room),
+            str(max(0.0, room)),  # no room left: nothing may stay in flight (a negative room means the same)
             "--window-s",
             str(a.window_s),
             "--step-json",
@@ -1258,6 +1258,17 @@ def _positive(text: str) -> float:
     return v
 
 
+def _count(text: str) -> int:
+    """argparse type: a whole number > 0 (steps)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number > 0")
+    return v
+
+
 def _non_negative(text: str) -> float:
     """argparse type: a finite number >= 0."""
     try:
@@ -1301,23 +1312,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     w.add_argument("--room", type=_non_negative, default=None, help="MiB of state that may stay in flight (room.json)")
     w.add_argument("--step-ms", type=_positive, default=None, help="assume this step time (tests)")
-    w.add_argument("--max-steps", type=int, default=None, help="stop each group after this many steps (tests)")
-    w.add_argument("--check-scale", type=float, default=1.0, help="scale the checks' time limits")
+    w.add_argument("--max-steps", type=_count, default=None, help="stop each group after this many steps (tests)")
+    w.add_argument("--check-scale", type=_positive, default=1.0, help="scale the checks' time limits")
     w.add_argument("--again", action="store_true", help="a second call: only on the machine of the first")
     w.add_argument("--device", default="cuda")
     w.add_argument("--queue", default=" ".join(QUEUE), help="sweep spec names, in order")
     w.add_argument("--spec-dir", default=str(ROOT / "hooked_clip1d" / "sweeps"))
     w.add_argument("--modes", default=",".join(MODES), help="step modes in fallback order")
-    w.add_argument("--check-steps", type=int, default=200, help="steps of the check's trajectory")
+    w.add_argument("--check-steps", type=_count, default=200, help="steps of the check's trajectory")
     w.add_argument("--check-preset", default="full", help="the checked model (full: the queue's)")
-    w.add_argument("--check-timing-s", type=float, default=0.5, help="seconds timing each group size")
+    w.add_argument("--check-timing-s", type=_positive, default=0.5, help="seconds timing each group size")
     c = sub.add_parser("check", help="(the window's) check one mode, in its own process")
     c.add_argument("--mode", required=True, choices=MODES)
     c.add_argument("--device", default="cuda")
-    c.add_argument("--steps", type=int, default=200)
+    c.add_argument("--steps", type=_count, default=200)
     c.add_argument("--preset", default="full")
     c.add_argument("--required", action="store_true")
-    c.add_argument("--timing-s", type=float, default=0.5)
+    c.add_argument("--timing-s", type=_positive, default=0.5)
     c.add_argument("--json", required=True)
     t = sub.add_parser("train", help="(the window's) train the queue, in its own process")
     t.add_argument("--mode", required=True, choices=MODES)
@@ -1325,10 +1336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--device", default="cuda")
     t.add_argument("--queue", default=" ".join(QUEUE))
     t.add_argument("--spec-dir", default=str(ROOT / "hooked_clip1d" / "sweeps"))
-    t.add_argument("--room", type=float, default=DEFAULT_ROOM_MIB)
-    t.add_argument("--window-s", type=float, default=LIMIT_S - RESERVE_S - STARTUP_S)
+    t.add_argument("--room", type=_non_negative, default=DEFAULT_ROOM_MIB)
+    t.add_argument("--window-s", type=_positive, default=LIMIT_S - RESERVE_S - STARTUP_S)
     t.add_argument("--step-json", required=True)
-    t.add_argument("--max-steps", type=int, default=None)
+    t.add_argument("--max-steps", type=_count, default=None)
     t.add_argument("--json", required=True)
     k = sub.add_parser("carry", help="here: .gpu-carry for the next window")
     k.add_argument("--dest", default=str(ROOT / ".gpu-carry"))
@@ -1336,7 +1347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     k.add_argument("--queue", default=" ".join(QUEUE))
     k.add_argument("--spec-dir", default=str(ROOT / "hooked_clip1d" / "sweeps"))
     k.add_argument(
-        "--travel-mib", type=float, default=None, help="MiB travelling beside the carry (default: tree + wheels)"
+        "--travel-mib", type=_non_negative, default=None, help="MiB travelling beside the carry (default: tree, wheels)"
     )
     e = sub.add_parser("estimate", help="here: windows the queue takes at assumed step times (simulate)")
     e.add_argument(
