@@ -26,7 +26,11 @@
 #          run-steps, was dropped, kept aside in ~/sweeps-dropped) and they train two at a time: lane2 and lane3
 #          (lane3 starts when lane1 ends, from a worktree at lane2's commit): ~440,000 steps each, ~10.7 h a run,
 #          ~22 h for the four on two cores.
-#          Fig. 3's other 11 cells (4,000,000 model-steps) stay GPU work.
+#          Then (added 2026-12-01 23:00, session 45) Fig. 3's sweep on this CPU too, after Fig. 10's: its (20, 10) cell is
+#          the full model at protocol (adopt=), the other 11 cells as one-run groups (~/sweeps/fig3/plan.json written
+#          so, before its first start), split over lanes 2 and 3, largest Ntot first: ~4,000,000 model-steps, ~50 h of
+#          two cores at ~11 steps/s each (a GPU window takes them instead if one is lent: gpu_queue.sh carry; rewrite
+#          plan.json first to batch the runs not started, since one-run groups waste a GPU: any partition resumes).
 #   lane1: the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in docs/fidelity.md): its two
 #          batched groups (8 and 7 runs) in turn, ~65 steps/s each on one core (650,000 steps, ~2.75 h a group).
 #          Added 2026-12-01 (session 43) while lane 2 still trained (wt-lane1 was moved to a commit with the spec).
@@ -72,9 +76,9 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane2|full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile"
+  "lane2|full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile adopt=full-protocol,fig3 fig3:g011-01f2e004+compile fig3:g009-032b7c49+compile fig3:g005-ed6b9289+compile fig3:g003-0cfd3c8a+compile fig3:g001-195a8f2b+compile"
   "lane1|rope-oscillation:g000-82678147 rope-oscillation:g001-3041c4dc"
-  "lane3|fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile"
+  "lane3|fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
