@@ -309,15 +309,20 @@ def _x_oscillation(rows: list[dict[str, Any]]) -> Outcome:
     return Outcome(numbers, summary + ".", checks, {"late_unseen": fig}, notes, table=tuple(table))
 
 
-def _plot(runs: Mapping[tuple[str, int], Mapping[str, Any]]) -> plt.Figure:
-    """Each arm's late unseen-pair accuracy, a line per seed, with the trough level."""
-    fig, axes = plt.subplots(1, len(ARM_TEXT), figsize=(3.0 * len(ARM_TEXT), 3.0), sharey=True)
-    for ax, a in zip(axes, ARM_TEXT, strict=True):
-        for s in DECIDING_SEEDS:
+def _plot(
+    runs: Mapping[tuple[str, int], Mapping[str, Any]],
+    arm_text: Mapping[str, str] = ARM_TEXT,
+    seeds: Sequence[int] = DECIDING_SEEDS,
+) -> plt.Figure:
+    """Each arm's late unseen-pair accuracy, a line per seed, with the trough level (x19's arms, or another
+    study's: ``arm_text``, ``seeds``)."""
+    fig, axes = plt.subplots(1, len(arm_text), figsize=(3.0 * len(arm_text), 3.0), sharey=True)
+    for ax, a in zip(axes, arm_text, strict=True):
+        for s in seeds:
             if (a, s) in runs:
                 ax.plot(LATE_EPOCHS, runs[(a, s)]["acc"], marker=".", label=f"seed {s}")
         ax.axhline(LEVEL, color="grey", ls=":", lw=1)
-        ax.set(title=ARM_TEXT[a], xlabel="epoch", ylim=(0, 1.05))
+        ax.set(title=arm_text[a], xlabel="epoch", ylim=(0, 1.05))
         ax.title.set_fontsize(7)
     axes[0].set_ylabel("unseen-pair accuracy")
     axes[0].legend(fontsize=7)

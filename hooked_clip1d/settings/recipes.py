@@ -184,6 +184,14 @@ RECIPES: dict[str, Recipe] = {
     "cls-exempt-init002-temp100-shared": Recipe(
         no_decay=("cls",), init_std=0.02, fixed_temperature=100.0, negatives="shared"
     ),
+    # the RoPE interaction study (x21; docs/fidelity.md, pre-registered 2026-12-01 before its runs): masked negatives
+    # with the temperature held at 25 (where x19's decayed arm settled) and at 50
+    "cls-exempt-init002-temp25-distinct": Recipe(
+        no_decay=("cls",), init_std=0.02, fixed_temperature=25.0, negatives="distinct"
+    ),
+    "cls-exempt-init002-temp50-distinct": Recipe(
+        no_decay=("cls",), init_std=0.02, fixed_temperature=50.0, negatives="distinct"
+    ),
 }
 # the package's default: the b_Q decision (cls-exempt-init002, 2026-11-26), then the false-negatives study's arm (b')
 # (identical captions masked out, the temperature not decayed; 2026-11-28), each by its pre-registered rule

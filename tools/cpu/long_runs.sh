@@ -38,6 +38,9 @@
 #          progress than one lane of two threads (~11.4 steps/s and a group's whole core, against ~16.5 steps/s).
 #          Group g000 trained 10 min on 2026-12-01 16:47 (a `reproduce x19-rope-oscillation` without --no-sweeps,
 #          which trains its sweep; stopped by SIGTERM, checkpointed): it resumes from there.
+#   lane3: Fig. 10's w = 0.05 and 0.5 runs (above), and between them (added 2026-12-01, session 45, after its
+#          pre-registration was committed) the RoPE interaction study x21 (rope-interaction.toml, one batched group
+#          of 12, ~3 h of one core); then Fig. 3's cells.
 #   `+compile` after an item torch.compiles its step, `+threadsN` gives it N torch threads (execution settings: a run
 #   resumes under any of them). The full model trains at ~11.4 steps/s on one thread, ~16.7 on two (both cores, beside
 #   light work; 2026-12-01, epochs 1,400-1,500 and 1,600-1,700): two only while no other lane runs.
@@ -67,6 +70,11 @@
 #   full-protocol: `bash tools/gpu/gpu_queue.sh carry` takes it to a lent GPU window; finished on this CPU:
 #          `bash tools/cpu/ship_full.sh` (ran 2026-12-01, session 44: shipped; on another machine the run is another
 #          model, so a rerun there would replace the shipped one: read its header first)
+#   rope-interaction: read by the rule of its pre-registration (docs/fidelity.md, 2026-12-01, session 45), record
+#          x21 (written before any run): `hooked-clip1d reproduce x21-rope-interaction --no-sweeps --sweeps-dir
+#          ~/sweeps --out ~/repro-x21`, `hooked-clip1d results-page --results ~/repro-x21`; a dated reading in
+#          docs/fidelity.md; README's Fig. 18 line, the RoPE model's zoo description and docs/configs.md only if
+#          H-I is supported; nothing ships
 #   fig10: `hooked-clip1d reproduce fig10 --no-sweeps --sweeps-dir ~/sweeps` (its checks, pre-registered in verdicts
 #          v2's permutation null, unchanged), the results page, the README's Fig. 10 line
 # Environment: VENV (default ~/venv, with `pip install -e .` done), SWEEPS (default ~/sweeps), LOGS (default ~/long_runs).
@@ -78,7 +86,7 @@ LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
   "lane2|full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile adopt=full-protocol,fig3 fig3:g011-01f2e004+compile fig3:g009-032b7c49+compile fig3:g005-ed6b9289+compile fig3:g003-0cfd3c8a+compile fig3:g001-195a8f2b+compile"
   "lane1|rope-oscillation:g000-82678147 rope-oscillation:g001-3041c4dc"
-  "lane3|fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
+  "lane3|fig10:g001-6d9ba655+compile rope-interaction:g000-794647c3 fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
