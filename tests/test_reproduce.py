@@ -940,3 +940,23 @@ def test_zoo_cells_are_judged_against_their_untrained_draws(tmp_path, monkeypatc
     assert not rec["checks"][0]["counted"] and rec["null_control"]["complete"]
     raw = rp.reproduce("fig3", tmp_path / "b", train_sweeps=False, controls=False, sweeps_dir=tmp_path / "sweeps")
     assert raw["verdict"] == "partly" and "null_n" not in raw["checks"][0]
+
+
+def test_a_cell_check_its_trained_control_passes_does_not_count(tmp_path, monkeypatch):
+    """Fig. 3's cell check has a trained control (``cell_controls.CELL_CONTROLS``, session 45): the order-blind
+    model's recorded accuracies in the cell's place. Where that model passes a cell check, the check does not count."""
+    import dataclasses
+
+    from hooked_clip1d.pretrained import manifest
+    from hooked_clip1d.reproduce.cell_controls import CELL_CONTROLS, cell_reading
+
+    spec = rp.FIGURES["fig3"]
+    real = cell_reading(spec, {rp.FULL: manifest(rp.FULL)})
+    assert real["trained_control"]["runs"] == [CELL_CONTROLS["fig3"][rp.FULL]] and real["checks"][0]["counted"]
+    assert real["checks"][0]["trained_control"] == {CELL_CONTROLS["fig3"][rp.FULL]: False}
+    lenient = dataclasses.replace(
+        spec, cell_checks=lambda m: [("seen-pair >= 0.4", m[rp.FULL]["metrics"]["val_seen"]["acc"] >= 0.4)]
+    )
+    out = cell_reading(lenient, {rp.FULL: manifest(rp.FULL)})
+    assert out["checks"][0]["null_passes"] == 0  # untrained draws are below 0.4 on seen pairs ...
+    assert not out["checks"][0]["counted"] and out["verdict"] == "inconclusive"  # ... the order-blind control is not

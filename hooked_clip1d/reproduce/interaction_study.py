@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome, register
-from hooked_clip1d.reproduce.oscillation_study import CLASSES, LATE_EPOCHS, _plot, _read_run, arm_class
+from hooked_clip1d.reproduce.oscillation_study import CLASSES, LATE_EPOCHS, arm_class, plot_late_unseen, read_run
 
 ARMS = {
     "cls-exempt-init002-temp25-distinct": "i25",
@@ -83,7 +83,7 @@ def _x_interaction(rows: list[dict[str, Any]]) -> Outcome:
     doubled = sorted({k for k in keys if keys.count(k) > 1})
     if doubled:
         raise ValueError(f"x21: more than one run for (arm, seed) {doubled}")
-    runs = {(ARMS[r["recipe"]], int(r["seed"])): _read_run(r) for r in mine}
+    runs = {(ARMS[r["recipe"]], int(r["seed"])): read_run(r) for r in mine}
     d = interaction_decision({k: r["class"] for k, r in runs.items()})
     checks = [(CHECKS[0], d["i100_oscillating_seeds"] >= 2), (CHECKS[1], d["verdict"] == "H-I supported")]
     table = ["| arm | seed | O (range) | mean | troughs | class | T at 10,000 |", "|---|---|---|---|---|---|---|"]
@@ -104,7 +104,7 @@ def _x_interaction(rows: list[dict[str, Any]]) -> Outcome:
         "draw (data seed 0). The untrained null's weights do not move: it never oscillates. No verdict and not the "
         "default recipe are moved by this study (docs/fidelity.md)."
     )
-    fig = _plot(runs, ARM_TEXT, DECIDING_SEEDS)
+    fig = plot_late_unseen(runs, ARM_TEXT, DECIDING_SEEDS)
     return Outcome(numbers, summary + ".", checks, {"late_unseen": fig}, notes, table=tuple(table))
 
 

@@ -205,7 +205,7 @@ def oscillation_decision(runs: Mapping[tuple[str, int], Mapping[str, Any]]) -> d
     return {**out, "verdict": verdict, "pair_reading": pair}
 
 
-def _read_run(row: Mapping[str, Any]) -> dict[str, Any]:
+def read_run(row: Mapping[str, Any]) -> dict[str, Any]:
     """One run's measures; an untrained draw (the null control's rows: 0 epochs) is read as what it is, a model whose
     weights do not move: its one evaluation at every late epoch, its T at init at every late snapshot."""
     from hooked_clip1d.pretrained.precision import is_accuracy
@@ -261,7 +261,7 @@ def _x_oscillation(rows: list[dict[str, Any]]) -> Outcome:
     doubled = sorted({k for k in keys_seen if keys_seen.count(k) > 1})
     if doubled:
         raise ValueError(f"x19: more than one run for (arm, seed) {doubled}")
-    runs = {(ARMS[r["recipe"]], int(r["seed"])): _read_run(r) for r in mine}
+    runs = {(ARMS[r["recipe"]], int(r["seed"])): read_run(r) for r in mine}
     d = oscillation_decision(runs)
     # "what it can move": under H-T, docs/configs.md speaks of r1 only if its late mean is >= 0.8 at 2 of 3 seeds
     d["r1_generalizes_steadily"] = sum(runs[("r1", s)]["mean"] >= LEVEL - 1e-9 for s in DECIDING_SEEDS) >= 2
@@ -305,11 +305,11 @@ def _x_oscillation(rows: list[dict[str, Any]]) -> Outcome:
         "items in every run. The untrained null's weights do not move: it never oscillates. Fig. 18's verdict and "
         "the default recipe are not moved by this study (docs/fidelity.md)."
     )
-    fig = _plot(runs)
+    fig = plot_late_unseen(runs)
     return Outcome(numbers, summary + ".", checks, {"late_unseen": fig}, notes, table=tuple(table))
 
 
-def _plot(
+def plot_late_unseen(
     runs: Mapping[tuple[str, int], Mapping[str, Any]],
     arm_text: Mapping[str, str] = ARM_TEXT,
     seeds: Sequence[int] = DECIDING_SEEDS,
