@@ -50,7 +50,7 @@ def test_fig22s_control_reads_r3_on_the_order_blind_controls_six_pairs_and_guard
     named with why), read on its two-head models that recognise their label set; the kept record is guarded from the
     control's runs alone (the flagship's 14 runs are not needed) under --sweeps-dir, whatever HOOKED_CLIP1D_SWEEPS
     says, a check the control passes stops counting, and the notes say they predate the guard."""
-    from hooked_clip1d.reproduce.records import load_record
+    from hooked_clip1d.reproduce.records import GUARD_NOTE, load_record
     from hooked_clip1d.reproduce.results_page import _trained_control_line
     from hooked_clip1d.reproduce.runner import guard_record
 
@@ -74,7 +74,10 @@ def test_fig22s_control_reads_r3_on_the_order_blind_controls_six_pairs_and_guard
     entry = out["trained_control"]
     assert set(entry["unguarded"]) == {ph.R1_TEXT, ph.R2_TEXT} and "(1 check guarded)" in entry["status"]
     assert "2 counted checks not guarded by it (a claim on how many heads" in _trained_control_line(entry)
-    assert "[Guarded on " in out["notes"] and load_record("docs/records/fig22.json").details["notes"] in out["notes"]
+    kept = load_record("docs/records/fig22.json").details["notes"].split(GUARD_NOTE)[0].rstrip()
+    # the notes as recorded before any guard (the kept record's own guard sentence carries its date: on another day
+    # the new guard replaces it, so the whole kept notes are not a substring; session 45 ran past midnight)
+    assert GUARD_NOTE in out["notes"] and out["notes"].startswith(kept)
 
 
 def test_a_control_none_of_whose_models_reads_its_label_set_guards_nothing_and_says_so(tmp_path, monkeypatch):
