@@ -55,6 +55,12 @@ def test_a_finished_sweep_is_read_by_the_rule(tmp_path):
     out = _x_interaction(_finished_sweep(tmp_path, {"i25": flat, "i50": swing, "i100": swing, "s100": flat}))
     assert out.numbers["decision"]["verdict"] == "H-I supported" and all(ok for _, ok in out.checks)
     assert len(out.table) == 2 + 12 and out.numbers["runs"]["i100/7"]["class"] == "oscillates"
+    assert out.numbers["decision"]["i25_generalizes_steadily"]  # late mean 0.97 >= 0.8 at every seed
+    low = _x_interaction(
+        _finished_sweep(tmp_path / "low", {"i25": [0.6] * 20, "i50": swing, "i100": swing, "s100": flat})
+    )
+    assert low.numbers["decision"]["verdict"] == "H-I supported"  # steady at 0.6 ...
+    assert not low.numbers["decision"]["i25_generalizes_steadily"]  # ... but not a steady generalization
 
 
 def test_an_unfinished_sweep_is_not_run_and_a_doubled_run_is_an_error(tmp_path):

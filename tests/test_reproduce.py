@@ -1,6 +1,7 @@
 """reproduce records, verdicts from computed checks, and the generated results page."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -960,3 +961,25 @@ def test_a_cell_check_its_trained_control_passes_does_not_count(tmp_path, monkey
     out = cell_reading(lenient, {rp.FULL: manifest(rp.FULL)})
     assert out["checks"][0]["null_passes"] == 0  # untrained draws are below 0.4 on seen pairs ...
     assert not out["checks"][0]["counted"] and out["verdict"] == "inconclusive"  # ... the order-blind control is not
+
+
+def test_a_cell_reading_is_shown_not_tallied_and_a_cell_without_a_control_is_refused(monkeypatch):
+    """A review (session 45): Fig. 3's one cell reaching 0.9 is a level, not the paper's trend over Ntot (Fig. 4a's
+    cells all reach >= 0.79 while its trend fails), so a record read on zoo cells is shown and never tallied, whatever
+    its controls. And a cell that ``CELL_CONTROLS`` does not cover is an error, not its own control."""
+    import dataclasses
+
+    from hooked_clip1d.pretrained import manifest
+    from hooked_clip1d.reproduce import cell_controls
+    from hooked_clip1d.reproduce.records import load_record
+    from hooked_clip1d.reproduce.results_page import _cells_only
+
+    root = Path(__file__).resolve().parents[1]
+    assert _cells_only(load_record(root / "docs/records/fig3.json"))
+    assert not _cells_only(load_record(root / "docs/records/fig4a.json"))  # a finished sweep's record
+    page = (root / "docs/results.md").read_text()
+    assert "1 record read on zoo cells of an unfinished sweep" in page and "| [fig3](#fig3) |" in page
+    monkeypatch.setitem(cell_controls.CELL_CONTROLS, "fig3", {})
+    spec = dataclasses.replace(rp.FIGURES["fig3"], cell_checks=lambda m: [("any", True)])
+    with pytest.raises(ValueError, match="names no control for the cells"):
+        cell_controls.cell_reading(spec, {rp.FULL: manifest(rp.FULL)})

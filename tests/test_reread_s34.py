@@ -76,6 +76,10 @@ def test_x7_names_the_all_decay_grid_and_keeps_its_check_ids():
     assert "fig21-all-decay's seed 0" in oq.X7_LOW_TEXT and "fig21-all-decay's seed 0" in oq.X7_DEFAULT_TEXT
 
 
+ONE_RUN_PLANS = ("fig10", "fig3")  # plan.json written as one-run groups (tools/cpu/long_runs.sh, 2026-12-01)
+ADOPTED = {"fig10": {"weight_decay-0.2_seed-0"}, "fig3": {"n_labels-20_n2-10_seed-0"}}  # the full model at protocol
+
+
 def test_the_long_runs_queue_names_groups_its_sweeps_plan():
     """tools/cpu/long_runs.sh names each lane's groups as the sweep's plan names them (an index and a hash of the
     runs' names): a spec changed under it (a recipe renamed, a grid cell added) would leave a lane asking for groups
@@ -105,9 +109,18 @@ def test_the_long_runs_queue_names_groups_its_sweeps_plan():
         spec_name, group = item.split(":")
         spec = load_spec(root / "hooked_clip1d/sweeps" / f"{spec_name}.toml")
         planned = {name for name, _ in _saved_plan(Path("/nonexistent"), list(spec.runs), spec.run["max_group_size"])}
-        # or the plan rewritten into one-run groups (any partition of the same runs resumes: fig10's, 2026-12-01)
-        planned |= {_group_name(i, [r]) for i, r in enumerate(spec.runs)}
+        # or, for the sweeps whose plan.json was written as one-run groups on this CPU (session 45: any partition of
+        # the same runs resumes), those groups
+        if spec_name in ONE_RUN_PLANS:
+            planned |= {_group_name(i, [r]) for i, r in enumerate(spec.runs)}
         assert group in planned, (spec_name, group, planned)
+    for spec_name in ONE_RUN_PLANS:  # each run in exactly one lane item, but the one adopted from the full model
+        spec = load_spec(root / "hooked_clip1d/sweeps" / f"{spec_name}.toml")
+        named = [i.split(":")[1] for i in items if i.startswith(f"{spec_name}:")]
+        want = {_group_name(i, [r]) for i, r in enumerate(spec.runs)} - {
+            _group_name(i, [r]) for i, r in enumerate(spec.runs) if r.name in ADOPTED[spec_name]
+        }
+        assert sorted(named) == sorted(want), spec_name
 
 
 def test_the_cpu_shipping_scripts_parse_and_name_shipped_models():

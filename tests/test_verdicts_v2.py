@@ -330,4 +330,8 @@ def test_fig11a_and_x20_refuse_a_model_whose_manifest_has_no_epochs(flagship):
         rp.FIGURES["fig11a"].run({name: blank})
     with pytest.raises(ValueError, match="no epochs in its manifest"):
         run_epochs(blank.manifest, name)
+    from hooked_clip1d.reproduce.spatial_id_studies import _partial_full  # x20's guard reads it the same way
+
+    with pytest.raises(ValueError, match="no epochs in its manifest"):
+        _partial_full(blank.manifest)
     assert run_epochs({"epochs": 1000, "epochs_planned": 10000}, name) == (1000, 10000)

@@ -13,7 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome, register
-from hooked_clip1d.reproduce.oscillation_study import CLASSES, LATE_EPOCHS, arm_class, plot_late_unseen, read_run
+from hooked_clip1d.reproduce.oscillation_study import (
+    CLASSES,
+    LATE_EPOCHS,
+    LEVEL,
+    arm_class,
+    plot_late_unseen,
+    read_run,
+)
 
 ARMS = {
     "cls-exempt-init002-temp25-distinct": "i25",
@@ -85,6 +92,9 @@ def _x_interaction(rows: list[dict[str, Any]]) -> Outcome:
         raise ValueError(f"x21: more than one run for (arm, seed) {doubled}")
     runs = {(ARMS[r["recipe"]], int(r["seed"])): read_run(r) for r in mine}
     d = interaction_decision({k: r["class"] for k, r in runs.items()})
+    # the amendment of 2026-12-01 (before any run): the docs may say T held at 25 gave a steady generalization only if
+    # i25's late mean is >= 0.8 at 2 of 3 seeds ("steady" alone allows a mean of 0.5)
+    d["i25_generalizes_steadily"] = sum(runs[("i25", s)]["mean"] >= LEVEL - 1e-9 for s in DECIDING_SEEDS) >= 2
     checks = [(CHECKS[0], d["i100_oscillating_seeds"] >= 2), (CHECKS[1], d["verdict"] == "H-I supported")]
     table = ["| arm | seed | O (range) | mean | troughs | class | T at 10,000 |", "|---|---|---|---|---|---|---|"]
     for a, s in sorted(runs):

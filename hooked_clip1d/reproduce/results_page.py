@@ -131,16 +131,23 @@ def build_results_page(results_dir: str | Path = "results", out: str | Path = "d
             path.unlink()
     paper = [r for r in records if not r.beyond_paper]
     beyond = [r for r in records if r.beyond_paper]
-    # a record made without controls (``--no-controls``) proves nothing by its passes: shown, never tallied
-    tallied = [r for r in paper if not _uncontrolled(r)]
+    # a record made without controls (``--no-controls``) proves nothing by its passes, and one read on a zoo cell of
+    # its unfinished sweep measures a level, not the sweep's trend (session 45, after a review): shown, never tallied
+    tallied = [r for r in paper if not _uncontrolled(r) and not _cells_only(r)]
     counts = {v: sum(r.verdict == v for r in tallied) for v in ICON}
     n_sub = sum(bool(r.details.get("substituted")) for r in tallied)
     on_sub = f" ({n_sub} of them made on substitute models (`--model`), not the zoo's)" if n_sub else ""
-    n_free = len(paper) - len(tallied)
+    n_free = sum(_uncontrolled(r) for r in paper)
     if n_free:
         on_sub += (
             f"; {n_free} record{'s' if n_free != 1 else ''} made without controls (`--no-controls`) "
             "shown below, not counted"
+        )
+    n_cells = sum(_cells_only(r) and not _uncontrolled(r) for r in paper)
+    if n_cells:
+        on_sub += (
+            f"; {n_cells} record{'s' if n_cells != 1 else ''} read on zoo cells of an unfinished sweep (a level at "
+            "a cell, not the sweep's trend) shown below, not counted"
         )
     lines = [
         "# Results: the paper's figures rerun with hooked_clip1d",
@@ -237,11 +244,26 @@ def _uncontrolled(r: Record) -> bool:
     return r.verdict != "not run" and bool(r.checks) and all(c.null_n is None for c in r.checks)
 
 
+def _cells_only(r: Record) -> bool:
+    """A record judged on zoo cells of its unfinished sweep (``cell_controls.cell_reading``): its checks read a level at
+    a few cells, and the figure's claim is the sweep's trend, so its verdict is shown, never tallied.
+
+    Example:
+        >>> _cells_only(Record.from_dict({"figure": "t", "title": "T", "paper": "p", "models": [], "command": "c",
+        ...     "verdict": "partly", "summary": "s", "plots": [], "checks": [], "numbers": {"cells": {"m": {}}}}))
+        True
+    """
+    return r.verdict != "not run" and bool((r.numbers or {}).get("cells"))
+
+
 def _why(r: Record) -> str:
     """Why the verdict: how many counted checks hold, and the first counted one that fails."""
     counted = [c for c in r.checks if c.counted]
     if not r.checks:
         return "no checks (not run)"
+    if _cells_only(r):
+        held = sum(c.holds for c in r.checks)
+        return f"{held} of {len(r.checks)} checks hold on zoo cells (a level, not the trend: not tallied)"
     if not counted:
         if all(c.null_n is None for c in r.checks):
             return f"{sum(c.holds for c in r.checks)} of {len(r.checks)} checks hold (no controls: not tallied)"
