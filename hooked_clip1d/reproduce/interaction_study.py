@@ -15,11 +15,10 @@ from typing import Any
 from hooked_clip1d.reproduce.core import FigureSpec, Outcome, register
 from hooked_clip1d.reproduce.oscillation_study import (
     CLASSES,
-    LATE_EPOCHS,
     LEVEL,
     arm_class,
+    late_runs,
     plot_late_unseen,
-    read_run,
 )
 
 ARMS = {
@@ -76,21 +75,9 @@ def interaction_decision(classes_by_run: Mapping[tuple[str, int], str]) -> dict[
 
 
 def _x_interaction(rows: list[dict[str, Any]]) -> Outcome:
-    mine = [r for r in rows if r["recipe"] in ARMS and int(r["seed"]) in DECIDING_SEEDS]
-    reached = sorted({int(r["epochs"]) for r in mine})
-    if any(0 < e < LATE_EPOCHS[-1] for e in reached):
-        return Outcome(
-            {"epochs_reached": reached},
-            f"the runs are at epochs {reached}; the study reads epochs 8,100-10,000",
-            [(c, False) for c in CHECKS],
-            {},
-            not_run=f"the runs have not reached epoch {LATE_EPOCHS[-1]:,}",
-        )
-    keys = [(ARMS[r["recipe"]], int(r["seed"])) for r in mine]
-    doubled = sorted({k for k in keys if keys.count(k) > 1})
-    if doubled:
-        raise ValueError(f"x21: more than one run for (arm, seed) {doubled}")
-    runs = {(ARMS[r["recipe"]], int(r["seed"])): read_run(r) for r in mine}
+    runs = late_runs(rows, ARMS, DECIDING_SEEDS, CHECKS, "x21")
+    if isinstance(runs, Outcome):
+        return runs
     d = interaction_decision({k: r["class"] for k, r in runs.items()})
     # the amendment of 2026-12-01 (before any run): the docs may say T held at 25 gave a steady generalization only if
     # i25's late mean is >= 0.8 at 2 of 3 seeds ("steady" alone allows a mean of 0.5)

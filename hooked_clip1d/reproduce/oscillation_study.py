@@ -240,28 +240,45 @@ def _untrained(row: Mapping[str, Any]) -> bool:
     return int(row["epochs"]) == 0 and int(row.get("steps", -1)) == 0 and "finished" not in row
 
 
-def _x_oscillation(rows: list[dict[str, Any]]) -> Outcome:
-    from hooked_clip1d.analysis.circuits.scores import rank_correlation
+def late_runs(
+    rows: list[dict[str, Any]], arms: Mapping[str, str], seeds: Sequence[int], checks: Sequence[str], study: str
+) -> dict[tuple[str, int], dict[str, Any]] | Outcome:
+    """A late-swing study's runs (``rows`` of its sweep, those of recipes ``arms`` at ``seeds``) read by ``read_run``:
+    ``{(arm, seed): measures}``, or a *not run* Outcome (``checks`` failing) while any run is short of epoch 10,000.
+    Two runs of one (arm, seed) are an error naming ``study``.
 
-    mine = [r for r in rows if r["recipe"] in ARMS and int(r["seed"]) in DECIDING_SEEDS]
+    Example:
+        >>> out = late_runs([{"recipe": "a", "seed": 1, "epochs": 500, "path": "."}], {"a": "r0"}, (1,), ("c",), "x")
+        >>> out.not_run, out.checks
+        ('the runs have not reached epoch 10,000', [('c', False)])
+    """
+    mine = [r for r in rows if r["recipe"] in arms and int(r["seed"]) in seeds]
     reached = sorted({int(r["epochs"]) for r in mine})
-    checks_text = (
-        "the oscillation replicates: the default recipe (r0) oscillates at >= 2 of seeds 1-3",
-        "the arms explain it: H-T (the temperature at its clamp) or H-N (the masked negatives) is supported",
-    )
     if any(0 < e < LATE_EPOCHS[-1] for e in reached):
         return Outcome(
             {"epochs_reached": reached},
             f"the runs are at epochs {reached}; the study reads epochs 8,100-10,000",
-            [(c, False) for c in checks_text],
+            [(c, False) for c in checks],
             {},
             not_run=f"the runs have not reached epoch {LATE_EPOCHS[-1]:,}",
         )
-    keys_seen = [(ARMS[r["recipe"]], int(r["seed"])) for r in mine]
-    doubled = sorted({k for k in keys_seen if keys_seen.count(k) > 1})
+    keys = [(arms[r["recipe"]], int(r["seed"])) for r in mine]
+    doubled = sorted({k for k in keys if keys.count(k) > 1})
     if doubled:
-        raise ValueError(f"x19: more than one run for (arm, seed) {doubled}")
-    runs = {(ARMS[r["recipe"]], int(r["seed"])): read_run(r) for r in mine}
+        raise ValueError(f"{study}: more than one run for (arm, seed) {doubled}")
+    return {(arms[r["recipe"]], int(r["seed"])): read_run(r) for r in mine}
+
+
+def _x_oscillation(rows: list[dict[str, Any]]) -> Outcome:
+    from hooked_clip1d.analysis.circuits.scores import rank_correlation
+
+    checks_text = (
+        "the oscillation replicates: the default recipe (r0) oscillates at >= 2 of seeds 1-3",
+        "the arms explain it: H-T (the temperature at its clamp) or H-N (the masked negatives) is supported",
+    )
+    runs = late_runs(rows, ARMS, DECIDING_SEEDS, checks_text, "x19")
+    if isinstance(runs, Outcome):
+        return runs
     d = oscillation_decision(runs)
     # "what it can move": under H-T, docs/configs.md speaks of r1 only if its late mean is >= 0.8 at 2 of 3 seeds
     d["r1_generalizes_steadily"] = sum(runs[("r1", s)]["mean"] >= LEVEL - 1e-9 for s in DECIDING_SEEDS) >= 2
