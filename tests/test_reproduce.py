@@ -921,6 +921,7 @@ def test_fig21_every_model_means_every_run_not_a_mean_over_seeds():
     assert rp.FIGURES["fig21"].run([{**r, "val_unseen.acc": 0.3} for r in rows]).checks[0][1] is True
 
 
+@pytest.mark.heavy  # 25-45 s: 10 untrained full models evaluated per cell reading (the default run stays < 5 min)
 def test_zoo_cells_are_judged_against_their_untrained_draws(tmp_path, monkeypatch):
     """Fig. 3's cell check ran with no control (session 44: shown, counted in no verdict). Since session 45 each
     cell's 10 untrained draws are evaluated on the same splits: a cell check they fail counts (at most "partly"), one
@@ -943,6 +944,7 @@ def test_zoo_cells_are_judged_against_their_untrained_draws(tmp_path, monkeypatc
     assert raw["verdict"] == "partly" and "null_n" not in raw["checks"][0]
 
 
+@pytest.mark.heavy  # 25-45 s: 10 untrained full models evaluated per cell reading (the default run stays < 5 min)
 def test_a_cell_check_its_trained_control_passes_does_not_count(tmp_path, monkeypatch):
     """Fig. 3's cell check has a trained control (``cell_controls.CELL_CONTROLS``, session 45): the order-blind
     model's recorded accuracies in the cell's place. Where that model passes a cell check, the check does not count."""

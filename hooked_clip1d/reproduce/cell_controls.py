@@ -83,6 +83,10 @@ def cell_reading(spec: FigureSpec, manifests: dict[str, dict[str, Any]], control
             "checks": [{"check": c, "holds": bool(ok)} for c, ok in checks],
             "verdict": "partly" if verdict == "reproduced" else verdict,
         }
+    control = CELL_CONTROLS.get(spec.key)
+    uncovered = sorted(set(manifests) - set(control)) if control is not None else []
+    if uncovered:  # a cell in its own place would be its own control (refused before the draws are evaluated)
+        raise ValueError(f"{spec.key}: CELL_CONTROLS names no control for the cells {uncovered}")
     null = cell_null(spec, list(manifests))
     rows = counted_checks(Outcome({}, "", checks, {}), null)
     out: dict[str, Any] = {
@@ -92,11 +96,7 @@ def cell_reading(spec: FigureSpec, manifests: dict[str, dict[str, Any]], control
             "complete": bool(null["complete"]),
         }
     }
-    control = CELL_CONTROLS.get(spec.key)
     if control is not None:  # the order-blind model's recorded accuracies in each cell's place
-        uncovered = sorted(set(manifests) - set(control))
-        if uncovered:  # a cell in its own place would be its own control
-            raise ValueError(f"{spec.key}: CELL_CONTROLS names no control for the cells {uncovered}")
         got = dict(spec.cell_checks({m: manifest(control[m]) for m in manifests}))
         label = ", ".join(sorted(set(control.values())))
         entry = apply_own_control_table(rows, {c: {label: bool(ok)} for c, ok in got.items()}) or {}
