@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from test_oscillation_study import _history, _tiny_model
+from test_oscillation_study import _history, _tiny_model, null_outcome
 
 from hooked_clip1d.model.checkpoint import save_model
 from hooked_clip1d.reproduce import FIGURES
@@ -95,10 +95,6 @@ def test_the_sweep_is_one_batched_group_of_the_four_arms_at_seeds_6_to_8():
 
 @pytest.mark.heavy
 def test_the_untrained_null_never_passes(tmp_path):
-    from hooked_clip1d.reproduce.controls import null_rows
-    from hooked_clip1d.reproduce.core import SWEEPS_DIR
-
-    rows = null_rows(SWEEPS_DIR / "rope-interaction.toml", seed=0, init_std=None, workdir=tmp_path)
-    out = _x_interaction(rows)
+    out = null_outcome("rope-interaction", _x_interaction, tmp_path)
     assert out.numbers["decision"]["verdict"] == "the swing did not replicate at seeds 6-8 (0 of 3)"
     assert not any(ok for _, ok in out.checks)

@@ -118,13 +118,17 @@ def test_an_unfinished_sweep_is_not_run(tmp_path):
     assert out.not_run and not any(ok for _, ok in out.checks)
 
 
-@pytest.mark.heavy
-def test_the_untrained_null_never_passes(tmp_path):
+def null_outcome(sweep: str, reader, workdir: Path):
+    """A late-swing study's reading of its sweep's untrained draws (x19's, x21's: ``controls.null_rows``)."""
     from hooked_clip1d.reproduce.controls import null_rows
     from hooked_clip1d.reproduce.core import SWEEPS_DIR
 
-    rows = null_rows(SWEEPS_DIR / "rope-oscillation.toml", seed=0, init_std=None, workdir=tmp_path)
-    out = _x_oscillation(rows)
+    return reader(null_rows(SWEEPS_DIR / f"{sweep}.toml", seed=0, init_std=None, workdir=workdir))
+
+
+@pytest.mark.heavy
+def test_the_untrained_null_never_passes(tmp_path):
+    out = null_outcome("rope-oscillation", _x_oscillation, tmp_path)
     assert out.numbers["decision"]["verdict"] == "not shown to replicate (0 of 3)"
     assert not any(ok for _, ok in out.checks)
     assert FIGURES["x19-rope-oscillation"].sweep == "rope-oscillation"

@@ -213,14 +213,8 @@ def _sweep_record(
     )
 
 
-def _unfinished_sweep_record(
-    record: dict[str, Any],
-    spec: FigureSpec,
-    out: Path,
-    sweep_out: Path,
-    rows: list[dict[str, Any]],
-    n_runs: int,
-    controls: bool = True,
+def _unfinished_sweep_record(  # noqa: PLR0913 - the record, what the sweep is, and whether controls run
+    record: dict[str, Any], spec: FigureSpec, out: Path, sweep_out: Path, rows: list, n_runs: int, controls: bool = True
 ) -> None:
     """Fill ``record`` for a sweep with ``len(rows)`` of ``n_runs`` runs finished: an INTERIM reading on every run's
     latest evaluation once each run has one (at most *partly*), else *not run*, judged on its zoo cells where the
