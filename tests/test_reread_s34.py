@@ -123,6 +123,36 @@ def test_the_long_runs_queue_names_groups_its_sweeps_plan():
         assert sorted(named) == sorted(want), spec_name
 
 
+def test_a_lane_whose_worktree_lacks_a_spec_is_not_started(tmp_path):
+    """2026-12-02: lane 3's worktree (8885c25) predated x21's spec, which the lane lists: it would have trained Fig.
+    10's w = 0.05 run for ~10 h, then stopped at x21's item, and w = 0.5 behind it. `start` now refuses such a lane
+    before anything runs, naming the spec and the remedy."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    home = tmp_path / "home"
+    (home / "wt-lane3").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(home / "wt-lane3")], check=True)
+    env = dict(
+        os.environ,
+        HOME=str(home),
+        VENV=str(Path(sys.executable).parent.parent),
+        SWEEPS=str(tmp_path / "sw"),
+        LOGS=str(tmp_path / "logs"),
+    )
+    if not (Path(env["VENV"]) / "bin/hooked-clip1d").exists():
+        pytest.skip("the package's console script is not in this interpreter's prefix")
+    got = subprocess.run(
+        ["bash", str(root / "tools/cpu/long_runs.sh"), "start", "lane3"], env=env, capture_output=True, text=True
+    )
+    assert got.returncode == 2, got.stderr
+    assert "lane3: not started" in got.stderr and "rope-interaction" in got.stderr and "checkout --detach" in got.stderr
+    assert not (tmp_path / "logs" / "lane3.sh").exists()  # no lane script written, nothing started
+
+
 def test_the_cpu_shipping_scripts_parse_and_name_shipped_models():
     """tools/cpu/ship_*.sh (one command per retraining that ships) parse with bash -n, and each zoo name they export
     over is a shipped model (a renamed model would leave a script exporting to a new name)."""

@@ -38,9 +38,11 @@
 #          progress than one lane of two threads (~11.4 steps/s and a group's whole core, against ~16.5 steps/s).
 #          Group g000 trained 10 min on 2026-12-01 16:47 (a `reproduce x19-rope-oscillation` without --no-sweeps,
 #          which trains its sweep; stopped by SIGTERM, checkpointed): it resumes from there.
-#   lane3: Fig. 10's w = 0.05 and 0.5 runs (above), and between them (added 2026-12-01, session 45, after its
-#          pre-registration was committed) the RoPE interaction study x21 (rope-interaction.toml, one batched group
-#          of 12, ~3 h of one core); then Fig. 3's cells.
+#   lane3: the RoPE interaction study x21 (rope-interaction.toml, one batched group of 12, ~3 h of one core; added
+#          2026-12-01, session 45, after its pre-registration was committed), then Fig. 10's w = 0.05 and 0.5 runs
+#          (above); then Fig. 3's cells. x21 moved first on 2026-12-02 (session 46): Fig. 10 waits on w = 0.5, last on
+#          the lane either way, so x21 first reads sooner at no cost to Fig. 10; and the lane's worktree (8885c25)
+#          predated x21's spec, so the lane was moved to a commit with it (no training code changed between them).
 #   `+compile` after an item torch.compiles its step, `+threadsN` gives it N torch threads (execution settings: a run
 #   resumes under any of them). The full model trains at ~11.4 steps/s on one thread, ~16.7 on two (both cores, beside
 #   light work; 2026-12-01, epochs 1,400-1,500 and 1,600-1,700): two only while no other lane runs.
@@ -86,7 +88,7 @@ LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
   "lane2|full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile adopt=full-protocol,fig3 fig3:g011-01f2e004+compile fig3:g009-032b7c49+compile fig3:g005-ed6b9289+compile fig3:g003-0cfd3c8a+compile fig3:g001-195a8f2b+compile"
   "lane1|rope-oscillation:g000-82678147 rope-oscillation:g001-3041c4dc"
-  "lane3|fig10:g001-6d9ba655+compile rope-interaction:g000-794647c3 fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
+  "lane3|rope-interaction:g000-794647c3 fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
@@ -159,6 +161,17 @@ case "${1:-}" in
         echo "$name: already running"; continue
       fi
       [ -d "$HOME/wt-$name" ] || git -C "$REPO" worktree add --detach "$HOME/wt-$name" HEAD >/dev/null
+      missing=""  # a spec the lane's worktree lacks would stop the lane at that item, hours in (2026-12-02: x21 on lane3)
+      for item in $items; do
+        case "$(bare_item "$item")" in
+          *:*) it=$(bare_item "$item"); [ -f "$HOME/wt-$name/hooked_clip1d/sweeps/${it%%:*}.toml" ] || missing="$missing ${it%%:*}" ;;
+        esac
+      done
+      if [ -n "$missing" ]; then
+        echo "$name: not started: its worktree $HOME/wt-$name ($(git -C "$HOME/wt-$name" rev-parse --short HEAD)) has no" \
+          "spec for:$missing (move it to a commit that has them: git -C $HOME/wt-$name checkout --detach <commit>)" >&2
+        exit 2
+      fi
       lane_script "$name" "$items" >"$LOGS/$name.sh.new" || { echo "$name: not started (bad lane item)" >&2; exit 2; }
       mv "$LOGS/$name.sh.new" "$LOGS/$name.sh"
       nohup setsid bash "$LOGS/$name.sh" >>"$LOGS/$name.log" 2>&1 &
