@@ -985,3 +985,16 @@ def test_a_cell_reading_is_shown_not_tallied_and_a_cell_without_a_control_is_ref
     spec = dataclasses.replace(rp.FIGURES["fig3"], cell_checks=lambda m: [("any", True)])
     with pytest.raises(ValueError, match="names no control for the cells"):
         cell_controls.cell_reading(spec, {rp.FULL: manifest(rp.FULL)})
+
+
+def test_an_error_in_the_cell_checks_is_raised_not_read_as_a_failed_draw():
+    """Session 45's note: ``cell_null`` caught every exception as a failed draw, so a bug in a figure's
+    ``cell_checks`` (here a KeyError) read as ten failed draws, an incomplete null and an "inconclusive" verdict. Only
+    a draw that cannot be evaluated is a failed draw now; an error in the checks is raised (after the first draw)."""
+    import dataclasses
+
+    from hooked_clip1d.reproduce.cell_controls import cell_null
+
+    spec = dataclasses.replace(rp.FIGURES["fig3"], cell_checks=lambda m: [("reads a key", m["no such cell"])])
+    with pytest.raises(KeyError, match="no such cell"):
+        cell_null(spec, [rp.FULL])

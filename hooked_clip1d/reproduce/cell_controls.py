@@ -4,7 +4,8 @@ A cell check reads the accuracies a zoo model's manifest records (e.g. Fig. 3's 
 >= 0.9 on every split). Until 2026-12-01 it ran with no control, so the results page showed it and counted it in no
 verdict. Here each of ``controls.NULL_SEEDS``' untrained draws of every cell (its own architecture, init and data
 config) is evaluated on the same splits and the figure's ``cell_checks`` read those accuracies; the checks count by
-``controls.counted_checks``' rule, as every other check does (a draw that raises is re-drawn, never a pass or a fail).
+``controls.counted_checks``' rule, as every other check does (a draw that cannot be evaluated is re-drawn, never a
+pass or a fail; an error in the checks themselves is raised).
 
 Example:
     >>> from hooked_clip1d.reproduce.core import FIGURES
@@ -50,15 +51,17 @@ def cell_null(spec: FigureSpec, cells: Sequence[str]) -> dict[str, Any]:
         if len(variants) == len(NULL_SEEDS):
             break
         name = f"{UNTRAINED}:{seed}"
-        try:
+        try:  # a draw that cannot be evaluated is a failed control run: reported and re-drawn
             manifests = {
                 m: {"name": name, "epochs": 0, "metrics": evaluate(untrained_like(z, seed), data[m], SPLITS)}
                 for m, z in zoo.items()
             }
-            checks = spec.cell_checks(manifests)
-        except Exception as e:  # noqa: BLE001 - a failed control run: reported and re-drawn
+        except (RuntimeError, ValueError, FloatingPointError) as e:
             failed.append({"model": name, "error": f"{type(e).__name__}: {e}"})
             continue
+        # the checks read the draws' accuracies as they read the cells': an error there is a bug in the checks, raised
+        # (it was caught as a failed draw until 2026-12-02, so it read as an incomplete null: "inconclusive")
+        checks = spec.cell_checks(manifests)
         variants.append({"model": name, "checks": dict(checks), "values": {}})
     return {
         "variants": variants,
