@@ -31,6 +31,11 @@
 #          so, before its first start), split over lanes 2 and 3, largest Ntot first: ~4,000,000 model-steps, ~50 h of
 #          two cores at ~11 steps/s each (a GPU window takes them instead if one is lent: gpu_queue.sh carry; rewrite
 #          plan.json first to batch the runs not started, since one-run groups waste a GPU: any partition resumes).
+#   fig4a-distinct (lanes 2 and 3; added 2026-12-02, session 46, after its pre-registration was committed): Fig. 4a's
+#          grid under the default recipe (issue 48's "rerun every figure"; its record read a no-q/k-bias, standard-loss
+#          sweep), three batched groups of 12 (g000 ~1.17 M group-steps, ~5 h of one core; g001 ~2 h; g002 ~0.5 h),
+#          first on lane 2 and after x21 on lane 3: Fig. 10 finishes when its last run does (~26 h either way), so the
+#          shorter items first read sooner at no cost to it.
 #   lane1: the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in docs/fidelity.md): its two
 #          batched groups (8 and 7 runs) in turn, ~65 steps/s each on one core (650,000 steps, ~2.75 h a group).
 #          Added 2026-12-01 (session 43) while lane 2 still trained (wt-lane1 was moved to a commit with the spec).
@@ -77,6 +82,9 @@
 #          ~/sweeps --out ~/repro-x21`, `hooked-clip1d results-page --results ~/repro-x21`; a dated reading in
 #          docs/fidelity.md; README's Fig. 18 line, the RoPE model's zoo description and docs/configs.md only if
 #          H-I is supported; nothing ships
+#   fig4a-distinct: when all 36 runs have finished (pre-registration of 2026-12-02 in docs/fidelity.md): FigureSpec
+#          fig4a's sweep -> "fig4a-distinct", the old record kept as fig4a-no-qk-bias (sweep fig4a, same checks);
+#          `hooked-clip1d reproduce fig4a --no-sweeps --sweeps-dir ~/sweeps`, the results page, the README's Fig. 4a line
 #   fig10: `hooked-clip1d reproduce fig10 --no-sweeps --sweeps-dir ~/sweeps` (its checks, pre-registered in verdicts
 #          v2's permutation null, unchanged), the results page, the README's Fig. 10 line
 # Environment: VENV (default ~/venv, with `pip install -e .` done), SWEEPS (default ~/sweeps), LOGS (default ~/long_runs).
@@ -86,9 +94,9 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane2|full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile adopt=full-protocol,fig3 fig3:g011-01f2e004+compile fig3:g009-032b7c49+compile fig3:g005-ed6b9289+compile fig3:g003-0cfd3c8a+compile fig3:g001-195a8f2b+compile"
+  "lane2|full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig4a-distinct:g000-f29865fe+compile fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile adopt=full-protocol,fig3 fig3:g011-01f2e004+compile fig3:g009-032b7c49+compile fig3:g005-ed6b9289+compile fig3:g003-0cfd3c8a+compile fig3:g001-195a8f2b+compile"
   "lane1|rope-oscillation:g000-82678147 rope-oscillation:g001-3041c4dc"
-  "lane3|rope-interaction:g000-794647c3 fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
+  "lane3|rope-interaction:g000-794647c3 fig4a-distinct:g001-63ba4d67+compile fig4a-distinct:g002-2acfce02+compile fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
 )
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
