@@ -178,7 +178,7 @@ def _x_dissolution(models: dict[str, Any]) -> Outcome:
     summary = (
         f"standard loss ({name}, {len(split)} checkpoints): from epoch {LATE:,} the shared items carry "
         + (
-            f"{min(loss_share):.2f}-{max(loss_share):.2f} of the loss ({np.mean([r['shared_items'] for r in late]):.2f}"
+            f"{min(loss_share):.3f}-{max(loss_share):.3f} of the loss ({np.mean([r['shared_items'] for r in late]):.2f}"
             f" of the items), {min(pos_share):.2f}-{max(pos_share):.2f} of the W_pos gradient"
             if late
             else "nothing (no checkpoint that late)"
