@@ -411,3 +411,34 @@ def test_every_shipped_sweep_spec_loads_and_the_zoo_retrains_group_names_are_the
     named = re.findall(r"\b(g\d{3}-[0-9a-f]{8})\b", zoo.read_text())
     plan = [g for g, _ in _saved_plan(Path("/nonexistent"), spec.runs, spec.run["max_group_size"])]
     assert sorted(set(named)) == sorted(plan) and len(plan) == 15  # its comment names the plan's groups (a seed each)
+
+
+def test_fig4a_distinct_is_fig4as_grid_under_the_default_recipe():
+    """The pre-registration of 2026-12-02 (docs/fidelity.md): fig4a-distinct.toml is Fig. 4a's grid unchanged (the
+    same cells, seeds, data and model settings, epochs) under the default recipe; fig4a.toml keeps its record's
+    recipe (no query/key biases, the standard loss). A default that moves later does not move this spec: it names
+    the recipe."""
+    from pathlib import Path
+
+    from hooked_clip1d.settings.configs import TrainConfig
+    from hooked_clip1d.settings.recipes import DEFAULT_RECIPE
+
+    root = Path(__file__).resolve().parents[1] / "hooked_clip1d/sweeps"
+    old, new = load_spec(root / "fig4a.toml"), load_spec(root / "fig4a-distinct.toml")
+    cells = lambda s: sorted((r.params["n_labels"], r.params["n2"], r.params["seed"]) for r in s.runs)  # noqa: E731
+    assert cells(old) == cells(new) and len(new.runs) == 36
+    by_cell = {(r.params["n_labels"], r.params["n2"], r.params["seed"]): r for r in old.runs}
+    default = TrainConfig()
+    assert default.negatives == "distinct" and {r.params["recipe"] for r in new.runs} == {DEFAULT_RECIPE}
+    for r in new.runs:
+        o = by_cell[(r.params["n_labels"], r.params["n2"], r.params["seed"])]
+        assert r.data_cfg == o.data_cfg and r.train_cfg.epochs == o.train_cfg.epochs == 10_000
+        assert r.model_cfg.vision.n_heads == o.model_cfg.vision.n_heads
+        t = r.train_cfg
+        assert (t.negatives, tuple(t.no_decay), tuple(t.frozen), t.weight_decay) == (
+            default.negatives,
+            tuple(default.no_decay),
+            tuple(default.frozen),
+            default.weight_decay,
+        )
+        assert (o.train_cfg.negatives, tuple(o.train_cfg.frozen)) == ("all", ("qk_bias",))
