@@ -998,3 +998,39 @@ def test_an_error_in_the_cell_checks_is_raised_not_read_as_a_failed_draw():
     spec = dataclasses.replace(rp.FIGURES["fig3"], cell_checks=lambda m: [("reads a key", m["no such cell"])])
     with pytest.raises(KeyError, match="no such cell"):
         cell_null(spec, [rp.FULL])
+
+
+def test_a_cell_draw_that_cannot_be_evaluated_is_redrawn_and_none_evaluated_is_an_error(monkeypatch):
+    """The failed-draw path kept by the narrowing above (a review, 2026-12-02): a draw whose evaluation raises is
+    reported and re-drawn with the next seed, and the null is still complete; a null in which no draw of any seed
+    could be evaluated raises (a bug, not bad luck), where it read as an incomplete null, "inconclusive"."""
+    import dataclasses
+
+    from hooked_clip1d.reproduce import cell_controls
+    from hooked_clip1d.reproduce.controls import NULL_ATTEMPTS, NULL_SEEDS, UNTRAINED
+
+    cell = "simplified-ntot20-n2-10"  # a cheap cell: the figure's checks read whichever cells they are given
+    spec = dataclasses.replace(
+        rp.FIGURES["fig3"], cell_checks=lambda m: [("unseen >= 0.9", m[cell]["metrics"]["val_unseen"]["acc"] >= 0.9)]
+    )
+    real, calls = cell_controls.evaluate, []
+
+    def first_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a draw that cannot be evaluated")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cell_controls, "evaluate", first_fails)
+    null = cell_controls.cell_null(spec, [cell])
+    assert null["complete"] and len(null["variants"]) == len(NULL_SEEDS)
+    assert [f["model"] for f in null["failed"]] == [f"{UNTRAINED}:0"]  # seed 0 failed, seeds 1-10 drawn
+    assert [v["model"] for v in null["variants"]] == [f"{UNTRAINED}:{i}" for i in range(1, len(NULL_SEEDS) + 1)]
+    assert "cannot be evaluated" in null["failed"][0]["error"]
+
+    def always_fails(*args, **kwargs):
+        raise ValueError("evaluate is broken")
+
+    monkeypatch.setattr(cell_controls, "evaluate", always_fails)
+    with pytest.raises(RuntimeError, match=f"none of {NULL_ATTEMPTS} untrained draws .* evaluate is broken"):
+        cell_controls.cell_null(spec, [cell])

@@ -126,31 +126,49 @@ def test_the_long_runs_queue_names_groups_its_sweeps_plan():
 def test_a_lane_whose_worktree_lacks_a_spec_is_not_started(tmp_path):
     """2026-12-02: lane 3's worktree (8885c25) predated x21's spec, which the lane lists: it would have trained Fig.
     10's w = 0.05 run for ~10 h, then stopped at x21's item, and w = 0.5 behind it. `start` now refuses such a lane
-    before anything runs, naming the spec and the remedy."""
+    before anything runs, naming each missing spec once (those of adopt= items too) and the remedy; and while one
+    lane is refused, no other lane starts."""
     import os
+    import re
+    import shutil
     import subprocess
-    import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
+    script = root / "tools/cpu/long_runs.sh"
+    venv = tmp_path / "venv"  # commands that do nothing: were the refusal to fail, no lane would train anything
+    (venv / "bin").mkdir(parents=True)
+    for exe in ("hooked-clip1d", "python"):
+        (venv / "bin" / exe).symlink_to(shutil.which("true"))
+    lanes = dict(re.findall(r'^  "(lane\d+)\|([\w :+=,.-]+)"$', script.read_text(), flags=re.M))
+    specs = {
+        name
+        for item in lanes["lane3"].split()
+        for name in (
+            item.split("+")[0].removeprefix("adopt=").split(",")
+            if item.startswith("adopt=")
+            else [item.split("+")[0].split(":")[0]]
+            if ":" in item
+            else []
+        )
+    }
+    assert {"rope-interaction", "fig10", "fig3", "full-protocol"} <= specs  # adopt=full-protocol,fig3 read too
     home = tmp_path / "home"
-    (home / "wt-lane3").mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", str(home / "wt-lane3")], check=True)
-    env = dict(
-        os.environ,
-        HOME=str(home),
-        VENV=str(Path(sys.executable).parent.parent),
-        SWEEPS=str(tmp_path / "sw"),
-        LOGS=str(tmp_path / "logs"),
-    )
-    if not (Path(env["VENV"]) / "bin/hooked-clip1d").exists():
-        pytest.skip("the package's console script is not in this interpreter's prefix")
-    got = subprocess.run(
-        ["bash", str(root / "tools/cpu/long_runs.sh"), "start", "lane3"], env=env, capture_output=True, text=True
-    )
+    for lane in lanes:  # every lane's worktree holds its specs but lane 3's, which lacks one
+        wt = home / f"wt-{lane}"
+        (wt / "hooked_clip1d/sweeps").mkdir(parents=True)
+        subprocess.run(["git", "init", "-q", str(wt)], check=True)
+        for spec in (root / "hooked_clip1d/sweeps").glob("*.toml"):
+            if not (lane == "lane3" and spec.stem == "rope-interaction"):
+                shutil.copy(spec, wt / "hooked_clip1d/sweeps" / spec.name)
+    env = dict(os.environ, HOME=str(home), VENV=str(venv), SWEEPS=str(tmp_path / "sw"), LOGS=str(tmp_path / "logs"))
+    got = subprocess.run(["bash", str(script), "start"], env=env, capture_output=True, text=True)
     assert got.returncode == 2, got.stderr
-    assert "lane3: not started" in got.stderr and "rope-interaction" in got.stderr and "checkout --detach" in got.stderr
-    assert not (tmp_path / "logs" / "lane3.sh").exists()  # no lane script written, nothing started
+    refusals = [line for line in got.stderr.splitlines() if "not started" in line]
+    assert len(refusals) == 1 and refusals[0].startswith("lane3: not started"), got.stderr
+    assert "has no spec for: rope-interaction (" in refusals[0] and "checkout --detach" in refusals[0]
+    assert "nothing started" in got.stderr and "started (" not in got.stdout
+    assert not list((tmp_path / "logs").glob("*.sh*"))  # no lane script written or left half-written
 
 
 def test_the_cpu_shipping_scripts_parse_and_name_shipped_models():

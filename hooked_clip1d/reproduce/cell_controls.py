@@ -5,7 +5,7 @@ A cell check reads the accuracies a zoo model's manifest records (e.g. Fig. 3's 
 verdict. Here each of ``controls.NULL_SEEDS``' untrained draws of every cell (its own architecture, init and data
 config) is evaluated on the same splits and the figure's ``cell_checks`` read those accuracies; the checks count by
 ``controls.counted_checks``' rule, as every other check does (a draw that cannot be evaluated is re-drawn, never a
-pass or a fail; an error in the checks themselves is raised).
+pass or a fail; an error in the checks themselves is raised, and so is a null in which no draw could be evaluated).
 
 Example:
     >>> from hooked_clip1d.reproduce.core import FIGURES
@@ -63,6 +63,11 @@ def cell_null(spec: FigureSpec, cells: Sequence[str]) -> dict[str, Any]:
         # (it was caught as a failed draw until 2026-12-02, so it read as an incomplete null: "inconclusive")
         checks = spec.cell_checks(manifests)
         variants.append({"model": name, "checks": dict(checks), "values": {}})
+    if not variants:  # no draw of any seed could be evaluated: a bug, not bad luck (it would read "inconclusive")
+        raise RuntimeError(
+            f"{spec.key}: none of {len(failed)} untrained draws of {list(cells)} could be evaluated: "
+            f"{failed[0]['error']}"
+        )
     return {
         "variants": variants,
         "failed": failed,

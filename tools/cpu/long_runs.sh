@@ -34,8 +34,9 @@
 #   fig4a-distinct (lanes 2 and 3; added 2026-12-02, session 46, after its pre-registration was committed): Fig. 4a's
 #          grid under the default recipe (issue 48's "rerun every figure"; its record read a no-q/k-bias, standard-loss
 #          sweep), three batched groups of 12 (g000 ~1.17 M group-steps, ~5 h of one core; g001 ~2 h; g002 ~0.5 h),
-#          first on lane 2 and after x21 on lane 3: Fig. 10 finishes when its last run does (~26 h either way), so the
-#          shorter items first read sooner at no cost to it.
+#          first on lane 2 and after x21 on lane 3: they read ~20 h sooner than behind Fig. 10, which they delay ~2.5 h
+#          (lane 3, with g001 and g002 before its w = 0.05 and 0.5 runs, sets Fig. 10's end: ~28 h of running from
+#          2026-12-02 02:00 against ~26 h for lane 2).
 #   lane1: the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in docs/fidelity.md): its two
 #          batched groups (8 and 7 runs) in turn, ~65 steps/s each on one core (650,000 steps, ~2.75 h a group).
 #          Added 2026-12-01 (session 43) while lane 2 still trained (wt-lane1 was moved to a commit with the spec).
@@ -143,6 +144,17 @@ lane_script() {  # name items -> the lane's commands, one item after another
   done
 }
 
+spec_names() {  # items -> the sweep specs they read, once each: SPEC of SPEC:GROUP, each SPEC of adopt=SPEC,SPEC
+  local item it
+  for item in $1; do
+    it=$(bare_item "$item")
+    case "$it" in
+      adopt=*) echo "${it#adopt=}" | tr ',' '\n' ;;
+      *:*) echo "${it%%:*}" ;;
+    esac
+  done | sort -u
+}
+
 running() {  # whether some process runs this item now
   set -- "$(bare_item "$1")"
   case "$1" in
@@ -160,6 +172,7 @@ case "${1:-}" in
     for want in "$@"; do  # a lane named that LANES does not have: an error before anything starts
       printf '%s\n' "${LANES[@]}" | cut -d'|' -f1 | grep -qxF -- "$want" || { echo "no lane $want in LANES" >&2; exit 2; }
     done
+    todo=() refused=""  # the lanes to start; each checked before any starts
     for lane in "${LANES[@]}"; do
       IFS='|' read -r name items <<<"$lane"
       if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qxF -- "$name"; then continue; fi
@@ -170,20 +183,26 @@ case "${1:-}" in
       fi
       [ -d "$HOME/wt-$name" ] || git -C "$REPO" worktree add --detach "$HOME/wt-$name" HEAD >/dev/null
       missing=""  # a spec the lane's worktree lacks would stop the lane at that item, hours in (2026-12-02: x21 on lane3)
-      for item in $items; do
-        case "$(bare_item "$item")" in
-          *:*) it=$(bare_item "$item"); [ -f "$HOME/wt-$name/hooked_clip1d/sweeps/${it%%:*}.toml" ] || missing="$missing ${it%%:*}" ;;
-        esac
+      for spec in $(spec_names "$items"); do
+        [ -f "$HOME/wt-$name/hooked_clip1d/sweeps/$spec.toml" ] || missing="$missing $spec"
       done
       if [ -n "$missing" ]; then
-        echo "$name: not started: its worktree $HOME/wt-$name ($(git -C "$HOME/wt-$name" rev-parse --short HEAD)) has no" \
-          "spec for:$missing (move it to a commit that has them: git -C $HOME/wt-$name checkout --detach <commit>)" >&2
-        exit 2
+        echo "$name: not started: its worktree $HOME/wt-$name ($(git -C "$HOME/wt-$name" rev-parse --short HEAD 2>/dev/null))" \
+          "has no spec for:$missing (move it to a commit that has them: git -C $HOME/wt-$name checkout --detach <commit>)" >&2
+        refused=1; continue
       fi
       lane_script "$name" "$items" >"$LOGS/$name.sh.new" || { echo "$name: not started (bad lane item)" >&2; exit 2; }
+      todo+=("$name")
+    done
+    if [ -n "$refused" ]; then  # no lane starts while one is refused: fix the worktree, then start them together
+      for name in "${todo[@]}"; do rm -f "$LOGS/$name.sh.new"; done
+      echo "nothing started" >&2; exit 2
+    fi
+    for name in "${todo[@]}"; do
       mv "$LOGS/$name.sh.new" "$LOGS/$name.sh"
       nohup setsid bash "$LOGS/$name.sh" >>"$LOGS/$name.log" 2>&1 &
-      echo "$name: started ($items) from $(git -C "$HOME/wt-$name" rev-parse --short HEAD); log $LOGS/$name.log"
+      echo "$name: started ($(printf '%s\n' "${LANES[@]}" | grep "^$name|" | cut -d'|' -f2)) from" \
+        "$(git -C "$HOME/wt-$name" rev-parse --short HEAD); log $LOGS/$name.log"
     done ;;
   status)
     for lane in "${LANES[@]}"; do
