@@ -33,6 +33,7 @@ import torch
 from jaxtyping import Float
 
 from hooked_clip1d.data.dataset import SPLITS, Dataset
+from hooked_clip1d.model.captioning import caption_scores
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.modes import check_eval
 
@@ -67,6 +68,25 @@ def similarity_matrix(
     """Cosine similarity of every image of ``split`` with every caption of the table (Fig. 3 right)."""
     text_emb = embed_captions(model, dataset, text_hooks)
     return CLIP1D.cosine(embed_images(model, dataset, split, vision_hooks), text_emb)
+
+
+@torch.no_grad()
+def caption_similarity(
+    model: CLIP1D, dataset: Dataset, split: str, vision_hooks: Hooks = (), text_hooks: Hooks = ()
+) -> Float[torch.Tensor, "n_images n_captions"]:
+    """A captioning model's counterpart of ``similarity_matrix``: the log-likelihood of every caption of the table
+    given every image of ``split`` (``model.captioning.caption_scores``), with the hooks on (the model in eval
+    mode). A non-finite score is an error."""
+    check_eval(model, "caption_similarity")
+    images = dataset.splits[split].images.to(model.W_proj.device)
+    caps = dataset.captions.to(model.W_proj.device)
+    with model.vision.hooks(fwd_hooks=list(vision_hooks)), model.text.hooks(fwd_hooks=list(text_hooks)):
+        sim = caption_scores(model, images, caps)
+    if not torch.isfinite(sim).all():
+        raise ValueError(
+            f"evaluate: caption scores of split {split!r} are not finite (NaN or inf; a hook or the weights?)"
+        )
+    return sim
 
 
 def caption_label_sets(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,6 +196,13 @@ def evaluate(
             + f": its splits {leaky} would include images the model trained on; use "
             "build_dataset(model.data_config) (another draw is fine for val_unseen alone)"
         )
+    if model.cfg.objective == "captioning":  # each caption's log-likelihood in the similarity's place
+        return {
+            split: retrieval_metrics(
+                caption_similarity(model, dataset, split, vision_hooks, text_hooks), dataset, split
+            )
+            for split in splits
+        }
     text_emb = embed_captions(model, dataset, text_hooks)
     out = {}
     if not torch.isfinite(text_emb).all():

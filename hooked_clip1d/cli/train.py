@@ -160,6 +160,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--dropout", type=float, default=None, help="dropout p (paper: 0.1; default: the preset's, 0.1)")
     g.add_argument(
+        "--objective",
+        default="contrastive",
+        choices=["contrastive", "captioning"],
+        help="what the text tower is trained to do: CLIP's contrastive loss (the paper) or, beyond the paper, "
+        "autoregressive captioning of the image (model.captioning; standard engine only)",
+    )
+    g.add_argument(
         "--init-from",
         default=None,
         metavar="MODEL",
@@ -221,7 +228,7 @@ def _model_cfg(a: argparse.Namespace, recipe_fields: dict[str, Any] | None = Non
     if a.ablate_vision_terms:
         v_over["ablated_terms"] = tuple(t.strip() for t in a.ablate_vision_terms.split(",") if t.strip())
     shared = dict(recipe_fields if recipe_fields is not None else recipe_of(a).fields()["model"])
-    return CLIPConfig.from_preset(
+    cfg = CLIPConfig.from_preset(
         a.vision_preset or a.preset,
         a.text_preset or a.preset,
         n_labels=a.n_labels,
@@ -230,6 +237,7 @@ def _model_cfg(a: argparse.Namespace, recipe_fields: dict[str, Any] | None = Non
         vision_overrides=v_over,
         text_overrides=t_over,
     )
+    return dataclasses.replace(cfg, objective=a.objective)
 
 
 def _data_cfg(a: argparse.Namespace) -> DataConfig:
@@ -268,6 +276,7 @@ def _init_model(a: argparse.Namespace) -> CLIP1D | None:
     from hooked_clip1d.training.retrain import prune_heads
 
     given = [f"--{f.replace('_', '-')}" for f in _SHAPE_FLAGS if getattr(a, f) is not None]
+    given += ["--objective"] if a.objective != "contrastive" else []  # the loaded model's objective is its own
     if given or a.preset != "simplified":
         raise ValueError(f"--init-from takes the architecture from the loaded model; drop {given or ['--preset']}")
     src = Path(a.init_from)

@@ -29,12 +29,14 @@ from jaxtyping import Float, Int
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
+import hooked_clip1d.model.captioning as captioning
 import hooked_clip1d.model.functional as functional
 from hooked_clip1d.model.config import EncoderConfig, TextConfig, VisionConfig, preset
 from hooked_clip1d.model.encoders import HookedTextEncoder, HookedVisionEncoder
 from hooked_clip1d.model.tl_conveniences import checked_hook, hook_pairs, names_filter_list, tower_cache
 from hooked_clip1d.settings.checks import is_int, is_real
 
+OBJECTIVES = ("contrastive", "captioning")  # CLIPConfig.objective
 HEAD_HOOKS = ("hook_image_embed", "hook_text_embed", "hook_image_feat", "hook_text_feat", "hook_logits")
 RETURN_TYPES = ("logits", "loss", None)
 
@@ -47,6 +49,10 @@ class CLIPConfig:
     text: TextConfig  # text tower (causal, EOT readout)
     init_logit_scale: float = math.log(1 / 0.07)  # initial log inverse temperature (CLIP's 1/0.07)
     max_logit_scale: float = math.log(100.0)  # the log inverse temperature is clamped here (CLIP's 100)
+    # what the text side is trained to do (beyond the paper, its Open Question 4; model.captioning): "contrastive"
+    # (the paper's CLIP) or "captioning" (the text tower a causal decoder that reads the image's CLS through a prefix
+    # and predicts the caption). Saved only when not contrastive, so every config saved before it reads back the same
+    objective: str = "contrastive"
     # TransformerLens's checkpoint fields (HookedTransformerConfig's / TransformerBridgeConfig's names), set by
     # pretrained.load_model on a checkpoint of a training trajectory (False / None on a plain load). Which checkpoint a
     # model is, not what it is: left out of to_dict (nothing saves them) and of == (a checkpoint's config equals its
@@ -64,6 +70,8 @@ class CLIPConfig:
                 f"vision.n_labels={self.vision.n_labels} != text.n_labels={self.text.n_labels}: "
                 "both towers must share one label vocabulary"
             )
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"CLIPConfig.objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
         for name in ("init_logit_scale", "max_logit_scale"):
             v = getattr(self, name)
             if not is_real(v):  # NaN gave NaN logits; "4.6" a string compared later
@@ -116,6 +124,7 @@ class CLIPConfig:
             "text": self.text.to_dict(),
             "init_logit_scale": self.init_logit_scale,
             "max_logit_scale": self.max_logit_scale,
+            **({"objective": self.objective} if self.objective != "contrastive" else {}),
         }
 
     @staticmethod
@@ -153,6 +162,10 @@ class CLIP1D(nn.Module):
         d_t, d_v = cfg.text.d_model, cfg.vision.d_model
         self.W_proj = nn.Parameter(torch.randn(d_t, d_v, generator=gen, dtype=cfg.text.dtype) / math.sqrt(d_t))
         self.logit_scale = nn.Parameter(torch.tensor(cfg.init_logit_scale, dtype=cfg.text.dtype))
+        if cfg.objective == "captioning":  # the decoder's image prefix and unembedding (model.captioning)
+            d_voc = cfg.text.d_vocab
+            self.W_prefix = nn.Parameter(torch.randn(d_v, d_t, generator=gen, dtype=cfg.text.dtype) / math.sqrt(d_v))
+            self.W_U = nn.Parameter(torch.randn(d_t, d_voc, generator=gen, dtype=cfg.text.dtype) / math.sqrt(d_t))
         # the CLIP head's own hook points (the towers keep theirs, under "vision." / "text." in CLIP1D's verbs)
         self.hook_image_embed = HookPoint()  # [n_images, d_embed]: vision CLS output (not normalised)
         self.hook_text_embed = HookPoint()  # [n_texts, d_embed]: projected text EOT output (not normalised)
@@ -194,7 +207,12 @@ class CLIP1D(nn.Module):
     def encode_text(
         self, captions: Int[torch.Tensor, "batch 4"], validate: bool = True
     ) -> Float[torch.Tensor, "batch d_embed"]:
-        """Text representation (projected EOT output), not normalised."""
+        """Text representation (projected EOT output), not normalised. A captioning model has none (refused)."""
+        if self.cfg.objective != "contrastive":
+            raise ValueError(
+                f"encode_text: a {self.cfg.objective} model has no text embedding (its text tower is a decoder); "
+                "score captions with model(images, captions) or model.captioning.caption_scores"
+            )
         return self.project_text(self.text(captions, validate=validate))
 
     @staticmethod
@@ -223,12 +241,19 @@ class CLIP1D(nn.Module):
     ) -> torch.Tensor | None:
         """Image-to-text logits ``scale * cos`` [images, captions] (``return_type="logits"``), the symmetric CLIP
         loss of paired batches (``"loss"``, a scalar: image i goes with caption i), or nothing (``None``, for caching).
+        A captioning model (``model.captioning``) gives each caption's log-likelihood in the logits' place (through
+        ``hook_logits``) and its captioning loss.
 
         The head's hook points fire on the way: ``hook_image_embed``, ``hook_text_embed`` (projected),
         ``hook_image_feat``, ``hook_text_feat`` (normalised) and ``hook_logits``.
         """
         if return_type not in RETURN_TYPES:
             raise ValueError(f"CLIP1D: unknown return_type {return_type!r}; use one of {list(RETURN_TYPES)}")
+        if self.cfg.objective == "captioning":  # log-likelihoods in the logits' place; the captioning loss
+            if return_type == "loss":
+                return captioning.caption_loss(self, images, captions, validate)
+            scores = self.hook_logits(captioning.caption_scores(self, images, captions, validate))
+            return scores if return_type == "logits" else None
         if validate and return_type == "loss" and images.shape[0] != captions.shape[0]:
             raise ValueError(
                 f"CLIP1D: {images.shape[0]} images but {captions.shape[0]} captions; the contrastive loss pairs "
@@ -254,8 +279,15 @@ class CLIP1D(nn.Module):
 
         ``negatives`` (``TrainConfig.negatives``): how two items with identical captions count: ``"all"`` (standard
         CLIP: the other item's caption is a negative), ``"distinct"`` (masked out of both directions) or
-        ``"shared"`` (multi-positive); see ``functional.symmetric_ce``.
+        ``"shared"`` (multi-positive); see ``functional.symmetric_ce``. A captioning model's loss has no negatives:
+        ``negatives`` changes nothing there (``model.captioning``).
         """
+        if self.cfg.objective == "captioning":
+            if negatives not in functional.NEGATIVES:
+                raise ValueError(
+                    f"CLIP1D.loss: negatives must be one of {list(functional.NEGATIVES)}, got {negatives!r}"
+                )
+            return captioning.caption_loss(self, images, captions, validate)
         if validate and images.shape[0] != captions.shape[0]:
             raise ValueError(
                 f"CLIP1D: {images.shape[0]} images but {captions.shape[0]} captions; the contrastive loss pairs "

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-from jaxtyping import Int
+from jaxtyping import Float, Int
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
@@ -83,6 +83,7 @@ class HookedEncoder(TLConveniences):
         return_type: ReturnType = "pooled",
         stop_at_layer: int | None = None,
         validate: bool = True,
+        prefix: Float[torch.Tensor, "batch d_model"] | None = None,
     ) -> torch.Tensor | None:
         """Run the tower.
 
@@ -92,6 +93,8 @@ class HookedEncoder(TLConveniences):
                 (normalised, if LN) residual [batch, pos, d_model]; ``None`` -> nothing (for caching only).
             stop_at_layer: run only blocks ``0..stop_at_layer-1`` and return that residual [batch, pos, d_model].
             validate: check ``tokens`` first (turn off only in trusted hot loops such as training).
+            prefix: a vector position 0 reads instead of its token's embedding (a captioning decoder's image
+                prefix, ``model.captioning``); ``hook_embed`` sees it there.
         """
         if return_type not in RETURN_TYPES:  # a typo must not return None as if caching only
             raise ValueError(
@@ -103,7 +106,14 @@ class HookedEncoder(TLConveniences):
         if validate:
             self.validate_tokens(tokens)
         # embed: token (+ learned positional) embeddings [batch, pos, d_model]
-        E = resid = self.hook_embed(self.embed(tokens))
+        E = self.embed(tokens)
+        if prefix is not None:  # position 0 reads the prefix instead of its token (model.captioning)
+            if prefix.shape != (E.shape[0], E.shape[2]):
+                raise ValueError(
+                    f"prefix must be [batch, d_model] = {[E.shape[0], E.shape[2]]}, got {list(prefix.shape)}"
+                )
+            E = torch.cat([prefix[:, None].to(E.dtype), E[:, 1:]], 1)
+        E = resid = self.hook_embed(E)
         pos = None
         if self.cfg.positional == "learned":
             pos = self.hook_pos_embed(self.pos_embed(tokens))

@@ -1,0 +1,139 @@
+"""The captioning objective (model.captioning; the paper's Open Question 4): the same towers trained as an
+autoregressive captioner, scored by each caption's log-likelihood."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from hooked_clip1d import CLIP1D, CLIPConfig, DataConfig, build_dataset, evaluate
+from hooked_clip1d.model import captioning
+from hooked_clip1d.model.captioning import caption_loss, caption_scores, token_log_likelihoods
+
+IMAGES = ["C . . 1 . . 2 . . . .", "C . . 2 . . 1 . . . .", "C 3 . . . . . . . . ."]
+CAPTIONS = ["1 is on the left of 2", "2 is on the left of 1", "3 is in the image", "1 is on the right of 2"]
+
+
+def _model(seed: int = 0, objective: str = "captioning") -> CLIP1D:
+    cfg = CLIPConfig.from_preset("simplified", n_labels=8, d_model=32, d_head=8)
+    return CLIP1D(dataclasses.replace(cfg, objective=objective), seed=seed).eval()
+
+
+def test_the_objective_is_saved_only_when_it_is_not_contrastive():
+    """Every config saved before the field existed reads back as contrastive, and a contrastive config saves the
+    same bytes as before it; a captioning config round-trips; an unknown objective is refused by name."""
+    cfg = CLIPConfig.from_preset("simplified", n_labels=8)
+    assert "objective" not in cfg.to_dict() and CLIPConfig.from_dict(cfg.to_dict()).objective == "contrastive"
+    cap = dataclasses.replace(cfg, objective="captioning")
+    assert CLIPConfig.from_dict(json.loads(json.dumps(cap.to_dict()))) == cap
+    with pytest.raises(ValueError, match="objective must be one of"):
+        dataclasses.replace(cfg, objective="autoregressive")
+
+
+@torch.no_grad()
+def test_a_captions_score_is_its_log_likelihood_and_chunks_do_not_change_it(monkeypatch):
+    model = _model()
+    images, captions = model.vision.to_tokens(IMAGES), model.text.to_tokens(CAPTIONS)
+    scores = caption_scores(model, images, captions)
+    assert scores.shape == (3, 4) and bool((scores < 0).all())
+    for i in range(3):
+        for j in range(4):  # the paired loss is the mean token NLL: 4 tokens
+            one = caption_loss(model, images[i : i + 1], captions[j : j + 1])
+            assert float(scores[i, j]) == pytest.approx(-4 * float(one), rel=1e-5)
+    monkeypatch.setattr(captioning, "SCORE_ROWS", 1)  # one pair a chunk
+    assert torch.allclose(caption_scores(model, images, captions), scores, atol=1e-6)
+    assert torch.equal(model(images, captions), scores)  # the forward's logits are the scores
+
+
+@torch.no_grad()
+def test_the_decoder_is_causal_and_reads_the_image():
+    """A token's likelihood depends on the image and the tokens before it only: changing Y leaves the first two
+    tokens' log-likelihoods unchanged, and another image changes the first token's."""
+    model = _model()
+    images = model.vision.to_tokens(IMAGES[:1] * 2)
+    a, b = model.text.to_tokens(["1 is on the left of 2", "1 is on the left of 3"]).unbind(0)
+    prefix = captioning.image_prefix(model, images)
+    ll = token_log_likelihoods(model, prefix, torch.stack([a, b]))
+    assert torch.equal(ll[0, :2], ll[1, :2]) and not torch.equal(ll[0, 2], ll[1, 2])
+    other = captioning.image_prefix(model, model.vision.to_tokens(IMAGES[2:3]))
+    assert not torch.equal(token_log_likelihoods(model, other, a[None])[0, 0], ll[0, 0])
+
+
+def test_the_loss_has_no_negatives_and_mismatched_batches_are_refused():
+    model = _model()
+    images, captions = model.vision.to_tokens(IMAGES[:2]), model.text.to_tokens(CAPTIONS[:2])
+    with torch.no_grad():
+        losses = [float(model.loss(images, captions, negatives=n)) for n in ("all", "distinct", "shared")]
+    assert losses[0] == losses[1] == losses[2]  # nothing for the contrastive loss's option to act on
+    with pytest.raises(ValueError, match="negatives must be one of"):
+        model.loss(images, captions, negatives="none")
+    with pytest.raises(ValueError, match="2 images but 3 captions"):
+        caption_loss(model, images, model.text.to_tokens(CAPTIONS[:3]))
+
+
+def test_what_a_captioning_model_lacks_is_refused_by_name():
+    """It has no text embedding (its text tower is a decoder), a contrastive model has no caption decoder, and the
+    batched engine does not train it."""
+    from hooked_clip1d.settings import TrainConfig
+    from hooked_clip1d.training.members import group_key
+
+    model = _model()
+    captions = model.text.to_tokens(CAPTIONS)
+    with pytest.raises(ValueError, match="has no text embedding"):
+        model.encode_text(captions)
+    with pytest.raises(ValueError, match="needs a captioning model"):
+        caption_scores(_model(objective="contrastive"), model.vision.to_tokens(IMAGES), captions)
+    with pytest.raises(ValueError, match="does not implement CLIPConfig.objective='captioning'"):
+        group_key(model.cfg, DataConfig(n_labels=8), TrainConfig())
+
+
+def test_a_hook_on_the_decoders_embedding_sees_the_image_prefix():
+    model = _model()
+    images, captions = model.vision.to_tokens(IMAGES[:2]), model.text.to_tokens(CAPTIONS[:2])
+    seen = {}
+
+    def keep(x, hook):
+        seen["embed"] = x.detach().clone()
+
+    with torch.no_grad(), model.text.hooks(fwd_hooks=[("hook_embed", keep)]):
+        caption_loss(model, images, captions)
+        prefix = captioning.image_prefix(model, images)
+    assert torch.equal(seen["embed"][:, 0], prefix)
+
+
+def test_a_captioning_run_trains_saves_and_loads_as_it_evaluated(tmp_path):
+    """The single-run trainer trains it (the loss falls), the run's config says so, and the saved model loads and
+    evaluates as the run did."""
+    from hooked_clip1d.pretrained import load_model
+    from hooked_clip1d.settings import TrainConfig
+    from hooked_clip1d.training.run_config import RunConfig
+    from hooked_clip1d.training.trainer import train
+
+    data = DataConfig(n_labels=8, n_heldout=3, n2=3)
+    run = train(RunConfig(_model().cfg, data, TrainConfig(epochs=60, eval_every=30)), tmp_path, progress=False)
+    losses = [json.loads(line)["loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(losses) == 2 and losses[1] < losses[0]
+    assert json.loads((tmp_path / "config.json").read_text())["model_config"]["objective"] == "captioning"
+    loaded = load_model(tmp_path)
+    assert loaded.cfg.objective == "captioning" and hasattr(loaded, "W_U")
+    assert evaluate(loaded, build_dataset(data)) == run.final_metrics
+
+
+def test_the_train_command_trains_a_captioner_on_the_standard_engine_only(tmp_path, capsys):
+    """``hooked-clip1d train --objective captioning`` trains one (its saved model is a captioner); the batched
+    engine refuses it by name, and so does ``--init-from`` (the loaded model's objective is its own)."""
+    from hooked_clip1d.cli.commands import main
+    from hooked_clip1d.model.checkpoint import load_model_file
+
+    small = ["--n-labels", "8", "--n-heldout", "3", "--n2", "3", "--epochs", "2", "--no-progress", "--json"]
+    out = tmp_path / "run"
+    assert main(["train", "--objective", "captioning", "--out", str(out), *small]) == 0
+    assert load_model_file(out / "model.safetensors").cfg.objective == "captioning"
+    capsys.readouterr()
+    assert main(["train", "--objective", "captioning", "--engine", "batched", "--out", str(tmp_path / "b"), *small])
+    assert "does not implement CLIPConfig.objective='captioning'" in capsys.readouterr().err
+    assert main(["train", "--objective", "captioning", "--init-from", str(out), "--out", str(tmp_path / "c"), *small])
+    assert "drop ['--objective']" in capsys.readouterr().err
