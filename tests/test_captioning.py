@@ -137,3 +137,70 @@ def test_the_train_command_trains_a_captioner_on_the_standard_engine_only(tmp_pa
     assert "does not implement CLIPConfig.objective='captioning'" in capsys.readouterr().err
     assert main(["train", "--objective", "captioning", "--init-from", str(out), "--out", str(tmp_path / "c"), *small])
     assert "drop ['--objective']" in capsys.readouterr().err
+
+
+@torch.no_grad()
+def test_position_0_reads_the_image_alone():
+    """Position 0 holds X's id only to keep ids valid (``decoder_inputs``): its whole predicted distribution is the
+    same whatever the caption, so the first token's likelihood is p(X | image)."""
+    model = _model()
+    images = model.vision.to_tokens(IMAGES[:1] * 3)
+    captions = model.text.to_tokens(["1 is on the left of 2", "3 is in the image", "5 is on the right of 4"])
+    resid = model.text(
+        captioning.decoder_inputs(captions),
+        return_type="resid",
+        validate=False,
+        prefix=captioning.image_prefix(model, images),
+    )
+    dist = (resid @ model.W_U)[:, 0]
+    assert torch.equal(dist[0], dist[1]) and torch.equal(dist[0], dist[2])
+
+
+def test_a_captioning_model_refuses_what_would_misread_it():
+    """A review (2026-12-02): text-side analyses ran the decoder on captions alone, and the unused projection and
+    temperature answered; each is refused by name now, as is a text tower that is not causal (a position would see
+    the token it predicts) and a held temperature (a parameter nothing reads)."""
+    from hooked_clip1d.analysis.metrics import caption_belief
+    from hooked_clip1d.settings import TrainConfig
+    from hooked_clip1d.training.run_config import RunConfig
+
+    model = _model()
+    images, captions = model.vision.to_tokens(IMAGES[:2]), model.text.to_tokens(CAPTIONS[:2])
+    with pytest.raises(ValueError, match="captioning model's decoder"):
+        model.text(captions)
+    with pytest.raises(ValueError, match="captioning model's decoder"):
+        model.text.run_with_cache(captions)
+    with pytest.raises(ValueError, match="captioning model"):  # its temperature or its decoder, whichever first
+        caption_belief(model, images, captions)
+    for what in (lambda: model.project_text(torch.zeros(1, 32)), model.temperature_scale):
+        with pytest.raises(ValueError, match="has no text embedding, projection or temperature"):
+            what()
+    cfg = CLIPConfig.from_preset("simplified", n_labels=8, objective="captioning")  # from_preset takes it too
+    assert cfg.objective == "captioning"
+    with pytest.raises(ValueError, match="needs a causal text tower"):
+        CLIPConfig.from_preset(
+            "simplified", n_labels=8, objective="captioning", text_overrides={"attention_dir": "bidirectional"}
+        )
+    with pytest.raises(ValueError, match="has no temperature"):
+        RunConfig(cfg, DataConfig(n_labels=8), TrainConfig(fixed_temperature=100.0))
+
+
+@torch.no_grad()
+def test_the_forward_caches_every_pair_and_its_hooks_act():
+    """``model(images, captions)`` decodes every (image, caption) pair in one pass (row i * n_captions + j), so a
+    cache holds them all; a hook on ``hook_image_embed`` (the CLS output the prefix maps) changes the scores, and a
+    head hook the forward never reaches is refused instead of doing nothing."""
+    model = _model()
+    images, captions = model.vision.to_tokens(IMAGES), model.text.to_tokens(CAPTIONS)
+    monkeypatch_rows = captioning.SCORE_ROWS
+    captioning.SCORE_ROWS = 2  # chunking would split these 12 pairs: the forward does not chunk
+    try:
+        scores, cache = model.run_with_cache(images, captions)
+    finally:
+        captioning.SCORE_ROWS = monkeypatch_rows
+    assert cache["text.hook_embed"].shape == (12, 4, 32) and scores.shape == (3, 4)
+    assert torch.equal(cache["text.hook_embed"][4 * 2 + 1, 1:], model.text.embed(captions[1:2])[0, :3])
+    zeroed = model.run_with_hooks(images, captions, fwd_hooks=[("hook_image_embed", lambda x, hook: x * 0)])
+    assert not torch.equal(zeroed, scores) and torch.allclose(zeroed[0], zeroed[1])  # every image reads the same
+    with pytest.raises(ValueError, match="never reaches 'hook_text_embed'"):
+        model.run_with_hooks(images, captions, fwd_hooks=[("hook_text_embed", lambda x, hook: x)])

@@ -37,6 +37,7 @@ from jaxtyping import Float, Int
 
 CLIP1D = Any  # a model.clip.CLIP1D (not imported: clip imports this module for its forward and loss)
 
+HEAD_HOOKS = ("hook_image_embed", "hook_logits")  # the head's hook points a captioning forward reaches
 SCORE_ROWS = 50_000  # image-caption pairs decoded at once by caption_scores (~100 MB of residuals for d_text 128)
 
 
@@ -46,6 +47,15 @@ def check_captioning(model: CLIP1D, what: str = "this") -> None:
         raise ValueError(
             f"{what} needs a captioning model (CLIPConfig.objective='captioning'); this one is "
             f"{model.cfg.objective!r}: score its captions with model(images, captions) (CLIP's logits)"
+        )
+
+
+def check_contrastive(model: CLIP1D, what: str) -> None:
+    """Raise ``ValueError`` if ``model`` is a captioning model: ``what`` needs CLIP's text embedding or temperature."""
+    if model.cfg.objective != "contrastive":
+        raise ValueError(
+            f"{what}: a {model.cfg.objective} model has no text embedding, projection or temperature (its text tower "
+            "is a decoder, model.captioning); score captions with model(images, captions) or caption_scores"
         )
 
 
@@ -69,9 +79,10 @@ def token_log_likelihoods(
 def image_prefix(
     model: CLIP1D, images: Int[torch.Tensor, "batch pos"], validate: bool = True
 ) -> Float[torch.Tensor, "batch d_text"]:
-    """What the decoder's position 0 reads: the vision CLS output mapped by ``W_prefix``."""
+    """What the decoder's position 0 reads: the vision CLS output (through ``hook_image_embed``, as in a contrastive
+    model) mapped by ``W_prefix``."""
     check_captioning(model, "image_prefix")
-    return model.vision(images, validate=validate) @ model.W_prefix
+    return model.hook_image_embed(model.vision(images, validate=validate)) @ model.W_prefix
 
 
 def caption_loss(
@@ -97,16 +108,18 @@ def caption_scores(
     images: Int[torch.Tensor, "n_images pos"],
     captions: Int[torch.Tensor, "n_texts 4"],
     validate: bool = True,
+    chunk: bool = True,
 ) -> Float[torch.Tensor, "n_images n_texts"]:
     """Every caption's log-likelihood given every image (the sum over its four tokens): the captioning model's
-    counterpart of CLIP's logits. The vision tower runs once per image; the decoder once per pair, in chunks of
-    ``SCORE_ROWS`` pairs."""
+    counterpart of CLIP's logits. The vision tower runs once per image; the decoder once per pair (row ``i * n_texts
+    + j`` is image i with caption j), in chunks of ``SCORE_ROWS`` pairs, or in one pass with ``chunk=False`` (what
+    ``model(images, captions)`` does, so that a cache holds every pair's text activations)."""
     check_captioning(model, "caption_scores")
     if validate:
         model.text.validate_tokens(captions)
     prefix = image_prefix(model, images, validate)
     n_img, n_cap = prefix.shape[0], captions.shape[0]
-    step = max(1, SCORE_ROWS // max(n_cap, 1))
+    step = max(1, SCORE_ROWS // max(n_cap, 1)) if chunk else max(n_img, 1)
     rows = []
     for i in range(0, n_img, step):
         p = prefix[i : i + step]

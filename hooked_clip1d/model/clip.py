@@ -72,6 +72,11 @@ class CLIPConfig:
             )
         if self.objective not in OBJECTIVES:
             raise ValueError(f"CLIPConfig.objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
+        if self.objective == "captioning" and self.text.attention_dir != "causal":  # a position would see its target
+            raise ValueError(
+                "CLIPConfig(objective='captioning') needs a causal text tower (text.attention_dir='causal'): a "
+                f"decoder position must not see the token it predicts, got {self.text.attention_dir!r}"
+            )
         for name in ("init_logit_scale", "max_logit_scale"):
             v = getattr(self, name)
             if not is_real(v):  # NaN gave NaN logits; "4.6" a string compared later
@@ -108,7 +113,7 @@ class CLIPConfig:
         """
         v_over = dict(shared.pop("vision_overrides", {}))
         t_over = shared.pop("text_overrides", {})
-        head = {k: shared.pop(k) for k in ("init_logit_scale", "max_logit_scale") if k in shared}  # the CLIP head's
+        head = {k: shared.pop(k) for k in ("init_logit_scale", "max_logit_scale", "objective") if k in shared}
         given = {**shared, **v_over}
         if is_int(given.get("d_image")) and "n_ctx" not in given:
             v_over["n_ctx"] = given["d_image"] + 1  # the vision tower's length follows the image's
@@ -166,6 +171,9 @@ class CLIP1D(nn.Module):
             d_voc = cfg.text.d_vocab
             self.W_prefix = nn.Parameter(torch.randn(d_v, d_t, generator=gen, dtype=cfg.text.dtype) / math.sqrt(d_v))
             self.W_U = nn.Parameter(torch.randn(d_t, d_voc, generator=gen, dtype=cfg.text.dtype) / math.sqrt(d_t))
+            self.text.needs_prefix = (
+                True  # a run on captions alone (no image) is refused: text analyses would misread it
+            )
         # the CLIP head's own hook points (the towers keep theirs, under "vision." / "text." in CLIP1D's verbs)
         self.hook_image_embed = HookPoint()  # [n_images, d_embed]: vision CLS output (not normalised)
         self.hook_text_embed = HookPoint()  # [n_texts, d_embed]: projected text EOT output (not normalised)
@@ -202,17 +210,14 @@ class CLIP1D(nn.Module):
 
     def project_text(self, pooled: Float[torch.Tensor, "batch d_text"]) -> Float[torch.Tensor, "batch d_embed"]:
         """Apply the text projection to text-tower outputs (for metrics on ``model.text`` runs)."""
+        captioning.check_contrastive(self, "project_text")
         return pooled @ self.W_proj
 
     def encode_text(
         self, captions: Int[torch.Tensor, "batch 4"], validate: bool = True
     ) -> Float[torch.Tensor, "batch d_embed"]:
         """Text representation (projected EOT output), not normalised. A captioning model has none (refused)."""
-        if self.cfg.objective != "contrastive":
-            raise ValueError(
-                f"encode_text: a {self.cfg.objective} model has no text embedding (its text tower is a decoder); "
-                "score captions with model(images, captions) or model.captioning.caption_scores"
-            )
+        captioning.check_contrastive(self, "encode_text")
         return self.project_text(self.text(captions, validate=validate))
 
     @staticmethod
@@ -229,7 +234,8 @@ class CLIP1D(nn.Module):
         return self.cosine(self.encode_image(images), self.encode_text(captions))
 
     def temperature_scale(self) -> torch.Tensor:
-        """``exp(logit_scale)`` clamped at ``exp(max_logit_scale)``."""
+        """``exp(logit_scale)`` clamped at ``exp(max_logit_scale)`` (a captioning model has no temperature)."""
+        captioning.check_contrastive(self, "temperature_scale")
         return functional.temperature(self.logit_scale, self.cfg.max_logit_scale)
 
     def forward(
@@ -252,7 +258,7 @@ class CLIP1D(nn.Module):
         if self.cfg.objective == "captioning":  # log-likelihoods in the logits' place; the captioning loss
             if return_type == "loss":
                 return captioning.caption_loss(self, images, captions, validate)
-            scores = self.hook_logits(captioning.caption_scores(self, images, captions, validate))
+            scores = self.hook_logits(captioning.caption_scores(self, images, captions, validate, chunk=False))
             return scores if return_type == "logits" else None
         if validate and return_type == "loss" and images.shape[0] != captions.shape[0]:
             raise ValueError(
@@ -306,7 +312,9 @@ class CLIP1D(nn.Module):
         return [
             *(f"vision.{n}" for n in self.vision.hook_names()),
             *(f"text.{n}" for n in self.text.hook_names()),
-            *HEAD_HOOKS,
+            *(
+                HEAD_HOOKS if self.cfg.objective == "contrastive" else captioning.HEAD_HOOKS
+            ),  # the ones its forward reaches
         ]
 
     def _route(self, hooks: Any, what: str) -> tuple[list, list, list]:
@@ -323,6 +331,11 @@ class CLIP1D(nn.Module):
             elif name.startswith("text."):
                 t.append((name.removeprefix("text."), fn))
             elif name in HEAD_HOOKS:
+                if self.cfg.objective == "captioning" and name not in captioning.HEAD_HOOKS:
+                    raise ValueError(
+                        f"a captioning model's forward never reaches {name!r} (it has no text embedding or cosine); "
+                        f"its head hooks are {list(captioning.HEAD_HOOKS)} (model.captioning)"
+                    )
                 h.append((name, fn))
             else:
                 raise KeyError(

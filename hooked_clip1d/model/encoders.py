@@ -46,6 +46,7 @@ class HookedEncoder(TLConveniences):
     readout; the TransformerLens conveniences come from ``TLConveniences``."""
 
     cfg: EncoderConfig
+    needs_prefix = False  # a captioning decoder (model.captioning) runs only with its image prefix
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
@@ -100,6 +101,12 @@ class HookedEncoder(TLConveniences):
             raise ValueError(
                 f"{type(self).__name__}: unknown return_type {return_type!r}; use one of {list(RETURN_TYPES)} "
                 "(a tower returns its pooled readout or its residual; CLIP1D returns logits or the loss)"
+            )
+        if self.needs_prefix and prefix is None:
+            raise ValueError(
+                f"{type(self).__name__}: this is a captioning model's decoder (CLIPConfig.objective='captioning'): it "
+                "reads the image through its prefix, so a run on captions alone means nothing; score captions with "
+                "model(images, captions) (model.captioning); text-tower analyses are for contrastive models"
             )
         if isinstance(tokens, str | list):  # TransformerLens style: a readable input (or a list of them)
             tokens = self.to_tokens(tokens)

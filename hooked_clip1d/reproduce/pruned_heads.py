@@ -306,7 +306,7 @@ def _check_retrained_run(
     recipe = ("lr", "weight_decay", "no_decay", "frozen", "qk_bias_decay_scale", "optimizer", "lr_schedule")
     recipe += ("warmup_epochs", "fixed_temperature", "negatives", "betas", "eps", "batch_size", "epochs", "seed")
     problems = [f"vision heads pruned {got.cfg.vision.pruned_heads}"] if got.cfg.vision.pruned_heads != pruned else []
-    model_fields = ("vision", "text", "init_logit_scale", "max_logit_scale")
+    model_fields = ("vision", "text", "init_logit_scale", "max_logit_scale", "objective")
     problems += [f"model {k}" for k in model_fields if getattr(cfg, k) != getattr(parent.cfg, k)]
     problems += ["data config"] if got.data_config != parent.data_config else []
     problems += [f"train {k} {getattr(tc, k)!r}" for k in recipe if getattr(tc, k) != getattr(want, k)]

@@ -83,6 +83,11 @@ class RunConfig:
         if self.model.vision.d_image != self.data.d_image:
             raise ValueError(f"model d_image={self.model.vision.d_image} but data d_image={self.data.d_image}")
         temp = self.train.fixed_temperature
+        if temp is not None and self.model.objective != "contrastive":  # held on a parameter nothing reads
+            raise ValueError(
+                f"TrainConfig.fixed_temperature={temp}: a {self.model.objective} model has no temperature "
+                "(model.captioning); leave it None"
+            )
         if temp is not None and math.log(temp) > self.model.max_logit_scale + 1e-9:
             raise ValueError(
                 f"TrainConfig.fixed_temperature={temp} is above the model's clamp exp(max_logit_scale) = "

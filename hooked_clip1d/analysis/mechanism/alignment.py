@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float
 
+from hooked_clip1d.model.captioning import check_contrastive
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.settings.checks import check_int, check_label_list
 
@@ -199,6 +200,7 @@ def embedding_alignment(
     V = model.vision.W_E[1 : n + 1].detach().float().cpu()  # label i at row i - 1 (same ids in both towers)
     T = model.text.W_E[1 : n + 1].detach().float().cpu()
     if project_text:
+        check_contrastive(model, "embedding_alignment(project_text=True)")
         T = T @ model.W_proj.detach().float().cpu()
     fit_idx, test_idx = torch.tensor(fit) - 1, torch.tensor(test) - 1
     if center:

@@ -32,6 +32,7 @@ import torch
 
 from hooked_clip1d.analysis.metrics import check_model
 from hooked_clip1d.data.dataset import Dataset, EpochPermutations
+from hooked_clip1d.model.captioning import check_contrastive
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.model.functional import NEGATIVES, same_caption
 from hooked_clip1d.model.modes import eval_mode
@@ -118,6 +119,7 @@ def caption_split(
     if negatives not in NEGATIVES:
         raise ValueError(f"caption_split: negatives must be one of {list(NEGATIVES)}, got {negatives!r}")
     check_model(model)
+    check_contrastive(model, "caption_split (the contrastive loss's split)")
     epoch = check_int(epoch, "caption_split: epoch (0-based)", minimum=0)
     images, captions = dataset.training_pairs()
     bs = dataset.config.batch_size if batch_size is None else check_int(batch_size, "caption_split: batch_size", 2)

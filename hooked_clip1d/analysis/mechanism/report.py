@@ -438,7 +438,7 @@ def mechanism_report(model: CLIP1D, dataset: Dataset | None = None) -> dict[str,
         "cls_cos": torch.nn.functional.cosine_similarity(e, p, dim=0).item(),
         "kp_spearman": spearman_position(kp).tolist(),
         "kp_std": kp.std(-1, unbiased=False).tolist(),
-        "temperature": model.temperature_scale().item(),
+        "temperature": model.temperature_scale().item() if model.cfg.objective == "contrastive" else None,
     }
     return _round(report)
 
