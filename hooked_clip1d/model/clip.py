@@ -171,9 +171,8 @@ class CLIP1D(nn.Module):
             d_voc = cfg.text.d_vocab
             self.W_prefix = nn.Parameter(torch.randn(d_v, d_t, generator=gen, dtype=cfg.text.dtype) / math.sqrt(d_v))
             self.W_U = nn.Parameter(torch.randn(d_t, d_voc, generator=gen, dtype=cfg.text.dtype) / math.sqrt(d_t))
-            self.text.needs_prefix = (
-                True  # a run on captions alone (no image) is refused: text analyses would misread it
-            )
+            # a run of the decoder on captions alone (no image) is refused: text analyses would misread it
+            self.text.needs_prefix = True
         # the CLIP head's own hook points (the towers keep theirs, under "vision." / "text." in CLIP1D's verbs)
         self.hook_image_embed = HookPoint()  # [n_images, d_embed]: vision CLS output (not normalised)
         self.hook_text_embed = HookPoint()  # [n_texts, d_embed]: projected text EOT output (not normalised)
@@ -312,10 +311,18 @@ class CLIP1D(nn.Module):
         return [
             *(f"vision.{n}" for n in self.vision.hook_names()),
             *(f"text.{n}" for n in self.text.hook_names()),
-            *(
-                HEAD_HOOKS if self.cfg.objective == "contrastive" else captioning.HEAD_HOOKS
-            ),  # the ones its forward reaches
+            *self.head_hooks(),
         ]
+
+    def head_hooks(self) -> tuple[str, ...]:
+        """The head's hook points this model's forward reaches (a captioning model's: ``captioning.HEAD_HOOKS``).
+
+        Example:
+            >>> cfg = CLIPConfig.from_preset("simplified", n_labels=5, objective="captioning")
+            >>> CLIP1D(cfg, seed=0).head_hooks()
+            ('hook_image_embed', 'hook_logits')
+        """
+        return HEAD_HOOKS if self.cfg.objective == "contrastive" else captioning.HEAD_HOOKS
 
     def _route(self, hooks: Any, what: str) -> tuple[list, list, list]:
         """Split ``[(name, fn), ...]`` by owner: vision tower, text tower, head (names without the tower prefix)."""
@@ -331,7 +338,7 @@ class CLIP1D(nn.Module):
             elif name.startswith("text."):
                 t.append((name.removeprefix("text."), fn))
             elif name in HEAD_HOOKS:
-                if self.cfg.objective == "captioning" and name not in captioning.HEAD_HOOKS:
+                if name not in self.head_hooks():
                     raise ValueError(
                         f"a captioning model's forward never reaches {name!r} (it has no text embedding or cosine); "
                         f"its head hooks are {list(captioning.HEAD_HOOKS)} (model.captioning)"
