@@ -186,18 +186,14 @@ def test_a_captioning_model_refuses_what_would_misread_it():
 
 
 @torch.no_grad()
-def test_the_forward_caches_every_pair_and_its_hooks_act():
+def test_the_forward_caches_every_pair_and_its_hooks_act(monkeypatch):
     """``model(images, captions)`` decodes every (image, caption) pair in one pass (row i * n_captions + j), so a
     cache holds them all; a hook on ``hook_image_embed`` (the CLS output the prefix maps) changes the scores, and a
     head hook the forward never reaches is refused instead of doing nothing."""
     model = _model()
     images, captions = model.vision.to_tokens(IMAGES), model.text.to_tokens(CAPTIONS)
-    monkeypatch_rows = captioning.SCORE_ROWS
-    captioning.SCORE_ROWS = 2  # chunking would split these 12 pairs: the forward does not chunk
-    try:
-        scores, cache = model.run_with_cache(images, captions)
-    finally:
-        captioning.SCORE_ROWS = monkeypatch_rows
+    monkeypatch.setattr(captioning, "SCORE_ROWS", 2)  # chunking would split these 12 pairs: the forward does not chunk
+    scores, cache = model.run_with_cache(images, captions)
     assert cache["text.hook_embed"].shape == (12, 4, 32) and scores.shape == (3, 4)
     assert torch.equal(cache["text.hook_embed"][4 * 2 + 1, 1:], model.text.embed(captions[1:2])[0, :3])
     zeroed = model.run_with_hooks(images, captions, fwd_hooks=[("hook_image_embed", lambda x, hook: x * 0)])

@@ -51,7 +51,16 @@ def check_captioning(model: CLIP1D, what: str = "this") -> None:
 
 
 def check_contrastive(model: CLIP1D, what: str) -> None:
-    """Raise ``ValueError`` if ``model`` is a captioning model: ``what`` needs CLIP's text embedding or temperature."""
+    """Raise ``ValueError`` if ``model`` is a captioning model: ``what`` needs CLIP's text embedding or temperature.
+
+    Example:
+        >>> from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
+        >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, objective="captioning"), seed=0)
+        >>> check_contrastive(m, "my_analysis")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: my_analysis: a captioning model has no text embedding, projection or temperature ...
+    """
     if model.cfg.objective != "contrastive":
         raise ValueError(
             f"{what}: a {model.cfg.objective} model has no text embedding, projection or temperature (its text tower "

@@ -103,8 +103,8 @@ class CLIPConfig:
         """Both towers from named presets (``"full"``/``"simplified"``); ``text`` defaults to ``vision``.
 
         Keyword overrides apply to both towers; use ``vision_overrides=`` / ``text_overrides=`` dicts for one.
-        ``init_logit_scale`` / ``max_logit_scale`` set the CLIP head's; ``d_image`` alone sets the vision tower's
-        ``n_ctx`` too (CLS + pixels).
+        ``init_logit_scale`` / ``max_logit_scale`` set the CLIP head's, ``objective`` what the text side is trained
+        to do (``model.captioning``); ``d_image`` alone sets the vision tower's ``n_ctx`` too (CLS + pixels).
 
         Example:
             >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_image=5, init_logit_scale=1.0)
