@@ -78,8 +78,8 @@ def caption_similarity(
     given every image of ``split`` (``model.captioning.caption_scores``), with the hooks on (the model in eval
     mode). A non-finite score is an error."""
     check_eval(model, "caption_similarity")
-    images = dataset.splits[split].images.to(model.W_proj.device)
-    caps = dataset.captions.to(model.W_proj.device)
+    images = dataset.splits[split].images.to(model.W_U.device)
+    caps = dataset.captions.to(model.W_U.device)
     with model.vision.hooks(fwd_hooks=list(vision_hooks)), model.text.hooks(fwd_hooks=list(text_hooks)):
         sim = caption_scores(model, images, caps)
     if not torch.isfinite(sim).all():

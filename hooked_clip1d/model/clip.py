@@ -287,11 +287,9 @@ class CLIP1D(nn.Module):
         ``"shared"`` (multi-positive); see ``functional.symmetric_ce``. A captioning model's loss has no negatives:
         ``negatives`` changes nothing there (``model.captioning``).
         """
+        if negatives not in functional.NEGATIVES:  # checked for either objective: a typo is an error in both
+            raise ValueError(f"CLIP1D.loss: negatives must be one of {list(functional.NEGATIVES)}, got {negatives!r}")
         if self.cfg.objective == "captioning":
-            if negatives not in functional.NEGATIVES:
-                raise ValueError(
-                    f"CLIP1D.loss: negatives must be one of {list(functional.NEGATIVES)}, got {negatives!r}"
-                )
             return captioning.caption_loss(self, images, captions, validate)
         if validate and images.shape[0] != captions.shape[0]:
             raise ValueError(
@@ -300,8 +298,6 @@ class CLIP1D(nn.Module):
             )
         if negatives == "all":
             return self(images, captions, validate, return_type="loss")
-        if negatives not in functional.NEGATIVES:
-            raise ValueError(f"CLIP1D.loss: negatives must be one of {list(functional.NEGATIVES)}, got {negatives!r}")
         logits = self(images, captions, validate, return_type="logits")
         return clip_loss(logits, captions, negatives)
 

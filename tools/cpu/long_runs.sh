@@ -192,17 +192,17 @@ case "${1:-}" in
         refused=1; continue
       fi
       lane_script "$name" "$items" >"$LOGS/$name.sh.new" || { echo "$name: not started (bad lane item)" >&2; exit 2; }
-      todo+=("$name")
+      todo+=("$name|$items")
     done
     if [ -n "$refused" ]; then  # no lane starts while one is refused: fix the worktree, then start them together
-      for name in "${todo[@]}"; do rm -f "$LOGS/$name.sh.new"; done
+      for lane in "${todo[@]}"; do rm -f "$LOGS/${lane%%|*}.sh.new"; done
       echo "nothing started" >&2; exit 2
     fi
-    for name in "${todo[@]}"; do
+    for lane in "${todo[@]}"; do
+      IFS='|' read -r name items <<<"$lane"
       mv "$LOGS/$name.sh.new" "$LOGS/$name.sh"
       nohup setsid bash "$LOGS/$name.sh" >>"$LOGS/$name.log" 2>&1 &
-      echo "$name: started ($(printf '%s\n' "${LANES[@]}" | grep "^$name|" | cut -d'|' -f2)) from" \
-        "$(git -C "$HOME/wt-$name" rev-parse --short HEAD); log $LOGS/$name.log"
+      echo "$name: started ($items) from $(git -C "$HOME/wt-$name" rev-parse --short HEAD); log $LOGS/$name.log"
     done ;;
   status)
     for lane in "${LANES[@]}"; do
