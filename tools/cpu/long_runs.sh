@@ -49,6 +49,13 @@
 #          (above); then Fig. 3's cells. x21 moved first on 2026-12-02 (session 46): Fig. 10 waits on w = 0.5, last on
 #          the lane either way, so x21 first reads sooner at no cost to Fig. 10; and the lane's worktree (8885c25)
 #          predated x21's spec, so the lane was moved to a commit with it (no training code changed between them).
+#   NEW MACHINE 2026-12-02 (session 47: an Intel Xeon with AVX-512 and AMX, 2 cores; every run of sessions 39-46 lost
+#          with the old machine, the shipped models untouched): restarted from 0 in the order that resolves issue 48
+#          first. Lane 2: Fig. 4a's g000 (~5 h), then the full model at protocol (~11 h; here another model than the
+#          shipped one, trained only for Fig. 10's and Fig. 3's adopt=, never shipped: ship_full.sh is not run), then
+#          Fig. 10 and Fig. 3 as before. Lane 3: Fig. 4a's g002 and g001 (~2.5 h), then x21 (~3-5 h), then as before.
+#          `start` writes Fig. 10's and Fig. 3's one-run plans into a new sweep folder (ONE_RUN_PLANS,
+#          tools/cpu/one_run_plan.py) before any lane starts, so the items name the same groups on every machine.
 #   `+compile` after an item torch.compiles its step, `+threadsN` gives it N torch threads (execution settings: a run
 #   resumes under any of them). The full model trains at ~11.4 steps/s on one thread, ~16.7 on two (both cores, beside
 #   light work; 2026-12-01, epochs 1,400-1,500 and 1,600-1,700): two only while no other lane runs.
@@ -95,10 +102,11 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane2|full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig4a-distinct:g000-f29865fe+compile fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile adopt=full-protocol,fig3 fig3:g011-01f2e004+compile fig3:g009-032b7c49+compile fig3:g005-ed6b9289+compile fig3:g003-0cfd3c8a+compile fig3:g001-195a8f2b+compile"
+  "lane2|fig4a-distinct:g000-f29865fe+compile full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile adopt=full-protocol,fig3 fig3:g011-01f2e004+compile fig3:g009-032b7c49+compile fig3:g005-ed6b9289+compile fig3:g003-0cfd3c8a+compile fig3:g001-195a8f2b+compile"
   "lane1|rope-oscillation:g000-82678147 rope-oscillation:g001-3041c4dc"
-  "lane3|rope-interaction:g000-794647c3 fig4a-distinct:g001-63ba4d67+compile fig4a-distinct:g002-2acfce02+compile fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
+  "lane3|fig4a-distinct:g002-2acfce02+compile fig4a-distinct:g001-63ba4d67+compile rope-interaction:g000-794647c3 fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
 )
+ONE_RUN_PLANS="fig10 fig3"  # sweeps trained one run a group on this CPU (the folder's plan.json written before its start)
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
 FIG22_DIR="$SWEEPS/fig22-retrain-control"  # its runs (pruned_heads.FIG22_CONTROL_RETRAIN under the sweeps root)
 
@@ -168,6 +176,9 @@ case "${1:-}" in
   start)
     [ -x "$VENV/bin/hooked-clip1d" ] || { echo "no $VENV/bin/hooked-clip1d: make the venv as the README says" >&2; exit 2; }
     mkdir -p "$SWEEPS" "$LOGS"
+    for spec in $ONE_RUN_PLANS; do  # a new folder only; one with a plan keeps it (the runner's groups resume)
+      "$VENV/bin/python" "$REPO/tools/cpu/one_run_plan.py" "$REPO/hooked_clip1d/sweeps/$spec.toml" "$SWEEPS/$spec" >/dev/null
+    done
     shift
     for want in "$@"; do  # a lane named that LANES does not have: an error before anything starts
       printf '%s\n' "${LANES[@]}" | cut -d'|' -f1 | grep -qxF -- "$want" || { echo "no lane $want in LANES" >&2; exit 2; }
