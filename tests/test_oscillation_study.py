@@ -174,7 +174,8 @@ def test_a_non_finite_temperature_and_a_doubled_run_are_errors(tmp_path):
 
 
 def test_the_cpu_queue_trains_the_study_plans_groups():
-    """tools/cpu/long_runs.sh names the rope-oscillation groups by the plan's names (a renamed spec changes them)."""
+    """tools/cpu/long_runs.sh names the rope-oscillation groups by the plan's names (a renamed spec changes them), or,
+    once the study was read (2026-12-01), none: a lane left in the queue retrains it on a new machine (2026-12-02)."""
     import re
 
     from hooked_clip1d.sweeps.runner import _saved_plan, load_spec
@@ -185,4 +186,4 @@ def test_the_cpu_queue_trains_the_study_plans_groups():
     queued = [g for lane in lanes for g in re.findall(r"\brope-oscillation:(g\d{3}-[0-9a-f]{8})\b", lane)]
     spec = load_spec(SPECS_DIR / "rope-oscillation.toml")
     plan = [g for g, _ in _saved_plan(Path("/nonexistent"), spec.runs, spec.run["max_group_size"])]
-    assert sorted(queued) == sorted(plan) and len(spec.runs) == len(ARMS) * len(DECIDING_SEEDS)
+    assert sorted(queued) in (sorted(plan), []) and len(spec.runs) == len(ARMS) * len(DECIDING_SEEDS)

@@ -187,3 +187,31 @@ def test_the_cpu_shipping_scripts_parse_and_name_shipped_models():
         assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0, script.name
         names = re.findall(r"export \"\$RUN\" --name (\S+)", script.read_text())
         assert names and set(names) <= set(list_pretrained()), (script.name, names)
+
+
+def test_a_new_machine_gets_the_one_run_plans_the_lanes_name(tmp_path):
+    """2026-12-02 (a new machine, every run lost): `long_runs.sh start` writes Fig. 10's and Fig. 3's plans as one-run
+    groups into a new sweep folder (tools/cpu/one_run_plan.py) before any lane starts; without it the runner would
+    plan them batched and every lane item would name a group that is not in the plan. The names are those the lanes
+    list, a folder with a plan keeps it, and the script's ONE_RUN_PLANS are this test's."""
+    import importlib.util
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "tools/cpu/long_runs.sh").read_text()
+    assert re.search(r'^ONE_RUN_PLANS="([\w ]+)"', text, flags=re.M).group(1).split() == list(ONE_RUN_PLANS)
+    spec_file = importlib.util.spec_from_file_location("one_run_plan", root / "tools/cpu/one_run_plan.py")
+    tool = importlib.util.module_from_spec(spec_file)
+    spec_file.loader.exec_module(tool)
+    lanes = " ".join(re.findall(r'^  "lane\d+\|([^"]*)"$', text, flags=re.M))
+    for name in ONE_RUN_PLANS:
+        out = tmp_path / name
+        written = tool.write_plan(root / "hooked_clip1d/sweeps" / f"{name}.toml", out)
+        plan = json.loads((out / "plan.json").read_text())
+        assert [len(runs) for _, runs in plan] == [1] * len(plan) and len(written) == len(plan)
+        queued = set(re.findall(rf"\b{name}:(g\d{{3}}-[0-9a-f]{{8}})\b", lanes))
+        adopted = {g for g, (run,) in plan if run in ADOPTED[name]}
+        assert queued == {g for g, _ in plan} - adopted, name
+        assert tool.write_plan(root / "hooked_clip1d/sweeps" / f"{name}.toml", out) == []  # kept as it was

@@ -37,8 +37,10 @@
 #          first on lane 2 and after x21 on lane 3: they read ~20 h sooner than behind Fig. 10, which they delay ~2.5 h
 #          (lane 3, with g001 and g002 before its w = 0.05 and 0.5 runs, sets Fig. 10's end: ~28 h of running from
 #          2026-12-02 02:00 against ~26 h for lane 2).
-#   lane1: the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in docs/fidelity.md): its two
-#          batched groups (8 and 7 runs) in turn, ~65 steps/s each on one core (650,000 steps, ~2.75 h a group).
+#   lane1 (DONE and read 2026-12-01, record x19; out of LANES since 2026-12-02, when `start` on a new machine began to
+#          retrain it): the RoPE oscillation study (rope-oscillation.toml, pre-registered 2026-12-01 in
+#          docs/fidelity.md): its two batched groups (8 and 7 runs) in turn, ~65 steps/s each on one core (650,000
+#          steps, ~2.75 h a group).
 #          Added 2026-12-01 (session 43) while lane 2 still trained (wt-lane1 was moved to a commit with the spec).
 #          From 2026-12-01 17:20 lane 2 trains on one thread beside lane 1: two lanes of one core each make more
 #          progress than one lane of two threads (~11.4 steps/s and a group's whole core, against ~16.5 steps/s).
@@ -103,7 +105,6 @@ SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
   "lane2|fig4a-distinct:g000-f29865fe+compile full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile adopt=full-protocol,fig3 fig3:g011-01f2e004+compile fig3:g009-032b7c49+compile fig3:g005-ed6b9289+compile fig3:g003-0cfd3c8a+compile fig3:g001-195a8f2b+compile"
-  "lane1|rope-oscillation:g000-82678147 rope-oscillation:g001-3041c4dc"
   "lane3|fig4a-distinct:g002-2acfce02+compile fig4a-distinct:g001-63ba4d67+compile rope-interaction:g000-794647c3 fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
 )
 ONE_RUN_PLANS="fig10 fig3"  # sweeps trained one run a group on this CPU (the folder's plan.json written before its start)
