@@ -200,3 +200,41 @@ def test_the_forward_caches_every_pair_and_its_hooks_act(monkeypatch):
     assert not torch.equal(zeroed, scores) and torch.allclose(zeroed[0], zeroed[1])  # every image reads the same
     with pytest.raises(ValueError, match="never reaches 'hook_text_embed'"):
         model.run_with_hooks(images, captions, fwd_hooks=[("hook_text_embed", lambda x, hook: x)])
+
+
+def test_a_sweep_trains_captioners_alone_with_the_single_run_trainer(tmp_path):
+    """A sweep spec may set ``objective = "captioning"`` (a grid axis too): each such run gets a group of its own,
+    trained by ``training.Trainer`` in the run's folder (its weights are ``train``'s for the same configs), the
+    contrastive runs of the same spec batched as before; a second call finds them finished; the batched engine's
+    execution settings and a step limit are refused by name, not ignored."""
+    from hooked_clip1d.sweeps.runner import plan_groups, run_sweep
+    from hooked_clip1d.sweeps.spec import load_spec
+    from hooked_clip1d.training.run_config import RunConfig
+    from hooked_clip1d.training.trainer import train
+
+    text = (
+        'name = "cap"\n[model]\npreset = "simplified"\nd_model = 16\nd_head = 4\nn_heads = 2\n'
+        "[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n[train]\nepochs = 2\nbatch_size = 16\n"
+        '[grid]\nobjective = ["captioning", "contrastive"]\nseed = [0, 1]\n'
+    )
+    spec_path = tmp_path / "cap.toml"
+    spec_path.write_text(text)
+    spec = load_spec(spec_path)
+    sizes = sorted((len(g), g[0].model_cfg.objective) for g in plan_groups(spec.runs, max_group_size=8))
+    assert sizes == [(1, "captioning"), (1, "captioning"), (2, "contrastive")]
+    rows = run_sweep(spec_path, tmp_path / "out", progress=False)
+    assert len(rows) == 4 and all((tmp_path / "out/runs" / r["run"] / "summary.json").exists() for r in rows)
+    (cap,) = [r for r in spec.runs if r.model_cfg.objective == "captioning" and r.train_cfg.seed == 1]
+    alone = train(RunConfig(cap.model_cfg, cap.data_cfg, cap.train_cfg), tmp_path / "alone", progress=False)
+    from hooked_clip1d.pretrained import load_model
+
+    swept = load_model(tmp_path / "out/runs" / cap.name)
+    for (name, a), b in zip(alone.model.state_dict().items(), swept.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert run_sweep(spec_path, tmp_path / "out", progress=False) == rows  # finished: nothing retrained
+    only = tmp_path / "only.toml"  # captioners alone: no batched group trains (or compiles) before the refusal
+    only.write_text(text.replace('"captioning", "contrastive"', '"captioning"'))
+    with pytest.raises(ValueError, match=r"compile apply to the batched engine only; this run is a captioning model"):
+        run_sweep(only, tmp_path / "out2", progress=False, compile=True)
+    with pytest.raises(ValueError, match=r"max_steps apply to the batched engine only"):
+        run_sweep(only, tmp_path / "out3", progress=False, max_steps=1)

@@ -55,7 +55,7 @@ TINY_SPEC = SPECS_DIR / "tiny.toml"
 _DATA_FIELDS = {f.name for f in dataclasses.fields(DataConfig)}
 _TRAIN_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
 _ENC_FIELDS = {f.name for f in dataclasses.fields(EncoderConfig) if f.init} - {"device"}
-_CLIP_FIELDS = {"init_logit_scale", "max_logit_scale"}
+_CLIP_FIELDS = {"init_logit_scale", "max_logit_scale", "objective"}  # CLIPConfig's own (the head's and the objective)
 _RUN_DEFAULTS: dict[str, Any] = {
     "max_group_size": 32,  # members per batched group
     "dropout_rng": "fast",  # "matched": each member's dropout masks equal Trainer's (slower)

@@ -32,6 +32,19 @@ _SCHEDULE_SHARED = field_names(TrainConfig, batched="schedule")
 _DATA_SIZE = field_names(DataConfig, batched="schedule")
 
 
+def needs_standard_engine(model_cfg: CLIPConfig) -> bool:
+    """Whether only the single-run trainer (``training.Trainer``) trains runs of ``model_cfg``: a captioning model
+    (``CLIPConfig.objective``, model.captioning), whose loss the batched engine does not implement. A sweep trains
+    each such run alone, in a group of its own, with that trainer (``sweeps.pool.run_group``).
+
+    Example:
+        >>> from hooked_clip1d.model.clip import CLIPConfig
+        >>> needs_standard_engine(CLIPConfig.from_preset("simplified", n_labels=6, objective="captioning"))
+        True
+    """
+    return model_cfg.objective != "contrastive"
+
+
 def group_key(model_cfg: CLIPConfig, data_cfg: DataConfig, train_cfg: TrainConfig) -> str:
     """A string equal for runs that can train in one batched group (same shapes and shared settings).
 
