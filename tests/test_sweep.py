@@ -441,3 +441,26 @@ def test_fig4a_distinct_is_fig4as_grid_under_the_default_recipe():
     assert {k: v for k, v in new.run.items() if k != "max_group_size"} == {
         k: v for k, v in old.run.items() if k != "max_group_size"
     }  # batching: 12 a group here, 32 there (the amendment of 2026-12-02 says what that changes)
+
+
+def test_the_captioning_study_is_x17s_b_prime_with_the_captioning_objective():
+    """The pre-registration of 2026-12-02 (docs/fidelity.md, x22): captioning.toml is x17's arm (b') run for run (the
+    same seeds, data, recipe and snapshots) but the objective and eval_every; each run is a group of its own (the
+    single-run trainer), planned in the grid's order, seeds 0-2 first."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from hooked_clip1d.sweeps.runner import plan_groups
+
+    root = Path(__file__).resolve().parents[1] / "hooked_clip1d/sweeps"
+    cap, neg = load_spec(root / "captioning.toml"), load_spec(root / "negatives.toml")
+    recipe = "cls-exempt-init002-temp-nodecay-distinct"  # x17's (b'), the default recipe
+    b_prime = {r.train_cfg.seed: r for r in neg.runs if r.params["recipe"] == recipe}
+    assert sorted(r.train_cfg.seed for r in cap.runs) == sorted(b_prime) == [0, 1, 2, 6, 7, 8]
+    for r in cap.runs:
+        b = b_prime[r.train_cfg.seed]
+        assert r.model_cfg.objective == "captioning" and replace(r.model_cfg, objective="contrastive") == b.model_cfg
+        assert r.data_cfg == b.data_cfg and r.params["recipe"] == b.params["recipe"]
+        t, tb = r.train_cfg.to_dict(), b.train_cfg.to_dict()
+        assert {k for k in t if t[k] != tb[k]} == {"eval_every"} and (t["eval_every"], t["epochs"]) == (500, 10_000)
+    assert [[r.train_cfg.seed for r in g] for g in plan_groups(cap.runs)] == [[0], [1], [2], [6], [7], [8]]
