@@ -26,8 +26,9 @@ The package, by module:
 - ``dynamics_studies``: the verdict studies x10-x13 (dynamics, fresh seeds, Fig. 4a at fixed steps, emergence);
   ``decay_studies``: x14 and x15, Fig. 13's share at equal decay exposure and over the weight decay;
   ``temperature_study``: x16; ``negatives_study``: x17, the false-negatives study; ``dissolution_study``: x18, why
-  the mechanism dissolves; ``oscillation_study``: x19, the RoPE model's oscillation; ``circuits``: circuit discovery
-  against the shipped ground truth.
+  the mechanism dissolves; ``oscillation_study``: x19, the RoPE model's oscillation; ``interaction_study``: x21, its
+  interaction; ``captioning_study``: x22, an autoregressive captioner (Open Question 4); ``circuits``: circuit
+  discovery against the shipped ground truth.
 - ``runner``: ``reproduce()``; it imports every figure module of the package (all but ``NOT_FIGURE_MODULES``), so
   ``FIGURES`` (``core``) holds every figure.
 

@@ -76,6 +76,19 @@ CHECK_TEXT |= {
 }
 
 
+def fig4c_split(p_left: Sequence[float], p_right: Sequence[float], bias: float = 0.6) -> bool:
+    """Fig. 4c's split (M2): >= 1 head with P(left) >= ``bias`` and >= 2 others with P(right) >= ``bias``, or the
+    mirror. ``p_left`` / ``p_right`` per head, as ``mechanism_report`` gives them (``heads.cls_object_bias``).
+
+    Example:
+        >>> fig4c_split([0.9, 0.7, 0.65, 0.1], [0.1, 0.3, 0.35, 0.8]), fig4c_split([0.9, 0.1], [0.1, 0.9])
+        (True, False)
+    """
+    left = sum(p >= bias for p in p_left)
+    right = sum(p >= bias for p in p_right)
+    return (left >= 1 and right >= 2) or (right >= 1 and left >= 2)
+
+
 def invariant_checks(report: dict[str, Any], split: str = PROBE) -> list[tuple[str, bool]]:
     """The restated checks M1-M4 (``INVARIANT_CHECKS``) and the secondary S1-S2 (``SECONDARY_CHECKS``) on one
     ``mechanism.mechanism_report`` (docs/fidelity.md, the temperature study's pre-registration).
@@ -94,12 +107,10 @@ def invariant_checks(report: dict[str, Any], split: str = PROBE) -> list[tuple[s
     ep = a["EP"][0]
     share = report["xwx_share"]
     rows = [abs(rho) >= 0.9 and std >= 0.1 for rho, std in zip(report["kp_spearman"], report["kp_std"], strict=True)]
-    left = [p >= 0.6 for p in report["p_left"]]
-    right = [p >= 0.6 for p in report["p_right"]]
     gen = base >= 0.8
     return [
         ("generalizes", gen),
-        ("fig4c_split", (sum(left) >= 1 and sum(right) >= 2) or (sum(right) >= 1 and sum(left) >= 2)),
+        ("fig4c_split", fig4c_split(report["p_left"], report["p_right"])),
         ("fig14_whole_query", sum(rows) >= 3),
         ("invariant_ablation", gen and 0.4 <= inv <= 0.6 and inv_ls >= 0.8),
         ("fig13_split", all(0.76 <= s <= 0.91 for s in share) and max(share) - min(share) >= 0.10),
@@ -141,13 +152,11 @@ def mechanism_at(row: Mapping[str, Any], std_floor: float = 0.1, bias: float = 0
         (False, True)
     """
     gen = row["probe"] >= 0.8
-    left = sum(p >= bias for p in row["p_left"])
-    right = sum(p >= bias for p in row["p_right"])
     rows = sum(abs(r) >= 0.9 and s >= std_floor for r, s in zip(row["kp_spearman"], row["kp_std"], strict=True))
     inv, inv_ls = row["invariant"]
     out = {
         "generalizes": gen,
-        "fig4c_split": (left >= 1 and right >= 2) or (right >= 1 and left >= 2),
+        "fig4c_split": fig4c_split(row["p_left"], row["p_right"], bias),
         "fig14_whole_query": rows >= 3,
         "invariant_ablation": gen and 0.4 <= inv <= 0.6 and inv_ls >= 0.8,
     }
@@ -173,14 +182,12 @@ def dynamics_checks(report: dict[str, Any], split: str = PROBE) -> list[tuple[st
     monotonic = [
         abs(rho) >= 0.9 and std >= 0.1 for rho, std in zip(report["ep_spearman"], report["row_std"]["EP"], strict=True)
     ]
-    left = [p >= 0.6 for p in report["p_left"]]
-    right = [p >= 0.6 for p in report["p_right"]]
     gen = base >= 0.8
     return [
         ("generalizes", gen),
         ("fig13_split", all(0.76 <= s <= 0.91 for s in share) and max(share) - min(share) >= 0.10),
         ("fig14_heads", sum(monotonic) >= 3),
-        ("fig4c_split", (sum(left) >= 1 and sum(right) >= 2) or (sum(right) >= 1 and sum(left) >= 2)),
+        ("fig4c_split", fig4c_split(report["p_left"], report["p_right"])),
         ("invariant_ablation", gen and 0.4 <= inv <= 0.6 and inv_ls >= 0.8),
     ]
 
