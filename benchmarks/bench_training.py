@@ -4,6 +4,8 @@ Implementations (each trains on the real training pairs of ``DataConfig(n_labels
 
 - ``plain``: ``plain_reference.py`` (one-file PyTorch model, ``AdamW(model.parameters())``, torch's default
   implementation), K = 1: the baseline of every ratio;
+- ``plain+captioning`` and ``trainer+captioning`` (``--captioning``): the same two on the captioning objective
+  (``plain_reference.PlainCaptioner``; ``CLIPConfig(objective="captioning")``), the latter's ratio against the former;
 - ``trainer``: the loop body of ``hooked_clip1d.training.trainer.Trainer.run`` (the single-model trainer), K = 1;
 - ``batched``: ``hooked_clip1d.training.batched.BatchedTrainer.run`` with K members (different seeds), fast dropout
   (masks drawn only where the loss reads them, a different random stream than ``Trainer``), fp32, eager;
@@ -156,8 +158,8 @@ def _batches(m: int, seed: int = 0):
         yield from torch.randperm(m, generator=gen).split(BATCH)
 
 
-def make_plain(preset: str, images, captions) -> Impl:
-    model, opt, step = plain_reference.make_trainer(preset, N_LABELS, seed=0)
+def make_plain(preset: str, images, captions, captioning: bool = False) -> Impl:
+    model, opt, step = plain_reference.make_trainer(preset, N_LABELS, seed=0, captioning=captioning)
     batches = _batches(len(images))
     b = next(batches)
     flops = counted_flops(lambda: model.loss(images[b], captions[b]))
@@ -169,15 +171,16 @@ def make_plain(preset: str, images, captions) -> Impl:
             loss = step(images[idx], captions[idx])
         loss.item()
 
-    return Impl("plain", 1, run, flops)
+    return Impl("plain+captioning" if captioning else "plain", 1, run, flops)
 
 
-def make_trainer(preset: str, images, captions, tmpdir: str) -> Impl:
+def make_trainer(preset: str, images, captions, tmpdir: str, captioning: bool = False) -> Impl:
+    objective = "captioning" if captioning else "contrastive"
     tr = Trainer(
-        CLIPConfig.from_preset(preset, n_labels=N_LABELS),
+        CLIPConfig.from_preset(preset, n_labels=N_LABELS, objective=objective),
         DataConfig(),
         TrainConfig(epochs=10**9),
-        Path(tmpdir) / f"trainer-{preset}",
+        Path(tmpdir) / f"trainer-{preset}-{objective}",
     )
     model, opt = tr.model, tr.opt
     model.train()
@@ -195,7 +198,7 @@ def make_trainer(preset: str, images, captions, tmpdir: str) -> Impl:
             opt.step()
         loss.item()
 
-    return Impl("trainer", 1, run, flops)
+    return Impl("trainer+captioning" if captioning else "trainer", 1, run, flops)
 
 
 def make_batched(
@@ -416,6 +419,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--no-trainer", action="store_true", help="skip the single-model Trainer row")
     ap.add_argument(
+        "--captioning",
+        action="store_true",
+        help="also time the captioning objective: plain_reference's PlainCaptioner and the Trainer on a captioning "
+        "model (their x plain is against plain+captioning in the same rounds)",
+    )
+    ap.add_argument(
         "--versions",
         type=lambda s: [r for r in s.split(",") if r],
         default=[],
@@ -484,17 +493,21 @@ def main(argv: list[str] | None = None) -> None:
             if args.bf16:
                 for K in sorted({min(ks[preset]), max(ks[preset])}):
                     impls.append(make_batched(preset, K, amp=True, name="batched+bf16"))
+            if args.captioning:
+                impls.append(make_plain(preset, images, captions, captioning=True))
+                impls.append(make_trainer(preset, images, captions, tmpdir, captioning=True))
             if args.vmap and preset == "simplified":
                 impls.append(make_vmap(preset, 8, images, captions))
             print(f"timing {preset}: {', '.join(f'{i.name} K={i.K}' for i in impls)}", flush=True)
             with contextlib.redirect_stderr(sys.stderr):
                 rates = bench(impls, args.rounds, args.seconds)
             raw[preset] = rates
-            plain = rates["plain|1"]
+            plain = rates["plain|1"]  # a captioning row's baseline is plain+captioning (the same objective)
             cfg = CLIPConfig.from_preset(preset, n_labels=N_LABELS)
             ref = step_flops(cfg, BATCH)
             for im in impls:
                 rs = rates[f"{im.name}|{im.K}"]
+                base = rates["plain+captioning|1"] if im.name.endswith("+captioning") else plain
                 sps = statistics.median(rs)
                 rows.append(
                     {
@@ -503,7 +516,7 @@ def main(argv: list[str] | None = None) -> None:
                         "K": im.K,
                         "model_steps_per_s": sps,
                         "rounds": rs,
-                        "x_plain": statistics.median(a / b for a, b in zip(rs, plain, strict=True)),
+                        "x_plain": statistics.median(a / b for a, b in zip(rs, base, strict=True)),
                         "ref_flops_per_model_step": ref,
                         "exec_flops_per_model_step": im.flops,
                         "ref_gflops": sps * ref / 1e9,

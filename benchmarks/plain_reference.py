@@ -1,8 +1,9 @@
 """A plain PyTorch version of the 1D CLIP model and its training step, as one would write it in a single file.
 
 It is the baseline of ``bench_training.py``: same shapes and FLOPs as ``hooked_clip1d.CLIP1D`` (d_model, heads,
-d_head, layers, MLP, dropout places, text projection, logit scale, symmetric loss) but no hooks, no per-head
-weight layout and no input validation. It does not share weights with ours and is not meant to be numerically equal.
+d_head, layers, MLP, dropout places, text projection, logit scale, symmetric loss) but no hooks, no per-head weight
+layout and no input validation; ``PlainCaptioner`` likewise for the captioning objective. It does not share weights
+with ours and is not meant to be numerically equal.
 """
 
 from __future__ import annotations
@@ -90,10 +91,35 @@ class PlainCLIP(nn.Module):
         return 0.5 * (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels))
 
 
-def make_trainer(preset="simplified", n_labels=20, seed=0):
-    """(model, optimizer, step) where ``step(images, captions)`` does one AdamW step and returns the loss."""
+class PlainCaptioner(nn.Module):
+    """The captioning objective (``CLIPConfig(objective="captioning")``) written plainly: the vision tower's CLS output
+    mapped by a ``[d, d]`` matrix in place of the decoder's first token embedding, the causal decoder's four outputs
+    unembedded by a ``[d, vocab]`` matrix into the caption's four tokens, mean token cross-entropy. Same shapes and
+    matmul FLOPs as ours (no text projection, no temperature)."""
+
+    def __init__(self, preset="simplified", n_labels=20, d_image=10):
+        super().__init__()
+        cfg = PRESETS[preset]
+        d, vocab = cfg["d_model"], n_labels + 6
+        self.vision = Tower(n_labels + 2, d_image + 1, False, **cfg)
+        self.text = Tower(vocab, 4, True, **cfg)
+        self.prefix = nn.Parameter(torch.randn(d, d) / math.sqrt(d))
+        self.unembed = nn.Parameter(torch.randn(d, vocab) / math.sqrt(d))
+
+    def loss(self, images, captions):
+        img = self.vision(images, torch.zeros(images.shape[0], dtype=torch.long))  # CLS at position 0
+        x = torch.cat([(img @ self.prefix)[:, None], self.text.embed(captions[:, :3])], 1) + self.text.pos[:4]
+        for block in self.text.blocks:
+            x = block(x)
+        logits = self.text.ln_final(x) @ self.unembed  # [batch, 4, vocab]: position t predicts token t
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), captions.reshape(-1))
+
+
+def make_trainer(preset="simplified", n_labels=20, seed=0, captioning=False):
+    """(model, optimizer, step) where ``step(images, captions)`` does one AdamW step and returns the loss; with
+    ``captioning`` the model is ``PlainCaptioner``."""
     torch.manual_seed(seed)
-    model = PlainCLIP(preset, n_labels).train()
+    model = (PlainCaptioner if captioning else PlainCLIP)(preset, n_labels).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.2)
 
     def step(images, captions):
