@@ -59,7 +59,7 @@
 #          `start` writes Fig. 10's and Fig. 3's one-run plans into a new sweep folder (ONE_RUN_PLANS,
 #          tools/cpu/one_run_plan.py) before any lane starts, so the items name the same groups on every machine.
 #   captioning (lanes 2 and 3; added 2026-12-02, session 47, after its pre-registration was committed): the captioning
-#          study x22 (Open Question 4), six single-run groups (the single-run trainer: no +compile), ~2.5 h each, the
+#          study x22 (Open Question 4), six single-run groups (the single-run trainer: no +compile), ~1.5-2 h each, the
 #          deciding seeds 0-2 first (0 and 1 behind Fig. 4a's g000 on lane 2, 2 behind x21 on lane 3), then 6-8.
 #   `+compile` after an item torch.compiles its step, `+threadsN` gives it N torch threads (execution settings: a run
 #   resumes under any of them). The full model trains at ~11.4 steps/s on one thread, ~16.7 on two (both cores, beside
