@@ -238,3 +238,25 @@ def test_a_sweep_trains_captioners_alone_with_the_single_run_trainer(tmp_path):
         run_sweep(only, tmp_path / "out2", progress=False, compile=True)
     with pytest.raises(ValueError, match=r"max_steps apply to the batched engine only"):
         run_sweep(only, tmp_path / "out3", progress=False, max_steps=1)
+
+
+def test_analyze_runs_the_vision_families_on_a_captioner_and_says_what_it_skips(tmp_path, capsys):
+    """``analyze heads`` and ``analyze attention`` on a captioning model give the vision tower's part (Fig. 4c's head
+    bias, the CLS row) and report the text tower's as not run (its decoder reads the image: a run on captions alone
+    means nothing); ``analyze patching`` refuses by name."""
+    from hooked_clip1d.cli.commands import main
+    from hooked_clip1d.cli.families import CAPTIONER_TEXT
+
+    run = tmp_path / "run"
+    small = ["--n-labels", "8", "--n-heldout", "3", "--n2", "3", "--epochs", "2", "--no-progress"]
+    assert main(["train", "--objective", "captioning", "--out", str(run), *small, "--json"]) == 0
+    capsys.readouterr()
+    assert main(["analyze", "heads", "--model", str(run), "--out", str(tmp_path / "h"), "--json"]) == 0
+    heads = json.loads((tmp_path / "h" / "heads.json").read_text())["data"]
+    assert heads["text_eot_bias"] == {"not_run": CAPTIONER_TEXT} and len(heads["cls_object_bias"]["left"][0]) == 4
+    assert main(["analyze", "attention", "--model", str(run), "--out", str(tmp_path / "a"), "--json"]) == 0
+    attention = json.loads((tmp_path / "a" / "attention.json").read_text())["data"]
+    assert set(attention) == {"vision_L0", "text"} and attention["text"] == {"not_run": CAPTIONER_TEXT}
+    capsys.readouterr()
+    assert main(["analyze", "patching", "--model", str(run), "--out", str(tmp_path / "p")]) != 0
+    assert "a captioning model has no text embedding" in capsys.readouterr().err

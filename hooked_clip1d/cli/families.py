@@ -29,6 +29,9 @@ from hooked_clip1d.cli.family_api import (
 from hooked_clip1d.model.clip import CLIP1D
 from hooked_clip1d.settings.checks import check_int
 
+# what a family says of a captioning model's text tower where it would run it on captions alone
+CAPTIONER_TEXT = "a captioning model's decoder reads the image through its prefix; model.captioning"
+
 
 # ---- analyses -------------------------------------------------------------------------------------------------------
 @family(
@@ -49,7 +52,12 @@ def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
     img = opts.get("image") or vocab.image_to_text(first_pair_image(ds))
     cap = opts.get("caption") or vocab.caption_to_text(image_caption(vocab, img))  # the image's own caption
     figs, data, lines, pages = {}, {}, [], {}
-    for tower, x in (("vision", img), ("text", cap)):
+    towers = [("vision", img), ("text", cap)]
+    if model.cfg.objective != "contrastive":  # a captioner's decoder reads the image: no pattern of a caption alone
+        towers = towers[:1]
+        data["text"] = {"not_run": CAPTIONER_TEXT}
+        lines.append(f"text tower: not run ({CAPTIONER_TEXT})")
+    for tower, x in towers:
         enc = getattr(model, tower)
         for layer in range(enc.cfg.n_layers):
             view = attention_view(model, x, layer=layer, tower=tower)
@@ -332,8 +340,11 @@ def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
     ds = model_dataset(model)
     split = pair_split(ds, opts)
     bias = cls_object_bias(model.vision, split)
-    eot = text_eot_bias(model.text, pair_captions(ds, "unseen" if split.name == "val_unseen" else "seen"))
-    figs = {"bias": plot_head_bias(bias, layer=0), "eot": plot_eot_bias(eot)}
+    figs = {"bias": plot_head_bias(bias, layer=0)}
+    eot = None
+    if model.cfg.objective == "contrastive":  # a captioner's decoder reads the image: no EOT row of a caption alone
+        eot = text_eot_bias(model.text, pair_captions(ds, "unseen" if split.name == "val_unseen" else "seen"))
+        figs["eot"] = plot_eot_bias(eot)
     L, H = bias["left"].shape
     lines = ["CLS -> object: fraction of two-object images whose CLS row peaks on the left / right object (Fig. 4c)"]
     lines += [
@@ -341,7 +352,10 @@ def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
         for layer in range(L)
         for h in range(H)
     ]
-    data: dict[str, Any] = {"cls_object_bias": bias, "text_eot_bias": eot}
+    data: dict[str, Any] = {
+        "cls_object_bias": bias,
+        "text_eot_bias": eot if eot is not None else {"not_run": CAPTIONER_TEXT},
+    }
     try:
         deltas = label_pe_deltas(model.vision, split)
         roles = classify_head_roles(deltas)
@@ -355,6 +369,9 @@ def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
     except ValueError as e:  # LayerNorm / RoPE towers: the E / P split at the CLS row does not exist
         data["roles"] = {"not_run": str(e)}
         lines.append(f"relational vs label-specific: not run ({e})")
+    if eot is None:
+        lines.append(f"text EOT row: not run ({CAPTIONER_TEXT})")
+        return Report("\n".join(lines), to_jsonable(data), figs)
     first, second = eot["first"], eot["second"]
     lines += ["text EOT row: share of captions where the first / second object gets more attention (Fig. 6)"]
     lines += [
