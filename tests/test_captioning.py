@@ -241,9 +241,9 @@ def test_a_sweep_trains_captioners_alone_with_the_single_run_trainer(tmp_path):
 
 
 def test_analyze_runs_the_vision_families_on_a_captioner_and_says_what_it_skips(tmp_path, capsys):
-    """``analyze heads`` and ``analyze attention`` on a captioning model give the vision tower's part (Fig. 4c's head
-    bias, the CLS row) and report the text tower's as not run (its decoder reads the image: a run on captions alone
-    means nothing); ``analyze patching`` refuses by name."""
+    """``analyze heads``, ``attention`` and ``patching`` on a captioning model give the vision tower's part (Fig. 4c's
+    head bias, the CLS row, mirror-swap patching and vision knockout scored by log-likelihoods) and report the text
+    tower's as not run (its decoder reads the image: a run on captions alone means nothing); ``probes`` refuses."""
     from hooked_clip1d.cli.commands import main
     from hooked_clip1d.cli.families import CAPTIONER_TEXT
 
@@ -257,6 +257,30 @@ def test_analyze_runs_the_vision_families_on_a_captioner_and_says_what_it_skips(
     assert main(["analyze", "attention", "--model", str(run), "--out", str(tmp_path / "a"), "--json"]) == 0
     attention = json.loads((tmp_path / "a" / "attention.json").read_text())["data"]
     assert set(attention) == {"vision_L0", "text"} and attention["text"] == {"not_run": CAPTIONER_TEXT}
+    assert main(["analyze", "patching", "--model", str(run), "--out", str(tmp_path / "p"), "--json"]) == 0
+    patching = json.loads((tmp_path / "p" / "patching.json").read_text())["data"]
+    assert patching["caption_swap"] == patching["knockout_text"] == {"not_run": CAPTIONER_TEXT}
+    assert {"mirror_swap", "mirror_swap_heads_cls", "knockout_vision"} <= set(patching)
     capsys.readouterr()
-    assert main(["analyze", "patching", "--model", str(run), "--out", str(tmp_path / "p")]) != 0
-    assert "a captioning model has no text embedding" in capsys.readouterr().err
+    assert main(["analyze", "probes", "--model", str(run), "--out", str(tmp_path / "q")]) != 0
+    assert "captioning model's decoder" in capsys.readouterr().err
+
+
+def test_a_captioners_image_belief_is_its_log_likelihood_difference_and_patching_reads_it():
+    """``image_belief`` (and the metric mirror-swap patching scores) of a captioning model is log p(c | img) -
+    log p(swap(c) | img), the difference of its caption scores; the mirrored image's belief patched back in full
+    recovers the clean one; ``norm`` other than "live" is refused (no embedding to normalise)."""
+    from hooked_clip1d.analysis.interventions.patching import mirror_swap_patching
+    from hooked_clip1d.analysis.metrics import image_belief, image_belief_metric, swap_captions
+
+    m = _model(3)
+    imgs = m.vision.to_tokens(IMAGES[:2])
+    caps = m.text.to_tokens(CAPTIONS[:2])
+    swapped = swap_captions(caps, m.text.cfg.vocab)
+    scores = caption_scores(m, imgs, torch.cat([caps, swapped]))
+    want = torch.stack([scores[i, i] - scores[i, 2 + i] for i in range(2)])
+    torch.testing.assert_close(image_belief(m, imgs, caps), want)
+    res = mirror_swap_patching(m, imgs, caps, sets=["all"])
+    torch.testing.assert_close(res.patched[-1, 0], res.source)  # everything patched after the last block: the source
+    with pytest.raises(ValueError, match="no normalised embedding"):
+        image_belief_metric(m, caps, norm="frozen", images=imgs)

@@ -10,8 +10,11 @@ labels, so the difference isolates the spatial relation. It is measured from eit
   ``s * (cos(c_i, img_i) - cos(c_i, mirror(img_i)))``,
 
 with ``s = exp(logit_scale)`` (the CLIP logit scale; ``scale=False`` gives the plain cosine difference). Both are
-positive when the model ranks the true relation first. ``image_belief_metric`` / ``caption_belief_metric`` return
-batched metrics of a tower's pooled output, ready for patching (``fn(pooled) -> [batch]``).
+positive when the model ranks the true relation first. A captioning model (model.captioning) has an image belief
+only: ``log p(c_i | img_i) - log p(swap(c_i) | img_i)``, its caption scores' difference (no temperature, no
+normalised embedding); its decoder reads the image, so a caption belief of its text tower alone does not exist.
+``image_belief_metric`` / ``caption_belief_metric`` return batched metrics of a tower's pooled output, ready for
+patching (``fn(pooled) -> [batch]``).
 
 **Which metric for attribution patching** (``norm=``). AtP, EAP and EAP-IG estimate a patch's effect to first
 order. The cosine above divides the varying embedding ``x`` by its own norm, so even where ``x`` moves linearly
@@ -311,7 +314,8 @@ def image_belief_metric(
     The returned ``fn(pooled [batch, d_model]) -> [batch]`` scores the image representations (CLS outputs) of a
     vision run; use it with ``model.vision.run_with_hooks`` or as a patching metric. ``norm`` (module docstring):
     ``"live"`` (the cosine), ``"frozen"`` (each row divided by the norm of the clean ``images``' output, which it
-    then needs) or ``"none"`` (the pre-normalisation logit difference).
+    then needs) or ``"none"`` (the pre-normalisation logit difference). On a captioning model: the log-likelihood
+    difference, read through the decoder's image prefix (``norm="live"`` only; ``scale`` has no temperature to apply).
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
@@ -326,6 +330,8 @@ def image_belief_metric(
     model = check_model(model)
     vocab = model.text.cfg.vocab
     check_pair_captions(captions, vocab)
+    if model.cfg.objective == "captioning":
+        return _captioner_image_belief(model, captions, norm)
     _check_norm(norm, images if norm == "frozen" else captions, "images")
     captions = captions.to(model.W_proj.device)
     t_true = F.normalize(model.encode_text(captions), dim=-1)
@@ -345,6 +351,33 @@ def image_belief_metric(
         return s * ((v * t_true).sum(-1) - (v * t_swap).sum(-1))
 
     metric.linear_in_output = norm != "live"  # type: ignore[attr-defined]  # first_order: readout is exact
+    return metric
+
+
+def _captioner_image_belief(model: CLIP1D, captions: Int[torch.Tensor, "batch 4"], norm: str) -> BeliefMetric:
+    """``image_belief_metric`` of a captioning model (model.captioning): row ``i`` -> log p(c_i | img_i) - log
+    p(swap(c_i) | img_i), the decoder reading each pooled CLS output through the prefix (``hook_image_embed`` and
+    ``W_prefix``, as the model's forward does). Log-likelihoods are the captioner's logits: there is no temperature
+    (``scale`` has nothing to scale) and no normalised embedding (``norm`` must be ``"live"``)."""
+    from hooked_clip1d.model.captioning import token_log_likelihoods
+
+    if norm != "live":
+        raise ValueError(
+            f"norm={norm!r}: a captioning model's belief is a log-likelihood difference, with no normalised "
+            "embedding to freeze or drop; use norm='live'"
+        )
+    captions = captions.to(model.W_U.device)
+    swapped = swap_captions(captions, model.text.cfg.vocab)
+    n = captions.shape[0]
+
+    def metric(pooled: Float[torch.Tensor, "batch d_model"]) -> Float[torch.Tensor, " batch"]:
+        if pooled.ndim != 2 or pooled.shape[0] != n:
+            raise ValueError(f"the metric expects pooled image outputs [{n}, d_model], got {tuple(pooled.shape)}")
+        prefix = model.hook_image_embed(pooled) @ model.W_prefix
+        true = token_log_likelihoods(model, prefix, captions).sum(-1)
+        return true - token_log_likelihoods(model, prefix, swapped).sum(-1)
+
+    metric.linear_in_output = False  # type: ignore[attr-defined]  # the decoder is not linear in the CLS output
     return metric
 
 
@@ -451,7 +484,7 @@ def image_belief(
     check_pair_images(images)  # a one-object, empty or three-object image was scored without a word
     check_pair_captions(captions, model.text.cfg.vocab)
     check_captions_describe(images, captions)
-    return image_belief_metric(model, captions, scale)(model.encode_image(images.to(model.W_proj.device)))
+    return image_belief_metric(model, captions, scale)(model.encode_image(images.to(model.vision.W_E.device)))
 
 
 @torch.no_grad()

@@ -192,12 +192,11 @@ def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
 
     imgs, caps = _pairs(model, opts)
     L = model.vision.cfg.n_layers
+    text_side = model.cfg.objective == "contrastive"  # a captioner's decoder reads the image: no text-alone runs
     ms = mirror_swap_patching(model, imgs, caps)
     z_names = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
     heads = mirror_swap_patching(model, imgs, caps, hook_names=z_names, sets=["cls"], heads=True)
-    cs = caption_swap_patching(model, imgs, caps)
-    it = text_interchange(model, imgs, caps)
-    kv, kt = knockout_sweep(model, imgs, caps, tower="vision"), knockout_sweep(model, imgs, caps, tower="text")
+    kv = knockout_sweep(model, imgs, caps, tower="vision")
     fr, hf = ms.fraction(), heads.fraction()
     lines = _fmt_rows(
         "mirror-swap patching (image mirrored => relation flips): fraction of the belief shift recovered",
@@ -209,6 +208,26 @@ def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
         [f"head {h}" for h in range(hf.shape[-1])],
         {heads.labels[i]: hf[i, 0].tolist() for i in range(len(heads.labels))},
     )
+    figs = {
+        "mirror_map": vp.plot_patching_map(ms),
+        "mirror_bars": vp.plot_recovery_bars(ms),
+        "mirror_heads": vp.plot_patching_map(heads),
+        "knockout_vision": vp.plot_knockout(kv),
+    }
+    data: dict[str, Any] = {
+        "mirror_swap": ms.to_dict(),
+        "mirror_swap_heads_cls": heads.to_dict(),
+        "knockout_vision": kv.to_dict(),
+    }
+    if not text_side:
+        lines += ["attention knockout: fraction of the belief retained with each attention edge cut"]
+        lines += [f"  vision {n:<28} {r:>7.3f}" for n, r in zip(kv.names, kv.retained().tolist(), strict=True)]
+        lines.append(f"caption-swap patching, text interchange, text knockout: not run ({CAPTIONER_TEXT})")
+        data |= {k: {"not_run": CAPTIONER_TEXT} for k in ("caption_swap", "interchange", "knockout_text")}
+        return Report("\n".join(lines).rstrip(), data, figs)
+    cs = caption_swap_patching(model, imgs, caps)
+    it = text_interchange(model, imgs, caps)
+    kt = knockout_sweep(model, imgs, caps, tower="text")
     cf = cs.fraction()
     lines += _fmt_rows(
         "caption-swap patching (text tower)", cs.set_names, {lab: cf[i].tolist() for i, lab in enumerate(cs.labels)}
@@ -218,23 +237,12 @@ def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
     lines += [f"  text   {n:<28} {r:>7.3f}" for n, r in zip(kt.names, kt.retained().tolist(), strict=True)]
     itf = it.fractions()
     lines += ["", _interchange_table(itf)]
-    figs = {
-        "mirror_map": vp.plot_patching_map(ms),
-        "mirror_bars": vp.plot_recovery_bars(ms),
-        "mirror_heads": vp.plot_patching_map(heads),
+    figs |= {
         "caption_map": vp.plot_patching_map(cs),
         "interchange": vp.plot_interchange(it),
-        "knockout_vision": vp.plot_knockout(kv),
         "knockout_text": vp.plot_knockout(kt),
     }
-    data = {
-        "mirror_swap": ms.to_dict(),
-        "mirror_swap_heads_cls": heads.to_dict(),
-        "caption_swap": cs.to_dict(),
-        "interchange": itf,
-        "knockout_vision": kv.to_dict(),
-        "knockout_text": kt.to_dict(),
-    }
+    data |= {"caption_swap": cs.to_dict(), "interchange": itf, "knockout_text": kt.to_dict()}
     return Report("\n".join(lines).rstrip(), data, figs)
 
 
