@@ -73,6 +73,7 @@ import plain_reference  # noqa: E402
 from hooked_clip1d import CLIPConfig, DataConfig, TrainConfig, build_dataset  # noqa: E402
 from hooked_clip1d.model.clip import CLIP1D, clip_loss  # noqa: E402
 from hooked_clip1d.training.batched import BatchedTrainer, Member  # noqa: E402
+from hooked_clip1d.training.run_config import RunConfig  # noqa: E402
 from hooked_clip1d.training.trainer import Trainer  # noqa: E402
 
 BATCH = 50
@@ -176,12 +177,9 @@ def make_plain(preset: str, images, captions, captioning: bool = False) -> Impl:
 
 def make_trainer(preset: str, images, captions, tmpdir: str, captioning: bool = False) -> Impl:
     objective = "captioning" if captioning else "contrastive"
-    tr = Trainer(
-        CLIPConfig.from_preset(preset, n_labels=N_LABELS, objective=objective),
-        DataConfig(),
-        TrainConfig(epochs=10**9),
-        Path(tmpdir) / f"trainer-{preset}-{objective}",
-    )
+    cfg = CLIPConfig.from_preset(preset, n_labels=N_LABELS, objective=objective)
+    run = RunConfig(cfg, DataConfig(), TrainConfig(epochs=10**9))
+    tr = Trainer(run, Path(tmpdir) / f"trainer-{preset}-{objective}")
     model, opt = tr.model, tr.opt
     model.train()
     batches = _batches(len(images))
