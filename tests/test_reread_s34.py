@@ -215,3 +215,35 @@ def test_a_new_machine_gets_the_one_run_plans_the_lanes_name(tmp_path):
         adopted = {g for g, (run,) in plan if run in ADOPTED[name]}
         assert queued == {g for g, _ in plan} - adopted, name
         assert tool.write_plan(root / "hooked_clip1d/sweeps" / f"{name}.toml", out) == []  # kept as it was
+
+
+def test_a_lanes_log_holds_no_results_table(tmp_path):
+    """2026-12-02: a finished group's results table (the sweep's stdout) went to the lane's log, which a session reads
+    for progress, and showed two of Fig. 4a's rows before its record may be read. Every sweep item of every lane
+    script sends its stdout elsewhere; its errors (stderr) still reach the log."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = root / "tools/cpu/long_runs.sh"
+    venv = tmp_path / "venv"  # commands that do nothing: the lanes start, run nothing and end
+    (venv / "bin").mkdir(parents=True)
+    for exe in ("hooked-clip1d", "python"):
+        (venv / "bin" / exe).symlink_to(shutil.which("true"))
+    lanes = dict(re.findall(r'^  "(lane\d+)\|([\w :+=,.-]+)"$', script.read_text(), flags=re.M))
+    home = tmp_path / "home"
+    for lane in lanes:
+        wt = home / f"wt-{lane}"
+        (wt / "hooked_clip1d/sweeps").mkdir(parents=True)
+        subprocess.run(["git", "init", "-q", str(wt)], check=True)
+        for spec in (root / "hooked_clip1d/sweeps").glob("*.toml"):
+            shutil.copy(spec, wt / "hooked_clip1d/sweeps" / spec.name)
+    env = dict(os.environ, HOME=str(home), VENV=str(venv), SWEEPS=str(tmp_path / "sw"), LOGS=str(tmp_path / "logs"))
+    got = subprocess.run(["bash", str(script), "start"], env=env, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    for lane in lanes:
+        groups = [line for line in (tmp_path / "logs" / f"{lane}.sh").read_text().splitlines() if "--groups" in line]
+        assert groups and all(">/dev/null ||" in line for line in groups), (lane, groups)

@@ -142,7 +142,9 @@ item_command() {  # one lane item -> the command that runs (or resumes) it
         esac
       done
       echo "OMP_NUM_THREADS=$threads \"$VENV/bin/hooked-clip1d\" sweep \"hooked_clip1d/sweeps/${it%%:*}.toml\" --out \"$SWEEPS/${it%%:*}\" --threads $threads$extra \\
-    --no-progress --groups ${it#*:}" ;;
+    --no-progress --groups ${it#*:} >/dev/null" ;;  # its results table (stdout) kept out of the log: the log is safe to
+      # read before a study's rule reads the runs (2026-12-02: a finished group printed two of Fig. 4a's rows there);
+      # the table is the sweep folder's results.json, errors still reach the log (stderr)
     *) echo "unknown lane item $1" >&2; return 2 ;;
   esac
 }
