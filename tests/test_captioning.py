@@ -240,10 +240,12 @@ def test_a_sweep_trains_captioners_alone_with_the_single_run_trainer(tmp_path):
         run_sweep(only, tmp_path / "out3", progress=False, max_steps=1)
 
 
+@pytest.mark.heavy  # 5.4 s on a shared core (2026-12-02); the image belief it reads is tested in the default run
 def test_analyze_runs_the_vision_families_on_a_captioner_and_says_what_it_skips(tmp_path, capsys):
-    """``analyze heads``, ``attention`` and ``patching`` on a captioning model give the vision tower's part (Fig. 4c's
-    head bias, the CLS row, mirror-swap patching and vision knockout scored by log-likelihoods) and report the text
-    tower's as not run (its decoder reads the image: a run on captions alone means nothing); ``probes`` refuses."""
+    """``analyze heads``, ``attention``, ``patching``, ``probes`` and ``steering`` on a captioning model give the vision
+    tower's part (Fig. 4c's head bias, the CLS row, mirror-swap patching, vision knockout and steering scored by
+    log-likelihoods, vision probes) and report the text tower's as not run (its decoder reads the image: a run on
+    captions alone means nothing); ``attribution`` refuses by name."""
     from hooked_clip1d.cli.commands import main
     from hooked_clip1d.cli.families import CAPTIONER_TEXT
 
@@ -261,8 +263,16 @@ def test_analyze_runs_the_vision_families_on_a_captioner_and_says_what_it_skips(
     patching = json.loads((tmp_path / "p" / "patching.json").read_text())["data"]
     assert patching["caption_swap"] == patching["knockout_text"] == {"not_run": CAPTIONER_TEXT}
     assert {"mirror_swap", "mirror_swap_heads_cls", "knockout_vision"} <= set(patching)
+    assert main(["analyze", "probes", "--model", str(run), "-o", "n=200", "--out", str(tmp_path / "q"), "--json"]) == 0
+    probes = json.loads((tmp_path / "q" / "probes.json").read_text())["data"]
+    assert probes["text"] == {"not_run": CAPTIONER_TEXT} and "vision relation" in probes
+    assert main(["analyze", "steering", "--model", str(run), "--out", str(tmp_path / "s"), "--json"]) == 0
+    steering = json.loads((tmp_path / "s" / "steering.json").read_text())["data"]
+    assert steering["not_run"]["text roles"] == CAPTIONER_TEXT and any(
+        k.startswith("vision") for k in steering["steering"]
+    )
     capsys.readouterr()
-    assert main(["analyze", "probes", "--model", str(run), "--out", str(tmp_path / "q")]) != 0
+    assert main(["analyze", "attribution", "--model", str(run), "--out", str(tmp_path / "t")]) != 0
     assert "captioning model's decoder" in capsys.readouterr().err
 
 

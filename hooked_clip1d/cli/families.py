@@ -266,10 +266,12 @@ def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
     rel = torch.full_like(objs[:, 0], v.left_of)
     caps = torch.stack([objs[:, 0], rel, objs[:, 1], torch.full_like(rel, v.eot)], -1)
     sweeps = {}
-    for tower, toks, targets in (
+    towers = [
         (model.vision, imgs, ("left_pos", "right_pos", "left_label", "right_label", "relation")),
         (model.text, caps, ("subject", "object", "relation")),
-    ):
+    ]
+    captioner = model.cfg.objective != "contrastive"  # its decoder reads the image: no probe of a caption alone
+    for tower, toks, targets in towers[:1] if captioner else towers:
         name = "vision" if tower is model.vision else "text"
         for t in targets:
             sweeps[f"{name} {t}"] = probe_sweep(tower, toks, probe_targets(tower, toks, t), position="readout")
@@ -281,11 +283,11 @@ def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
         lines.append(
             f"{k:<20}" + "".join(f"{a:>12.3f}" for a in sw.test_acc.tolist()) + f"{sw.chance:>9.3f}{ctrl:>9.3f}"
         )
-    return Report(
-        "\n".join(lines),
-        {k: sw.to_dict() for k, sw in sweeps.items()},
-        {"probes": plot_probe_accuracy(sweeps)},
-    )
+    data: dict[str, Any] = {k: sw.to_dict() for k, sw in sweeps.items()}
+    if captioner:
+        lines.append(f"text tower: not run ({CAPTIONER_TEXT})")
+        data["text"] = {"not_run": CAPTIONER_TEXT}
+    return Report("\n".join(lines), data, {"probes": plot_probe_accuracy(sweeps)})
 
 
 @family(
@@ -311,9 +313,12 @@ def _steering(model: CLIP1D, opts: dict[str, Any]) -> Report:
                 errors[key] = str(e)
                 continue
             curves[key] = sr
-    tids = text_role_ids(model.text)
-    for depth in range(len(tids.labels)):
-        curves[f"text roles @ {tids.labels[depth]}"] = steer_text(model, imgs, caps, tids, depth, alphas)
+    if model.cfg.objective == "contrastive":  # a captioner's decoder reads the image: no role IDs of a caption alone
+        tids = text_role_ids(model.text)
+        for depth in range(len(tids.labels)):
+            curves[f"text roles @ {tids.labels[depth]}"] = steer_text(model, imgs, caps, tids, depth, alphas)
+    else:
+        errors["text roles"] = CAPTIONER_TEXT
     lines = ["steering: fraction of the swap's belief shift produced by adding alpha x (ID difference)"]
     lines.append(f"{'site @ depth':<34}" + "".join(f"{'a=' + str(a):>8}" for a in alphas) + f"{'flip@1':>8}")
     for k, sr in curves.items():
