@@ -242,10 +242,10 @@ def test_a_sweep_trains_captioners_alone_with_the_single_run_trainer(tmp_path):
 
 @pytest.mark.heavy  # 5.4 s on a shared core (2026-12-02); the image belief it reads is tested in the default run
 def test_analyze_runs_the_vision_families_on_a_captioner_and_says_what_it_skips(tmp_path, capsys):
-    """``analyze heads``, ``attention``, ``patching``, ``probes`` and ``steering`` on a captioning model give the vision
-    tower's part (Fig. 4c's head bias, the CLS row, mirror-swap patching, vision knockout and steering scored by
-    log-likelihoods, vision probes) and report the text tower's as not run (its decoder reads the image: a run on
-    captions alone means nothing); ``attribution`` refuses by name."""
+    """``analyze heads``, ``attention``, ``patching``, ``probes``, ``steering`` and ``attribution`` on a captioning
+    model give the vision tower's part (Fig. 4c's head bias, the CLS row, mirror-swap patching, vision knockout,
+    steering and circuit attribution scored by the log-likelihood belief, vision probes) and report the text
+    tower's as not run (its decoder reads the image: a run on captions alone means nothing)."""
     from hooked_clip1d.cli.commands import main
     from hooked_clip1d.cli.families import CAPTIONER_TEXT
 
@@ -272,8 +272,8 @@ def test_analyze_runs_the_vision_families_on_a_captioner_and_says_what_it_skips(
         k.startswith("vision") for k in steering["steering"]
     )
     capsys.readouterr()
-    assert main(["analyze", "attribution", "--model", str(run), "--out", str(tmp_path / "t")]) != 0
-    assert "captioning model's decoder" in capsys.readouterr().err
+    assert main(["analyze", "attribution", "--model", str(run), "-o", "n=4", "--out", str(tmp_path / "t")]) == 0
+    assert "the vision tower only, its belief log p(caption) - log p(swap)" in capsys.readouterr().out
 
 
 def test_a_captioners_image_belief_is_its_log_likelihood_difference_and_patching_reads_it():
@@ -294,3 +294,9 @@ def test_a_captioners_image_belief_is_its_log_likelihood_difference_and_patching
     torch.testing.assert_close(res.patched[-1, 0], res.source)  # everything patched after the last block: the source
     with pytest.raises(ValueError, match="no normalised embedding"):
         image_belief_metric(m, caps, norm="frozen", images=imgs)
+    from hooked_clip1d.analysis.circuits.task import mirror_task
+
+    task = mirror_task(m, imgs, caps, target="vision")  # circuit discovery on the vision tower, this belief
+    torch.testing.assert_close(task.clean_metric(), want)
+    with pytest.raises(ValueError, match=r"mirror_task\(target='clip'\): a captioning model's decoder"):
+        mirror_task(m, imgs, caps)

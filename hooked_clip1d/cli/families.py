@@ -470,7 +470,9 @@ def _attribution(model: CLIP1D, opts: dict[str, Any]) -> Report:
     for key, v in (("top", top), ("n", n)):
         check_int(v, f"option {key}", none_ok=True)
     images, captions = ground_truth_inputs(model, split, n=n)
-    task = mirror_task(model, images, captions)
+    # a captioner's decoder reads the image: its circuit is the vision tower's, scored by the log-likelihood belief
+    captioner = model.cfg.objective != "contrastive"
+    task = mirror_task(model, images, captions, target="vision" if captioner else "clip")
     if method.unit == "node":
         kinds = opts.get("kinds", model_node_kinds(model))
         if isinstance(kinds, str):  # -o kinds=[heads,k] is not JSON: read it as a list of words
@@ -488,6 +490,10 @@ def _attribution(model: CLIP1D, opts: dict[str, Any]) -> Report:
     on = result.subset(exact.names)
     head = f"{name} against {exact.method} on the mirror task ({task.n_examples} images of {split})"
     lines = [head]
+    if captioner:
+        lines.append(
+            f"  the vision tower only, its belief log p(caption) - log p(swap); text tower: not run ({CAPTIONER_TEXT})"
+        )
 
     def num(key: str, none: str = "n/a") -> str:
         v = agree.get(key)

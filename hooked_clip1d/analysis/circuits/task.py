@@ -362,10 +362,16 @@ def mirror_task(
     from hooked_clip1d.analysis.metrics import caption_belief_metric, image_belief_metric
 
     model = check_model(model)
+    if model.cfg.objective != "contrastive" and target != "vision":
+        raise ValueError(
+            f"mirror_task(target={target!r}): a captioning model's decoder reads the image, so its text tower has no "
+            "belief of its own and the whole model's logits are log-likelihoods of every pair; use target='vision' "
+            "(the vision tower, scored by the log-likelihood belief: metrics.image_belief_metric)"
+        )
     check_pair_images(images)
     check_pair_captions(captions, model.text.cfg.vocab)
     check_captions_describe(images, captions)
-    dev = model.W_proj.device
+    dev = model.vision.W_E.device
     images, captions = images.to(dev), captions.to(dev)
     swapped = swap_captions(captions, model.text.cfg.vocab)
     if norm not in NORMS:
