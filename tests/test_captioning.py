@@ -300,3 +300,32 @@ def test_a_captioners_image_belief_is_its_log_likelihood_difference_and_patching
     torch.testing.assert_close(task.clean_metric(), want)
     with pytest.raises(ValueError, match=r"mirror_task\(target='clip'\): a captioning model's decoder"):
         mirror_task(m, imgs, caps)
+
+
+def test_a_sweeps_status_reads_a_captioners_own_checkpoint(tmp_path):
+    """A captioner trains alone on ``training.Trainer``, which writes a metrics line only every ``eval_every`` epochs:
+    between two, ``sweep --status`` reads its progress from the run's own checkpoint (it showed step 0 for a run
+    checkpointed at epoch 63 on 2026-12-02). A folder with no plan yet (group None) is read too (it raised under the
+    type checks: None passed as a group's name)."""
+    from hooked_clip1d.settings import TrainConfig
+    from hooked_clip1d.sweeps.runner import planned_steps
+    from hooked_clip1d.sweeps.spec import load_spec
+    from hooked_clip1d.sweeps.status import sweep_status
+    from hooked_clip1d.training.run_config import RunConfig
+    from hooked_clip1d.training.trainer import Trainer
+
+    text = (
+        'name = "cap"\n[model]\npreset = "simplified"\nobjective = "captioning"\nd_model = 16\nd_head = 4\n'
+        "[data]\nn_labels = 6\nn_heldout = 2\nn2 = 2\n[train]\nepochs = 40\neval_every = 40\nbatch_size = 16\n"
+        "[grid]\nseed = [0]\n"
+    )
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "spec.toml").write_text(text)
+    (r,) = load_spec(tmp_path / "out" / "spec.toml").runs
+    run_dir = tmp_path / "out" / "runs" / r.name
+    short = TrainConfig.from_dict({**r.train_cfg.to_dict(), "epochs": 10})  # the first 10 epochs of the run
+    Trainer(RunConfig(r.model_cfg, r.data_cfg, short), run_dir).run(progress=False)
+    for f in ("summary.json", "metrics.jsonl", "model.safetensors"):  # as if stopped at a checkpoint, not evaluated
+        (run_dir / f).unlink()
+    (row,) = sweep_status(tmp_path / "out" / "spec.toml", tmp_path / "out")["rows"]
+    assert row["step"] == planned_steps(r) // 4 and not row["finished"]  # epoch 10 of 40

@@ -1,10 +1,11 @@
 """How far a sweep has come, read from its folder without training it or taking its lock.
 
-``hooked-clip1d sweep SPEC --status`` (or ``sweep_status``) answers the questions of a sweep that runs for hours
-or across sessions: is it running now (and which process), how many of its model-steps are done, which groups are
-still training, with how many members, and at what rate so far. Everything comes from the files a sweep writes
-(``plan.json``, each run's ``metrics.jsonl`` and ``summary.json``, the metadata of each group checkpoint, the
-folder's ``.lock``), so it is safe to run beside the sweep, from another shell.
+``hooked-clip1d sweep SPEC --status`` (or ``sweep_status``) answers the questions of a sweep that runs for hours or
+across sessions: is it running now (and which process), how many of its model-steps are done, which groups are still
+training, with how many members, and at what rate so far. Everything comes from the files a sweep writes
+(``plan.json``, each run's ``metrics.jsonl`` and ``summary.json``, the metadata of each group checkpoint or, for a
+run trained alone by ``training.Trainer``, of its own checkpoint, the folder's ``.lock``), so it is safe to run
+beside the sweep, from another shell.
 
 Example:
     >>> import tempfile, pathlib
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hooked_clip1d.sweeps.runner import group_cost, load_spec, planned_steps, sweeps_home
-from hooked_clip1d.training.group_io import GROUP_CHECKPOINT, read_group_state
+from hooked_clip1d.training.group_io import GROUP_CHECKPOINT, read_group_state, read_train_state
 from hooked_clip1d.training.rundir import RunLock, read_metrics
 
 
@@ -62,7 +63,9 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
         planned, finished = planned_steps(r), (d / "summary.json").exists()
         step, elapsed = last.get("step", 0), last.get("elapsed_s")
         gs = saved.get(group_of.get(r.name, ""))
-        if gs is not None and gs["step"] >= step:  # the group checkpoint is newer than the last metrics line
+        if gs is None and not finished:  # a run training.Trainer trains alone (a captioner): its own checkpoint
+            gs = read_train_state(d / "checkpoint.safetensors")
+        if gs is not None and gs["step"] >= step:  # the checkpoint is newer than the last metrics line
             step, elapsed = min(gs["step"], planned), float(gs.get("elapsed_s") or 0.0)
         rows.append(
             {
@@ -106,7 +109,8 @@ def sweep_status(spec_path: str | Path, out_dir: str | Path | None = None) -> di
     return {
         "sweep": spec.name,
         "out": str(out),
-        "running": _holder(out, [g["group"] for g in groups], [r["run"] for r in rows]),
+        # the runs no start has planned yet (group None) have no group folder to hold
+        "running": _holder(out, [g["group"] for g in groups if g["group"] is not None], [r["run"] for r in rows]),
         "model_steps": sum(min(r["step"], r["steps"]) for r in rows),
         "model_steps_planned": sum(r["steps"] for r in rows),
         "runs_finished": sum(r["finished"] for r in rows),

@@ -55,6 +55,16 @@ def read_group_state(path: str | Path) -> dict[str, Any] | None:
     """The ``group_state`` of a group checkpoint (``step``, ``elapsed_s``, ``names`` of the members it trains,
     ``active``, ...) from its metadata alone, no tensor read; None if the file is missing, being replaced or not a
     group checkpoint."""
+    return _read_state(path, "group_state")
+
+
+def read_train_state(path: str | Path) -> dict[str, Any] | None:
+    """The ``train_state`` of a single-run checkpoint (``training.Trainer``'s ``checkpoint.safetensors``: ``epoch``,
+    ``step``, ``elapsed_s``) from its metadata alone, as ``read_group_state`` reads a group's; None likewise."""
+    return _read_state(path, "train_state")
+
+
+def _read_state(path: str | Path, key: str) -> dict[str, Any] | None:
     path = Path(path)
     if not path.exists():
         return None
@@ -62,7 +72,7 @@ def read_group_state(path: str | Path) -> dict[str, Any] | None:
 
     try:
         with safe_open(str(path), "pt") as f:
-            gs = json.loads((f.metadata() or {}).get("group_state", "null"))
+            gs = json.loads((f.metadata() or {}).get(key, "null"))
     except Exception:  # noqa: BLE001 - a checkpoint being replaced or damaged: the caller falls back
         return None
     if not isinstance(gs, dict) or not isinstance(gs.get("step"), int):
