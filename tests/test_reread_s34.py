@@ -247,3 +247,25 @@ def test_a_lanes_log_holds_no_results_table(tmp_path):
     for lane in lanes:
         groups = [line for line in (tmp_path / "logs" / f"{lane}.sh").read_text().splitlines() if "--groups" in line]
         assert groups and all(">/dev/null ||" in line for line in groups), (lane, groups)
+
+
+def test_no_lane_compiles_a_run_the_single_run_trainer_trains():
+    """A sweep item of a captioner (x22, 2026-12-02) runs on ``training.Trainer``, which refuses ``--compile`` by name:
+    an item with ``+compile`` would stop its lane when it is reached, hours in. None is queued so."""
+    import re
+    from pathlib import Path
+
+    from hooked_clip1d.sweeps.spec import load_spec
+    from hooked_clip1d.training.members import needs_standard_engine
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "tools/cpu/long_runs.sh").read_text()
+    items = [i for line in re.findall(r'^  "lane\d+\|([^"]*)"$', text, flags=re.M) for i in line.split()]
+    seen = set()
+    for item in (i for i in items if ":" in i and not i.startswith("adopt=")):
+        spec_name = item.split("+")[0].split(":")[0]
+        spec = load_spec(root / "hooked_clip1d/sweeps" / f"{spec_name}.toml")
+        if any(needs_standard_engine(r.model_cfg) for r in spec.runs):
+            seen.add(spec_name)
+            assert "+compile" not in item, item
+    assert "captioning" in seen  # the test reads the queue it is about
