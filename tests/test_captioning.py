@@ -329,3 +329,24 @@ def test_a_sweeps_status_reads_a_captioners_own_checkpoint(tmp_path):
         (run_dir / f).unlink()
     (row,) = sweep_status(tmp_path / "out" / "spec.toml", tmp_path / "out")["rows"]
     assert row["step"] == planned_steps(r) // 4 and not row["finished"]  # epoch 10 of 40
+
+
+def test_generation_is_greedy_and_each_token_is_the_most_likely_given_the_ones_before():
+    """``generate_captions``: read back through the decoder, every generated token is the argmax of its position's
+    distribution given the image and the tokens generated before it (the decoder is causal), the caller's state is
+    unchanged, and a contrastive model or a model in train mode is refused by name."""
+    from hooked_clip1d.model.captioning import decoder_inputs, generate_captions, image_prefix
+
+    m = _model(5)
+    imgs = m.vision.to_tokens(IMAGES)
+    rng = torch.get_rng_state()
+    gen = generate_captions(m, imgs)
+    assert torch.equal(torch.get_rng_state(), rng) and not m.training
+    with torch.no_grad():
+        resid = m.text(decoder_inputs(gen), return_type="resid", prefix=image_prefix(m, imgs), validate=False)
+        logits = resid @ m.W_U
+    assert torch.equal(gen, logits.argmax(-1))
+    with pytest.raises(ValueError, match="needs a captioning model"):
+        generate_captions(_model(objective="contrastive"), imgs)
+    with pytest.raises(ValueError, match="eval mode"):
+        generate_captions(_model().train(), imgs)

@@ -26,6 +26,8 @@ Example:
     torch.Size([2, 2])
     >>> float(caption_loss(model, images, captions).detach()) > 0
     True
+    >>> generate_captions(model, images).shape  # what it says of each image: greedy, four tokens
+    torch.Size([2, 4])
 """
 
 from __future__ import annotations
@@ -92,6 +94,35 @@ def image_prefix(
     model) mapped by ``W_prefix``."""
     check_captioning(model, "image_prefix")
     return model.hook_image_embed(model.vision(images, validate=validate)) @ model.W_prefix
+
+
+@torch.no_grad()
+def generate_captions(
+    model: CLIP1D, images: Int[torch.Tensor, "batch pos"], validate: bool = True
+) -> Int[torch.Tensor, "batch 4"]:
+    """What the captioner says of each image: its greedy decoding, four tokens, each the most likely given the image
+    and the tokens before it (unconstrained: a token the caption grammar would not allow there is kept, so a
+    malformed caption is seen as such; ``vocab.caption_to_text`` reads a row up to its first EOT). Not how the
+    package scores a captioner (``caption_scores`` ranks every caption of the table): what a generative reading
+    would compare against the true caption. The decoder is causal, so each step reads the tokens chosen so far.
+
+    Example:
+        >>> import dataclasses
+        >>> from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
+        >>> cfg = CLIPConfig.from_preset("simplified", n_labels=6, d_model=16, d_head=4)
+        >>> model = CLIP1D(dataclasses.replace(cfg, objective="captioning"), seed=0).eval()
+        >>> generate_captions(model, model.vision.to_tokens(["C . . 1 . . 2 . . . ."])).shape
+        torch.Size([1, 4])
+    """
+    check_captioning(model, "generate_captions")
+    if model.training:
+        raise ValueError("generate_captions needs the model in eval mode (call model.eval()): dropout would draw")
+    prefix = image_prefix(model, images, validate)
+    tokens = torch.zeros(prefix.shape[0], 4, dtype=torch.long, device=prefix.device)  # filled left to right
+    for t in range(4):  # position t reads the image and tokens < t (causal), so later placeholders do not matter
+        resid = model.text(decoder_inputs(tokens), return_type="resid", validate=False, prefix=prefix)
+        tokens[:, t] = (resid[:, t] @ model.W_U).argmax(-1)
+    return tokens
 
 
 def caption_loss(
