@@ -294,6 +294,8 @@ def test_a_captioners_image_belief_is_its_log_likelihood_difference_and_patching
     torch.testing.assert_close(res.patched[-1, 0], res.source)  # everything patched after the last block: the source
     with pytest.raises(ValueError, match="no normalised embedding"):
         image_belief_metric(m, caps, norm="frozen", images=imgs)
+    with pytest.raises(ValueError, match="no temperature to leave out"):
+        image_belief(m, imgs, caps, scale=False)
     from hooked_clip1d.analysis.circuits.task import mirror_task
 
     task = mirror_task(m, imgs, caps, target="vision")  # circuit discovery on the vision tower, this belief

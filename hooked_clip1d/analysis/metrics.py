@@ -315,7 +315,8 @@ def image_belief_metric(
     vision run; use it with ``model.vision.run_with_hooks`` or as a patching metric. ``norm`` (module docstring):
     ``"live"`` (the cosine), ``"frozen"`` (each row divided by the norm of the clean ``images``' output, which it
     then needs) or ``"none"`` (the pre-normalisation logit difference). On a captioning model: the log-likelihood
-    difference, read through the decoder's image prefix (``norm="live"`` only; ``scale`` has no temperature to apply).
+    difference, read through the decoder's image prefix (``norm="live"`` and ``scale=True`` only: no embedding to
+    normalise, no temperature to leave out).
 
     >>> from hooked_clip1d import CLIP1D, CLIPConfig
     >>> m = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5), seed=0).eval()
@@ -331,7 +332,7 @@ def image_belief_metric(
     vocab = model.text.cfg.vocab
     check_pair_captions(captions, vocab)
     if model.cfg.objective == "captioning":
-        return _captioner_image_belief(model, captions, norm)
+        return _captioner_image_belief(model, captions, scale, norm)
     _check_norm(norm, images if norm == "frozen" else captions, "images")
     captions = captions.to(model.W_proj.device)
     t_true = F.normalize(model.encode_text(captions), dim=-1)
@@ -354,13 +355,20 @@ def image_belief_metric(
     return metric
 
 
-def _captioner_image_belief(model: CLIP1D, captions: Int[torch.Tensor, "batch 4"], norm: str) -> BeliefMetric:
+def _captioner_image_belief(
+    model: CLIP1D, captions: Int[torch.Tensor, "batch 4"], scale: bool, norm: str
+) -> BeliefMetric:
     """``image_belief_metric`` of a captioning model (model.captioning): row ``i`` -> log p(c_i | img_i) - log
     p(swap(c_i) | img_i), the decoder reading each pooled CLS output through the prefix (``hook_image_embed`` and
     ``W_prefix``, as the model's forward does). Log-likelihoods are the captioner's logits: there is no temperature
-    (``scale`` has nothing to scale) and no normalised embedding (``norm`` must be ``"live"``)."""
+    to leave out (``scale=False`` is refused) and no normalised embedding (``norm`` must be ``"live"``)."""
     from hooked_clip1d.model.captioning import token_log_likelihoods
 
+    if not scale:
+        raise ValueError(
+            "scale=False: a captioning model's belief is a log-likelihood difference, with no temperature to leave "
+            "out (the cosine difference it would give does not exist); use scale=True"
+        )
     if norm != "live":
         raise ValueError(
             f"norm={norm!r}: a captioning model's belief is a log-likelihood difference, with no normalised "
