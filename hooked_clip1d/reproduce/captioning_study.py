@@ -190,6 +190,22 @@ def _finite_row(seed: int, row: Mapping[str, Any]) -> None:
             raise ValueError(f"x22-captioning: seed {seed}'s {key} at epoch {row.get('epoch')} is {v!r}, not finite")
 
 
+def _final_rows(path: Mapping[int, str], epoch: int, read: Any) -> dict[int, dict[str, Any]]:
+    """Each run's emergence row at ``epoch`` (``read``: ``dynamics.run_emergence``), computed once per distinct
+    snapshot file: a null draw's six runs hold the same untrained weights (one init seed per draw), which score the
+    same (~75 s each at this size)."""
+    import hashlib
+
+    rows: dict[int, dict[str, Any]] = {}
+    by_bytes: dict[str, dict[str, Any]] = {}
+    for s, p in sorted(path.items()):
+        digest = hashlib.sha256(Path(p, "snapshots", f"epoch_{epoch:05d}.safetensors").read_bytes()).hexdigest()
+        if digest not in by_bytes:
+            by_bytes[digest] = read(p, epochs=[epoch]).rows[-1]
+        rows[s] = by_bytes[digest]
+    return rows
+
+
 def _unseen_curve(run_dir: str | Path) -> list[tuple[int, float]]:
     lines = Path(run_dir, "metrics.jsonl").read_text().splitlines()
     evals = [json.loads(ln) for ln in lines if ln.strip()]
@@ -207,7 +223,7 @@ def _x_captioning(rows: list[dict[str, Any]]) -> Outcome:
     path = {int(r["seed"]): r["path"] for r in mine}
     # a null-control draw (controls.null_rows) is read at its epoch 0 by the same code, with no null of its own
     draw = untrained_draw(mine)
-    final = {s: run_emergence(p, epochs=[0 if draw else EPOCHS]).rows[-1] for s, p in sorted(path.items())}
+    final = _final_rows(path, 0 if draw else EPOCHS, run_emergence)
     for s, row in final.items():
         _finite_row(s, row)
     life = {s: m2_lifetime(m2_by_snapshot(p)) for s, p in sorted(path.items())}
