@@ -33,6 +33,12 @@ from hooked_clip1d.settings.checks import check_int
 CAPTIONER_TEXT = "a captioning model's decoder reads the image through its prefix; model.captioning"
 
 
+def _text_alone(model: CLIP1D) -> bool:
+    """Whether a family may run the text tower on captions alone: not on a captioner, whose decoder reads the image
+    (its text-tower parts are reported as not run, ``CAPTIONER_TEXT``)."""
+    return model.cfg.objective == "contrastive"
+
+
 # ---- analyses -------------------------------------------------------------------------------------------------------
 @family(
     "attention",
@@ -53,7 +59,7 @@ def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
     cap = opts.get("caption") or vocab.caption_to_text(image_caption(vocab, img))  # the image's own caption
     figs, data, lines, pages = {}, {}, [], {}
     towers = [("vision", img), ("text", cap)]
-    if model.cfg.objective != "contrastive":  # a captioner's decoder reads the image: no pattern of a caption alone
+    if not _text_alone(model):
         towers = towers[:1]
         data["text"] = {"not_run": CAPTIONER_TEXT}
         lines.append(f"text tower: not run ({CAPTIONER_TEXT})")
@@ -192,7 +198,6 @@ def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
 
     imgs, caps = _pairs(model, opts)
     L = model.vision.cfg.n_layers
-    text_side = model.cfg.objective == "contrastive"  # a captioner's decoder reads the image: no text-alone runs
     ms = mirror_swap_patching(model, imgs, caps)
     z_names = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
     heads = mirror_swap_patching(model, imgs, caps, hook_names=z_names, sets=["cls"], heads=True)
@@ -219,9 +224,10 @@ def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
         "mirror_swap_heads_cls": heads.to_dict(),
         "knockout_vision": kv.to_dict(),
     }
-    if not text_side:
-        lines += ["attention knockout: fraction of the belief retained with each attention edge cut"]
-        lines += [f"  vision {n:<28} {r:>7.3f}" for n, r in zip(kv.names, kv.retained().tolist(), strict=True)]
+    knockout = ["attention knockout: fraction of the belief retained with each attention edge cut"]
+    knockout += [f"  vision {n:<28} {r:>7.3f}" for n, r in zip(kv.names, kv.retained().tolist(), strict=True)]
+    if not _text_alone(model):
+        lines += knockout
         lines.append(f"caption-swap patching, text interchange, text knockout: not run ({CAPTIONER_TEXT})")
         data |= {k: {"not_run": CAPTIONER_TEXT} for k in ("caption_swap", "interchange", "knockout_text")}
         return Report("\n".join(lines).rstrip(), data, figs)
@@ -232,8 +238,7 @@ def _patching(model: CLIP1D, opts: dict[str, Any]) -> Report:
     lines += _fmt_rows(
         "caption-swap patching (text tower)", cs.set_names, {lab: cf[i].tolist() for i, lab in enumerate(cs.labels)}
     )
-    lines += ["attention knockout: fraction of the belief retained with each attention edge cut"]
-    lines += [f"  vision {n:<28} {r:>7.3f}" for n, r in zip(kv.names, kv.retained().tolist(), strict=True)]
+    lines += knockout
     lines += [f"  text   {n:<28} {r:>7.3f}" for n, r in zip(kt.names, kt.retained().tolist(), strict=True)]
     itf = it.fractions()
     lines += ["", _interchange_table(itf)]
@@ -270,7 +275,7 @@ def _probes(model: CLIP1D, opts: dict[str, Any]) -> Report:
         (model.vision, imgs, ("left_pos", "right_pos", "left_label", "right_label", "relation")),
         (model.text, caps, ("subject", "object", "relation")),
     ]
-    captioner = model.cfg.objective != "contrastive"  # its decoder reads the image: no probe of a caption alone
+    captioner = not _text_alone(model)
     for tower, toks, targets in towers[:1] if captioner else towers:
         name = "vision" if tower is model.vision else "text"
         for t in targets:
@@ -313,7 +318,7 @@ def _steering(model: CLIP1D, opts: dict[str, Any]) -> Report:
                 errors[key] = str(e)
                 continue
             curves[key] = sr
-    if model.cfg.objective == "contrastive":  # a captioner's decoder reads the image: no role IDs of a caption alone
+    if _text_alone(model):
         tids = text_role_ids(model.text)
         for depth in range(len(tids.labels)):
             curves[f"text roles @ {tids.labels[depth]}"] = steer_text(model, imgs, caps, tids, depth, alphas)
@@ -355,7 +360,7 @@ def _heads(model: CLIP1D, opts: dict[str, Any]) -> Report:
     bias = cls_object_bias(model.vision, split)
     figs = {"bias": plot_head_bias(bias, layer=0)}
     eot = None
-    if model.cfg.objective == "contrastive":  # a captioner's decoder reads the image: no EOT row of a caption alone
+    if _text_alone(model):
         eot = text_eot_bias(model.text, pair_captions(ds, "unseen" if split.name == "val_unseen" else "seen"))
         figs["eot"] = plot_eot_bias(eot)
     L, H = bias["left"].shape
@@ -471,7 +476,7 @@ def _attribution(model: CLIP1D, opts: dict[str, Any]) -> Report:
         check_int(v, f"option {key}", none_ok=True)
     images, captions = ground_truth_inputs(model, split, n=n)
     # a captioner's decoder reads the image: its circuit is the vision tower's, scored by the log-likelihood belief
-    captioner = model.cfg.objective != "contrastive"
+    captioner = not _text_alone(model)
     task = mirror_task(model, images, captions, target="vision" if captioner else "clip")
     if method.unit == "node":
         kinds = opts.get("kinds", model_node_kinds(model))
