@@ -48,8 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_training  # noqa: E402
 
 from hooked_clip1d.sweeps.runner import (  # noqa: E402
-    _group_name,
     group_cost,
+    group_name,
     load_spec,
     plan_groups,
     planned_steps,
@@ -101,7 +101,7 @@ def run_plan(spec_path: Path, out: Path, plan: list[list], workers: int, compile
     """Wall seconds of ``run_sweep`` with ``plan`` saved beforehand (so the sweep trains exactly these groups)."""
     out.mkdir(parents=True)
     (out / "spec.toml").write_text(spec_path.read_text())
-    names = [[_group_name(i, g), [r.name for r in g]] for i, g in enumerate(plan)]
+    names = [[group_name(i, g), [r.name for r in g]] for i, g in enumerate(plan)]
     (out / "plan.json").write_text(json.dumps(names) + "\n")
     t0 = time.perf_counter()
     run_sweep(spec_path, out, progress=False, workers=workers, threads=1, compile=compile)

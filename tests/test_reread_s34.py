@@ -88,7 +88,7 @@ def test_the_long_runs_queue_names_groups_its_sweeps_plan():
     import subprocess
     from pathlib import Path
 
-    from hooked_clip1d.sweeps.runner import _group_name, _saved_plan
+    from hooked_clip1d.sweeps.runner import _saved_plan, group_name
     from hooked_clip1d.sweeps.spec import load_spec
 
     root = Path(__file__).resolve().parents[1]
@@ -112,13 +112,13 @@ def test_the_long_runs_queue_names_groups_its_sweeps_plan():
         # or, for the sweeps whose plan.json was written as one-run groups on this CPU (session 45: any partition of
         # the same runs resumes), those groups
         if spec_name in ONE_RUN_PLANS:
-            planned |= {_group_name(i, [r]) for i, r in enumerate(spec.runs)}
+            planned |= {group_name(i, [r]) for i, r in enumerate(spec.runs)}
         assert group in planned, (spec_name, group, planned)
     for spec_name in ONE_RUN_PLANS:  # each run in exactly one lane item, but the one adopted from the full model
         spec = load_spec(root / "hooked_clip1d/sweeps" / f"{spec_name}.toml")
         named = [i.split(":")[1] for i in items if i.startswith(f"{spec_name}:")]
-        want = {_group_name(i, [r]) for i, r in enumerate(spec.runs)} - {
-            _group_name(i, [r]) for i, r in enumerate(spec.runs) if r.name in ADOPTED[spec_name]
+        want = {group_name(i, [r]) for i, r in enumerate(spec.runs)} - {
+            group_name(i, [r]) for i, r in enumerate(spec.runs) if r.name in ADOPTED[spec_name]
         }
         assert sorted(named) == sorted(want), spec_name
 

@@ -56,6 +56,7 @@ __all__ = [
     "SweepSpec",
     "load_spec",
     "plan_groups",
+    "group_name",
     "planned_steps",
     "run_sweep",
     "results_table",
@@ -222,7 +223,17 @@ def _pack_under_cap(
     return best
 
 
-def _group_name(index: int, group: Sequence[RunSpec]) -> str:
+def group_name(index: int, group: Sequence[RunSpec]) -> str:
+    """The name of the ``index``-th group of a sweep's plan, training runs ``group``: ``g<index>-<hash>``, the hash
+    of its runs' names in order (so a plan written on one machine names the same groups on every other, and a
+    group's folder, ``groups/<name>``, is found again on resume).
+
+    Example:
+        >>> from hooked_clip1d.sweeps.spec import SPECS_DIR
+        >>> spec = load_spec(SPECS_DIR / "captioning.toml")
+        >>> group_name(0, spec.runs[:1])  # a captioner trains alone: one run a group
+        'g000-17fb6eb3'
+    """
     h = hashlib.sha256(json.dumps([r.name for r in group]).encode()).hexdigest()[:8]
     return f"g{index:03d}-{h}"
 
@@ -515,7 +526,7 @@ def _saved_plan(
                 plan.append((gname, [by_name.pop(n) for n in names]))
     new = [r for r in runs if r.name in by_name]
     for group in plan_groups(new, max_group_size, workers):
-        plan.append((_group_name(len(plan), group), group))
+        plan.append((group_name(len(plan), group), group))
     return plan
 
 

@@ -26,7 +26,7 @@ def write_plan(spec_path: Path, out: Path) -> list[str]:
     if (out / "plan.json").exists() or (out / "spec.toml").exists():
         return []
     spec = load_spec(spec_path)
-    named = [(runner._group_name(i, [r]), [r.name]) for i, r in enumerate(spec.runs)]  # in the grid's order
+    named = [(runner.group_name(i, [r]), [r.name]) for i, r in enumerate(spec.runs)]  # in the grid's order
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "spec.toml", spec.source)
     atomic_write_text(out / "plan.json", json.dumps(named) + "\n")
