@@ -115,6 +115,23 @@ class PlainCaptioner(nn.Module):
         logits = self.text.ln_final(x) @ self.unembed  # [batch, 4, vocab]: position t predicts token t
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), captions.reshape(-1))
 
+    @torch.no_grad()
+    def scores(self, images, captions, rows=50_000):
+        """Every caption's log-likelihood given every image [images, captions], the plain way: every (image,
+        caption) pair decoded whole, in chunks of about ``rows`` pairs (what ``caption_scores`` computes)."""
+        img = self.vision(images, torch.zeros(images.shape[0], dtype=torch.long)) @ self.prefix
+        emb = self.text.embed(captions[:, :3])
+        out, n = [], captions.shape[0]
+        for i in range(0, images.shape[0], max(1, rows // n)):
+            p = img[i : i + max(1, rows // n)]
+            m = p.shape[0]
+            x = torch.cat([p.repeat_interleave(n, 0)[:, None], emb.repeat(m, 1, 1)], 1) + self.text.pos[:4]
+            for block in self.text.blocks:
+                x = block(x)
+            logp = (self.text.ln_final(x) @ self.unembed).log_softmax(-1)
+            out.append(logp.gather(-1, captions.repeat(m, 1)[..., None])[..., 0].sum(-1).view(m, n))
+        return torch.cat(out)
+
 
 def make_trainer(preset="simplified", n_labels=20, seed=0, captioning=False):
     """(model, optimizer, step) where ``step(images, captions)`` does one AdamW step and returns the loss; with

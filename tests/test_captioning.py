@@ -352,3 +352,43 @@ def test_generation_is_greedy_and_each_token_is_the_most_likely_given_the_ones_b
         generate_captions(_model(objective="contrastive"), imgs)
     with pytest.raises(ValueError, match="eval mode"):
         generate_captions(_model().train(), imgs)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # the study's captioner: one attention-only block, no LayerNorm
+        {"preset": "full"},  # 4 pre-LN blocks with MLPs
+        {"ln_position": "post"},
+        {"positional": "rope"},
+        {"pruned_heads": ((0, 1),)},
+    ],
+    ids=["simplified", "full", "post-ln", "rope", "pruned"],
+)
+@torch.no_grad()
+def test_sharing_the_caption_stems_keys_and_values_gives_every_pairs_scores(changes):
+    """``caption_scores``' chunked path runs positions 0-2 once per (image, stem) and position 3 per pair with the
+    stems' cached keys and values: the scores of decoding every pair whole (``chunk=False``), on every decoder the
+    package builds; with a hook on the text tower, or in train mode, it decodes every pair (the hook sees them all)."""
+    changes = dict(changes)
+    preset = changes.pop("preset", "simplified")
+    text = {k: changes.pop(k) for k in list(changes)}
+    cfg = CLIPConfig.from_preset(preset, n_labels=8, d_model=32, d_head=8)
+    if "ln_position" in text:
+        cfg = CLIPConfig.from_preset("full", n_labels=8, d_model=32, d_head=8)
+    cfg = dataclasses.replace(cfg, objective="captioning", text=cfg.text.replace(**text))
+    model = CLIP1D(cfg, seed=3).eval()
+    ds = build_dataset(DataConfig(n_labels=8, n2=2, n_heldout=2, n1=2, n_val=2, seed=0))
+    images, captions = ds.splits["val_unseen"].images, ds.captions
+    assert captioning.shared_stems_apply(model)
+    fast = caption_scores(model, images, captions)
+    whole = caption_scores(model, images, captions, chunk=False)
+    assert fast.shape == whole.shape == (len(images), len(captions))
+    assert torch.allclose(fast, whole, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(caption_scores(model, images, captions, share_stems=False), whole, atol=1e-6, rtol=1e-6)
+    seen = []
+    with model.text.hooks(fwd_hooks=[("hook_embed", lambda x, hook: seen.append(x.shape[0]))]):
+        assert not captioning.shared_stems_apply(model)
+        assert torch.allclose(caption_scores(model, images, captions), whole, atol=1e-5, rtol=1e-5)
+    assert seen == [len(images) * len(captions)]  # every pair, in one chunk here
+    assert not captioning.shared_stems_apply(model.train()) and captioning.shared_stems_apply(model.eval())
