@@ -392,3 +392,10 @@ def test_sharing_the_caption_stems_keys_and_values_gives_every_pairs_scores(chan
         assert torch.allclose(caption_scores(model, images, captions), whole, atol=1e-5, rtol=1e-5)
     assert seen == [len(images) * len(captions)]  # every pair, in one chunk here
     assert not captioning.shared_stems_apply(model.train()) and captioning.shared_stems_apply(model.eval())
+    model.text.blocks[0].train()  # a text module in train mode (the model's flag aside): dropout would draw
+    assert not captioning.shared_stems_apply(model)
+    model.eval()
+    handle = model.text.blocks[0].attn.register_full_backward_hook(lambda *a: None)
+    assert not captioning.shared_stems_apply(model)  # a backward hook must see every pair's gradients
+    handle.remove()
+    assert captioning.shared_stems_apply(model)

@@ -192,19 +192,29 @@ def caption_scores(
 
 
 def shared_stems_apply(model: CLIP1D) -> bool:
-    """Whether ``caption_scores`` may share the caption stems' keys and values (its chunked path): the model in eval
-    mode (no dropout draws), no forward hook on any module of its text tower or registered globally (a hook must see
-    every pair's activations, as ``model(images, captions)`` gives them), and a text tower whose attention reads one
-    shared input per layer without the model's own score-term removal (``ablated_terms``)."""
+    """Whether ``caption_scores`` may share the caption stems' keys and values (its chunked path): the text tower in
+    eval mode (no dropout draws), no forward or backward hook on any of its modules or registered globally (a hook
+    must see every pair's activations, as ``model(images, captions)`` gives them), and a text tower whose attention
+    reads one shared input per layer without the model's own score-term removal (``ablated_terms``).
+
+    Example:
+        >>> from hooked_clip1d.model.clip import CLIP1D, CLIPConfig
+        >>> model = CLIP1D(CLIPConfig.from_preset("simplified", n_labels=5, objective="captioning"), seed=0)
+        >>> shared_stems_apply(model.eval()), shared_stems_apply(model.train())  # train mode: dropout draws
+        (True, False)
+    """
     text = model.text
     cfg = text.cfg
-    if model.training or cfg.ablated_terms or cfg.use_attn_in or cfg.use_split_qkv_input:
+    if cfg.ablated_terms or cfg.use_attn_in or cfg.use_split_qkv_input:
         return False
     from torch.nn.modules import module as nn_module
 
-    if nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks:
+    if nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks or nn_module._global_backward_hooks:
         return False
-    return not any(m._forward_hooks or m._forward_pre_hooks for m in text.modules())
+    return not any(
+        m.training or m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+        for m in text.modules()
+    )
 
 
 def _scores_by_stem(
