@@ -366,7 +366,7 @@ def test_generation_is_greedy_and_each_token_is_the_most_likely_given_the_ones_b
     ids=["simplified", "full", "post-ln", "rope", "pruned"],
 )
 @torch.no_grad()
-def test_sharing_the_caption_stems_keys_and_values_gives_every_pairs_scores(changes):
+def test_sharing_the_caption_stems_keys_and_values_gives_every_pairs_scores(changes, monkeypatch):
     """``caption_scores``' chunked path runs positions 0-2 once per (image, stem) and position 3 per pair with the
     stems' cached keys and values: the scores of decoding every pair whole (``chunk=False``), on every decoder the
     package builds; with a hook on the text tower, or in train mode, it decodes every pair (the hook sees them all)."""
@@ -386,6 +386,9 @@ def test_sharing_the_caption_stems_keys_and_values_gives_every_pairs_scores(chan
     assert fast.shape == whole.shape == (len(images), len(captions))
     assert torch.allclose(fast, whole, atol=1e-5, rtol=1e-5)
     assert torch.allclose(caption_scores(model, images, captions, share_stems=False), whole, atol=1e-6, rtol=1e-6)
+    monkeypatch.setattr(captioning, "SCORE_ROWS", 2 * len(captions) + 1)  # two images a chunk, the last one alone
+    assert torch.allclose(caption_scores(model, images[:5], captions), fast[:5], atol=1e-6, rtol=1e-6)
+    monkeypatch.undo()
     seen = []
     with model.text.hooks(fwd_hooks=[("hook_embed", lambda x, hook: seen.append(x.shape[0]))]):
         assert not captioning.shared_stems_apply(model)

@@ -160,7 +160,7 @@ def caption_scores(
 
     Chunked, with ``share_stems`` and where ``shared_stems_apply`` (eval mode, no hook on the text tower), the
     decoder's positions 0-2 run once per image and caption stem ``(X, rel)`` and only position 3 once per pair,
-    reading the stem's keys and values (a KV cache): the same scores up to float rounding, ~3x faster at the
+    reading the stem's keys and values (a KV cache): the same scores up to float rounding, ~3.7x faster at the
     flagship's size (benchmarks/bench_caption_scores.py). ``share_stems=False`` decodes every pair whole.
 
     Example:
@@ -228,49 +228,46 @@ def _scores_by_stem(
     text = model.text
     cfg = text.cfg
     stems, which = torch.unique(captions[:, :2], dim=0, return_inverse=True)  # [U, 2], [n_texts]
-    n_img, n_stem, n_cap = prefix.shape[0], stems.shape[0], captions.shape[0]
-    seq = torch.cat([stems[:, :1], stems], 1).repeat(n_img, 1)  # [image (X's id, replaced), X, rel]
-    p = prefix.repeat_interleave(n_stem, 0)
-    kept: dict[str, torch.Tensor] = {}  # each layer's keys (turned, with RoPE) and values at positions 0-2
-
-    def keep(name: str) -> Any:
-        def hook(x: torch.Tensor, hook: Any) -> torch.Tensor:
-            kept[name] = x
-            return x
-
-        return hook
-
+    n_stem, n_cap = stems.shape[0], captions.shape[0]
     k_hook = "hook_rot_k" if cfg.positional == "rope" else "hook_k"
     names = [(f"blocks.{i}.attn.{k_hook}", f"blocks.{i}.attn.hook_v") for i in range(len(text.blocks))]
-    with text.hooks(fwd_hooks=[(n, keep(n)) for pair in names for n in pair]):
-        final = text(seq, return_type="resid", validate=False, prefix=p)  # [n_img * U, 3, d]
-    logp = (final @ model.W_U).log_softmax(-1).view(n_img, n_stem, 3, -1)
-    cached = [tuple(kept[n].view(n_img, n_stem, 3, *kept[n].shape[2:]) for n in pair) for pair in names]
     last = text.embed(captions[:, 2:3])  # position 3 reads Y [n_texts, 1, d]: block 0's input, whatever the image
     if cfg.positional == "learned":
         last = last + text.pos_embed.W_pos[3]
-    # positions 0-2's log-probabilities of the caption's tokens X, rel (per stem) and Y (per caption) [n_img, n_texts]
-    img = torch.arange(n_img, device=prefix.device)[:, None]
-    t0 = logp[:, :, 0].gather(-1, stems[None, :, :1].expand(n_img, -1, -1).long())[..., 0][:, which]
-    t1 = logp[:, :, 1].gather(-1, stems[None, :, 1:].expand(n_img, -1, -1).long())[..., 0][:, which]
-    t2 = logp[img, which[None], 2, captions[None, :, 2].long()]
-    step = max(1, SCORE_ROWS // n_cap)
+    step = max(1, SCORE_ROWS // n_cap)  # images a chunk: ~SCORE_ROWS pairs at position 3
     rows = []
-    for i in range(0, n_img, step):
-        m = min(step, n_img - i)
-        r = last
-        for block, (k_stem, v_stem) in zip(text.blocks, cached, strict=True):
-            r = _last_position_block(
-                block, r, k_stem[i : i + m, which].flatten(0, 1), v_stem[i : i + m, which].flatten(0, 1)
+    for i in range(0, prefix.shape[0], step):
+        m = min(step, prefix.shape[0] - i)
+        # positions 0-2, once per (image, stem), by the tower's own forward: [image (X's id, replaced), X, rel]
+        seq = torch.cat([stems[:, :1], stems], 1).repeat(m, 1)
+        kept: dict[str, torch.Tensor] = {}  # each layer's keys (turned, with RoPE) and values at positions 0-2
+
+        def keep(name: str, kept: dict[str, torch.Tensor] = kept) -> Any:
+            def hook(x: torch.Tensor, hook: Any) -> torch.Tensor:
+                kept[name] = x
+                return x
+
+            return hook
+
+        with text.hooks(fwd_hooks=[(n, keep(n)) for pair in names for n in pair]):
+            final = text(
+                seq, return_type="resid", validate=False, prefix=prefix[i : i + m].repeat_interleave(n_stem, 0)
             )
+        logp = (final @ model.W_U).log_softmax(-1).view(m, n_stem, 3, -1)
+        # their log-probabilities of the caption's X, rel (per stem) and Y (per caption) [m, n_texts]
+        t0 = logp[:, :, 0].gather(-1, stems[None, :, :1].expand(m, -1, -1).long())[..., 0][:, which]
+        t1 = logp[:, :, 1].gather(-1, stems[None, :, 1:].expand(m, -1, -1).long())[..., 0][:, which]
+        t2 = logp[torch.arange(m, device=logp.device)[:, None], which[None], 2, captions[None, :, 2].long()]
+        # position 3, per pair, reading each layer's stem keys and values (a pair's row: image * n_texts + caption)
+        r = last
+        for block, pair in zip(text.blocks, names, strict=True):
+            k_stem, v_stem = (kept[n].view(m, n_stem, 3, *kept[n].shape[2:])[:, which].flatten(0, 1) for n in pair)
+            r = _last_position_block(block, r, k_stem, v_stem)
         if cfg.final_ln:
             r = text.ln_final(r)
-        if r.shape[0] != m * n_cap:  # no block ran (a tower without blocks): every image reads the same
-            r = r.repeat(m, 1, 1)
         t3 = (r[:, 0] @ model.W_U).log_softmax(-1).gather(-1, captions[:, 3].repeat(m)[:, None].long())
         # summed over the four tokens in order, as token_log_likelihoods(...).sum(-1)
-        ll = torch.stack([t0[i : i + m], t1[i : i + m], t2[i : i + m], t3.view(m, n_cap)], -1)
-        rows.append(ll.sum(-1))
+        rows.append(torch.stack([t0, t1, t2, t3.view(m, n_cap)], -1).sum(-1))
     return torch.cat(rows)
 
 
