@@ -245,7 +245,8 @@ def test_analyze_runs_the_vision_families_on_a_captioner_and_says_what_it_skips(
     """``analyze heads``, ``attention``, ``patching``, ``probes``, ``steering`` and ``attribution`` on a captioning
     model give the vision tower's part (Fig. 4c's head bias, the CLS row, mirror-swap patching, vision knockout,
     steering and circuit attribution scored by the log-likelihood belief, vision probes) and report the text
-    tower's as not run (its decoder reads the image: a run on captions alone means nothing)."""
+    tower's as not run (its decoder reads the image: a run on captions alone means nothing); ``attention`` shows
+    the decoder reading the image and the caption instead."""
     from hooked_clip1d.cli.commands import main
     from hooked_clip1d.cli.families import CAPTIONER_TEXT
 
@@ -258,7 +259,11 @@ def test_analyze_runs_the_vision_families_on_a_captioner_and_says_what_it_skips(
     assert heads["text_eot_bias"] == {"not_run": CAPTIONER_TEXT} and len(heads["cls_object_bias"]["left"][0]) == 4
     assert main(["analyze", "attention", "--model", str(run), "--out", str(tmp_path / "a"), "--json"]) == 0
     attention = json.loads((tmp_path / "a" / "attention.json").read_text())["data"]
-    assert set(attention) == {"vision_L0", "text"} and attention["text"] == {"not_run": CAPTIONER_TEXT}
+    assert set(attention) == {"vision_L0", "text", "decoder_L0"} and attention["text"] == {"not_run": CAPTIONER_TEXT}
+    decoder = attention["decoder_L0"]  # the decoder on the image and its caption: causal, each row a distribution
+    assert decoder["tokens"][0] == "image" and len(decoder["tokens"]) == 4
+    pattern = torch.tensor(decoder["pattern"])  # [head, query, key]
+    assert torch.allclose(pattern.sum(-1), torch.ones(4, 4)) and not pattern.triu(1).any()
     assert main(["analyze", "patching", "--model", str(run), "--out", str(tmp_path / "p"), "--json"]) == 0
     patching = json.loads((tmp_path / "p" / "patching.json").read_text())["data"]
     assert patching["caption_swap"] == patching["knockout_text"] == {"not_run": CAPTIONER_TEXT}

@@ -39,10 +39,21 @@ def _text_alone(model: CLIP1D) -> bool:
     return model.cfg.objective == "contrastive"
 
 
+def _decoder_attention(model: CLIP1D, image: str, caption: str) -> list[dict[str, Any]]:
+    """A captioner's decoder attention on ``image`` and ``caption``, per layer: its inputs' names (``image`` at
+    position 0, then the caption's first three tokens) and each head's pattern [head][query][key], causal; the row
+    of position 2 (input rel) is the one that predicts Y, where the relation must be read from the image."""
+    images, captions = model.vision.to_tokens([image]), model.text.to_tokens([caption])
+    names = [f"text.blocks.{i}.attn.hook_pattern" for i in range(model.text.cfg.n_layers)]
+    _, cache = model.run_with_cache(images, captions, names_filter=names)
+    tokens = ["image", *model.text.to_str_tokens(captions[0])[:3]]
+    return [{"tokens": tokens, "pattern": cache[n][0].tolist()} for n in names]
+
+
 # ---- analyses -------------------------------------------------------------------------------------------------------
 @family(
     "attention",
-    what="attention patterns of both towers on one image and caption (Fig. 4b)",
+    what="attention patterns of both towers on one image and caption (Fig. 4b); a captioner's decoder on both",
     data="the first unseen-pair validation image (val_unseen) and its caption (an image given alone: its own caption)",
     options={
         "image": "the image, e.g. 'C . . 17 . . 19 . . . .'",
@@ -59,10 +70,18 @@ def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
     cap = opts.get("caption") or vocab.caption_to_text(image_caption(vocab, img))  # the image's own caption
     figs, data, lines, pages = {}, {}, [], {}
     towers = [("vision", img), ("text", cap)]
-    if not _text_alone(model):
+    short = {"is on the left of": "left", "is on the right of": "right", "in the image": "in-img"}
+    if not _text_alone(model):  # the decoder on the image and its caption, not the text tower alone
         towers = towers[:1]
         data["text"] = {"not_run": CAPTIONER_TEXT}
-        lines.append(f"text tower: not run ({CAPTIONER_TEXT})")
+        lines.append(f"text tower alone: not run ({CAPTIONER_TEXT}); the decoder reading the image:")
+        for layer, view in enumerate(_decoder_attention(model, img, cap)):
+            data[f"decoder_L{layer}"] = view
+            lines.append(f"decoder layer {layer}, image {img!r}, caption {cap!r}, row of the position predicting Y:")
+            lines.append("  head  " + " ".join(f"{short.get(t, t):>6.6}" for t in view["tokens"][:3]))
+            lines += [
+                f"  {h:<5} " + " ".join(f"{v:>6.2f}" for v in row[2][:3]) for h, row in enumerate(view["pattern"])
+            ]
     for tower, x in towers:
         enc = getattr(model, tower)
         for layer in range(enc.cfg.n_layers):
@@ -73,7 +92,6 @@ def _attention(model: CLIP1D, opts: dict[str, Any]) -> Report:
             data[f"{tower}_L{layer}"] = {"tokens": view.tokens, "pattern": view.pattern}
             row = view.pattern[:, 0 if tower == "vision" else -1]
             lines.append(f"{tower} layer {layer}, input {x!r}, {'CLS' if tower == 'vision' else 'last'} row:")
-            short = {"is on the left of": "left", "is on the right of": "right", "in the image": "in-img"}
             lines.append("  head  " + " ".join(f"{short.get(t, t):>6.6}" for t in view.tokens))
             lines += [f"  {h:<5} " + " ".join(f"{v:>6.2f}" for v in row[h].tolist()) for h in range(row.shape[0])]
     return Report("\n".join(lines), data, figs, pages)
