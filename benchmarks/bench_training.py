@@ -4,8 +4,9 @@ Implementations (each trains on the real training pairs of ``DataConfig(n_labels
 
 - ``plain``: ``plain_reference.py`` (one-file PyTorch model, ``AdamW(model.parameters())``, torch's default
   implementation), K = 1: the baseline of every ratio;
-- ``plain+captioning`` and ``trainer+captioning`` (``--captioning``): the same two on the captioning objective
-  (``plain_reference.PlainCaptioner``; ``CLIPConfig(objective="captioning")``), the latter's ratio against the former;
+- ``plain+captioning``, ``trainer+captioning`` and ``batched+captioning`` (``--captioning``): the plain reference,
+  the single-model trainer and the batched engine (K as ``--ks``, and 1) on the captioning objective
+  (``plain_reference.PlainCaptioner``; ``CLIPConfig(objective="captioning")``), their ratios against the first;
 - ``trainer``: the loop body of ``hooked_clip1d.training.trainer.Trainer.run`` (the single-model trainer), K = 1;
 - ``batched``: ``hooked_clip1d.training.batched.BatchedTrainer.run`` with K members (different seeds), fast dropout
   (masks drawn only where the loss reads them, a different random stream than ``Trainer``), fp32, eager;
@@ -208,10 +209,11 @@ def make_batched(
     amp=False,
     name="batched",
     train_kw=None,
+    objective="contrastive",
 ) -> Impl:
     members = [
         Member(
-            CLIPConfig.from_preset(preset, n_labels=N_LABELS),
+            CLIPConfig.from_preset(preset, n_labels=N_LABELS, objective=objective),
             DataConfig(),
             # the standard CLIP loss, as the plain reference computes (the default masks identical captions since
             # 2026-11-28: a different computation); a benchmark that wants the default passes train_kw
@@ -494,6 +496,8 @@ def main(argv: list[str] | None = None) -> None:
             if args.captioning:
                 impls.append(make_plain(preset, images, captions, captioning=True))
                 impls.append(make_trainer(preset, images, captions, tmpdir, captioning=True))
+                for K in sorted(set(ks[preset]) | {1}):  # the batched engine on captioners (x22 trains six)
+                    impls.append(make_batched(preset, K, objective="captioning", name="batched+captioning"))
             if args.vmap and preset == "simplified":
                 impls.append(make_vmap(preset, 8, images, captions))
             print(f"timing {preset}: {', '.join(f'{i.name} K={i.K}' for i in impls)}", flush=True)

@@ -445,8 +445,8 @@ def test_fig4a_distinct_is_fig4as_grid_under_the_default_recipe():
 
 def test_the_captioning_study_is_x17s_b_prime_with_the_captioning_objective():
     """The pre-registration of 2026-12-02 (docs/fidelity.md, x22): captioning.toml is x17's arm (b') run for run (the
-    same seeds, data, recipe and snapshots) but the objective and eval_every; each run is a group of its own (the
-    single-run trainer), planned in the grid's order, seeds 0-2 first."""
+    same seeds, data, recipe and snapshots) but the objective and eval_every; the six train as one batched group
+    (the amendment of 2026-12-02, session 48, before any run: (b') trained batched too)."""
     from dataclasses import replace
     from pathlib import Path
 
@@ -463,4 +463,4 @@ def test_the_captioning_study_is_x17s_b_prime_with_the_captioning_objective():
         assert r.data_cfg == b.data_cfg and r.params["recipe"] == b.params["recipe"]
         t, tb = r.train_cfg.to_dict(), b.train_cfg.to_dict()
         assert {k for k in t if t[k] != tb[k]} == {"eval_every"} and (t["eval_every"], t["epochs"]) == (500, 10_000)
-    assert [[r.train_cfg.seed for r in g] for g in plan_groups(cap.runs)] == [[0], [1], [2], [6], [7], [8]]
+    assert [[r.train_cfg.seed for r in g] for g in plan_groups(cap.runs)] == [[0, 1, 2, 6, 7, 8]]

@@ -13,7 +13,8 @@ contrastive loss's) has nothing to act on and changes nothing. A caption's score
 contrastive model. The vision tower is the paper's, unchanged; the vision-side analyses read it as they read a
 contrastive model's. The text embedding (``encode_text``) does not exist for a captioning model and is refused.
 
-Only the single-run trainer (``training.train``) trains it; the batched engine refuses it by name.
+Both engines train it: the single-run trainer (``training.train``) and the batched engine (``BatchedTrainer``,
+which sweeps use: ``StackedForward.caption_loss``, eager fp32; a group's captioners share one vocabulary).
 
 Example:
     >>> import dataclasses

@@ -267,7 +267,7 @@ def _x_captioning(rows: list[dict[str, Any]]) -> Outcome:
     }
     notes = (
         "Seeds 0-2 decide, 6-8 confirm. The contrastive comparison is x17's (b') (same recipe, data and seeds, the "
-        "batched engine in groups of 12; the captioners trained alone on the single-run trainer): counts over runs, "
+        "batched engine in groups of 12; the captioners in one batched group of six): counts over runs, "
         "not paired seeds. M1-M4 as in the temperature study, on the final snapshot; a captioner's unseen-pair "
         "accuracy ranks every caption of the table by its log-likelihood. Ten untrained captioners are the null. Not "
         "counted: the M2 lifetimes (vision tower only, every snapshot) and their permutation p both ways, Fig. 13's "

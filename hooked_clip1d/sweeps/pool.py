@@ -1,5 +1,4 @@
-"""Running a sweep's groups: one group (``run_group``: resume, retrain or skip, then ``BatchedTrainer``, or
-``training.Trainer`` for a run the batched engine does not train, alone in its group) and all of
+"""Running a sweep's groups: one group (``run_group``: resume, retrain or skip, then ``BatchedTrainer``) and all of
 them (``run_groups``: one after another in this process, ``workers`` at once in spawned local processes, or as Ray
 tasks). ``sweep.run_sweep`` plans the groups and writes the results; this module only trains them.
 
@@ -24,10 +23,7 @@ from typing import Any
 from hooked_clip1d.sweeps.spec import RunSpec
 from hooked_clip1d.training.batched import BatchedTrainer, Member
 from hooked_clip1d.training.group_io import GROUP_CHECKPOINT, read_group_state
-from hooked_clip1d.training.members import needs_standard_engine
-from hooked_clip1d.training.run_config import RunConfig
 from hooked_clip1d.training.rundir import TrainingInterrupted, stop_on_signal
-from hooked_clip1d.training.trainer import Trainer
 
 __all__ = ["GroupTask", "run_group", "run_groups"]
 
@@ -70,8 +66,6 @@ def run_group(task: GroupTask) -> list[str]:
     if len(keep) < len(task.runs):
         task = dataclasses.replace(task, runs=[task.runs[i] for i in keep], run_dirs=[task.run_dirs[i] for i in keep])
         run_dirs = [run_dirs[i] for i in keep]
-    if any(needs_standard_engine(r.model_cfg) for r in task.runs):
-        return _run_alone(task)
     members = [Member(r.model_cfg, r.data_cfg, r.train_cfg, name=r.name) for r in task.runs]
     if task.run.get("threads"):
         members = [
@@ -110,39 +104,6 @@ def run_group(task: GroupTask) -> list[str]:
             _interrupted.append(e.signum)
         raise
     return [r.name for r in task.runs if (Path(task.run_dirs[task.runs.index(r)]) / "summary.json").exists()]
-
-
-def _run_alone(task: GroupTask) -> list[str]:
-    """A group of one run that only the single-run trainer trains (``members.needs_standard_engine``: a captioning
-    model): ``training.Trainer`` in the run's folder, resumed from its own ``checkpoint.safetensors``. The batched
-    engine's execution settings (compile, CUDA graphs, streams, AMP) and a step or time limit do not apply to it and
-    are refused by name; ``threads`` does; ``dropout_rng`` does not (the trainer draws its own dropout masks)."""
-    if len(task.runs) != 1:  # the planner gives such a run a group of its own; a plan.json written by hand may not
-        raise ValueError(f"group {task.name}: a run only training.Trainer trains must be alone in its group")
-    r = task.runs[0]
-    given = [k for k in ("compile", "cudagraphs", "graph_step", "streams", "amp") if task.run.get(k)]
-    given += [k for k in ("max_steps", "deadline") if getattr(task, k) is not None]
-    if given:
-        raise ValueError(
-            f"group {task.name} ({r.name}): {', '.join(given)} apply to the batched engine only; this run is a "
-            f"{r.model_cfg.objective} model, trained by training.Trainer (stop it with SIGTERM: it checkpoints)"
-        )
-    run_dir = Path(task.run_dirs[0])
-    resume = task.resume and (run_dir / "checkpoint.safetensors").exists()
-    if not resume and run_dir.exists() and any(run_dir.iterdir()):
-        if not task.resume:
-            raise FileExistsError(f"run {r.name} already has files ({run_dir}); resume the sweep or use a new out_dir")
-        shutil.rmtree(run_dir)  # a first attempt stopped before its first checkpoint: start afresh
-    train_cfg = r.train_cfg
-    if task.run.get("threads"):
-        train_cfg = dataclasses.replace(train_cfg, threads=task.run["threads"])
-    try:
-        Trainer(RunConfig(r.model_cfg, r.data_cfg, train_cfg), run_dir, resume=resume).run(progress=task.progress)
-    except TrainingInterrupted as e:
-        if multiprocessing.parent_process() is not None:  # a worker of this sweep's pool
-            _interrupted.append(e.signum)
-        raise
-    return [r.name]
 
 
 def _worker_init(threads: int) -> None:  # module-level so spawned workers can import it

@@ -48,7 +48,7 @@ from hooked_clip1d.settings.checks import check_int, check_real
 from hooked_clip1d.sweeps.claims import folder_lock, refuse_claimed, train_beside
 from hooked_clip1d.sweeps.pool import GroupTask, run_groups
 from hooked_clip1d.sweeps.spec import RunSpec, SweepSpec, load_spec
-from hooked_clip1d.training.members import group_key, needs_standard_engine
+from hooked_clip1d.training.members import group_key
 from hooked_clip1d.training.rundir import RunLock
 
 __all__ = [
@@ -123,8 +123,8 @@ def plan_groups(
     group alone: the runs are spread, longest first, each to the group it leaves cheapest. With ``pack_long`` the
     plan is the cheaper, by ``group_cost``, of that and keeping long runs together under a cost cap
     (``_pack_under_cap``): not the default, since ``group_cost``'s a + bK misses what a big group pays beside a
-    neighbour and on a compiled step (benchmarks/README.md, "Compiled"). Groups come longest first. A run only the
-    single-run trainer trains (``members.needs_standard_engine``: a captioning model) gets a group of its own.
+    neighbour and on a compiled step (benchmarks/README.md, "Compiled"). Groups come longest first. Captioning
+    models group with captioning models of the same vocabulary (``members.group_key``).
 
     Example:
         >>> spec = load_spec(text='[grid]\\nn_labels = [10, 20]\\nseed = [0, 1, 2]\\n[model]\\npreset = "simplified"')
@@ -139,10 +139,7 @@ def plan_groups(
     by_key: dict[str, list[RunSpec]] = {}
     groups: list[list[RunSpec]] = []
     for r in runs:
-        if needs_standard_engine(r.model_cfg):  # trained alone by training.Trainer (sweeps.pool.run_group)
-            groups.append([r])
-        else:
-            by_key.setdefault(group_key(r.model_cfg, r.data_cfg, r.train_cfg), []).append(r)
+        by_key.setdefault(group_key(r.model_cfg, r.data_cfg, r.train_cfg), []).append(r)
     steps = {r.name: planned_steps(r) for r in runs}
     for members in by_key.values():
         members = sorted(members, key=lambda r: steps[r.name], reverse=True)  # stable: spec order within ties

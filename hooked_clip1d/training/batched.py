@@ -125,6 +125,12 @@ class BatchedTrainer:
             raise ValueError("compile=True needs dropout_rng='fast' (matched dropout draws from per-member generators)")
         if cudagraphs and not compile:
             raise ValueError("cudagraphs=True needs compile=True (CUDA graphs of the compiled stacked loss)")
+        given = [k for k, v in flags.items() if v]
+        if given and members[0].model_cfg.objective == "captioning":  # one objective a group (check_members)
+            raise ValueError(
+                f"BatchedTrainer: {', '.join(given)} not tested on the captioning loss (model.captioning); train "
+                "captioners eager in fp32"
+            )
         self.amp, self.compile, self.cudagraphs = amp, compile, cudagraphs
         self.compiled_loss: Any = None  # torch.compile of model.loss, made by the first run
         tc0 = members[0].train_cfg

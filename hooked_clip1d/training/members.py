@@ -32,19 +32,6 @@ _SCHEDULE_SHARED = field_names(TrainConfig, batched="schedule")
 _DATA_SIZE = field_names(DataConfig, batched="schedule")
 
 
-def needs_standard_engine(model_cfg: CLIPConfig) -> bool:
-    """Whether only the single-run trainer (``training.Trainer``) trains runs of ``model_cfg``: a captioning model
-    (``CLIPConfig.objective``, model.captioning), whose loss the batched engine does not implement. A sweep trains
-    each such run alone, in a group of its own, with that trainer (``sweeps.pool.run_group``).
-
-    Example:
-        >>> from hooked_clip1d.model.clip import CLIPConfig
-        >>> needs_standard_engine(CLIPConfig.from_preset("simplified", n_labels=6, objective="captioning"))
-        True
-    """
-    return model_cfg.objective != "contrastive"
-
-
 def group_key(model_cfg: CLIPConfig, data_cfg: DataConfig, train_cfg: TrainConfig) -> str:
     """A string equal for runs that can train in one batched group (same shapes and shared settings).
 
@@ -66,7 +53,10 @@ def group_key(model_cfg: CLIPConfig, data_cfg: DataConfig, train_cfg: TrainConfi
     if train_cfg.lr_schedule != "constant":
         shared |= {f: str(getattr(train_cfg, f)) for f in _SCHEDULE_SHARED}
         shared |= {f"data.{f}": str(getattr(data_cfg, f)) for f in _DATA_SIZE}
-    return json.dumps({"towers": towers, "batch_size": bs, "train": shared}, sort_keys=True)
+    key: dict[str, object] = {"towers": towers, "batch_size": bs, "train": shared}
+    if model_cfg.objective != "contrastive":  # one objective a group; a captioner's vocabulary is its W_U's columns
+        key |= {"objective": model_cfg.objective, "n_labels": model_cfg.n_labels}
+    return json.dumps(key, sort_keys=True)
 
 
 def mix_seeds(seeds: Sequence[int]) -> int:

@@ -96,6 +96,7 @@ class StackedCLIP(StackedForward):
         cfgs = [m.cfg for m in models]
         _check_same_shapes(cfgs)
         self.member_cfgs = list(cfgs)
+        self.objective = cfgs[0].objective  # _check_same_shapes: every member's
         self.K = len(models)
         self.n_labels = [c.n_labels for c in cfgs]
         self.n_max = max(self.n_labels)
@@ -310,6 +311,13 @@ def _check_same_shapes(cfgs: Sequence[CLIPConfig]) -> None:
     """Refuse configs the stacked engine does not implement, or that differ in a shape field (``SHAPE_FIELDS``)."""
     for c in cfgs:
         check_supported(c)
+    if len({c.objective for c in cfgs}) > 1:
+        raise ValueError(f"a batched group trains one objective; got {sorted({c.objective for c in cfgs})}")
+    if cfgs[0].objective == "captioning" and len({c.n_labels for c in cfgs}) > 1:  # W_U's columns are the vocabulary
+        raise ValueError(
+            f"a batched group of captioning models needs one n_labels (its unembedding's vocabulary); got "
+            f"{sorted({c.n_labels for c in cfgs})}"
+        )
     for name in ("vision", "text"):
         ref = {f: getattr(getattr(cfgs[0], name), f) for f in SHAPE_FIELDS}
         for i, c in enumerate(cfgs[1:], 1):

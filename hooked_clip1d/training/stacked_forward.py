@@ -65,6 +65,7 @@ class StackedForward(nn.Module):
     generators: list[torch.Generator]  # per member (dropout_rng="matched")
     flat_data: torch.Tensor | None  # the flat layout's buffer (StackedCLIP.flat_layout)
     side_stream: Any  # a CUDA stream for the text tower (StackedCLIP.use_streams)
+    objective: str  # every member's CLIPConfig.objective: "contrastive" (the CLIP loss) or "captioning"
     _koff: dict[int, torch.Tensor]
     _n_valid: Sequence[int] | None
     _labels: dict[tuple[int, int], torch.Tensor]
@@ -388,6 +389,8 @@ class StackedForward(nn.Module):
         """
         if self.dropout_rng == "matched":
             self._n_valid = None if valid is None else n_valid
+        if self.objective == "captioning":
+            return self.caption_loss(images, captions, valid)
         side = self.side_stream
         if side is not None and not torch.compiler.is_compiling():  # the towers on two streams (use_streams)
             cur = torch.cuda.current_stream(self.device)
@@ -421,6 +424,52 @@ class StackedForward(nn.Module):
             (self.negatives != 0)[:, None, None] | torch.eye(B, dtype=torch.bool, device=logits.device)
         )
         return symmetric_ce(logits, valid, labels, same=same, shared=self.negatives == NEGATIVES.index("shared"))
+
+    def caption_loss(
+        self,
+        images: Int[torch.Tensor, "K batch pos"],
+        captions: Int[torch.Tensor, "K batch 4"],
+        valid: Bool[torch.Tensor, "K batch"] | None = None,
+    ) -> Float[torch.Tensor, " K"]:
+        """Each captioning member's loss (``model.captioning.caption_loss``): the mean token cross-entropy of each
+        image's own caption, read by the decoder through the image's prefix (the vision CLS output @ ``W_prefix`` in
+        place of position 0's token embedding); padded rows (``valid`` False) excluded."""
+        p = self.params
+        prefix = torch.bmm(self.tower("vision", images, 0), p["W_prefix"])  # [K, B, d_text]
+        resid = self.decoder(captions, prefix)  # [K, B, 4, d_text]
+        K, B, P, D = resid.shape
+        logp = torch.bmm(resid.reshape(K, B * P, D), p["W_U"]).log_softmax(-1)
+        ll = logp.gather(-1, captions.reshape(K, B * P, 1)).view(K, B, P)
+        if valid is None:
+            return -ll.mean((1, 2))
+        w = valid.to(ll.dtype)[..., None]
+        return -(ll * w).sum((1, 2)) / (w.sum((1, 2)) * P)
+
+    def decoder(
+        self, captions: Int[torch.Tensor, "K batch 4"], prefix: Float[torch.Tensor, "K batch d_model"]
+    ) -> Float[torch.Tensor, "K batch 4 d_model"]:
+        """A captioning member's text tower as its decoder: input ``[image, X, rel, Y]`` (the prefix in place of
+        position 0's embedding, ``model.captioning.decoder_inputs``), every block at every position (causal), the
+        final residual (after ``ln_final`` where pre-LN), as ``HookedTextEncoder(..., return_type="resid")``."""
+        tokens = torch.cat([captions[..., :1], captions[..., :3]], -1)
+        t = _Pass.of(self, "text", tokens, 3)
+        p, (K, B, P), cfg = self.params, t.shape, t.cfg
+        H, Dh, D = cfg.n_heads, cfg.d_head, cfg.d_model
+        x = self._rows(p["text.embed.W_E"], tokens.reshape(K, B * P)).view(K, B, P, D)
+        x = torch.cat([prefix[:, :, None].to(x.dtype), x[:, :, 1:]], 2)
+        if t.W_pos is not None:
+            x = x + t.W_pos[:, None]
+        x = self._dropout(x, (B, P, D), t.emb_drop, None)  # embedding dropout (E + P)
+        for layer in range(cfg.n_layers):
+            blk = f"text.blocks.{layer % cfg.n_blocks}."  # a repeated layer (tied_repeats) uses its block's weights
+            W_cat = self._adjacent([p[blk + f"attn.W_{c}"] for c in "QKV"])  # [K, D, 3 * H * Dh]
+            b_cat = self._adjacent([p[blk + f"attn.b_{c}"] for c in "QKV"]).view(K, 1, 3 * H * Dh)
+            h = self._ln(x, p[blk + "ln1.w"], p[blk + "ln1.b"]) if t.pre_ln else x
+            proj = torch.baddbmm(b_cat, h.reshape(K, B * P, D), W_cat).view(K, B, P, 3, H, Dh)
+            x = self._block(t, blk, layer, proj, x)
+        if t.pre_ln:
+            x = self._ln(x, p["text.ln_final.w"], p["text.ln_final.b"])
+        return x
 
 
 @dataclass

@@ -24,7 +24,7 @@ _PER_MEMBER_FIELDS = field_names(EncoderConfig, batched="member")  # may differ 
 _HOOK_FIELDS = field_names(EncoderConfig, batched="hook")  # hooks only
 _KNOWN_FIELDS = set(SHAPE_FIELDS) | set(_PER_MEMBER_FIELDS) | set(_HOOK_FIELDS)
 
-_CLIP_KNOWN = {"vision", "text", "init_logit_scale", "max_logit_scale"}
+_CLIP_KNOWN = {"vision", "text", "init_logit_scale", "max_logit_scale", "objective"}
 
 
 def refuse_unknown(obj: Any, known: set[str], what: str) -> None:

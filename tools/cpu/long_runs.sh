@@ -58,9 +58,10 @@
 #          Fig. 10 and Fig. 3 as before. Lane 3: Fig. 4a's g002 and g001 (~2.5 h), then x21 (~3-5 h), then as before.
 #          `start` writes Fig. 10's and Fig. 3's one-run plans into a new sweep folder (ONE_RUN_PLANS,
 #          tools/cpu/one_run_plan.py) before any lane starts, so the items name the same groups on every machine.
-#   captioning (lanes 2 and 3; added 2026-12-02, session 47, after its pre-registration was committed): the captioning
-#          study x22 (Open Question 4), six single-run groups (the single-run trainer: no +compile), ~1.5-2 h each, the
-#          deciding seeds 0-2 first (0 and 1 behind Fig. 4a's g000 on lane 2, 2 behind x21 on lane 3), then 6-8.
+#   captioning (lane 2; added 2026-12-02, session 47, after its pre-registration was committed): the captioning
+#          study x22 (Open Question 4), behind Fig. 4a's g000. Since session 48 (amendment before any run) its six runs
+#          train as one batched group (the batched engine trains captioners, eager fp32: no +compile), ~2-2.5 h of
+#          one core, where six single-run groups took ~9 h.
 #   `+compile` after an item torch.compiles its step, `+threadsN` gives it N torch threads (execution settings: a run
 #   resumes under any of them). The full model trains at ~11.4 steps/s on one thread, ~16.7 on two (both cores, beside
 #   light work; 2026-12-01, epochs 1,400-1,500 and 1,600-1,700): two only while no other lane runs.
@@ -110,8 +111,8 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane2|fig4a-distinct:g000-f29865fe+compile captioning:g000-17fb6eb3 captioning:g001-f2513a40 captioning:g005-92383c7f full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile adopt=full-protocol,fig3 fig3:g011-01f2e004+compile fig3:g009-032b7c49+compile fig3:g005-ed6b9289+compile fig3:g003-0cfd3c8a+compile fig3:g001-195a8f2b+compile"
-  "lane3|fig4a-distinct:g002-2acfce02+compile fig4a-distinct:g001-63ba4d67+compile rope-interaction:g000-794647c3 captioning:g002-0b2ac691 captioning:g003-b5bd1765 captioning:g004-576a09a1 fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
+  "lane2|fig4a-distinct:g000-f29865fe+compile captioning:g000-97adaafc full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile adopt=full-protocol,fig3 fig3:g011-01f2e004+compile fig3:g009-032b7c49+compile fig3:g005-ed6b9289+compile fig3:g003-0cfd3c8a+compile fig3:g001-195a8f2b+compile"
+  "lane3|fig4a-distinct:g002-2acfce02+compile fig4a-distinct:g001-63ba4d67+compile rope-interaction:g000-794647c3 fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
 )
 ONE_RUN_PLANS="fig10 fig3"  # sweeps trained one run a group on this CPU (the folder's plan.json written before its start)
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
