@@ -238,7 +238,7 @@ def _tiny_fig4a(tmp_path, monkeypatch):
 
     specs = tmp_path / "specs"
     specs.mkdir()
-    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", specs / "fig4a.toml")
+    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", specs / "fig4a-distinct.toml")
     monkeypatch.setattr(rp_core, "SWEEPS_DIR", specs)
     checks = [
         c

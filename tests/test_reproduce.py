@@ -95,13 +95,13 @@ def test_sweep_figure_runs_its_sweep_and_reads_the_table(tmp_path, monkeypatch):
 
     sweeps = tmp_path / "specs"
     sweeps.mkdir()
-    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
+    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a-distinct.toml")
     monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
     rec = rp.reproduce("fig4a", tmp_path / "res", controls=False)
     assert rec["verdict"] == _verdict_from_checks(rec) and len(rec["numbers"]["rows"]) == 4
     assert rec["numbers"]["ntot"] == [6, 7] and rec["numbers"]["n2"] == [2]
     # the figure's cell means are the means of the sweep's own results table, recomputed here
-    table = json.loads((tmp_path / "res" / "sweeps" / "fig4a" / "results.json").read_text())["runs"]
+    table = json.loads((tmp_path / "res" / "sweeps" / "fig4a-distinct" / "results.json").read_text())["runs"]
     by_hand = [[sum(r["val_unseen.acc"] for r in table if r["n_labels"] == nt) / 2] for nt in (6, 7)]
     assert [m for row in rec["numbers"]["mean_unseen_acc"] for m in row] == pytest.approx(sum(by_hand, []), abs=1e-12)
     assert (tmp_path / "res" / "fig4a" / "fig4a_sweep.png").exists()
@@ -141,18 +141,25 @@ def test_weight_decay_figures_judge_the_measured_trend():
     assert rp.verdict_of(rp.FIGURES["fig21"].run(_rows([(0.0, 0.5), (0.2, 0.9)])).checks) == "not reproduced"
 
 
-def test_unfinished_sweep_figure_judges_its_zoo_cells(tmp_path):
+@pytest.mark.parametrize(
+    ("figure", "high", "low", "recipe"),
+    [
+        # Fig. 4a under the default recipe (since 2026-12-02): the flagship and App. F's model are its cells
+        ("fig4a", rp.FLAGSHIP, rp.NONGEN, {"recipe": "cls-exempt-init002-temp-nodecay-distinct"}),
+        ("fig4a-no-qk-bias", rp.NO_QK_BIAS, rp.NONGEN_NO_QK_BIAS, {}),  # its record until then, kept
+    ],
+)
+def test_unfinished_sweep_figure_judges_its_zoo_cells(tmp_path, figure, high, low, recipe):
     from hooked_clip1d.pretrained import manifest
 
-    rec = rp.reproduce("fig4a", tmp_path / "res", train_sweeps=False, controls=False)
-    unseen = manifest(rp.NO_QK_BIAS)["metrics"]["val_unseen"]["acc"]
+    rec = rp.reproduce(figure, tmp_path / "res", train_sweeps=False, controls=False)
+    unseen = manifest(high)["metrics"]["val_unseen"]["acc"]
+    cell = "".join(f"{k}={v}, " for k, v in recipe.items())
     assert "0 finished runs" in rec["summary"] and "trend is untested" in rec["summary"]
-    assert f"`{rp.NO_QK_BIAS}` (the cell n_labels=20, n2=10, seed=0; 10000 epochs)" in rec["summary"]
-    assert (
-        f"unseen-pair {unseen:.2f}" in rec["summary"]
-        and f"`{rp.NONGEN_NO_QK_BIAS}` (the cell n_labels=10, n2=5" in rec["summary"]
-    )
-    assert rec["numbers"]["cells"][rp.NONGEN_NO_QK_BIAS] == {"n_labels": 10, "n2": 5, "seed": 0}
+    assert f"`{high}` (the cell {cell}n_labels=20, n2=10, seed=0; 10000 epochs)" in rec["summary"]
+    assert f"unseen-pair {unseen:.2f}" in rec["summary"] and f"`{low}` (the cell " in rec["summary"]
+    assert rec["numbers"]["cells"][low] == {**recipe, "n_labels": 10, "n2": 5, "seed": 0}
+    assert rec["models"] == [high, low] and rp.FIGURES[figure].beyond_paper == (figure != "fig4a")
     # all cell checks holding still only gives "partly": the sweep's trend is not measured by two cells
     expect = rp.verdict_of([(c["check"], c["holds"]) for c in rec["checks"]])
     assert rec["verdict"] == ("partly" if expect == "reproduced" else expect)
@@ -187,7 +194,7 @@ def test_unfinished_sweep_ignores_zoo_models_outside_its_grid(tmp_path, monkeypa
 
     sweeps = tmp_path / "specs"
     sweeps.mkdir()
-    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
+    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a-distinct.toml")
     monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
     rec = rp.reproduce(
         "fig4a", tmp_path / "res", train_sweeps=False, controls=False
@@ -265,14 +272,14 @@ def _interrupted_tiny_sweep(tmp_path, monkeypatch):
 
     sweeps = tmp_path / "specs"
     sweeps.mkdir()
-    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a.toml")
+    shutil.copy(Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml", sweeps / "fig4a-distinct.toml")
     monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
     rp.reproduce("fig4a", tmp_path / "res", controls=False)
-    out = tmp_path / "res" / "sweeps" / "fig4a"
+    out = tmp_path / "res" / "sweeps" / "fig4a-distinct"
     for run in (out / "runs").iterdir():
         (run / "summary.json").unlink()
         (run / "model.safetensors").unlink()
-    return sweeps / "fig4a.toml", out
+    return sweeps / "fig4a-distinct.toml", out
 
 
 def test_progress_table_reads_unfinished_runs_latest_evaluation(tmp_path, monkeypatch):
@@ -318,7 +325,7 @@ def test_unfinished_sweep_reports_its_finished_runs(tmp_path, monkeypatch):
     rp.reproduce(
         "fig4a", tmp_path / "full", sweeps_dir=tmp_path / "elsewhere", controls=False
     )  # a finished copy of the sweep
-    done = tmp_path / "elsewhere" / "fig4a" / "runs" / runs[0].name
+    done = tmp_path / "elsewhere" / "fig4a-distinct" / "runs" / runs[0].name
     shutil.rmtree(runs[0])
     shutil.copytree(done, runs[0])
     for run in runs[1:]:
@@ -557,14 +564,14 @@ def test_finished_sweep_record_has_no_machine_paths_and_states_its_clock(tmp_pat
     sweeps = tmp_path / "specs"
     sweeps.mkdir()
     tiny = (Path(__file__).parent.parent / "examples" / "sweeps" / "tiny.toml").read_text()
-    (sweeps / "fig4a.toml").write_text(tiny.replace("max_group_size = 4", "max_group_size = 2"))
+    (sweeps / "fig4a-distinct.toml").write_text(tiny.replace("max_group_size = 4", "max_group_size = 2"))
     monkeypatch.setattr(rp_core, "SWEEPS_DIR", sweeps)
     rec = rp.reproduce("fig4a", tmp_path / "res", controls=False)
     text = (tmp_path / "res" / "fig4a" / "fig4a.json").read_text()
     assert str(tmp_path) not in text
     rows = rec["numbers"]["rows"]
     assert [r["path"] for r in rows] == [f"runs/{r['run']}" for r in rows]
-    plan = json.loads((tmp_path / "res" / "sweeps" / "fig4a" / "plan.json").read_text())
+    plan = json.loads((tmp_path / "res" / "sweeps" / "fig4a-distinct" / "plan.json").read_text())
     secs = {r["run"]: r["train_seconds"] for r in rows}
     clock = rec["sweep_clock"]
     # each group's clock is its longest member's (both rounded to 0.1 s and measured apart: within 0.2 s)
