@@ -336,6 +336,8 @@ def _add_controls(
     if outcome.own_controls or (own is not None and own.reader is not None and replicates):
         status = None if outcome.own_controls else "not trained (or not readable) yet"
         record["trained_control"] = own_control_entry(spec.key, rows, outcome.own_controls, status)
+    elif own is not None and own.reader is None and own.unguarded and replicates:  # no control: why, per check
+        record["trained_control"] = own_control_entry(spec.key, rows, {}, own.what)
     if replicates:  # verdicts v3: the trained control (not for a substituted model or a re-judged record)
         sweeps_root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
         runs, status = trained_control_runs(spec, sweeps_root)

@@ -96,9 +96,8 @@
 #          ~/sweeps --out ~/repro-x21`, `hooked-clip1d results-page --results ~/repro-x21`; a dated reading in
 #          docs/fidelity.md; README's Fig. 18 line, the RoPE model's zoo description and docs/configs.md only if
 #          H-I is supported; nothing ships
-#   fig4a-distinct: when all 36 runs have finished (pre-registration of 2026-12-02 in docs/fidelity.md): FigureSpec
-#          fig4a's sweep -> "fig4a-distinct", the old record kept as fig4a-no-qk-bias (sweep fig4a, same checks);
-#          `hooked-clip1d reproduce fig4a --no-sweeps --sweeps-dir ~/sweeps`, the results page, the README's Fig. 4a line
+#   fig4a-distinct: DONE 2026-12-02 (session 48): all 36 runs finished, Fig. 4a moved to it and read (reproduced);
+#          its items left the lanes
 #   captioning: when all six runs have finished: `hooked-clip1d reproduce x22-captioning --no-sweeps --sweeps-dir
 #          ~/sweeps --out ~/repro-x22`, `hooked-clip1d results-page --results ~/repro-x22`; a dated reading in
 #          docs/fidelity.md by its pre-registration (2026-12-02), the README's open-questions paragraph; nothing ships
@@ -111,8 +110,8 @@ VENV="${VENV:-$HOME/venv}"
 SWEEPS="${SWEEPS:-$HOME/sweeps}"
 LOGS="${LOGS:-$HOME/long_runs}"
 LANES=(
-  "lane2|fig4a-distinct:g000-f29865fe+compile captioning:g000-97adaafc full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile adopt=full-protocol,fig3 fig3:g011-01f2e004+compile fig3:g009-032b7c49+compile fig3:g005-ed6b9289+compile fig3:g003-0cfd3c8a+compile fig3:g001-195a8f2b+compile"
-  "lane3|fig4a-distinct:g002-2acfce02+compile fig4a-distinct:g001-63ba4d67+compile rope-interaction:g000-794647c3 fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
+  "lane2|captioning:g000-97adaafc full-protocol:g000-8f63fd85+compile adopt=full-protocol,fig10 fig10:g000-b6f62b35+compile fig10:g002-31102b44+compile adopt=full-protocol,fig3 fig3:g011-01f2e004+compile fig3:g009-032b7c49+compile fig3:g005-ed6b9289+compile fig3:g003-0cfd3c8a+compile fig3:g001-195a8f2b+compile"
+  "lane3|rope-interaction:g000-794647c3 fig10:g001-6d9ba655+compile fig10:g004-19dcc9f9+compile adopt=full-protocol,fig3 fig3:g010-4849a714+compile fig3:g008-fe1b4fca+compile fig3:g006-a0b5cbb9+compile fig3:g004-c244d86a+compile fig3:g002-af05dc38+compile fig3:g000-025ca59e+compile"
 )
 ONE_RUN_PLANS="fig10 fig3"  # sweeps trained one run a group on this CPU (the folder's plan.json written before its start)
 FIG22_CONTROL="control-shuffled-distinct-ntot20-n2-10"  # reproduce/pruned_heads.py FIG22_CONTROL
