@@ -694,3 +694,22 @@ def test_every_counted_check_of_a_reproduced_or_partly_figure_names_its_trained_
     fig7 = json.loads((records / "fig7.json").read_text())
     cross = next(c for c in fig7["checks"] if c["check"] == FIG7_CROSS)
     assert cross["counted"] and not cross.get("trained_control") and FIG7_CROSS in fig7["trained_control"]["unguarded"]
+
+
+def test_a_figure_without_a_trained_control_says_why_and_cannot_be_guarded(tmp_path):
+    """Fig. 4a's two counted checks are sweep trends no trained control guards (``OWN_CONTROLS["fig4a"]``,
+    ``trained=False``, 2026-12-02): its record's entry lists both with why and no run, and ``guard_record`` refuses it
+    by name instead of running the figure on zoo models (it reads a sweep's rows)."""
+    from hooked_clip1d.reproduce.replicates import OWN_CONTROLS
+    from hooked_clip1d.reproduce.sweep_figs import FIG4A_MORE, FIG4A_TREND, NO_TREND_CONTROL
+
+    own = OWN_CONTROLS["fig4a"]
+    assert not own.trained and own.reader is None and set(own.unguarded) == {FIG4A_TREND, FIG4A_MORE}
+    rec = json.loads((Path(__file__).resolve().parents[1] / "docs" / "records" / "fig4a.json").read_text())
+    tc = rec["trained_control"]
+    assert tc["runs"] == [] and tc["passes"] == {} and set(tc["unguarded"].values()) == {NO_TREND_CONTROL}
+    counted = {c["check"] for c in rec["checks"] if c["counted"]}
+    assert counted == set(tc["unguarded"])
+    with pytest.raises(ValueError, match="fig4a has no pre-registered trained control"):
+        rp.guard_record("fig4a", "docs/records", tmp_path / "res")
+    assert OWN_CONTROLS["fig7"].trained and OWN_CONTROLS["fig22"].trained

@@ -242,7 +242,8 @@ class OwnControl:
     ``what`` says what the control is (the record's status line); ``reader``, where set, reads the control's table
     (check -> control label -> holds) without running the whole figure (Fig. 22: the flagship's 14 retrained runs
     need not be on the machine that guards a kept record); ``unguarded`` names the counted checks the control does not
-    guard, with why (written into the record's trained-control entry, shown on the page).
+    guard, with why (written into the record's trained-control entry, shown on the page); ``trained=False`` declares
+    that no control exists (Fig. 4a's sweep trends): the entry only says why, and ``guard_record`` refuses it.
 
     Example:
         >>> OwnControl("four text towers trained apart").reader is None
@@ -252,6 +253,7 @@ class OwnControl:
     what: str
     reader: Callable[[], dict[str, dict[str, bool]]] | None = None
     unguarded: Mapping[str, str] = field(default_factory=dict)
+    trained: bool = True
 
     def __str__(self) -> str:
         return self.what

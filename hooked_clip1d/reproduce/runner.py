@@ -336,7 +336,7 @@ def _add_controls(
     if outcome.own_controls or (own is not None and own.reader is not None and replicates):
         status = None if outcome.own_controls else "not trained (or not readable) yet"
         record["trained_control"] = own_control_entry(spec.key, rows, outcome.own_controls, status)
-    elif own is not None and own.reader is None and own.unguarded and replicates:  # no control: why, per check
+    elif own is not None and not own.trained and replicates:  # no control exists: why, per check
         record["trained_control"] = own_control_entry(spec.key, rows, {}, own.what)
     if replicates:  # verdicts v3: the trained control (not for a substituted model or a re-judged record)
         sweeps_root = Path(sweeps_dir) if sweeps_dir is not None else sweeps_home()
@@ -483,7 +483,8 @@ def guard_record(
     if figure not in FIGURES:
         raise ValueError(f"unknown figure {figure!r}; known: {sorted(FIGURES)}")
     spec = FIGURES[figure]
-    if figure not in TRAINED_CONTROLS and figure not in OWN_CONTROLS:
+    own = OWN_CONTROLS.get(figure)
+    if figure not in TRAINED_CONTROLS and (own is None or not own.trained):
         raise ValueError(f"{figure} has no pre-registered trained control (replicates.TRAINED_CONTROLS, OWN_CONTROLS)")
     if figure in FRESH_JUDGED:
         raise ValueError(f"{figure}'s restated checks are judged on fresh runs after its control: rerun it")

@@ -126,7 +126,9 @@ NO_TREND_CONTROL = (
     "the recipe of 2026-11-26; not yet rerun under the default)"
 )
 OWN_CONTROLS["fig4a"] = OwnControl(
-    "none trained for a sweep trend", unguarded={FIG4A_TREND: NO_TREND_CONTROL, FIG4A_MORE: NO_TREND_CONTROL}
+    "none trained for a sweep trend",
+    unguarded={FIG4A_TREND: NO_TREND_CONTROL, FIG4A_MORE: NO_TREND_CONTROL},
+    trained=False,
 )
 
 
