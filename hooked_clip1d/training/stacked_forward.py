@@ -165,7 +165,7 @@ class StackedForward(nn.Module):
         return x_r
 
     def _projections(
-        self, t: _Pass, blk: str, layer: int, last: bool, x: torch.Tensor | None
+        self, t: _Pass, blk: str, layer: int, last: bool, x: torch.Tensor | None, from_tables: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, bool]:
         """Block ``blk``'s fused projections ``[K, B, P, n, H, Dh]`` (q | k | v; k | v in the last block), the
         residual ``x`` (built here where block 0 needs it), the readout residual (last block) and whether block 0's
@@ -178,7 +178,8 @@ class StackedForward(nn.Module):
         Ws = (W_K, W_V) if last else (W_Q, W_K, W_V)
         W_cat = self._adjacent(Ws)  # [K, D, n * H * Dh]: one fused projection (a view in the flat layout)
         b_cat = self._adjacent((b_K, b_V) if last else (b_Q, b_K, b_V)).view(K, 1, len(Ws) * H * Dh)
-        tables = layer == 0 and not t.pre_ln and not t.emb_drop  # block 0 reads E + P itself (no LN before it)
+        # block 0 reads E + P itself (no LN before it); not a captioner's decoder, whose position 0 reads the image
+        tables = from_tables and layer == 0 and not t.pre_ln and not t.emb_drop
         W_E = p[t.pre + "embed.W_E"]
         x_r = None
         if tables:
@@ -454,7 +455,7 @@ class StackedForward(nn.Module):
         tokens = torch.cat([captions[..., :1], captions[..., :3]], -1)
         t = _Pass.of(self, "text", tokens, 3)
         p, (K, B, P), cfg = self.params, t.shape, t.cfg
-        H, Dh, D = cfg.n_heads, cfg.d_head, cfg.d_model
+        D = cfg.d_model
         x = self._rows(p["text.embed.W_E"], tokens.reshape(K, B * P)).view(K, B, P, D)
         x = torch.cat([prefix[:, :, None].to(x.dtype), x[:, :, 1:]], 2)
         if t.W_pos is not None:
@@ -462,10 +463,7 @@ class StackedForward(nn.Module):
         x = self._dropout(x, (B, P, D), t.emb_drop, None)  # embedding dropout (E + P)
         for layer in range(cfg.n_layers):
             blk = f"text.blocks.{layer % cfg.n_blocks}."  # a repeated layer (tied_repeats) uses its block's weights
-            W_cat = self._adjacent([p[blk + f"attn.W_{c}"] for c in "QKV"])  # [K, D, 3 * H * Dh]
-            b_cat = self._adjacent([p[blk + f"attn.b_{c}"] for c in "QKV"]).view(K, 1, 3 * H * Dh)
-            h = self._ln(x, p[blk + "ln1.w"], p[blk + "ln1.b"]) if t.pre_ln else x
-            proj = torch.baddbmm(b_cat, h.reshape(K, B * P, D), W_cat).view(K, B, P, 3, H, Dh)
+            proj, _, _, _ = self._projections(t, blk, layer, False, x, from_tables=False)  # q | k | v from x
             x = self._block(t, blk, layer, proj, x)
         if t.pre_ln:
             x = self._ln(x, p["text.ln_final.w"], p["text.ln_final.b"])
